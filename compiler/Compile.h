@@ -1,0 +1,39 @@
+//===- Compile.h - The phases of a compile ----------------------*- C++ -*-===//
+
+#ifndef BRAID_COMPILER_COMPILE_H
+#define BRAID_COMPILER_COMPILE_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace braid {
+
+/// The phases a compile can stop after (`braidc --compile-to=PHASE`), in
+/// order. Each ends with the verify pass that states its contract.
+enum class Phase {
+  Model, ///< the forward graph from the frontend, verified
+};
+
+/// The phase named `name`, or an error that lists the known phases.
+llvm::Expected<Phase> parsePhase(llvm::StringRef name);
+std::vector<std::string> phaseNames();
+
+struct CompileOptions {
+  Phase compileTo = Phase::Model;
+  /// When not empty, the IR is written to this directory before the first
+  /// pass (00-frontend.mlir) and after every pass (NN-<pass flag>.mlir).
+  std::string dumpIrDir;
+};
+
+/// Runs the passes of every phase up to `options.compileTo` on `module`.
+/// Diagnostics go to the context's handler; the returned error says which
+/// phase failed.
+llvm::Error runPhases(mlir::ModuleOp module, const CompileOptions &options);
+
+} // namespace braid
+
+#endif // BRAID_COMPILER_COMPILE_H

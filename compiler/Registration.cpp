@@ -1,0 +1,15 @@
+//===- Registration.cpp - Dialects and passes of Braid --------------------===//
+
+#include "compiler/Registration.h"
+
+#include "dialects/model/ModelDialect.h"
+#include "passes/model/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+
+void braid::registerDialects(mlir::DialectRegistry &registry) {
+  registry.insert<braid::model::ModelDialect, mlir::func::FuncDialect>();
+}
+
+void braid::registerPasses() { braid::model::registerModelPasses(); }

@@ -1,0 +1,54 @@
+//===- Report.h - The compile report ----------------------------*- C++ -*-===//
+//
+// Everything the report states is read off the compiled IR (parameters are
+// the @forward arguments marked model.param, FLOPs are the ops' costs), so the
+// report describes what will run, not what the spec meant.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_COMPILER_REPORT_H
+#define BRAID_COMPILER_REPORT_H
+
+#include "frontends/ModelConfig.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
+
+#include <vector>
+
+namespace braid {
+
+struct ParameterCount {
+  int64_t total = 0;
+  /// Parameters used by each model.layer, in layer order.
+  std::vector<int64_t> perLayer;
+  /// Parameters outside the layers (embeddings, final norm, output layer).
+  int64_t outsideLayers = 0;
+  /// Parameters of the embedding tables (tokens and positions).
+  int64_t embedding = 0;
+};
+
+/// Counts the parameters of the module's @forward.
+ParameterCount countParameters(mlir::ModuleOp module);
+
+struct FlopCount {
+  int64_t forwardMatmul = 0; ///< FLOPs of matrix products, one forward pass
+  int64_t forwardVector = 0; ///< elementwise and reduction FLOPs
+  int64_t tokens = 0;        ///< tokens in one forward pass (batch x seq)
+  int64_t attentionMatmul = 0; ///< the part of forwardMatmul in attention
+  /// Model FLOPs per token of one training step (forward + backward): three
+  /// times the forward matrix-product FLOPs, i.e. 6 N_mm + 12 L s h_attn.
+  double trainingPerToken() const {
+    return tokens ? 3.0 * static_cast<double>(forwardMatmul) / tokens : 0.0;
+  }
+};
+
+/// Sums the forward cost of every op of the module's @forward.
+FlopCount countFlops(mlir::ModuleOp module);
+
+/// The compile report as JSON (its fields are described in docs/report.md).
+llvm::json::Value buildReport(mlir::ModuleOp module, const ModelConfig &config);
+
+} // namespace braid
+
+#endif // BRAID_COMPILER_REPORT_H

@@ -1,0 +1,316 @@
+//===- ModelDialect.cpp - The `model` dialect and its attributes ----------===//
+//
+// Dialect registration, the #model.sharding attribute (syntax and the checks
+// S1-S5 of its Constraints list), and the dialect's verification of the
+// discardable attributes it owns: model.sharding, model.param, model.input.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/model/ModelDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace braid::model;
+
+#include "dialects/model/ModelDialect.cpp.inc"
+#include "dialects/model/ModelEnums.cpp.inc"
+#include "dialects/model/ModelInterfaces.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/model/ModelAttrs.cpp.inc"
+
+void ModelDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/model/ModelOps.cpp.inc"
+      >();
+  registerAttributes();
+}
+
+void ModelDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/model/ModelAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Shared helpers
+//===----------------------------------------------------------------------===//
+
+int64_t braid::model::getNumElements(Type type) {
+  auto shaped = llvm::dyn_cast<ShapedType>(type);
+  if (!shaped || !shaped.hasStaticShape())
+    return 0;
+  return shaped.getNumElements();
+}
+
+int64_t braid::model::getElementBytes(Type elementType) {
+  if (elementType.isIntOrFloat())
+    return (elementType.getIntOrFloatBitWidth() + 7) / 8;
+  return 0;
+}
+
+int64_t braid::model::detail::defaultBytesAccessed(Operation *op) {
+  int64_t bytes = 0;
+  auto count = [&](Type type) {
+    if (auto shaped = llvm::dyn_cast<ShapedType>(type))
+      bytes += getNumElements(shaped) * getElementBytes(shaped.getElementType());
+  };
+  for (Type type : op->getOperandTypes())
+    count(type);
+  for (Type type : op->getResultTypes())
+    count(type);
+  return bytes;
+}
+
+//===----------------------------------------------------------------------===//
+// ShardingAttr
+//===----------------------------------------------------------------------===//
+
+/// Parses `{"a", "b"}` into a list of string attributes.
+static ParseResult parseAxisList(AsmParser &parser,
+                                 SmallVectorImpl<Attribute> &axes) {
+  return parser.parseCommaSeparatedList(
+      AsmParser::Delimiter::Braces, [&]() -> ParseResult {
+        std::string name;
+        if (parser.parseString(&name))
+          return failure();
+        axes.push_back(parser.getBuilder().getStringAttr(name));
+        return success();
+      });
+}
+
+static void printAxisList(AsmPrinter &printer, ArrayAttr axes) {
+  printer << "{";
+  llvm::interleaveComma(axes, printer, [&](Attribute axis) {
+    printer << '"' << llvm::cast<StringAttr>(axis).getValue() << '"';
+  });
+  printer << "}";
+}
+
+Attribute ShardingAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  FlatSymbolRefAttr mesh;
+  SmallVector<Attribute> dims;
+  if (parser.parseLess() || parser.parseAttribute(mesh) || parser.parseComma())
+    return {};
+  if (parser.parseCommaSeparatedList(
+          AsmParser::Delimiter::Square, [&]() -> ParseResult {
+            SmallVector<Attribute> axes;
+            if (parseAxisList(parser, axes))
+              return failure();
+            dims.push_back(parser.getBuilder().getArrayAttr(axes));
+            return success();
+          }))
+    return {};
+  SmallVector<Attribute> partial;
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseKeyword("partial") || parser.parseEqual() ||
+        parseAxisList(parser, partial))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  Builder &b = parser.getBuilder();
+  return parser.getChecked<ShardingAttr>(loc, parser.getContext(), mesh,
+                                         b.getArrayAttr(dims),
+                                         b.getArrayAttr(partial));
+}
+
+void ShardingAttr::print(AsmPrinter &printer) const {
+  printer << "<" << getMesh() << ", [";
+  llvm::interleaveComma(getDims(), printer, [&](Attribute dim) {
+    printAxisList(printer, llvm::cast<ArrayAttr>(dim));
+  });
+  printer << "]";
+  if (!getPartial().empty()) {
+    printer << ", partial = ";
+    printAxisList(printer, getPartial());
+  }
+  printer << ">";
+}
+
+LogicalResult
+ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                     FlatSymbolRefAttr mesh, ArrayAttr dims,
+                     ArrayAttr partial) {
+  if (!mesh)
+    return emitError() << "sharding needs a mesh symbol";
+  llvm::StringSet<> seen;
+  auto checkAxes = [&](Attribute entry, StringRef where) -> LogicalResult {
+    // S1: every dimension entry is a list of non-empty axis names.
+    auto axes = llvm::dyn_cast<ArrayAttr>(entry);
+    if (!axes)
+      return emitError() << where << " must be a list of axis names, found "
+                         << entry;
+    for (Attribute axis : axes) {
+      auto name = llvm::dyn_cast<StringAttr>(axis);
+      if (!name || name.getValue().empty())
+        return emitError() << where << " has an axis that is not a non-empty "
+                           << "string: " << axis;
+      // S2: an axis appears at most once across dimensions and partial.
+      if (!seen.insert(name.getValue()).second)
+        return emitError() << "axis \"" << name.getValue()
+                           << "\" appears more than once in the sharding";
+    }
+    return success();
+  };
+  for (auto [i, dim] : llvm::enumerate(dims))
+    if (failed(checkAxes(dim, "dimension " + std::to_string(i))))
+      return failure();
+  return checkAxes(partial, "partial");
+}
+
+SmallVector<StringRef> ShardingAttr::getDimAxes(unsigned dim) const {
+  SmallVector<StringRef> axes;
+  for (Attribute axis : llvm::cast<ArrayAttr>(getDims()[dim]))
+    axes.push_back(llvm::cast<StringAttr>(axis).getValue());
+  return axes;
+}
+
+SmallVector<StringRef> ShardingAttr::getAllAxes() const {
+  SmallVector<StringRef> axes;
+  for (unsigned i = 0, e = getDims().size(); i < e; ++i)
+    llvm::append_range(axes, getDimAxes(i));
+  for (Attribute axis : getPartial())
+    axes.push_back(llvm::cast<StringAttr>(axis).getValue());
+  return axes;
+}
+
+LogicalResult
+ShardingAttr::verifyFor(Type type, Operation *scope,
+                        function_ref<InFlightDiagnostic()> emitError) const {
+  // S5: one dimension entry per tensor dimension.
+  auto tensor = llvm::dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return emitError() << "sharding annotates " << type
+                       << " but only ranked tensors can be sharded";
+  if (static_cast<int64_t>(getDims().size()) != tensor.getRank())
+    return emitError() << "sharding has " << getDims().size()
+                       << " dims but the tensor has rank " << tensor.getRank();
+  // S3: the mesh symbol names a model.mesh of the enclosing module.
+  auto module = llvm::dyn_cast<ModuleOp>(scope);
+  if (!module)
+    module = scope->getParentOfType<ModuleOp>();
+  Operation *symbol =
+      module ? SymbolTable::lookupSymbolIn(module, getMesh()) : nullptr;
+  auto mesh = llvm::dyn_cast_or_null<MeshOp>(symbol);
+  if (!mesh)
+    return emitError() << "sharding refers to " << getMesh()
+                       << ", which is not a model.mesh of the module";
+  // S4: every axis is an axis of that mesh.
+  for (StringRef axis : getAllAxes())
+    if (!mesh.getAxisSize(axis))
+      return emitError() << "sharding names axis \"" << axis
+                         << "\", which mesh " << getMesh() << " does not have";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes owned by the dialect
+//===----------------------------------------------------------------------===//
+
+LogicalResult ModelDialect::verifyOperationAttribute(Operation *op,
+                                                     NamedAttribute attr) {
+  auto emitError = [&] { return op->emitOpError(); };
+  if (attr.getName() == kShardingAttrName) {
+    // One sharding for a single result, or a list with one per result.
+    if (auto sharding = llvm::dyn_cast<ShardingAttr>(attr.getValue())) {
+      if (op->getNumResults() != 1)
+        return op->emitOpError("has ")
+               << op->getNumResults()
+               << " results but one model.sharding; give a list with one "
+                  "sharding per result";
+      return sharding.verifyFor(op->getResult(0).getType(), op, emitError);
+    }
+    auto list = llvm::dyn_cast<ArrayAttr>(attr.getValue());
+    if (!list)
+      return op->emitOpError("model.sharding must be a #model.sharding or a "
+                             "list of them, found ")
+             << attr.getValue();
+    if (list.size() != op->getNumResults())
+      return op->emitOpError("has ")
+             << op->getNumResults() << " results but " << list.size()
+             << " shardings";
+    for (auto [sharding, result] : llvm::zip(list, op->getResults())) {
+      auto typed = llvm::dyn_cast<ShardingAttr>(sharding);
+      if (!typed)
+        return op->emitOpError("model.sharding list holds ")
+               << sharding << ", which is not a #model.sharding";
+      if (failed(typed.verifyFor(result.getType(), op, emitError)))
+        return failure();
+    }
+    return success();
+  }
+  if (attr.getName() == "model.config") {
+    if (!llvm::isa<ModuleOp>(op) || !llvm::isa<DictionaryAttr>(attr.getValue()))
+      return op->emitOpError(
+          "model.config must be a dictionary on the module");
+    return success();
+  }
+  return op->emitOpError("has unknown model dialect attribute ")
+         << attr.getName();
+}
+
+LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
+                                                     unsigned regionIndex,
+                                                     unsigned argIndex,
+                                                     NamedAttribute attr) {
+  Region &region = op->getRegion(regionIndex);
+  Type type = region.empty() ? Type() : region.getArgument(argIndex).getType();
+  auto emitError = [&] {
+    return op->emitOpError() << "argument " << argIndex << ": ";
+  };
+  if (attr.getName() == kShardingAttrName) {
+    auto sharding = llvm::dyn_cast<ShardingAttr>(attr.getValue());
+    if (!sharding)
+      return emitError() << "model.sharding must be a #model.sharding, found "
+                         << attr.getValue();
+    return type ? sharding.verifyFor(type, op, emitError) : success();
+  }
+  if (attr.getName() == kParamAttrName) {
+    auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty())
+      return emitError() << "model.param must be a non-empty string, found "
+                         << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kInputAttrName) {
+    auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!name || (name.getValue() != "tokens" && name.getValue() != "targets"))
+      return emitError() << "model.input must be \"tokens\" or \"targets\", "
+                            "found "
+                         << attr.getValue();
+    return success();
+  }
+  return emitError() << "unknown model dialect argument attribute "
+                     << attr.getName();
+}
+
+LogicalResult ModelDialect::verifyRegionResultAttribute(Operation *op,
+                                                        unsigned regionIndex,
+                                                        unsigned resultIndex,
+                                                        NamedAttribute attr) {
+  if (attr.getName() != kShardingAttrName)
+    return op->emitOpError("result ")
+           << resultIndex << ": unknown model dialect result attribute "
+           << attr.getName();
+  auto sharding = llvm::dyn_cast<ShardingAttr>(attr.getValue());
+  if (!sharding)
+    return op->emitOpError("result ")
+           << resultIndex << ": model.sharding must be a #model.sharding";
+  Type type;
+  if (auto func = llvm::dyn_cast<FunctionOpInterface>(op))
+    type = func.getResultTypes()[resultIndex];
+  if (!type)
+    return success();
+  return sharding.verifyFor(type, op, [&] {
+    return op->emitOpError() << "result " << resultIndex << ": ";
+  });
+}

@@ -1,0 +1,32 @@
+//===- ModelInterfaces.td - Interfaces of `model` ops --------*- tablegen -*-===//
+
+#ifndef BRAID_MODEL_INTERFACES_TD
+#define BRAID_MODEL_INTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/Interfaces.td"
+
+def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::braid::model";
+  let description = [{
+    The forward cost of one `model` op, read by the planner and the compile
+    report. Costs count what the op does on its operand shapes as written
+    (on a sharded value: per shard).
+
+    FLOPs are split in two: `matmul` FLOPs (2 per multiply-add of a matrix
+    product, what tensor cores do, the numerator of MFU) and `vector` FLOPs
+    (everything elementwise or reduced: norms, activations, softmax, bias
+    adds). Bytes are the bytes the op must read and write at least once.
+  }];
+  let methods = [
+    InterfaceMethod<"FLOPs of matrix products in the forward pass",
+      "int64_t", "getMatmulFlops", (ins), "", [{ return 0; }]>,
+    InterfaceMethod<"Elementwise and reduction FLOPs in the forward pass",
+      "int64_t", "getVectorFlops", (ins)>,
+    InterfaceMethod<"Bytes read and written at least once in the forward pass",
+      "int64_t", "getBytesAccessed", (ins), "",
+      [{ return ::braid::model::detail::defaultBytesAccessed($_op); }]>
+  ];
+}
+
+#endif // BRAID_MODEL_INTERFACES_TD

@@ -1,0 +1,689 @@
+//===- ModelOps.cpp - Ops of the `model` dialect --------------------------===//
+//
+// For each op: the builder that infers its result types, the verifier (one
+// check per item of the op's Constraints list, named by its id), and its cost.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/model/ModelDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace braid::model;
+
+#define GET_OP_CLASSES
+#include "dialects/model/ModelOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// True when two dimension sizes can be equal (either is dynamic, or they are).
+bool dimsAgree(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+/// True when two shapes have one rank and agreeing dimensions.
+bool shapesAgree(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  if (a.size() != b.size())
+    return false;
+  for (auto [x, y] : llvm::zip(a, b))
+    if (!dimsAgree(x, y))
+      return false;
+  return true;
+}
+
+/// Prints a shape as `[2, 16, ?]` for error messages.
+std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  llvm::raw_string_ostream os(s);
+  llvm::interleaveComma(shape, os, [&](int64_t d) {
+    if (ShapedType::isDynamic(d))
+      os << "?";
+    else
+      os << d;
+  });
+  os << "]";
+  return s;
+}
+
+/// A copy of `type` with another shape.
+RankedTensorType withShape(RankedTensorType type, ArrayRef<int64_t> shape) {
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+int64_t numel(Value value) { return getNumElements(value.getType()); }
+
+/// `a * b` that stays 0 when either is unknown (0).
+int64_t product(std::initializer_list<int64_t> factors) {
+  int64_t p = 1;
+  for (int64_t f : factors) {
+    if (f <= 0 || ShapedType::isDynamic(f))
+      return 0;
+    p *= f;
+  }
+  return p;
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// MeshOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MeshOp::verify() {
+  ArrayAttr axes = getAxes();
+  ArrayRef<int64_t> sizes = getSizes();
+  // M1: axes and sizes have the same number of entries.
+  if (axes.size() != sizes.size())
+    return emitOpError("has ") << axes.size() << " axes but " << sizes.size()
+                               << " sizes";
+  llvm::StringSet<> seen;
+  for (auto [axis, size] : llvm::zip(axes, sizes)) {
+    StringRef name = cast<StringAttr>(axis).getValue();
+    // M2: axis names are non-empty and unique.
+    if (name.empty())
+      return emitOpError("has an axis with an empty name");
+    if (!seen.insert(name).second)
+      return emitOpError("has axis \"") << name << "\" more than once";
+    // M3: every size is at least 1.
+    if (size < 1)
+      return emitOpError("axis \"")
+             << name << "\" has size " << size << " but sizes must be >= 1";
+  }
+  return success();
+}
+
+std::optional<int64_t> MeshOp::getAxisSize(StringRef name) {
+  for (auto [axis, size] : llvm::zip(getAxes(), getSizes()))
+    if (cast<StringAttr>(axis).getValue() == name)
+      return size;
+  return std::nullopt;
+}
+
+int64_t MeshOp::getNumRanks() {
+  int64_t n = 1;
+  for (int64_t size : getSizes())
+    n *= size;
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
+// LayerOp
+//===----------------------------------------------------------------------===//
+
+void LayerOp::build(OpBuilder &builder, OperationState &state, int64_t index,
+                    TypeRange resultTypes, ValueRange inputs) {
+  state.addAttribute(getIndexAttrName(state.name),
+                     builder.getI64IntegerAttr(index));
+  state.addOperands(inputs);
+  state.addTypes(resultTypes);
+  Region *body = state.addRegion();
+  Block *block = new Block();
+  body->push_back(block);
+  for (Value input : inputs)
+    block->addArgument(input.getType(), input.getLoc());
+}
+
+LogicalResult LayerOp::verify() {
+  // L1: index is at least 0.
+  if (getIndexAttr().getInt() < 0)
+    return emitOpError("index is ") << getIndexAttr().getInt()
+                                    << " but must be >= 0";
+  // L2: one block argument per operand, of the operand's type.
+  Block &block = getBody().front();
+  if (block.getNumArguments() != getInputs().size())
+    return emitOpError("body has ")
+           << block.getNumArguments() << " arguments but the layer has "
+           << getInputs().size() << " operands";
+  for (auto [i, pair] :
+       llvm::enumerate(llvm::zip(block.getArgumentTypes(), getInputs()))) {
+    auto [argType, input] = pair;
+    if (argType != input.getType())
+      return emitOpError("body argument ")
+             << i << " is " << argType << " but operand " << i << " is "
+             << input.getType();
+  }
+  // L3: the body yields one value per result, of the result's type.
+  auto yield = cast<YieldOp>(block.getTerminator());
+  if (yield.getValues().size() != getNumResults()) {
+    InFlightDiagnostic diag = emitOpError("body yields ")
+                              << yield.getValues().size()
+                              << " values but the layer has "
+                              << getNumResults() << " results";
+    diag.attachNote(yield.getLoc()) << "yield here";
+    return diag;
+  }
+  for (auto [i, pair] : llvm::enumerate(
+           llvm::zip(yield.getValues().getTypes(), getResultTypes()))) {
+    auto [yielded, result] = pair;
+    if (yielded != result) {
+      InFlightDiagnostic diag = emitOpError("body yields ")
+                                << yielded << " as value " << i
+                                << " but result " << i << " is " << result;
+      diag.attachNote(yield.getLoc()) << "yield here";
+      return diag;
+    }
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// EmbeddingOp / PositionEmbeddingOp
+//===----------------------------------------------------------------------===//
+
+void EmbeddingOp::build(OpBuilder &builder, OperationState &state, Value table,
+                        Value ids) {
+  auto tableType = cast<RankedTensorType>(table.getType());
+  SmallVector<int64_t> shape(cast<ShapedType>(ids.getType()).getShape());
+  shape.push_back(tableType.getDimSize(1));
+  build(builder, state, withShape(tableType, shape), table, ids);
+}
+
+LogicalResult EmbeddingOp::verify() {
+  RankedTensorType table = getTable().getType();
+  // E1: the table has rank 2.
+  if (table.getRank() != 2)
+    return emitOpError("table has rank ") << table.getRank()
+                                          << " but must have rank 2";
+  // E2: result shape is ids' shape followed by the table's dimension 1.
+  SmallVector<int64_t> expected(getIds().getType().getShape());
+  expected.push_back(table.getDimSize(1));
+  RankedTensorType result = getResult().getType();
+  if (!shapesAgree(result.getShape(), expected))
+    return emitOpError("result shape is ")
+           << shapeStr(result.getShape()) << " but ids and table give "
+           << shapeStr(expected);
+  // E3: the result's element type is the table's.
+  if (result.getElementType() != table.getElementType())
+    return emitOpError("result element type ")
+           << result.getElementType() << " differs from the table's "
+           << table.getElementType();
+  return success();
+}
+
+int64_t EmbeddingOp::getVectorFlops() { return 0; }
+
+void PositionEmbeddingOp::build(OpBuilder &builder, OperationState &state,
+                                Value table, Value tokens) {
+  auto tableType = cast<RankedTensorType>(table.getType());
+  auto tokenShape = cast<ShapedType>(tokens.getType()).getShape();
+  SmallVector<int64_t> shape(tokenShape);
+  shape.push_back(tableType.getDimSize(1));
+  build(builder, state, withShape(tableType, shape), table, tokens);
+}
+
+LogicalResult PositionEmbeddingOp::verify() {
+  RankedTensorType table = getTable().getType();
+  RankedTensorType tokens = getTokens().getType();
+  // PE1: the table has rank 2 and the tokens rank 2.
+  if (table.getRank() != 2 || tokens.getRank() != 2)
+    return emitOpError("table and tokens must have rank 2, found ranks ")
+           << table.getRank() << " and " << tokens.getRank();
+  // PE2: the sequence length is at most the number of positions.
+  int64_t seq = tokens.getDimSize(1), positions = table.getDimSize(0);
+  if (!ShapedType::isDynamic(seq) && !ShapedType::isDynamic(positions) &&
+      seq > positions)
+    return emitOpError("sequence length ")
+           << seq << " exceeds the table's " << positions << " positions";
+  // PE3: the result is [batch, seq, hidden] of the table's element type.
+  SmallVector<int64_t> expected = {tokens.getDimSize(0), seq,
+                                   table.getDimSize(1)};
+  RankedTensorType result = getResult().getType();
+  if (!shapesAgree(result.getShape(), expected) ||
+      result.getElementType() != table.getElementType())
+    return emitOpError("result is ")
+           << result << " but must be " << shapeStr(expected) << " of "
+           << table.getElementType();
+  return success();
+}
+
+int64_t PositionEmbeddingOp::getVectorFlops() { return 0; }
+
+//===----------------------------------------------------------------------===//
+// LinearOp
+//===----------------------------------------------------------------------===//
+
+std::pair<int64_t, int64_t> LinearOp::getWeightInOut() {
+  ArrayRef<int64_t> w = getWeight().getType().getShape();
+  if (w.size() != 2)
+    return {ShapedType::kDynamic, ShapedType::kDynamic};
+  return getTransposeW() ? std::make_pair(w[1], w[0])
+                         : std::make_pair(w[0], w[1]);
+}
+
+void LinearOp::build(OpBuilder &builder, OperationState &state, Value x,
+                     Value weight, Value bias, bool transposeW) {
+  auto xType = cast<RankedTensorType>(x.getType());
+  auto w = cast<ShapedType>(weight.getType()).getShape();
+  SmallVector<int64_t> shape(xType.getShape());
+  shape.back() = transposeW ? w[0] : w[1];
+  build(builder, state, withShape(xType, shape), x, weight, bias, transposeW);
+}
+
+LogicalResult LinearOp::verify() {
+  RankedTensorType x = getX().getType(), w = getWeight().getType();
+  // LIN1: x has rank >= 1 and the weight rank 2.
+  if (x.getRank() < 1 || w.getRank() != 2)
+    return emitOpError("x must have rank >= 1 and the weight rank 2, found "
+                       "ranks ")
+           << x.getRank() << " and " << w.getRank();
+  auto [in, out] = getWeightInOut();
+  // LIN2: x's last dimension is the weight's input dimension.
+  if (!dimsAgree(x.getShape().back(), in))
+    return emitOpError("x has ")
+           << x.getShape().back() << " columns but the weight "
+           << shapeStr(w.getShape()) << " takes " << in << " inputs"
+           << (getTransposeW() ? " (transpose_w: weight is [out, in])"
+                               : " (weight is [in, out])");
+  // LIN3: the bias, when present, is [out].
+  if (Value bias = getBias()) {
+    auto b = cast<RankedTensorType>(bias.getType());
+    if (b.getRank() != 1 || !dimsAgree(b.getDimSize(0), out))
+      return emitOpError("bias is ")
+             << shapeStr(b.getShape()) << " but the output dimension is "
+             << out;
+  }
+  // LIN4: result is x's shape with the last dimension replaced by out.
+  SmallVector<int64_t> expected(x.getShape());
+  expected.back() = out;
+  RankedTensorType result = getResult().getType();
+  if (!shapesAgree(result.getShape(), expected))
+    return emitOpError("result shape is ")
+           << shapeStr(result.getShape()) << " but must be "
+           << shapeStr(expected);
+  // LIN5: one element type.
+  Type element = x.getElementType();
+  for (Value v : getOperation()->getOperands())
+    if (cast<ShapedType>(v.getType()).getElementType() != element)
+      return emitOpError("operands mix element types ")
+             << element << " and " << cast<ShapedType>(v.getType()).getElementType();
+  if (result.getElementType() != element)
+    return emitOpError("result element type ")
+           << result.getElementType() << " differs from x's " << element;
+  return success();
+}
+
+int64_t LinearOp::getMatmulFlops() {
+  auto [in, out] = getWeightInOut();
+  int64_t rows = numel(getX()) / std::max<int64_t>(in, 1);
+  return 2 * product({rows, in, out});
+}
+
+int64_t LinearOp::getVectorFlops() {
+  return getBias() ? numel(getResult()) : 0;
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp
+//===----------------------------------------------------------------------===//
+
+int64_t AttentionOp::getHeadDim() {
+  int64_t heads = getNumHeadsAttr().getInt();
+  int64_t cols = getQ().getType().getShape().back();
+  if (heads < 1 || ShapedType::isDynamic(cols))
+    return ShapedType::kDynamic;
+  return cols / heads;
+}
+
+void AttentionOp::build(OpBuilder &builder, OperationState &state, Value q,
+                        Value k, Value v, int64_t numHeads, int64_t numKvHeads,
+                        double scale, bool causal, bool alibi, double dropout) {
+  build(builder, state, q.getType(), q, k, v,
+        builder.getI64IntegerAttr(numHeads),
+        builder.getI64IntegerAttr(numKvHeads), builder.getF64FloatAttr(scale),
+        causal ? builder.getUnitAttr() : UnitAttr(),
+        alibi ? builder.getUnitAttr() : UnitAttr(),
+        builder.getF64FloatAttr(dropout));
+}
+
+LogicalResult AttentionOp::verify() {
+  RankedTensorType q = getQ().getType(), k = getK().getType(),
+                   v = getV().getType();
+  // A1: rank 3, one batch size, one key/value sequence length (= q's when
+  // causal).
+  if (q.getRank() != 3 || k.getRank() != 3 || v.getRank() != 3)
+    return emitOpError("q, k and v must have rank 3, found ranks ")
+           << q.getRank() << ", " << k.getRank() << " and " << v.getRank();
+  if (!dimsAgree(q.getDimSize(0), k.getDimSize(0)) ||
+      !dimsAgree(q.getDimSize(0), v.getDimSize(0)))
+    return emitOpError("batch sizes differ: q ")
+           << q.getDimSize(0) << ", k " << k.getDimSize(0) << ", v "
+           << v.getDimSize(0);
+  if (!dimsAgree(k.getDimSize(1), v.getDimSize(1)))
+    return emitOpError("k has ") << k.getDimSize(1) << " positions but v has "
+                                 << v.getDimSize(1);
+  if (getCausal() && !dimsAgree(q.getDimSize(1), k.getDimSize(1)))
+    return emitOpError("causal attention needs as many query positions as "
+                       "key positions, found ")
+           << q.getDimSize(1) << " and " << k.getDimSize(1);
+  // A2: heads >= 1 and kv heads divide heads.
+  int64_t heads = getNumHeadsAttr().getInt();
+  int64_t kvHeads = getNumKvHeadsAttr().getInt();
+  if (heads < 1 || kvHeads < 1)
+    return emitOpError("heads = ")
+           << heads << " and kv_heads = " << kvHeads << " must be >= 1";
+  if (heads % kvHeads != 0)
+    return emitOpError("kv_heads = ")
+           << kvHeads << " does not divide heads = " << heads;
+  // A3: heads divide q's columns; k and v have kv_heads x head_dim columns.
+  int64_t qCols = q.getDimSize(2);
+  if (!ShapedType::isDynamic(qCols) && qCols % heads != 0)
+    return emitOpError("heads = ")
+           << heads << " does not divide q's " << qCols << " columns";
+  int64_t headDim = getHeadDim();
+  if (!ShapedType::isDynamic(headDim)) {
+    int64_t kvCols = kvHeads * headDim;
+    if (!dimsAgree(k.getDimSize(2), kvCols) ||
+        !dimsAgree(v.getDimSize(2), kvCols))
+      return emitOpError("k and v must have kv_heads x head_dim = ")
+             << kvHeads << " x " << headDim << " = " << kvCols
+             << " columns, found " << k.getDimSize(2) << " and "
+             << v.getDimSize(2);
+  }
+  // A4: scale > 0, dropout in [0, 1).
+  double scale = getScale().convertToDouble();
+  double dropout = getDropout().convertToDouble();
+  if (!(scale > 0))
+    return emitOpError("scale is ") << scale << " but must be positive";
+  if (!(dropout >= 0 && dropout < 1))
+    return emitOpError("dropout is ") << dropout << " but must be in [0, 1)";
+  // A5: result has q's type; one element type.
+  if (k.getElementType() != q.getElementType() ||
+      v.getElementType() != q.getElementType())
+    return emitOpError("q, k and v mix element types ")
+           << q.getElementType() << ", " << k.getElementType() << " and "
+           << v.getElementType();
+  if (getResult().getType() != q)
+    return emitOpError("result is ")
+           << getResult().getType() << " but must be q's type " << q;
+  return success();
+}
+
+int64_t AttentionOp::getMatmulFlops() {
+  // q·kᵀ and p·v: 2 · 2 · B · Sq · Sk · heads · head_dim. Causal masking is
+  // not discounted (the convention of Megatron's and PaLM's MFU formulas).
+  RankedTensorType q = getQ().getType(), k = getK().getType();
+  return 4 * product({q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
+                      q.getDimSize(2)});
+}
+
+int64_t AttentionOp::getVectorFlops() {
+  // Scale, max, subtract, exp and sum per score.
+  RankedTensorType q = getQ().getType(), k = getK().getType();
+  return 5 * product({q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
+                      getNumHeadsAttr().getInt()});
+}
+
+//===----------------------------------------------------------------------===//
+// QkvSplitOp
+//===----------------------------------------------------------------------===//
+
+void QkvSplitOp::build(OpBuilder &builder, OperationState &state, Value qkv,
+                       int64_t numHeads, int64_t numKvHeads, int64_t headDim,
+                       QkvLayout layout) {
+  auto type = cast<RankedTensorType>(qkv.getType());
+  SmallVector<int64_t> qShape(type.getShape()), kvShape(type.getShape());
+  qShape.back() = numHeads * headDim;
+  kvShape.back() = numKvHeads * headDim;
+  RankedTensorType kv = withShape(type, kvShape);
+  build(builder, state, withShape(type, qShape), kv, kv, qkv,
+        builder.getI64IntegerAttr(numHeads),
+        builder.getI64IntegerAttr(numKvHeads),
+        builder.getI64IntegerAttr(headDim),
+        QkvLayoutAttr::get(builder.getContext(), layout));
+}
+
+LogicalResult QkvSplitOp::verify() {
+  RankedTensorType qkv = getQkv().getType();
+  int64_t heads = getNumHeadsAttr().getInt();
+  int64_t kvHeads = getNumKvHeadsAttr().getInt();
+  int64_t headDim = getHeadDimAttr().getInt();
+  // QS2: counts >= 1, kv heads divide heads, per_head has equal counts.
+  if (heads < 1 || kvHeads < 1 || headDim < 1)
+    return emitOpError("heads = ")
+           << heads << ", kv_heads = " << kvHeads << " and head_dim = "
+           << headDim << " must be >= 1";
+  if (heads % kvHeads != 0)
+    return emitOpError("kv_heads = ")
+           << kvHeads << " does not divide heads = " << heads;
+  if (getLayout() == QkvLayout::per_head && heads != kvHeads)
+    return emitOpError("per_head layout needs kv_heads = heads, found ")
+           << kvHeads << " and " << heads;
+  // QS1: rank 3 with (heads + 2 kv_heads) x head_dim columns.
+  int64_t cols = (heads + 2 * kvHeads) * headDim;
+  if (qkv.getRank() != 3 || !dimsAgree(qkv.getDimSize(2), cols))
+    return emitOpError("input must be [batch, seq, ")
+           << cols << "] for (" << heads << " + 2 x " << kvHeads << ") x "
+           << headDim << " columns, found " << shapeStr(qkv.getShape());
+  // QS3: result shapes and element types.
+  SmallVector<int64_t> qShape(qkv.getShape()), kvShape(qkv.getShape());
+  qShape.back() = heads * headDim;
+  kvShape.back() = kvHeads * headDim;
+  auto check = [&](Value result, ArrayRef<int64_t> shape,
+                   StringRef name) -> LogicalResult {
+    auto type = cast<RankedTensorType>(result.getType());
+    if (!shapesAgree(type.getShape(), shape) ||
+        type.getElementType() != qkv.getElementType())
+      return emitOpError() << name << " is " << type << " but must be "
+                           << shapeStr(shape) << " of "
+                           << qkv.getElementType();
+    return success();
+  };
+  if (failed(check(getQ(), qShape, "q")) || failed(check(getK(), kvShape, "k")) ||
+      failed(check(getV(), kvShape, "v")))
+    return failure();
+  return success();
+}
+
+int64_t QkvSplitOp::getVectorFlops() { return 0; }
+
+//===----------------------------------------------------------------------===//
+// Norms and RoPE
+//===----------------------------------------------------------------------===//
+
+/// Checks that a norm's `param` is `[d]` of x's element type.
+static LogicalResult verifyNormParam(Operation *op, RankedTensorType x,
+                                     Value param, StringRef name) {
+  auto type = cast<RankedTensorType>(param.getType());
+  if (type.getRank() != 1 || !dimsAgree(type.getDimSize(0), x.getShape().back()))
+    return op->emitOpError() << name << " is " << shapeStr(type.getShape())
+                             << " but x's last dimension is "
+                             << x.getShape().back();
+  if (type.getElementType() != x.getElementType())
+    return op->emitOpError() << name << " element type "
+                             << type.getElementType() << " differs from x's "
+                             << x.getElementType();
+  return success();
+}
+
+static LogicalResult verifyEps(Operation *op, APFloat eps) {
+  if (!(eps.convertToDouble() > 0))
+    return op->emitOpError("eps is ")
+           << eps.convertToDouble() << " but must be positive";
+  return success();
+}
+
+static LogicalResult verifySameType(Operation *op, Value result, Type expected,
+                                    StringRef what) {
+  if (result.getType() != expected)
+    return op->emitOpError("result is ")
+           << result.getType() << " but must be " << what << " " << expected;
+  return success();
+}
+
+void RmsNormOp::build(OpBuilder &builder, OperationState &state, Value x,
+                      Value weight, double eps) {
+  build(builder, state, x.getType(), x, weight, builder.getF64FloatAttr(eps));
+}
+
+LogicalResult RmsNormOp::verify() {
+  RankedTensorType x = getX().getType();
+  if (x.getRank() < 1)
+    return emitOpError("x must have rank >= 1");
+  // RN1: the weight is [d]; RN3 (element type part).
+  if (failed(verifyNormParam(*this, x, getWeight(), "weight")))
+    return failure();
+  // RN2: eps > 0.
+  if (failed(verifyEps(*this, getEps())))
+    return failure();
+  // RN3: the result has x's type.
+  return verifySameType(*this, getResult(), x, "x's type");
+}
+
+int64_t RmsNormOp::getVectorFlops() { return 4 * numel(getX()); }
+
+void LayerNormOp::build(OpBuilder &builder, OperationState &state, Value x,
+                        Value weight, Value bias, double eps) {
+  build(builder, state, x.getType(), x, weight, bias,
+        builder.getF64FloatAttr(eps));
+}
+
+LogicalResult LayerNormOp::verify() {
+  RankedTensorType x = getX().getType();
+  if (x.getRank() < 1)
+    return emitOpError("x must have rank >= 1");
+  // LN1: weight and bias are [d]; LN3 (element types).
+  if (failed(verifyNormParam(*this, x, getWeight(), "weight")) ||
+      failed(verifyNormParam(*this, x, getBias(), "bias")))
+    return failure();
+  // LN2: eps > 0.
+  if (failed(verifyEps(*this, getEps())))
+    return failure();
+  // LN3: the result has x's type.
+  return verifySameType(*this, getResult(), x, "x's type");
+}
+
+int64_t LayerNormOp::getVectorFlops() { return 8 * numel(getX()); }
+
+void RopeOp::build(OpBuilder &builder, OperationState &state, Value x,
+                   int64_t headDim, double theta) {
+  build(builder, state, x.getType(), x, builder.getI64IntegerAttr(headDim),
+        builder.getF64FloatAttr(theta));
+}
+
+LogicalResult RopeOp::verify() {
+  RankedTensorType x = getX().getType();
+  // R1: rank 3.
+  if (x.getRank() != 3)
+    return emitOpError("x has rank ") << x.getRank() << " but must have rank 3";
+  // R2: head_dim even, >= 2, divides the last dimension.
+  int64_t headDim = getHeadDimAttr().getInt();
+  if (headDim < 2 || headDim % 2 != 0)
+    return emitOpError("head_dim is ")
+           << headDim << " but must be even and >= 2";
+  int64_t cols = x.getDimSize(2);
+  if (!ShapedType::isDynamic(cols) && cols % headDim != 0)
+    return emitOpError("head_dim = ")
+           << headDim << " does not divide x's " << cols << " columns";
+  // R3: theta > 0.
+  if (!(getTheta().convertToDouble() > 0))
+    return emitOpError("theta is ")
+           << getTheta().convertToDouble() << " but must be positive";
+  // R4: the result has x's type.
+  return verifySameType(*this, getResult(), x, "x's type");
+}
+
+int64_t RopeOp::getVectorFlops() { return 3 * numel(getX()); }
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops
+//===----------------------------------------------------------------------===//
+
+void SwigluOp::build(OpBuilder &builder, OperationState &state, Value gate,
+                     Value up) {
+  build(builder, state, gate.getType(), gate, up);
+}
+
+LogicalResult SwigluOp::verify() {
+  // SW1: gate, up and the result have one type.
+  if (getUp().getType() != getGate().getType())
+    return emitOpError("up is ") << getUp().getType() << " but gate is "
+                                 << getGate().getType();
+  return verifySameType(*this, getResult(), getGate().getType(), "gate's type");
+}
+
+int64_t SwigluOp::getVectorFlops() { return 5 * numel(getResult()); }
+
+void GeluOp::build(OpBuilder &builder, OperationState &state, Value x,
+                   bool tanh) {
+  build(builder, state, x.getType(), x,
+        tanh ? builder.getUnitAttr() : UnitAttr());
+}
+
+LogicalResult GeluOp::verify() {
+  // G1: the result has x's type.
+  return verifySameType(*this, getResult(), getX().getType(), "x's type");
+}
+
+int64_t GeluOp::getVectorFlops() { return 8 * numel(getResult()); }
+
+void AddOp::build(OpBuilder &builder, OperationState &state, Value lhs,
+                  Value rhs) {
+  build(builder, state, lhs.getType(), lhs, rhs);
+}
+
+LogicalResult AddOp::verify() {
+  // AD1: lhs, rhs and the result have one type.
+  if (getRhs().getType() != getLhs().getType())
+    return emitOpError("rhs is ") << getRhs().getType() << " but lhs is "
+                                  << getLhs().getType();
+  return verifySameType(*this, getResult(), getLhs().getType(), "lhs's type");
+}
+
+int64_t AddOp::getVectorFlops() { return numel(getResult()); }
+
+void DropoutOp::build(OpBuilder &builder, OperationState &state, Value x,
+                      double rate) {
+  build(builder, state, x.getType(), x, builder.getF64FloatAttr(rate));
+}
+
+LogicalResult DropoutOp::verify() {
+  // D1: rate in [0, 1).
+  double rate = getRate().convertToDouble();
+  if (!(rate >= 0 && rate < 1))
+    return emitOpError("rate is ") << rate << " but must be in [0, 1)";
+  // D2: the result has x's type.
+  return verifySameType(*this, getResult(), getX().getType(), "x's type");
+}
+
+int64_t DropoutOp::getVectorFlops() { return 2 * numel(getResult()); }
+
+//===----------------------------------------------------------------------===//
+// CrossEntropyOp
+//===----------------------------------------------------------------------===//
+
+/// The loss element type for logits of element type `logits`.
+static Type lossElementType(Type logits) {
+  return logits.isF64() ? logits : Float32Type::get(logits.getContext());
+}
+
+void CrossEntropyOp::build(OpBuilder &builder, OperationState &state,
+                           Value logits, Value targets, int64_t ignoreIndex) {
+  Type element = cast<ShapedType>(logits.getType()).getElementType();
+  build(builder, state, RankedTensorType::get({}, lossElementType(element)),
+        logits, targets, builder.getI64IntegerAttr(ignoreIndex));
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  RankedTensorType targets = getTargets().getType();
+  // CE1: logits rank >= 2, targets = logits' shape without the last dim.
+  if (logits.getRank() < 2)
+    return emitOpError("logits have rank ")
+           << logits.getRank() << " but need rank >= 2";
+  if (!shapesAgree(targets.getShape(), logits.getShape().drop_back()))
+    return emitOpError("targets are ")
+           << shapeStr(targets.getShape()) << " but the logits "
+           << shapeStr(logits.getShape()) << " need "
+           << shapeStr(logits.getShape().drop_back());
+  // CE2: a rank-0 loss of f64 for f64 logits, of f32 otherwise.
+  Type expected = RankedTensorType::get(
+      {}, lossElementType(logits.getElementType()));
+  return verifySameType(*this, getLoss(), expected, "");
+}
+
+int64_t CrossEntropyOp::getVectorFlops() { return 4 * numel(getLogits()); }

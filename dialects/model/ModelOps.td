@@ -1,0 +1,562 @@
+//===- ModelOps.td - Ops of the `model` dialect --------------*- tablegen -*-===//
+//
+// Every op's description ends with a Constraints list; the verifier checks each
+// item and names it in a comment, and tests/lit/dialects/model/invalid.mlir has
+// one negative case per item, named after its id.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_MODEL_OPS_TD
+#define BRAID_MODEL_OPS_TD
+
+include "dialects/model/ModelBase.td"
+include "dialects/model/ModelAttrs.td"
+include "dialects/model/ModelInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+
+/// A pure op with a cost. `costMethods` lists the CostOpInterface methods
+/// with defaults that the op overrides (matrix products: getMatmulFlops).
+class Model_ComputeOp<string mnemonic, list<Trait> traits = [],
+                      list<string> costMethods = []>
+    : Model_Op<mnemonic, !listconcat(traits,
+          [Pure, DeclareOpInterfaceMethods<Model_CostOpInterface,
+                                           costMethods>])> {
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Structure: mesh, layer, yield
+//===----------------------------------------------------------------------===//
+
+def Model_MeshOp : Model_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "A named device mesh with named axes";
+  let description = [{
+    Declares the logical device mesh that shardings refer to. Axes are named
+    (`dp`, `pp`, `tp`, later `cp`, `ep`) and sized; the product of the sizes
+    is the number of ranks.
+
+    Example:
+
+    ```mlir
+    model.mesh @mesh axes = ["dp", "pp", "tp"] sizes = [2, 1, 4]
+    ```
+
+    Constraints:
+    - M1: `axes` and `sizes` have the same number of entries.
+    - M2: axis names are non-empty and unique.
+    - M3: every size is at least 1.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axes,
+                       DenseI64ArrayAttr:$sizes);
+  let assemblyFormat = "$sym_name `axes` `=` $axes `sizes` `=` $sizes attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The size of axis `name`, or std::nullopt when the mesh has no such axis.
+    std::optional<int64_t> getAxisSize(llvm::StringRef name);
+    /// The number of ranks: the product of the axis sizes.
+    int64_t getNumRanks();
+  }];
+}
+
+def Model_LayerOp : Model_Op<"layer", [IsolatedFromAbove,
+    SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "One transformer layer as a unit";
+  let description = [{
+    A transformer layer: its body takes the hidden state and the layer's
+    parameters as block arguments and yields the new hidden state. The op is
+    isolated from above, so everything a layer uses is an operand: pipeline
+    partitioning and recompute see a layer's inputs, parameters and outputs
+    without looking inside.
+
+    Example:
+
+    ```mlir
+    %h1 = model.layer 0 (%h0, %w) : (tensor<2x16x64xf32>, tensor<64xf32>)
+        -> tensor<2x16x64xf32> {
+    ^bb0(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>):
+      %n = model.rms_norm %x, %g eps = 1.0e-05
+          : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+      model.yield %n : tensor<2x16x64xf32>
+    }
+    ```
+
+    Constraints:
+    - L1: `index` is at least 0.
+    - L2: the body's block has one argument per operand, of the operand's type.
+    - L3: the body yields one value per result, of the result's type.
+  }];
+  let arguments = (ins I64Attr:$index, Variadic<AnyType>:$inputs);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $index `(` $inputs `)` attr-dict `:` functional-type($inputs, $results)
+    $body
+  }];
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    /// Creates a layer whose body block has one argument per input; the
+    /// caller fills the body and ends it with model.yield.
+    OpBuilder<(ins "int64_t":$index, "::mlir::TypeRange":$resultTypes,
+                   "::mlir::ValueRange":$inputs)>
+  ];
+}
+
+def Model_YieldOp : Model_Op<"yield", [Pure, Terminator, ReturnLike,
+                                       HasParent<"LayerOp">]> {
+  let summary = "Ends a layer and gives its results";
+  let description = [{
+    The terminator of a `model.layer` body.
+
+    Example:
+
+    ```mlir
+    model.yield %h : tensor<2x16x64xf32>
+    ```
+
+    Constraints: those of its parent (L3).
+  }];
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
+  let builders = [OpBuilder<(ins), [{ /* nothing to yield */ }]>];
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+def Model_EmbeddingOp : Model_ComputeOp<"embedding"> {
+  let summary = "Looks up token ids in an embedding table";
+  let description = [{
+    `result[b, s, :] = table[ids[b, s], :]`. The table is `[vocab, hidden]`
+    (vocab possibly padded); ids are i32 or i64.
+
+    Example:
+
+    ```mlir
+    %e = model.embedding %table[%ids]
+        : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - E1: the table has rank 2.
+    - E2: the result's shape is the ids' shape followed by the table's
+      dimension 1.
+    - E3: the result's element type is the table's.
+  }];
+  let arguments = (ins Model_FloatTensor:$table, Model_IndexTensor:$ids);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `[` $ids `]` attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$ids)>];
+}
+
+def Model_PositionEmbeddingOp : Model_ComputeOp<"position_embedding"> {
+  let summary = "Learned absolute position embeddings for a token batch";
+  let description = [{
+    `result[b, s, :] = table[s, :]` for the positions `0 .. S-1` of the token
+    batch `tokens` (only its shape is used). The table is
+    `[max_positions, hidden]`, as in GPT-2's `wpe`.
+
+    Example:
+
+    ```mlir
+    %p = model.position_embedding %wpe for %ids
+        : (tensor<128x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - PE1: the table has rank 2 and the tokens rank 2.
+    - PE2: the sequence length (tokens dimension 1) is at most the table's
+      dimension 0.
+    - PE3: the result is `[batch, seq, hidden]` of the table's element type.
+  }];
+  let arguments = (ins Model_FloatTensor:$table, Model_IndexTensor:$tokens);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `for` $tokens attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$tokens)>];
+}
+
+//===----------------------------------------------------------------------===//
+// Matrix products
+//===----------------------------------------------------------------------===//
+
+def Model_LinearOp : Model_ComputeOp<"linear", [], ["getMatmulFlops"]> {
+  let summary = "A matrix product with an optional bias";
+  let description = [{
+    `result = x · W + bias` over the last dimension of `x`. The weight is
+    stored `[in, out]` (GPT-2's Conv1D), or `[out, in]` with `transpose_w`
+    (PyTorch's `nn.Linear`, LLaMA and Bloom), so that parameters keep the
+    layout of the family's checkpoints.
+
+    Example:
+
+    ```mlir
+    %q = model.linear %x, %wq transpose_w
+        : (tensor<2x16x64xf32>, tensor<64x64xf32>) -> tensor<2x16x64xf32>
+    %h = model.linear %x, %w, %b
+        : (tensor<2x16x64xf32>, tensor<64x256xf32>, tensor<256xf32>)
+        -> tensor<2x16x256xf32>
+    ```
+
+    Constraints:
+    - LIN1: `x` has rank at least 1 and the weight rank 2.
+    - LIN2: the last dimension of `x` equals the weight's input dimension
+      (dimension 1 with `transpose_w`, else 0).
+    - LIN3: the bias, when present, is `[out]`.
+    - LIN4: the result is `x`'s shape with the last dimension replaced by
+      the weight's output dimension.
+    - LIN5: `x`, the weight, the bias and the result have one element type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight,
+                       Optional<Model_FloatTensor>:$bias,
+                       UnitAttr:$transpose_w);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $weight (`,` $bias^)? (`transpose_w` $transpose_w^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$weight,
+                                 "::mlir::Value":$bias, "bool":$transposeW)>];
+  let extraClassDeclaration = [{
+    /// The weight's input and output dimensions, in that order.
+    std::pair<int64_t, int64_t> getWeightInOut();
+  }];
+}
+
+def Model_AttentionOp : Model_ComputeOp<"attention", [],
+                                         ["getMatmulFlops"]> {
+  let summary = "Multi-head (grouped-query) scaled dot-product attention";
+  let description = [{
+    `softmax(q kᵀ · scale + bias) v`, per head, with flash-attention
+    semantics: no `[seq, seq]` tensor is part of the op's contract. Heads are
+    packed in the last dimension (`[batch, seq, heads × head_dim]`). With
+    grouped-query attention (`num_kv_heads < num_heads`) query head `i` uses
+    key/value head `i / (num_heads / num_kv_heads)`.
+
+    `causal` masks keys after the query position. `alibi` adds ALiBi's
+    linear position bias, `-slope_h · (i - j)`, with the slopes of Press et
+    al. (geometric in the head index, extended for head counts that are not
+    a power of two as in Bloom). `dropout` is the rate applied to the
+    attention probabilities.
+
+    Example:
+
+    ```mlir
+    %o = model.attention %q, %k, %v heads = 4 kv_heads = 2 scale = 0.25 causal
+        : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+        -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - A1: `q`, `k` and `v` have rank 3 and one batch size; `k` and `v` have
+      one sequence length, which equals `q`'s when `causal`.
+    - A2: `num_heads` and `num_kv_heads` are at least 1 and `num_kv_heads`
+      divides `num_heads`.
+    - A3: `num_heads` divides `q`'s last dimension (the head size is the
+      quotient) and `k` and `v` have `num_kv_heads × head_size` columns.
+    - A4: `scale` is positive and `dropout` is in [0, 1).
+    - A5: the result has `q`'s type, and `q`, `k`, `v` one element type.
+  }];
+  let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
+                       Model_FloatTensor:$v, I64Attr:$num_heads,
+                       I64Attr:$num_kv_heads, F64Attr:$scale,
+                       UnitAttr:$causal, UnitAttr:$alibi,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads
+    `scale` `=` $scale (`causal` $causal^)? (`alibi` $alibi^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k,
+      "::mlir::Value":$v, "int64_t":$numHeads, "int64_t":$numKvHeads,
+      "double":$scale, "bool":$causal, "bool":$alibi, "double":$dropout)>];
+  let extraClassDeclaration = [{
+    int64_t getHeadDim();
+  }];
+}
+
+def Model_QkvSplitOp : Model_ComputeOp<"qkv_split"> {
+  let summary = "Splits a fused QKV projection into queries, keys and values";
+  let description = [{
+    Splits the output of a fused QKV projection (`[batch, seq,
+    (num_heads + 2 num_kv_heads) × head_dim]`) into `q`, `k` and `v`, each
+    with heads packed in the last dimension. `layout` says how the fused
+    columns are ordered:
+    - `grouped`: all of Q, then all of K, then all of V (GPT-2's `c_attn`,
+      Baichuan's `W_pack`);
+    - `per_head`: for each head its q, k and v (Bloom's and Megatron's
+      `query_key_value`); it requires `num_kv_heads = num_heads`.
+
+    Example:
+
+    ```mlir
+    %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 4 head_dim = 16
+        layout = per_head
+        : (tensor<2x16x192xf32>)
+        -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+    ```
+
+    Constraints:
+    - QS1: the input has rank 3 and `(num_heads + 2 num_kv_heads) × head_dim`
+      columns.
+    - QS2: `num_heads`, `num_kv_heads` and `head_dim` are at least 1,
+      `num_kv_heads` divides `num_heads`, and `per_head` has equal counts.
+    - QS3: `q` is `[batch, seq, num_heads × head_dim]`, `k` and `v` are
+      `[batch, seq, num_kv_heads × head_dim]`, all of the input's element
+      type.
+  }];
+  let arguments = (ins Model_FloatTensor:$qkv, I64Attr:$num_heads,
+                       I64Attr:$num_kv_heads, I64Attr:$head_dim,
+                       Model_QkvLayoutAttr:$layout);
+  let results = (outs Model_FloatTensor:$q, Model_FloatTensor:$k,
+                      Model_FloatTensor:$v);
+  let assemblyFormat = [{
+    $qkv `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads `head_dim` `=`
+    $head_dim `layout` `=` $layout attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$qkv, "int64_t":$numHeads,
+      "int64_t":$numKvHeads, "int64_t":$headDim, "QkvLayout":$layout)>];
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation and position encodings
+//===----------------------------------------------------------------------===//
+
+def Model_RmsNormOp : Model_ComputeOp<"rms_norm"> {
+  let summary = "Root-mean-square normalisation over the last dimension";
+  let description = [{
+    `x / sqrt(mean(x²) + eps) · weight` over the last dimension (LLaMA),
+    the mean taken in fp32 or wider.
+
+    Example:
+
+    ```mlir
+    %n = model.rms_norm %x, %g eps = 1.0e-05
+        : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - RN1: the weight is `[d]` where `d` is `x`'s last dimension.
+    - RN2: `eps` is positive.
+    - RN3: the result has `x`'s type and the weight `x`'s element type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight,
+                       F64Attr:$eps);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $weight `eps` `=` $eps attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$weight,
+                                 "double":$eps)>];
+}
+
+def Model_LayerNormOp : Model_ComputeOp<"layer_norm"> {
+  let summary = "Layer normalisation over the last dimension";
+  let description = [{
+    `(x - mean(x)) / sqrt(var(x) + eps) · weight + bias` over the last
+    dimension (GPT-2, Bloom), statistics in fp32 or wider.
+
+    Example:
+
+    ```mlir
+    %n = model.layer_norm %x, %g, %b eps = 1.0e-05
+        : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>)
+        -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - LN1: the weight and the bias are `[d]` where `d` is `x`'s last
+      dimension.
+    - LN2: `eps` is positive.
+    - LN3: the result has `x`'s type, and the weight and bias `x`'s element
+      type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight,
+                       Model_FloatTensor:$bias, F64Attr:$eps);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $weight `,` $bias `eps` `=` $eps attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$weight,
+                                 "::mlir::Value":$bias, "double":$eps)>];
+}
+
+def Model_RopeOp : Model_ComputeOp<"rope"> {
+  let summary = "Rotary position embedding of packed heads";
+  let description = [{
+    Rotates each head of `x` (`[batch, seq, heads × head_dim]`) by the
+    position-dependent angles `pos · theta^(-2i / head_dim)`, in the
+    rotate-half convention of Hugging Face's LLaMA (the first and second
+    halves of each head form the pairs). Positions are `0 .. seq-1`.
+
+    Example:
+
+    ```mlir
+    %r = model.rope %q head_dim = 16 theta = 1.0e+04
+        : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - R1: `x` has rank 3.
+    - R2: `head_dim` is even, at least 2, and divides `x`'s last dimension.
+    - R3: `theta` is positive.
+    - R4: the result has `x`'s type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, I64Attr:$head_dim, F64Attr:$theta);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `head_dim` `=` $head_dim `theta` `=` $theta attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "int64_t":$headDim,
+                                 "double":$theta)>];
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+def Model_SwigluOp : Model_ComputeOp<"swiglu"> {
+  let summary = "SwiGLU gating: silu(gate) · up";
+  let description = [{
+    `gate / (1 + exp(-gate)) · up`, LLaMA's MLP activation.
+
+    Example:
+
+    ```mlir
+    %a = model.swiglu %gate, %up
+        : (tensor<2x16x176xf32>, tensor<2x16x176xf32>) -> tensor<2x16x176xf32>
+    ```
+
+    Constraints:
+    - SW1: `gate`, `up` and the result have one type.
+  }];
+  let arguments = (ins Model_FloatTensor:$gate, Model_FloatTensor:$up);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $gate `,` $up attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$gate, "::mlir::Value":$up)>];
+}
+
+def Model_GeluOp : Model_ComputeOp<"gelu"> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `x · Φ(x)`; with `tanh`, the approximation
+    `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))` of GPT-2 (`gelu_new`) and
+    Bloom.
+
+    Example:
+
+    ```mlir
+    %a = model.gelu %h tanh : (tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+    ```
+
+    Constraints:
+    - G1: the result has `x`'s type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, UnitAttr:$tanh);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x (`tanh` $tanh^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "bool":$tanh)>];
+}
+
+def Model_AddOp : Model_ComputeOp<"add"> {
+  let summary = "Elementwise sum (the residual connection)";
+  let description = [{
+    `lhs + rhs`, no broadcasting.
+
+    Example:
+
+    ```mlir
+    %s = model.add %x, %y
+        : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - AD1: `lhs`, `rhs` and the result have one type.
+  }];
+  let arguments = (ins Model_FloatTensor:$lhs, Model_FloatTensor:$rhs);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$lhs, "::mlir::Value":$rhs)>];
+}
+
+def Model_DropoutOp : Model_ComputeOp<"dropout"> {
+  let summary = "Inverted dropout";
+  let description = [{
+    Zeroes each element with probability `rate` and scales the others by
+    `1 / (1 - rate)`. The mask comes from a counter-based generator keyed by
+    the seed, the step, the op and the element's global index, so it does not
+    depend on how the tensor is sharded.
+
+    Example:
+
+    ```mlir
+    %d = model.dropout %x rate = 1.0e-01
+        : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - D1: `rate` is in [0, 1).
+    - D2: the result has `x`'s type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, F64Attr:$rate);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `rate` `=` $rate attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "double":$rate)>];
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def Model_CrossEntropyOp : Model_ComputeOp<"cross_entropy"> {
+  let summary = "Mean softmax cross-entropy over the last dimension";
+  let description = [{
+    The mean over all positions whose target is not `ignore_index` of
+    `logsumexp(logits[..., :]) - logits[..., target]`, fused (no softmax
+    tensor is part of the contract). The loss is f32 (f64 when the logits
+    are f64).
+
+    Example:
+
+    ```mlir
+    %l = model.cross_entropy %logits, %targets ignore_index = -100
+        : (tensor<2x16x512xf32>, tensor<2x16xi32>) -> tensor<f32>
+    ```
+
+    Constraints:
+    - CE1: the logits have rank at least 2 and the targets are the logits'
+      shape without the last dimension.
+    - CE2: the result is a rank-0 tensor of f64 when the logits are f64, of
+      f32 otherwise.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, Model_IndexTensor:$targets,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs Model_FloatTensor:$loss);
+  let assemblyFormat = [{
+    $logits `,` $targets `ignore_index` `=` $ignore_index attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$logits,
+                                 "::mlir::Value":$targets,
+                                 "int64_t":$ignoreIndex)>];
+}
+
+#endif // BRAID_MODEL_OPS_TD

@@ -1,0 +1,74 @@
+//===- Spec.cpp - Reading job files ---------------------------------------===//
+
+#include "frontends/Spec.h"
+
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+using namespace braid;
+
+namespace {
+/// Keeps the first error of the text-format parser, with its position.
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string &message) override {
+    if (!hasError) {
+      hasError = true;
+      // The parser counts from 0; editors count from 1.
+      text = std::to_string(line + 1) + ":" + std::to_string(column + 1) +
+             ": " + message;
+    }
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber,
+                  const std::string &) override {}
+
+  bool hasError = false;
+  std::string text;
+};
+} // namespace
+
+llvm::Expected<std::string> braid::readFile(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer)
+    return llvm::createStringError(buffer.getError(), "cannot read %s: %s",
+                                   path.str().c_str(),
+                                   buffer.getError().message().c_str());
+  return (*buffer)->getBuffer().str();
+}
+
+llvm::Expected<spec::JobSpec> braid::parseJobText(llvm::StringRef text,
+                                                  llvm::StringRef filename) {
+  spec::JobSpec job;
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  google::protobuf::io::ArrayInputStream input(text.data(),
+                                               static_cast<int>(text.size()));
+  if (!parser.Parse(&input, &job) || errors.hasError)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(), "%s:%s", filename.str().c_str(),
+        errors.hasError ? errors.text.c_str()
+                        : " not a valid job (text-format JobSpec)");
+  return job;
+}
+
+llvm::Expected<spec::JobSpec> braid::loadJobFile(llvm::StringRef path) {
+  llvm::Expected<std::string> text = readFile(path);
+  if (!text)
+    return text.takeError();
+  llvm::Expected<spec::JobSpec> job = parseJobText(*text, path);
+  if (!job)
+    return job.takeError();
+  // model.hf_config is relative to the job file.
+  if (job->has_model() && job->model().has_hf_config() &&
+      llvm::sys::path::is_relative(job->model().hf_config())) {
+    llvm::SmallString<256> resolved(llvm::sys::path::parent_path(path));
+    llvm::sys::path::append(resolved, job->model().hf_config());
+    job->mutable_model()->set_hf_config(std::string(resolved));
+  }
+  return job;
+}

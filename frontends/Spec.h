@@ -1,0 +1,27 @@
+//===- Spec.h - Reading job files -------------------------------*- C++ -*-===//
+
+#ifndef BRAID_FRONTENDS_SPEC_H
+#define BRAID_FRONTENDS_SPEC_H
+
+#include "frontends/spec/braid_spec.pb.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+namespace braid {
+
+/// Parses a job in Protobuf text format. `filename` only names the source in
+/// error messages, which read `FILE:LINE:COL: what is wrong`.
+llvm::Expected<spec::JobSpec> parseJobText(llvm::StringRef text,
+                                           llvm::StringRef filename);
+
+/// Reads and parses a job file. Relative paths inside it (model.hf_config)
+/// are made relative to the file's directory.
+llvm::Expected<spec::JobSpec> loadJobFile(llvm::StringRef path);
+
+/// The whole contents of a file, or an error naming the file.
+llvm::Expected<std::string> readFile(llvm::StringRef path);
+
+} // namespace braid
+
+#endif // BRAID_FRONTENDS_SPEC_H

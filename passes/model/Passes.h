@@ -1,0 +1,19 @@
+//===- Passes.h - Passes on the `model` dialect -----------------*- C++ -*-===//
+
+#ifndef BRAID_PASSES_MODEL_PASSES_H
+#define BRAID_PASSES_MODEL_PASSES_H
+
+#include "dialects/model/ModelDialect.h"
+#include "mlir/Pass/Pass.h"
+
+namespace braid::model {
+
+#define GEN_PASS_DECL
+#include "passes/model/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/model/Passes.h.inc"
+
+} // namespace braid::model
+
+#endif // BRAID_PASSES_MODEL_PASSES_H

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs Braid's build dependencies from Debian's packages (idempotent), then
+# configures and builds. CUDA is optional: it is used when nvcc is found under
+# /usr/local/cuda, and the build is CPU-only otherwise.
+#
+#   scripts/setup.sh            install what is missing, configure, build
+#   BRAID_SKIP_BUILD=1 scripts/setup.sh   install only
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BRAID_BUILD_DIR:-$root/build}"
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config python3
+  llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
+  libabsl-dev libprotobuf-dev protobuf-compiler
+  libgtest-dev libgmock-dev
+  libopenmpi-dev openmpi-bin
+  libopenblas-dev
+  libsentencepiece-dev sentencepiece
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all Debian packages present"
+fi
+
+if [ "${BRAID_SKIP_BUILD:-0}" = "1" ]; then exit 0; fi
+
+cuda_flag="-DBRAID_ENABLE_CUDA=OFF"
+if [ -x /usr/local/cuda/bin/nvcc ] && [ "${BRAID_ENABLE_CUDA:-auto}" != "OFF" ]; then
+  cuda_flag="-DBRAID_ENABLE_CUDA=ON"
+fi
+
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S "$root" -B "$build" -G Ninja \
+    -DCMAKE_BUILD_TYPE="${BRAID_BUILD_TYPE:-Release}" \
+    -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-19/build/utils/lit/lit.py \
+    "$cuda_flag" "${launcher[@]}"
+fi
+cmake --build "$build" -j "${BRAID_JOBS:-$(nproc)}"

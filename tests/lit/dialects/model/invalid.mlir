@@ -1,0 +1,550 @@
+// RUN: braid-opt %s -split-input-file -verify-diagnostics
+
+//===----------------------------------------------------------------------===//
+// model.mesh
+//===----------------------------------------------------------------------===//
+
+// Tests M1: a mesh needs as many sizes as axes.
+// expected-error @+1 {{'model.mesh' op has 2 axes but 1 sizes}}
+model.mesh @m1_axes_sizes_mismatch axes = ["dp", "tp"] sizes = [2]
+
+// -----
+
+// Tests M2: a mesh may not name an axis twice.
+// expected-error @+1 {{'model.mesh' op has axis "tp" more than once}}
+model.mesh @m2_duplicate_axis axes = ["tp", "tp"] sizes = [2, 2]
+
+// -----
+
+// Tests M3: every mesh axis has size at least 1.
+// expected-error @+1 {{'model.mesh' op axis "dp" has size 0 but sizes must be >= 1}}
+model.mesh @m3_zero_size axes = ["dp"] sizes = [0]
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.layer
+//===----------------------------------------------------------------------===//
+
+// Tests L1: a layer's index may not be negative.
+func.func @l1_negative_index(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'model.layer' op index is -1 but must be >= 0}}
+  %h = model.layer -1 (%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    model.yield %a : tensor<4xf32>
+  }
+  return %h : tensor<4xf32>
+}
+
+// -----
+
+// Tests L2: the body needs one block argument per operand.
+func.func @l2_body_argument_mismatch(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'model.layer' op body has 1 arguments but the layer has 2 operands}}
+  %h = model.layer 0 (%x, %y) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    model.yield %a : tensor<4xf32>
+  }
+  return %h : tensor<4xf32>
+}
+
+// -----
+
+// Tests L3: the body yields a value of each result's type.
+func.func @l3_yield_type_mismatch(%x: tensor<4xf32>) -> tensor<4xf16> {
+  // expected-error @+1 {{'model.layer' op body yields 'tensor<4xf32>' as value 0 but result 0 is 'tensor<4xf16>'}}
+  %h = model.layer 0 (%x) : (tensor<4xf32>) -> tensor<4xf16> {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-note @+1 {{yield here}}
+    model.yield %a : tensor<4xf32>
+  }
+  return %h : tensor<4xf16>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.embedding
+//===----------------------------------------------------------------------===//
+
+// Tests E1: the embedding table has rank 2.
+func.func @e1_table_rank(%table: tensor<512xf32>, %ids: tensor<2x16xi32>) -> tensor<2x16x512xf32> {
+  // expected-error @+1 {{'model.embedding' op table has rank 1 but must have rank 2}}
+  %e = model.embedding %table[%ids] : (tensor<512xf32>, tensor<2x16xi32>) -> tensor<2x16x512xf32>
+  return %e : tensor<2x16x512xf32>
+}
+
+// -----
+
+// Tests E2: the result is the ids' shape followed by the hidden size.
+func.func @e2_result_shape(%table: tensor<512x64xf32>, %ids: tensor<2x16xi32>) -> tensor<2x16x32xf32> {
+  // expected-error @+1 {{'model.embedding' op result shape is [2, 16, 32] but ids and table give [2, 16, 64]}}
+  %e = model.embedding %table[%ids] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x32xf32>
+  return %e : tensor<2x16x32xf32>
+}
+
+// -----
+
+// Tests E3: the result has the table's element type.
+func.func @e3_result_element_type(%table: tensor<512x64xf32>, %ids: tensor<2x16xi32>) -> tensor<2x16x64xbf16> {
+  // expected-error @+1 {{'model.embedding' op result element type 'bf16' differs from the table's 'f32'}}
+  %e = model.embedding %table[%ids] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xbf16>
+  return %e : tensor<2x16x64xbf16>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.position_embedding
+//===----------------------------------------------------------------------===//
+
+// Tests PE1: the tokens of a position embedding have rank 2.
+func.func @pe1_tokens_rank(%wpe: tensor<128x64xf32>, %ids: tensor<16xi32>) -> tensor<16x64xf32> {
+  // expected-error @+1 {{'model.position_embedding' op table and tokens must have rank 2, found ranks 2 and 1}}
+  %p = model.position_embedding %wpe for %ids : (tensor<128x64xf32>, tensor<16xi32>) -> tensor<16x64xf32>
+  return %p : tensor<16x64xf32>
+}
+
+// -----
+
+// Tests PE2: the sequence may not be longer than the position table.
+func.func @pe2_sequence_too_long(%wpe: tensor<8x64xf32>, %ids: tensor<2x16xi32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.position_embedding' op sequence length 16 exceeds the table's 8 positions}}
+  %p = model.position_embedding %wpe for %ids : (tensor<8x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  return %p : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests PE3: the result is [batch, seq, hidden] of the table's element type.
+func.func @pe3_result_type(%wpe: tensor<128x64xf32>, %ids: tensor<2x16xi32>) -> tensor<2x16x32xf32> {
+  // expected-error @+1 {{'model.position_embedding' op result is 'tensor<2x16x32xf32>' but must be [2, 16, 64] of 'f32'}}
+  %p = model.position_embedding %wpe for %ids : (tensor<128x64xf32>, tensor<2x16xi32>) -> tensor<2x16x32xf32>
+  return %p : tensor<2x16x32xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.linear
+//===----------------------------------------------------------------------===//
+
+// Tests LIN1: the weight of a linear has rank 2.
+func.func @lin1_weight_rank(%x: tensor<2x64xf32>, %w: tensor<64xf32>) -> tensor<2x64xf32> {
+  // expected-error @+1 {{'model.linear' op x must have rank >= 1 and the weight rank 2, found ranks 2 and 1}}
+  %y = model.linear %x, %w : (tensor<2x64xf32>, tensor<64xf32>) -> tensor<2x64xf32>
+  return %y : tensor<2x64xf32>
+}
+
+// -----
+
+// Tests LIN2: x's columns match the weight's input dimension, which is dimension 1 with transpose_w.
+func.func @lin2_input_dim_mismatch(%x: tensor<2x64xf32>, %w: tensor<64x128xf32>) -> tensor<2x64xf32> {
+  // expected-error @+1 {{'model.linear' op x has 64 columns but the weight [64, 128] takes 128 inputs (transpose_w: weight is [out, in])}}
+  %y = model.linear %x, %w transpose_w : (tensor<2x64xf32>, tensor<64x128xf32>) -> tensor<2x64xf32>
+  return %y : tensor<2x64xf32>
+}
+
+// -----
+
+// Tests LIN3: the bias is [out].
+func.func @lin3_bias_shape(%x: tensor<2x64xf32>, %w: tensor<64x128xf32>, %b: tensor<64xf32>) -> tensor<2x128xf32> {
+  // expected-error @+1 {{'model.linear' op bias is [64] but the output dimension is 128}}
+  %y = model.linear %x, %w, %b : (tensor<2x64xf32>, tensor<64x128xf32>, tensor<64xf32>) -> tensor<2x128xf32>
+  return %y : tensor<2x128xf32>
+}
+
+// -----
+
+// Tests LIN4: the result replaces x's last dimension by the weight's output dimension.
+func.func @lin4_result_shape(%x: tensor<2x64xf32>, %w: tensor<64x128xf32>) -> tensor<2x64xf32> {
+  // expected-error @+1 {{'model.linear' op result shape is [2, 64] but must be [2, 128]}}
+  %y = model.linear %x, %w : (tensor<2x64xf32>, tensor<64x128xf32>) -> tensor<2x64xf32>
+  return %y : tensor<2x64xf32>
+}
+
+// -----
+
+// Tests LIN5: x and the weight have one element type.
+func.func @lin5_element_type_mix(%x: tensor<2x64xf32>, %w: tensor<64x128xbf16>) -> tensor<2x128xf32> {
+  // expected-error @+1 {{'model.linear' op operands mix element types 'f32' and 'bf16'}}
+  %y = model.linear %x, %w : (tensor<2x64xf32>, tensor<64x128xbf16>) -> tensor<2x128xf32>
+  return %y : tensor<2x128xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.attention
+//===----------------------------------------------------------------------===//
+
+// Tests A1: causal attention needs as many query positions as key positions.
+func.func @a1_causal_sequence_mismatch(%q: tensor<2x16x64xf32>, %k: tensor<2x8x64xf32>, %v: tensor<2x8x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.attention' op causal attention needs as many query positions as key positions, found 16 and 8}}
+  %o = model.attention %q, %k, %v heads = 4 kv_heads = 4 scale = 0.25 causal : (tensor<2x16x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x16x64xf32>
+  return %o : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests A2: kv_heads divides heads.
+func.func @a2_kv_heads_not_divisor(%q: tensor<2x16x64xf32>, %k: tensor<2x16x48xf32>, %v: tensor<2x16x48xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.attention' op kv_heads = 3 does not divide heads = 4}}
+  %o = model.attention %q, %k, %v heads = 4 kv_heads = 3 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>) -> tensor<2x16x64xf32>
+  return %o : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests A3: k and v have kv_heads x head_dim columns.
+func.func @a3_kv_columns(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.attention' op k and v must have kv_heads x head_dim = 2 x 16 = 32 columns, found 64 and 64}}
+  %o = model.attention %q, %k, %v heads = 4 kv_heads = 2 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %o : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests A4: the attention dropout rate is below 1.
+func.func @a4_dropout_out_of_range(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.attention' op dropout is 1 but must be in [0, 1)}}
+  %o = model.attention %q, %k, %v heads = 4 kv_heads = 4 scale = 0.25 {dropout = 1.0 : f64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %o : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests A5: q, k and v have one element type.
+func.func @a5_element_type_mix(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xbf16>, %v: tensor<2x16x64xbf16>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.attention' op q, k and v mix element types 'f32', 'bf16' and 'bf16'}}
+  %o = model.attention %q, %k, %v heads = 4 kv_heads = 4 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>) -> tensor<2x16x64xf32>
+  return %o : tensor<2x16x64xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.qkv_split
+//===----------------------------------------------------------------------===//
+
+// Tests QS1: the fused input has (heads + 2 kv_heads) x head_dim columns.
+func.func @qs1_input_columns(%qkv: tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
+  // expected-error @+1 {{'model.qkv_split' op input must be [batch, seq, 192] for (4 + 2 x 4) x 16 columns, found [2, 16, 128]}}
+  %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 4 head_dim = 16 layout = grouped : (tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  return %q, %k, %v : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests QS2: the per_head layout needs as many kv heads as query heads.
+func.func @qs2_per_head_needs_equal_heads(%qkv: tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) {
+  // expected-error @+1 {{'model.qkv_split' op per_head layout needs kv_heads = heads, found 2 and 4}}
+  %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 2 head_dim = 16 layout = per_head : (tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  return %q, %k, %v : tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>
+}
+
+// -----
+
+// Tests QS3: k is [batch, seq, kv_heads x head_dim].
+func.func @qs3_result_shape(%qkv: tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x32xf32>) {
+  // expected-error @+1 {{'model.qkv_split' op k is 'tensor<2x16x64xf32>' but must be [2, 16, 32] of 'f32'}}
+  %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 2 head_dim = 16 layout = grouped : (tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x32xf32>)
+  return %q, %k, %v : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x32xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.rms_norm
+//===----------------------------------------------------------------------===//
+
+// Tests RN1: the rms_norm weight is [d] for x's last dimension d.
+func.func @rn1_weight_shape(%x: tensor<2x16x64xf32>, %g: tensor<32xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.rms_norm' op weight is [32] but x's last dimension is 64}}
+  %n = model.rms_norm %x, %g eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<32xf32>) -> tensor<2x16x64xf32>
+  return %n : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests RN2: the rms_norm eps is positive.
+func.func @rn2_eps_not_positive(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.rms_norm' op eps is 0 but must be positive}}
+  %n = model.rms_norm %x, %g eps = 0.0 : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  return %n : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests RN3: the rms_norm weight has x's element type.
+func.func @rn3_weight_element_type(%x: tensor<2x16x64xf32>, %g: tensor<64xbf16>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.rms_norm' op weight element type 'bf16' differs from x's 'f32'}}
+  %n = model.rms_norm %x, %g eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xbf16>) -> tensor<2x16x64xf32>
+  return %n : tensor<2x16x64xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.layer_norm
+//===----------------------------------------------------------------------===//
+
+// Tests LN1: the layer_norm bias is [d] for x's last dimension d.
+func.func @ln1_bias_shape(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %b: tensor<32xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.layer_norm' op bias is [32] but x's last dimension is 64}}
+  %n = model.layer_norm %x, %g, %b eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<32xf32>) -> tensor<2x16x64xf32>
+  return %n : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests LN2: the layer_norm eps is positive.
+func.func @ln2_eps_not_positive(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.layer_norm' op eps is -1.0000000000000001E-5 but must be positive}}
+  %n = model.layer_norm %x, %g, %b eps = -1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  return %n : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests LN3: the layer_norm result has x's type.
+func.func @ln3_result_type(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<2x16x64xf16> {
+  // expected-error @+1 {{'model.layer_norm' op result is 'tensor<2x16x64xf16>' but must be x's type 'tensor<2x16x64xf32>'}}
+  %n = model.layer_norm %x, %g, %b eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf16>
+  return %n : tensor<2x16x64xf16>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.rope
+//===----------------------------------------------------------------------===//
+
+// Tests R1: rope takes x of rank 3.
+func.func @r1_rank(%x: tensor<16x64xf32>) -> tensor<16x64xf32> {
+  // expected-error @+1 {{'model.rope' op x has rank 2 but must have rank 3}}
+  %r = model.rope %x head_dim = 16 theta = 1.0e+04 : (tensor<16x64xf32>) -> tensor<16x64xf32>
+  return %r : tensor<16x64xf32>
+}
+
+// -----
+
+// Tests R2: the rope head_dim is even.
+func.func @r2_odd_head_dim(%x: tensor<2x16x63xf32>) -> tensor<2x16x63xf32> {
+  // expected-error @+1 {{'model.rope' op head_dim is 7 but must be even and >= 2}}
+  %r = model.rope %x head_dim = 7 theta = 1.0e+04 : (tensor<2x16x63xf32>) -> tensor<2x16x63xf32>
+  return %r : tensor<2x16x63xf32>
+}
+
+// -----
+
+// Tests R3: the rope theta is positive.
+func.func @r3_theta_not_positive(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.rope' op theta is 0 but must be positive}}
+  %r = model.rope %x head_dim = 16 theta = 0.0 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %r : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests R4: the rope result has x's type.
+func.func @r4_result_type(%x: tensor<2x16x64xf32>) -> tensor<2x16x32xf32> {
+  // expected-error @+1 {{'model.rope' op result is 'tensor<2x16x32xf32>' but must be x's type 'tensor<2x16x64xf32>'}}
+  %r = model.rope %x head_dim = 16 theta = 1.0e+04 : (tensor<2x16x64xf32>) -> tensor<2x16x32xf32>
+  return %r : tensor<2x16x32xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops
+//===----------------------------------------------------------------------===//
+
+// Tests SW1: swiglu's gate and up have one type.
+func.func @sw1_operand_type_mismatch(%gate: tensor<2x16x176xf32>, %up: tensor<2x16x88xf32>) -> tensor<2x16x176xf32> {
+  // expected-error @+1 {{'model.swiglu' op up is 'tensor<2x16x88xf32>' but gate is 'tensor<2x16x176xf32>'}}
+  %a = model.swiglu %gate, %up : (tensor<2x16x176xf32>, tensor<2x16x88xf32>) -> tensor<2x16x176xf32>
+  return %a : tensor<2x16x176xf32>
+}
+
+// -----
+
+// Tests G1: the gelu result has x's type.
+func.func @g1_result_type(%x: tensor<2x16x256xf32>) -> tensor<2x16x256xbf16> {
+  // expected-error @+1 {{'model.gelu' op result is 'tensor<2x16x256xbf16>' but must be x's type 'tensor<2x16x256xf32>'}}
+  %a = model.gelu %x tanh : (tensor<2x16x256xf32>) -> tensor<2x16x256xbf16>
+  return %a : tensor<2x16x256xbf16>
+}
+
+// -----
+
+// Tests AD1: add does not broadcast; lhs and rhs have one type.
+func.func @ad1_operand_type_mismatch(%x: tensor<2x16x64xf32>, %y: tensor<64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.add' op rhs is 'tensor<64xf32>' but lhs is 'tensor<2x16x64xf32>'}}
+  %s = model.add %x, %y : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  return %s : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests D1: the dropout rate is in [0, 1).
+func.func @d1_rate_out_of_range(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.dropout' op rate is -0.5 but must be in [0, 1)}}
+  %d = model.dropout %x rate = -0.5 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %d : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests D2: the dropout result has x's type.
+func.func @d2_result_type(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf16> {
+  // expected-error @+1 {{'model.dropout' op result is 'tensor<2x16x64xf16>' but must be x's type 'tensor<2x16x64xf32>'}}
+  %d = model.dropout %x rate = 0.1 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf16>
+  return %d : tensor<2x16x64xf16>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.cross_entropy
+//===----------------------------------------------------------------------===//
+
+// Tests CE1: the targets are the logits' shape without the last dimension.
+func.func @ce1_targets_shape(%logits: tensor<2x16x512xf32>, %targets: tensor<2x8xi32>) -> tensor<f32> {
+  // expected-error @+1 {{'model.cross_entropy' op targets are [2, 8] but the logits [2, 16, 512] need [2, 16]}}
+  %l = model.cross_entropy %logits, %targets ignore_index = -100 : (tensor<2x16x512xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Tests CE2: the loss of bf16 logits is a rank-0 f32 tensor.
+func.func @ce2_loss_type(%logits: tensor<2x16x512xbf16>, %targets: tensor<2x16xi32>) -> tensor<bf16> {
+  // expected-error @+1 {{'model.cross_entropy' op result is 'tensor<bf16>' but must be 'tensor<f32>'}}
+  %l = model.cross_entropy %logits, %targets ignore_index = -100 : (tensor<2x16x512xbf16>, tensor<2x16xi32>) -> tensor<bf16>
+  return %l : tensor<bf16>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// #model.sharding
+//===----------------------------------------------------------------------===//
+
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// Tests S1: an axis name may not be empty.
+// expected-error @+1 {{dimension 1 has an axis that is not a non-empty string: ""}}
+func.func @s1_empty_axis_name(%x: tensor<4x8xf32> {model.sharding = #model.sharding<@mesh, [{}, {""}]>}) {
+  return
+}
+
+// -----
+
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// Tests S2: an axis may not appear both in a dimension and in partial.
+// expected-error @+1 {{axis "tp" appears more than once in the sharding}}
+func.func @s2_axis_twice(%x: tensor<4x8xf32> {model.sharding = #model.sharding<@mesh, [{}, {"tp"}], partial = {"tp"}>}) {
+  return
+}
+
+// -----
+
+// Tests S3: the sharding's mesh symbol names a model.mesh of the module.
+func.func @s3_unknown_mesh(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.gelu' op sharding refers to @nomesh, which is not a model.mesh of the module}}
+  %y = model.gelu %x {model.sharding = #model.sharding<@nomesh, [{}, {}, {}]>} : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %y : tensor<2x16x64xf32>
+}
+
+// -----
+
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// Tests S4: every axis the sharding names is an axis of its mesh.
+func.func @s4_unknown_axis(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.gelu' op sharding names axis "pp", which mesh @mesh does not have}}
+  %y = model.gelu %x {model.sharding = #model.sharding<@mesh, [{"dp"}, {}, {"pp"}]>} : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %y : tensor<2x16x64xf32>
+}
+
+// -----
+
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// Tests S5: the sharding has one dimension entry per dimension of the tensor.
+// expected-error @+1 {{'func.func' op argument 0: sharding has 2 dims but the tensor has rank 3}}
+func.func @s5_rank_mismatch(%x: tensor<2x16x64xf32> {model.sharding = #model.sharding<@mesh, [{"dp"}, {}]>}) {
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes of the dialect
+//===----------------------------------------------------------------------===//
+
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// Tests that a multi-result op takes a list of shardings, one per result, not fewer.
+func.func @sharding_list_wrong_length(%qkv: tensor<2x16x192xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
+  // expected-error @+1 {{'model.qkv_split' op has 3 results but 2 shardings}}
+  %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 4 head_dim = 16 layout = per_head {model.sharding = [#model.sharding<@mesh, [{}, {}, {}]>, #model.sharding<@mesh, [{}, {}, {}]>]} : (tensor<2x16x192xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  return %q, %k, %v : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
+}
+
+// -----
+
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// Tests that a multi-result op does not take a single sharding.
+func.func @sharding_single_on_multi_result(%qkv: tensor<2x16x192xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
+  // expected-error @+1 {{'model.qkv_split' op has 3 results but one model.sharding; give a list with one sharding per result}}
+  %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 4 head_dim = 16 layout = per_head {model.sharding = #model.sharding<@mesh, [{}, {}, {}]>} : (tensor<2x16x192xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  return %q, %k, %v : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.sharding on an op holds a #model.sharding, not another attribute.
+func.func @sharding_not_a_sharding(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'model.gelu' op model.sharding must be a #model.sharding or a list of them, found "tp"}}
+  %y = model.gelu %x {model.sharding = "tp"} : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// Tests that model.input is "tokens" or "targets".
+// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens" or "targets", found "labels"}}
+func.func @input_bad_value(%x: tensor<2x16xi32> {model.input = "labels"}) {
+  return
+}
+
+// -----
+
+// Tests that model.param names its parameter with a non-empty string.
+// expected-error @+1 {{'func.func' op argument 1: model.param must be a non-empty string, found ""}}
+func.func @param_empty(%x: tensor<2x16xi32> {model.input = "tokens"}, %w: tensor<64xf32> {model.param = ""}) {
+  return
+}
+
+// -----
+
+// Tests that an unknown model.* argument attribute is rejected.
+// expected-error @+1 {{'func.func' op argument 0: unknown model dialect argument attribute "model.weight"}}
+func.func @unknown_argument_attribute(%w: tensor<64xf32> {model.weight = "w"}) {
+  return
+}
+
+// -----
+
+// Tests that an unknown model.* attribute on an op is rejected.
+func.func @unknown_op_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'model.gelu' op has unknown model dialect attribute "model.shard"}}
+  %y = model.gelu %x {model.shard = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a function result takes no model.* attribute but model.sharding.
+// expected-error @+1 {{'func.func' op result 0: unknown model dialect result attribute "model.param"}}
+func.func @unknown_result_attribute(%x: tensor<4xf32>) -> (tensor<4xf32> {model.param = "y"}) {
+  return %x : tensor<4xf32>
+}

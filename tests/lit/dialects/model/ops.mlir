@@ -1,0 +1,422 @@
+// RUN: braid-opt %s -split-input-file | FileCheck %s
+// RUN: braid-opt %s -split-input-file | braid-opt -split-input-file | FileCheck %s
+// RUN: braid-opt %s -split-input-file --mlir-print-op-generic | braid-opt -split-input-file | FileCheck %s
+
+// Tests that model.mesh round-trips its name, axes and sizes.
+// CHECK: model.mesh @mesh axes = ["dp", "pp", "tp"] sizes = [2, 1, 4]
+model.mesh @mesh axes = ["dp", "pp", "tp"] sizes = [2, 1, 4]
+// CHECK-LABEL: func.func @mesh_user
+func.func @mesh_user() {
+  return
+}
+
+// -----
+
+// Tests that a model.layer round-trips its index, operands, body and yield.
+// CHECK-LABEL: func.func @layer
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[W:.+]]: tensor<64xf32>)
+func.func @layer(%x: tensor<2x16x64xf32>, %w: tensor<64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[H:.+]] = model.layer 3(%[[X]], %[[W]]) : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK-NEXT: ^bb0(%[[A:.+]]: tensor<2x16x64xf32>, %[[G:.+]]: tensor<64xf32>):
+  // CHECK-NEXT: %[[N:.+]] = model.rms_norm %[[A]], %[[G]] eps = 1.000000e-05 : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  // CHECK-NEXT: model.yield %[[N]] : tensor<2x16x64xf32>
+  // CHECK-NEXT: }
+  %h = model.layer 3 (%x, %w) : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32> {
+  ^bb0(%a: tensor<2x16x64xf32>, %g: tensor<64xf32>):
+    %n = model.rms_norm %a, %g eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+    model.yield %n : tensor<2x16x64xf32>
+  }
+  // CHECK: return %[[H]]
+  return %h : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that a model.layer with several results yields them all.
+// CHECK-LABEL: func.func @layer_two_results
+// CHECK-SAME: (%[[X:.+]]: tensor<4xf32>, %[[Y:.+]]: tensor<4xf16>)
+func.func @layer_two_results(%x: tensor<4xf32>, %y: tensor<4xf16>) -> (tensor<4xf32>, tensor<4xf16>) {
+  // CHECK: %[[R:.+]]:2 = model.layer 0(%[[X]], %[[Y]]) : (tensor<4xf32>, tensor<4xf16>) -> (tensor<4xf32>, tensor<4xf16>) {
+  // CHECK-NEXT: ^bb0(%[[A:.+]]: tensor<4xf32>, %[[B:.+]]: tensor<4xf16>):
+  // CHECK-NEXT: model.yield %[[A]], %[[B]] : tensor<4xf32>, tensor<4xf16>
+  %r:2 = model.layer 0 (%x, %y) : (tensor<4xf32>, tensor<4xf16>) -> (tensor<4xf32>, tensor<4xf16>) {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<4xf16>):
+    model.yield %a, %b : tensor<4xf32>, tensor<4xf16>
+  }
+  // CHECK: return %[[R]]#0, %[[R]]#1
+  return %r#0, %r#1 : tensor<4xf32>, tensor<4xf16>
+}
+
+// -----
+
+// Tests that a model.layer without results gets its empty model.yield.
+// CHECK-LABEL: func.func @layer_no_results
+// CHECK-SAME: (%[[X:.+]]: tensor<4xf32>)
+func.func @layer_no_results(%x: tensor<4xf32>) {
+  // CHECK: model.layer 1(%[[X]]) : (tensor<4xf32>) -> () {
+  // CHECK-NEXT: ^bb0(%{{.+}}: tensor<4xf32>):
+  // CHECK-NEXT: }
+  model.layer 1 (%x) : (tensor<4xf32>) -> () {
+  ^bb0(%a: tensor<4xf32>):
+    model.yield
+  }
+  return
+}
+
+// -----
+
+// Tests that model.embedding round-trips a table lookup with i32 ids.
+// CHECK-LABEL: func.func @embedding
+// CHECK-SAME: (%[[T:.+]]: tensor<512x64xbf16>, %[[IDS:.+]]: tensor<2x16xi32>)
+func.func @embedding(%table: tensor<512x64xbf16>, %ids: tensor<2x16xi32>) -> tensor<2x16x64xbf16> {
+  // CHECK: %[[E:.+]] = model.embedding %[[T]][%[[IDS]]] : (tensor<512x64xbf16>, tensor<2x16xi32>) -> tensor<2x16x64xbf16>
+  %e = model.embedding %table[%ids] : (tensor<512x64xbf16>, tensor<2x16xi32>) -> tensor<2x16x64xbf16>
+  // CHECK: return %[[E]]
+  return %e : tensor<2x16x64xbf16>
+}
+
+// -----
+
+// Tests that model.embedding accepts i64 ids and dynamic dimensions.
+// CHECK-LABEL: func.func @embedding_i64_dynamic
+// CHECK-SAME: (%[[T:.+]]: tensor<?x64xf32>, %[[IDS:.+]]: tensor<?x?xi64>)
+func.func @embedding_i64_dynamic(%table: tensor<?x64xf32>, %ids: tensor<?x?xi64>) -> tensor<?x?x64xf32> {
+  // CHECK: model.embedding %[[T]][%[[IDS]]] : (tensor<?x64xf32>, tensor<?x?xi64>) -> tensor<?x?x64xf32>
+  %e = model.embedding %table[%ids] : (tensor<?x64xf32>, tensor<?x?xi64>) -> tensor<?x?x64xf32>
+  return %e : tensor<?x?x64xf32>
+}
+
+// -----
+
+// Tests that model.position_embedding round-trips a learned position table.
+// CHECK-LABEL: func.func @position_embedding
+// CHECK-SAME: (%[[WPE:.+]]: tensor<128x64xf32>, %[[IDS:.+]]: tensor<2x16xi32>)
+func.func @position_embedding(%wpe: tensor<128x64xf32>, %ids: tensor<2x16xi32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[P:.+]] = model.position_embedding %[[WPE]] for %[[IDS]] : (tensor<128x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %p = model.position_embedding %wpe for %ids : (tensor<128x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[P]]
+  return %p : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.linear round-trips without bias and without transpose_w.
+// CHECK-LABEL: func.func @linear
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[W:.+]]: tensor<64x256xf32>)
+func.func @linear(%x: tensor<2x16x64xf32>, %w: tensor<64x256xf32>) -> tensor<2x16x256xf32> {
+  // CHECK: %[[Y:.+]] = model.linear %[[X]], %[[W]] : (tensor<2x16x64xf32>, tensor<64x256xf32>) -> tensor<2x16x256xf32>
+  %y = model.linear %x, %w : (tensor<2x16x64xf32>, tensor<64x256xf32>) -> tensor<2x16x256xf32>
+  // CHECK: return %[[Y]]
+  return %y : tensor<2x16x256xf32>
+}
+
+// -----
+
+// Tests that model.linear round-trips with a bias and without transpose_w.
+// CHECK-LABEL: func.func @linear_bias
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[W:.+]]: tensor<64x256xf32>, %[[B:.+]]: tensor<256xf32>)
+func.func @linear_bias(%x: tensor<2x16x64xf32>, %w: tensor<64x256xf32>, %b: tensor<256xf32>) -> tensor<2x16x256xf32> {
+  // CHECK: %[[Y:.+]] = model.linear %[[X]], %[[W]], %[[B]] : (tensor<2x16x64xf32>, tensor<64x256xf32>, tensor<256xf32>) -> tensor<2x16x256xf32>
+  %y = model.linear %x, %w, %b : (tensor<2x16x64xf32>, tensor<64x256xf32>, tensor<256xf32>) -> tensor<2x16x256xf32>
+  // CHECK: return %[[Y]]
+  return %y : tensor<2x16x256xf32>
+}
+
+// -----
+
+// Tests that model.linear round-trips transpose_w without a bias.
+// CHECK-LABEL: func.func @linear_transpose_w
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf16>, %[[W:.+]]: tensor<128x64xf16>)
+func.func @linear_transpose_w(%x: tensor<2x16x64xf16>, %w: tensor<128x64xf16>) -> tensor<2x16x128xf16> {
+  // CHECK: %[[Y:.+]] = model.linear %[[X]], %[[W]] transpose_w : (tensor<2x16x64xf16>, tensor<128x64xf16>) -> tensor<2x16x128xf16>
+  %y = model.linear %x, %w transpose_w : (tensor<2x16x64xf16>, tensor<128x64xf16>) -> tensor<2x16x128xf16>
+  // CHECK: return %[[Y]]
+  return %y : tensor<2x16x128xf16>
+}
+
+// -----
+
+// Tests that model.linear round-trips a bias together with transpose_w.
+// CHECK-LABEL: func.func @linear_bias_transpose_w
+// CHECK-SAME: (%[[X:.+]]: tensor<8x64xf64>, %[[W:.+]]: tensor<32x64xf64>, %[[B:.+]]: tensor<32xf64>)
+func.func @linear_bias_transpose_w(%x: tensor<8x64xf64>, %w: tensor<32x64xf64>, %b: tensor<32xf64>) -> tensor<8x32xf64> {
+  // CHECK: %[[Y:.+]] = model.linear %[[X]], %[[W]], %[[B]] transpose_w : (tensor<8x64xf64>, tensor<32x64xf64>, tensor<32xf64>) -> tensor<8x32xf64>
+  %y = model.linear %x, %w, %b transpose_w : (tensor<8x64xf64>, tensor<32x64xf64>, tensor<32xf64>) -> tensor<8x32xf64>
+  // CHECK: return %[[Y]]
+  return %y : tensor<8x32xf64>
+}
+
+// -----
+
+// Tests that model.attention round-trips plain multi-head attention.
+// CHECK-LABEL: func.func @attention
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x16x64xf32>, %[[K:.+]]: tensor<2x8x64xf32>, %[[V:.+]]: tensor<2x8x64xf32>)
+func.func @attention(%q: tensor<2x16x64xf32>, %k: tensor<2x8x64xf32>, %v: tensor<2x8x64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[O:.+]] = model.attention %[[Q]], %[[K]], %[[V]] heads = 4 kv_heads = 4 scale = 2.500000e-01 : (tensor<2x16x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x16x64xf32>
+  %o = model.attention %q, %k, %v heads = 4 kv_heads = 4 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[O]]
+  return %o : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.attention round-trips causal grouped-query attention.
+// CHECK-LABEL: func.func @attention_causal_gqa
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x16x64xbf16>, %[[K:.+]]: tensor<2x16x32xbf16>, %[[V:.+]]: tensor<2x16x32xbf16>)
+func.func @attention_causal_gqa(%q: tensor<2x16x64xbf16>, %k: tensor<2x16x32xbf16>, %v: tensor<2x16x32xbf16>) -> tensor<2x16x64xbf16> {
+  // CHECK: %[[O:.+]] = model.attention %[[Q]], %[[K]], %[[V]] heads = 4 kv_heads = 2 scale = 2.500000e-01 causal : (tensor<2x16x64xbf16>, tensor<2x16x32xbf16>, tensor<2x16x32xbf16>) -> tensor<2x16x64xbf16>
+  %o = model.attention %q, %k, %v heads = 4 kv_heads = 2 scale = 0.25 causal : (tensor<2x16x64xbf16>, tensor<2x16x32xbf16>, tensor<2x16x32xbf16>) -> tensor<2x16x64xbf16>
+  // CHECK: return %[[O]]
+  return %o : tensor<2x16x64xbf16>
+}
+
+// -----
+
+// Tests that model.attention round-trips ALiBi with causal masking and dropout.
+// CHECK-LABEL: func.func @attention_alibi_dropout
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x16x48xf32>, %[[K:.+]]: tensor<2x16x48xf32>, %[[V:.+]]: tensor<2x16x48xf32>)
+func.func @attention_alibi_dropout(%q: tensor<2x16x48xf32>, %k: tensor<2x16x48xf32>, %v: tensor<2x16x48xf32>) -> tensor<2x16x48xf32> {
+  // CHECK: %[[O:.+]] = model.attention %[[Q]], %[[K]], %[[V]] heads = 3 kv_heads = 3 scale = 2.500000e-01 causal alibi {dropout = 1.000000e-01 : f64} : (tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>) -> tensor<2x16x48xf32>
+  %o = model.attention %q, %k, %v heads = 3 kv_heads = 3 scale = 0.25 causal alibi {dropout = 0.1 : f64} : (tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>) -> tensor<2x16x48xf32>
+  // CHECK: return %[[O]]
+  return %o : tensor<2x16x48xf32>
+}
+
+// -----
+
+// Tests that model.attention round-trips multi-query attention (one kv head) with ALiBi alone.
+// CHECK-LABEL: func.func @attention_mqa_alibi
+// CHECK-SAME: (%[[Q:.+]]: tensor<1x8x64xf16>, %[[K:.+]]: tensor<1x8x16xf16>, %[[V:.+]]: tensor<1x8x16xf16>)
+func.func @attention_mqa_alibi(%q: tensor<1x8x64xf16>, %k: tensor<1x8x16xf16>, %v: tensor<1x8x16xf16>) -> tensor<1x8x64xf16> {
+  // CHECK: %[[O:.+]] = model.attention %[[Q]], %[[K]], %[[V]] heads = 4 kv_heads = 1 scale = 2.500000e-01 alibi : (tensor<1x8x64xf16>, tensor<1x8x16xf16>, tensor<1x8x16xf16>) -> tensor<1x8x64xf16>
+  %o = model.attention %q, %k, %v heads = 4 kv_heads = 1 scale = 0.25 alibi : (tensor<1x8x64xf16>, tensor<1x8x16xf16>, tensor<1x8x16xf16>) -> tensor<1x8x64xf16>
+  // CHECK: return %[[O]]
+  return %o : tensor<1x8x64xf16>
+}
+
+// -----
+
+// Tests that model.qkv_split round-trips the grouped layout with grouped-query heads.
+// CHECK-LABEL: func.func @qkv_split_grouped
+// CHECK-SAME: (%[[QKV:.+]]: tensor<2x16x128xf32>)
+func.func @qkv_split_grouped(%qkv: tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) {
+  // CHECK: %[[Q:.+]], %[[K:.+]], %[[V:.+]] = model.qkv_split %[[QKV]] heads = 4 kv_heads = 2 head_dim = 16 layout = grouped : (tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 2 head_dim = 16 layout = grouped : (tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  // CHECK: return %[[Q]], %[[K]], %[[V]]
+  return %q, %k, %v : tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>
+}
+
+// -----
+
+// Tests that model.qkv_split round-trips the per_head layout.
+// CHECK-LABEL: func.func @qkv_split_per_head
+// CHECK-SAME: (%[[QKV:.+]]: tensor<2x16x192xbf16>)
+func.func @qkv_split_per_head(%qkv: tensor<2x16x192xbf16>) -> (tensor<2x16x64xbf16>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>) {
+  // CHECK: %[[Q:.+]], %[[K:.+]], %[[V:.+]] = model.qkv_split %[[QKV]] heads = 4 kv_heads = 4 head_dim = 16 layout = per_head : (tensor<2x16x192xbf16>) -> (tensor<2x16x64xbf16>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>)
+  %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 4 head_dim = 16 layout = per_head : (tensor<2x16x192xbf16>) -> (tensor<2x16x64xbf16>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>)
+  // CHECK: return %[[Q]], %[[K]], %[[V]]
+  return %q, %k, %v : tensor<2x16x64xbf16>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>
+}
+
+// -----
+
+// Tests that model.rms_norm round-trips its weight and eps.
+// CHECK-LABEL: func.func @rms_norm
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[G:.+]]: tensor<64xf32>)
+func.func @rms_norm(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[N:.+]] = model.rms_norm %[[X]], %[[G]] eps = 9.9999999999999995E-7 : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  %n = model.rms_norm %x, %g eps = 1.0e-06 : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[N]]
+  return %n : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.layer_norm round-trips its weight, bias and eps.
+// CHECK-LABEL: func.func @layer_norm
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[G:.+]]: tensor<64xf32>, %[[B:.+]]: tensor<64xf32>)
+func.func @layer_norm(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[N:.+]] = model.layer_norm %[[X]], %[[G]], %[[B]] eps = 1.000000e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  %n = model.layer_norm %x, %g, %b eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[N]]
+  return %n : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.rope round-trips its head size and theta.
+// CHECK-LABEL: func.func @rope
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>)
+func.func @rope(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[R:.+]] = model.rope %[[X]] head_dim = 16 theta = 1.000000e+04 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  %r = model.rope %x head_dim = 16 theta = 1.0e+04 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[R]]
+  return %r : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.swiglu round-trips its gate and up operands.
+// CHECK-LABEL: func.func @swiglu
+// CHECK-SAME: (%[[GATE:.+]]: tensor<2x16x176xf32>, %[[UP:.+]]: tensor<2x16x176xf32>)
+func.func @swiglu(%gate: tensor<2x16x176xf32>, %up: tensor<2x16x176xf32>) -> tensor<2x16x176xf32> {
+  // CHECK: %[[A:.+]] = model.swiglu %[[GATE]], %[[UP]] : (tensor<2x16x176xf32>, tensor<2x16x176xf32>) -> tensor<2x16x176xf32>
+  %a = model.swiglu %gate, %up : (tensor<2x16x176xf32>, tensor<2x16x176xf32>) -> tensor<2x16x176xf32>
+  // CHECK: return %[[A]]
+  return %a : tensor<2x16x176xf32>
+}
+
+// -----
+
+// Tests that model.gelu round-trips both the exact form and the tanh approximation.
+// CHECK-LABEL: func.func @gelu
+// CHECK-SAME: (%[[H:.+]]: tensor<2x16x256xf32>)
+func.func @gelu(%h: tensor<2x16x256xf32>) -> (tensor<2x16x256xf32>, tensor<2x16x256xf32>) {
+  // CHECK: %[[EXACT:.+]] = model.gelu %[[H]] : (tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+  %exact = model.gelu %h : (tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+  // CHECK: %[[TANH:.+]] = model.gelu %[[H]] tanh : (tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+  %approx = model.gelu %h tanh : (tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+  // CHECK: return %[[EXACT]], %[[TANH]]
+  return %exact, %approx : tensor<2x16x256xf32>, tensor<2x16x256xf32>
+}
+
+// -----
+
+// Tests that model.add round-trips a residual sum.
+// CHECK-LABEL: func.func @add
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[Y:.+]]: tensor<2x16x64xf32>)
+func.func @add(%x: tensor<2x16x64xf32>, %y: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[S:.+]] = model.add %[[X]], %[[Y]] : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  %s = model.add %x, %y : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[S]]
+  return %s : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.dropout round-trips its rate.
+// CHECK-LABEL: func.func @dropout
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>)
+func.func @dropout(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[D:.+]] = model.dropout %[[X]] rate = 1.000000e-01 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  %d = model.dropout %x rate = 1.0e-01 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[D]]
+  return %d : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.cross_entropy round-trips an f32 loss from bf16 logits.
+// CHECK-LABEL: func.func @cross_entropy
+// CHECK-SAME: (%[[LOGITS:.+]]: tensor<2x16x512xbf16>, %[[T:.+]]: tensor<2x16xi32>)
+func.func @cross_entropy(%logits: tensor<2x16x512xbf16>, %targets: tensor<2x16xi32>) -> tensor<f32> {
+  // CHECK: %[[L:.+]] = model.cross_entropy %[[LOGITS]], %[[T]] ignore_index = -100 : (tensor<2x16x512xbf16>, tensor<2x16xi32>) -> tensor<f32>
+  %l = model.cross_entropy %logits, %targets ignore_index = -100 : (tensor<2x16x512xbf16>, tensor<2x16xi32>) -> tensor<f32>
+  // CHECK: return %[[L]]
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Tests that model.cross_entropy round-trips an f64 loss and another ignore_index.
+// CHECK-LABEL: func.func @cross_entropy_f64
+// CHECK-SAME: (%[[LOGITS:.+]]: tensor<32x512xf64>, %[[T:.+]]: tensor<32xi64>)
+func.func @cross_entropy_f64(%logits: tensor<32x512xf64>, %targets: tensor<32xi64>) -> tensor<f64> {
+  // CHECK: %[[L:.+]] = model.cross_entropy %[[LOGITS]], %[[T]] ignore_index = 0 : (tensor<32x512xf64>, tensor<32xi64>) -> tensor<f64>
+  %l = model.cross_entropy %logits, %targets ignore_index = 0 : (tensor<32x512xf64>, tensor<32xi64>) -> tensor<f64>
+  // CHECK: return %[[L]]
+  return %l : tensor<f64>
+}
+
+// -----
+
+// Tests that #model.sharding round-trips on an op result, with a dimension split over two axes.
+// CHECK: model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// CHECK-LABEL: func.func @sharding_on_result
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[W:.+]]: tensor<128x64xf32>)
+func.func @sharding_on_result(%x: tensor<2x16x64xf32>, %w: tensor<128x64xf32>) -> tensor<2x16x128xf32> {
+  // CHECK: %[[Y:.+]] = model.linear %[[X]], %[[W]] transpose_w {model.sharding = #model.sharding<@mesh, [{"dp", "tp"}, {}, {}]>} : (tensor<2x16x64xf32>, tensor<128x64xf32>) -> tensor<2x16x128xf32>
+  %y = model.linear %x, %w transpose_w {model.sharding = #model.sharding<@mesh, [{"dp", "tp"}, {}, {}]>} : (tensor<2x16x64xf32>, tensor<128x64xf32>) -> tensor<2x16x128xf32>
+  // CHECK: return %[[Y]]
+  return %y : tensor<2x16x128xf32>
+}
+
+// -----
+
+// Tests that #model.sharding round-trips partial axes on the output of a row-parallel matmul.
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// CHECK-LABEL: func.func @sharding_partial
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[W:.+]]: tensor<64x64xf32>)
+func.func @sharding_partial(%x: tensor<2x16x64xf32>, %w: tensor<64x64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[Y:.+]] = model.linear %[[X]], %[[W]] {model.sharding = #model.sharding<@mesh, [{"dp"}, {}, {}], partial = {"tp"}>} : (tensor<2x16x64xf32>, tensor<64x64xf32>) -> tensor<2x16x64xf32>
+  %y = model.linear %x, %w {model.sharding = #model.sharding<@mesh, [{"dp"}, {}, {}], partial = {"tp"}>} : (tensor<2x16x64xf32>, tensor<64x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[Y]]
+  return %y : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that #model.sharding round-trips on function arguments and results, with model.param and model.input.
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// CHECK-LABEL: func.func @sharding_on_arguments
+// CHECK-SAME: (%[[IDS:.+]]: tensor<2x16xi32> {model.input = "tokens", model.sharding = #model.sharding<@mesh, [{"dp"}, {}]>},
+// CHECK-SAME: %[[T:.+]]: tensor<2x16xi64> {model.input = "targets"},
+// CHECK-SAME: %[[W:.+]]: tensor<512x64xf32> {model.param = "transformer.wte.weight", model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>})
+// CHECK-SAME: -> (tensor<2x16x64xf32> {model.sharding = #model.sharding<@mesh, [{"dp"}, {}, {}]>})
+func.func @sharding_on_arguments(
+    %ids: tensor<2x16xi32> {model.input = "tokens", model.sharding = #model.sharding<@mesh, [{"dp"}, {}]>},
+    %targets: tensor<2x16xi64> {model.input = "targets"},
+    %wte: tensor<512x64xf32> {model.param = "transformer.wte.weight", model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>})
+    -> (tensor<2x16x64xf32> {model.sharding = #model.sharding<@mesh, [{"dp"}, {}, {}]>}) {
+  // CHECK: %[[E:.+]] = model.embedding %[[W]][%[[IDS]]]
+  %e = model.embedding %wte[%ids] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[E]]
+  return %e : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that a list of #model.sharding, one per result, round-trips on a multi-result op.
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// CHECK-LABEL: func.func @sharding_list
+// CHECK-SAME: (%[[QKV:.+]]: tensor<2x16x192xf32>)
+func.func @sharding_list(%qkv: tensor<2x16x192xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
+  // CHECK: %[[Q:.+]], %[[K:.+]], %[[V:.+]] = model.qkv_split %[[QKV]] heads = 4 kv_heads = 4 head_dim = 16 layout = per_head
+  // CHECK-SAME: {model.sharding = [#model.sharding<@mesh, [{"dp"}, {}, {"tp"}]>, #model.sharding<@mesh, [{"dp"}, {}, {"tp"}]>, #model.sharding<@mesh, [{}, {}, {}]>]}
+  %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 4 head_dim = 16 layout = per_head {model.sharding = [#model.sharding<@mesh, [{"dp"}, {}, {"tp"}]>, #model.sharding<@mesh, [{"dp"}, {}, {"tp"}]>, #model.sharding<@mesh, [{}, {}, {}]>]} : (tensor<2x16x192xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  // CHECK: return %[[Q]], %[[K]], %[[V]]
+  return %q, %k, %v : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that a fully replicated rank-0 value takes a #model.sharding with no dimension entries.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+// CHECK-LABEL: func.func @sharding_rank0
+// CHECK-SAME: (%[[LOGITS:.+]]: tensor<2x16x512xf32>, %[[T:.+]]: tensor<2x16xi32>)
+func.func @sharding_rank0(%logits: tensor<2x16x512xf32>, %targets: tensor<2x16xi32>) -> tensor<f32> {
+  // CHECK: %[[L:.+]] = model.cross_entropy %[[LOGITS]], %[[T]] ignore_index = -100 {model.sharding = #model.sharding<@mesh, []>}
+  %l = model.cross_entropy %logits, %targets ignore_index = -100 {model.sharding = #model.sharding<@mesh, []>} : (tensor<2x16x512xf32>, tensor<2x16xi32>) -> tensor<f32>
+  // CHECK: return %[[L]]
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Tests that #model.sharding resolves its mesh from inside a model.layer, which is isolated from above.
+model.mesh @mesh axes = ["tp"] sizes = [4]
+// CHECK-LABEL: func.func @sharding_in_layer
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>)
+func.func @sharding_in_layer(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[H:.+]] = model.layer 0(%[[X]])
+  // CHECK: %[[G:.+]] = model.gelu %{{.+}} {model.sharding = #model.sharding<@mesh, [{}, {}, {"tp"}]>}
+  // CHECK-NEXT: model.yield %[[G]]
+  %h = model.layer 0 (%x) : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  ^bb0(%a: tensor<2x16x64xf32>):
+    %g = model.gelu %a {model.sharding = #model.sharding<@mesh, [{}, {}, {"tp"}]>} : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    model.yield %g : tensor<2x16x64xf32>
+  }
+  // CHECK: return %[[H]]
+  return %h : tensor<2x16x64xf32>
+}

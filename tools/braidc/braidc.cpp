@@ -1,0 +1,162 @@
+//===- braidc.cpp - The Braid compiler driver -----------------------------===//
+//
+// braidc JOB.textproto [--preset NAME | --hf-config FILE] [--compile-to=PHASE]
+//        [-o FILE] [--dump-ir-after-all=DIR] [--report=FILE.json]
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Compile.h"
+#include "compiler/Registration.h"
+#include "compiler/Report.h"
+#include "frontends/ModelBuilder.h"
+#include "frontends/Spec.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+using namespace braid;
+
+static cl::OptionCategory category("braidc options");
+
+static cl::opt<std::string> jobFile(cl::Positional, cl::desc("[JOB.textproto]"),
+                                    cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    preset("preset", cl::desc("Model preset (overrides the job's model source)"),
+           cl::value_desc("NAME"), cl::cat(category));
+static cl::opt<std::string>
+    hfConfig("hf-config",
+             cl::desc("Hugging Face config.json (overrides the job's model "
+                      "source)"),
+             cl::value_desc("FILE"), cl::cat(category));
+static cl::opt<std::string>
+    compileTo("compile-to", cl::desc("Stop after this phase and print its IR"),
+              cl::value_desc("PHASE"), cl::init("model"), cl::cat(category));
+static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
+                                       cl::value_desc("FILE"), cl::init("-"),
+                                       cl::cat(category));
+static cl::opt<std::string>
+    dumpDir("dump-ir-after-all",
+            cl::desc("Write the IR before the first pass and after each pass "
+                     "to DIR"),
+            cl::value_desc("DIR"), cl::cat(category));
+static cl::opt<std::string>
+    reportFile("report", cl::desc("Write the compile report (JSON) to FILE "
+                                  "(- for standard output)"),
+               cl::value_desc("FILE"), cl::cat(category));
+static cl::opt<int64_t> seqLen("seq-len",
+                               cl::desc("Tokens per sample (data.seq_length)"),
+                               cl::cat(category));
+static cl::opt<int64_t>
+    microBatch("micro-batch-size",
+               cl::desc("Samples per micro-batch (parallel.micro_batch_size)"),
+               cl::cat(category));
+static cl::opt<std::string>
+    precision("precision", cl::desc("fp32 | bf16 | fp16 | fp64 (train.precision)"),
+              cl::cat(category));
+
+static int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "braidc") << message << "\n";
+  return 1;
+}
+
+static int fail(llvm::Error error) {
+  return fail(llvm::toString(std::move(error)));
+}
+
+/// The job: the file (if any) with the command-line overrides applied.
+static llvm::Expected<spec::JobSpec> loadJob() {
+  spec::JobSpec job;
+  if (!jobFile.empty()) {
+    llvm::Expected<spec::JobSpec> loaded = loadJobFile(jobFile);
+    if (!loaded)
+      return loaded.takeError();
+    job = std::move(*loaded);
+  }
+  spec::ModelSpec *model = job.mutable_model();
+  if (!preset.empty()) {
+    model->clear_hf_config();
+    model->set_preset(preset);
+  }
+  if (!hfConfig.empty()) {
+    model->clear_preset();
+    model->set_hf_config(hfConfig);
+  }
+  if (!model->has_preset() && !model->has_hf_config() && !model->has_family())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "no model: give a job file, --preset NAME or --hf-config FILE");
+  if (seqLen.getNumOccurrences())
+    job.mutable_data()->set_seq_length(seqLen);
+  if (microBatch.getNumOccurrences())
+    job.mutable_parallel()->set_micro_batch_size(microBatch);
+  if (precision.getNumOccurrences()) {
+    spec::DType dtype;
+    std::string upper = llvm::StringRef(precision).upper();
+    if (!spec::DType_Parse(upper, &dtype) || dtype == spec::DTYPE_UNSPECIFIED)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--precision=" + precision + " is not one of fp32, bf16, fp16, fp64");
+    job.mutable_train()->set_precision(dtype);
+  }
+  return job;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  mlir::registerAsmPrinterCLOptions();
+  mlir::registerMLIRContextCLOptions();
+  mlir::registerPassManagerCLOptions();
+  cl::ParseCommandLineOptions(argc, argv,
+                              "braidc: compiles a Braid job to a plan\n");
+
+  llvm::Expected<Phase> phase = parsePhase(compileTo);
+  if (!phase)
+    return fail(phase.takeError());
+  llvm::Expected<spec::JobSpec> job = loadJob();
+  if (!job)
+    return fail(job.takeError());
+  llvm::Expected<ModelConfig> config = resolveModel(*job);
+  if (!config)
+    return fail(config.takeError());
+
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  mlir::MLIRContext context(registry);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      buildForwardModule(context, *config);
+
+  CompileOptions options;
+  options.compileTo = *phase;
+  options.dumpIrDir = dumpDir;
+  if (llvm::Error error = runPhases(*module, options))
+    return fail(std::move(error));
+
+  std::string errorMessage;
+  auto output = mlir::openOutputFile(outputFile, &errorMessage);
+  if (!output)
+    return fail(errorMessage);
+  module->print(output->os());
+  output->os() << "\n";
+  output->keep();
+
+  if (!reportFile.empty()) {
+    auto report = mlir::openOutputFile(reportFile, &errorMessage);
+    if (!report)
+      return fail(errorMessage);
+    report->os() << llvm::formatv("{0:2}", buildReport(*module, *config))
+                 << "\n";
+    report->keep();
+  }
+  return 0;
+}
