@@ -18,6 +18,8 @@ public:
                 const std::string &message) override {
     if (!hasError) {
       hasError = true;
+      errorLine = line;
+      errorColumn = column;
       // The parser counts from 0; editors count from 1.
       text = std::to_string(line + 1) + ":" + std::to_string(column + 1) +
              ": " + message;
@@ -27,8 +29,21 @@ public:
                   const std::string &) override {}
 
   bool hasError = false;
+  int errorLine = 0, errorColumn = 0;
   std::string text;
 };
+/// True when the 0-based (line, column) lies at or past the end of `text`.
+bool isAtEnd(llvm::StringRef text, int line, int column) {
+  size_t offset = 0;
+  for (int i = 0; i < line; ++i) {
+    size_t newline = text.find('\n', offset);
+    if (newline == llvm::StringRef::npos)
+      return true;
+    offset = newline + 1;
+  }
+  size_t at = offset + static_cast<size_t>(column);
+  return at >= text.size() || text.substr(at).trim().empty();
+}
 } // namespace
 
 llvm::Expected<std::string> braid::readFile(llvm::StringRef path) {
@@ -48,11 +63,17 @@ llvm::Expected<spec::JobSpec> braid::parseJobText(llvm::StringRef text,
   parser.RecordErrorsTo(&errors);
   google::protobuf::io::ArrayInputStream input(text.data(),
                                                static_cast<int>(text.size()));
-  if (!parser.Parse(&input, &job) || errors.hasError)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(), "%s:%s", filename.str().c_str(),
-        errors.hasError ? errors.text.c_str()
-                        : " not a valid job (text-format JobSpec)");
+  if (!parser.Parse(&input, &job) || errors.hasError) {
+    if (!errors.hasError)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "%s: not a valid job (text-format JobSpec)",
+                                     filename.str().c_str());
+    // An error past the last character means the file ended too early.
+    if (isAtEnd(text, errors.errorLine, errors.errorColumn))
+      errors.text += " (the file ends here: is it truncated?)";
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s:%s",
+                                   filename.str().c_str(), errors.text.c_str());
+  }
   return job;
 }
 

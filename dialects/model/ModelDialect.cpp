@@ -89,7 +89,7 @@ static ParseResult parseAxisList(AsmParser &parser,
 static void printAxisList(AsmPrinter &printer, ArrayAttr axes) {
   printer << "{";
   llvm::interleaveComma(axes, printer, [&](Attribute axis) {
-    printer << '"' << llvm::cast<StringAttr>(axis).getValue() << '"';
+    printer.printString(llvm::cast<StringAttr>(axis).getValue());
   });
   printer << "}";
 }
@@ -262,8 +262,13 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
                                                      unsigned regionIndex,
                                                      unsigned argIndex,
                                                      NamedAttribute attr) {
-  Region &region = op->getRegion(regionIndex);
-  Type type = region.empty() ? Type() : region.getArgument(argIndex).getType();
+  // Function declarations have no region arguments: take the type from the
+  // function's signature.
+  Type type;
+  if (auto func = llvm::dyn_cast<FunctionOpInterface>(op))
+    type = func.getArgumentTypes()[argIndex];
+  else if (!op->getRegion(regionIndex).empty())
+    type = op->getRegion(regionIndex).getArgument(argIndex).getType();
   auto emitError = [&] {
     return op->emitOpError() << "argument " << argIndex << ": ";
   };

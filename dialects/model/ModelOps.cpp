@@ -148,7 +148,10 @@ LogicalResult LayerOp::verify() {
              << input.getType();
   }
   // L3: the body yields one value per result, of the result's type.
-  auto yield = cast<YieldOp>(block.getTerminator());
+  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  if (!yield)
+    return emitOpError("body must end with model.yield, found ")
+           << block.getTerminator()->getName();
   if (yield.getValues().size() != getNumResults()) {
     InFlightDiagnostic diag = emitOpError("body yields ")
                               << yield.getValues().size()
@@ -507,12 +510,17 @@ static LogicalResult verifyEps(Operation *op, APFloat eps) {
   return success();
 }
 
+/// Checks that `result` has type `expected`; `what` names where the expected
+/// type comes from ("x's type"), or is empty.
 static LogicalResult verifySameType(Operation *op, Value result, Type expected,
                                     StringRef what) {
-  if (result.getType() != expected)
-    return op->emitOpError("result is ")
-           << result.getType() << " but must be " << what << " " << expected;
-  return success();
+  if (result.getType() == expected)
+    return success();
+  InFlightDiagnostic diag = op->emitOpError("result is ")
+                            << result.getType() << " but must be ";
+  if (!what.empty())
+    diag << what << " ";
+  return diag << expected;
 }
 
 void RmsNormOp::build(OpBuilder &builder, OperationState &state, Value x,
@@ -522,9 +530,9 @@ void RmsNormOp::build(OpBuilder &builder, OperationState &state, Value x,
 
 LogicalResult RmsNormOp::verify() {
   RankedTensorType x = getX().getType();
+  // RN1: x has a last dimension d and the weight is [d]; RN3 (element types).
   if (x.getRank() < 1)
     return emitOpError("x must have rank >= 1");
-  // RN1: the weight is [d]; RN3 (element type part).
   if (failed(verifyNormParam(*this, x, getWeight(), "weight")))
     return failure();
   // RN2: eps > 0.
@@ -544,9 +552,9 @@ void LayerNormOp::build(OpBuilder &builder, OperationState &state, Value x,
 
 LogicalResult LayerNormOp::verify() {
   RankedTensorType x = getX().getType();
+  // LN1: x has a last dimension d, weight and bias are [d]; LN3 (types).
   if (x.getRank() < 1)
     return emitOpError("x must have rank >= 1");
-  // LN1: weight and bias are [d]; LN3 (element types).
   if (failed(verifyNormParam(*this, x, getWeight(), "weight")) ||
       failed(verifyNormParam(*this, x, getBias(), "bias")))
     return failure();

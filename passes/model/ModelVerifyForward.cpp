@@ -43,10 +43,11 @@ LogicalResult ModelVerifyForwardPass::verifyModule(ModuleOp module) {
       return op.emitError("the forward module may hold only model.mesh and "
                           "func.func @forward, found ")
              << op.getName();
-    if (func.getSymName() != "forward" || forward)
+    if (func.getSymName() != "forward" || forward || func.isExternal())
       return func.emitError("the forward module must hold exactly one "
-                            "function, @forward, found @")
-             << func.getSymName();
+                            "function, @forward, with a body; found @")
+             << func.getSymName()
+             << (func.isExternal() ? " without a body" : "");
     forward = func;
   }
   if (!forward)
@@ -95,9 +96,11 @@ LogicalResult ModelVerifyForwardPass::verifyArguments(func::FuncOp func) {
     return func.emitError("@forward needs one \"tokens\" and one \"targets\" "
                           "input");
   auto tokenType = dyn_cast<RankedTensorType>(tokens.getType());
-  if (!tokenType || tokenType.getRank() != 2 ||
+  auto targetType = dyn_cast<RankedTensorType>(targets.getType());
+  if (!tokenType || !targetType || tokenType.getRank() != 2 ||
       !isa<IntegerType>(tokenType.getElementType()) ||
-      tokenType != targets.getType())
+      !isa<IntegerType>(targetType.getElementType()) ||
+      tokenType.getShape() != targetType.getShape())
     return func.emitError("tokens and targets must be integer tensors of one "
                           "shape [batch, seq], found ")
            << tokens.getType() << " and " << targets.getType();
@@ -109,7 +112,8 @@ LogicalResult ModelVerifyForwardPass::verifyBody(func::FuncOp func) {
   WalkResult walk = func.getBody().walk([&](Operation *op) {
     if (isa<func::ReturnOp>(op) && op->getParentOp() == func)
       return WalkResult::advance();
-    if (!isa<ModelDialect>(op->getDialect())) {
+    // Ops of unregistered dialects have no Dialect object.
+    if (!op->getDialect() || !isa<ModelDialect>(op->getDialect())) {
       op->emitError("the forward graph may hold only model ops, found ")
           << op->getName();
       return WalkResult::interrupt();
@@ -127,6 +131,7 @@ LogicalResult ModelVerifyForwardPass::verifyBody(func::FuncOp func) {
              << layer.getIndexAttr().getInt() << " but layer " << expected
              << " comes next in program order";
     if (previous && (layer.getInputs().empty() ||
+                     previous.getNumResults() == 0 ||
                      layer.getInputs().front() != previous.getResult(0))) {
       InFlightDiagnostic diag =
           layer.emitError("layer ")

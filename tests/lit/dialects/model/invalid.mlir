@@ -207,7 +207,7 @@ func.func @a3_kv_columns(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: t
 
 // Tests A4: the attention dropout rate is below 1.
 func.func @a4_dropout_out_of_range(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
-  // expected-error @+1 {{'model.attention' op dropout is 1 but must be in [0, 1)}}
+  // expected-error @+1 {{'model.attention' op dropout is 1.000000e+00 but must be in [0, 1)}}
   %o = model.attention %q, %k, %v heads = 4 kv_heads = 4 scale = 0.25 {dropout = 1.0 : f64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
   return %o : tensor<2x16x64xf32>
 }
@@ -269,7 +269,7 @@ func.func @rn1_weight_shape(%x: tensor<2x16x64xf32>, %g: tensor<32xf32>) -> tens
 
 // Tests RN2: the rms_norm eps is positive.
 func.func @rn2_eps_not_positive(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>) -> tensor<2x16x64xf32> {
-  // expected-error @+1 {{'model.rms_norm' op eps is 0 but must be positive}}
+  // expected-error @+1 {{'model.rms_norm' op eps is 0.000000e+00 but must be positive}}
   %n = model.rms_norm %x, %g eps = 0.0 : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
   return %n : tensor<2x16x64xf32>
 }
@@ -300,7 +300,7 @@ func.func @ln1_bias_shape(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %b: tenso
 
 // Tests LN2: the layer_norm eps is positive.
 func.func @ln2_eps_not_positive(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<2x16x64xf32> {
-  // expected-error @+1 {{'model.layer_norm' op eps is -1.0000000000000001E-5 but must be positive}}
+  // expected-error @+1 {{'model.layer_norm' op eps is -1.000000e-05 but must be positive}}
   %n = model.layer_norm %x, %g, %b eps = -1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
   return %n : tensor<2x16x64xf32>
 }
@@ -340,7 +340,7 @@ func.func @r2_odd_head_dim(%x: tensor<2x16x63xf32>) -> tensor<2x16x63xf32> {
 
 // Tests R3: the rope theta is positive.
 func.func @r3_theta_not_positive(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
-  // expected-error @+1 {{'model.rope' op theta is 0 but must be positive}}
+  // expected-error @+1 {{'model.rope' op theta is 0.000000e+00 but must be positive}}
   %r = model.rope %x head_dim = 16 theta = 0.0 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
   return %r : tensor<2x16x64xf32>
 }
@@ -389,7 +389,7 @@ func.func @ad1_operand_type_mismatch(%x: tensor<2x16x64xf32>, %y: tensor<64xf32>
 
 // Tests D1: the dropout rate is in [0, 1).
 func.func @d1_rate_out_of_range(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
-  // expected-error @+1 {{'model.dropout' op rate is -0.5 but must be in [0, 1)}}
+  // expected-error @+1 {{'model.dropout' op rate is -5.000000e-01 but must be in [0, 1)}}
   %d = model.dropout %x rate = -0.5 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
   return %d : tensor<2x16x64xf32>
 }
@@ -547,4 +547,20 @@ func.func @unknown_op_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
 // expected-error @+1 {{'func.func' op result 0: unknown model dialect result attribute "model.param"}}
 func.func @unknown_result_attribute(%x: tensor<4xf32>) -> (tensor<4xf32> {model.param = "y"}) {
   return %x : tensor<4xf32>
+}
+
+// -----
+
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 4]
+// Tests that S3 to S5 are checked for an argument of a function declaration too, as they are for its results.
+// expected-error @+1 {{'func.func' op argument 0: sharding names axis "pp", which mesh @mesh does not have}}
+func.func private @sharding_on_declaration_argument(tensor<4x8xf32> {model.sharding = #model.sharding<@mesh, [{"pp"}, {}]>})
+
+// -----
+
+// Tests that model.config is only accepted on the module.
+func.func @config_not_on_module(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'model.gelu' op model.config must be a dictionary on the module}}
+  %y = model.gelu %x {model.config = {hidden = 64 : i64}} : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
 }

@@ -420,3 +420,25 @@ func.func @sharding_in_layer(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
   // CHECK: return %[[H]]
   return %h : tensor<2x16x64xf32>
 }
+
+// -----
+
+// Tests that axis names with a quote or a backslash round-trip escaped, in the mesh and in #model.sharding.
+// CHECK: model.mesh @mesh axes = ["a\22b", "c\\d"] sizes = [2, 2]
+model.mesh @mesh axes = ["a\"b", "c\\d"] sizes = [2, 2]
+// CHECK-LABEL: func.func @sharding_escaped_axis_names
+// CHECK-SAME: (%{{.+}}: tensor<4x4xf32> {model.sharding = #model.sharding<@mesh, [{"a\22b"}, {}], partial = {"c\\d"}>})
+func.func @sharding_escaped_axis_names(%x: tensor<4x4xf32> {model.sharding = #model.sharding<@mesh, [{"a\"b"}, {}], partial = {"c\\d"}>}) {
+  return
+}
+
+// -----
+
+// Tests that model.config, a dictionary on the module, round-trips.
+// CHECK: module attributes {model.config = {hidden = 64 : i64, layers = 2 : i64}}
+module attributes {model.config = {hidden = 64 : i64, layers = 2 : i64}} {
+  // CHECK-LABEL: func.func @config
+  func.func @config() {
+    return
+  }
+}

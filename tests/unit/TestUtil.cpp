@@ -1,0 +1,53 @@
+//===- TestUtil.cpp - Helpers shared by the unit tests --------------------===//
+
+#include "TestUtil.h"
+
+#include "compiler/Compile.h"
+#include "compiler/Registration.h"
+#include "frontends/ModelBuilder.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "gtest/gtest.h"
+
+using namespace braid;
+
+spec::JobSpec test::presetJob(const std::string &preset, int64_t seqLength,
+                              int64_t microBatch) {
+  spec::JobSpec job;
+  job.mutable_model()->set_preset(preset);
+  job.mutable_data()->set_seq_length(seqLength);
+  job.mutable_parallel()->set_micro_batch_size(microBatch);
+  return job;
+}
+
+std::string test::inputPath(const std::string &relative) {
+  return std::string(BRAID_TEST_INPUTS) + "/" + relative;
+}
+
+mlir::OwningOpRef<mlir::ModuleOp>
+test::compileModel(mlir::MLIRContext &context, const spec::JobSpec &job,
+                   ModelConfig *configOut) {
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  context.appendDialectRegistry(registry);
+  llvm::Expected<ModelConfig> config = resolveModel(job);
+  if (!config) {
+    ADD_FAILURE() << "resolve failed: " << llvm::toString(config.takeError());
+    return nullptr;
+  }
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *config);
+  if (llvm::Error error = runPhases(*module, CompileOptions())) {
+    ADD_FAILURE() << "compile failed: " << llvm::toString(std::move(error));
+    return nullptr;
+  }
+  if (configOut)
+    *configOut = *config;
+  return module;
+}
+
+std::string test::resolveError(const spec::JobSpec &job) {
+  llvm::Expected<ModelConfig> config = resolveModel(job);
+  if (config)
+    return "";
+  return llvm::toString(config.takeError());
+}

@@ -1,0 +1,34 @@
+//===- TestUtil.h - Helpers shared by the unit tests ------------*- C++ -*-===//
+
+#ifndef BRAID_TESTS_UNIT_TESTUTIL_H
+#define BRAID_TESTS_UNIT_TESTUTIL_H
+
+#include "frontends/ModelConfig.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <string>
+
+namespace braid::test {
+
+/// A job naming only a preset, with a given batch shape.
+spec::JobSpec presetJob(const std::string &preset, int64_t seqLength = 128,
+                        int64_t microBatch = 1);
+
+/// The path of a file under tests/lit/Inputs.
+std::string inputPath(const std::string &relative);
+
+/// Resolves `job` (which must succeed), builds its forward module and runs the
+/// `model` phase (which must succeed) in `context`.
+mlir::OwningOpRef<mlir::ModuleOp> compileModel(mlir::MLIRContext &context,
+                                               const spec::JobSpec &job,
+                                               ModelConfig *config = nullptr);
+
+/// The message of a resolve error, or "" when `job` resolves.
+std::string resolveError(const spec::JobSpec &job);
+
+} // namespace braid::test
+
+#endif // BRAID_TESTS_UNIT_TESTUTIL_H
