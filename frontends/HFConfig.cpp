@@ -29,49 +29,41 @@ public:
   Fields(const Object &object, llvm::StringRef source)
       : object(object), source(source) {}
 
-  /// The integer field `key`; an error when it is missing and required.
-  llvm::Expected<std::optional<int64_t>> integer(llvm::StringRef key,
-                                                 bool required) const {
+  /// The field `key` read by `extract`; none when it is absent or null, an
+  /// error when it is required and absent, or not of the `kind` expected.
+  template <typename T, typename Extract>
+  llvm::Expected<std::optional<T>> get(llvm::StringRef key, bool required,
+                                       const char *kind,
+                                       Extract extract) const {
     const llvm::json::Value *value = object.get(key);
     if (!value || value->kind() == llvm::json::Value::Null) {
       if (required)
         return fail(source, "missing required field \"" + key + "\"");
-      return std::optional<int64_t>();
+      return std::optional<T>();
     }
-    if (std::optional<int64_t> v = value->getAsInteger())
-      return v;
-    return fail(source, "field \"" + key + "\" must be an integer, found " +
-                            describe(*value));
+    if (auto v = extract(*value))
+      return std::optional<T>(T(*v));
+    return fail(source, "field \"" + key + "\" must be " + kind +
+                            ", found " + describe(*value));
   }
 
+  llvm::Expected<std::optional<int64_t>> integer(llvm::StringRef key,
+                                                 bool required) const {
+    return get<int64_t>(key, required, "an integer",
+                        [](const llvm::json::Value &v) { return v.getAsInteger(); });
+  }
   llvm::Expected<std::optional<double>> number(llvm::StringRef key) const {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return std::optional<double>();
-    if (std::optional<double> v = value->getAsNumber())
-      return v;
-    return fail(source, "field \"" + key + "\" must be a number, found " +
-                            describe(*value));
+    return get<double>(key, false, "a number",
+                       [](const llvm::json::Value &v) { return v.getAsNumber(); });
   }
-
   llvm::Expected<std::optional<bool>> boolean(llvm::StringRef key) const {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return std::optional<bool>();
-    if (std::optional<bool> v = value->getAsBoolean())
-      return v;
-    return fail(source, "field \"" + key + "\" must be true or false, found " +
-                            describe(*value));
+    return get<bool>(key, false, "true or false",
+                     [](const llvm::json::Value &v) { return v.getAsBoolean(); });
   }
-
   llvm::Expected<std::optional<std::string>> string(llvm::StringRef key) const {
-    const llvm::json::Value *value = object.get(key);
-    if (!value || value->kind() == llvm::json::Value::Null)
-      return std::optional<std::string>();
-    if (std::optional<llvm::StringRef> v = value->getAsString())
-      return std::optional<std::string>(v->str());
-    return fail(source, "field \"" + key + "\" must be a string, found " +
-                            describe(*value));
+    return get<std::string>(
+        key, false, "a string",
+        [](const llvm::json::Value &v) { return v.getAsString(); });
   }
 
   /// The first of `keys` that is present (for fields with aliases).
