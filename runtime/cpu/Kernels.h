@@ -1,0 +1,158 @@
+//===- Kernels.h - CPU kernels of the `model` ops, forward and backward ---===//
+//
+// One forward and one backward function per `model` op, on raw row-major
+// buffers (the executor passes arena addresses). T is float (training) or
+// double (gradient checks). Conventions:
+//   - "rows" is the product of all leading dimensions (batch x sequence);
+//   - backward functions OVERWRITE activation gradients (dx, dq, ...) and
+//     ACCUMULATE (+=) parameter gradients (dw, dbias, dtable), so gradient
+//     accumulation over micro-batches needs no extra pass;
+//   - whatever a backward needs from its forward beyond the inputs (norm
+//     statistics, attention log-sum-exp) is an explicit "saved" buffer.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CPU_KERNELS_H
+#define BRAID_RUNTIME_CPU_KERNELS_H
+
+#include <cstdint>
+
+namespace braid::cpu {
+
+//===-- Embeddings --------------------------------------------------------===//
+
+/// out[r, :] = table[ids[r], :] for r < rows. Ids must be in [0, vocab).
+template <typename T>
+void embeddingForward(const T *table, const int32_t *ids, int64_t rows,
+                      int64_t hidden, T *out);
+/// dtable[ids[r], :] += dout[r, :].
+template <typename T>
+void embeddingBackward(const T *dout, const int32_t *ids, int64_t rows,
+                       int64_t hidden, T *dtable);
+
+/// out[b, s, :] = table[s, :].
+template <typename T>
+void positionEmbeddingForward(const T *table, int64_t batch, int64_t seq,
+                              int64_t hidden, T *out);
+/// dtable[s, :] += sum_b dout[b, s, :].
+template <typename T>
+void positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
+                               int64_t hidden, T *dtable);
+
+//===-- Matrix products ---------------------------------------------------===//
+
+struct LinearShape {
+  int64_t rows, in, out;
+  /// The weight is stored [out, in] (nn.Linear); otherwise [in, out].
+  bool transposeW;
+};
+
+/// y = x W (+ bias), through BLAS.
+template <typename T>
+void linearForward(const T *x, const T *w, const T *bias, const LinearShape &s,
+                   T *y);
+/// dx = dy Wᵀ (overwritten, skipped when null); dw += xᵀ dy (in the weight's
+/// layout); dbias += column sums of dy (skipped when null).
+template <typename T>
+void linearBackward(const T *x, const T *w, const T *dy, const LinearShape &s,
+                    T *dx, T *dw, T *dbias);
+
+//===-- Normalisation -----------------------------------------------------===//
+
+/// y = x * rstd * w with rstd[r] = 1 / sqrt(mean(x[r]²) + eps) (saved).
+template <typename T>
+void rmsNormForward(const T *x, const T *w, int64_t rows, int64_t d, double eps,
+                    T *y, T *rstd);
+template <typename T>
+void rmsNormBackward(const T *x, const T *w, const T *rstd, const T *dy,
+                     int64_t rows, int64_t d, T *dx, T *dw);
+
+/// y = (x - mean) * rstd * w + b; mean and rstd per row are saved.
+template <typename T>
+void layerNormForward(const T *x, const T *w, const T *b, int64_t rows,
+                      int64_t d, double eps, T *y, T *mean, T *rstd);
+template <typename T>
+void layerNormBackward(const T *x, const T *w, const T *mean, const T *rstd,
+                       const T *dy, int64_t rows, int64_t d, T *dx, T *dw,
+                       T *db);
+
+//===-- Position encodings and attention ----------------------------------===//
+
+/// Rotary embedding of x [batch, seq, heads * headDim], rotate-half pairs
+/// (i, i + headDim/2), angle pos * theta^(-2i/headDim).
+template <typename T>
+void ropeForward(const T *x, int64_t batch, int64_t seq, int64_t heads,
+                 int64_t headDim, double theta, T *y);
+/// The transpose of the rotation: dx = R(-angle) dy.
+template <typename T>
+void ropeBackward(const T *dy, int64_t batch, int64_t seq, int64_t heads,
+                  int64_t headDim, double theta, T *dx);
+
+struct AttentionShape {
+  int64_t batch, seq, heads, kvHeads, headDim;
+  double scale;
+  bool causal, alibi;
+};
+
+/// ALiBi slopes for `heads` heads (Press et al.; non-powers of two as Bloom).
+void alibiSlopes(int64_t heads, double *slopes);
+
+/// out = softmax(q kᵀ scale + bias) v per head; lse [batch, heads, seq]
+/// (saved) holds each row's log-sum-exp so backward can rebuild the
+/// probabilities without storing them.
+template <typename T>
+void attentionForward(const T *q, const T *k, const T *v,
+                      const AttentionShape &s, T *out, T *lse);
+/// dq, dk, dv are overwritten.
+template <typename T>
+void attentionBackward(const T *q, const T *k, const T *v, const T *out,
+                       const T *lse, const T *dout, const AttentionShape &s,
+                       T *dq, T *dk, T *dv);
+
+//===-- Elementwise -------------------------------------------------------===//
+
+/// y = silu(gate) * up.
+template <typename T>
+void swigluForward(const T *gate, const T *up, int64_t n, T *y);
+template <typename T>
+void swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
+                    T *dgate, T *dup);
+
+/// GeLU, exact (erf) or with the tanh approximation.
+template <typename T>
+void geluForward(const T *x, int64_t n, bool tanhApprox, T *y);
+template <typename T>
+void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx);
+
+//===-- Fused QKV ---------------------------------------------------------===//
+
+struct QkvShape {
+  int64_t rows, heads, kvHeads, headDim;
+  /// Columns per head, [q_h, k_h, v_h] (Bloom); otherwise [Q | K | V].
+  bool perHead;
+};
+
+template <typename T>
+void qkvSplitForward(const T *qkv, const QkvShape &s, T *q, T *k, T *v);
+template <typename T>
+void qkvSplitBackward(const T *dq, const T *dk, const T *dv, const QkvShape &s,
+                      T *dqkv);
+
+//===-- Loss --------------------------------------------------------------===//
+
+/// The mean over rows whose target is not `ignoreIndex` of
+/// logsumexp(logits[r]) - logits[r, target[r]]. Returns the loss and the
+/// number of counted rows; lse [rows] is saved for backward.
+template <typename T>
+T crossEntropyForward(const T *logits, const int32_t *targets, int64_t rows,
+                      int64_t vocab, int64_t ignoreIndex, T *lse,
+                      int64_t *counted);
+/// dlogits = dloss * (softmax - onehot) / counted (0 on ignored rows).
+template <typename T>
+void crossEntropyBackward(const T *logits, const int32_t *targets,
+                          const T *lse, T dloss, int64_t rows, int64_t vocab,
+                          int64_t ignoreIndex, int64_t counted, T *dlogits);
+
+} // namespace braid::cpu
+
+#endif // BRAID_RUNTIME_CPU_KERNELS_H

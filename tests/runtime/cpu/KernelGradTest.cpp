@@ -1,0 +1,308 @@
+//===- KernelGradTest.cpp - CPU kernels against finite differences --------===//
+//
+// For every op, in double: the backward kernel's gradients of
+// L = sum(forward(inputs) * r), r random, must match central finite
+// differences of L to 1e-6 relative, for every element of every input. The
+// float kernels must match the double ones to float precision.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/Kernels.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+using namespace braid::cpu;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec randomVec(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(-scale, scale);
+  Vec v(n);
+  for (double &x : v)
+    x = dist(gen);
+  return v;
+}
+
+double dot(const Vec &a, const Vec &b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    s += a[i] * b[i];
+  return s;
+}
+
+/// Compares `analytic` with central differences of `loss` in every element of
+/// `x`; returns the largest relative error.
+double gradError(Vec &x, const Vec &analytic, const std::function<double()> &loss) {
+  const double eps = 1e-6;
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double saved = x[i];
+    x[i] = saved + eps;
+    double up = loss();
+    x[i] = saved - eps;
+    double down = loss();
+    x[i] = saved;
+    double numeric = (up - down) / (2 * eps);
+    double denom = std::max({std::fabs(numeric), std::fabs(analytic[i]), 1e-3});
+    worst = std::max(worst, std::fabs(numeric - analytic[i]) / denom);
+  }
+  return worst;
+}
+
+constexpr double kTol = 1e-6;
+
+TEST(KernelGrad, Linear) {
+  for (bool transposeW : {false, true}) {
+    LinearShape s{6, 5, 4, transposeW};
+    Vec x = randomVec(30, 1), w = randomVec(20, 2), b = randomVec(4, 3),
+        r = randomVec(24, 4), y(24);
+    auto loss = [&] {
+      linearForward(x.data(), w.data(), b.data(), s, y.data());
+      return dot(y, r);
+    };
+    Vec dx(30), dw(20, 0.0), db(4, 0.0);
+    linearBackward(x.data(), w.data(), r.data(), s, dx.data(), dw.data(),
+                   db.data());
+    EXPECT_LT(gradError(x, dx, loss), kTol) << "dx, transposeW " << transposeW;
+    EXPECT_LT(gradError(w, dw, loss), kTol) << "dw, transposeW " << transposeW;
+    EXPECT_LT(gradError(b, db, loss), kTol) << "dbias";
+    // Parameter gradients accumulate: a second backward doubles them.
+    Vec dw2 = dw;
+    linearBackward<double>(x.data(), w.data(), r.data(), s, nullptr,
+                           dw2.data(), nullptr);
+    for (size_t i = 0; i < dw.size(); ++i)
+      EXPECT_DOUBLE_EQ(dw2[i], 2 * dw[i]);
+  }
+}
+
+TEST(KernelGrad, Embedding) {
+  const int64_t vocab = 7, hidden = 3, rows = 5;
+  std::vector<int32_t> ids = {1, 4, 1, 6, 0};
+  Vec table = randomVec(vocab * hidden, 5), r = randomVec(rows * hidden, 6),
+      y(rows * hidden);
+  auto loss = [&] {
+    embeddingForward(table.data(), ids.data(), rows, hidden, y.data());
+    return dot(y, r);
+  };
+  Vec dtable(vocab * hidden, 0.0);
+  embeddingBackward(r.data(), ids.data(), rows, hidden, dtable.data());
+  EXPECT_LT(gradError(table, dtable, loss), kTol);
+}
+
+TEST(KernelGrad, PositionEmbedding) {
+  const int64_t batch = 2, seq = 3, hidden = 4, positions = 5;
+  Vec table = randomVec(positions * hidden, 7), r = randomVec(24, 8), y(24);
+  auto loss = [&] {
+    positionEmbeddingForward(table.data(), batch, seq, hidden, y.data());
+    return dot(y, r);
+  };
+  Vec dtable(positions * hidden, 0.0);
+  positionEmbeddingBackward(r.data(), batch, seq, hidden, dtable.data());
+  EXPECT_LT(gradError(table, dtable, loss), kTol);
+}
+
+TEST(KernelGrad, RmsNorm) {
+  const int64_t rows = 4, d = 6;
+  Vec x = randomVec(24, 9), w = randomVec(6, 10), r = randomVec(24, 11),
+      y(24), rstd(rows);
+  auto loss = [&] {
+    rmsNormForward(x.data(), w.data(), rows, d, 1e-5, y.data(), rstd.data());
+    return dot(y, r);
+  };
+  loss();
+  Vec dx(24), dw(6, 0.0);
+  rmsNormBackward(x.data(), w.data(), rstd.data(), r.data(), rows, d, dx.data(),
+                  dw.data());
+  EXPECT_LT(gradError(x, dx, loss), kTol);
+  EXPECT_LT(gradError(w, dw, loss), kTol);
+}
+
+TEST(KernelGrad, LayerNorm) {
+  const int64_t rows = 4, d = 6;
+  Vec x = randomVec(24, 12), w = randomVec(6, 13), b = randomVec(6, 14),
+      r = randomVec(24, 15), y(24), mean(rows), rstd(rows);
+  auto loss = [&] {
+    layerNormForward(x.data(), w.data(), b.data(), rows, d, 1e-5, y.data(),
+                     mean.data(), rstd.data());
+    return dot(y, r);
+  };
+  loss();
+  Vec dx(24), dw(6, 0.0), db(6, 0.0);
+  layerNormBackward(x.data(), w.data(), mean.data(), rstd.data(), r.data(),
+                    rows, d, dx.data(), dw.data(), db.data());
+  EXPECT_LT(gradError(x, dx, loss), kTol);
+  EXPECT_LT(gradError(w, dw, loss), kTol);
+  EXPECT_LT(gradError(b, db, loss), kTol);
+}
+
+TEST(KernelGrad, Rope) {
+  const int64_t batch = 2, seq = 3, heads = 2, headDim = 4;
+  const int64_t n = batch * seq * heads * headDim;
+  Vec x = randomVec(n, 16), r = randomVec(n, 17), y(n);
+  auto loss = [&] {
+    ropeForward(x.data(), batch, seq, heads, headDim, 10000.0, y.data());
+    return dot(y, r);
+  };
+  Vec dx(n);
+  ropeBackward(r.data(), batch, seq, heads, headDim, 10000.0, dx.data());
+  EXPECT_LT(gradError(x, dx, loss), kTol);
+  // Position 0 is not rotated; the rotation preserves each pair's norm.
+  ropeForward(x.data(), batch, seq, heads, headDim, 10000.0, y.data());
+  for (int64_t c = 0; c < heads * headDim; ++c)
+    EXPECT_DOUBLE_EQ(y[c], x[c]);
+  int64_t base = heads * headDim; // batch 0, position 1, head 0
+  EXPECT_NEAR(y[base] * y[base] + y[base + 2] * y[base + 2],
+              x[base] * x[base] + x[base + 2] * x[base + 2], 1e-12);
+}
+
+void checkAttention(const AttentionShape &s, uint32_t seed) {
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  Vec q = randomVec(qn, seed), k = randomVec(kvn, seed + 1),
+      v = randomVec(kvn, seed + 2), r = randomVec(qn, seed + 3), out(qn),
+      lse(s.batch * s.heads * s.seq);
+  auto loss = [&] {
+    attentionForward(q.data(), k.data(), v.data(), s, out.data(), lse.data());
+    return dot(out, r);
+  };
+  loss();
+  Vec dq(qn), dk(kvn), dv(kvn);
+  attentionBackward(q.data(), k.data(), v.data(), out.data(), lse.data(),
+                    r.data(), s, dq.data(), dk.data(), dv.data());
+  EXPECT_LT(gradError(q, dq, loss), kTol);
+  EXPECT_LT(gradError(k, dk, loss), kTol);
+  EXPECT_LT(gradError(v, dv, loss), kTol);
+}
+
+TEST(KernelGrad, AttentionCausal) {
+  checkAttention({2, 5, 2, 2, 4, 0.5, true, false}, 20);
+}
+TEST(KernelGrad, AttentionGroupedQuery) {
+  checkAttention({1, 4, 4, 2, 3, 0.6, true, false}, 30);
+}
+TEST(KernelGrad, AttentionAlibi) {
+  checkAttention({1, 4, 3, 3, 2, 0.7, true, true}, 40);
+}
+TEST(KernelGrad, AttentionNonCausal) {
+  checkAttention({1, 3, 2, 1, 2, 0.5, false, false}, 50);
+}
+
+TEST(Attention, CausalFirstRowCopiesTheFirstValue) {
+  // Query 0 sees only key 0, so its output is v_0 whatever the scores.
+  AttentionShape s{1, 3, 1, 1, 2, 1.0, true, false};
+  Vec q = randomVec(6, 60), k = randomVec(6, 61), v = randomVec(6, 62),
+      out(6), lse(3);
+  attentionForward(q.data(), k.data(), v.data(), s, out.data(), lse.data());
+  EXPECT_NEAR(out[0], v[0], 1e-15);
+  EXPECT_NEAR(out[1], v[1], 1e-15);
+}
+
+TEST(Attention, AlibiSlopesFollowThePaper) {
+  double slopes[12];
+  alibiSlopes(8, slopes); // 2^-1, 2^-2, ..., 2^-8
+  for (int i = 0; i < 8; ++i)
+    EXPECT_DOUBLE_EQ(slopes[i], std::pow(2.0, -(i + 1)));
+  alibiSlopes(12, slopes); // 8 as above, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5
+  for (int j = 0; j < 4; ++j)
+    EXPECT_DOUBLE_EQ(slopes[8 + j], std::pow(2.0, -0.5 - j));
+}
+
+TEST(KernelGrad, Swiglu) {
+  Vec g = randomVec(10, 70, 3.0), u = randomVec(10, 71), r = randomVec(10, 72),
+      y(10);
+  auto loss = [&] {
+    swigluForward(g.data(), u.data(), 10, y.data());
+    return dot(y, r);
+  };
+  Vec dg(10), du(10);
+  swigluBackward(g.data(), u.data(), r.data(), 10, dg.data(), du.data());
+  EXPECT_LT(gradError(g, dg, loss), kTol);
+  EXPECT_LT(gradError(u, du, loss), kTol);
+}
+
+TEST(KernelGrad, Gelu) {
+  for (bool tanhApprox : {false, true}) {
+    Vec x = randomVec(12, 80, 3.0), r = randomVec(12, 81), y(12);
+    auto loss = [&] {
+      geluForward(x.data(), 12, tanhApprox, y.data());
+      return dot(y, r);
+    };
+    Vec dx(12);
+    geluBackward(x.data(), r.data(), 12, tanhApprox, dx.data());
+    EXPECT_LT(gradError(x, dx, loss), kTol) << "tanh " << tanhApprox;
+  }
+}
+
+TEST(KernelGrad, QkvSplit) {
+  for (bool perHead : {false, true}) {
+    QkvShape s{3, 2, perHead ? 2 : 1, 2, perHead};
+    int64_t qCols = 4, kvCols = s.kvHeads * 2, width = qCols + 2 * kvCols;
+    Vec qkv = randomVec(3 * width, 90), rq = randomVec(3 * qCols, 91),
+        rk = randomVec(3 * kvCols, 92), rv = randomVec(3 * kvCols, 93),
+        q(3 * qCols), k(3 * kvCols), v(3 * kvCols);
+    auto loss = [&] {
+      qkvSplitForward(qkv.data(), s, q.data(), k.data(), v.data());
+      return dot(q, rq) + dot(k, rk) + dot(v, rv);
+    };
+    Vec dqkv(3 * width);
+    qkvSplitBackward(rq.data(), rk.data(), rv.data(), s, dqkv.data());
+    EXPECT_LT(gradError(qkv, dqkv, loss), kTol);
+    // Layout: per head, head 1's k is columns [8, 10); grouped, k starts at 4.
+    qkvSplitForward(qkv.data(), s, q.data(), k.data(), v.data());
+    if (perHead)
+      EXPECT_EQ(k[2], qkv[8]);
+    else
+      EXPECT_EQ(k[0], qkv[4]);
+  }
+}
+
+TEST(KernelGrad, CrossEntropy) {
+  const int64_t rows = 5, vocab = 7;
+  std::vector<int32_t> targets = {3, -100, 0, 6, 2};
+  Vec logits = randomVec(rows * vocab, 100, 2.0), lse(rows);
+  int64_t counted = 0;
+  auto loss = [&] {
+    return crossEntropyForward(logits.data(), targets.data(), rows, vocab,
+                               -100, lse.data(), &counted);
+  };
+  double value = loss();
+  EXPECT_EQ(counted, 4);
+  // Independent reference for one row: -log softmax(row)[target].
+  double ref = 0;
+  for (int64_t r : {0, 2, 3, 4}) {
+    double sum = 0;
+    for (int64_t c = 0; c < vocab; ++c)
+      sum += std::exp(logits[r * vocab + c]);
+    ref += std::log(sum) - logits[r * vocab + targets[r]];
+  }
+  EXPECT_NEAR(value, ref / 4, 1e-12);
+  Vec dlogits(rows * vocab);
+  crossEntropyBackward(logits.data(), targets.data(), lse.data(), 1.0, rows,
+                       vocab, -100, counted, dlogits.data());
+  EXPECT_LT(gradError(logits, dlogits, loss), kTol);
+  for (int64_t c = 0; c < vocab; ++c)
+    EXPECT_EQ(dlogits[vocab + c], 0.0); // the ignored row
+}
+
+TEST(Kernels, FloatMatchesDouble) {
+  AttentionShape s{1, 6, 4, 2, 8, 0.35, true, true};
+  const int64_t qn = 6 * 4 * 8, kvn = 6 * 2 * 8;
+  Vec q = randomVec(qn, 110), k = randomVec(kvn, 111), v = randomVec(kvn, 112);
+  Vec out(qn), lse(24);
+  attentionForward(q.data(), k.data(), v.data(), s, out.data(), lse.data());
+  std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()),
+      vf(v.begin(), v.end()), outf(qn), lsef(24);
+  attentionForward(qf.data(), kf.data(), vf.data(), s, outf.data(), lsef.data());
+  for (int64_t i = 0; i < qn; ++i)
+    EXPECT_NEAR(outf[i], out[i], 1e-5 * std::max(1.0, std::fabs(out[i])));
+}
+
+} // namespace
