@@ -8,6 +8,8 @@
 
 #include "runtime/cpu/Kernels.h"
 
+#include "runtime/cpu/Philox.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -402,6 +404,44 @@ void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx) {
   }
 }
 
+//===-- Dropout -----------------------------------------------------------===//
+
+bool dropoutKeeps(uint64_t index, double rate, const DropoutKey &key) {
+  // One Philox call gives four words: elements 4i .. 4i+3 share a counter.
+  PhiloxCounter counter = {uint32_t(index >> 2), uint32_t(index >> 34),
+                           key.step, key.op};
+  PhiloxCounter bits =
+      philox4x32(counter, {uint32_t(key.seed), uint32_t(key.seed >> 32)});
+  return uniformFromBits(bits[index & 3]) >= rate;
+}
+
+namespace {
+template <typename T>
+void applyDropout(const T *in, const GlobalIndexing &at, double rate,
+                  const DropoutKey &key, T *out) {
+  double scale = 1.0 / (1.0 - rate);
+  for (int64_t r = 0; r < at.rows; ++r) {
+    uint64_t base = uint64_t(at.rowOffset + r) * at.globalCols + at.colOffset;
+    for (int64_t c = 0; c < at.cols; ++c) {
+      int64_t i = r * at.cols + c;
+      out[i] = dropoutKeeps(base + c, rate, key) ? T(in[i] * scale) : T(0);
+    }
+  }
+}
+} // namespace
+
+template <typename T>
+void dropoutForward(const T *x, const GlobalIndexing &at, double rate,
+                    const DropoutKey &key, T *y) {
+  applyDropout(x, at, rate, key, y);
+}
+
+template <typename T>
+void dropoutBackward(const T *dy, const GlobalIndexing &at, double rate,
+                     const DropoutKey &key, T *dx) {
+  applyDropout(dy, at, rate, key, dx);
+}
+
 //===-- Fused QKV ---------------------------------------------------------===//
 
 namespace {
@@ -532,6 +572,10 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
                                   T *, T *);                                   \
   template void geluForward<T>(const T *, int64_t, bool, T *);                 \
   template void geluBackward<T>(const T *, const T *, int64_t, bool, T *);     \
+  template void dropoutForward<T>(const T *, const GlobalIndexing &, double,  \
+                                  const DropoutKey &, T *);                    \
+  template void dropoutBackward<T>(const T *, const GlobalIndexing &, double, \
+                                   const DropoutKey &, T *);                   \
   template void qkvSplitForward<T>(const T *, const QkvShape &, T *, T *,      \
                                    T *);                                       \
   template void qkvSplitBackward<T>(const T *, const T *, const T *,           \

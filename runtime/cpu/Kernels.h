@@ -124,6 +124,32 @@ void geluForward(const T *x, int64_t n, bool tanhApprox, T *y);
 template <typename T>
 void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx);
 
+/// Where a (possibly sharded) 2-D view of a tensor sits in the whole tensor:
+/// local element (r, c) is global element (rowOffset + r) * globalCols +
+/// colOffset + c. A replicated tensor is {rows, cols, cols, 0, 0}.
+struct GlobalIndexing {
+  int64_t rows, cols, globalCols, rowOffset, colOffset;
+};
+
+/// What keys a dropout mask: the run's seed, the training step and the op
+/// (its position in the program), so that every (step, op) draws fresh
+/// masks and re-running a step (recompute) draws the same ones.
+struct DropoutKey {
+  uint64_t seed;
+  uint32_t step, op;
+};
+
+/// y = x * keep / (1 - rate), keep drawn per global element from Philox.
+template <typename T>
+void dropoutForward(const T *x, const GlobalIndexing &at, double rate,
+                    const DropoutKey &key, T *y);
+/// dx = dy * keep / (1 - rate), the mask regenerated rather than stored.
+template <typename T>
+void dropoutBackward(const T *dy, const GlobalIndexing &at, double rate,
+                     const DropoutKey &key, T *dx);
+/// Whether global element `index` is kept (exposed for tests).
+bool dropoutKeeps(uint64_t index, double rate, const DropoutKey &key);
+
 //===-- Fused QKV ---------------------------------------------------------===//
 
 struct QkvShape {

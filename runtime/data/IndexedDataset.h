@@ -176,7 +176,6 @@ private:
   std::string prefix_;
   DType dtype_ = DType::kInt32;
   std::FILE *bin_ = nullptr;
-  bool finished_ = false;
   uint64_t binBytes_ = 0;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> documentIndex_ = {0};

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/Philox.h"
 
 #include "gtest/gtest.h"
 
@@ -303,6 +304,82 @@ TEST(Kernels, FloatMatchesDouble) {
   attentionForward(qf.data(), kf.data(), vf.data(), s, outf.data(), lsef.data());
   for (int64_t i = 0; i < qn; ++i)
     EXPECT_NEAR(outf[i], out[i], 1e-5 * std::max(1.0, std::fabs(out[i])));
+}
+
+} // namespace
+
+namespace {
+
+// Known-answer vectors of Philox4x32-10 published with Random123
+// (kat_vectors): counter, key -> output.
+TEST(Philox, KnownAnswers) {
+  EXPECT_EQ(philox4x32({0, 0, 0, 0}, {0, 0}),
+            (PhiloxCounter{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox4x32({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+                       {0xffffffff, 0xffffffff}),
+            (PhiloxCounter{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(philox4x32({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+                       {0xa4093822, 0x299f31d0}),
+            (PhiloxCounter{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+TEST(Dropout, MaskDoesNotDependOnSharding) {
+  const int64_t rows = 6, cols = 10;
+  const DropoutKey key{1234, 7, 3};
+  Vec x = randomVec(rows * cols, 120), whole(rows * cols);
+  dropoutForward(x.data(), {rows, cols, cols, 0, 0}, 0.3, key, whole.data());
+  // Two column shards (tensor parallel) and two row shards (data/sequence
+  // parallel), each computed on its own, give the same elements.
+  for (int64_t part = 0; part < 2; ++part) {
+    Vec colShard(rows * 5), out(rows * 5);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < 5; ++c)
+        colShard[r * 5 + c] = x[r * cols + part * 5 + c];
+    dropoutForward(colShard.data(), {rows, 5, cols, 0, part * 5}, 0.3, key,
+                   out.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < 5; ++c)
+        EXPECT_EQ(out[r * 5 + c], whole[r * cols + part * 5 + c]);
+    Vec rowShard(x.begin() + part * 3 * cols, x.begin() + (part + 1) * 3 * cols);
+    Vec out2(3 * cols);
+    dropoutForward(rowShard.data(), {3, cols, cols, part * 3, 0}, 0.3, key,
+                   out2.data());
+    for (int64_t i = 0; i < 3 * cols; ++i)
+      EXPECT_EQ(out2[i], whole[part * 3 * cols + i]);
+  }
+}
+
+TEST(Dropout, DropsTheRateAndScalesTheRest) {
+  const int64_t n = 200000;
+  const double rate = 0.1;
+  Vec x(n, 1.0), y(n);
+  dropoutForward(x.data(), {1, n, n, 0, 0}, rate, {99, 0, 0}, y.data());
+  int64_t dropped = 0;
+  for (double v : y) {
+    if (v == 0)
+      ++dropped;
+    else
+      EXPECT_DOUBLE_EQ(v, 1.0 / (1.0 - rate));
+  }
+  // Binomial(n, 0.1): standard deviation sqrt(n p (1-p)) ~ 134; allow 5.
+  EXPECT_NEAR(double(dropped), rate * n, 5 * std::sqrt(n * rate * (1 - rate)));
+  // Another step or op draws another mask.
+  Vec z(n);
+  dropoutForward(x.data(), {1, n, n, 0, 0}, rate, {99, 1, 0}, z.data());
+  EXPECT_NE(y, z);
+}
+
+TEST(KernelGrad, Dropout) {
+  const int64_t rows = 3, cols = 8;
+  const DropoutKey key{5, 2, 9};
+  Vec x = randomVec(24, 130), r = randomVec(24, 131), y(24);
+  auto loss = [&] {
+    dropoutForward(x.data(), {rows, cols, cols, 0, 0}, 0.25, key, y.data());
+    return dot(y, r);
+  };
+  Vec dx(24);
+  dropoutBackward(r.data(), {rows, cols, cols, 0, 0}, 0.25, key, dx.data());
+  EXPECT_LT(gradError(x, dx, loss), kTol);
 }
 
 } // namespace

@@ -1,0 +1,46 @@
+//===- Philox.h - Counter-based random numbers ------------------*- C++ -*-===//
+//
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+// SC'11): a keyed bijection of a 128-bit counter. Random numbers are a pure
+// function of (key, counter), so any rank can produce the numbers of any
+// element without generating the ones before it. That is what makes dropout
+// masks independent of how a tensor is sharded: the counter is the element's
+// global index, the key the seed, and the remaining counter words the step
+// and the op.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CPU_PHILOX_H
+#define BRAID_RUNTIME_CPU_PHILOX_H
+
+#include <array>
+#include <cstdint>
+
+namespace braid::cpu {
+
+using PhiloxCounter = std::array<uint32_t, 4>;
+using PhiloxKey = std::array<uint32_t, 2>;
+
+/// Ten rounds of Philox4x32 on `counter` under `key`.
+inline PhiloxCounter philox4x32(PhiloxCounter counter, PhiloxKey key) {
+  constexpr uint32_t kMul0 = 0xD2511F53, kMul1 = 0xCD9E8D57;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9, kWeyl1 = 0xBB67AE85;
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t(kMul0) * counter[0];
+    uint64_t p1 = uint64_t(kMul1) * counter[2];
+    counter = {uint32_t(p1 >> 32) ^ counter[1] ^ key[0], uint32_t(p1),
+               uint32_t(p0 >> 32) ^ counter[3] ^ key[1], uint32_t(p0)};
+    key = {key[0] + kWeyl0, key[1] + kWeyl1};
+  }
+  return counter;
+}
+
+/// A uniform number in [0, 1) from 32 random bits (24 significant bits, so
+/// float and double kernels draw the same masks).
+inline double uniformFromBits(uint32_t bits) {
+  return double(bits >> 8) * (1.0 / 16777216.0);
+}
+
+} // namespace braid::cpu
+
+#endif // BRAID_RUNTIME_CPU_PHILOX_H
