@@ -86,6 +86,8 @@ std::vector<std::string> braid::phaseNames() {
 llvm::Error braid::runPhases(ModuleOp module, const CompileOptions &options) {
   PassManager pm(module->getContext());
   if (!options.dumpIrDir.empty()) {
+    // MLIR prints IR between passes only when passes do not run in parallel.
+    module->getContext()->disableMultithreading();
     if (std::error_code ec =
             llvm::sys::fs::create_directories(options.dumpIrDir))
       return error("--dump-ir-after-all: cannot create " + options.dumpIrDir +

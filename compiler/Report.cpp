@@ -7,6 +7,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace braid;
 using namespace braid::model;
@@ -61,11 +63,16 @@ FlopCount braid::countFlops(ModuleOp module) {
   func::FuncOp func = getForward(module);
   if (!func)
     return count;
+  // Costs saturate at INT64_MAX; so do their sums.
+  auto add = [](int64_t &sum, int64_t value) {
+    if (__builtin_add_overflow(sum, value, &sum))
+      sum = std::numeric_limits<int64_t>::max();
+  };
   func.walk([&](CostOpInterface op) {
-    count.forwardMatmul += op.getMatmulFlops();
-    count.forwardVector += op.getVectorFlops();
+    add(count.forwardMatmul, op.getMatmulFlops());
+    add(count.forwardVector, op.getVectorFlops());
     if (isa<AttentionOp>(op.getOperation()))
-      count.attentionMatmul += op.getMatmulFlops();
+      add(count.attentionMatmul, op.getMatmulFlops());
   });
   for (BlockArgument arg : func.getArguments())
     if (auto input = func.getArgAttrOfType<StringAttr>(
@@ -112,6 +119,7 @@ llvm::json::Value braid::buildReport(ModuleOp module,
            {"init_std", c.initStd},
            {"hidden_dropout", c.hiddenDropout},
            {"attention_dropout", c.attentionDropout},
+           {"embedding_dropout", c.embeddingDropout},
        }},
       {"batch",
        llvm::json::Object{

@@ -75,6 +75,9 @@ public:
   }
 
   bool has(llvm::StringRef key) const { return object.get(key) != nullptr; }
+  const llvm::json::Value *raw(llvm::StringRef key) const {
+    return object.get(key);
+  }
 
 private:
   static std::string describe(const llvm::json::Value &value) {
@@ -130,6 +133,12 @@ llvm::Error importLlamaLike(const Fields &f, spec::ModelSpec &m,
                             "\" but this architecture supports only \"silu\" "
                             "(SwiGLU)");
   m.set_activation(spec::SWIGLU);
+  // RoPE scaling (linear, dynamic NTK, YaRN, ...) changes the model's math;
+  // refuse it rather than train a different model.
+  if (const llvm::json::Value *scaling = f.raw("rope_scaling");
+      scaling && scaling->kind() != llvm::json::Value::Null)
+    return fail(source, "field \"rope_scaling\" is set, but RoPE scaling is "
+                        "not supported; remove it or set it to null");
   if (m.family() == spec::INTERNLM) {
     // InternLM's `bias` puts biases on the Q, K, V and output projections.
     auto bias = f.boolean("bias");
@@ -161,6 +170,7 @@ llvm::Error importGpt2(const Fields &f, spec::ModelSpec &m,
   BRAID_SET_OPT(f.number("initializer_range"), set_init_std);
   BRAID_SET_OPT(f.number("resid_pdrop"), set_hidden_dropout);
   BRAID_SET_OPT(f.number("attn_pdrop"), set_attention_dropout);
+  BRAID_SET_OPT(f.number("embd_pdrop"), set_embedding_dropout);
   BRAID_SET_OPT(f.boolean("tie_word_embeddings"), set_tie_embeddings);
   auto act = f.string("activation_function");
   if (!act)

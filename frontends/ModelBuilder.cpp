@@ -313,8 +313,8 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   if (c.embeddingNorm)
     x = fb.create<LayerNormOp>(loc, x, arg(embedNormW), arg(embedNormB),
                                c.normEps);
-  if (c.hiddenDropout > 0)
-    x = fb.create<DropoutOp>(loc, x, c.hiddenDropout);
+  if (c.embeddingDropout > 0)
+    x = fb.create<DropoutOp>(loc, x, c.embeddingDropout);
   for (auto [i, indices] : llvm::enumerate(layerParams)) {
     SmallVector<Value> params;
     for (unsigned index : indices)

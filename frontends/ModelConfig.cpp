@@ -17,6 +17,18 @@ llvm::Error invalid(const llvm::Twine &message) {
                                  message.str());
 }
 
+/// The largest size any field may have: token ids are int32, and every
+/// tensor size and cost product stays far inside int64.
+constexpr int64_t kMaxSize = int64_t(1) << 30;
+
+/// Checks `value` in [1, kMaxSize] for the field `name`.
+llvm::Error checkSize(const char *name, int64_t value) {
+  if (value < 1 || value > kMaxSize)
+    return invalid(llvm::Twine(name) + " = " + llvm::Twine(value) +
+                   " must be in [1, " + llvm::Twine(kMaxSize) + "]");
+  return llvm::Error::success();
+}
+
 bool isGptStyle(spec::Family f) { return f == spec::GPT2 || f == spec::BLOOM; }
 
 std::string str(double v) {
@@ -89,18 +101,18 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
                               &c.vocabSize}}) {
     if (!r.has)
       return invalid(llvm::Twine("model.") + r.name + " is not set");
-    if (r.value < 1)
+    if (r.value < 1 || r.value > kMaxSize)
       return invalid(llvm::Twine("model.") + r.name + " = " +
-                     llvm::Twine(r.value) + " must be >= 1");
+                     llvm::Twine(r.value) + " must be in [1, " +
+                     llvm::Twine(kMaxSize) + "]");
     *r.out = r.value;
   }
 
   // Family defaults for what is still unset.
   bool gpt = isGptStyle(c.family);
   c.numKvHeads = m.has_num_kv_heads() ? m.num_kv_heads() : c.numHeads;
-  if (c.numKvHeads < 1)
-    return invalid("model.num_kv_heads = " + llvm::Twine(c.numKvHeads) +
-                   " must be >= 1");
+  if (llvm::Error e = checkSize("model.num_kv_heads", c.numKvHeads))
+    return std::move(e);
   if (c.hiddenSize % c.numHeads != 0)
     return invalid("model.num_heads = " + llvm::Twine(c.numHeads) +
                    " does not divide model.hidden_size = " +
@@ -120,15 +132,13 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
     int64_t ffn = 2 * (4 * c.hiddenSize) / 3;
     c.ffnHiddenSize = (ffn + 255) / 256 * 256;
   }
-  if (c.ffnHiddenSize < 1)
-    return invalid("model.ffn_hidden_size = " + llvm::Twine(c.ffnHiddenSize) +
-                   " must be >= 1");
+  if (llvm::Error e = checkSize("model.ffn_hidden_size", c.ffnHiddenSize))
+    return std::move(e);
 
   int64_t divisor =
       m.has_make_vocab_size_divisible_by() ? m.make_vocab_size_divisible_by() : 1;
-  if (divisor < 1)
-    return invalid("model.make_vocab_size_divisible_by = " +
-                   llvm::Twine(divisor) + " must be >= 1");
+  if (llvm::Error e = checkSize("model.make_vocab_size_divisible_by", divisor))
+    return std::move(e);
   c.paddedVocabSize = (c.vocabSize + divisor - 1) / divisor * divisor;
 
   c.norm = m.has_norm() && m.norm() != spec::NORM_UNSPECIFIED
@@ -177,30 +187,29 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
     return invalid("model.init_std = " + str(c.initStd) + " must be > 0");
   c.hiddenDropout = m.hidden_dropout();
   c.attentionDropout = m.attention_dropout();
+  c.embeddingDropout = m.embedding_dropout();
   for (auto [name, rate] : {std::pair<const char *, double>{"hidden_dropout",
                                                             c.hiddenDropout},
-                            {"attention_dropout", c.attentionDropout}})
+                            {"attention_dropout", c.attentionDropout},
+                            {"embedding_dropout", c.embeddingDropout}})
     if (!(rate >= 0 && rate < 1))
       return invalid(llvm::Twine("model.") + name + " = " + str(rate) +
                      " must be in [0, 1)");
 
   c.maxSeqLen = m.has_max_seq_len() ? m.max_seq_len() : 2048;
-  if (c.maxSeqLen < 1)
-    return invalid("model.max_seq_len = " + llvm::Twine(c.maxSeqLen) +
-                   " must be >= 1");
+  if (llvm::Error e = checkSize("model.max_seq_len", c.maxSeqLen))
+    return std::move(e);
 
   // The batch of one forward pass.
   c.microBatchSize = job.parallel().has_micro_batch_size()
                          ? job.parallel().micro_batch_size()
                          : 1;
-  if (c.microBatchSize < 1)
-    return invalid("parallel.micro_batch_size = " +
-                   llvm::Twine(c.microBatchSize) + " must be >= 1");
+  if (llvm::Error e = checkSize("parallel.micro_batch_size", c.microBatchSize))
+    return std::move(e);
   c.seqLength =
       job.data().has_seq_length() ? job.data().seq_length() : c.maxSeqLen;
-  if (c.seqLength < 1)
-    return invalid("data.seq_length = " + llvm::Twine(c.seqLength) +
-                   " must be >= 1");
+  if (llvm::Error e = checkSize("data.seq_length", c.seqLength))
+    return std::move(e);
   if (c.positionEmbedding == spec::LEARNED && c.seqLength > c.maxSeqLen)
     return invalid("data.seq_length = " + llvm::Twine(c.seqLength) +
                    " exceeds model.max_seq_len = " + llvm::Twine(c.maxSeqLen) +

@@ -30,6 +30,7 @@ struct ModelConfig {
   bool tieEmbeddings = false, attentionBias = false, mlpBias = false;
   bool embeddingNorm = false;
   double initStd = 0, hiddenDropout = 0, attentionDropout = 0;
+  double embeddingDropout = 0;
 
   // The batch of one forward pass.
   int64_t microBatchSize = 1;

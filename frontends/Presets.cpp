@@ -42,6 +42,7 @@ ModelSpec gpt2(int64_t layers, int64_t hidden, int64_t heads) {
   m.set_norm_eps(1e-5);
   m.set_hidden_dropout(0.1);
   m.set_attention_dropout(0.1);
+  m.set_embedding_dropout(0.1);
   return m;
 }
 

@@ -11,6 +11,8 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace braid::model;
 
@@ -58,13 +60,15 @@ RankedTensorType withShape(RankedTensorType type, ArrayRef<int64_t> shape) {
 
 int64_t numel(Value value) { return getNumElements(value.getType()); }
 
-/// `a * b` that stays 0 when either is unknown (0).
+/// The product of `factors`: 0 when one is unknown (dynamic or 0), and
+/// saturated at INT64_MAX rather than overflowing.
 int64_t product(std::initializer_list<int64_t> factors) {
   int64_t p = 1;
   for (int64_t f : factors) {
     if (f <= 0 || ShapedType::isDynamic(f))
       return 0;
-    p *= f;
+    if (__builtin_mul_overflow(p, f, &p))
+      return std::numeric_limits<int64_t>::max();
   }
   return p;
 }
@@ -313,7 +317,7 @@ LogicalResult LinearOp::verify() {
 int64_t LinearOp::getMatmulFlops() {
   auto [in, out] = getWeightInOut();
   int64_t rows = numel(getX()) / std::max<int64_t>(in, 1);
-  return 2 * product({rows, in, out});
+  return product({2, rows, in, out});
 }
 
 int64_t LinearOp::getVectorFlops() {
@@ -410,15 +414,15 @@ int64_t AttentionOp::getMatmulFlops() {
   // q·kᵀ and p·v: 2 · 2 · B · Sq · Sk · heads · head_dim. Causal masking is
   // not discounted (the convention of Megatron's and PaLM's MFU formulas).
   RankedTensorType q = getQ().getType(), k = getK().getType();
-  return 4 * product({q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
-                      q.getDimSize(2)});
+  return product({4, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
+                  q.getDimSize(2)});
 }
 
 int64_t AttentionOp::getVectorFlops() {
   // Scale, max, subtract, exp and sum per score.
   RankedTensorType q = getQ().getType(), k = getK().getType();
-  return 5 * product({q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
-                      getNumHeadsAttr().getInt()});
+  return product({5, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
+                  getNumHeadsAttr().getInt()});
 }
 
 //===----------------------------------------------------------------------===//
@@ -542,7 +546,7 @@ LogicalResult RmsNormOp::verify() {
   return verifySameType(*this, getResult(), x, "x's type");
 }
 
-int64_t RmsNormOp::getVectorFlops() { return 4 * numel(getX()); }
+int64_t RmsNormOp::getVectorFlops() { return product({4, numel(getX())}); }
 
 void LayerNormOp::build(OpBuilder &builder, OperationState &state, Value x,
                         Value weight, Value bias, double eps) {
@@ -565,7 +569,7 @@ LogicalResult LayerNormOp::verify() {
   return verifySameType(*this, getResult(), x, "x's type");
 }
 
-int64_t LayerNormOp::getVectorFlops() { return 8 * numel(getX()); }
+int64_t LayerNormOp::getVectorFlops() { return product({8, numel(getX())}); }
 
 void RopeOp::build(OpBuilder &builder, OperationState &state, Value x,
                    int64_t headDim, double theta) {
@@ -595,7 +599,7 @@ LogicalResult RopeOp::verify() {
   return verifySameType(*this, getResult(), x, "x's type");
 }
 
-int64_t RopeOp::getVectorFlops() { return 3 * numel(getX()); }
+int64_t RopeOp::getVectorFlops() { return product({3, numel(getX())}); }
 
 //===----------------------------------------------------------------------===//
 // Elementwise ops
@@ -614,7 +618,7 @@ LogicalResult SwigluOp::verify() {
   return verifySameType(*this, getResult(), getGate().getType(), "gate's type");
 }
 
-int64_t SwigluOp::getVectorFlops() { return 5 * numel(getResult()); }
+int64_t SwigluOp::getVectorFlops() { return product({5, numel(getResult())}); }
 
 void GeluOp::build(OpBuilder &builder, OperationState &state, Value x,
                    bool tanh) {
@@ -627,7 +631,7 @@ LogicalResult GeluOp::verify() {
   return verifySameType(*this, getResult(), getX().getType(), "x's type");
 }
 
-int64_t GeluOp::getVectorFlops() { return 8 * numel(getResult()); }
+int64_t GeluOp::getVectorFlops() { return product({8, numel(getResult())}); }
 
 void AddOp::build(OpBuilder &builder, OperationState &state, Value lhs,
                   Value rhs) {
@@ -658,7 +662,7 @@ LogicalResult DropoutOp::verify() {
   return verifySameType(*this, getResult(), getX().getType(), "x's type");
 }
 
-int64_t DropoutOp::getVectorFlops() { return 2 * numel(getResult()); }
+int64_t DropoutOp::getVectorFlops() { return product({2, numel(getResult())}); }
 
 //===----------------------------------------------------------------------===//
 // CrossEntropyOp
@@ -694,4 +698,4 @@ LogicalResult CrossEntropyOp::verify() {
   return verifySameType(*this, getLoss(), expected, "");
 }
 
-int64_t CrossEntropyOp::getVectorFlops() { return 4 * numel(getLogits()); }
+int64_t CrossEntropyOp::getVectorFlops() { return product({4, numel(getLogits())}); }

@@ -84,6 +84,11 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job = std::move(*loaded);
   }
   spec::ModelSpec *model = job.mutable_model();
+  if (!preset.empty() && !hfConfig.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--preset=" + preset + " and --hf-config=" + hfConfig +
+            " are both given; give one of them");
   if (!preset.empty()) {
     model->clear_hf_config();
     model->set_preset(preset);

@@ -114,7 +114,9 @@
 // INTERNLM-SAME: tensor<64xf32> {model.param = "model.layers.0.self_attn.o_proj.bias"},
 // INTERNLM-SAME: tensor<64xf32> {model.param = "model.layers.0.post_attention_layernorm.weight"},
 // INTERNLM-SAME: tensor<176x64xf32> {model.param = "model.layers.0.mlp.gate_proj.weight"},
+// INTERNLM-NOT: mlp.{{.*}}.bias
 // INTERNLM-SAME: tensor<176x64xf32> {model.param = "model.layers.0.mlp.up_proj.weight"},
+// INTERNLM-NOT: mlp.{{.*}}.bias
 // INTERNLM-SAME: tensor<64x176xf32> {model.param = "model.layers.0.mlp.down_proj.weight"},
 // INTERNLM-NOT: mlp.{{.*}}.bias
 // INTERNLM-SAME: tensor<64xf32> {model.param = "model.norm.weight"},

@@ -1,0 +1,274 @@
+//===- GptSamples.cpp - GPT-style samples over an indexed dataset ---------===//
+//
+// The indices are built up front in Create for every epoch the run touches,
+// so GetSample only looks them up and reads the mapped tokens: it has no
+// state to mutate and can be called from any thread in any order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/data/GptSamples.h"
+
+#include "absl/numeric/int128.h"
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+namespace braid::data {
+namespace {
+
+/// Streams drawn from one (seed, epoch): keeping them apart makes the
+/// document order and the sample order independent.
+enum Stream : uint64_t { kDocumentStream = 0, kSampleStream = 1 };
+
+/// The seed of one stream: two SplitMix64 steps, so that neighbouring seeds
+/// and epochs give unrelated generators.
+uint64_t streamSeed(uint64_t seed, uint64_t epoch, Stream stream) {
+  SplitMix64 outer(seed);
+  SplitMix64 inner(outer.next() ^ (epoch * 2 + stream));
+  return inner.next();
+}
+
+/// Stream positions are kept below 2^62 so that the products and sums of
+/// positions, seq_length and tokens per epoch below cannot overflow 64 bits.
+constexpr uint64_t kMaxStreamTokens = uint64_t(1) << 62;
+
+/// The most memory the indices may take; a request beyond it is almost
+/// certainly a mistake (num_samples far larger than intended), and failing
+/// with a message beats being killed for memory on every rank at once.
+constexpr uint64_t kMaxIndexBytes = uint64_t(1) << 36;
+
+} // namespace
+
+uint64_t SplitMix64::next() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t SplitMix64::uniform(uint64_t n) {
+  // Values below 2^64 mod n would make the small residues more likely than
+  // the others; drawing again removes the bias.
+  const uint64_t threshold = (0 - n) % n;
+  for (;;) {
+    uint64_t r = next();
+    if (r >= threshold)
+      return r % n;
+  }
+}
+
+void fisherYatesShuffle(std::vector<uint32_t> &values, SplitMix64 &rng) {
+  for (size_t i = values.size(); i > 1; --i) {
+    size_t j = static_cast<size_t>(rng.uniform(i));
+    std::swap(values[i - 1], values[j]);
+  }
+}
+
+absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
+                                              const GptSampleOptions &options) {
+  if (!dataset)
+    return absl::InvalidArgumentError("GptSamples needs a dataset, got null");
+  const std::string &prefix = dataset->prefix();
+  if (options.seqLength < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seq_length is ", options.seqLength, ", expected >= 1"));
+  if (options.numSamples < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_samples is ", options.numSamples, ", expected >= 1"));
+  if (!isIntegerDtype(dataset->dtype()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ": the dataset holds ", dtypeName(dataset->dtype()),
+        " values, expected token ids (an integer dtype)"));
+  const uint64_t L = static_cast<uint64_t>(options.seqLength);
+  const uint64_t T = dataset->numTokens();
+  if (T < L + 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ": the dataset has ", T, " tokens, fewer than the seq_length + "
+        "1 = ", L + 1, " tokens of one sample"));
+  const uint64_t numDocuments = dataset->numDocuments();
+  if (numDocuments > std::numeric_limits<uint32_t>::max())
+    return absl::ResourceExhaustedError(absl::StrCat(
+        prefix, ": the dataset has ", numDocuments,
+        " documents, GptSamples supports up to 2^32 - 1"));
+
+  GptSamples samples;
+  samples.dataset_ = dataset;
+  samples.options_ = options;
+  samples.tokensPerEpoch_ = T;
+  const std::vector<int64_t> &documentIndex = dataset->documentIndex();
+  samples.documentTokens_.resize(numDocuments);
+  for (uint64_t d = 0; d < numDocuments; ++d) {
+    uint64_t tokens = 0;
+    for (int64_t s = documentIndex[d]; s < documentIndex[d + 1]; ++s)
+      tokens += static_cast<uint64_t>(dataset->sequenceLength(s));
+    if (tokens > std::numeric_limits<uint32_t>::max())
+      return absl::ResourceExhaustedError(absl::StrCat(
+          prefix, ": document ", d, " has ", tokens,
+          " tokens, GptSamples supports up to 2^32 - 1 per document"));
+    samples.documentTokens_[d] = static_cast<uint32_t>(tokens);
+  }
+
+  // The windows to index: the first num_samples in sequential order; in
+  // shuffled order every window of each epoch a sample can come from, since
+  // sample k may read any window that starts in the epoch where window k
+  // starts.
+  const bool shuffled = options.order == SampleOrder::kShuffled;
+  const absl::uint128 lastSampleStart =
+      absl::uint128(options.numSamples - 1) * L;
+  if (lastSampleStart + 2 * absl::uint128(T) + 2 * L > kMaxStreamTokens)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_samples ", options.numSamples, " at seq_length ", L,
+        " needs more than 2^62 tokens of stream"));
+  const uint64_t lastBlock = static_cast<uint64_t>(lastSampleStart) / T;
+  const uint64_t numWindows =
+      shuffled ? samples.firstWindow(lastBlock + 1) : options.numSamples;
+  if (shuffled && T / L + 1 > std::numeric_limits<uint32_t>::max())
+    return absl::ResourceExhaustedError(absl::StrCat(
+        prefix, ": ", T, " tokens per epoch at seq_length ", L,
+        " make more than 2^32 - 1 windows per epoch, too many to shuffle"));
+  // The last indexed window ends at stream token (numWindows - 1) * L + L.
+  const uint64_t numEpochs = (numWindows * L) / T + 1;
+  const absl::uint128 indexBytes =
+      absl::uint128(numWindows) * (shuffled ? 12 : 8) +
+      (shuffled ? absl::uint128(numEpochs) * numDocuments * 4 : 0);
+  if (indexBytes > kMaxIndexBytes)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        prefix, ": num_samples ", options.numSamples, " at seq_length ", L,
+        " spans ", numEpochs, " epochs of ", T,
+        " tokens, whose sample indices would take more than 2^36 bytes"));
+  samples.numEpochs_ = numEpochs;
+
+  if (shuffled) {
+    samples.documents_.reserve(numEpochs * numDocuments);
+    for (uint64_t e = 0; e < numEpochs; ++e) {
+      std::vector<uint32_t> order = samples.DocumentOrder(e);
+      samples.documents_.insert(samples.documents_.end(), order.begin(),
+                                order.end());
+    }
+    samples.shuffle_.reserve(numWindows);
+  }
+  samples.starts_.reserve(numWindows);
+  for (uint64_t e = 0; e < numEpochs; ++e) {
+    const uint64_t begin = std::min(samples.firstWindow(e), numWindows);
+    const uint64_t end = std::min(samples.firstWindow(e + 1), numWindows);
+    // Walk the epoch's documents once; `before` counts the tokens of the
+    // documents ahead of `position`. Empty documents are stepped over. The
+    // walk stops inside the epoch because a window in [begin, end) starts
+    // before its last token.
+    uint64_t position = 0, before = 0;
+    for (uint64_t w = begin; w < end; ++w) {
+      const uint64_t local = w * L - e * T;
+      while (before + samples.documentTokens_[samples.documentAt(e, position)] <=
+             local)
+        before += samples.documentTokens_[samples.documentAt(e, position++)];
+      samples.starts_.push_back({static_cast<uint32_t>(position),
+                                 static_cast<uint32_t>(local - before)});
+    }
+    if (shuffled && end > begin) {
+      std::vector<uint32_t> block(end - begin);
+      std::iota(block.begin(), block.end(), 0u);
+      SplitMix64 rng(streamSeed(options.seed, e, kSampleStream));
+      fisherYatesShuffle(block, rng);
+      samples.shuffle_.insert(samples.shuffle_.end(), block.begin(),
+                              block.end());
+    }
+  }
+  return samples;
+}
+
+uint64_t GptSamples::firstWindow(uint64_t epoch) const {
+  // The first window whose start w * L is at or after epoch * T.
+  const uint64_t L = static_cast<uint64_t>(options_.seqLength);
+  return (epoch * tokensPerEpoch_ + L - 1) / L;
+}
+
+uint32_t GptSamples::documentAt(uint64_t epoch, uint64_t position) const {
+  return documents_.empty()
+             ? static_cast<uint32_t>(position)
+             : documents_[epoch * documentTokens_.size() + position];
+}
+
+std::vector<uint32_t> GptSamples::DocumentOrder(uint64_t epoch) const {
+  std::vector<uint32_t> order(documentTokens_.size());
+  std::iota(order.begin(), order.end(), 0u);
+  if (options_.order == SampleOrder::kShuffled) {
+    SplitMix64 rng(streamSeed(options_.seed, epoch, kDocumentStream));
+    fisherYatesShuffle(order, rng);
+  }
+  return order;
+}
+
+absl::StatusOr<uint64_t> GptSamples::WindowOf(uint64_t globalIndex) const {
+  if (globalIndex >= options_.numSamples)
+    return absl::OutOfRangeError(absl::StrCat(
+        "sample ", globalIndex, " does not exist, the run has ",
+        options_.numSamples, " samples"));
+  const uint64_t L = static_cast<uint64_t>(options_.seqLength);
+  const uint64_t epoch = globalIndex * L / tokensPerEpoch_;
+  const uint64_t first = firstWindow(epoch);
+  uint64_t local = globalIndex - first;
+  if (options_.order == SampleOrder::kShuffled)
+    local = shuffle_[globalIndex];
+  return first + local;
+}
+
+absl::Status GptSamples::readDocument(uint32_t document, uint64_t offset,
+                                      uint64_t count, int32_t *out) const {
+  const std::vector<int64_t> &documentIndex = dataset_->documentIndex();
+  for (int64_t s = documentIndex[document];
+       count > 0 && s < documentIndex[document + 1]; ++s) {
+    const uint64_t length = static_cast<uint64_t>(dataset_->sequenceLength(s));
+    if (offset >= length) {
+      offset -= length;
+      continue;
+    }
+    const uint64_t take = std::min(count, length - offset);
+    if (absl::Status st = dataset_->ReadTokens(s, offset, take, out); !st.ok())
+      return st;
+    out += take;
+    count -= take;
+    offset = 0;
+  }
+  if (count != 0)
+    return absl::InternalError(absl::StrCat(
+        dataset_->prefix(), ": document ", document, " ended ", count,
+        " tokens early (index and document lengths disagree)"));
+  return absl::OkStatus();
+}
+
+absl::Status GptSamples::GetSample(uint64_t globalIndex,
+                                   std::vector<int32_t> *out) const {
+  absl::StatusOr<uint64_t> window = WindowOf(globalIndex);
+  if (!window.ok())
+    return window.status();
+  const uint64_t L = static_cast<uint64_t>(options_.seqLength);
+  uint64_t epoch = globalIndex * L / tokensPerEpoch_;
+  const WindowStart start = starts_[*window];
+  out->resize(L + 1);
+  uint64_t position = start.docPosition, offset = start.offset, written = 0;
+  while (written < L + 1) {
+    // Create built every epoch the indexed windows reach.
+    if (epoch >= numEpochs_)
+      return absl::InternalError(absl::StrCat(
+          "sample ", globalIndex, " reads past the ", numEpochs_,
+          " indexed epochs"));
+    const uint32_t document = documentAt(epoch, position);
+    const uint64_t take =
+        std::min<uint64_t>(L + 1 - written, documentTokens_[document] - offset);
+    if (absl::Status s =
+            readDocument(document, offset, take, out->data() + written);
+        !s.ok())
+      return s;
+    written += take;
+    offset = 0;
+    if (++position == documentTokens_.size()) {
+      position = 0;
+      ++epoch;
+    }
+  }
+  return absl::OkStatus();
+}
+
+} // namespace braid::data

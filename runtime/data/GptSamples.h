@@ -1,0 +1,141 @@
+//===- GptSamples.h - GPT-style samples over an indexed dataset -*- C++ -*-===//
+//
+// The samples of Megatron's GPTDataset: the documents of a dataset, in epoch
+// order, form one token stream; window w is the seq_length + 1 tokens
+// stream[w * L, w * L + L] (L = seq_length), so consecutive windows share
+// their boundary token (the last label of one is the first input of the
+// next) and windows run across document and epoch boundaries. Epoch e holds
+// every document once; a run that needs more tokens than one epoch holds
+// goes on into further epochs.
+//
+// Orders:
+//  - kSequential: every epoch lists the documents in file order, and sample
+//    k is window k. This reproduces a run of a framework that reads the data
+//    in order.
+//  - kShuffled: epoch e lists the documents in a permutation drawn from
+//    (seed, e), and the windows that start in epoch e are visited in a
+//    permutation drawn from (seed, e) as well (Megatron shuffles documents
+//    and samples the same way; it keeps a document's sentences together only
+//    when they are one sequence, we always keep a document's sequences
+//    together).
+//
+// The permutations use SplitMix64 with Fisher-Yates and rejection sampling,
+// implemented here, so the order is the same on every platform and standard
+// library (std::shuffle and the std distributions are not).
+//
+// GetSample(k) is a pure function of (dataset, seq_length, seed, order, k):
+// there is no iterator, and the order does not depend on num_samples (which
+// only says how many samples to index), on the data-parallel degree or on
+// which samples were read before, so a run resumes at any sample index.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_DATA_GPTSAMPLES_H
+#define BRAID_RUNTIME_DATA_GPTSAMPLES_H
+
+#include "runtime/data/IndexedDataset.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace braid::data {
+
+/// The generator the shuffled order is defined by (Steele, Lea and Flood's
+/// SplitMix64). Part of the data format: changing it changes every shuffled
+/// run, so its outputs are pinned by a test.
+class SplitMix64 {
+public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  /// A uniform integer in [0, n), n >= 1, unbiased (rejection sampling).
+  uint64_t uniform(uint64_t n);
+
+private:
+  uint64_t state_;
+};
+
+/// Shuffles `values` in place with Fisher-Yates driven by `rng`: for i from
+/// n-1 down to 1, swap values[i] with values[rng.uniform(i + 1)].
+void fisherYatesShuffle(std::vector<uint32_t> &values, SplitMix64 &rng);
+
+enum class SampleOrder { kSequential, kShuffled };
+
+struct GptSampleOptions {
+  /// L: a sample holds L + 1 tokens (inputs and shifted labels).
+  int64_t seqLength = 0;
+  /// How many samples the run reads: GetSample accepts [0, numSamples).
+  uint64_t numSamples = 0;
+  uint64_t seed = 0;
+  SampleOrder order = SampleOrder::kShuffled;
+};
+
+/// The sample index of one run over a dataset. Refers to the dataset, which
+/// must outlive it. GetSample is const and thread-safe.
+class GptSamples {
+public:
+  /// Builds the document, sample and shuffle indices of every epoch the run
+  /// touches. InvalidArgument for seq_length < 1, num_samples < 1, a float
+  /// dataset or one with fewer than seq_length + 1 tokens; ResourceExhausted
+  /// when the indices would not fit the limits stated in the message.
+  static absl::StatusOr<GptSamples> Create(const IndexedDataset *dataset,
+                                           const GptSampleOptions &options);
+
+  /// Sets `out` to the seq_length + 1 tokens of sample `globalIndex`.
+  /// OutOfRange for globalIndex >= numSamples().
+  absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out) const;
+
+  /// The window sample `globalIndex` reads: it is stream tokens
+  /// [w * L, w * L + L]. OutOfRange as GetSample.
+  absl::StatusOr<uint64_t> WindowOf(uint64_t globalIndex) const;
+
+  /// The documents of epoch `epoch` in stream order (ids into the dataset's
+  /// document index). Any epoch can be asked for, built or not.
+  std::vector<uint32_t> DocumentOrder(uint64_t epoch) const;
+
+  uint64_t numSamples() const { return options_.numSamples; }
+  int64_t seqLength() const { return options_.seqLength; }
+  SampleOrder order() const { return options_.order; }
+  /// T: the tokens in one epoch (all tokens of the dataset).
+  uint64_t tokensPerEpoch() const { return tokensPerEpoch_; }
+  /// The epochs whose documents the indexed samples read.
+  uint64_t numEpochs() const { return numEpochs_; }
+
+private:
+  /// Where a window starts: the position in its epoch's document order and
+  /// the token offset inside that document. 32-bit fields keep the index at
+  /// 8 bytes per sample, as Megatron's sample_idx; Create checks they fit.
+  struct WindowStart {
+    uint32_t docPosition;
+    uint32_t offset;
+  };
+
+  GptSamples() = default;
+  uint64_t firstWindow(uint64_t epoch) const;
+  uint32_t documentAt(uint64_t epoch, uint64_t position) const;
+  absl::Status readDocument(uint32_t document, uint64_t offset, uint64_t count,
+                            int32_t *out) const;
+
+  const IndexedDataset *dataset_ = nullptr;
+  GptSampleOptions options_;
+  uint64_t tokensPerEpoch_ = 0;
+  uint64_t numEpochs_ = 0;
+  /// Tokens per document, in file order.
+  std::vector<uint32_t> documentTokens_;
+  /// Shuffled mode: the document order of every built epoch, epoch after
+  /// epoch (numEpochs x numDocuments). Empty in sequential mode, where every
+  /// epoch is in file order.
+  std::vector<uint32_t> documents_;
+  /// The start of every indexed window, by window number.
+  std::vector<WindowStart> starts_;
+  /// Shuffled mode: for sample k, the window it reads, counted from the
+  /// first window of the epoch where window k starts (the windows that start
+  /// in one epoch are shuffled among themselves).
+  std::vector<uint32_t> shuffle_;
+};
+
+} // namespace braid::data
+
+#endif // BRAID_RUNTIME_DATA_GPTSAMPLES_H
