@@ -72,11 +72,11 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
     return absl::InvalidArgumentError("GptSamples needs a dataset, got null");
   const std::string &prefix = dataset->prefix();
   if (options.seqLength < 1)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "seq_length is ", options.seqLength, ", expected >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_length is ", options.seqLength, ", expected >= 1"));
   if (options.numSamples < 1)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_samples is ", options.numSamples, ", expected >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_samples is ", options.numSamples, ", expected >= 1"));
   if (!isIntegerDtype(dataset->dtype()))
     return absl::InvalidArgumentError(absl::StrCat(
         prefix, ": the dataset holds ", dtypeName(dataset->dtype()),
@@ -84,14 +84,16 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
   const uint64_t L = static_cast<uint64_t>(options.seqLength);
   const uint64_t T = dataset->numTokens();
   if (T < L + 1)
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix, ": the dataset has ", T, " tokens, fewer than the seq_length + "
-        "1 = ", L + 1, " tokens of one sample"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ": the dataset has ", T,
+                     " tokens, fewer than the seq_length + "
+                     "1 = ",
+                     L + 1, " tokens of one sample"));
   const uint64_t numDocuments = dataset->numDocuments();
   if (numDocuments > std::numeric_limits<uint32_t>::max())
-    return absl::ResourceExhaustedError(absl::StrCat(
-        prefix, ": the dataset has ", numDocuments,
-        " documents, GptSamples supports up to 2^32 - 1"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(prefix, ": the dataset has ", numDocuments,
+                     " documents, GptSamples supports up to 2^32 - 1"));
 
   GptSamples samples;
   samples.dataset_ = dataset;
@@ -118,9 +120,9 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
   const absl::uint128 lastSampleStart =
       absl::uint128(options.numSamples - 1) * L;
   if (lastSampleStart + 2 * absl::uint128(T) + 2 * L > kMaxStreamTokens)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_samples ", options.numSamples, " at seq_length ", L,
-        " needs more than 2^62 tokens of stream"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_samples ", options.numSamples, " at seq_length ", L,
+                     " needs more than 2^62 tokens of stream"));
   const uint64_t lastBlock = static_cast<uint64_t>(lastSampleStart) / T;
   const uint64_t numWindows =
       shuffled ? samples.firstWindow(lastBlock + 1) : options.numSamples;
@@ -160,7 +162,8 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
     uint64_t position = 0, before = 0;
     for (uint64_t w = begin; w < end; ++w) {
       const uint64_t local = w * L - e * T;
-      while (before + samples.documentTokens_[samples.documentAt(e, position)] <=
+      while (before +
+                 samples.documentTokens_[samples.documentAt(e, position)] <=
              local)
         before += samples.documentTokens_[samples.documentAt(e, position++)];
       samples.starts_.push_back({static_cast<uint32_t>(position),
@@ -202,9 +205,9 @@ std::vector<uint32_t> GptSamples::DocumentOrder(uint64_t epoch) const {
 
 absl::StatusOr<uint64_t> GptSamples::WindowOf(uint64_t globalIndex) const {
   if (globalIndex >= options_.numSamples)
-    return absl::OutOfRangeError(absl::StrCat(
-        "sample ", globalIndex, " does not exist, the run has ",
-        options_.numSamples, " samples"));
+    return absl::OutOfRangeError(absl::StrCat("sample ", globalIndex,
+                                              " does not exist, the run has ",
+                                              options_.numSamples, " samples"));
   const uint64_t L = static_cast<uint64_t>(options_.seqLength);
   const uint64_t epoch = globalIndex * L / tokensPerEpoch_;
   const uint64_t first = firstWindow(epoch);
@@ -251,9 +254,9 @@ absl::Status GptSamples::GetSample(uint64_t globalIndex,
   while (written < L + 1) {
     // Create built every epoch the indexed windows reach.
     if (epoch >= numEpochs_)
-      return absl::InternalError(absl::StrCat(
-          "sample ", globalIndex, " reads past the ", numEpochs_,
-          " indexed epochs"));
+      return absl::InternalError(absl::StrCat("sample ", globalIndex,
+                                              " reads past the ", numEpochs_,
+                                              " indexed epochs"));
     const uint32_t document = documentAt(epoch, position);
     const uint64_t take =
         std::min<uint64_t>(L + 1 - written, documentTokens_[document] - offset);

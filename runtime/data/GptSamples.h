@@ -72,8 +72,9 @@ struct GptSampleOptions {
   SampleOrder order = SampleOrder::kShuffled;
 };
 
-/// The sample index of one run over a dataset. Refers to the dataset, which
-/// must outlive it. GetSample is const and thread-safe.
+/// The sample index of one run over a dataset. Holds a pointer to the
+/// dataset, which must outlive it and stay where it is (not be moved from).
+/// GetSample is const and thread-safe.
 class GptSamples {
 public:
   /// Builds the document, sample and shuffle indices of every epoch the run

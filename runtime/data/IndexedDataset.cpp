@@ -269,8 +269,8 @@ absl::StatusOr<IndexedDataset> IndexedDataset::Open(const std::string &prefix) {
 
   auto truncated = [&](absl::string_view field, size_t need) {
     return absl::DataLossError(absl::StrCat(
-        idxPath, ": truncated: the file is ", fileSize, " bytes, too short for ",
-        field, ", which ends at byte ", need));
+        idxPath, ": truncated: the file is ", fileSize,
+        " bytes, too short for ", field, ", which ends at byte ", need));
   };
 
   // A file that does not start with the magic is some other format; one
@@ -279,8 +279,8 @@ absl::StatusOr<IndexedDataset> IndexedDataset::Open(const std::string &prefix) {
   if (magicBytes > 0 && std::memcmp(idx, kMagic, magicBytes) != 0)
     return absl::InvalidArgumentError(absl::StrCat(
         idxPath, ": bad magic: expected \"MMIDIDX\\x00\\x00\", found \"",
-        absl::CHexEscape(absl::string_view(
-            reinterpret_cast<const char *>(idx), magicBytes)),
+        absl::CHexEscape(
+            absl::string_view(reinterpret_cast<const char *>(idx), magicBytes)),
         "\" (not a Megatron MMIDIDX index)"));
   if (fileSize < 9)
     return truncated("the 9-byte magic", 9);
@@ -304,14 +304,15 @@ absl::StatusOr<IndexedDataset> IndexedDataset::Open(const std::string &prefix) {
 
   // The array ends, in 128 bits so that absurd counts cannot wrap around
   // and pass the size check.
-  const absl::uint128 lengthsEnd = absl::uint128(kHeaderSize) + absl::uint128(S) * 4;
+  const absl::uint128 lengthsEnd =
+      absl::uint128(kHeaderSize) + absl::uint128(S) * 4;
   const absl::uint128 pointersEnd = lengthsEnd + absl::uint128(S) * 8;
   const absl::uint128 documentsEnd = pointersEnd + absl::uint128(D) * 8;
   auto truncatedArray = [&](absl::string_view field, absl::uint128 end) {
-    return absl::DataLossError(absl::StrCat(
-        idxPath, ": truncated in ", field, ": sequence_count ", S,
-        " and document_count ", D, " need ", toString(end),
-        " bytes but the file has ", fileSize));
+    return absl::DataLossError(
+        absl::StrCat(idxPath, ": truncated in ", field, ": sequence_count ", S,
+                     " and document_count ", D, " need ", toString(end),
+                     " bytes but the file has ", fileSize));
   };
   if (lengthsEnd > fileSize)
     return truncatedArray("sequence_lengths", documentsEnd);
@@ -351,8 +352,8 @@ absl::StatusOr<IndexedDataset> IndexedDataset::Open(const std::string &prefix) {
   for (uint64_t i = 0; i < S; ++i) {
     int32_t length = ds.sequenceLength(i);
     if (length < 0)
-      return absl::DataLossError(absl::StrCat(idxPath, ": sequence_lengths[",
-                                              i, "] is ", length,
+      return absl::DataLossError(absl::StrCat(idxPath, ": sequence_lengths[", i,
+                                              "] is ", length,
                                               ", expected >= 0"));
     int64_t pointer = ds.sequencePointer(i);
     if (pointer < 0 || static_cast<uint64_t>(pointer) != end) {
@@ -371,10 +372,10 @@ absl::StatusOr<IndexedDataset> IndexedDataset::Open(const std::string &prefix) {
           " of ", idxPath, " ends at byte ", end, " (.bin too short)"));
   }
   if (end != ds.binSize_)
-    return absl::DataLossError(absl::StrCat(
-        binPath, ": the file is ", ds.binSize_, " bytes but the ", S,
-        " sequences of ", idxPath, " end at byte ", end,
-        " (.bin size must equal the sum of the sequences)"));
+    return absl::DataLossError(
+        absl::StrCat(binPath, ": the file is ", ds.binSize_, " bytes but the ",
+                     S, " sequences of ", idxPath, " end at byte ", end,
+                     " (.bin size must equal the sum of the sequences)"));
   ds.numTokens_ = end / itemSize;
 
   ds.documentIndex_.resize(static_cast<size_t>(D));
@@ -387,8 +388,8 @@ absl::StatusOr<IndexedDataset> IndexedDataset::Open(const std::string &prefix) {
     if (j > 0 && value < ds.documentIndex_[j - 1])
       return absl::DataLossError(absl::StrCat(
           idxPath, ": document_indices[", j, "] is ", value,
-          ", less than document_indices[", j - 1, "] = ",
-          ds.documentIndex_[j - 1], " (must be non-decreasing)"));
+          ", less than document_indices[", j - 1,
+          "] = ", ds.documentIndex_[j - 1], " (must be non-decreasing)"));
   }
   if (static_cast<uint64_t>(ds.documentIndex_.back()) != S)
     return absl::DataLossError(absl::StrCat(
@@ -440,24 +441,23 @@ int64_t IndexedDataset::sequencePointer(size_t i) const {
 absl::Status IndexedDataset::checkRange(size_t i, size_t offset,
                                         size_t count) const {
   if (i >= numSequences_)
-    return absl::OutOfRangeError(absl::StrCat(prefix_, ": sequence ", i,
-                                              " does not exist, the dataset has ",
-                                              numSequences_, " sequences"));
+    return absl::OutOfRangeError(absl::StrCat(
+        prefix_, ": sequence ", i, " does not exist, the dataset has ",
+        numSequences_, " sequences"));
   size_t length = static_cast<size_t>(sequenceLength(i));
   if (offset > length || count > length - offset)
-    return absl::OutOfRangeError(absl::StrCat(
-        prefix_, ": elements [", offset, ", ",
-        toString(absl::uint128(offset) + count),
-        ") are outside sequence ", i, ", which has ", length));
+    return absl::OutOfRangeError(
+        absl::StrCat(prefix_, ": elements [", offset, ", ",
+                     toString(absl::uint128(offset) + count),
+                     ") are outside sequence ", i, ", which has ", length));
   if (!isIntegerDtype(dtype_))
-    return absl::FailedPreconditionError(absl::StrCat(
-        prefix_, ": the dataset holds ", dtypeName(dtype_),
-        " values, not token ids; read them with SequenceBytes"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix_, ": the dataset holds ", dtypeName(dtype_),
+                     " values, not token ids; read them with SequenceBytes"));
   return absl::OkStatus();
 }
 
-absl::Status IndexedDataset::ReadSequence(size_t i, size_t offset,
-                                          size_t count,
+absl::Status IndexedDataset::ReadSequence(size_t i, size_t offset, size_t count,
                                           std::vector<int64_t> *out) const {
   if (absl::Status s = checkRange(i, offset, count); !s.ok())
     return s;
@@ -537,9 +537,9 @@ absl::Status IndexedDataset::ReadTokens(size_t i, size_t offset, size_t count,
 absl::StatusOr<absl::Span<const uint8_t>>
 IndexedDataset::SequenceBytes(size_t i) const {
   if (i >= numSequences_)
-    return absl::OutOfRangeError(absl::StrCat(prefix_, ": sequence ", i,
-                                              " does not exist, the dataset has ",
-                                              numSequences_, " sequences"));
+    return absl::OutOfRangeError(absl::StrCat(
+        prefix_, ": sequence ", i, " does not exist, the dataset has ",
+        numSequences_, " sequences"));
   size_t bytes = static_cast<size_t>(sequenceLength(i)) * dtypeSize(dtype_);
   if (bytes == 0)
     return absl::Span<const uint8_t>();
@@ -553,9 +553,9 @@ IndexedDataset::SequenceBytes(size_t i) const {
 absl::StatusOr<IndexedDatasetWriter>
 IndexedDatasetWriter::Create(const std::string &prefix, DType dtype) {
   if (!isIntegerDtype(dtype))
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix, ": the writer stores token ids; dtype ", dtypeName(dtype),
-        " is not an integer dtype"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ": the writer stores token ids; dtype ",
+                     dtypeName(dtype), " is not an integer dtype"));
   IndexedDatasetWriter writer;
   writer.prefix_ = prefix;
   writer.dtype_ = dtype;
@@ -598,24 +598,23 @@ void IndexedDatasetWriter::abandon() {
   }
 }
 
-absl::Status IndexedDatasetWriter::AddSequence(
-    absl::Span<const int64_t> tokens) {
+absl::Status
+IndexedDatasetWriter::AddSequence(absl::Span<const int64_t> tokens) {
   if (!bin_)
     return absl::FailedPreconditionError(absl::StrCat(
         prefix_, ": AddSequence on a writer that is finished or failed"));
-  if (tokens.size() >
-      static_cast<size_t>(std::numeric_limits<int32_t>::max()))
-    return absl::OutOfRangeError(absl::StrCat(
-        prefix_, ": a sequence of ", tokens.size(),
-        " tokens does not fit the int32 sequence_lengths field"));
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    return absl::OutOfRangeError(
+        absl::StrCat(prefix_, ": a sequence of ", tokens.size(),
+                     " tokens does not fit the int32 sequence_lengths field"));
   int64_t lo, hi;
   dtypeRange(dtype_, &lo, &hi);
   for (size_t k = 0; k < tokens.size(); ++k)
     if (tokens[k] < lo || tokens[k] > hi)
-      return absl::OutOfRangeError(absl::StrCat(
-          prefix_, ": token ", k, " of sequence ", lengths_.size(), " is ",
-          tokens[k], ", outside the ", dtypeName(dtype_), " range [", lo, ", ",
-          hi, "]"));
+      return absl::OutOfRangeError(
+          absl::StrCat(prefix_, ": token ", k, " of sequence ", lengths_.size(),
+                       " is ", tokens[k], ", outside the ", dtypeName(dtype_),
+                       " range [", lo, ", ", hi, "]"));
   const size_t itemSize = dtypeSize(dtype_);
   scratch_.resize(tokens.size() * itemSize);
   for (size_t k = 0; k < tokens.size(); ++k)
@@ -659,7 +658,8 @@ absl::Status IndexedDatasetWriter::Finish() {
   if (status.ok()) {
     idx = std::fopen(idxTmp.c_str(), "wb");
     if (!idx)
-      status = absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", idxTmp));
+      status =
+          absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", idxTmp));
   }
   if (status.ok()) {
     // Megatron's _IndexWriter, field by field.
@@ -672,15 +672,14 @@ absl::Status IndexedDatasetWriter::Finish() {
                  static_cast<int64_t>(dtypeSize(dtype_));
     }
     const uint8_t code = static_cast<uint8_t>(dtype_);
-    for (absl::Status s :
-         {writeAll(idx, kMagic, sizeof(kMagic), idxTmp),
-          writeValue<uint64_t>(idx, kVersion, idxTmp),
-          writeValue<uint8_t>(idx, code, idxTmp),
-          writeValue<uint64_t>(idx, S, idxTmp),
-          writeValue<uint64_t>(idx, D, idxTmp),
-          writeAll(idx, lengths_.data(), 4 * S, idxTmp),
-          writeAll(idx, pointers.data(), 8 * S, idxTmp),
-          writeAll(idx, documentIndex_.data(), 8 * D, idxTmp)})
+    for (absl::Status s : {writeAll(idx, kMagic, sizeof(kMagic), idxTmp),
+                           writeValue<uint64_t>(idx, kVersion, idxTmp),
+                           writeValue<uint8_t>(idx, code, idxTmp),
+                           writeValue<uint64_t>(idx, S, idxTmp),
+                           writeValue<uint64_t>(idx, D, idxTmp),
+                           writeAll(idx, lengths_.data(), 4 * S, idxTmp),
+                           writeAll(idx, pointers.data(), 8 * S, idxTmp),
+                           writeAll(idx, documentIndex_.data(), 8 * D, idxTmp)})
       if (status.ok() && !s.ok())
         status = s;
     absl::Status closed = syncAndClose(std::exchange(idx, nullptr), idxTmp);
@@ -694,7 +693,8 @@ absl::Status IndexedDatasetWriter::Finish() {
     // dataset complete.
     const std::string binPath = prefix_ + ".bin", idxPath = prefix_ + ".idx";
     if (std::remove(idxPath.c_str()) != 0 && errno != ENOENT)
-      status = absl::ErrnoToStatus(errno, absl::StrCat("cannot remove ", idxPath));
+      status =
+          absl::ErrnoToStatus(errno, absl::StrCat("cannot remove ", idxPath));
     else if (std::rename(binTmp.c_str(), binPath.c_str()) != 0)
       status = absl::ErrnoToStatus(
           errno, absl::StrCat("cannot rename ", binTmp, " to ", binPath));
