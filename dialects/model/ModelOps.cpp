@@ -347,60 +347,77 @@ void AttentionOp::build(OpBuilder &builder, OperationState &state, Value q,
         builder.getF64FloatAttr(dropout));
 }
 
-LogicalResult AttentionOp::verify() {
-  RankedTensorType q = getQ().getType(), k = getK().getType(),
-                   v = getV().getType();
+/// A1 to A4 of model.attention, shared with model.attention_grad.
+static LogicalResult verifyAttention(Operation *op, RankedTensorType q,
+                                     RankedTensorType k, RankedTensorType v,
+                                     int64_t heads, int64_t kvHeads,
+                                     double scale, double dropout,
+                                     bool causal) {
   // A1: rank 3, one batch size, one key/value sequence length (= q's when
   // causal).
   if (q.getRank() != 3 || k.getRank() != 3 || v.getRank() != 3)
-    return emitOpError("q, k and v must have rank 3, found ranks ")
+    return op->emitOpError("q, k and v must have rank 3, found ranks ")
            << q.getRank() << ", " << k.getRank() << " and " << v.getRank();
   if (!dimsAgree(q.getDimSize(0), k.getDimSize(0)) ||
       !dimsAgree(q.getDimSize(0), v.getDimSize(0)))
-    return emitOpError("batch sizes differ: q ")
+    return op->emitOpError("batch sizes differ: q ")
            << q.getDimSize(0) << ", k " << k.getDimSize(0) << ", v "
            << v.getDimSize(0);
   if (!dimsAgree(k.getDimSize(1), v.getDimSize(1)))
-    return emitOpError("k has ") << k.getDimSize(1) << " positions but v has "
-                                 << v.getDimSize(1);
-  if (getCausal() && !dimsAgree(q.getDimSize(1), k.getDimSize(1)))
-    return emitOpError("causal attention needs as many query positions as "
-                       "key positions, found ")
+    return op->emitOpError("k has ")
+           << k.getDimSize(1) << " positions but v has " << v.getDimSize(1);
+  if (causal && !dimsAgree(q.getDimSize(1), k.getDimSize(1)))
+    return op->emitOpError("causal attention needs as many query positions "
+                           "as key positions, found ")
            << q.getDimSize(1) << " and " << k.getDimSize(1);
   // A2: heads >= 1 and kv heads divide heads.
-  int64_t heads = getNumHeadsAttr().getInt();
-  int64_t kvHeads = getNumKvHeadsAttr().getInt();
   if (heads < 1 || kvHeads < 1)
-    return emitOpError("heads = ")
+    return op->emitOpError("heads = ")
            << heads << " and kv_heads = " << kvHeads << " must be >= 1";
   if (heads % kvHeads != 0)
-    return emitOpError("kv_heads = ")
+    return op->emitOpError("kv_heads = ")
            << kvHeads << " does not divide heads = " << heads;
   // A3: heads divide q's columns; k and v have kv_heads x head_dim columns.
   int64_t qCols = q.getDimSize(2);
-  if (!ShapedType::isDynamic(qCols) && qCols % heads != 0)
-    return emitOpError("heads = ")
-           << heads << " does not divide q's " << qCols << " columns";
-  int64_t headDim = getHeadDim();
-  if (!ShapedType::isDynamic(headDim)) {
+  if (!ShapedType::isDynamic(qCols)) {
+    if (qCols % heads != 0)
+      return op->emitOpError("heads = ")
+             << heads << " does not divide q's " << qCols << " columns";
+    int64_t headDim = qCols / heads;
     int64_t kvCols = kvHeads * headDim;
     if (!dimsAgree(k.getDimSize(2), kvCols) ||
         !dimsAgree(v.getDimSize(2), kvCols))
-      return emitOpError("k and v must have kv_heads x head_dim = ")
+      return op->emitOpError("k and v must have kv_heads x head_dim = ")
              << kvHeads << " x " << headDim << " = " << kvCols
              << " columns, found " << k.getDimSize(2) << " and "
              << v.getDimSize(2);
   }
   // A4: scale > 0, dropout in [0, 1).
-  double scale = getScale().convertToDouble();
-  double dropout = getDropout().convertToDouble();
   if (!(scale > 0))
-    return emitOpError("scale is ") << scale << " but must be positive";
+    return op->emitOpError("scale is ") << scale << " but must be positive";
   if (!(dropout >= 0 && dropout < 1))
-    return emitOpError("dropout is ") << dropout << " but must be in [0, 1)";
+    return op->emitOpError("dropout is ")
+           << dropout << " but must be in [0, 1)";
+  return success();
+}
+
+/// True when q, k and v share one element type.
+static bool oneElementType(RankedTensorType q, RankedTensorType k,
+                           RankedTensorType v) {
+  return k.getElementType() == q.getElementType() &&
+         v.getElementType() == q.getElementType();
+}
+
+LogicalResult AttentionOp::verify() {
+  RankedTensorType q = getQ().getType(), k = getK().getType(),
+                   v = getV().getType();
+  if (failed(verifyAttention(*this, q, k, v, getNumHeadsAttr().getInt(),
+                             getNumKvHeadsAttr().getInt(),
+                             getScale().convertToDouble(),
+                             getDropout().convertToDouble(), getCausal())))
+    return failure();
   // A5: result has q's type; one element type.
-  if (k.getElementType() != q.getElementType() ||
-      v.getElementType() != q.getElementType())
+  if (!oneElementType(q, k, v))
     return emitOpError("q, k and v mix element types ")
            << q.getElementType() << ", " << k.getElementType() << " and "
            << v.getElementType();
@@ -444,46 +461,52 @@ void QkvSplitOp::build(OpBuilder &builder, OperationState &state, Value qkv,
         QkvLayoutAttr::get(builder.getContext(), layout));
 }
 
-LogicalResult QkvSplitOp::verify() {
-  RankedTensorType qkv = getQkv().getType();
-  int64_t heads = getNumHeadsAttr().getInt();
-  int64_t kvHeads = getNumKvHeadsAttr().getInt();
-  int64_t headDim = getHeadDimAttr().getInt();
+/// QS1 to QS3 of model.qkv_split for a fused tensor and its three parts
+/// (shared with model.qkv_concat, where the roles are exchanged).
+static LogicalResult verifyQkv(Operation *op, RankedTensorType qkv,
+                               int64_t heads, int64_t kvHeads, int64_t headDim,
+                               QkvLayout layout, Value q, Value k, Value v) {
   // QS2: counts >= 1, kv heads divide heads, per_head has equal counts.
   if (heads < 1 || kvHeads < 1 || headDim < 1)
-    return emitOpError("heads = ")
+    return op->emitOpError("heads = ")
            << heads << ", kv_heads = " << kvHeads << " and head_dim = "
            << headDim << " must be >= 1";
   if (heads % kvHeads != 0)
-    return emitOpError("kv_heads = ")
+    return op->emitOpError("kv_heads = ")
            << kvHeads << " does not divide heads = " << heads;
-  if (getLayout() == QkvLayout::per_head && heads != kvHeads)
-    return emitOpError("per_head layout needs kv_heads = heads, found ")
+  if (layout == QkvLayout::per_head && heads != kvHeads)
+    return op->emitOpError("per_head layout needs kv_heads = heads, found ")
            << kvHeads << " and " << heads;
   // QS1: rank 3 with (heads + 2 kv_heads) x head_dim columns.
   int64_t cols = (heads + 2 * kvHeads) * headDim;
   if (qkv.getRank() != 3 || !dimsAgree(qkv.getDimSize(2), cols))
-    return emitOpError("input must be [batch, seq, ")
+    return op->emitOpError("fused qkv must be [batch, seq, ")
            << cols << "] for (" << heads << " + 2 x " << kvHeads << ") x "
            << headDim << " columns, found " << shapeStr(qkv.getShape());
-  // QS3: result shapes and element types.
+  // QS3: part shapes and element types.
   SmallVector<int64_t> qShape(qkv.getShape()), kvShape(qkv.getShape());
   qShape.back() = heads * headDim;
   kvShape.back() = kvHeads * headDim;
-  auto check = [&](Value result, ArrayRef<int64_t> shape,
+  auto check = [&](Value part, ArrayRef<int64_t> shape,
                    StringRef name) -> LogicalResult {
-    auto type = cast<RankedTensorType>(result.getType());
+    auto type = cast<RankedTensorType>(part.getType());
     if (!shapesAgree(type.getShape(), shape) ||
         type.getElementType() != qkv.getElementType())
-      return emitOpError() << name << " is " << type << " but must be "
-                           << shapeStr(shape) << " of "
-                           << qkv.getElementType();
+      return op->emitOpError() << name << " is " << type << " but must be "
+                               << shapeStr(shape) << " of "
+                               << qkv.getElementType();
     return success();
   };
-  if (failed(check(getQ(), qShape, "q")) || failed(check(getK(), kvShape, "k")) ||
-      failed(check(getV(), kvShape, "v")))
+  if (failed(check(q, qShape, "q")) || failed(check(k, kvShape, "k")) ||
+      failed(check(v, kvShape, "v")))
     return failure();
   return success();
+}
+
+LogicalResult QkvSplitOp::verify() {
+  return verifyQkv(*this, getQkv().getType(), getNumHeadsAttr().getInt(),
+                   getNumKvHeadsAttr().getInt(), getHeadDimAttr().getInt(),
+                   getLayout(), getQ(), getK(), getV());
 }
 
 int64_t QkvSplitOp::getVectorFlops() { return 0; }
@@ -577,26 +600,31 @@ void RopeOp::build(OpBuilder &builder, OperationState &state, Value x,
         builder.getF64FloatAttr(theta));
 }
 
-LogicalResult RopeOp::verify() {
-  RankedTensorType x = getX().getType();
+/// R1 to R4 of model.rope (shared with model.rope_grad).
+static LogicalResult verifyRope(Operation *op, RankedTensorType x,
+                                int64_t headDim, double theta, Value result) {
   // R1: rank 3.
   if (x.getRank() != 3)
-    return emitOpError("x has rank ") << x.getRank() << " but must have rank 3";
+    return op->emitOpError("x has rank ")
+           << x.getRank() << " but must have rank 3";
   // R2: head_dim even, >= 2, divides the last dimension.
-  int64_t headDim = getHeadDimAttr().getInt();
   if (headDim < 2 || headDim % 2 != 0)
-    return emitOpError("head_dim is ")
+    return op->emitOpError("head_dim is ")
            << headDim << " but must be even and >= 2";
   int64_t cols = x.getDimSize(2);
   if (!ShapedType::isDynamic(cols) && cols % headDim != 0)
-    return emitOpError("head_dim = ")
+    return op->emitOpError("head_dim = ")
            << headDim << " does not divide x's " << cols << " columns";
   // R3: theta > 0.
-  if (!(getTheta().convertToDouble() > 0))
-    return emitOpError("theta is ")
-           << getTheta().convertToDouble() << " but must be positive";
+  if (!(theta > 0))
+    return op->emitOpError("theta is ") << theta << " but must be positive";
   // R4: the result has x's type.
-  return verifySameType(*this, getResult(), x, "x's type");
+  return verifySameType(op, result, x, "x's type");
+}
+
+LogicalResult RopeOp::verify() {
+  return verifyRope(*this, getX().getType(), getHeadDimAttr().getInt(),
+                    getTheta().convertToDouble(), getResult());
 }
 
 int64_t RopeOp::getVectorFlops() { return product({3, numel(getX())}); }
@@ -680,22 +708,310 @@ void CrossEntropyOp::build(OpBuilder &builder, OperationState &state,
         logits, targets, builder.getI64IntegerAttr(ignoreIndex));
 }
 
-LogicalResult CrossEntropyOp::verify() {
-  RankedTensorType logits = getLogits().getType();
-  RankedTensorType targets = getTargets().getType();
-  // CE1: logits rank >= 2, targets = logits' shape without the last dim.
+/// CE1 of model.cross_entropy (shared with model.cross_entropy_grad).
+static LogicalResult verifyLogitsTargets(Operation *op,
+                                         RankedTensorType logits,
+                                         RankedTensorType targets) {
   if (logits.getRank() < 2)
-    return emitOpError("logits have rank ")
+    return op->emitOpError("logits have rank ")
            << logits.getRank() << " but need rank >= 2";
   if (!shapesAgree(targets.getShape(), logits.getShape().drop_back()))
-    return emitOpError("targets are ")
+    return op->emitOpError("targets are ")
            << shapeStr(targets.getShape()) << " but the logits "
            << shapeStr(logits.getShape()) << " need "
            << shapeStr(logits.getShape().drop_back());
+  return success();
+}
+
+/// The rank-0 loss type for `logits`.
+static RankedTensorType lossType(RankedTensorType logits) {
+  return RankedTensorType::get({}, lossElementType(logits.getElementType()));
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  // CE1: logits rank >= 2, targets = logits' shape without the last dim.
+  if (failed(verifyLogitsTargets(*this, getLogits().getType(),
+                                 getTargets().getType())))
+    return failure();
   // CE2: a rank-0 loss of f64 for f64 logits, of f32 otherwise.
-  Type expected = RankedTensorType::get(
-      {}, lossElementType(logits.getElementType()));
-  return verifySameType(*this, getLoss(), expected, "");
+  return verifySameType(*this, getLoss(), lossType(getLogits().getType()), "");
 }
 
 int64_t CrossEntropyOp::getVectorFlops() { return product({4, numel(getLogits())}); }
+
+//===----------------------------------------------------------------------===//
+// Gradient ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingGradOp::verify() {
+  RankedTensorType dy = getDy().getType(), table = getDtable().getType();
+  // EG1: the result has rank 2.
+  if (table.getRank() != 2)
+    return emitOpError("result has rank ")
+           << table.getRank() << " but must have rank 2";
+  // EG2: dy is the ids' shape followed by the table's dimension 1.
+  SmallVector<int64_t> expected(getIds().getType().getShape());
+  expected.push_back(table.getDimSize(1));
+  if (!shapesAgree(dy.getShape(), expected))
+    return emitOpError("dy is ")
+           << shapeStr(dy.getShape()) << " but ids and table give "
+           << shapeStr(expected);
+  // EG3: one element type.
+  if (dy.getElementType() != table.getElementType())
+    return emitOpError("dy element type ")
+           << dy.getElementType() << " differs from the result's "
+           << table.getElementType();
+  return success();
+}
+
+int64_t EmbeddingGradOp::getVectorFlops() { return numel(getDy()); }
+
+LogicalResult PositionEmbeddingGradOp::verify() {
+  RankedTensorType dy = getDy().getType(), table = getDtable().getType();
+  // PEG1: dy rank 3, result rank 2 with dy's last dimension.
+  if (dy.getRank() != 3 || table.getRank() != 2 ||
+      !dimsAgree(dy.getDimSize(2), table.getDimSize(1)))
+    return emitOpError("dy must be [batch, seq, hidden] and the result "
+                       "[positions, hidden], found ")
+           << shapeStr(dy.getShape()) << " and " << shapeStr(table.getShape());
+  // PEG2: seq <= positions.
+  int64_t seq = dy.getDimSize(1), positions = table.getDimSize(0);
+  if (!ShapedType::isDynamic(seq) && !ShapedType::isDynamic(positions) &&
+      seq > positions)
+    return emitOpError("sequence length ")
+           << seq << " exceeds the table's " << positions << " positions";
+  // PEG3: one element type.
+  if (dy.getElementType() != table.getElementType())
+    return emitOpError("dy element type ")
+           << dy.getElementType() << " differs from the result's "
+           << table.getElementType();
+  return success();
+}
+
+int64_t PositionEmbeddingGradOp::getVectorFlops() { return numel(getDy()); }
+
+/// The [in, out] dimensions of a weight stored as `w`.
+static std::pair<int64_t, int64_t> weightInOut(RankedTensorType w,
+                                               bool transposeW) {
+  if (w.getRank() != 2)
+    return {ShapedType::kDynamic, ShapedType::kDynamic};
+  return transposeW ? std::make_pair(w.getDimSize(1), w.getDimSize(0))
+                    : std::make_pair(w.getDimSize(0), w.getDimSize(1));
+}
+
+LogicalResult LinearGradInputOp::verify() {
+  RankedTensorType dy = getDy().getType(), w = getWeight().getType();
+  // LGI1: dy rank >= 1, weight rank 2.
+  if (dy.getRank() < 1 || w.getRank() != 2)
+    return emitOpError("dy must have rank >= 1 and the weight rank 2, found "
+                       "ranks ")
+           << dy.getRank() << " and " << w.getRank();
+  auto [in, out] = weightInOut(w, getTransposeW());
+  // LGI2: dy's last dimension is the output dimension.
+  if (!dimsAgree(dy.getShape().back(), out))
+    return emitOpError("dy has ")
+           << dy.getShape().back() << " columns but the weight "
+           << shapeStr(w.getShape()) << " has " << out << " outputs";
+  // LGI3: dx is dy's shape with the input dimension last.
+  SmallVector<int64_t> expected(dy.getShape());
+  expected.back() = in;
+  RankedTensorType dx = getDx().getType();
+  if (!shapesAgree(dx.getShape(), expected))
+    return emitOpError("result shape is ")
+           << shapeStr(dx.getShape()) << " but must be " << shapeStr(expected);
+  // LGI4: one element type.
+  if (w.getElementType() != dy.getElementType() ||
+      dx.getElementType() != dy.getElementType())
+    return emitOpError("dy, weight and result must have one element type");
+  return success();
+}
+
+int64_t LinearGradInputOp::getMatmulFlops() {
+  auto [in, out] = weightInOut(getWeight().getType(), getTransposeW());
+  int64_t rows = numel(getDy()) / std::max<int64_t>(out, 1);
+  return product({2, rows, in, out});
+}
+
+int64_t LinearGradInputOp::getVectorFlops() { return 0; }
+
+LogicalResult LinearGradWeightOp::verify() {
+  RankedTensorType x = getX().getType(), dy = getDy().getType();
+  // LGW1: one rank >= 1, agreeing leading dimensions.
+  if (x.getRank() < 1 || x.getRank() != dy.getRank() ||
+      !shapesAgree(x.getShape().drop_back(), dy.getShape().drop_back()))
+    return emitOpError("x ")
+           << shapeStr(x.getShape()) << " and dy " << shapeStr(dy.getShape())
+           << " must agree in every dimension but the last";
+  // LGW2: the result is the weight's layout of [in, out].
+  int64_t in = x.getShape().back(), out = dy.getShape().back();
+  SmallVector<int64_t> expected =
+      getTransposeW() ? SmallVector<int64_t>{out, in}
+                      : SmallVector<int64_t>{in, out};
+  RankedTensorType dw = getDweight().getType();
+  if (!shapesAgree(dw.getShape(), expected))
+    return emitOpError("result shape is ")
+           << shapeStr(dw.getShape()) << " but must be " << shapeStr(expected)
+           << (getTransposeW() ? " ([out, in])" : " ([in, out])");
+  // LGW3: one element type.
+  if (dy.getElementType() != x.getElementType() ||
+      dw.getElementType() != x.getElementType())
+    return emitOpError("x, dy and result must have one element type");
+  return success();
+}
+
+int64_t LinearGradWeightOp::getMatmulFlops() {
+  RankedTensorType x = getX().getType(), dy = getDy().getType();
+  int64_t in = x.getShape().back();
+  int64_t rows = numel(getX()) / std::max<int64_t>(in, 1);
+  return product({2, rows, in, dy.getShape().back()});
+}
+
+int64_t LinearGradWeightOp::getVectorFlops() { return 0; }
+
+LogicalResult BiasGradOp::verify() {
+  RankedTensorType dy = getDy().getType(), db = getDbias().getType();
+  // BG1: the result is [d], d dy's last dimension.
+  if (dy.getRank() < 1 || db.getRank() != 1 ||
+      !dimsAgree(db.getDimSize(0), dy.getShape().back()))
+    return emitOpError("result must be [d] for dy ")
+           << shapeStr(dy.getShape()) << ", found " << shapeStr(db.getShape());
+  // BG2: one element type.
+  if (db.getElementType() != dy.getElementType())
+    return emitOpError("result element type ")
+           << db.getElementType() << " differs from dy's "
+           << dy.getElementType();
+  return success();
+}
+
+int64_t BiasGradOp::getVectorFlops() { return numel(getDy()); }
+
+/// RNG1-RNG3 / LNG1-LNG3: the norm's parameter, the types of dy and of the
+/// gradients, eps.
+static LogicalResult verifyNormGrad(Operation *op, RankedTensorType x,
+                                    Value weight, Value dy, ValueRange dx,
+                                    ValueRange dparams, APFloat eps) {
+  if (x.getRank() < 1)
+    return op->emitOpError("x must have rank >= 1");
+  if (failed(verifyNormParam(op, x, weight, "weight")))
+    return failure();
+  if (dy.getType() != x)
+    return op->emitOpError("dy is ") << dy.getType() << " but x is " << x;
+  for (Value v : dx)
+    if (v.getType() != x)
+      return op->emitOpError("dx is ") << v.getType() << " but x is " << x;
+  for (Value v : dparams)
+    if (v.getType() != weight.getType())
+      return op->emitOpError("parameter gradient is ")
+             << v.getType() << " but the weight is " << weight.getType();
+  return verifyEps(op, eps);
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  return verifyNormGrad(*this, getX().getType(), getWeight(), getDy(),
+                        getDx(), getDweight(), getEps());
+}
+
+int64_t RmsNormGradOp::getVectorFlops() { return product({8, numel(getX())}); }
+
+LogicalResult LayerNormGradOp::verify() {
+  return verifyNormGrad(*this, getX().getType(), getWeight(), getDy(),
+                        getDx(), ValueRange{getDweight(), getDbias()},
+                        getEps());
+}
+
+int64_t LayerNormGradOp::getVectorFlops() {
+  return product({12, numel(getX())});
+}
+
+LogicalResult RopeGradOp::verify() {
+  return verifyRope(*this, getDy().getType(), getHeadDimAttr().getInt(),
+                    getTheta().convertToDouble(), getDx());
+}
+
+int64_t RopeGradOp::getVectorFlops() { return product({3, numel(getDy())}); }
+
+LogicalResult AttentionGradOp::verify() {
+  RankedTensorType q = getQ().getType(), k = getK().getType(),
+                   v = getV().getType();
+  // AG1: the forward op's A1-A4.
+  if (failed(verifyAttention(*this, q, k, v, getNumHeadsAttr().getInt(),
+                             getNumKvHeadsAttr().getInt(),
+                             getScale().convertToDouble(),
+                             getDropout().convertToDouble(), getCausal())))
+    return failure();
+  // AG2: out and dout have q's type; one element type.
+  if (!oneElementType(q, k, v))
+    return emitOpError("q, k and v mix element types ")
+           << q.getElementType() << ", " << k.getElementType() << " and "
+           << v.getElementType();
+  if (getOut().getType() != q || getDout().getType() != q)
+    return emitOpError("out and dout must have q's type ")
+           << q << ", found " << getOut().getType() << " and "
+           << getDout().getType();
+  // AG3: dq, dk, dv have the types of q, k, v.
+  if (getDq().getType() != q || getDk().getType() != k ||
+      getDv().getType() != v)
+    return emitOpError("dq, dk and dv must have the types of q, k and v");
+  return success();
+}
+
+int64_t AttentionGradOp::getMatmulFlops() {
+  // dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K and dK = dSᵀ·Q: twice the forward.
+  RankedTensorType q = getQ().getType(), k = getK().getType();
+  return product({8, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
+                  q.getDimSize(2)});
+}
+
+int64_t AttentionGradOp::getVectorFlops() {
+  RankedTensorType q = getQ().getType(), k = getK().getType();
+  return product({7, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
+                  getNumHeadsAttr().getInt()});
+}
+
+LogicalResult QkvConcatOp::verify() {
+  return verifyQkv(*this, getQkv().getType(), getNumHeadsAttr().getInt(),
+                   getNumKvHeadsAttr().getInt(), getHeadDimAttr().getInt(),
+                   getLayout(), getQ(), getK(), getV());
+}
+
+int64_t QkvConcatOp::getVectorFlops() { return 0; }
+
+LogicalResult SwigluGradOp::verify() {
+  // SWG1: one type for operands and results.
+  Type type = getGate().getType();
+  for (Value v : {getUp(), getDy(), getDgate(), getDup()})
+    if (v.getType() != type)
+      return emitOpError("operands and results must all be ")
+             << type << ", found " << v.getType();
+  return success();
+}
+
+int64_t SwigluGradOp::getVectorFlops() { return product({8, numel(getDy())}); }
+
+LogicalResult GeluGradOp::verify() {
+  // GG1: x, dy and the result have one type.
+  if (getDy().getType() != getX().getType())
+    return emitOpError("dy is ") << getDy().getType() << " but x is "
+                                 << getX().getType();
+  return verifySameType(*this, getDx(), getX().getType(), "x's type");
+}
+
+int64_t GeluGradOp::getVectorFlops() { return product({10, numel(getDy())}); }
+
+LogicalResult CrossEntropyGradOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  // CEG1: CE1.
+  if (failed(verifyLogitsTargets(*this, logits, getTargets().getType())))
+    return failure();
+  // CEG2: dloss is the loss type.
+  if (getDloss().getType() != lossType(logits))
+    return emitOpError("dloss is ")
+           << getDloss().getType() << " but the loss of these logits is "
+           << lossType(logits);
+  // CEG3: the result has the logits' type.
+  return verifySameType(*this, getDlogits(), logits, "the logits' type");
+}
+
+int64_t CrossEntropyGradOp::getVectorFlops() {
+  return product({4, numel(getLogits())});
+}

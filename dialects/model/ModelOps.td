@@ -559,4 +559,10 @@ def Model_CrossEntropyOp : Model_ComputeOp<"cross_entropy"> {
                                  "int64_t":$ignoreIndex)>];
 }
 
+//===----------------------------------------------------------------------===//
+// Gradients
+//===----------------------------------------------------------------------===//
+
+include "dialects/model/ModelGradOps.td"
+
 #endif // BRAID_MODEL_OPS_TD

@@ -229,7 +229,7 @@ func.func @a5_element_type_mix(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xbf16>
 
 // Tests QS1: the fused input has (heads + 2 kv_heads) x head_dim columns.
 func.func @qs1_input_columns(%qkv: tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
-  // expected-error @+1 {{'model.qkv_split' op input must be [batch, seq, 192] for (4 + 2 x 4) x 16 columns, found [2, 16, 128]}}
+  // expected-error @+1 {{'model.qkv_split' op fused qkv must be [batch, seq, 192] for (4 + 2 x 4) x 16 columns, found [2, 16, 128]}}
   %q, %k, %v = model.qkv_split %qkv heads = 4 kv_heads = 4 head_dim = 16 layout = grouped : (tensor<2x16x128xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
   return %q, %k, %v : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
 }
