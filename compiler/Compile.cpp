@@ -28,6 +28,8 @@ struct PhaseInfo {
 const PhaseInfo kPhases[] = {
     {Phase::Model, "model",
      [](OpPassManager &pm) { pm.addPass(model::createModelVerifyForward()); }},
+    {Phase::Autodiff, "autodiff",
+     [](OpPassManager &pm) { pm.addPass(model::createModelAutodiff()); }},
 };
 
 llvm::Error error(const llvm::Twine &message) {

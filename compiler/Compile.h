@@ -15,7 +15,8 @@ namespace braid {
 /// The phases a compile can stop after (`braidc --compile-to=PHASE`), in
 /// order. Each ends with the verify pass that states its contract.
 enum class Phase {
-  Model, ///< the forward graph from the frontend, verified
+  Model,    ///< the forward graph from the frontend, verified
+  Autodiff, ///< forward and backward: @train_step returns loss and gradients
 };
 
 /// The phase named `name`, or an error that lists the known phases.

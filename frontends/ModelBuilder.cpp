@@ -99,6 +99,8 @@ private:
   Location loc;
   Type element;
   bool conv1d = false;
+  /// The next dropout's rng_id: distinct per dropout op, in program order.
+  int64_t nextRngId = 0;
 
   SmallVector<Type> paramTypes;
   SmallVector<std::string> paramNames;
@@ -236,7 +238,7 @@ Value ForwardBuilder::emitLayer(OpBuilder &ob, int64_t index, Value hidden,
   auto [wo, bo] = takeLinear(c.attentionBias);
   Value o = emitLinear(lb, attn, wo, bo);
   if (c.hiddenDropout > 0)
-    o = lb.create<DropoutOp>(loc, o, c.hiddenDropout);
+    o = lb.create<DropoutOp>(loc, o, c.hiddenDropout, nextRngId++);
   x = lb.create<AddOp>(loc, x, o);
 
   // MLP half.
@@ -257,7 +259,7 @@ Value ForwardBuilder::emitLayer(OpBuilder &ob, int64_t index, Value hidden,
   auto [wd, bd] = takeLinear(c.mlpBias);
   Value down = emitLinear(lb, act, wd, bd);
   if (c.hiddenDropout > 0)
-    down = lb.create<DropoutOp>(loc, down, c.hiddenDropout);
+    down = lb.create<DropoutOp>(loc, down, c.hiddenDropout, nextRngId++);
   x = lb.create<AddOp>(loc, x, down);
   lb.create<YieldOp>(loc, x);
   return layer.getResult(0);
@@ -314,7 +316,7 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
     x = fb.create<LayerNormOp>(loc, x, arg(embedNormW), arg(embedNormB),
                                c.normEps);
   if (c.embeddingDropout > 0)
-    x = fb.create<DropoutOp>(loc, x, c.embeddingDropout);
+    x = fb.create<DropoutOp>(loc, x, c.embeddingDropout, nextRngId++);
   for (auto [i, indices] : llvm::enumerate(layerParams)) {
     SmallVector<Value> params;
     for (unsigned index : indices)

@@ -43,8 +43,11 @@ def Model_Dialect : Dialect {
     static constexpr llvm::StringLiteral kShardingAttrName = "model.sharding";
     /// The argument attribute naming a parameter.
     static constexpr llvm::StringLiteral kParamAttrName = "model.param";
-    /// The argument attribute naming a data input (tokens, targets).
+    /// The argument attribute naming a data input (tokens, targets,
+    /// loss_grad).
     static constexpr llvm::StringLiteral kInputAttrName = "model.input";
+    /// The result attribute naming the parameter a gradient belongs to.
+    static constexpr llvm::StringLiteral kGradAttrName = "model.grad";
 
   private:
     void registerAttributes();

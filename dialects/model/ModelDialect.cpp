@@ -288,9 +288,10 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
   }
   if (attr.getName() == kInputAttrName) {
     auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
-    if (!name || (name.getValue() != "tokens" && name.getValue() != "targets"))
-      return emitError() << "model.input must be \"tokens\" or \"targets\", "
-                            "found "
+    if (!name || (name.getValue() != "tokens" && name.getValue() != "targets" &&
+                  name.getValue() != "loss_grad"))
+      return emitError() << "model.input must be \"tokens\", \"targets\" or "
+                            "\"loss_grad\", found "
                          << attr.getValue();
     return success();
   }
@@ -302,6 +303,14 @@ LogicalResult ModelDialect::verifyRegionResultAttribute(Operation *op,
                                                         unsigned regionIndex,
                                                         unsigned resultIndex,
                                                         NamedAttribute attr) {
+  if (attr.getName() == kGradAttrName) {
+    auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty())
+      return op->emitOpError("result ")
+             << resultIndex << ": model.grad must name a parameter, found "
+             << attr.getValue();
+    return success();
+  }
   if (attr.getName() != kShardingAttrName)
     return op->emitOpError("result ")
            << resultIndex << ": unknown model dialect result attribute "

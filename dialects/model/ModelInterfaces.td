@@ -29,4 +29,27 @@ def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def Model_GradientOpInterface : OpInterface<"GradientOpInterface"> {
+  let cppNamespace = "::braid::model";
+  let description = [{
+    The vector-Jacobian product of a forward op, used by `model-autodiff`:
+    given the gradients of the op's results, build (at the builder's
+    insertion point) the ops that compute the gradients of its operands.
+    The backward ops are those of docs/Rationale-Training.md, one per
+    backward kernel of the runtime.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Builds the operand gradients from `resultGrads` (one per result, none
+        null). `operandGrads` receives one value per operand; it is null for
+        operands that have no gradient (token ids, targets). Fails, with a
+        diagnostic on the op, when the op cannot be differentiated.
+      }],
+      "::mlir::LogicalResult", "buildGradients",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::mlir::ValueRange":$resultGrads,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>
+  ];
+}
+
 #endif // BRAID_MODEL_INTERFACES_TD

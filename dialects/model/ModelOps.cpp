@@ -125,6 +125,7 @@ void LayerOp::build(OpBuilder &builder, OperationState &state, int64_t index,
                      builder.getI64IntegerAttr(index));
   state.addOperands(inputs);
   state.addTypes(resultTypes);
+  // `backward`, when wanted, is set by the caller.
   Region *body = state.addRegion();
   Block *block = new Block();
   body->push_back(block);
@@ -600,13 +601,15 @@ void RopeOp::build(OpBuilder &builder, OperationState &state, Value x,
         builder.getF64FloatAttr(theta));
 }
 
-/// R1 to R4 of model.rope (shared with model.rope_grad).
+/// R1 to R4 of model.rope (shared with model.rope_grad, whose operand is
+/// `dy`; `name` is the operand's name in messages).
 static LogicalResult verifyRope(Operation *op, RankedTensorType x,
-                                int64_t headDim, double theta, Value result) {
+                                StringRef name, int64_t headDim, double theta,
+                                Value result) {
   // R1: rank 3.
   if (x.getRank() != 3)
-    return op->emitOpError("x has rank ")
-           << x.getRank() << " but must have rank 3";
+    return op->emitOpError() << name << " has rank " << x.getRank()
+                             << " but must have rank 3";
   // R2: head_dim even, >= 2, divides the last dimension.
   if (headDim < 2 || headDim % 2 != 0)
     return op->emitOpError("head_dim is ")
@@ -614,16 +617,17 @@ static LogicalResult verifyRope(Operation *op, RankedTensorType x,
   int64_t cols = x.getDimSize(2);
   if (!ShapedType::isDynamic(cols) && cols % headDim != 0)
     return op->emitOpError("head_dim = ")
-           << headDim << " does not divide x's " << cols << " columns";
+           << headDim << " does not divide " << name << "'s " << cols
+           << " columns";
   // R3: theta > 0.
   if (!(theta > 0))
     return op->emitOpError("theta is ") << theta << " but must be positive";
   // R4: the result has x's type.
-  return verifySameType(op, result, x, "x's type");
+  return verifySameType(op, result, x, (name + "'s type").str());
 }
 
 LogicalResult RopeOp::verify() {
-  return verifyRope(*this, getX().getType(), getHeadDimAttr().getInt(),
+  return verifyRope(*this, getX().getType(), "x", getHeadDimAttr().getInt(),
                     getTheta().convertToDouble(), getResult());
 }
 
@@ -677,8 +681,9 @@ LogicalResult AddOp::verify() {
 int64_t AddOp::getVectorFlops() { return numel(getResult()); }
 
 void DropoutOp::build(OpBuilder &builder, OperationState &state, Value x,
-                      double rate) {
-  build(builder, state, x.getType(), x, builder.getF64FloatAttr(rate));
+                      double rate, int64_t rngId) {
+  build(builder, state, x.getType(), x, builder.getF64FloatAttr(rate),
+        builder.getI64IntegerAttr(rngId));
 }
 
 LogicalResult DropoutOp::verify() {
@@ -924,7 +929,7 @@ int64_t LayerNormGradOp::getVectorFlops() {
 }
 
 LogicalResult RopeGradOp::verify() {
-  return verifyRope(*this, getDy().getType(), getHeadDimAttr().getInt(),
+  return verifyRope(*this, getDy().getType(), "dy", getHeadDimAttr().getInt(),
                     getTheta().convertToDouble(), getDx());
 }
 

@@ -26,6 +26,13 @@ class Model_ComputeOp<string mnemonic, list<Trait> traits = [],
   let hasVerifier = 1;
 }
 
+/// A forward op: a compute op with a vector-Jacobian product.
+class Model_ForwardOp<string mnemonic, list<Trait> traits = [],
+                      list<string> costMethods = []>
+    : Model_ComputeOp<mnemonic, !listconcat(traits,
+          [DeclareOpInterfaceMethods<Model_GradientOpInterface>]),
+          costMethods>;
+
 //===----------------------------------------------------------------------===//
 // Structure: mesh, layer, yield
 //===----------------------------------------------------------------------===//
@@ -70,6 +77,12 @@ def Model_LayerOp : Model_Op<"layer", [IsolatedFromAbove,
     partitioning and recompute see a layer's inputs, parameters and outputs
     without looking inside.
 
+    `backward` marks the backward of layer `index` (made by
+    `model-autodiff`): its operands are the gradient of the forward layer's
+    result, the forward layer's operands and the activations the forward
+    layer saved for it (its extra results); it yields the gradients of the
+    forward layer's operands, in order.
+
     Example:
 
     ```mlir
@@ -87,12 +100,13 @@ def Model_LayerOp : Model_Op<"layer", [IsolatedFromAbove,
     - L2: the body's block has one argument per operand, of the operand's type.
     - L3: the body yields one value per result, of the result's type.
   }];
-  let arguments = (ins I64Attr:$index, Variadic<AnyType>:$inputs);
+  let arguments = (ins I64Attr:$index, Variadic<AnyType>:$inputs,
+                       UnitAttr:$backward);
   let results = (outs Variadic<AnyType>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $index `(` $inputs `)` attr-dict `:` functional-type($inputs, $results)
-    $body
+    $index (`backward` $backward^)? `(` $inputs `)` attr-dict `:`
+    functional-type($inputs, $results) $body
   }];
   let hasVerifier = 1;
   let skipDefaultBuilders = 1;
@@ -127,7 +141,7 @@ def Model_YieldOp : Model_Op<"yield", [Pure, Terminator, ReturnLike,
 // Embeddings
 //===----------------------------------------------------------------------===//
 
-def Model_EmbeddingOp : Model_ComputeOp<"embedding"> {
+def Model_EmbeddingOp : Model_ForwardOp<"embedding"> {
   let summary = "Looks up token ids in an embedding table";
   let description = [{
     `result[b, s, :] = table[ids[b, s], :]`. The table is `[vocab, hidden]`
@@ -154,7 +168,7 @@ def Model_EmbeddingOp : Model_ComputeOp<"embedding"> {
   let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$ids)>];
 }
 
-def Model_PositionEmbeddingOp : Model_ComputeOp<"position_embedding"> {
+def Model_PositionEmbeddingOp : Model_ForwardOp<"position_embedding"> {
   let summary = "Learned absolute position embeddings for a token batch";
   let description = [{
     `result[b, s, :] = table[s, :]` for the positions `0 .. S-1` of the token
@@ -186,7 +200,7 @@ def Model_PositionEmbeddingOp : Model_ComputeOp<"position_embedding"> {
 // Matrix products
 //===----------------------------------------------------------------------===//
 
-def Model_LinearOp : Model_ComputeOp<"linear", [], ["getMatmulFlops"]> {
+def Model_LinearOp : Model_ForwardOp<"linear", [], ["getMatmulFlops"]> {
   let summary = "A matrix product with an optional bias";
   let description = [{
     `result = x · W + bias` over the last dimension of `x`. The weight is
@@ -229,7 +243,7 @@ def Model_LinearOp : Model_ComputeOp<"linear", [], ["getMatmulFlops"]> {
   }];
 }
 
-def Model_AttentionOp : Model_ComputeOp<"attention", [],
+def Model_AttentionOp : Model_ForwardOp<"attention", [],
                                          ["getMatmulFlops"]> {
   let summary = "Multi-head (grouped-query) scaled dot-product attention";
   let description = [{
@@ -282,7 +296,7 @@ def Model_AttentionOp : Model_ComputeOp<"attention", [],
   }];
 }
 
-def Model_QkvSplitOp : Model_ComputeOp<"qkv_split"> {
+def Model_QkvSplitOp : Model_ForwardOp<"qkv_split"> {
   let summary = "Splits a fused QKV projection into queries, keys and values";
   let description = [{
     Splits the output of a fused QKV projection (`[batch, seq,
@@ -330,7 +344,7 @@ def Model_QkvSplitOp : Model_ComputeOp<"qkv_split"> {
 // Normalisation and position encodings
 //===----------------------------------------------------------------------===//
 
-def Model_RmsNormOp : Model_ComputeOp<"rms_norm"> {
+def Model_RmsNormOp : Model_ForwardOp<"rms_norm"> {
   let summary = "Root-mean-square normalisation over the last dimension";
   let description = [{
     `x / sqrt(mean(x²) + eps) · weight` over the last dimension (LLaMA),
@@ -358,7 +372,7 @@ def Model_RmsNormOp : Model_ComputeOp<"rms_norm"> {
                                  "double":$eps)>];
 }
 
-def Model_LayerNormOp : Model_ComputeOp<"layer_norm"> {
+def Model_LayerNormOp : Model_ForwardOp<"layer_norm"> {
   let summary = "Layer normalisation over the last dimension";
   let description = [{
     `(x - mean(x)) / sqrt(var(x) + eps) · weight + bias` over the last
@@ -390,7 +404,7 @@ def Model_LayerNormOp : Model_ComputeOp<"layer_norm"> {
                                  "::mlir::Value":$bias, "double":$eps)>];
 }
 
-def Model_RopeOp : Model_ComputeOp<"rope"> {
+def Model_RopeOp : Model_ForwardOp<"rope"> {
   let summary = "Rotary position embedding of packed heads";
   let description = [{
     Rotates each head of `x` (`[batch, seq, heads × head_dim]`) by the
@@ -425,7 +439,7 @@ def Model_RopeOp : Model_ComputeOp<"rope"> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-def Model_SwigluOp : Model_ComputeOp<"swiglu"> {
+def Model_SwigluOp : Model_ForwardOp<"swiglu"> {
   let summary = "SwiGLU gating: silu(gate) · up";
   let description = [{
     `gate / (1 + exp(-gate)) · up`, LLaMA's MLP activation.
@@ -448,7 +462,7 @@ def Model_SwigluOp : Model_ComputeOp<"swiglu"> {
   let builders = [OpBuilder<(ins "::mlir::Value":$gate, "::mlir::Value":$up)>];
 }
 
-def Model_GeluOp : Model_ComputeOp<"gelu"> {
+def Model_GeluOp : Model_ForwardOp<"gelu"> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `x · Φ(x)`; with `tanh`, the approximation
@@ -472,7 +486,7 @@ def Model_GeluOp : Model_ComputeOp<"gelu"> {
   let builders = [OpBuilder<(ins "::mlir::Value":$x, "bool":$tanh)>];
 }
 
-def Model_AddOp : Model_ComputeOp<"add"> {
+def Model_AddOp : Model_ForwardOp<"add"> {
   let summary = "Elementwise sum (the residual connection)";
   let description = [{
     `lhs + rhs`, no broadcasting.
@@ -495,13 +509,15 @@ def Model_AddOp : Model_ComputeOp<"add"> {
   let builders = [OpBuilder<(ins "::mlir::Value":$lhs, "::mlir::Value":$rhs)>];
 }
 
-def Model_DropoutOp : Model_ComputeOp<"dropout"> {
+def Model_DropoutOp : Model_ForwardOp<"dropout"> {
   let summary = "Inverted dropout";
   let description = [{
     Zeroes each element with probability `rate` and scales the others by
     `1 / (1 - rate)`. The mask comes from a counter-based generator keyed by
-    the seed, the step, the op and the element's global index, so it does not
-    depend on how the tensor is sharded.
+    the seed, the step, `rng_id` and the element's global index, so it does
+    not depend on how the tensor is sharded. The frontend gives every dropout
+    a distinct `rng_id`; its gradient is a `model.dropout` of the output
+    gradient with the same `rng_id` (the same mask).
 
     Example:
 
@@ -514,19 +530,21 @@ def Model_DropoutOp : Model_ComputeOp<"dropout"> {
     - D1: `rate` is in [0, 1).
     - D2: the result has `x`'s type.
   }];
-  let arguments = (ins Model_FloatTensor:$x, F64Attr:$rate);
+  let arguments = (ins Model_FloatTensor:$x, F64Attr:$rate,
+                       OptionalAttr<I64Attr>:$rng_id);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
     $x `rate` `=` $rate attr-dict `:` functional-type(operands, results)
   }];
-  let builders = [OpBuilder<(ins "::mlir::Value":$x, "double":$rate)>];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "double":$rate,
+                                 "int64_t":$rngId)>];
 }
 
 //===----------------------------------------------------------------------===//
 // Loss
 //===----------------------------------------------------------------------===//
 
-def Model_CrossEntropyOp : Model_ComputeOp<"cross_entropy"> {
+def Model_CrossEntropyOp : Model_ForwardOp<"cross_entropy"> {
   let summary = "Mean softmax cross-entropy over the last dimension";
   let description = [{
     The mean over all positions whose target is not `ignore_index` of

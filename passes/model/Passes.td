@@ -25,4 +25,27 @@ def ModelVerifyForward : Pass<"model-verify-forward", "mlir::ModuleOp"> {
   let dependentDialects = ["::braid::model::ModelDialect"];
 }
 
+def ModelAutodiff : Pass<"model-autodiff", "mlir::ModuleOp"> {
+  let summary = "Reverse-mode differentiation of the forward graph";
+  let description = [{
+    Turns `@forward(params..., tokens, targets) -> loss` into
+    `@train_step(params..., tokens, targets, loss_grad) -> (loss, grads...)`:
+    the forward graph followed by its backward, one gradient per parameter
+    in parameter order (result attribute `model.grad = "<param name>"`).
+    `loss_grad` (`model.input = "loss_grad"`) seeds the backward: 1 for plain
+    training, the loss scale under fp16.
+
+    Every forward op contributes its vector-Jacobian product through
+    `GradientOpInterface`; gradients of a value used several times are
+    summed with `model.add`. Each `model.layer` gets a `model.layer backward`
+    of the same index: the forward layer gains one extra result per
+    activation its backward uses, and the backward layer takes them as
+    operands, so both stay isolated units for pipeline partitioning and
+    recompute (which may later trade saved activations for recomputation).
+
+    Expects the contract of `model-verify-forward`.
+  }];
+  let dependentDialects = ["::braid::model::ModelDialect"];
+}
+
 #endif // BRAID_PASSES_MODEL_PASSES_TD

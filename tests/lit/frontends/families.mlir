@@ -146,7 +146,8 @@
 // Tests that dropout follows the embedding sum and feeds layer 0.
 // DROPOUT-LABEL: func.func @forward(
 // DROPOUT: %[[E:.+]] = model.add
-// DROPOUT-NEXT: %[[ED:.+]] = model.dropout %[[E]] rate = 1.000000e-01 : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
+// Each dropout has its own rng_id, in program order (embedding, then per layer the attention and MLP branches).
+// DROPOUT-NEXT: %[[ED:.+]] = model.dropout %[[E]] rate = 1.000000e-01 {rng_id = 0 : i64} : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
 // DROPOUT-NEXT: model.layer 0(%[[ED]],
 
 // Tests that attention carries its dropout rate and that both residual
@@ -154,11 +155,11 @@
 // DROPOUT: ^bb0(%[[X:[^:]+]]:
 // DROPOUT: %[[ATT:.+]] = model.attention %{{.+}} causal {dropout = 1.000000e-01 : f64} :
 // DROPOUT-NEXT: %[[O:.+]] = model.linear %[[ATT]],
-// DROPOUT-NEXT: %[[OD:.+]] = model.dropout %[[O]] rate = 1.000000e-01 : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
+// DROPOUT-NEXT: %[[OD:.+]] = model.dropout %[[O]] rate = 1.000000e-01 {rng_id = 1 : i64} : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
 // DROPOUT-NEXT: %[[R1:.+]] = model.add %[[X]], %[[OD]]
 // DROPOUT: %[[ACT:.+]] = model.gelu
 // DROPOUT-NEXT: %[[P:.+]] = model.linear %[[ACT]],
-// DROPOUT-NEXT: %[[PD:.+]] = model.dropout %[[P]] rate = 1.000000e-01 : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
+// DROPOUT-NEXT: %[[PD:.+]] = model.dropout %[[P]] rate = 1.000000e-01 {rng_id = 2 : i64} : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
 // DROPOUT-NEXT: %[[R2:.+]] = model.add %[[R1]], %[[PD]]
 // DROPOUT-NEXT: model.yield %[[R2]]
 

@@ -511,7 +511,7 @@ func.func @sharding_not_a_sharding(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 // Tests that model.input is "tokens" or "targets".
-// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens" or "targets", found "labels"}}
+// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens", "targets" or "loss_grad", found "labels"}}
 func.func @input_bad_value(%x: tensor<2x16xi32> {model.input = "labels"}) {
   return
 }
@@ -563,4 +563,403 @@ func.func @config_not_on_module(%x: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @+1 {{'model.gelu' op model.config must be a dictionary on the module}}
   %y = model.gelu %x {model.config = {hidden = 64 : i64}} : (tensor<4xf32>) -> tensor<4xf32>
   return %y : tensor<4xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.embedding_grad
+//===----------------------------------------------------------------------===//
+
+// Tests EG1: the embedding table gradient has rank 2.
+func.func @eg1_result_rank(%dy: tensor<2x16x64xf32>, %ids: tensor<2x16xi32>) -> tensor<512xf32> {
+  // expected-error @+1 {{'model.embedding_grad' op result has rank 1 but must have rank 2}}
+  %dt = model.embedding_grad %dy[%ids] : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<512xf32>
+  return %dt : tensor<512xf32>
+}
+
+// -----
+
+// Tests EG2: dy is the ids' shape followed by the table's hidden size.
+func.func @eg2_dy_shape(%dy: tensor<2x16x32xf32>, %ids: tensor<2x16xi32>) -> tensor<512x64xf32> {
+  // expected-error @+1 {{'model.embedding_grad' op dy is [2, 16, 32] but ids and table give [2, 16, 64]}}
+  %dt = model.embedding_grad %dy[%ids] : (tensor<2x16x32xf32>, tensor<2x16xi32>) -> tensor<512x64xf32>
+  return %dt : tensor<512x64xf32>
+}
+
+// -----
+
+// Tests EG3: dy and the table gradient have one element type.
+func.func @eg3_element_type(%dy: tensor<2x16x64xbf16>, %ids: tensor<2x16xi32>) -> tensor<512x64xf32> {
+  // expected-error @+1 {{'model.embedding_grad' op dy element type 'bf16' differs from the result's 'f32'}}
+  %dt = model.embedding_grad %dy[%ids] : (tensor<2x16x64xbf16>, tensor<2x16xi32>) -> tensor<512x64xf32>
+  return %dt : tensor<512x64xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.position_embedding_grad
+//===----------------------------------------------------------------------===//
+
+// Tests PEG1: the position table gradient has dy's hidden size.
+func.func @peg1_hidden_mismatch(%dy: tensor<2x16x64xf32>) -> tensor<128x32xf32> {
+  // expected-error @+1 {{'model.position_embedding_grad' op dy must be [batch, seq, hidden] and the result [positions, hidden], found [2, 16, 64] and [128, 32]}}
+  %dt = model.position_embedding_grad %dy : (tensor<2x16x64xf32>) -> tensor<128x32xf32>
+  return %dt : tensor<128x32xf32>
+}
+
+// -----
+
+// Tests PEG2: dy's sequence may not be longer than the position table.
+func.func @peg2_sequence_too_long(%dy: tensor<2x16x64xf32>) -> tensor<8x64xf32> {
+  // expected-error @+1 {{'model.position_embedding_grad' op sequence length 16 exceeds the table's 8 positions}}
+  %dt = model.position_embedding_grad %dy : (tensor<2x16x64xf32>) -> tensor<8x64xf32>
+  return %dt : tensor<8x64xf32>
+}
+
+// -----
+
+// Tests PEG3: dy and the position table gradient have one element type.
+func.func @peg3_element_type(%dy: tensor<2x16x64xf32>) -> tensor<128x64xf16> {
+  // expected-error @+1 {{'model.position_embedding_grad' op dy element type 'f32' differs from the result's 'f16'}}
+  %dt = model.position_embedding_grad %dy : (tensor<2x16x64xf32>) -> tensor<128x64xf16>
+  return %dt : tensor<128x64xf16>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.linear_grad_input
+//===----------------------------------------------------------------------===//
+
+// Tests LGI1: the weight of linear_grad_input has rank 2.
+func.func @lgi1_weight_rank(%dy: tensor<2x64xf32>, %w: tensor<64xf32>) -> tensor<2x64xf32> {
+  // expected-error @+1 {{'model.linear_grad_input' op dy must have rank >= 1 and the weight rank 2, found ranks 2 and 1}}
+  %dx = model.linear_grad_input %dy, %w : (tensor<2x64xf32>, tensor<64xf32>) -> tensor<2x64xf32>
+  return %dx : tensor<2x64xf32>
+}
+
+// -----
+
+// Tests LGI2: dy's columns match the weight's output dimension, which is dimension 0 with transpose_w.
+func.func @lgi2_output_dim_mismatch(%dy: tensor<2x16x64xf32>, %w: tensor<128x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.linear_grad_input' op dy has 64 columns but the weight [128, 64] has 128 outputs}}
+  %dx = model.linear_grad_input %dy, %w transpose_w : (tensor<2x16x64xf32>, tensor<128x64xf32>) -> tensor<2x16x64xf32>
+  return %dx : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests LGI3: dx replaces dy's last dimension by the weight's input dimension.
+func.func @lgi3_result_shape(%dy: tensor<2x16x256xf32>, %w: tensor<64x256xf32>) -> tensor<2x16x256xf32> {
+  // expected-error @+1 {{'model.linear_grad_input' op result shape is [2, 16, 256] but must be [2, 16, 64]}}
+  %dx = model.linear_grad_input %dy, %w : (tensor<2x16x256xf32>, tensor<64x256xf32>) -> tensor<2x16x256xf32>
+  return %dx : tensor<2x16x256xf32>
+}
+
+// -----
+
+// Tests LGI4: dy, the weight and dx have one element type.
+func.func @lgi4_element_type_mix(%dy: tensor<2x16x256xf32>, %w: tensor<64x256xbf16>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.linear_grad_input' op dy, weight and result must have one element type}}
+  %dx = model.linear_grad_input %dy, %w : (tensor<2x16x256xf32>, tensor<64x256xbf16>) -> tensor<2x16x64xf32>
+  return %dx : tensor<2x16x64xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.linear_grad_weight
+//===----------------------------------------------------------------------===//
+
+// Tests LGW1: x and dy agree in every dimension but the last.
+func.func @lgw1_leading_dims_mismatch(%x: tensor<2x16x64xf32>, %dy: tensor<2x8x256xf32>) -> tensor<64x256xf32> {
+  // expected-error @+1 {{'model.linear_grad_weight' op x [2, 16, 64] and dy [2, 8, 256] must agree in every dimension but the last}}
+  %dw = model.linear_grad_weight %x, %dy : (tensor<2x16x64xf32>, tensor<2x8x256xf32>) -> tensor<64x256xf32>
+  return %dw : tensor<64x256xf32>
+}
+
+// -----
+
+// Tests LGW2: with transpose_w the weight gradient is [out, in].
+func.func @lgw2_result_layout(%x: tensor<2x16x64xf32>, %dy: tensor<2x16x128xf32>) -> tensor<64x128xf32> {
+  // expected-error @+1 {{'model.linear_grad_weight' op result shape is [64, 128] but must be [128, 64] ([out, in])}}
+  %dw = model.linear_grad_weight %x, %dy transpose_w : (tensor<2x16x64xf32>, tensor<2x16x128xf32>) -> tensor<64x128xf32>
+  return %dw : tensor<64x128xf32>
+}
+
+// -----
+
+// Tests LGW3: x, dy and the weight gradient have one element type.
+func.func @lgw3_element_type_mix(%x: tensor<2x16x64xf32>, %dy: tensor<2x16x256xf32>) -> tensor<64x256xbf16> {
+  // expected-error @+1 {{'model.linear_grad_weight' op x, dy and result must have one element type}}
+  %dw = model.linear_grad_weight %x, %dy : (tensor<2x16x64xf32>, tensor<2x16x256xf32>) -> tensor<64x256xbf16>
+  return %dw : tensor<64x256xbf16>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.bias_grad
+//===----------------------------------------------------------------------===//
+
+// Tests BG1: the bias gradient is [d] for dy's last dimension d.
+func.func @bg1_result_shape(%dy: tensor<2x16x128xf32>) -> tensor<64xf32> {
+  // expected-error @+1 {{'model.bias_grad' op result must be [d] for dy [2, 16, 128], found [64]}}
+  %db = model.bias_grad %dy : (tensor<2x16x128xf32>) -> tensor<64xf32>
+  return %db : tensor<64xf32>
+}
+
+// -----
+
+// Tests BG2: the bias gradient has dy's element type.
+func.func @bg2_element_type(%dy: tensor<2x16x128xbf16>) -> tensor<128xf32> {
+  // expected-error @+1 {{'model.bias_grad' op result element type 'f32' differs from dy's 'bf16'}}
+  %db = model.bias_grad %dy : (tensor<2x16x128xbf16>) -> tensor<128xf32>
+  return %db : tensor<128xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.rms_norm_grad
+//===----------------------------------------------------------------------===//
+
+// Tests RNG1: the rms_norm_grad weight is [d] for x's last dimension d.
+func.func @rng1_weight_shape(%x: tensor<2x16x64xf32>, %g: tensor<32xf32>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<32xf32>) {
+  // expected-error @+1 {{'model.rms_norm_grad' op weight is [32] but x's last dimension is 64}}
+  %dx, %dg = model.rms_norm_grad %x, %g, %dy eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<32xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<32xf32>)
+  return %dx, %dg : tensor<2x16x64xf32>, tensor<32xf32>
+}
+
+// -----
+
+// Tests RNG2: dx has x's type.
+func.func @rng2_dx_type(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf16>, tensor<64xf32>) {
+  // expected-error @+1 {{'model.rms_norm_grad' op dx is 'tensor<2x16x64xf16>' but x is 'tensor<2x16x64xf32>'}}
+  %dx, %dg = model.rms_norm_grad %x, %g, %dy eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf16>, tensor<64xf32>)
+  return %dx, %dg : tensor<2x16x64xf16>, tensor<64xf32>
+}
+
+// -----
+
+// Tests RNG3: the rms_norm_grad eps is positive.
+func.func @rng3_eps_not_positive(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>) {
+  // expected-error @+1 {{'model.rms_norm_grad' op eps is 0.000000e+00 but must be positive}}
+  %dx, %dg = model.rms_norm_grad %x, %g, %dy eps = 0.0 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>)
+  return %dx, %dg : tensor<2x16x64xf32>, tensor<64xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.layer_norm_grad
+//===----------------------------------------------------------------------===//
+
+// Tests LNG1: the layer_norm_grad weight has x's element type.
+func.func @lng1_weight_element_type(%x: tensor<2x16x64xf32>, %g: tensor<64xbf16>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xbf16>, tensor<64xbf16>) {
+  // expected-error @+1 {{'model.layer_norm_grad' op weight element type 'bf16' differs from x's 'f32'}}
+  %dx, %dg, %db = model.layer_norm_grad %x, %g, %dy eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xbf16>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xbf16>, tensor<64xbf16>)
+  return %dx, %dg, %db : tensor<2x16x64xf32>, tensor<64xbf16>, tensor<64xbf16>
+}
+
+// -----
+
+// Tests LNG2: dbias has the weight's type.
+func.func @lng2_dbias_type(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<32xf32>) {
+  // expected-error @+1 {{'model.layer_norm_grad' op parameter gradient is 'tensor<32xf32>' but the weight is 'tensor<64xf32>'}}
+  %dx, %dg, %db = model.layer_norm_grad %x, %g, %dy eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<32xf32>)
+  return %dx, %dg, %db : tensor<2x16x64xf32>, tensor<64xf32>, tensor<32xf32>
+}
+
+// -----
+
+// Tests LNG3: the layer_norm_grad eps is positive.
+func.func @lng3_eps_not_positive(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) {
+  // expected-error @+1 {{'model.layer_norm_grad' op eps is -1.000000e-05 but must be positive}}
+  %dx, %dg, %db = model.layer_norm_grad %x, %g, %dy eps = -1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>)
+  return %dx, %dg, %db : tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.rope_grad
+//===----------------------------------------------------------------------===//
+
+// Tests R1 through rope_grad: dy has rank 3.
+func.func @ropeg_r1_rank(%dy: tensor<16x64xf32>) -> tensor<16x64xf32> {
+  // expected-error @+1 {{'model.rope_grad' op dy has rank 2 but must have rank 3}}
+  %dx = model.rope_grad %dy head_dim = 16 theta = 1.0e+04 : (tensor<16x64xf32>) -> tensor<16x64xf32>
+  return %dx : tensor<16x64xf32>
+}
+
+// -----
+
+// Tests R2 through rope_grad: head_dim divides dy's last dimension.
+func.func @ropeg_r2_head_dim_not_divisor(%dy: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.rope_grad' op head_dim = 48 does not divide dy's 64 columns}}
+  %dx = model.rope_grad %dy head_dim = 48 theta = 1.0e+04 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %dx : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests R3 through rope_grad: theta is positive.
+func.func @ropeg_r3_theta_not_positive(%dy: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.rope_grad' op theta is -1.000000e+04 but must be positive}}
+  %dx = model.rope_grad %dy head_dim = 16 theta = -1.0e+04 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %dx : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests R4 through rope_grad: dx has dy's type.
+func.func @ropeg_r4_result_type(%dy: tensor<2x16x64xf32>) -> tensor<2x16x64xbf16> {
+  // expected-error @+1 {{'model.rope_grad' op result is 'tensor<2x16x64xbf16>' but must be dy's type 'tensor<2x16x64xf32>'}}
+  %dx = model.rope_grad %dy head_dim = 16 theta = 1.0e+04 : (tensor<2x16x64xf32>) -> tensor<2x16x64xbf16>
+  return %dx : tensor<2x16x64xbf16>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.attention_grad
+//===----------------------------------------------------------------------===//
+
+// Tests AG1 (A1): causal attention_grad needs as many query positions as key positions.
+func.func @ag1_a1_causal_sequence_mismatch(%q: tensor<2x16x64xf32>, %k: tensor<2x8x64xf32>, %v: tensor<2x8x64xf32>, %o: tensor<2x16x64xf32>, %do: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  // expected-error @+1 {{'model.attention_grad' op causal attention needs as many query positions as key positions, found 16 and 8}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %do heads = 4 kv_heads = 4 scale = 0.25 causal : (tensor<2x16x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>)
+  return %dq, %dk, %dv : tensor<2x16x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>
+}
+
+// -----
+
+// Tests AG1 (A2): kv_heads divides heads in attention_grad.
+func.func @ag1_a2_kv_heads_not_divisor(%q: tensor<2x16x64xf32>, %k: tensor<2x16x48xf32>, %v: tensor<2x16x48xf32>, %o: tensor<2x16x64xf32>, %do: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>) {
+  // expected-error @+1 {{'model.attention_grad' op kv_heads = 3 does not divide heads = 4}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %do heads = 4 kv_heads = 3 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>)
+  return %dq, %dk, %dv : tensor<2x16x64xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>
+}
+
+// -----
+
+// Tests AG1 (A3): k and v of attention_grad have kv_heads x head_dim columns.
+func.func @ag1_a3_kv_columns(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>, %o: tensor<2x16x64xf32>, %do: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
+  // expected-error @+1 {{'model.attention_grad' op k and v must have kv_heads x head_dim = 2 x 16 = 32 columns, found 64 and 64}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %do heads = 4 kv_heads = 2 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  return %dq, %dk, %dv : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests AG1 (A4): the attention_grad dropout rate is below 1.
+func.func @ag1_a4_dropout_out_of_range(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>, %o: tensor<2x16x64xf32>, %do: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
+  // expected-error @+1 {{'model.attention_grad' op dropout is 1.000000e+00 but must be in [0, 1)}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %do heads = 4 kv_heads = 4 scale = 0.25 {dropout = 1.0 : f64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  return %dq, %dk, %dv : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests AG2: out and dout have q's type.
+func.func @ag2_dout_type(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>, %o: tensor<2x16x64xf32>, %do: tensor<2x16x64xbf16>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
+  // expected-error @+1 {{'model.attention_grad' op out and dout must have q's type 'tensor<2x16x64xf32>', found 'tensor<2x16x64xf32>' and 'tensor<2x16x64xbf16>'}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %do heads = 4 kv_heads = 4 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xbf16>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  return %dq, %dk, %dv : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests AG3: dk has k's type.
+func.func @ag3_dk_type(%q: tensor<2x16x64xf32>, %k: tensor<2x16x32xf32>, %v: tensor<2x16x32xf32>, %o: tensor<2x16x64xf32>, %do: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x32xf32>) {
+  // expected-error @+1 {{'model.attention_grad' op dq, dk and dv must have the types of q, k and v}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %do heads = 4 kv_heads = 2 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x32xf32>)
+  return %dq, %dk, %dv : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x32xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.qkv_concat
+//===----------------------------------------------------------------------===//
+
+// Tests QS1 through qkv_concat: the fused result has (heads + 2 kv_heads) x head_dim columns.
+func.func @qc_qs1_result_columns(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>) -> tensor<2x16x128xf32> {
+  // expected-error @+1 {{'model.qkv_concat' op fused qkv must be [batch, seq, 192] for (4 + 2 x 4) x 16 columns, found [2, 16, 128]}}
+  %qkv = model.qkv_concat %q, %k, %v heads = 4 kv_heads = 4 head_dim = 16 layout = grouped : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x128xf32>
+  return %qkv : tensor<2x16x128xf32>
+}
+
+// -----
+
+// Tests QS2 through qkv_concat: the per_head layout needs as many kv heads as query heads.
+func.func @qc_qs2_per_head_needs_equal_heads(%q: tensor<2x16x64xf32>, %k: tensor<2x16x32xf32>, %v: tensor<2x16x32xf32>) -> tensor<2x16x128xf32> {
+  // expected-error @+1 {{'model.qkv_concat' op per_head layout needs kv_heads = heads, found 2 and 4}}
+  %qkv = model.qkv_concat %q, %k, %v heads = 4 kv_heads = 2 head_dim = 16 layout = per_head : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> tensor<2x16x128xf32>
+  return %qkv : tensor<2x16x128xf32>
+}
+
+// -----
+
+// Tests QS3 through qkv_concat: v is [batch, seq, kv_heads x head_dim] of the fused element type.
+func.func @qc_qs3_operand_shape(%q: tensor<2x16x64xf32>, %k: tensor<2x16x32xf32>, %v: tensor<2x16x64xf32>) -> tensor<2x16x128xf32> {
+  // expected-error @+1 {{'model.qkv_concat' op v is 'tensor<2x16x64xf32>' but must be [2, 16, 32] of 'f32'}}
+  %qkv = model.qkv_concat %q, %k, %v heads = 4 kv_heads = 2 head_dim = 16 layout = grouped : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x64xf32>) -> tensor<2x16x128xf32>
+  return %qkv : tensor<2x16x128xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Elementwise gradient ops
+//===----------------------------------------------------------------------===//
+
+// Tests SWG1: swiglu_grad's operands and results have one type.
+func.func @swg1_result_type(%gate: tensor<2x16x176xf32>, %up: tensor<2x16x176xf32>, %dy: tensor<2x16x176xf32>) -> (tensor<2x16x176xf32>, tensor<2x16x88xf32>) {
+  // expected-error @+1 {{'model.swiglu_grad' op operands and results must all be 'tensor<2x16x176xf32>', found 'tensor<2x16x88xf32>'}}
+  %dg, %du = model.swiglu_grad %gate, %up, %dy : (tensor<2x16x176xf32>, tensor<2x16x176xf32>, tensor<2x16x176xf32>) -> (tensor<2x16x176xf32>, tensor<2x16x88xf32>)
+  return %dg, %du : tensor<2x16x176xf32>, tensor<2x16x88xf32>
+}
+
+// -----
+
+// Tests GG1: gelu_grad's dy has x's type.
+func.func @gg1_dy_type(%x: tensor<2x16x256xf32>, %dy: tensor<2x16x256xbf16>) -> tensor<2x16x256xf32> {
+  // expected-error @+1 {{'model.gelu_grad' op dy is 'tensor<2x16x256xbf16>' but x is 'tensor<2x16x256xf32>'}}
+  %dx = model.gelu_grad %x, %dy tanh : (tensor<2x16x256xf32>, tensor<2x16x256xbf16>) -> tensor<2x16x256xf32>
+  return %dx : tensor<2x16x256xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// model.cross_entropy_grad
+//===----------------------------------------------------------------------===//
+
+// Tests CEG1: the targets are the logits' shape without the last dimension.
+func.func @ceg1_targets_shape(%logits: tensor<2x16x512xf32>, %targets: tensor<2x8xi32>, %dloss: tensor<f32>) -> tensor<2x16x512xf32> {
+  // expected-error @+1 {{'model.cross_entropy_grad' op targets are [2, 8] but the logits [2, 16, 512] need [2, 16]}}
+  %d = model.cross_entropy_grad %logits, %targets, %dloss ignore_index = -100 : (tensor<2x16x512xf32>, tensor<2x8xi32>, tensor<f32>) -> tensor<2x16x512xf32>
+  return %d : tensor<2x16x512xf32>
+}
+
+// -----
+
+// Tests CEG2: dloss of bf16 logits is a rank-0 f32 tensor.
+func.func @ceg2_dloss_type(%logits: tensor<2x16x512xbf16>, %targets: tensor<2x16xi32>, %dloss: tensor<bf16>) -> tensor<2x16x512xbf16> {
+  // expected-error @+1 {{'model.cross_entropy_grad' op dloss is 'tensor<bf16>' but the loss of these logits is 'tensor<f32>'}}
+  %d = model.cross_entropy_grad %logits, %targets, %dloss ignore_index = -100 : (tensor<2x16x512xbf16>, tensor<2x16xi32>, tensor<bf16>) -> tensor<2x16x512xbf16>
+  return %d : tensor<2x16x512xbf16>
+}
+
+// -----
+
+// Tests CEG3: the logits' gradient has the logits' type.
+func.func @ceg3_result_type(%logits: tensor<2x16x512xbf16>, %targets: tensor<2x16xi32>, %dloss: tensor<f32>) -> tensor<2x16x512xf32> {
+  // expected-error @+1 {{'model.cross_entropy_grad' op result is 'tensor<2x16x512xf32>' but must be the logits' type 'tensor<2x16x512xbf16>'}}
+  %d = model.cross_entropy_grad %logits, %targets, %dloss ignore_index = -100 : (tensor<2x16x512xbf16>, tensor<2x16xi32>, tensor<f32>) -> tensor<2x16x512xf32>
+  return %d : tensor<2x16x512xf32>
 }

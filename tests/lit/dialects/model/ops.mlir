@@ -442,3 +442,221 @@ module attributes {model.config = {hidden = 64 : i64, layers = 2 : i64}} {
     return
   }
 }
+
+// -----
+
+// Tests that model.embedding_grad round-trips the gradient of an embedding table.
+// CHECK-LABEL: func.func @embedding_grad
+// CHECK-SAME: (%[[DY:.+]]: tensor<2x16x64xf32>, %[[IDS:.+]]: tensor<2x16xi32>)
+func.func @embedding_grad(%dy: tensor<2x16x64xf32>, %ids: tensor<2x16xi32>) -> tensor<512x64xf32> {
+  // CHECK: %[[DT:.+]] = model.embedding_grad %[[DY]][%[[IDS]]] : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<512x64xf32>
+  %dt = model.embedding_grad %dy[%ids] : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<512x64xf32>
+  // CHECK: return %[[DT]]
+  return %dt : tensor<512x64xf32>
+}
+
+// -----
+
+// Tests that model.position_embedding_grad round-trips a table longer than the sequence.
+// CHECK-LABEL: func.func @position_embedding_grad
+// CHECK-SAME: (%[[DY:.+]]: tensor<2x16x64xbf16>)
+func.func @position_embedding_grad(%dy: tensor<2x16x64xbf16>) -> tensor<128x64xbf16> {
+  // CHECK: %[[DT:.+]] = model.position_embedding_grad %[[DY]] : (tensor<2x16x64xbf16>) -> tensor<128x64xbf16>
+  %dt = model.position_embedding_grad %dy : (tensor<2x16x64xbf16>) -> tensor<128x64xbf16>
+  // CHECK: return %[[DT]]
+  return %dt : tensor<128x64xbf16>
+}
+
+// -----
+
+// Tests that model.linear_grad_input round-trips without transpose_w.
+// CHECK-LABEL: func.func @linear_grad_input
+// CHECK-SAME: (%[[DY:.+]]: tensor<2x16x256xf32>, %[[W:.+]]: tensor<64x256xf32>)
+func.func @linear_grad_input(%dy: tensor<2x16x256xf32>, %w: tensor<64x256xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[DX:.+]] = model.linear_grad_input %[[DY]], %[[W]] : (tensor<2x16x256xf32>, tensor<64x256xf32>) -> tensor<2x16x64xf32>
+  %dx = model.linear_grad_input %dy, %w : (tensor<2x16x256xf32>, tensor<64x256xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[DX]]
+  return %dx : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.linear_grad_input round-trips transpose_w.
+// CHECK-LABEL: func.func @linear_grad_input_transpose_w
+// CHECK-SAME: (%[[DY:.+]]: tensor<2x16x128xf16>, %[[W:.+]]: tensor<128x64xf16>)
+func.func @linear_grad_input_transpose_w(%dy: tensor<2x16x128xf16>, %w: tensor<128x64xf16>) -> tensor<2x16x64xf16> {
+  // CHECK: %[[DX:.+]] = model.linear_grad_input %[[DY]], %[[W]] transpose_w : (tensor<2x16x128xf16>, tensor<128x64xf16>) -> tensor<2x16x64xf16>
+  %dx = model.linear_grad_input %dy, %w transpose_w : (tensor<2x16x128xf16>, tensor<128x64xf16>) -> tensor<2x16x64xf16>
+  // CHECK: return %[[DX]]
+  return %dx : tensor<2x16x64xf16>
+}
+
+// -----
+
+// Tests that model.linear_grad_weight round-trips without transpose_w, giving an [in, out] gradient.
+// CHECK-LABEL: func.func @linear_grad_weight
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[DY:.+]]: tensor<2x16x256xf32>)
+func.func @linear_grad_weight(%x: tensor<2x16x64xf32>, %dy: tensor<2x16x256xf32>) -> tensor<64x256xf32> {
+  // CHECK: %[[DW:.+]] = model.linear_grad_weight %[[X]], %[[DY]] : (tensor<2x16x64xf32>, tensor<2x16x256xf32>) -> tensor<64x256xf32>
+  %dw = model.linear_grad_weight %x, %dy : (tensor<2x16x64xf32>, tensor<2x16x256xf32>) -> tensor<64x256xf32>
+  // CHECK: return %[[DW]]
+  return %dw : tensor<64x256xf32>
+}
+
+// -----
+
+// Tests that model.linear_grad_weight round-trips transpose_w, giving an [out, in] gradient.
+// CHECK-LABEL: func.func @linear_grad_weight_transpose_w
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xbf16>, %[[DY:.+]]: tensor<2x16x128xbf16>)
+func.func @linear_grad_weight_transpose_w(%x: tensor<2x16x64xbf16>, %dy: tensor<2x16x128xbf16>) -> tensor<128x64xbf16> {
+  // CHECK: %[[DW:.+]] = model.linear_grad_weight %[[X]], %[[DY]] transpose_w : (tensor<2x16x64xbf16>, tensor<2x16x128xbf16>) -> tensor<128x64xbf16>
+  %dw = model.linear_grad_weight %x, %dy transpose_w : (tensor<2x16x64xbf16>, tensor<2x16x128xbf16>) -> tensor<128x64xbf16>
+  // CHECK: return %[[DW]]
+  return %dw : tensor<128x64xbf16>
+}
+
+// -----
+
+// Tests that model.bias_grad round-trips the sum of dy down to its last dimension.
+// CHECK-LABEL: func.func @bias_grad
+// CHECK-SAME: (%[[DY:.+]]: tensor<2x16x128xf32>)
+func.func @bias_grad(%dy: tensor<2x16x128xf32>) -> tensor<128xf32> {
+  // CHECK: %[[DB:.+]] = model.bias_grad %[[DY]] : (tensor<2x16x128xf32>) -> tensor<128xf32>
+  %db = model.bias_grad %dy : (tensor<2x16x128xf32>) -> tensor<128xf32>
+  // CHECK: return %[[DB]]
+  return %db : tensor<128xf32>
+}
+
+// -----
+
+// Tests that model.rms_norm_grad round-trips its operands, eps and both gradients.
+// CHECK-LABEL: func.func @rms_norm_grad
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[G:.+]]: tensor<64xf32>, %[[DY:.+]]: tensor<2x16x64xf32>)
+func.func @rms_norm_grad(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>) {
+  // CHECK: %[[DX:.+]], %[[DG:.+]] = model.rms_norm_grad %[[X]], %[[G]], %[[DY]] eps = 1.000000e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>)
+  %dx, %dg = model.rms_norm_grad %x, %g, %dy eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>)
+  // CHECK: return %[[DX]], %[[DG]]
+  return %dx, %dg : tensor<2x16x64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// Tests that model.layer_norm_grad round-trips its operands, eps and its three gradients.
+// CHECK-LABEL: func.func @layer_norm_grad
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>, %[[G:.+]]: tensor<64xf32>, %[[DY:.+]]: tensor<2x16x64xf32>)
+func.func @layer_norm_grad(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) {
+  // CHECK: %[[DX:.+]], %[[DG:.+]], %[[DB:.+]] = model.layer_norm_grad %[[X]], %[[G]], %[[DY]] eps = 1.000000e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>)
+  %dx, %dg, %db = model.layer_norm_grad %x, %g, %dy eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>)
+  // CHECK: return %[[DX]], %[[DG]], %[[DB]]
+  return %dx, %dg, %db : tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// Tests that model.rope_grad round-trips its head size and theta.
+// CHECK-LABEL: func.func @rope_grad
+// CHECK-SAME: (%[[DY:.+]]: tensor<2x16x64xf32>)
+func.func @rope_grad(%dy: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: %[[DX:.+]] = model.rope_grad %[[DY]] head_dim = 16 theta = 1.000000e+04 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  %dx = model.rope_grad %dy head_dim = 16 theta = 1.0e+04 : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: return %[[DX]]
+  return %dx : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests that model.attention_grad round-trips causal ALiBi attention with dropout.
+// CHECK-LABEL: func.func @attention_grad_causal_alibi
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x16x48xf32>, %[[K:.+]]: tensor<2x16x48xf32>, %[[V:.+]]: tensor<2x16x48xf32>, %[[O:.+]]: tensor<2x16x48xf32>, %[[DO:.+]]: tensor<2x16x48xf32>)
+func.func @attention_grad_causal_alibi(%q: tensor<2x16x48xf32>, %k: tensor<2x16x48xf32>, %v: tensor<2x16x48xf32>, %o: tensor<2x16x48xf32>, %do: tensor<2x16x48xf32>) -> (tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>) {
+  // CHECK: %[[DQ:.+]], %[[DK:.+]], %[[DV:.+]] = model.attention_grad %[[Q]], %[[K]], %[[V]], %[[O]], %[[DO]] heads = 3 kv_heads = 3 scale = 2.500000e-01 causal alibi {dropout = 1.000000e-01 : f64} : (tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>) -> (tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>)
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %do heads = 3 kv_heads = 3 scale = 0.25 causal alibi {dropout = 0.1 : f64} : (tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>) -> (tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>)
+  // CHECK: return %[[DQ]], %[[DK]], %[[DV]]
+  return %dq, %dk, %dv : tensor<2x16x48xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>
+}
+
+// -----
+
+// Tests that model.attention_grad round-trips grouped-query attention, dk and dv of k's and v's narrower type.
+// CHECK-LABEL: func.func @attention_grad_gqa
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x16x64xbf16>, %[[K:.+]]: tensor<2x8x32xbf16>, %[[V:.+]]: tensor<2x8x32xbf16>, %[[O:.+]]: tensor<2x16x64xbf16>, %[[DO:.+]]: tensor<2x16x64xbf16>)
+func.func @attention_grad_gqa(%q: tensor<2x16x64xbf16>, %k: tensor<2x8x32xbf16>, %v: tensor<2x8x32xbf16>, %o: tensor<2x16x64xbf16>, %do: tensor<2x16x64xbf16>) -> (tensor<2x16x64xbf16>, tensor<2x8x32xbf16>, tensor<2x8x32xbf16>) {
+  // CHECK: %[[DQ:.+]], %[[DK:.+]], %[[DV:.+]] = model.attention_grad %[[Q]], %[[K]], %[[V]], %[[O]], %[[DO]] heads = 4 kv_heads = 2 scale = 2.500000e-01 : (tensor<2x16x64xbf16>, tensor<2x8x32xbf16>, tensor<2x8x32xbf16>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>) -> (tensor<2x16x64xbf16>, tensor<2x8x32xbf16>, tensor<2x8x32xbf16>)
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %do heads = 4 kv_heads = 2 scale = 0.25 : (tensor<2x16x64xbf16>, tensor<2x8x32xbf16>, tensor<2x8x32xbf16>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>) -> (tensor<2x16x64xbf16>, tensor<2x8x32xbf16>, tensor<2x8x32xbf16>)
+  // CHECK: return %[[DQ]], %[[DK]], %[[DV]]
+  return %dq, %dk, %dv : tensor<2x16x64xbf16>, tensor<2x8x32xbf16>, tensor<2x8x32xbf16>
+}
+
+// -----
+
+// Tests that model.qkv_concat round-trips the grouped layout with grouped-query heads.
+// CHECK-LABEL: func.func @qkv_concat_grouped
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x16x64xf32>, %[[K:.+]]: tensor<2x16x32xf32>, %[[V:.+]]: tensor<2x16x32xf32>)
+func.func @qkv_concat_grouped(%q: tensor<2x16x64xf32>, %k: tensor<2x16x32xf32>, %v: tensor<2x16x32xf32>) -> tensor<2x16x128xf32> {
+  // CHECK: %[[QKV:.+]] = model.qkv_concat %[[Q]], %[[K]], %[[V]] heads = 4 kv_heads = 2 head_dim = 16 layout = grouped : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> tensor<2x16x128xf32>
+  %qkv = model.qkv_concat %q, %k, %v heads = 4 kv_heads = 2 head_dim = 16 layout = grouped : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> tensor<2x16x128xf32>
+  // CHECK: return %[[QKV]]
+  return %qkv : tensor<2x16x128xf32>
+}
+
+// -----
+
+// Tests that model.qkv_concat round-trips the per_head layout.
+// CHECK-LABEL: func.func @qkv_concat_per_head
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x16x64xbf16>, %[[K:.+]]: tensor<2x16x64xbf16>, %[[V:.+]]: tensor<2x16x64xbf16>)
+func.func @qkv_concat_per_head(%q: tensor<2x16x64xbf16>, %k: tensor<2x16x64xbf16>, %v: tensor<2x16x64xbf16>) -> tensor<2x16x192xbf16> {
+  // CHECK: %[[QKV:.+]] = model.qkv_concat %[[Q]], %[[K]], %[[V]] heads = 4 kv_heads = 4 head_dim = 16 layout = per_head : (tensor<2x16x64xbf16>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>) -> tensor<2x16x192xbf16>
+  %qkv = model.qkv_concat %q, %k, %v heads = 4 kv_heads = 4 head_dim = 16 layout = per_head : (tensor<2x16x64xbf16>, tensor<2x16x64xbf16>, tensor<2x16x64xbf16>) -> tensor<2x16x192xbf16>
+  // CHECK: return %[[QKV]]
+  return %qkv : tensor<2x16x192xbf16>
+}
+
+// -----
+
+// Tests that model.swiglu_grad round-trips its operands and both gradients.
+// CHECK-LABEL: func.func @swiglu_grad
+// CHECK-SAME: (%[[GATE:.+]]: tensor<2x16x176xf32>, %[[UP:.+]]: tensor<2x16x176xf32>, %[[DY:.+]]: tensor<2x16x176xf32>)
+func.func @swiglu_grad(%gate: tensor<2x16x176xf32>, %up: tensor<2x16x176xf32>, %dy: tensor<2x16x176xf32>) -> (tensor<2x16x176xf32>, tensor<2x16x176xf32>) {
+  // CHECK: %[[DG:.+]], %[[DU:.+]] = model.swiglu_grad %[[GATE]], %[[UP]], %[[DY]] : (tensor<2x16x176xf32>, tensor<2x16x176xf32>, tensor<2x16x176xf32>) -> (tensor<2x16x176xf32>, tensor<2x16x176xf32>)
+  %dg, %du = model.swiglu_grad %gate, %up, %dy : (tensor<2x16x176xf32>, tensor<2x16x176xf32>, tensor<2x16x176xf32>) -> (tensor<2x16x176xf32>, tensor<2x16x176xf32>)
+  // CHECK: return %[[DG]], %[[DU]]
+  return %dg, %du : tensor<2x16x176xf32>, tensor<2x16x176xf32>
+}
+
+// -----
+
+// Tests that model.gelu_grad round-trips both the exact form and the tanh approximation.
+// CHECK-LABEL: func.func @gelu_grad
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x256xf32>, %[[DY:.+]]: tensor<2x16x256xf32>)
+func.func @gelu_grad(%x: tensor<2x16x256xf32>, %dy: tensor<2x16x256xf32>) -> (tensor<2x16x256xf32>, tensor<2x16x256xf32>) {
+  // CHECK: %[[EXACT:.+]] = model.gelu_grad %[[X]], %[[DY]] : (tensor<2x16x256xf32>, tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+  %exact = model.gelu_grad %x, %dy : (tensor<2x16x256xf32>, tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+  // CHECK: %[[TANH:.+]] = model.gelu_grad %[[X]], %[[DY]] tanh : (tensor<2x16x256xf32>, tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+  %approx = model.gelu_grad %x, %dy tanh : (tensor<2x16x256xf32>, tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+  // CHECK: return %[[EXACT]], %[[TANH]]
+  return %exact, %approx : tensor<2x16x256xf32>, tensor<2x16x256xf32>
+}
+
+// -----
+
+// Tests that model.cross_entropy_grad round-trips bf16 logits with an f32 dloss.
+// CHECK-LABEL: func.func @cross_entropy_grad
+// CHECK-SAME: (%[[LOGITS:.+]]: tensor<2x16x512xbf16>, %[[T:.+]]: tensor<2x16xi32>, %[[DL:.+]]: tensor<f32>)
+func.func @cross_entropy_grad(%logits: tensor<2x16x512xbf16>, %targets: tensor<2x16xi32>, %dloss: tensor<f32>) -> tensor<2x16x512xbf16> {
+  // CHECK: %[[D:.+]] = model.cross_entropy_grad %[[LOGITS]], %[[T]], %[[DL]] ignore_index = -100 : (tensor<2x16x512xbf16>, tensor<2x16xi32>, tensor<f32>) -> tensor<2x16x512xbf16>
+  %d = model.cross_entropy_grad %logits, %targets, %dloss ignore_index = -100 : (tensor<2x16x512xbf16>, tensor<2x16xi32>, tensor<f32>) -> tensor<2x16x512xbf16>
+  // CHECK: return %[[D]]
+  return %d : tensor<2x16x512xbf16>
+}
+
+// -----
+
+// Tests that model.cross_entropy_grad round-trips f64 logits with an f64 dloss and another ignore_index.
+// CHECK-LABEL: func.func @cross_entropy_grad_f64
+// CHECK-SAME: (%[[LOGITS:.+]]: tensor<32x512xf64>, %[[T:.+]]: tensor<32xi64>, %[[DL:.+]]: tensor<f64>)
+func.func @cross_entropy_grad_f64(%logits: tensor<32x512xf64>, %targets: tensor<32xi64>, %dloss: tensor<f64>) -> tensor<32x512xf64> {
+  // CHECK: %[[D:.+]] = model.cross_entropy_grad %[[LOGITS]], %[[T]], %[[DL]] ignore_index = 0 : (tensor<32x512xf64>, tensor<32xi64>, tensor<f64>) -> tensor<32x512xf64>
+  %d = model.cross_entropy_grad %logits, %targets, %dloss ignore_index = 0 : (tensor<32x512xf64>, tensor<32xi64>, tensor<f64>) -> tensor<32x512xf64>
+  // CHECK: return %[[D]]
+  return %d : tensor<32x512xf64>
+}
