@@ -1,0 +1,711 @@
+//===- Safetensors.cpp - Hugging Face safetensors reader and writer -------===//
+//
+// Open parses the JSON header with protobuf's JSON parser into a
+// google.protobuf.Struct (as the rest of the runtime parses JSON), then checks
+// every entry against the format before any accessor can run: the accessors
+// need no checks beyond their arguments.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/ckpt/Safetensors.h"
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <utility>
+
+// The format is little endian and the reader loads elements with memcpy; a
+// big-endian host would need byte swaps everywhere.
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the safetensors reader assumes a little-endian host"
+#endif
+
+namespace braid::ckpt {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+struct DtypeEntry {
+  Dtype dtype;
+  const char *name;
+  size_t size;
+};
+
+constexpr DtypeEntry kDtypes[] = {
+    {Dtype::kBool, "BOOL", 1},     {Dtype::kU8, "U8", 1},
+    {Dtype::kI8, "I8", 1},         {Dtype::kF8E5M2, "F8_E5M2", 1},
+    {Dtype::kF8E4M3, "F8_E4M3", 1}, {Dtype::kI16, "I16", 2},
+    {Dtype::kU16, "U16", 2},       {Dtype::kF16, "F16", 2},
+    {Dtype::kBF16, "BF16", 2},     {Dtype::kI32, "I32", 4},
+    {Dtype::kU32, "U32", 4},       {Dtype::kF32, "F32", 4},
+    {Dtype::kF64, "F64", 8},       {Dtype::kI64, "I64", 8},
+    {Dtype::kU64, "U64", 8},
+};
+
+/// The largest integer a JSON number (a double in a Struct) holds exactly.
+constexpr double kMaxExactInteger = 9007199254740992.0; // 2^53
+
+template <typename T> T load(const uint8_t *p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+absl::string_view kindName(const Value &value) {
+  switch (value.kind_case()) {
+  case Value::kNullValue:
+    return "null";
+  case Value::kNumberValue:
+    return "a number";
+  case Value::kBoolValue:
+    return "a boolean";
+  case Value::kStructValue:
+    return "an object";
+  case Value::kListValue:
+    return "an array";
+  case Value::kStringValue:
+    return "a string";
+  default:
+    return "nothing";
+  }
+}
+
+/// A JSON number that must be a non-negative integer, exactly representable.
+absl::StatusOr<uint64_t> nonNegativeInteger(const Value &value,
+                                            absl::string_view what) {
+  if (value.kind_case() != Value::kNumberValue)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", kindName(value), ", not an integer"));
+  double v = value.number_value();
+  if (!std::isfinite(v) || v != std::floor(v))
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", v, ", not an integer"));
+  if (v < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is negative (", v, ")"));
+  if (v > kMaxExactInteger)
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is ", v, ", beyond 2^53 (not a plausible size or offset)"));
+  return static_cast<uint64_t>(v);
+}
+
+absl::Status mapFile(const std::string &path, const uint8_t **data,
+                     size_t *size) {
+  *data = nullptr;
+  *size = 0;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot stat ", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file"));
+  }
+  if (st.st_size > 0) {
+    void *p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
+                     MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      return absl::ErrnoToStatus(err, absl::StrCat("cannot mmap ", path));
+    }
+    *data = static_cast<const uint8_t *>(p);
+    *size = static_cast<size_t>(st.st_size);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+/// Parses one tensor entry of the header into `info` (everything but the
+/// checks that need the other tensors or the file size).
+absl::Status parseTensorEntry(const std::string &name, const Value &entry,
+                              TensorInfo *info) {
+  const std::string where = absl::StrCat("tensor \"", name, "\": ");
+  if (entry.kind_case() != Value::kStructValue)
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "its entry is ", kindName(entry),
+        ", not an object with dtype, shape and data_offsets"));
+  const auto &fields = entry.struct_value().fields();
+  for (const char *key : {"dtype", "shape", "data_offsets"})
+    if (fields.find(key) == fields.end())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "its entry has no \"", key, "\""));
+
+  const Value &dtype = fields.at("dtype");
+  if (dtype.kind_case() != Value::kStringValue)
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "dtype is ", kindName(dtype), ", not a string"));
+  absl::StatusOr<Dtype> parsed = dtypeFromName(dtype.string_value());
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, parsed.status().message()));
+  info->dtype = *parsed;
+
+  const Value &shape = fields.at("shape");
+  if (shape.kind_case() != Value::kListValue)
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "shape is ", kindName(shape), ", not an array"));
+  info->shape.clear();
+  uint64_t elements = 1;
+  bool overflow = false;
+  for (int d = 0; d < shape.list_value().values_size(); ++d) {
+    absl::StatusOr<uint64_t> dim = nonNegativeInteger(
+        shape.list_value().values(d), absl::StrCat("shape[", d, "]"));
+    if (!dim.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, dim.status().message()));
+    info->shape.push_back(static_cast<int64_t>(*dim));
+    overflow |= __builtin_mul_overflow(elements, *dim, &elements);
+  }
+  uint64_t bytes = 0;
+  if (overflow || __builtin_mul_overflow(elements, dtypeSize(info->dtype),
+                                         &bytes))
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "shape ", shapeToString(info->shape), " of ",
+                     dtypeName(info->dtype),
+                     " overflows 64 bits when multiplied out"));
+  info->numElements = elements;
+
+  const Value &offsets = fields.at("data_offsets");
+  if (offsets.kind_case() != Value::kListValue ||
+      offsets.list_value().values_size() != 2)
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "data_offsets must be an array [begin, end], got ",
+        offsets.kind_case() == Value::kListValue
+            ? absl::StrCat("an array of ", offsets.list_value().values_size(),
+                           " values")
+            : std::string(kindName(offsets))));
+  absl::StatusOr<uint64_t> begin =
+      nonNegativeInteger(offsets.list_value().values(0), "data_offsets[0]");
+  if (!begin.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, begin.status().message()));
+  absl::StatusOr<uint64_t> end =
+      nonNegativeInteger(offsets.list_value().values(1), "data_offsets[1]");
+  if (!end.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, end.status().message()));
+  if (*begin > *end)
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "data_offsets [", *begin, ", ", *end,
+                     "] end before they begin"));
+  if (*end - *begin != bytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "data_offsets [", *begin, ", ", *end, "] span ",
+        *end - *begin, " bytes but shape ", shapeToString(info->shape),
+        " of ", dtypeName(info->dtype), " needs ", bytes, " bytes"));
+  info->begin = *begin;
+  info->end = *end;
+  return absl::OkStatus();
+}
+
+/// Appends `s` as a JSON string the way serde_json writes it: quotes,
+/// backslashes and control characters escaped (\b \f \n \r \t, else
+/// \u00xx in lower-case hex), everything else (UTF-8 included) as is.
+void appendJsonString(std::string &out, absl::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (char c : s) {
+    unsigned char u = static_cast<unsigned char>(c);
+    switch (c) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\b':
+      out += "\\b";
+      break;
+    case '\f':
+      out += "\\f";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    default:
+      if (u < 0x20) {
+        out += "\\u00";
+        out.push_back(kHex[u >> 4]);
+        out.push_back(kHex[u & 15]);
+      } else {
+        out.push_back(c);
+      }
+    }
+  }
+  out.push_back('"');
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Dtypes and conversions
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<Dtype> dtypeFromName(absl::string_view name) {
+  for (const DtypeEntry &e : kDtypes)
+    if (name == e.name)
+      return e.dtype;
+  std::vector<std::string> known;
+  for (const DtypeEntry &e : kDtypes)
+    known.push_back(e.name);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", name,
+                   "\" (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+absl::string_view dtypeName(Dtype dtype) {
+  return kDtypes[static_cast<size_t>(dtype)].name;
+}
+
+size_t dtypeSize(Dtype dtype) {
+  return kDtypes[static_cast<size_t>(dtype)].size;
+}
+
+bool isConvertibleToFloat(Dtype dtype) {
+  return dtype == Dtype::kF16 || dtype == Dtype::kBF16 ||
+         dtype == Dtype::kF32 || dtype == Dtype::kF64;
+}
+
+float halfToFloat(uint16_t bits) {
+  const float sign = (bits & 0x8000) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  if (exponent == 0) // zero or subnormal: mantissa * 2^-24, exact in float
+    return sign * std::ldexp(static_cast<float>(mantissa), -24);
+  if (exponent == 31) {
+    if (mantissa == 0)
+      return sign * INFINITY;
+    // Keep the payload and the sign: the float NaN with the same top bits.
+    uint32_t f = (static_cast<uint32_t>(bits & 0x8000) << 16) | 0x7f800000u |
+                 (static_cast<uint32_t>(mantissa) << 13);
+    float out;
+    std::memcpy(&out, &f, 4);
+    return out;
+  }
+  return sign * std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+}
+
+float bfloat16ToFloat(uint16_t bits) {
+  uint32_t f = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &f, 4);
+  return out;
+}
+
+std::string shapeToString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+//===----------------------------------------------------------------------===//
+// SafetensorsFile
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string &path) {
+  SafetensorsFile file;
+  file.path_ = path;
+  if (absl::Status s = mapFile(path, &file.map_, &file.size_); !s.ok())
+    return s;
+  const std::string where = absl::StrCat(path, ": ");
+  if (file.size_ < 8)
+    return absl::DataLossError(absl::StrCat(
+        where, "the file is ", file.size_,
+        " bytes, too short for the 8-byte header length of a safetensors "
+        "file"));
+  const uint64_t headerSize = load<uint64_t>(file.map_);
+  if (headerSize > kMaxHeaderSize)
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "header length ", headerSize, " exceeds the format's limit of ",
+        kMaxHeaderSize, " bytes (not a safetensors file, or a corrupt one)"));
+  if (headerSize > file.size_ - 8)
+    return absl::DataLossError(absl::StrCat(
+        where, "header length ", headerSize, " goes beyond the end of the file (",
+        file.size_, " bytes, so at most ", file.size_ - 8,
+        " bytes of header): truncated file?"));
+  file.dataStart_ = 8 + headerSize;
+  const uint64_t bufferSize = file.size_ - file.dataStart_;
+
+  const std::string header(reinterpret_cast<const char *>(file.map_ + 8),
+                           headerSize);
+  if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(header), "{"))
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "the header is not a JSON object (it starts with \"",
+        absl::CHexEscape(absl::ClippedSubstr(header, 0, 16)), "\")"));
+  Struct root;
+  google::protobuf::util::JsonParseOptions options;
+  auto parsed = google::protobuf::util::JsonStringToMessage(header, &root,
+                                                            options);
+  if (!parsed.ok()) {
+    absl::string_view message(parsed.message().data(),
+                              parsed.message().size());
+    if (absl::StrContains(message, "Repeated map key"))
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "a key appears twice in the JSON header (a duplicate "
+                 "tensor name?): ",
+          message));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "malformed JSON header: ", message));
+  }
+
+  for (const auto &[key, value] : root.fields()) {
+    if (key == "__metadata__") {
+      if (value.kind_case() != Value::kStructValue)
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "__metadata__ is ", kindName(value),
+            ", not an object of strings"));
+      for (const auto &[mk, mv] : value.struct_value().fields()) {
+        if (mv.kind_case() != Value::kStringValue)
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, "__metadata__ key \"", mk, "\" is ",
+                           kindName(mv), ", not a string"));
+        file.metadata_[mk] = mv.string_value();
+      }
+      continue;
+    }
+    TensorInfo info;
+    if (absl::Status s = parseTensorEntry(key, value, &info); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat(where, s.message()));
+    if (info.end > bufferSize)
+      return absl::DataLossError(absl::StrCat(
+          where, "tensor \"", key, "\": data_offsets [", info.begin, ", ",
+          info.end, "] go beyond the end of the file (the data buffer is ",
+          bufferSize, " bytes): truncated file?"));
+    file.tensors_.emplace(key, std::move(info));
+  }
+
+  // The tensors must tile the buffer: sorted by offset, each starts where the
+  // previous one ends, and the last one ends at the end of the file.
+  std::vector<std::pair<const std::string *, const TensorInfo *>> byOffset;
+  for (const auto &[name, info] : file.tensors_) {
+    byOffset.emplace_back(&name, &info);
+    file.names_.push_back(name);
+  }
+  std::sort(byOffset.begin(), byOffset.end(), [](const auto &a, const auto &b) {
+    if (a.second->begin != b.second->begin)
+      return a.second->begin < b.second->begin;
+    if (a.second->end != b.second->end)
+      return a.second->end < b.second->end;
+    return *a.first < *b.first;
+  });
+  uint64_t covered = 0;
+  const std::string *previous = nullptr;
+  for (const auto &[name, info] : byOffset) {
+    if (info->begin < covered)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "tensor \"", *name, "\" (bytes [", info->begin, ", ",
+          info->end, ")) overlaps tensor \"", *previous,
+          "\" (which ends at byte ", covered, ")"));
+    if (info->begin > covered)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "bytes [", covered, ", ", info->begin,
+          ") of the data buffer belong to no tensor (a hole before tensor \"",
+          *name, "\")"));
+    covered = info->end;
+    previous = name;
+  }
+  if (covered != bufferSize)
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "bytes [", covered, ", ", bufferSize,
+        ") of the data buffer belong to no tensor (",
+        bufferSize - covered, " bytes after the last tensor)"));
+  return file;
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile &&other) noexcept {
+  *this = std::move(other);
+}
+
+SafetensorsFile &SafetensorsFile::operator=(SafetensorsFile &&other) noexcept {
+  if (this != &other) {
+    release();
+    path_ = std::move(other.path_);
+    map_ = std::exchange(other.map_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    dataStart_ = other.dataStart_;
+    tensors_ = std::move(other.tensors_);
+    names_ = std::move(other.names_);
+    metadata_ = std::move(other.metadata_);
+  }
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() { release(); }
+
+void SafetensorsFile::release() {
+  if (map_)
+    ::munmap(const_cast<uint8_t *>(map_), size_);
+  map_ = nullptr;
+  size_ = 0;
+}
+
+bool SafetensorsFile::contains(absl::string_view name) const {
+  return tensors_.find(name) != tensors_.end();
+}
+
+absl::StatusOr<const TensorInfo *>
+SafetensorsFile::find(absl::string_view name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    return absl::NotFoundError(
+        absl::StrCat(path_, ": no tensor \"", name, "\" in the file"));
+  return &it->second;
+}
+
+absl::StatusOr<TensorInfo> SafetensorsFile::Info(absl::string_view name) const {
+  absl::StatusOr<const TensorInfo *> info = find(name);
+  if (!info.ok())
+    return info.status();
+  return **info;
+}
+
+absl::StatusOr<absl::Span<const uint8_t>>
+SafetensorsFile::Bytes(absl::string_view name) const {
+  absl::StatusOr<const TensorInfo *> info = find(name);
+  if (!info.ok())
+    return info.status();
+  const TensorInfo &t = **info;
+  if (t.end == t.begin)
+    return absl::Span<const uint8_t>();
+  return absl::Span<const uint8_t>(map_ + dataStart_ + t.begin,
+                                   t.end - t.begin);
+}
+
+namespace {
+
+absl::Status checkReadable(const std::string &path, absl::string_view name,
+                           const TensorInfo &info, size_t outSize,
+                           absl::string_view to) {
+  if (!isConvertibleToFloat(info.dtype))
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tensor \"", name, "\" has dtype ", dtypeName(info.dtype),
+        ", which cannot be read as ", to, " (only F16, BF16, F32, F64 can)"));
+  if (outSize != info.numElements)
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tensor \"", name, "\" has ", info.numElements,
+        " elements (shape ", shapeToString(info.shape),
+        ") but the destination holds ", outSize));
+  return absl::OkStatus();
+}
+
+} // namespace
+
+absl::Status SafetensorsFile::ReadAsFloat32(absl::string_view name,
+                                            absl::Span<float> out) const {
+  absl::StatusOr<const TensorInfo *> found = find(name);
+  if (!found.ok())
+    return found.status();
+  const TensorInfo &info = **found;
+  if (absl::Status s = checkReadable(path_, name, info, out.size(), "float32");
+      !s.ok())
+    return s;
+  const uint8_t *src = map_ + dataStart_ + info.begin;
+  const size_t n = out.size();
+  switch (info.dtype) {
+  case Dtype::kF32:
+    if (n)
+      std::memcpy(out.data(), src, n * 4);
+    return absl::OkStatus();
+  case Dtype::kF16:
+    for (size_t i = 0; i < n; ++i)
+      out[i] = halfToFloat(load<uint16_t>(src + 2 * i));
+    return absl::OkStatus();
+  case Dtype::kBF16:
+    for (size_t i = 0; i < n; ++i)
+      out[i] = bfloat16ToFloat(load<uint16_t>(src + 2 * i));
+    return absl::OkStatus();
+  case Dtype::kF64:
+    for (size_t i = 0; i < n; ++i) {
+      double v = load<double>(src + 8 * i);
+      // Converting a finite double beyond the float range is undefined
+      // behaviour in C++, and such a weight is corrupt anyway.
+      if (std::isfinite(v) && std::fabs(v) > FLT_MAX)
+        return absl::OutOfRangeError(absl::StrCat(
+            path_, ": tensor \"", name, "\": element ", i, " (", v,
+            ") is beyond the float32 range"));
+      out[i] = static_cast<float>(v);
+    }
+    return absl::OkStatus();
+  default:
+    return absl::InternalError("unreachable dtype");
+  }
+}
+
+absl::Status SafetensorsFile::ReadAsFloat64(absl::string_view name,
+                                            absl::Span<double> out) const {
+  absl::StatusOr<const TensorInfo *> found = find(name);
+  if (!found.ok())
+    return found.status();
+  const TensorInfo &info = **found;
+  if (absl::Status s = checkReadable(path_, name, info, out.size(), "float64");
+      !s.ok())
+    return s;
+  const uint8_t *src = map_ + dataStart_ + info.begin;
+  const size_t n = out.size();
+  switch (info.dtype) {
+  case Dtype::kF64:
+    if (n)
+      std::memcpy(out.data(), src, n * 8);
+    return absl::OkStatus();
+  case Dtype::kF32:
+    for (size_t i = 0; i < n; ++i)
+      out[i] = load<float>(src + 4 * i);
+    return absl::OkStatus();
+  case Dtype::kF16:
+    for (size_t i = 0; i < n; ++i)
+      out[i] = halfToFloat(load<uint16_t>(src + 2 * i));
+    return absl::OkStatus();
+  case Dtype::kBF16:
+    for (size_t i = 0; i < n; ++i)
+      out[i] = bfloat16ToFloat(load<uint16_t>(src + 2 * i));
+    return absl::OkStatus();
+  default:
+    return absl::InternalError("unreachable dtype");
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Writer
+//===----------------------------------------------------------------------===//
+
+absl::Status WriteSafetensors(
+    const std::string &path, absl::Span<const TensorToWrite> tensors,
+    const std::map<std::string, std::string> &metadata) {
+  const std::string where = absl::StrCat("cannot write ", path, ": ");
+  std::vector<const TensorToWrite *> order;
+  for (const TensorToWrite &t : tensors) {
+    if (t.name == "__metadata__")
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "\"__metadata__\" is reserved and cannot name a tensor"));
+    uint64_t elements = 1;
+    bool overflow = false;
+    for (int64_t d : t.shape) {
+      if (d < 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "tensor \"", t.name, "\" has shape ",
+                         shapeToString(t.shape), " with a negative dimension"));
+      overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(d),
+                                         &elements);
+    }
+    uint64_t bytes = 0;
+    if (overflow ||
+        __builtin_mul_overflow(elements, dtypeSize(t.dtype), &bytes) ||
+        bytes != t.data.size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "tensor \"", t.name, "\" has ", t.data.size(),
+          " bytes of data but shape ", shapeToString(t.shape), " of ",
+          dtypeName(t.dtype), " needs ",
+          overflow ? std::string("more than 2^64") : absl::StrCat(bytes)));
+    order.push_back(&t);
+  }
+  // The reference's order: dtype alignment descending, then name.
+  std::sort(order.begin(), order.end(),
+            [](const TensorToWrite *a, const TensorToWrite *b) {
+              if (a->dtype != b->dtype)
+                return a->dtype > b->dtype;
+              return a->name < b->name;
+            });
+  {
+    std::vector<absl::string_view> names;
+    for (const TensorToWrite &t : tensors)
+      names.push_back(t.name);
+    std::sort(names.begin(), names.end());
+    auto dup = std::adjacent_find(names.begin(), names.end());
+    if (dup != names.end())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "two tensors are named \"", *dup, "\""));
+  }
+
+  std::string header = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool firstKey = true;
+    for (const auto &[key, value] : metadata) {
+      if (!firstKey)
+        header.push_back(',');
+      firstKey = false;
+      appendJsonString(header, key);
+      header.push_back(':');
+      appendJsonString(header, value);
+    }
+    header += "}";
+    first = false;
+  }
+  uint64_t offset = 0;
+  for (const TensorToWrite *t : order) {
+    if (!first)
+      header.push_back(',');
+    first = false;
+    appendJsonString(header, t->name);
+    absl::StrAppend(&header, ":{\"dtype\":\"", dtypeName(t->dtype),
+                    "\",\"shape\":[", absl::StrJoin(t->shape, ","),
+                    "],\"data_offsets\":[", offset, ",",
+                    offset + t->data.size(), "]}");
+    offset += t->data.size();
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+
+  const std::string tmp = path + ".tmp";
+  std::FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f)
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", tmp));
+  auto fail = [&](int err) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot write ", tmp));
+  };
+  const uint64_t n = header.size();
+  if (std::fwrite(&n, 8, 1, f) != 1 ||
+      std::fwrite(header.data(), 1, header.size(), f) != header.size())
+    return fail(errno);
+  for (const TensorToWrite *t : order)
+    if (!t->data.empty() &&
+        std::fwrite(t->data.data(), 1, t->data.size(), f) != t->data.size())
+      return fail(errno);
+  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0)
+    return fail(errno);
+  if (std::fclose(f) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    return absl::ErrnoToStatus(
+        err, absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+} // namespace braid::ckpt

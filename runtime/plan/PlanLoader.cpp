@@ -1,0 +1,618 @@
+//===- PlanLoader.cpp - Reading, writing and validating plan files --------===//
+
+#include "runtime/plan/PlanLoader.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace braid::plan {
+namespace {
+
+constexpr char kMagic[8] = {'B', 'R', 'A', 'I', 'D', 'P', 'L', 'N'};
+constexpr size_t kHeaderBytes = 20;
+/// Limits far above any real plan that keep every size computation in int64.
+constexpr int64_t kMaxArenaBytes = int64_t(1) << 50;
+constexpr int64_t kMaxWorldSize = int64_t(1) << 20;
+constexpr int kMaxRank = 8;
+
+void putLE(std::string &out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i)
+    out.push_back(char((value >> (8 * i)) & 0xff));
+}
+
+uint64_t getLE(absl::string_view in, size_t at, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i)
+    value |= uint64_t(uint8_t(in[at + i])) << (8 * i);
+  return value;
+}
+
+std::string shapeStr(const Buffer &b) {
+  return absl::StrCat("[", absl::StrJoin(b.shape(), ", "), "]");
+}
+
+bool isFloat(DType d) { return d == F32 || d == F64 || d == BF16 || d == F16; }
+
+/// The element count of a validated buffer.
+int64_t numel(const Buffer &b) {
+  int64_t n = 1;
+  for (int64_t d : b.shape())
+    n *= d;
+  return n;
+}
+
+/// Checks one instruction against its kernel's operand contract. Buffers
+/// have been validated (shapes non-negative, sizes inside the arena).
+class InstructionChecker {
+public:
+  InstructionChecker(const Plan &plan, const Function &fn, int index,
+                     const Instruction &inst)
+      : plan(plan), inst(inst),
+        where(absl::StrCat("function '", fn.name(), "' instruction ", index,
+                           " (", Kernel_Name(inst.kernel()),
+                           inst.provenance().empty() ? "" : ", from ",
+                           inst.provenance(), "): ")) {}
+
+  absl::Status check();
+
+private:
+  absl::Status fail(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(where, what));
+  }
+
+  /// Checks operand counts and fetches the buffers.
+  absl::Status arity(int minIn, int maxIn, int outs) {
+    if (inst.inputs_size() < minIn || inst.inputs_size() > maxIn ||
+        inst.outputs_size() != outs)
+      return fail(absl::StrCat("has ", inst.inputs_size(), " inputs and ",
+                               inst.outputs_size(), " outputs; the kernel takes ",
+                               minIn == maxIn ? absl::StrCat(minIn)
+                                              : absl::StrCat(minIn, "-", maxIn),
+                               " inputs and ", outs, " outputs"));
+    for (int32_t id : inst.inputs())
+      if (id < 0 || id >= plan.buffers_size())
+        return fail(absl::StrCat("input buffer ", id, " does not exist (the plan has ",
+                                 plan.buffers_size(), ")"));
+    for (int32_t id : inst.outputs())
+      if (id < 0 || id >= plan.buffers_size())
+        return fail(absl::StrCat("output buffer ", id, " does not exist (the plan has ",
+                                 plan.buffers_size(), ")"));
+    return absl::OkStatus();
+  }
+  const Buffer &in(int i) const { return plan.buffers(inst.inputs(i)); }
+  const Buffer &out(int i) const { return plan.buffers(inst.outputs(i)); }
+
+  absl::Status rank(const Buffer &b, int r, absl::string_view name) const {
+    if (b.shape_size() != r)
+      return fail(absl::StrCat(name, " '", b.name(), "' has rank ",
+                               b.shape_size(), ", expected ", r));
+    return absl::OkStatus();
+  }
+  absl::Status minRank(const Buffer &b, int r, absl::string_view name) const {
+    if (b.shape_size() < r)
+      return fail(absl::StrCat(name, " '", b.name(), "' has rank ",
+                               b.shape_size(), ", expected at least ", r));
+    return absl::OkStatus();
+  }
+  absl::Status shape(const Buffer &b, const std::vector<int64_t> &want,
+                     absl::string_view name) const {
+    if (std::vector<int64_t>(b.shape().begin(), b.shape().end()) != want)
+      return fail(absl::StrCat(name, " '", b.name(), "' is ", shapeStr(b),
+                               ", expected [", absl::StrJoin(want, ", "), "]"));
+    return absl::OkStatus();
+  }
+  absl::Status same(const Buffer &b, const Buffer &like,
+                    absl::string_view name) const {
+    if (b.dtype() != like.dtype())
+      return fail(absl::StrCat(name, " '", b.name(), "' is ", DType_Name(b.dtype()),
+                               ", expected ", DType_Name(like.dtype())));
+    return shape(b, {like.shape().begin(), like.shape().end()}, name);
+  }
+  /// All float operands share the first input's dtype; `ids` lists the
+  /// operands (inputs then outputs, numbered together) that are int32.
+  absl::Status dtypes(std::set<int> ids = {}) const {
+    DType floatType = DTYPE_UNSPECIFIED;
+    int n = 0;
+    auto visit = [&](const Buffer &b) -> absl::Status {
+      int k = n++;
+      if (ids.count(k)) {
+        if (b.dtype() != I32)
+          return fail(absl::StrCat("operand '", b.name(), "' must be I32, found ",
+                                   DType_Name(b.dtype())));
+        return absl::OkStatus();
+      }
+      if (!isFloat(b.dtype()))
+        return fail(absl::StrCat("operand '", b.name(), "' must be a float type, found ",
+                                 DType_Name(b.dtype())));
+      if (floatType == DTYPE_UNSPECIFIED)
+        floatType = b.dtype();
+      else if (b.dtype() != floatType)
+        return fail(absl::StrCat("operands mix ", DType_Name(floatType), " and ",
+                                 DType_Name(b.dtype())));
+      return absl::OkStatus();
+    };
+    for (int i = 0; i < inst.inputs_size(); ++i)
+      if (absl::Status s = visit(in(i)); !s.ok())
+        return s;
+    for (int i = 0; i < inst.outputs_size(); ++i)
+      if (absl::Status s = visit(out(i)); !s.ok())
+        return s;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<int64_t> intAttr(absl::string_view name, int64_t lo,
+                                  int64_t hi) const {
+    auto it = inst.int_attrs().find(std::string(name));
+    if (it == inst.int_attrs().end())
+      return fail(absl::StrCat("lacks the integer attribute '", name, "'"));
+    if (it->second < lo || it->second > hi)
+      return fail(absl::StrCat("attribute '", name, "' = ", it->second,
+                               " is outside [", lo, ", ", hi, "]"));
+    return it->second;
+  }
+  absl::StatusOr<double> floatAttr(absl::string_view name, double lo,
+                                   double hi, bool openHigh = false) const {
+    auto it = inst.float_attrs().find(std::string(name));
+    if (it == inst.float_attrs().end())
+      return fail(absl::StrCat("lacks the float attribute '", name, "'"));
+    double v = it->second;
+    if (!std::isfinite(v) || v < lo || v > hi || (openHigh && v == hi))
+      return fail(absl::StrCat("attribute '", name, "' = ", v, " is outside [",
+                               lo, ", ", hi, openHigh ? ")" : "]"));
+    return v;
+  }
+
+  absl::Status checkLinearLike();
+  absl::Status checkNorm(bool layerNorm, bool grad);
+  absl::Status checkRope();
+  absl::Status checkAttention(bool grad);
+  absl::Status checkQkv(bool split);
+
+  const Plan &plan;
+  const Instruction &inst;
+  std::string where;
+};
+
+#define BRAID_RETURN_IF_ERROR(expr)                                            \
+  do {                                                                         \
+    if (absl::Status braidStatus = (expr); !braidStatus.ok())                  \
+      return braidStatus;                                                      \
+  } while (false)
+
+#define BRAID_ASSIGN_OR_RETURN(lhs, expr)                                      \
+  auto lhs##OrError = (expr);                                                  \
+  if (!lhs##OrError.ok())                                                      \
+    return lhs##OrError.status();                                              \
+  auto lhs = *lhs##OrError
+
+absl::Status InstructionChecker::checkLinearLike() {
+  BRAID_ASSIGN_OR_RETURN(transposeW, intAttr("transpose_w", 0, 1));
+  auto inOut = [&](const Buffer &w) {
+    return transposeW ? std::make_pair(w.shape(1), w.shape(0))
+                      : std::make_pair(w.shape(0), w.shape(1));
+  };
+  switch (inst.kernel()) {
+  case LINEAR: {
+    BRAID_RETURN_IF_ERROR(arity(2, 3, 1));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(minRank(in(0), 1, "x"));
+    BRAID_RETURN_IF_ERROR(rank(in(1), 2, "weight"));
+    auto [inDim, outDim] = inOut(in(1));
+    std::vector<int64_t> x(in(0).shape().begin(), in(0).shape().end());
+    if (x.back() != inDim)
+      return fail(absl::StrCat("x '", in(0).name(), "' ", shapeStr(in(0)),
+                               " does not match the weight's ", inDim, " inputs"));
+    if (inst.inputs_size() == 3)
+      BRAID_RETURN_IF_ERROR(shape(in(2), {outDim}, "bias"));
+    x.back() = outDim;
+    return shape(out(0), x, "y");
+  }
+  case LINEAR_GRAD_INPUT: {
+    BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(minRank(in(0), 1, "dy"));
+    BRAID_RETURN_IF_ERROR(rank(in(1), 2, "weight"));
+    auto [inDim, outDim] = inOut(in(1));
+    std::vector<int64_t> dy(in(0).shape().begin(), in(0).shape().end());
+    if (dy.back() != outDim)
+      return fail(absl::StrCat("dy '", in(0).name(), "' ", shapeStr(in(0)),
+                               " does not match the weight's ", outDim, " outputs"));
+    dy.back() = inDim;
+    return shape(out(0), dy, "dx");
+  }
+  default: { // LINEAR_GRAD_WEIGHT
+    BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(minRank(in(0), 1, "x"));
+    const Buffer &x = in(0), &dy = in(1);
+    if (x.shape_size() != dy.shape_size() ||
+        !std::equal(x.shape().begin(), x.shape().end() - 1, dy.shape().begin()))
+      return fail(absl::StrCat("x ", shapeStr(x), " and dy ", shapeStr(dy),
+                               " must agree in every dimension but the last"));
+    int64_t inDim = x.shape(x.shape_size() - 1);
+    int64_t outDim = dy.shape(dy.shape_size() - 1);
+    return shape(out(0),
+                 transposeW ? std::vector<int64_t>{outDim, inDim}
+                            : std::vector<int64_t>{inDim, outDim},
+                 "dw");
+  }
+  }
+}
+
+absl::Status InstructionChecker::checkNorm(bool layerNorm, bool grad) {
+  int ins = grad ? 3 : (layerNorm ? 3 : 2);
+  int outs = grad ? (layerNorm ? 3 : 2) : 1;
+  BRAID_RETURN_IF_ERROR(arity(ins, ins, outs));
+  BRAID_RETURN_IF_ERROR(dtypes());
+  BRAID_ASSIGN_OR_RETURN(eps, floatAttr("eps", 1e-30, 1.0));
+  (void)eps;
+  const Buffer &x = in(0);
+  BRAID_RETURN_IF_ERROR(minRank(x, 1, "x"));
+  int64_t d = x.shape(x.shape_size() - 1);
+  BRAID_RETURN_IF_ERROR(shape(in(1), {d}, "weight"));
+  if (!grad) {
+    if (layerNorm)
+      BRAID_RETURN_IF_ERROR(shape(in(2), {d}, "bias"));
+    return same(out(0), x, "y");
+  }
+  BRAID_RETURN_IF_ERROR(same(in(2), x, "dy"));
+  BRAID_RETURN_IF_ERROR(same(out(0), x, "dx"));
+  for (int i = 1; i < outs; ++i)
+    BRAID_RETURN_IF_ERROR(same(out(i), in(1), "parameter gradient"));
+  return absl::OkStatus();
+}
+
+absl::Status InstructionChecker::checkRope() {
+  BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
+  BRAID_RETURN_IF_ERROR(dtypes());
+  BRAID_RETURN_IF_ERROR(rank(in(0), 3, "x"));
+  BRAID_ASSIGN_OR_RETURN(headDim, intAttr("head_dim", 2, int64_t(1) << 20));
+  BRAID_ASSIGN_OR_RETURN(theta, floatAttr("theta", 1e-30, 1e30));
+  (void)theta;
+  if (headDim % 2 != 0 || in(0).shape(2) % headDim != 0)
+    return fail(absl::StrCat("head_dim = ", headDim, " must be even and divide ",
+                             in(0).shape(2)));
+  return same(out(0), in(0), "y");
+}
+
+absl::Status InstructionChecker::checkAttention(bool grad) {
+  BRAID_RETURN_IF_ERROR(grad ? arity(5, 5, 3) : arity(3, 3, 1));
+  BRAID_RETURN_IF_ERROR(dtypes());
+  const Buffer &q = in(0), &k = in(1), &v = in(2);
+  BRAID_RETURN_IF_ERROR(rank(q, 3, "q"));
+  BRAID_RETURN_IF_ERROR(rank(k, 3, "k"));
+  BRAID_ASSIGN_OR_RETURN(heads, intAttr("heads", 1, int64_t(1) << 20));
+  BRAID_ASSIGN_OR_RETURN(kvHeads, intAttr("kv_heads", 1, heads));
+  BRAID_ASSIGN_OR_RETURN(causal, intAttr("causal", 0, 1));
+  BRAID_ASSIGN_OR_RETURN(alibi, intAttr("alibi", 0, 1));
+  BRAID_ASSIGN_OR_RETURN(scale, floatAttr("scale", 1e-30, 1e30));
+  (void)alibi;
+  (void)scale;
+  if (heads % kvHeads != 0 || q.shape(2) % heads != 0)
+    return fail(absl::StrCat("heads = ", heads, " and kv_heads = ", kvHeads,
+                             " do not divide into q's ", q.shape(2), " columns"));
+  int64_t headDim = q.shape(2) / heads;
+  BRAID_RETURN_IF_ERROR(
+      shape(k, {q.shape(0), k.shape(1), kvHeads * headDim}, "k"));
+  BRAID_RETURN_IF_ERROR(same(v, k, "v"));
+  if (causal && k.shape(1) != q.shape(1))
+    return fail("causal attention needs as many keys as queries");
+  if (!grad)
+    return same(out(0), q, "out");
+  BRAID_RETURN_IF_ERROR(same(in(3), q, "out"));
+  BRAID_RETURN_IF_ERROR(same(in(4), q, "dout"));
+  BRAID_RETURN_IF_ERROR(same(out(0), q, "dq"));
+  BRAID_RETURN_IF_ERROR(same(out(1), k, "dk"));
+  return same(out(2), v, "dv");
+}
+
+absl::Status InstructionChecker::checkQkv(bool split) {
+  BRAID_RETURN_IF_ERROR(split ? arity(1, 1, 3) : arity(3, 3, 1));
+  BRAID_RETURN_IF_ERROR(dtypes());
+  BRAID_ASSIGN_OR_RETURN(heads, intAttr("heads", 1, int64_t(1) << 20));
+  BRAID_ASSIGN_OR_RETURN(kvHeads, intAttr("kv_heads", 1, heads));
+  BRAID_ASSIGN_OR_RETURN(headDim, intAttr("head_dim", 1, int64_t(1) << 20));
+  BRAID_ASSIGN_OR_RETURN(perHead, intAttr("per_head", 0, 1));
+  if (heads % kvHeads != 0 || (perHead && heads != kvHeads))
+    return fail(absl::StrCat("heads = ", heads, " and kv_heads = ", kvHeads,
+                             " do not fit the layout"));
+  const Buffer &fused = split ? in(0) : out(0);
+  BRAID_RETURN_IF_ERROR(rank(fused, 3, "qkv"));
+  int64_t b = fused.shape(0), s = fused.shape(1);
+  BRAID_RETURN_IF_ERROR(
+      shape(fused, {b, s, (heads + 2 * kvHeads) * headDim}, "qkv"));
+  for (int i = 0; i < 3; ++i)
+    BRAID_RETURN_IF_ERROR(shape(split ? out(i) : in(i),
+                                {b, s, (i == 0 ? heads : kvHeads) * headDim},
+                                i == 0 ? "q" : i == 1 ? "k" : "v"));
+  return absl::OkStatus();
+}
+
+absl::Status InstructionChecker::check() {
+  switch (inst.kernel()) {
+  case EMBEDDING:
+  case EMBEDDING_GRAD: {
+    BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
+    BRAID_RETURN_IF_ERROR(dtypes({1}));
+    const Buffer &ids = in(1);
+    const Buffer &table = inst.kernel() == EMBEDDING ? in(0) : out(0);
+    BRAID_RETURN_IF_ERROR(rank(table, 2, "table"));
+    std::vector<int64_t> rows(ids.shape().begin(), ids.shape().end());
+    rows.push_back(table.shape(1));
+    return shape(inst.kernel() == EMBEDDING ? out(0) : in(0), rows,
+                 inst.kernel() == EMBEDDING ? "out" : "dy");
+  }
+  case POSITION_EMBEDDING: {
+    BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
+    BRAID_RETURN_IF_ERROR(dtypes({1}));
+    BRAID_RETURN_IF_ERROR(rank(in(0), 2, "table"));
+    BRAID_RETURN_IF_ERROR(rank(in(1), 2, "tokens"));
+    if (in(1).shape(1) > in(0).shape(0))
+      return fail("the sequence is longer than the position table");
+    return shape(out(0), {in(1).shape(0), in(1).shape(1), in(0).shape(1)},
+                 "out");
+  }
+  case POSITION_EMBEDDING_GRAD: {
+    BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(rank(in(0), 3, "dy"));
+    BRAID_RETURN_IF_ERROR(rank(out(0), 2, "dtable"));
+    if (in(0).shape(2) != out(0).shape(1) || in(0).shape(1) > out(0).shape(0))
+      return fail("dy does not fit the position table");
+    return absl::OkStatus();
+  }
+  case LINEAR:
+  case LINEAR_GRAD_INPUT:
+  case LINEAR_GRAD_WEIGHT:
+    return checkLinearLike();
+  case BIAS_GRAD:
+    BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(minRank(in(0), 1, "dy"));
+    return shape(out(0), {in(0).shape(in(0).shape_size() - 1)}, "db");
+  case RMS_NORM:
+    return checkNorm(false, false);
+  case RMS_NORM_GRAD:
+    return checkNorm(false, true);
+  case LAYER_NORM:
+    return checkNorm(true, false);
+  case LAYER_NORM_GRAD:
+    return checkNorm(true, true);
+  case ROPE:
+  case ROPE_GRAD:
+    return checkRope();
+  case ATTENTION:
+    return checkAttention(false);
+  case ATTENTION_GRAD:
+    return checkAttention(true);
+  case QKV_SPLIT:
+    return checkQkv(true);
+  case QKV_CONCAT:
+    return checkQkv(false);
+  case SWIGLU:
+  case SWIGLU_GRAD:
+  case GELU:
+  case GELU_GRAD:
+  case ADD:
+  case DROPOUT: {
+    // Elementwise: every operand has the first input's dtype and shape.
+    Kernel k = inst.kernel();
+    int ins = k == SWIGLU_GRAD ? 3 : (k == GELU || k == DROPOUT) ? 1 : 2;
+    int outs = k == SWIGLU_GRAD ? 2 : 1;
+    BRAID_RETURN_IF_ERROR(arity(ins, ins, outs));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    if (k == GELU || k == GELU_GRAD)
+      BRAID_RETURN_IF_ERROR(intAttr("tanh", 0, 1).status());
+    if (k == DROPOUT) {
+      BRAID_RETURN_IF_ERROR(floatAttr("rate", 0.0, 1.0, /*openHigh=*/true).status());
+      BRAID_RETURN_IF_ERROR(intAttr("rng_id", 0, INT32_MAX).status());
+    }
+    for (int i = 1; i < ins; ++i)
+      BRAID_RETURN_IF_ERROR(same(in(i), in(0), "operand"));
+    for (int i = 0; i < outs; ++i)
+      BRAID_RETURN_IF_ERROR(same(out(i), in(0), "result"));
+    return absl::OkStatus();
+  }
+  case CROSS_ENTROPY:
+  case CROSS_ENTROPY_GRAD: {
+    bool grad = inst.kernel() == CROSS_ENTROPY_GRAD;
+    BRAID_RETURN_IF_ERROR(grad ? arity(3, 3, 1) : arity(2, 2, 1));
+    BRAID_RETURN_IF_ERROR(dtypes({1}));
+    BRAID_RETURN_IF_ERROR(intAttr("ignore_index", INT32_MIN, INT32_MAX).status());
+    const Buffer &logits = in(0);
+    BRAID_RETURN_IF_ERROR(minRank(logits, 2, "logits"));
+    BRAID_RETURN_IF_ERROR(shape(
+        in(1), {logits.shape().begin(), logits.shape().end() - 1}, "targets"));
+    if (grad) {
+      BRAID_RETURN_IF_ERROR(shape(in(2), {}, "dloss"));
+      return same(out(0), logits, "dlogits");
+    }
+    return shape(out(0), {}, "loss");
+  }
+  default:
+    return fail(absl::StrCat("unknown kernel ", int(inst.kernel())));
+  }
+}
+
+} // namespace
+
+int64_t DTypeBytes(DType dtype) {
+  switch (dtype) {
+  case F32:
+  case I32:
+    return 4;
+  case F64:
+  case I64:
+    return 8;
+  case BF16:
+  case F16:
+    return 2;
+  default:
+    return 0;
+  }
+}
+
+uint32_t Crc32(absl::string_view data) {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(256);
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k)
+        c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = 0xFFFFFFFFu;
+  for (char ch : data)
+    crc = table[(crc ^ uint8_t(ch)) & 0xff] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+int64_t WorldSize(const Plan &plan) {
+  int64_t n = 1;
+  for (int64_t s : plan.mesh().sizes())
+    n *= s;
+  return n;
+}
+
+absl::Status ValidatePlan(const Plan &plan) {
+  if (plan.version() != SCHEMA_VERSION_CURRENT)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "plan schema version ", int(plan.version()), " is not the version ",
+        int(SCHEMA_VERSION_CURRENT), " this braid-run reads; recompile the "
+        "plan with the matching braidc"));
+  // The mesh: named, unique axes with sizes >= 1.
+  const Mesh &mesh = plan.mesh();
+  if (mesh.axes_size() != mesh.sizes_size() || mesh.axes_size() == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mesh has ", mesh.axes_size(), " axes and ", mesh.sizes_size(),
+        " sizes; it needs one size per axis and at least one axis"));
+  std::set<std::string> axes;
+  int64_t world = 1;
+  for (int i = 0; i < mesh.axes_size(); ++i) {
+    if (mesh.axes(i).empty() || !axes.insert(mesh.axes(i)).second)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mesh axis ", i, " ('", mesh.axes(i), "') is empty or repeated"));
+    if (mesh.sizes(i) < 1 || mesh.sizes(i) > kMaxWorldSize ||
+        world * mesh.sizes(i) > kMaxWorldSize)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mesh axis '", mesh.axes(i), "' has size ", mesh.sizes(i),
+          "; sizes must be >= 1 and the world at most ", kMaxWorldSize));
+    world *= mesh.sizes(i);
+  }
+  if (plan.arena_bytes() < 0 || plan.arena_bytes() > kMaxArenaBytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "arena_bytes = ", plan.arena_bytes(), " is outside [0, ",
+        kMaxArenaBytes, "]"));
+  // Buffers: known dtype and role, sane shapes, inside the arena.
+  for (int i = 0; i < plan.buffers_size(); ++i) {
+    const Buffer &b = plan.buffers(i);
+    std::string name = absl::StrCat("buffer ", i, " ('", b.name(), "')");
+    if (DTypeBytes(b.dtype()) == 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has unknown dtype ", int(b.dtype())));
+    if (!BufferRole_IsValid(b.role()) || b.role() == ROLE_UNSPECIFIED)
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has unknown role ", int(b.role())));
+    if (b.shape_size() > kMaxRank)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " has rank ", b.shape_size(), "; at most ", kMaxRank));
+    int64_t bytes = DTypeBytes(b.dtype());
+    for (int64_t d : b.shape()) {
+      if (d < 0 || (d > 0 && bytes > kMaxArenaBytes / d))
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " has shape ", shapeStr(b), ", which is negative or larger "
+            "than any arena"));
+      bytes *= d;
+    }
+    if (b.offset() < 0 || b.offset() > plan.arena_bytes() - bytes)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " occupies bytes [", b.offset(), ", ", b.offset() + bytes,
+          ") which leave the arena of ", plan.arena_bytes(), " bytes"));
+  }
+  // Functions: unique names, valid instructions.
+  std::set<std::string> names;
+  for (const Function &fn : plan.functions()) {
+    if (fn.name().empty() || !names.insert(fn.name()).second)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "function name '", fn.name(), "' is empty or repeated"));
+    for (int i = 0; i < fn.body_size(); ++i)
+      if (absl::Status s = InstructionChecker(plan, fn, i, fn.body(i)).check();
+          !s.ok())
+        return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string SerializePlanFile(const Plan &plan) {
+  std::string payload;
+  plan.SerializeToString(&payload);
+  std::string out(kMagic, sizeof(kMagic));
+  putLE(out, payload.size(), 8);
+  putLE(out, Crc32(payload), 4);
+  out += payload;
+  return out;
+}
+
+absl::Status WritePlanFile(const Plan &plan, const std::string &path) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
+    std::string bytes = SerializePlanFile(plan);
+    os.write(bytes.data(), bytes.size());
+    if (!os.flush())
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> ParsePlanFile(absl::string_view bytes,
+                                   absl::string_view source) {
+  if (bytes.size() < kHeaderBytes ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": not a Braid plan file (no BRAIDPLN header)"));
+  uint64_t length = getLE(bytes, 8, 8);
+  uint32_t crc = uint32_t(getLE(bytes, 16, 4));
+  absl::string_view payload = bytes.substr(kHeaderBytes);
+  if (payload.size() != length)
+    return absl::DataLossError(absl::StrCat(
+        source, ": the plan file holds ", payload.size(),
+        " payload bytes but its header says ", length,
+        payload.size() < length ? " (the file is truncated)" : ""));
+  if (Crc32(payload) != crc)
+    return absl::DataLossError(
+        absl::StrCat(source, ": the plan's checksum does not match (corrupt file)"));
+  Plan plan;
+  if (!plan.ParseFromArray(payload.data(), int(payload.size())))
+    return absl::DataLossError(
+        absl::StrCat(source, ": the payload is not a valid plan message"));
+  if (absl::Status s = ValidatePlan(plan); !s.ok())
+    return absl::Status(s.code(), absl::StrCat(source, ": ", s.message()));
+  return plan;
+}
+
+absl::StatusOr<Plan> LoadPlanFile(const std::string &path) {
+  std::ifstream is(path, std::ios::binary);
+  if (!is)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream buffer;
+  buffer << is.rdbuf();
+  return ParsePlanFile(buffer.str(), path);
+}
+
+} // namespace braid::plan

@@ -1,0 +1,64 @@
+//===- PlanLoader.h - Reading, writing and validating plan files -*- C++ -*-===//
+//
+// A plan file is a frame around the serialized Plan (plan.proto):
+//
+//   bytes 0-7    magic "BRAIDPLN"
+//   bytes 8-15   payload length, uint64 little-endian
+//   bytes 16-19  CRC-32 (IEEE) of the payload, uint32 little-endian
+//   bytes 20-    the payload: a serialized braid.plan.Plan
+//
+// The frame exists because a Protobuf message cut at a field boundary still
+// parses: without the length and checksum, a truncated plan could load as a
+// different, shorter program.
+//
+// Validation guarantees what the executor relies on to never touch memory
+// outside the arena: every buffer lies inside it, every instruction names
+// existing buffers, and every kernel's operands have the shapes, dtypes and
+// attributes the kernel derives its extents from.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_PLAN_PLANLOADER_H
+#define BRAID_RUNTIME_PLAN_PLANLOADER_H
+
+#include "runtime/plan/plan.pb.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+#include <cstdint>
+#include <string>
+
+namespace braid::plan {
+
+/// The frame around `plan` (see above).
+std::string SerializePlanFile(const Plan &plan);
+
+/// Writes the framed plan to `path` through a temporary file and a rename, so
+/// a crash never leaves a half-written plan under that name.
+absl::Status WritePlanFile(const Plan &plan, const std::string &path);
+
+/// Unframes, parses and validates the bytes of a plan file. `source` names
+/// the file in error messages.
+absl::StatusOr<Plan> ParsePlanFile(absl::string_view bytes,
+                                   absl::string_view source);
+
+/// Reads `path` and parses it as above.
+absl::StatusOr<Plan> LoadPlanFile(const std::string &path);
+
+/// The checks of ParsePlanFile on an in-memory plan.
+absl::Status ValidatePlan(const Plan &plan);
+
+/// The number of ranks the plan is for: the product of its mesh sizes.
+int64_t WorldSize(const Plan &plan);
+
+/// Bytes of one element of `dtype` (0 for an unknown dtype).
+int64_t DTypeBytes(DType dtype);
+
+/// CRC-32 (IEEE 802.3, the polynomial of zlib and PNG) of `data`.
+uint32_t Crc32(absl::string_view data);
+
+} // namespace braid::plan
+
+#endif // BRAID_RUNTIME_PLAN_PLANLOADER_H

@@ -1,0 +1,156 @@
+//===- PlanLoaderTest.cpp - The plan file's frame and validation ----------===//
+
+#include "runtime/plan/PlanLoader.h"
+
+#include "gtest/gtest.h"
+
+using namespace braid::plan;
+
+namespace {
+
+/// A valid two-instruction plan: y = x·Wᵀ, loss = cross_entropy(y, t).
+Plan validPlan() {
+  Plan plan;
+  plan.set_version(SCHEMA_VERSION_CURRENT);
+  plan.mutable_mesh()->add_axes("dp");
+  plan.mutable_mesh()->add_sizes(1);
+  int64_t offset = 0;
+  auto buffer = [&](const char *name, DType dtype, std::vector<int64_t> shape,
+                    BufferRole role) {
+    Buffer *b = plan.add_buffers();
+    b->set_name(name);
+    b->set_dtype(dtype);
+    int64_t bytes = DTypeBytes(dtype);
+    for (int64_t d : shape) {
+      b->add_shape(d);
+      bytes *= d;
+    }
+    b->set_offset(offset);
+    b->set_role(role);
+    offset += bytes;
+    return plan.buffers_size() - 1;
+  };
+  int x = buffer("x", F32, {2, 3, 8}, ACTIVATION);
+  int w = buffer("w", F32, {16, 8}, PARAMETER);
+  int y = buffer("y", F32, {2, 3, 16}, ACTIVATION);
+  int t = buffer("t", I32, {2, 3}, INPUT);
+  int loss = buffer("loss", F32, {}, ACTIVATION);
+  plan.set_arena_bytes(offset);
+  Function *fn = plan.add_functions();
+  fn->set_name("forward");
+  Instruction *lin = fn->add_body();
+  lin->set_kernel(LINEAR);
+  lin->add_inputs(x);
+  lin->add_inputs(w);
+  lin->add_outputs(y);
+  (*lin->mutable_int_attrs())["transpose_w"] = 1;
+  lin->set_provenance("model.linear at lm_head");
+  Instruction *ce = fn->add_body();
+  ce->set_kernel(CROSS_ENTROPY);
+  ce->add_inputs(y);
+  ce->add_inputs(t);
+  ce->add_outputs(loss);
+  (*ce->mutable_int_attrs())["ignore_index"] = -100;
+  return plan;
+}
+
+std::string errorOf(const Plan &plan) {
+  absl::StatusOr<Plan> parsed = ParsePlanFile(SerializePlanFile(plan), "p.plan");
+  return parsed.ok() ? "" : std::string(parsed.status().message());
+}
+
+TEST(PlanFile, RoundTrips) {
+  Plan plan = validPlan();
+  absl::StatusOr<Plan> parsed = ParsePlanFile(SerializePlanFile(plan), "p.plan");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->SerializeAsString(), plan.SerializeAsString());
+  EXPECT_EQ(WorldSize(*parsed), 1);
+}
+
+TEST(PlanFile, Crc32IsZlibs) {
+  // The standard check value of CRC-32/ISO-HDLC.
+  EXPECT_EQ(Crc32("123456789"), 0xCBF43926u);
+}
+
+TEST(PlanFile, EveryTruncationIsRefused) {
+  std::string bytes = SerializePlanFile(validPlan());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    absl::StatusOr<Plan> parsed = ParsePlanFile(bytes.substr(0, n), "p.plan");
+    ASSERT_FALSE(parsed.ok()) << "prefix of " << n << " bytes was accepted";
+    if (n >= 20)
+      EXPECT_NE(parsed.status().message().find("truncated"), absl::string_view::npos)
+          << parsed.status();
+  }
+}
+
+TEST(PlanFile, CorruptionIsRefused) {
+  std::string bytes = SerializePlanFile(validPlan());
+  bytes[bytes.size() / 2] ^= 0x40;
+  absl::StatusOr<Plan> parsed = ParsePlanFile(bytes, "p.plan");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("checksum"), absl::string_view::npos);
+  EXPECT_NE(ParsePlanFile("not a plan at all, clearly", "x.plan")
+                .status()
+                .message()
+                .find("not a Braid plan file"),
+            absl::string_view::npos);
+}
+
+TEST(PlanValidation, WrongVersion) {
+  Plan plan = validPlan();
+  plan.set_version(SchemaVersion(7));
+  EXPECT_NE(errorOf(plan).find("plan schema version 7 is not the version 1"),
+            std::string::npos)
+      << errorOf(plan);
+}
+
+TEST(PlanValidation, OffsetsLeavingTheArena) {
+  Plan plan = validPlan();
+  plan.mutable_buffers(2)->set_offset(plan.arena_bytes() - 4);
+  EXPECT_NE(errorOf(plan).find("buffer 2 ('y') occupies bytes"), std::string::npos)
+      << errorOf(plan);
+  plan = validPlan();
+  plan.mutable_buffers(0)->set_offset(-8);
+  EXPECT_NE(errorOf(plan).find("leave the arena"), std::string::npos);
+  plan = validPlan();
+  plan.mutable_buffers(1)->set_shape(0, int64_t(1) << 40);
+  EXPECT_NE(errorOf(plan).find("buffer 1 ('w')"), std::string::npos) << errorOf(plan);
+}
+
+TEST(PlanValidation, InstructionContracts) {
+  Plan plan = validPlan();
+  plan.mutable_functions(0)->mutable_body(0)->set_inputs(1, 99);
+  EXPECT_NE(errorOf(plan).find("input buffer 99 does not exist"), std::string::npos)
+      << errorOf(plan);
+  plan = validPlan();
+  (*plan.mutable_functions(0)->mutable_body(0)->mutable_int_attrs())["transpose_w"] = 0;
+  EXPECT_NE(errorOf(plan).find("does not match the weight's 16 inputs"),
+            std::string::npos)
+      << errorOf(plan);
+  plan = validPlan();
+  plan.mutable_functions(0)->mutable_body(1)->set_kernel(Kernel(200));
+  EXPECT_NE(errorOf(plan).find("unknown kernel 200"), std::string::npos)
+      << errorOf(plan);
+  plan = validPlan();
+  plan.mutable_functions(0)->mutable_body(1)->mutable_int_attrs()->clear();
+  EXPECT_NE(errorOf(plan).find("lacks the integer attribute 'ignore_index'"),
+            std::string::npos)
+      << errorOf(plan);
+  plan = validPlan();
+  plan.mutable_buffers(3)->set_dtype(F32); // targets must be I32
+  EXPECT_NE(errorOf(plan).find("must be I32"), std::string::npos) << errorOf(plan);
+  plan = validPlan();
+  plan.mutable_mesh()->set_sizes(0, 0);
+  EXPECT_NE(errorOf(plan).find("mesh axis 'dp' has size 0"), std::string::npos)
+      << errorOf(plan);
+}
+
+TEST(PlanFile, WritesAndLoads) {
+  std::string path = ::testing::TempDir() + "/braid-plan-test.plan";
+  ASSERT_TRUE(WritePlanFile(validPlan(), path).ok());
+  absl::StatusOr<Plan> loaded = LoadPlanFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(LoadPlanFile(path + ".missing").ok());
+}
+
+} // namespace
