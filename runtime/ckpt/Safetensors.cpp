@@ -12,6 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 
@@ -87,6 +88,14 @@ absl::string_view kindName(const Value &value) {
   }
 }
 
+/// A JSON number as the file spells it: integers in full, others with 17
+/// significant digits.
+std::string numberString(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e21)
+    return absl::StrFormat("%.0f", v);
+  return absl::StrFormat("%.17g", v);
+}
+
 /// A JSON number that must be a non-negative integer, exactly representable.
 absl::StatusOr<uint64_t> nonNegativeInteger(const Value &value,
                                             absl::string_view what) {
@@ -96,13 +105,14 @@ absl::StatusOr<uint64_t> nonNegativeInteger(const Value &value,
   double v = value.number_value();
   if (!std::isfinite(v) || v != std::floor(v))
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " is ", v, ", not an integer"));
+        absl::StrCat(what, " is ", numberString(v), ", not an integer"));
   if (v < 0)
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " is negative (", v, ")"));
+        absl::StrCat(what, " is negative (", numberString(v), ")"));
   if (v > kMaxExactInteger)
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " is ", v, ", beyond 2^53 (not a plausible size or offset)"));
+        what, " is ", numberString(v),
+        ", beyond 2^53 (not a plausible size or offset)"));
   return static_cast<uint64_t>(v);
 }
 

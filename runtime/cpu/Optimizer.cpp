@@ -35,11 +35,13 @@ absl::Status validateStepArgs(const AdamWConfig &c, double lr, int64_t step,
   if (absl::Status s = validateAdamWConfig(c); !s.ok())
     return s;
   if (!std::isfinite(lr) || lr < 0)
-    return invalid(absl::StrCat("lr is ", lr, ", expected a finite value >= 0"));
+    return invalid(
+        absl::StrCat("lr is ", lr, ", expected a finite value >= 0"));
   if (step < 1)
-    return invalid(absl::StrCat(
-        "step is ", step, ", expected >= 1 (steps count from 1 for the bias "
-                          "correction)"));
+    return invalid(
+        absl::StrCat("step is ", step,
+                     ", expected >= 1 (steps count from 1 for the bias "
+                     "correction)"));
   if (!std::isfinite(gradScale) || gradScale < 0)
     return invalid(absl::StrCat(
         "grad_scale is ", gradScale,
@@ -86,8 +88,8 @@ void adamwUpdate(T *param, const T *grad, T *m, T *v, int64_t n,
     // The decay uses the parameter before this step's update, as both
     // PyTorch (param.mul_ first) and apex (decay * p_old in the update) do.
     const double p = static_cast<double>(param[i]) * decay;
-    param[i] = static_cast<T>(p - stepSize * mi / (std::sqrt(vi) * invSqrtBc2 +
-                                                   c.eps));
+    param[i] = static_cast<T>(p - stepSize * mi /
+                                      (std::sqrt(vi) * invSqrtBc2 + c.eps));
   }
 }
 
@@ -98,9 +100,11 @@ void adamwUpdate(T *param, const T *grad, T *m, T *v, int64_t n,
 absl::Status validateAdamWConfig(const AdamWConfig &c) {
   // !(x >= 0 && x < 1) also rejects NaN.
   if (!(c.beta1 >= 0 && c.beta1 < 1))
-    return invalid(absl::StrCat("adam_beta1 is ", c.beta1, ", expected [0, 1)"));
+    return invalid(
+        absl::StrCat("adam_beta1 is ", c.beta1, ", expected [0, 1)"));
   if (!(c.beta2 >= 0 && c.beta2 < 1))
-    return invalid(absl::StrCat("adam_beta2 is ", c.beta2, ", expected [0, 1)"));
+    return invalid(
+        absl::StrCat("adam_beta2 is ", c.beta2, ", expected [0, 1)"));
   if (!std::isfinite(c.eps) || c.eps <= 0)
     return invalid(
         absl::StrCat("adam_eps is ", c.eps, ", expected a finite value > 0"));
@@ -142,8 +146,8 @@ absl::Status adamwStepMulti(absl::Span<const AdamWTensor<T>> tensors,
       return invalid(absl::StrCat("tensor ", i, ": ", s.message()));
   }
   for (const AdamWTensor<T> &t : tensors)
-    adamwUpdate(t.param, t.grad, t.m, t.v, t.n, shared, t.weightDecay, lr,
-                step, gradScale);
+    adamwUpdate(t.param, t.grad, t.m, t.v, t.n, shared, t.weightDecay, lr, step,
+                gradScale);
   return absl::OkStatus();
 }
 
@@ -153,8 +157,8 @@ template <typename T>
 absl::StatusOr<double> gradSumOfSquares(absl::Span<const GradView<T>> grads) {
   for (size_t i = 0; i < grads.size(); ++i) {
     if (grads[i].n < 0)
-      return invalid(
-          absl::StrCat("gradient ", i, ": n is ", grads[i].n, ", expected >= 0"));
+      return invalid(absl::StrCat("gradient ", i, ": n is ", grads[i].n,
+                                  ", expected >= 0"));
     if (grads[i].n > 0 && !grads[i].data)
       return invalid(absl::StrCat("gradient ", i, ": null buffer for ",
                                   grads[i].n, " elements"));
@@ -186,9 +190,9 @@ absl::StatusOr<GradClip> computeGradClip(double rawNorm, double maxNorm,
     return invalid(
         absl::StrCat("gradient norm is ", rawNorm, ", expected >= 0"));
   if (!std::isfinite(maxNorm) || maxNorm < 0)
-    return invalid(absl::StrCat(
-        "clip_grad is ", maxNorm, ", expected a finite value >= 0 (0: no "
-                                  "clipping)"));
+    return invalid(absl::StrCat("clip_grad is ", maxNorm,
+                                ", expected a finite value >= 0 (0: no "
+                                "clipping)"));
   if (!std::isfinite(preScale) || preScale <= 0)
     return invalid(absl::StrCat("gradient pre-scale is ", preScale,
                                 ", expected a finite value > 0"));
@@ -238,16 +242,17 @@ absl::string_view lrDecayStyleName(LrDecayStyle style) {
 
 absl::Status validateLrScheduleConfig(const LrScheduleConfig &c) {
   if (!std::isfinite(c.lr) || c.lr < 0)
-    return invalid(absl::StrCat("lr is ", c.lr, ", expected a finite value >= 0"));
+    return invalid(
+        absl::StrCat("lr is ", c.lr, ", expected a finite value >= 0"));
   if (!std::isfinite(c.minLr) || c.minLr < 0)
     return invalid(
         absl::StrCat("min_lr is ", c.minLr, ", expected a finite value >= 0"));
   if (c.minLr > c.lr)
-    return invalid(absl::StrCat("min_lr is ", c.minLr, ", expected <= lr (",
-                                c.lr, ")"));
+    return invalid(
+        absl::StrCat("min_lr is ", c.minLr, ", expected <= lr (", c.lr, ")"));
   if (!std::isfinite(c.initLr) || c.initLr < 0 || c.initLr > c.lr)
-    return invalid(absl::StrCat("init_lr is ", c.initLr, ", expected in [0, lr (",
-                                c.lr, ")]"));
+    return invalid(absl::StrCat("init_lr is ", c.initLr,
+                                ", expected in [0, lr (", c.lr, ")]"));
   if (c.warmupSteps < 0)
     return invalid(
         absl::StrCat("warmup_steps is ", c.warmupSteps, ", expected >= 0"));

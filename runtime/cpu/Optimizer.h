@@ -1,4 +1,4 @@
-//===- Optimizer.h - AdamW, gradient clipping and the lr schedule -*- C++ -*-===//
+//===- Optimizer.h - AdamW, clipping and the lr schedule --------*- C++ -*-===//
 //
 // The optimizer side of a training step on the CPU, in the order the
 // training loop uses it:
@@ -77,8 +77,7 @@ absl::Status adamwStep(T *param, const T *grad, T *m, T *v, int64_t n,
                        double gradScale);
 
 /// One parameter tensor of a multi-tensor update, with its own decay.
-template <typename T>
-struct AdamWTensor {
+template <typename T> struct AdamWTensor {
   T *param;
   const T *grad;
   T *m;
@@ -99,8 +98,7 @@ absl::Status adamwStepMulti(absl::Span<const AdamWTensor<T>> tensors,
 //===-- Gradient norm and clipping ----------------------------------------===//
 
 /// A gradient buffer to measure.
-template <typename T>
-struct GradView {
+template <typename T> struct GradView {
   const T *data;
   int64_t n;
 };
@@ -198,7 +196,10 @@ public:
   ///     linear:  min_lr + (lr − min_lr) · (1 − r)
   ///     cosine:  min_lr + (lr − min_lr) · 0.5 · (1 + cos(π r))
   /// evaluated in Megatron's order, so the values are bit-identical to its
-  /// Python doubles.
+  /// Python doubles when the counts are in the same unit. Megatron turns
+  /// --lr-warmup-iters and --lr-decay-iters into samples (× global batch)
+  /// and steps by the global batch; counting in steps here gives the same
+  /// values to the last bit or two.
   double lrAt(int64_t numSteps) const;
 
   /// The lr of update t (1-based) in Megatron's training loop. Megatron's
