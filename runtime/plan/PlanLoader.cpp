@@ -437,6 +437,9 @@ absl::Status InstructionChecker::check() {
     }
     return shape(out(0), {}, "loss");
   }
+  case ZERO:
+    BRAID_RETURN_IF_ERROR(arity(0, 0, 1));
+    return absl::OkStatus();
   default:
     return fail(absl::StrCat("unknown kernel ", int(inst.kernel())));
   }
@@ -534,6 +537,10 @@ absl::Status ValidatePlan(const Plan &plan) {
             "than any arena"));
       bytes *= d;
     }
+    if (b.offset() % DTypeBytes(b.dtype()) != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " starts at byte ", b.offset(), ", which is not a multiple of "
+          "its element size ", DTypeBytes(b.dtype())));
     if (b.offset() < 0 || b.offset() > plan.arena_bytes() - bytes)
       return absl::InvalidArgumentError(absl::StrCat(
           name, " occupies bytes [", b.offset(), ", ", b.offset() + bytes,

@@ -1,0 +1,359 @@
+//===- Executor.cpp - Runs the functions of a plan on the CPU -------------===//
+
+#include "runtime/exec/Executor.h"
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace braid::exec {
+namespace {
+
+using plan::Buffer;
+using plan::Instruction;
+
+int64_t numel(const Buffer &b) {
+  int64_t n = 1;
+  for (int64_t d : b.shape())
+    n *= d;
+  return n;
+}
+int64_t last(const Buffer &b) { return b.shape(b.shape_size() - 1); }
+int64_t dim(const Buffer &b, int i) { return b.shape(i); }
+
+int64_t intAttr(const Instruction &inst, const char *name) {
+  return inst.int_attrs().at(name);
+}
+double floatAttr(const Instruction &inst, const char *name) {
+  return inst.float_attrs().at(name);
+}
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
+  if (absl::Status s = plan::ValidatePlan(plan); !s.ok())
+    return s;
+  std::unique_ptr<Executor> executor(new Executor(std::move(plan)));
+  // One allocation for the whole run; zeroed so that a buffer read before it
+  // is written holds zeros, not garbage.
+  executor->arena_.reset(new (std::nothrow)
+                             uint8_t[std::max<int64_t>(executor->plan_.arena_bytes(), 1)]());
+  if (!executor->arena_)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate the plan's arena of ", executor->plan_.arena_bytes(),
+        " bytes"));
+  return executor;
+}
+
+int Executor::FindBuffer(absl::string_view name) const {
+  for (int i = 0; i < plan_.buffers_size(); ++i)
+    if (plan_.buffers(i).name() == name)
+      return i;
+  return -1;
+}
+
+absl::Status Executor::Write(int id, absl::Span<const double> values) {
+  if (id < 0 || id >= plan_.buffers_size())
+    return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
+  const Buffer &b = plan_.buffers(id);
+  if (int64_t(values.size()) != numel(b))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "buffer '", b.name(), "' holds ", numel(b), " elements, not ",
+        values.size()));
+  void *p = address(id);
+  switch (b.dtype()) {
+  case plan::F32:
+    std::copy(values.begin(), values.end(), static_cast<float *>(p));
+    return absl::OkStatus();
+  case plan::F64:
+    std::copy(values.begin(), values.end(), static_cast<double *>(p));
+    return absl::OkStatus();
+  case plan::I32:
+    std::copy(values.begin(), values.end(), static_cast<int32_t *>(p));
+    return absl::OkStatus();
+  case plan::I64:
+    std::copy(values.begin(), values.end(), static_cast<int64_t *>(p));
+    return absl::OkStatus();
+  default:
+    return absl::UnimplementedError(absl::StrCat(
+        "buffer '", b.name(), "': ", plan::DType_Name(b.dtype()),
+        " needs the CUDA backend"));
+  }
+}
+
+absl::StatusOr<std::vector<double>> Executor::Read(int id) const {
+  if (id < 0 || id >= plan_.buffers_size())
+    return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
+  const Buffer &b = plan_.buffers(id);
+  std::vector<double> out(numel(b));
+  const void *p = address(id);
+  switch (b.dtype()) {
+  case plan::F32:
+    std::copy_n(static_cast<const float *>(p), out.size(), out.begin());
+    break;
+  case plan::F64:
+    std::copy_n(static_cast<const double *>(p), out.size(), out.begin());
+    break;
+  case plan::I32:
+    std::copy_n(static_cast<const int32_t *>(p), out.size(), out.begin());
+    break;
+  case plan::I64:
+    std::copy_n(static_cast<const int64_t *>(p), out.size(), out.begin());
+    break;
+  default:
+    return absl::UnimplementedError(absl::StrCat(
+        "buffer '", b.name(), "': ", plan::DType_Name(b.dtype()),
+        " needs the CUDA backend"));
+  }
+  return out;
+}
+
+absl::Status Executor::Run(absl::string_view name, const StepContext &context) {
+  const plan::Function *fn = nullptr;
+  for (const plan::Function &f : plan_.functions())
+    if (f.name() == name)
+      fn = &f;
+  if (!fn)
+    return absl::NotFoundError(absl::StrCat("the plan has no function '", name, "'"));
+  for (const Instruction &inst : fn->body()) {
+    // The float dtype of the instruction: its first float operand's.
+    plan::DType dtype = plan::DTYPE_UNSPECIFIED;
+    for (int32_t id : inst.outputs())
+      if (plan_.buffers(id).dtype() != plan::I32)
+        dtype = plan_.buffers(id).dtype();
+    absl::Status s;
+    if (dtype == plan::F32)
+      s = runInstruction<float>(inst, context);
+    else if (dtype == plan::F64)
+      s = runInstruction<double>(inst, context);
+    else
+      s = absl::UnimplementedError(absl::StrCat(
+          plan::Kernel_Name(inst.kernel()), " on ", plan::DType_Name(dtype),
+          " needs the CUDA backend"));
+    if (!s.ok())
+      return absl::Status(s.code(), absl::StrCat("function '", name, "', ",
+                                                 inst.provenance(), ": ",
+                                                 s.message()));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status Executor::runInstruction(const Instruction &inst,
+                                      const StepContext &context) {
+  auto in = [&](int i) -> const Buffer & { return plan_.buffers(inst.inputs(i)); };
+  auto out = [&](int i) -> const Buffer & { return plan_.buffers(inst.outputs(i)); };
+  auto x = [&](int i) { return static_cast<const T *>(address(inst.inputs(i))); };
+  auto y = [&](int i) { return static_cast<T *>(address(inst.outputs(i))); };
+  auto ids = [&](int i) {
+    return static_cast<const int32_t *>(address(inst.inputs(i)));
+  };
+  // Token ids index tables: check them against the table before use.
+  auto checkIds = [&](int i, int64_t vocab, bool allowIgnore,
+                      int64_t ignore) -> absl::Status {
+    const int32_t *p = ids(i);
+    for (int64_t k = 0, n = numel(in(i)); k < n; ++k)
+      if ((p[k] < 0 || p[k] >= vocab) && !(allowIgnore && p[k] == ignore))
+        return absl::OutOfRangeError(absl::StrCat(
+            "token id ", p[k], " at position ", k, " of '", in(i).name(),
+            "' is outside the vocabulary of ", vocab));
+    return absl::OkStatus();
+  };
+  std::vector<T> scratch;
+  switch (inst.kernel()) {
+  case plan::ZERO:
+    std::memset(address(inst.outputs(0)), 0,
+                numel(out(0)) * plan::DTypeBytes(out(0).dtype()));
+    return absl::OkStatus();
+  case plan::EMBEDDING:
+    if (absl::Status s = checkIds(1, dim(in(0), 0), false, 0); !s.ok())
+      return s;
+    cpu::embeddingForward(x(0), ids(1), numel(in(1)), last(in(0)), y(0));
+    return absl::OkStatus();
+  case plan::EMBEDDING_GRAD:
+    if (absl::Status s = checkIds(1, dim(out(0), 0), false, 0); !s.ok())
+      return s;
+    cpu::embeddingBackward(x(0), ids(1), numel(in(1)), last(out(0)), y(0));
+    return absl::OkStatus();
+  case plan::POSITION_EMBEDDING:
+    cpu::positionEmbeddingForward(x(0), dim(in(1), 0), dim(in(1), 1),
+                                  last(in(0)), y(0));
+    return absl::OkStatus();
+  case plan::POSITION_EMBEDDING_GRAD:
+    cpu::positionEmbeddingBackward(x(0), dim(in(0), 0), dim(in(0), 1),
+                                   last(in(0)), y(0));
+    return absl::OkStatus();
+  case plan::LINEAR: {
+    bool t = intAttr(inst, "transpose_w");
+    int64_t inDim = t ? dim(in(1), 1) : dim(in(1), 0);
+    int64_t outDim = t ? dim(in(1), 0) : dim(in(1), 1);
+    cpu::linearForward(x(0), x(1), inst.inputs_size() == 3 ? x(2) : nullptr,
+                       {numel(in(0)) / std::max<int64_t>(inDim, 1), inDim,
+                        outDim, t},
+                       y(0));
+    return absl::OkStatus();
+  }
+  case plan::LINEAR_GRAD_INPUT: {
+    bool t = intAttr(inst, "transpose_w");
+    int64_t outDim = last(in(0)), inDim = last(out(0));
+    cpu::linearBackward<T>(nullptr, x(1), x(0),
+                           {numel(in(0)) / std::max<int64_t>(outDim, 1), inDim,
+                            outDim, t},
+                           y(0), nullptr, nullptr);
+    return absl::OkStatus();
+  }
+  case plan::LINEAR_GRAD_WEIGHT: {
+    bool t = intAttr(inst, "transpose_w");
+    int64_t inDim = last(in(0)), outDim = last(in(1));
+    cpu::linearBackward<T>(x(0), nullptr, x(1),
+                           {numel(in(0)) / std::max<int64_t>(inDim, 1), inDim,
+                            outDim, t},
+                           nullptr, y(0), nullptr);
+    return absl::OkStatus();
+  }
+  case plan::BIAS_GRAD: {
+    int64_t outDim = last(in(0));
+    cpu::linearBackward<T>(nullptr, nullptr, x(0),
+                           {numel(in(0)) / std::max<int64_t>(outDim, 1), 0,
+                            outDim, false},
+                           nullptr, nullptr, y(0));
+    return absl::OkStatus();
+  }
+  case plan::RMS_NORM:
+  case plan::RMS_NORM_GRAD: {
+    int64_t d = last(in(0)), rows = numel(in(0)) / std::max<int64_t>(d, 1);
+    double eps = floatAttr(inst, "eps");
+    if (inst.kernel() == plan::RMS_NORM) {
+      scratch.resize(rows);
+      cpu::rmsNormForward(x(0), x(1), rows, d, eps, y(0), scratch.data());
+      return absl::OkStatus();
+    }
+    // The statistics are recomputed (docs/Rationale-Training.md).
+    scratch.resize(rows + numel(in(0)));
+    cpu::rmsNormForward(x(0), x(1), rows, d, eps, scratch.data() + rows,
+                        scratch.data());
+    cpu::rmsNormBackward(x(0), x(1), scratch.data(), x(2), rows, d, y(0), y(1));
+    return absl::OkStatus();
+  }
+  case plan::LAYER_NORM:
+  case plan::LAYER_NORM_GRAD: {
+    int64_t d = last(in(0)), rows = numel(in(0)) / std::max<int64_t>(d, 1);
+    double eps = floatAttr(inst, "eps");
+    scratch.assign(2 * rows + numel(in(0)) + d, T(0));
+    T *mean = scratch.data(), *rstd = mean + rows, *tmp = rstd + rows,
+      *zeros = tmp + numel(in(0));
+    if (inst.kernel() == plan::LAYER_NORM) {
+      cpu::layerNormForward(x(0), x(1), x(2), rows, d, eps, y(0), mean, rstd);
+      return absl::OkStatus();
+    }
+    cpu::layerNormForward(x(0), x(1), zeros, rows, d, eps, tmp, mean, rstd);
+    cpu::layerNormBackward(x(0), x(1), mean, rstd, x(2), rows, d, y(0), y(1),
+                           y(2));
+    return absl::OkStatus();
+  }
+  case plan::ROPE:
+  case plan::ROPE_GRAD: {
+    int64_t hd = intAttr(inst, "head_dim");
+    auto f = inst.kernel() == plan::ROPE ? cpu::ropeForward<T>
+                                         : cpu::ropeBackward<T>;
+    f(x(0), dim(in(0), 0), dim(in(0), 1), dim(in(0), 2) / hd, hd,
+      floatAttr(inst, "theta"), y(0));
+    return absl::OkStatus();
+  }
+  case plan::ATTENTION:
+  case plan::ATTENTION_GRAD: {
+    int64_t heads = intAttr(inst, "heads");
+    cpu::AttentionShape s{dim(in(0), 0),          dim(in(0), 1),
+                          heads,                  intAttr(inst, "kv_heads"),
+                          dim(in(0), 2) / heads,  floatAttr(inst, "scale"),
+                          bool(intAttr(inst, "causal")),
+                          bool(intAttr(inst, "alibi"))};
+    if (dim(in(1), 1) != s.seq)
+      return absl::UnimplementedError(
+          "attention with more keys than queries is not implemented on CPU");
+    int64_t lseSize = s.batch * s.heads * s.seq;
+    if (inst.kernel() == plan::ATTENTION) {
+      scratch.resize(lseSize);
+      cpu::attentionForward(x(0), x(1), x(2), s, y(0), scratch.data());
+      return absl::OkStatus();
+    }
+    scratch.resize(lseSize + numel(in(0)));
+    cpu::attentionForward(x(0), x(1), x(2), s, scratch.data() + lseSize,
+                          scratch.data());
+    cpu::attentionBackward(x(0), x(1), x(2), x(3), scratch.data(), x(4), s,
+                           y(0), y(1), y(2));
+    return absl::OkStatus();
+  }
+  case plan::QKV_SPLIT:
+  case plan::QKV_CONCAT: {
+    const Buffer &fused = inst.kernel() == plan::QKV_SPLIT ? in(0) : out(0);
+    cpu::QkvShape s{numel(fused) / std::max<int64_t>(last(fused), 1),
+                    intAttr(inst, "heads"), intAttr(inst, "kv_heads"),
+                    intAttr(inst, "head_dim"), bool(intAttr(inst, "per_head"))};
+    if (inst.kernel() == plan::QKV_SPLIT)
+      cpu::qkvSplitForward(x(0), s, y(0), y(1), y(2));
+    else
+      cpu::qkvSplitBackward(x(0), x(1), x(2), s, y(0));
+    return absl::OkStatus();
+  }
+  case plan::SWIGLU:
+    cpu::swigluForward(x(0), x(1), numel(in(0)), y(0));
+    return absl::OkStatus();
+  case plan::SWIGLU_GRAD:
+    cpu::swigluBackward(x(0), x(1), x(2), numel(in(0)), y(0), y(1));
+    return absl::OkStatus();
+  case plan::GELU:
+    cpu::geluForward(x(0), numel(in(0)), bool(intAttr(inst, "tanh")), y(0));
+    return absl::OkStatus();
+  case plan::GELU_GRAD:
+    cpu::geluBackward(x(0), x(1), numel(in(0)), bool(intAttr(inst, "tanh")),
+                      y(0));
+    return absl::OkStatus();
+  case plan::ADD: {
+    const T *a = x(0), *b = x(1);
+    T *c = y(0);
+    for (int64_t i = 0, n = numel(in(0)); i < n; ++i)
+      c[i] = a[i] + b[i];
+    return absl::OkStatus();
+  }
+  case plan::DROPOUT: {
+    // Replicated layout: the global index is the local one. Sharded plans
+    // will carry the shard's place in the whole tensor.
+    int64_t n = numel(in(0));
+    cpu::GlobalIndexing at{1, n, n, 0, 0};
+    cpu::dropoutForward(x(0), at, floatAttr(inst, "rate"),
+                        {context.seed, context.step,
+                         uint32_t(intAttr(inst, "rng_id"))},
+                        y(0));
+    return absl::OkStatus();
+  }
+  case plan::CROSS_ENTROPY:
+  case plan::CROSS_ENTROPY_GRAD: {
+    int64_t vocab = last(in(0)), rows = numel(in(0)) / std::max<int64_t>(vocab, 1);
+    int64_t ignore = intAttr(inst, "ignore_index");
+    if (absl::Status s = checkIds(1, vocab, true, ignore); !s.ok())
+      return s;
+    scratch.resize(rows);
+    int64_t counted = 0;
+    T loss = cpu::crossEntropyForward(x(0), ids(1), rows, vocab, ignore,
+                                      scratch.data(), &counted);
+    if (inst.kernel() == plan::CROSS_ENTROPY) {
+      *y(0) = loss;
+      return absl::OkStatus();
+    }
+    cpu::crossEntropyBackward(x(0), ids(1), scratch.data(), *x(2), rows, vocab,
+                              ignore, counted, y(0));
+    return absl::OkStatus();
+  }
+  default:
+    return absl::UnimplementedError(
+        absl::StrCat("kernel ", plan::Kernel_Name(inst.kernel()),
+                     " is not implemented on CPU"));
+  }
+}
+
+} // namespace braid::exec

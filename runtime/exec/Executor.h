@@ -1,0 +1,62 @@
+//===- Executor.h - Runs the functions of a plan on the CPU -----*- C++ -*-===//
+//
+// The executor owns one arena per rank, allocated once at the size the plan
+// states, and runs a plan function by calling one CPU kernel per instruction
+// on arena addresses. Every size a kernel uses is derived from buffer shapes
+// that the plan loader has validated, so a plan that loads cannot make the
+// executor touch memory outside the arena.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_EXEC_EXECUTOR_H
+#define BRAID_RUNTIME_EXEC_EXECUTOR_H
+
+#include "runtime/plan/plan.pb.h"
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace braid::exec {
+
+/// What keys the randomness of one step (dropout).
+struct StepContext {
+  uint64_t seed = 0;
+  uint32_t step = 0;
+};
+
+class Executor {
+public:
+  /// Validates `plan` (as the loader does) and allocates its arena.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(plan::Plan plan);
+
+  const plan::Plan &plan() const { return plan_; }
+  /// The index of the buffer named `name`, or -1.
+  int FindBuffer(absl::string_view name) const;
+
+  /// Copies `values` into buffer `id` (converting to its dtype); the sizes
+  /// must match.
+  absl::Status Write(int id, absl::Span<const double> values);
+  /// The contents of buffer `id`, converted to double.
+  absl::StatusOr<std::vector<double>> Read(int id) const;
+
+  /// Runs function `name` once.
+  absl::Status Run(absl::string_view name, const StepContext &context);
+
+private:
+  explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
+  template <typename T>
+  absl::Status runInstruction(const plan::Instruction &inst,
+                              const StepContext &context);
+  void *address(int id) const { return arena_.get() + plan_.buffers(id).offset(); }
+
+  plan::Plan plan_;
+  std::unique_ptr<uint8_t[]> arena_;
+};
+
+} // namespace braid::exec
+
+#endif // BRAID_RUNTIME_EXEC_EXECUTOR_H
