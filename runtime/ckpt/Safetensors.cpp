@@ -9,6 +9,8 @@
 
 #include "runtime/ckpt/Safetensors.h"
 
+#include "runtime/common/MappedFile.h"
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,9 +27,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
 
@@ -116,38 +115,6 @@ absl::StatusOr<uint64_t> nonNegativeInteger(const Value &value,
   return static_cast<uint64_t>(v);
 }
 
-absl::Status mapFile(const std::string &path, const uint8_t **data,
-                     size_t *size) {
-  *data = nullptr;
-  *size = 0;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return absl::ErrnoToStatus(err, absl::StrCat("cannot stat ", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
-  }
-  if (st.st_size > 0) {
-    void *p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
-                     MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
-      return absl::ErrnoToStatus(err, absl::StrCat("cannot mmap ", path));
-    }
-    *data = static_cast<const uint8_t *>(p);
-    *size = static_cast<size_t>(st.st_size);
-  }
-  ::close(fd);
-  return absl::OkStatus();
-}
 
 /// Parses one tensor entry of the header into `info` (everything but the
 /// checks that need the other tensors or the file size).
@@ -343,7 +310,7 @@ std::string shapeToString(absl::Span<const int64_t> shape) {
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string &path) {
   SafetensorsFile file;
   file.path_ = path;
-  if (absl::Status s = mapFile(path, &file.map_, &file.size_); !s.ok())
+  if (absl::Status s = common::mapFile(path, &file.map_, &file.size_); !s.ok())
     return s;
   const std::string where = absl::StrCat(path, ": ");
   if (file.size_ < 8)
@@ -472,7 +439,7 @@ SafetensorsFile::~SafetensorsFile() { release(); }
 
 void SafetensorsFile::release() {
   if (map_)
-    ::munmap(const_cast<uint8_t *>(map_), size_);
+    common::unmapFile(map_, size_);
   map_ = nullptr;
   size_ = 0;
 }

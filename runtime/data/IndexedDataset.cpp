@@ -8,17 +8,17 @@
 
 #include "runtime/data/IndexedDataset.h"
 
+#include "runtime/common/MappedFile.h"
+
 #include "absl/numeric/int128.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 #include <cerrno>
-#include <cstring>
 #include <fcntl.h>
+#include <cstring>
 #include <limits>
 #include <sstream>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
 
@@ -50,46 +50,7 @@ std::string toString(absl::uint128 value) {
   return os.str();
 }
 
-/// A read-only mapping of a whole file. Size 0 gives a null pointer because
-/// mmap refuses empty mappings.
-absl::Status mapFile(const std::string &path, const uint8_t **data,
-                     size_t *size) {
-  *data = nullptr;
-  *size = 0;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return absl::ErrnoToStatus(err, absl::StrCat("cannot stat ", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
-  }
-  if (st.st_size > 0) {
-    void *p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
-                     MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
-      return absl::ErrnoToStatus(err, absl::StrCat("cannot mmap ", path));
-    }
-    *data = static_cast<const uint8_t *>(p);
-    *size = static_cast<size_t>(st.st_size);
-  }
-  // The mapping keeps the file alive; the descriptor is no longer needed.
-  ::close(fd);
-  return absl::OkStatus();
-}
 
-void unmap(const uint8_t *data, size_t size) {
-  if (data)
-    ::munmap(const_cast<uint8_t *>(data), size);
-}
 
 /// Widens `count` elements of type T at `src` into `dst`.
 template <typename T, typename Out>
@@ -262,7 +223,7 @@ absl::StatusOr<IndexedDataset> IndexedDataset::Open(const std::string &prefix) {
   IndexedDataset ds;
   ds.prefix_ = prefix;
   // From here on `ds` owns the mappings, so every early return unmaps them.
-  if (absl::Status s = mapFile(idxPath, &ds.idxMap_, &ds.idxSize_); !s.ok())
+  if (absl::Status s = common::mapFile(idxPath, &ds.idxMap_, &ds.idxSize_); !s.ok())
     return s;
   const uint8_t *idx = ds.idxMap_;
   const size_t fileSize = ds.idxSize_;
@@ -340,7 +301,7 @@ absl::StatusOr<IndexedDataset> IndexedDataset::Open(const std::string &prefix) {
   ds.pointers_ = ds.lengths_ + 4 * S;
   const uint8_t *documents = ds.pointers_ + 8 * S;
 
-  if (absl::Status s = mapFile(binPath, &ds.binMap_, &ds.binSize_); !s.ok())
+  if (absl::Status s = common::mapFile(binPath, &ds.binMap_, &ds.binSize_); !s.ok())
     return s;
 
   // Each sequence must start where the previous one ends and the last must
@@ -423,8 +384,8 @@ IndexedDataset &IndexedDataset::operator=(IndexedDataset &&other) noexcept {
 IndexedDataset::~IndexedDataset() { release(); }
 
 void IndexedDataset::release() {
-  unmap(idxMap_, idxSize_);
-  unmap(binMap_, binSize_);
+  common::unmapFile(idxMap_, idxSize_);
+  common::unmapFile(binMap_, binSize_);
   idxMap_ = binMap_ = lengths_ = pointers_ = nullptr;
   idxSize_ = binSize_ = 0;
   numSequences_ = 0;
