@@ -29,7 +29,10 @@ const PhaseInfo kPhases[] = {
     {Phase::Model, "model",
      [](OpPassManager &pm) { pm.addPass(model::createModelVerifyForward()); }},
     {Phase::Autodiff, "autodiff",
-     [](OpPassManager &pm) { pm.addPass(model::createModelAutodiff()); }},
+     [](OpPassManager &pm) {
+       pm.addPass(model::createModelAutodiff());
+       pm.addPass(model::createModelVerifyTrainStep());
+     }},
 };
 
 llvm::Error error(const llvm::Twine &message) {

@@ -48,4 +48,28 @@ def ModelAutodiff : Pass<"model-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["::braid::model::ModelDialect"];
 }
 
+def ModelVerifyTrainStep : Pass<"model-verify-train-step", "mlir::ModuleOp"> {
+  let summary = "Checks the contract of the autodiff phase";
+  let description = [{
+    The boundary check after `model-autodiff`: the module holds one training
+    step in the form the later phases (optimizer, partitioning, lowering to
+    `plan`) rely on.
+
+    Contract:
+    - T1: the module holds exactly one function, `@train_step`, besides
+      meshes.
+    - T2: its arguments are parameters (`model.param`), one `tokens`, one
+      `targets` and one `loss_grad` input, the latter a rank-0 float.
+    - T3: it returns the rank-0 loss, then one gradient per parameter in
+      parameter order, each marked `model.grad` with that parameter's name
+      and of that parameter's type.
+    - T4: every forward layer `i` has exactly one `model.layer backward` of
+      index `i`; forward layers come in increasing, backward layers in
+      decreasing index order, and every backward layer follows all forward
+      layers.
+    - T5: the body holds only `model` ops and the final `func.return`.
+  }];
+  let dependentDialects = ["::braid::model::ModelDialect"];
+}
+
 #endif // BRAID_PASSES_MODEL_PASSES_TD
