@@ -22,16 +22,28 @@ struct PhaseInfo {
   Phase phase;
   const char *name;
   /// Adds the phase's passes to `pm`.
-  void (*addPasses)(OpPassManager &pm);
+  void (*addPasses)(OpPassManager &pm, const CompileOptions &options);
 };
 
 const PhaseInfo kPhases[] = {
     {Phase::Model, "model",
-     [](OpPassManager &pm) { pm.addPass(model::createModelVerifyForward()); }},
+     [](OpPassManager &pm, const CompileOptions &) {
+       pm.addPass(model::createModelVerifyForward());
+     }},
     {Phase::Autodiff, "autodiff",
-     [](OpPassManager &pm) {
+     [](OpPassManager &pm, const CompileOptions &) {
        pm.addPass(model::createModelAutodiff());
        pm.addPass(model::createModelVerifyTrainStep());
+     }},
+    {Phase::Optimizer, "optimizer",
+     [](OpPassManager &pm, const CompileOptions &options) {
+       model::ModelOptimizerOptions o;
+       o.beta1 = options.train.adamBeta1;
+       o.beta2 = options.train.adamBeta2;
+       o.eps = options.train.adamEps;
+       o.weightDecay = options.train.weightDecay;
+       o.maxGradNorm = options.train.clipGrad;
+       pm.addPass(model::createModelOptimizer(o));
      }},
 };
 
@@ -109,7 +121,7 @@ llvm::Error braid::runPhases(ModuleOp module, const CompileOptions &options) {
         std::make_unique<DumpToDirectory>(options.dumpIrDir, 1));
   }
   for (const PhaseInfo &info : kPhases) {
-    info.addPasses(pm);
+    info.addPasses(pm, options);
     if (info.phase == options.compileTo)
       break;
   }

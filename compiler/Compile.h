@@ -3,6 +3,8 @@
 #ifndef BRAID_COMPILER_COMPILE_H
 #define BRAID_COMPILER_COMPILE_H
 
+#include "frontends/TrainConfig.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -16,7 +18,8 @@ namespace braid {
 /// order. Each ends with the verify pass that states its contract.
 enum class Phase {
   Model,    ///< the forward graph from the frontend, verified
-  Autodiff, ///< forward and backward: @train_step returns loss and gradients
+  Autodiff,  ///< forward and backward: @train_step returns loss and gradients
+  Optimizer, ///< + clipping and AdamW: @train_step returns the new state
 };
 
 /// The phase named `name`, or an error that lists the known phases.
@@ -28,6 +31,8 @@ struct CompileOptions {
   /// When not empty, the IR is written to this directory before the first
   /// pass (00-frontend.mlir) and after every pass (NN-<pass flag>.mlir).
   std::string dumpIrDir;
+  /// The optimizer's settings (the job's `train` section).
+  TrainConfig train;
 };
 
 /// Runs the passes of every phase up to `options.compileTo` on `module`.

@@ -48,6 +48,9 @@ def Model_Dialect : Dialect {
     static constexpr llvm::StringLiteral kInputAttrName = "model.input";
     /// The result attribute naming the parameter a gradient belongs to.
     static constexpr llvm::StringLiteral kGradAttrName = "model.grad";
+    /// The argument/result attribute of optimizer state:
+    /// "exp_avg:<param>" or "exp_avg_sq:<param>".
+    static constexpr llvm::StringLiteral kOptStateAttrName = "model.opt_state";
 
   private:
     void registerAttributes();

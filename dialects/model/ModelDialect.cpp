@@ -288,10 +288,20 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
   }
   if (attr.getName() == kInputAttrName) {
     auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
-    if (!name || (name.getValue() != "tokens" && name.getValue() != "targets" &&
-                  name.getValue() != "loss_grad"))
-      return emitError() << "model.input must be \"tokens\", \"targets\" or "
-                            "\"loss_grad\", found "
+    if (!name || !llvm::is_contained(
+                     {"tokens", "targets", "loss_grad", "lr", "step"},
+                     name.getValue()))
+      return emitError() << "model.input must be \"tokens\", \"targets\", "
+                            "\"loss_grad\", \"lr\" or \"step\", found "
+                         << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kOptStateAttrName) {
+    auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!name || !(name.getValue().starts_with("exp_avg:") ||
+                   name.getValue().starts_with("exp_avg_sq:")))
+      return emitError() << "model.opt_state must be \"exp_avg:<param>\" or "
+                            "\"exp_avg_sq:<param>\", found "
                          << attr.getValue();
     return success();
   }
@@ -303,6 +313,14 @@ LogicalResult ModelDialect::verifyRegionResultAttribute(Operation *op,
                                                         unsigned regionIndex,
                                                         unsigned resultIndex,
                                                         NamedAttribute attr) {
+  if (attr.getName() == kOptStateAttrName || attr.getName() == kParamAttrName) {
+    auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty())
+      return op->emitOpError("result ")
+             << resultIndex << ": " << attr.getName()
+             << " must be a non-empty string, found " << attr.getValue();
+    return success();
+  }
   if (attr.getName() == kGradAttrName) {
     auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
     if (!name || name.getValue().empty())

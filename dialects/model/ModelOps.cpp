@@ -11,6 +11,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <cmath>
 #include <limits>
 
 using namespace mlir;
@@ -1020,3 +1021,54 @@ LogicalResult CrossEntropyGradOp::verify() {
 int64_t CrossEntropyGradOp::getVectorFlops() {
   return product({4, numel(getLogits())});
 }
+
+//===----------------------------------------------------------------------===//
+// Optimizer ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult GradNormOp::verify() {
+  // GN1: at least one gradient, one element type.
+  if (getGrads().empty())
+    return emitOpError("needs at least one gradient");
+  Type element = cast<ShapedType>(getGrads()[0].getType()).getElementType();
+  for (Value g : getGrads())
+    if (cast<ShapedType>(g.getType()).getElementType() != element)
+      return emitOpError("gradients mix element types ")
+             << element << " and " << cast<ShapedType>(g.getType()).getElementType();
+  // GN2: max_norm finite and >= 0.
+  double maxNorm = getMaxNorm().convertToDouble();
+  if (!(maxNorm >= 0) || std::isinf(maxNorm))
+    return emitOpError("max_norm is ") << maxNorm << " but must be finite and >= 0";
+  return success();
+}
+
+int64_t GradNormOp::getVectorFlops() {
+  int64_t n = 0;
+  for (Value g : getGrads())
+    n += product({2, numel(g)});
+  return n;
+}
+
+LogicalResult AdamWOp::verify() {
+  // AW1: one type for parameter, gradient, moments and results.
+  Type type = getParam().getType();
+  for (Value v : {getGrad(), getM(), getV(), getNewParam(), getNewM(), getNewV()})
+    if (v.getType() != type)
+      return emitOpError("parameter, gradient, moments and results must all be ")
+             << type << ", found " << v.getType();
+  // AW2 is the ODS type constraint of lr, step and grad_scale.
+  // AW3: hyper-parameter ranges.
+  double beta1 = getBeta1().convertToDouble(), beta2 = getBeta2().convertToDouble();
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+    return emitOpError("beta1 = ") << beta1 << " and beta2 = " << beta2
+                                   << " must be in [0, 1)";
+  if (!(getEps().convertToDouble() > 0))
+    return emitOpError("eps is ") << getEps().convertToDouble()
+                                  << " but must be > 0";
+  if (!(getWeightDecay().convertToDouble() >= 0))
+    return emitOpError("weight_decay is ")
+           << getWeightDecay().convertToDouble() << " but must be >= 0";
+  return success();
+}
+
+int64_t AdamWOp::getVectorFlops() { return product({14, numel(getParam())}); }

@@ -582,5 +582,6 @@ def Model_CrossEntropyOp : Model_ForwardOp<"cross_entropy"> {
 //===----------------------------------------------------------------------===//
 
 include "dialects/model/ModelGradOps.td"
+include "dialects/model/ModelOptimizerOps.td"
 
 #endif // BRAID_MODEL_OPS_TD

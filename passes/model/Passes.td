@@ -72,4 +72,33 @@ def ModelVerifyTrainStep : Pass<"model-verify-train-step", "mlir::ModuleOp"> {
   let dependentDialects = ["::braid::model::ModelDialect"];
 }
 
+def ModelOptimizer : Pass<"model-optimizer", "mlir::ModuleOp"> {
+  let summary = "Appends gradient clipping and AdamW updates to @train_step";
+  let description = [{
+    Completes the training step: after the gradients, the global gradient
+    norm and its clipping scale (`model.grad_norm`), then one `model.adamw`
+    per parameter. @train_step gains the optimizer state as arguments (the
+    first and second moments of each parameter, `model.opt_state =
+    "exp_avg:<name>"` / `"exp_avg_sq:<name>"`), the learning rate
+    (`model.input = "lr"`, from the schedule) and the 1-based step
+    (`model.input = "step"`), and returns the loss, the gradient norm, the
+    new parameters (`model.param`), then the new moments.
+
+    Weight decay skips parameters of rank 1 (biases and norm weights), as
+    Megatron's default does.
+
+    Expects the contract of `model-verify-train-step`.
+  }];
+  let options = [
+    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", "1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.01",
+           "decoupled weight decay of tensors of rank >= 2">,
+    Option<"maxGradNorm", "max-grad-norm", "double", "1.0",
+           "clip the global gradient norm to this (0: no clipping)">
+  ];
+  let dependentDialects = ["::braid::model::ModelDialect"];
+}
+
 #endif // BRAID_PASSES_MODEL_PASSES_TD

@@ -14,6 +14,8 @@
 #include "compiler/Registration.h"
 #include "dialects/model/ModelDialect.h"
 #include "frontends/ModelBuilder.h"
+#include "frontends/TrainConfig.h"
+#include "runtime/cpu/Optimizer.h"
 
 #include "gtest/gtest.h"
 
@@ -172,6 +174,101 @@ TEST(Autodiff, AttentionDropoutIsRefused) {
   llvm::consumeError(std::move(error));
   EXPECT_NE(diagnostics.find("attention dropout"), std::string::npos)
       << diagnostics;
+}
+
+} // namespace
+
+namespace {
+
+// The optimizer phase appends clipping and AdamW: evaluated, its new
+// parameters must equal AdamW applied by hand (runtime/cpu/Optimizer.h) to
+// the gradients of the autodiff phase, with the clipping scale computed from
+// their global norm.
+TEST(Optimizer, UpdatesEqualAdamWOnTheAutodiffGradients) {
+  spec::JobSpec job = presetJob("tiny-llama", 5, 2);
+  job.mutable_train()->set_precision(spec::FP64);
+  job.mutable_train()->set_clip_grad(0.5); // small enough to clip
+  mlir::MLIRContext context;
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  context.appendDialectRegistry(registry);
+  llvm::Expected<ModelConfig> config = resolveModel(job);
+  ASSERT_TRUE(bool(config));
+  llvm::Expected<TrainConfig> train = resolveTrain(job);
+  ASSERT_TRUE(bool(train));
+  auto compile = [&](Phase phase) {
+    auto module = buildForwardModule(context, *config);
+    CompileOptions options;
+    options.compileTo = phase;
+    options.train = *train;
+    EXPECT_FALSE(bool(runPhases(*module, options)));
+    return module;
+  };
+  auto gradsModule = compile(Phase::Autodiff);
+  auto stepModule = compile(Phase::Optimizer);
+  auto gradsFn = gradsModule->lookupSymbol<mlir::func::FuncOp>("train_step");
+  auto stepFn = stepModule->lookupSymbol<mlir::func::FuncOp>("train_step");
+
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> u(-0.3, 0.3);
+  std::vector<Buffer> args;
+  size_t numParams = 0;
+  for (mlir::BlockArgument arg : gradsFn.getArguments()) {
+    Buffer b(model::getNumElements(arg.getType()));
+    auto input = gradsFn.getArgAttrOfType<mlir::StringAttr>(
+        arg.getArgNumber(), model::ModelDialect::kInputAttrName);
+    if (!input) {
+      for (double &x : b)
+        x = u(gen);
+      ++numParams;
+    } else if (input.getValue() == "loss_grad") {
+      b[0] = 1.0;
+    } else {
+      for (size_t i = 0; i < b.size(); ++i)
+        b[i] = double((i * 37 + 11) % config->vocabSize);
+    }
+    args.push_back(std::move(b));
+  }
+  std::string error;
+  std::vector<Buffer> grads = evaluate(gradsFn, args, error);
+  ASSERT_EQ(error, "");
+
+  // The step's extra arguments: zero moments, lr, step 1.
+  std::vector<Buffer> stepArgs = args;
+  for (size_t i = 0; i < 2 * numParams; ++i)
+    stepArgs.push_back(Buffer(args[i % numParams].size(), 0.0));
+  const double lr = 1e-3;
+  stepArgs.push_back({lr});
+  stepArgs.push_back({1.0});
+  std::vector<Buffer> results = evaluate(stepFn, stepArgs, error);
+  ASSERT_EQ(error, "");
+  ASSERT_EQ(results.size(), 2 + 3 * numParams);
+  EXPECT_EQ(results[0], grads[0]); // the same loss
+
+  std::vector<cpu::GradView<double>> views;
+  for (size_t i = 0; i < numParams; ++i)
+    views.push_back({grads[i + 1].data(), int64_t(grads[i + 1].size())});
+  double norm = *cpu::globalGradNorm<double>(views);
+  EXPECT_DOUBLE_EQ(results[1][0], norm);
+  cpu::GradClip clip = *cpu::computeGradClip(norm, 0.5);
+  ASSERT_TRUE(clip.clipped) << "the test wants clipping to happen";
+  for (size_t i = 0; i < numParams; ++i) {
+    Buffer p = args[i], m(p.size(), 0.0), v(p.size(), 0.0);
+    cpu::AdamWConfig c;
+    c.beta1 = train->adamBeta1;
+    c.beta2 = train->adamBeta2;
+    c.eps = train->adamEps;
+    // Rank-1 tensors (norm weights) are not decayed.
+    auto type = mlir::cast<mlir::RankedTensorType>(
+        gradsFn.getArgument(i).getType());
+    c.weightDecay = type.getRank() >= 2 ? train->weightDecay : 0.0;
+    ASSERT_TRUE(cpu::adamwStep<double>(p.data(), grads[i + 1].data(), m.data(),
+                                       v.data(), p.size(), c, lr, 1, clip.scale)
+                    .ok());
+    EXPECT_EQ(results[2 + i], p) << "parameter " << i;
+    EXPECT_EQ(results[2 + numParams + i], m) << "exp_avg " << i;
+    EXPECT_EQ(results[2 + 2 * numParams + i], v) << "exp_avg_sq " << i;
+  }
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 
 #include "dialects/model/ModelDialect.h"
 #include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/Optimizer.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -288,6 +289,45 @@ bool Evaluator::step(Operation *op) {
                              in(c.getDloss())[0], rows, vocab, ignore, counted,
                              out(c.getDlogits()).data());
         return true;
+      })
+      .Case([&](GradNormOp g) {
+        std::vector<cpu::GradView<double>> views;
+        for (Value v : g.getGrads())
+          views.push_back({in(v).data(), size(v)});
+        absl::StatusOr<double> norm = cpu::globalGradNorm<double>(views);
+        if (!norm.ok()) {
+          error = std::string(norm.status().message());
+          return false;
+        }
+        absl::StatusOr<cpu::GradClip> clipOr =
+            cpu::computeGradClip(*norm, g.getMaxNorm().convertToDouble());
+        if (!clipOr.ok()) {
+          error = std::string(clipOr.status().message());
+          return false;
+        }
+        cpu::GradClip clip = *clipOr;
+        out(g.getNorm())[0] = clip.norm;
+        out(g.getScale())[0] = clip.scale;
+        return true;
+      })
+      .Case([&](AdamWOp a) {
+        Buffer &p = out(a.getNewParam()), &m = out(a.getNewM()),
+               &v = out(a.getNewV());
+        p = in(a.getParam());
+        m = in(a.getM());
+        v = in(a.getV());
+        cpu::AdamWConfig c;
+        c.beta1 = a.getBeta1().convertToDouble();
+        c.beta2 = a.getBeta2().convertToDouble();
+        c.eps = a.getEps().convertToDouble();
+        c.weightDecay = a.getWeightDecay().convertToDouble();
+        absl::Status s = cpu::adamwStep<double>(
+            p.data(), in(a.getGrad()).data(), m.data(), v.data(), size(a.getParam()),
+            c, in(a.getLr())[0], int64_t(in(a.getStep())[0]),
+            in(a.getGradScale())[0]);
+        if (!s.ok())
+          error = std::string(s.message());
+        return s.ok();
       })
       .Default([&](Operation *) { return false; });
 }

@@ -141,8 +141,13 @@ int main(int argc, char **argv) {
   mlir::OwningOpRef<mlir::ModuleOp> module =
       buildForwardModule(context, *config);
 
+  llvm::Expected<TrainConfig> train = resolveTrain(*job);
+  if (!train)
+    return fail(train.takeError());
+
   CompileOptions options;
   options.compileTo = *phase;
+  options.train = *train;
   options.dumpIrDir = dumpDir;
   if (llvm::Error error = runPhases(*module, options))
     return fail(std::move(error));

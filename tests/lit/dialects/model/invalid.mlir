@@ -511,7 +511,7 @@ func.func @sharding_not_a_sharding(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 // Tests that model.input is "tokens" or "targets".
-// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens", "targets" or "loss_grad", found "labels"}}
+// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens", "targets", "loss_grad", "lr" or "step", found "labels"}}
 func.func @input_bad_value(%x: tensor<2x16xi32> {model.input = "labels"}) {
   return
 }
@@ -543,9 +543,10 @@ func.func @unknown_op_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// Tests that a function result takes no model.* attribute but model.sharding.
-// expected-error @+1 {{'func.func' op result 0: unknown model dialect result attribute "model.param"}}
-func.func @unknown_result_attribute(%x: tensor<4xf32>) -> (tensor<4xf32> {model.param = "y"}) {
+// Tests that a function result takes only the model.* attributes the dialect
+// defines for results (sharding, grad, param, opt_state).
+// expected-error @+1 {{'func.func' op result 0: unknown model dialect result attribute "model.input"}}
+func.func @unknown_result_attribute(%x: tensor<4xf32>) -> (tensor<4xf32> {model.input = "y"}) {
   return %x : tensor<4xf32>
 }
 
@@ -962,4 +963,49 @@ func.func @ceg3_result_type(%logits: tensor<2x16x512xbf16>, %targets: tensor<2x1
   // expected-error @+1 {{'model.cross_entropy_grad' op result is 'tensor<2x16x512xf32>' but must be the logits' type 'tensor<2x16x512xbf16>'}}
   %d = model.cross_entropy_grad %logits, %targets, %dloss ignore_index = -100 : (tensor<2x16x512xbf16>, tensor<2x16xi32>, tensor<f32>) -> tensor<2x16x512xf32>
   return %d : tensor<2x16x512xf32>
+}
+
+// -----
+
+// Tests GN1: grad_norm needs at least one gradient.
+func.func @gn1_no_gradients() {
+  // expected-error @+1 {{'model.grad_norm' op needs at least one gradient}}
+  %n, %s = model.grad_norm max_norm = 1.0 : () -> (tensor<f32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// Tests GN2: max_norm must be finite and non-negative.
+func.func @gn2_negative_max_norm(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'model.grad_norm' op max_norm is -1.000000e+00 but must be finite and >= 0}}
+  %n, %s = model.grad_norm %g max_norm = -1.0 : (tensor<4xf32>) -> (tensor<f32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// Tests AW1: the moments must have the parameter's type.
+func.func @aw1_moment_type(%p: tensor<4xf32>, %m: tensor<8xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{'model.adamw' op parameter, gradient, moments and results must all be 'tensor<4xf32>', found 'tensor<8xf32>'}}
+  %a:3 = model.adamw %p, %p, %m, %p, %lr, %t, %lr beta1 = 0.9 beta2 = 0.95 eps = 1.0e-08 weight_decay = 0.1 : (tensor<4xf32>, tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+// Tests AW2: the step must be a rank-0 i64.
+func.func @aw2_step_type(%p: tensor<4xf32>, %lr: tensor<f32>, %t: tensor<f32>) {
+  // expected-error @+1 {{'model.adamw' op operand #5 must be ranked tensor of 64-bit signless integer values, but got 'tensor<f32>'}}
+  %a:3 = model.adamw %p, %p, %p, %p, %lr, %t, %lr beta1 = 0.9 beta2 = 0.95 eps = 1.0e-08 weight_decay = 0.1 : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+// Tests AW3: beta2 must be below 1.
+func.func @aw3_beta2(%p: tensor<4xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
+  // expected-error @+1 {{'model.adamw' op beta1 = 9.000000e-01 and beta2 = 1.000000e+00 must be in [0, 1)}}
+  %a:3 = model.adamw %p, %p, %p, %p, %lr, %t, %lr beta1 = 0.9 beta2 = 1.0 eps = 1.0e-08 weight_decay = 0.1 : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return
 }

@@ -1,0 +1,127 @@
+//===- ModelOptimizer.cpp - Clipping and AdamW in the training step -------===//
+//
+// Implements `model-optimizer` (see Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/model/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace braid::model {
+#define GEN_PASS_DEF_MODELOPTIMIZER
+#include "passes/model/Passes.h.inc"
+} // namespace braid::model
+
+using namespace mlir;
+using namespace braid::model;
+
+namespace {
+
+struct ModelOptimizerPass
+    : public braid::model::impl::ModelOptimizerBase<ModelOptimizerPass> {
+  using ModelOptimizerBase::ModelOptimizerBase;
+  void runOnOperation() override;
+};
+
+void ModelOptimizerPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto func = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!func || func.isExternal()) {
+    module.emitError("model-optimizer needs a func.func @train_step (run "
+                     "model-autodiff first)");
+    return signalPassFailure();
+  }
+  Block &entry = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+
+  SmallVector<BlockArgument> params;
+  SmallVector<StringAttr> names;
+  for (BlockArgument arg : entry.getArguments())
+    if (auto name = func.getArgAttrOfType<StringAttr>(
+            arg.getArgNumber(), ModelDialect::kParamAttrName)) {
+      params.push_back(arg);
+      names.push_back(name);
+    }
+  if (ret.getNumOperands() != params.size() + 1) {
+    func.emitError("@train_step must return the loss and one gradient per "
+                   "parameter before model-optimizer");
+    return signalPassFailure();
+  }
+  SmallVector<Value> grads(ret.getOperands().drop_front());
+
+  OpBuilder b(func.getContext());
+  Type paramElement = cast<ShapedType>(params.front().getType()).getElementType();
+  // Scalars in f32, or f64 when the model computes in f64.
+  Type scalar = RankedTensorType::get(
+      {}, paramElement.isF64() ? paramElement : Type(b.getF32Type()));
+  Type stepType = RankedTensorType::get({}, b.getI64Type());
+
+  // New arguments: the moments of every parameter, then lr and step.
+  auto addArg = [&](Type type, StringRef attrName, StringRef value) {
+    unsigned index = func.getNumArguments();
+    func.insertArgument(index, type,
+                        b.getDictionaryAttr(b.getNamedAttr(
+                            attrName, b.getStringAttr(value))),
+                        func.getLoc());
+    return entry.getArgument(index);
+  };
+  SmallVector<Value> exp, expSq;
+  for (auto [param, name] : llvm::zip(params, names))
+    exp.push_back(addArg(param.getType(), ModelDialect::kOptStateAttrName,
+                         ("exp_avg:" + name.getValue()).str()));
+  for (auto [param, name] : llvm::zip(params, names))
+    expSq.push_back(addArg(param.getType(), ModelDialect::kOptStateAttrName,
+                           ("exp_avg_sq:" + name.getValue()).str()));
+  Value lr = addArg(scalar, ModelDialect::kInputAttrName, "lr");
+  Value step = addArg(stepType, ModelDialect::kInputAttrName, "step");
+
+  b.setInsertionPoint(ret);
+  Location loc = ret.getLoc();
+  auto norm = b.create<GradNormOp>(loc, TypeRange{scalar, scalar}, grads,
+                                   b.getF64FloatAttr(maxGradNorm));
+  SmallVector<Value> newParams, newExp, newExpSq;
+  for (auto [i, param] : llvm::enumerate(params)) {
+    // No decay for biases and norm weights (rank 1), as Megatron.
+    double wd = cast<ShapedType>(param.getType()).getRank() >= 2 ? weightDecay
+                                                                  : 0.0;
+    auto update = b.create<AdamWOp>(
+        loc, TypeRange{param.getType(), param.getType(), param.getType()},
+        param, grads[i], exp[i], expSq[i], lr, step, norm.getScale(),
+        b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+        b.getF64FloatAttr(eps), b.getF64FloatAttr(wd));
+    newParams.push_back(update.getNewParam());
+    newExp.push_back(update.getNewM());
+    newExpSq.push_back(update.getNewV());
+  }
+
+  // Results: loss, gradient norm, new parameters, new moments.
+  SmallVector<Value> results = {ret.getOperand(0), norm.getNorm()};
+  SmallVector<Attribute> attrs = {b.getDictionaryAttr({}),
+                                  b.getDictionaryAttr({})};
+  auto named = [&](StringRef attr, const std::string &value) {
+    return b.getDictionaryAttr(b.getNamedAttr(attr, b.getStringAttr(value)));
+  };
+  for (auto [v, name] : llvm::zip(newParams, names)) {
+    results.push_back(v);
+    attrs.push_back(named(ModelDialect::kParamAttrName, name.getValue().str()));
+  }
+  for (auto [v, name] : llvm::zip(newExp, names)) {
+    results.push_back(v);
+    attrs.push_back(named(ModelDialect::kOptStateAttrName,
+                          "exp_avg:" + name.getValue().str()));
+  }
+  for (auto [v, name] : llvm::zip(newExpSq, names)) {
+    results.push_back(v);
+    attrs.push_back(named(ModelDialect::kOptStateAttrName,
+                          "exp_avg_sq:" + name.getValue().str()));
+  }
+  b.create<func::ReturnOp>(loc, results);
+  ret.erase();
+  func.setFunctionType(b.getFunctionType(entry.getArgumentTypes(),
+                                         ValueRange(results).getTypes()));
+  func.setAllResultAttrs(attrs);
+}
+
+} // namespace
