@@ -429,19 +429,24 @@ LogicalResult AttentionOp::verify() {
   return success();
 }
 
+/// `factor` x batch x query positions x key positions x `inner`: the cost of
+/// attention's score-shaped work. Causal masking is not discounted (the
+/// convention of Megatron's and PaLM's MFU formulas).
+static int64_t attentionCost(Value q, Value k, int64_t factor, int64_t inner) {
+  auto qt = cast<RankedTensorType>(q.getType());
+  auto kt = cast<RankedTensorType>(k.getType());
+  return product({factor, qt.getDimSize(0), qt.getDimSize(1), kt.getDimSize(1),
+                  inner});
+}
+
 int64_t AttentionOp::getMatmulFlops() {
-  // q·kᵀ and p·v: 2 · 2 · B · Sq · Sk · heads · head_dim. Causal masking is
-  // not discounted (the convention of Megatron's and PaLM's MFU formulas).
-  RankedTensorType q = getQ().getType(), k = getK().getType();
-  return product({4, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
-                  q.getDimSize(2)});
+  // q·kᵀ and p·v: 2 · 2 · B · Sq · Sk · heads · head_dim.
+  return attentionCost(getQ(), getK(), 4, getQ().getType().getDimSize(2));
 }
 
 int64_t AttentionOp::getVectorFlops() {
   // Scale, max, subtract, exp and sum per score.
-  RankedTensorType q = getQ().getType(), k = getK().getType();
-  return product({5, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
-                  getNumHeadsAttr().getInt()});
+  return attentionCost(getQ(), getK(), 5, getNumHeadsAttr().getInt());
 }
 
 //===----------------------------------------------------------------------===//
@@ -963,15 +968,11 @@ LogicalResult AttentionGradOp::verify() {
 
 int64_t AttentionGradOp::getMatmulFlops() {
   // dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K and dK = dSᵀ·Q: twice the forward.
-  RankedTensorType q = getQ().getType(), k = getK().getType();
-  return product({8, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
-                  q.getDimSize(2)});
+  return attentionCost(getQ(), getK(), 8, getQ().getType().getDimSize(2));
 }
 
 int64_t AttentionGradOp::getVectorFlops() {
-  RankedTensorType q = getQ().getType(), k = getK().getType();
-  return product({7, q.getDimSize(0), q.getDimSize(1), k.getDimSize(1),
-                  getNumHeadsAttr().getInt()});
+  return attentionCost(getQ(), getK(), 7, getNumHeadsAttr().getInt());
 }
 
 LogicalResult QkvConcatOp::verify() {
