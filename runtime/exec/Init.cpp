@@ -1,0 +1,79 @@
+//===- Init.cpp - Seeded initial weights ----------------------------------===//
+
+#include "runtime/exec/Init.h"
+
+#include "runtime/cpu/Philox.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+#include <cmath>
+
+namespace braid::exec {
+namespace {
+
+/// FNV-1a of the name: a parameter's stream does not depend on the order in
+/// which parameters are declared.
+uint64_t nameHash(absl::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : name) {
+    h ^= uint8_t(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+bool isNormWeight(absl::string_view name, int64_t rank) {
+  return rank == 1 && absl::EndsWith(name, ".weight") &&
+         (absl::StrContains(name, "norm") || absl::StrContains(name, "ln_") ||
+          absl::StrContains(name, "layernorm"));
+}
+
+} // namespace
+
+double initStd(absl::string_view name, int64_t rank, const InitConfig &c) {
+  if (absl::EndsWith(name, ".bias") || isNormWeight(name, rank))
+    return 0.0;
+  if (c.scaledResidual && (absl::EndsWith(name, "attn.c_proj.weight") ||
+                           absl::EndsWith(name, "mlp.c_proj.weight")))
+    return c.std / std::sqrt(2.0 * double(c.numLayers));
+  return c.std;
+}
+
+absl::Status initParameter(absl::string_view name, int64_t rank,
+                           const InitConfig &c, uint64_t begin, uint64_t count,
+                           float *out) {
+  if (!(c.std > 0) || !std::isfinite(c.std) || c.numLayers < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init std ", c.std, " and num_layers ", c.numLayers,
+        " must be positive"));
+  if (count > 0 && !out)
+    return absl::InvalidArgumentError("no destination for the parameter");
+  if (absl::EndsWith(name, ".bias") || isNormWeight(name, rank)) {
+    float value = absl::EndsWith(name, ".bias") ? 0.0f : 1.0f;
+    for (uint64_t i = 0; i < count; ++i)
+      out[i] = value;
+    return absl::OkStatus();
+  }
+  double std = initStd(name, rank, c);
+  uint64_t h = nameHash(name);
+  cpu::PhiloxKey key = {uint32_t(c.seed), uint32_t(c.seed >> 32)};
+  for (uint64_t i = 0; i < count; ++i) {
+    // One Philox call per element pair; Box-Muller turns two uniforms into
+    // two normals, element 2j taking the cosine and 2j+1 the sine.
+    uint64_t index = begin + i, pair = index >> 1;
+    cpu::PhiloxCounter counter = {uint32_t(pair), uint32_t(pair >> 32),
+                                  uint32_t(h), uint32_t(h >> 32)};
+    cpu::PhiloxCounter bits = cpu::philox4x32(counter, key);
+    // (0, 1] for the logarithm, [0, 1) for the angle.
+    double u1 = (double(bits[0]) + 1.0) / 4294967296.0;
+    double u2 = double(bits[1]) / 4294967296.0;
+    double radius = std::sqrt(-2.0 * std::log(u1));
+    double angle = 2.0 * M_PI * u2;
+    double z = (index & 1) ? radius * std::sin(angle) : radius * std::cos(angle);
+    out[i] = float(z * std);
+  }
+  return absl::OkStatus();
+}
+
+} // namespace braid::exec
