@@ -507,6 +507,16 @@ static LogicalResult verifyQkv(Operation *op, RankedTensorType qkv,
   if (failed(check(q, qShape, "q")) || failed(check(k, kvShape, "k")) ||
       failed(check(v, kvShape, "v")))
     return failure();
+  // With dynamic batch or sequence in the fused tensor, the parts must still
+  // agree with each other.
+  auto qs = cast<RankedTensorType>(q.getType()).getShape();
+  for (Value part : {k, v}) {
+    auto ps = cast<RankedTensorType>(part.getType()).getShape();
+    if (!dimsAgree(qs[0], ps[0]) || !dimsAgree(qs[1], ps[1]))
+      return op->emitOpError("q ")
+             << shapeStr(qs) << " and " << shapeStr(ps)
+             << " disagree in batch or sequence length";
+  }
   return success();
 }
 
@@ -833,7 +843,10 @@ LogicalResult LinearGradInputOp::verify() {
   // LGI4: one element type.
   if (w.getElementType() != dy.getElementType() ||
       dx.getElementType() != dy.getElementType())
-    return emitOpError("dy, weight and result must have one element type");
+    return emitOpError("dy, weight and result must have one element type, "
+                       "found ")
+           << dy.getElementType() << ", " << w.getElementType() << " and "
+           << dx.getElementType();
   return success();
 }
 
@@ -848,7 +861,9 @@ int64_t LinearGradInputOp::getVectorFlops() { return 0; }
 LogicalResult LinearGradWeightOp::verify() {
   RankedTensorType x = getX().getType(), dy = getDy().getType();
   // LGW1: one rank >= 1, agreeing leading dimensions.
-  if (x.getRank() < 1 || x.getRank() != dy.getRank() ||
+  if (x.getRank() < 1)
+    return emitOpError("x must have rank >= 1, found rank 0");
+  if (x.getRank() != dy.getRank() ||
       !shapesAgree(x.getShape().drop_back(), dy.getShape().drop_back()))
     return emitOpError("x ")
            << shapeStr(x.getShape()) << " and dy " << shapeStr(dy.getShape())
@@ -866,7 +881,9 @@ LogicalResult LinearGradWeightOp::verify() {
   // LGW3: one element type.
   if (dy.getElementType() != x.getElementType() ||
       dw.getElementType() != x.getElementType())
-    return emitOpError("x, dy and result must have one element type");
+    return emitOpError("x, dy and result must have one element type, found ")
+           << x.getElementType() << ", " << dy.getElementType() << " and "
+           << dw.getElementType();
   return success();
 }
 
@@ -882,7 +899,9 @@ int64_t LinearGradWeightOp::getVectorFlops() { return 0; }
 LogicalResult BiasGradOp::verify() {
   RankedTensorType dy = getDy().getType(), db = getDbias().getType();
   // BG1: the result is [d], d dy's last dimension.
-  if (dy.getRank() < 1 || db.getRank() != 1 ||
+  if (dy.getRank() < 1)
+    return emitOpError("dy must have rank >= 1, found rank 0");
+  if (db.getRank() != 1 ||
       !dimsAgree(db.getDimSize(0), dy.getShape().back()))
     return emitOpError("result must be [d] for dy ")
            << shapeStr(dy.getShape()) << ", found " << shapeStr(db.getShape());
@@ -910,9 +929,9 @@ static LogicalResult verifyNormGrad(Operation *op, RankedTensorType x,
   for (Value v : dx)
     if (v.getType() != x)
       return op->emitOpError("dx is ") << v.getType() << " but x is " << x;
-  for (Value v : dparams)
+  for (auto [i, v] : llvm::enumerate(dparams))
     if (v.getType() != weight.getType())
-      return op->emitOpError("parameter gradient is ")
+      return op->emitOpError(i == 0 ? "dweight is " : "dbias is ")
              << v.getType() << " but the weight is " << weight.getType();
   return verifyEps(op, eps);
 }
@@ -962,7 +981,10 @@ LogicalResult AttentionGradOp::verify() {
   // AG3: dq, dk, dv have the types of q, k, v.
   if (getDq().getType() != q || getDk().getType() != k ||
       getDv().getType() != v)
-    return emitOpError("dq, dk and dv must have the types of q, k and v");
+    return emitOpError("dq, dk and dv must have the types of q, k and v, "
+                       "found ")
+           << getDq().getType() << ", " << getDk().getType() << " and "
+           << getDv().getType();
   return success();
 }
 

@@ -769,7 +769,7 @@ func.func @lng1_weight_element_type(%x: tensor<2x16x64xf32>, %g: tensor<64xbf16>
 
 // Tests LNG2: dbias has the weight's type.
 func.func @lng2_dbias_type(%x: tensor<2x16x64xf32>, %g: tensor<64xf32>, %dy: tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<32xf32>) {
-  // expected-error @+1 {{'model.layer_norm_grad' op parameter gradient is 'tensor<32xf32>' but the weight is 'tensor<64xf32>'}}
+  // expected-error @+1 {{'model.layer_norm_grad' op dbias is 'tensor<32xf32>' but the weight is 'tensor<64xf32>'}}
   %dx, %dg, %db = model.layer_norm_grad %x, %g, %dy eps = 1.0e-05 : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>, tensor<32xf32>)
   return %dx, %dg, %db : tensor<2x16x64xf32>, tensor<64xf32>, tensor<32xf32>
 }
@@ -1007,5 +1007,24 @@ func.func @aw2_step_type(%p: tensor<4xf32>, %lr: tensor<f32>, %t: tensor<f32>) {
 func.func @aw3_beta2(%p: tensor<4xf32>, %lr: tensor<f32>, %t: tensor<i64>) {
   // expected-error @+1 {{'model.adamw' op beta1 = 9.000000e-01 and beta2 = 1.000000e+00 must be in [0, 1)}}
   %a:3 = model.adamw %p, %p, %p, %p, %lr, %t, %lr beta1 = 0.9 beta2 = 1.0 eps = 1.0e-08 weight_decay = 0.1 : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+// Tests QS3 via qkv_concat: with a dynamic fused shape, q and k must still
+// agree in batch and sequence length.
+func.func @qc_qs3_dynamic_parts_disagree(%q: tensor<2x16x64xf32>, %k: tensor<3x8x32xf32>) {
+  // expected-error @+1 {{'model.qkv_concat' op q [2, 16, 64] and [3, 8, 32] disagree in batch or sequence length}}
+  %f = model.qkv_concat %q, %k, %k heads = 4 kv_heads = 2 head_dim = 16 layout = grouped : (tensor<2x16x64xf32>, tensor<3x8x32xf32>, tensor<3x8x32xf32>) -> tensor<?x?x128xf32>
+  return
+}
+
+// -----
+
+// Tests LGW1: rank-0 operands are named as such.
+func.func @lgw1_rank0(%x: tensor<f32>) {
+  // expected-error @+1 {{'model.linear_grad_weight' op x must have rank >= 1, found rank 0}}
+  %w = model.linear_grad_weight %x, %x : (tensor<f32>, tensor<f32>) -> tensor<1x1xf32>
   return
 }
