@@ -3,13 +3,15 @@
 #include "compiler/Registration.h"
 
 #include "dialects/model/ModelDialect.h"
+#include "dialects/plan/PlanDialect.h"
 #include "passes/model/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 
 void braid::registerDialects(mlir::DialectRegistry &registry) {
-  registry.insert<braid::model::ModelDialect, mlir::func::FuncDialect>();
+  registry.insert<braid::model::ModelDialect, braid::plan_ir::PlanDialect,
+                  mlir::func::FuncDialect>();
 }
 
 void braid::registerPasses() { braid::model::registerModelPasses(); }

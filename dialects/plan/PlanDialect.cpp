@@ -1,0 +1,61 @@
+//===- PlanDialect.cpp - The `plan` dialect -------------------------------===//
+
+#include "dialects/plan/PlanDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSwitch.h"
+
+using namespace mlir;
+using namespace braid::plan_ir;
+
+#include "dialects/plan/PlanDialect.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "dialects/plan/PlanOps.cpp.inc"
+
+void PlanDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/plan/PlanOps.cpp.inc"
+      >();
+}
+
+LogicalResult BufferOp::verify() {
+  // B1: a known role.
+  if (!llvm::is_contained({"parameter", "gradient", "optimizer_state",
+                           "activation", "input", "workspace"},
+                          getRole()))
+    return emitOpError("role \"") << getRole() << "\" is not one of parameter, "
+                                  << "gradient, optimizer_state, activation, "
+                                  << "input, workspace";
+  // B2: a statically shaped tensor.
+  auto type = dyn_cast<RankedTensorType>(getType());
+  if (!type || !type.hasStaticShape())
+    return emitOpError("type ") << getType()
+                                << " is not a statically shaped tensor";
+  // B3: offset >= 0 and aligned to the element.
+  if (std::optional<int64_t> offset = getOffset()) {
+    int64_t align = (type.getElementTypeBitWidth() + 7) / 8;
+    if (*offset < 0 || *offset % align != 0)
+      return emitOpError("offset ") << *offset << " is negative or not a "
+                                    << "multiple of the element size " << align;
+  }
+  return success();
+}
+
+LogicalResult KernelOp::verify() {
+  // K1: buffers exist.
+  auto module = (*this)->getParentOfType<ModuleOp>();
+  for (ArrayAttr list : {getInputs(), getOutputs()})
+    for (Attribute ref : list)
+      if (!module || !isa_and_nonnull<BufferOp>(SymbolTable::lookupSymbolIn(
+                         module, cast<SymbolRefAttr>(ref).getRootReference())))
+        return emitOpError("names ") << ref << ", which is not a plan.buffer";
+  // K2: integer or float parameters.
+  for (NamedAttribute param : getParams())
+    if (!isa<IntegerAttr, FloatAttr>(param.getValue()))
+      return emitOpError("parameter ")
+             << param.getName() << " is " << param.getValue()
+             << " but must be an integer or a float";
+  return success();
+}

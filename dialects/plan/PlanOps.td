@@ -1,0 +1,104 @@
+//===- PlanOps.td - The `plan` dialect -----------------------*- tablegen -*-===//
+//
+// The per-rank program over buffers: buffers at static arena offsets and
+// functions that are straight lists of kernel calls. It mirrors the plan
+// file (runtime/plan/plan.proto), which compiler/PlanExport.cpp writes from
+// it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_PLAN_OPS_TD
+#define BRAID_PLAN_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+
+def Plan_Dialect : Dialect {
+  let name = "plan";
+  let cppNamespace = "::braid::plan_ir";
+  let summary = "Per-rank programs of kernel calls on arena buffers";
+  let description = [{
+    A module of the `plan` dialect is one rank's program: `plan.buffer`
+    symbols (a tensor type, a role, and after `plan-memory` an offset in the
+    rank's arena) and `plan.func` symbols whose bodies are `plan.kernel`
+    calls naming their input and output buffers. The module attribute
+    `plan.arena_bytes` states the arena size once `plan-memory` has run.
+  }];
+}
+
+class Plan_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Plan_Dialect, mnemonic, traits>;
+
+def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
+  let summary = "A tensor at a static place in the arena";
+  let description = [{
+    Example:
+
+    ```mlir
+    plan.buffer @w : tensor<64x64xf32> role = "parameter" name = "lm_head.weight" offset = 0
+    ```
+
+    Constraints:
+    - B1: `role` is one of parameter, gradient, optimizer_state, activation,
+      input, workspace.
+    - B2: the type is a statically shaped tensor.
+    - B3: `offset`, when present, is a non-negative multiple of the element
+      size.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
+                       StrAttr:$role, OptionalAttr<StrAttr>:$name,
+                       OptionalAttr<I64Attr>:$offset);
+  let assemblyFormat = [{
+    $sym_name `:` $type `role` `=` $role (`name` `=` $name^)?
+    (`offset` `=` $offset^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Plan_FuncOp : Plan_Op<"func", [Symbol, SingleBlock, NoTerminator]> {
+  let summary = "A straight-line list of kernel calls";
+  let description = [{
+    Example:
+
+    ```mlir
+    plan.func @train_step {
+      plan.kernel "LINEAR" [@x, @w] -> [@y] {transpose_w = 1 : i64}
+    }
+    ```
+
+    Constraints: those of its kernels.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+}
+
+def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">]> {
+  let summary = "One kernel call on buffers";
+  let description = [{
+    `kernel` names a kernel of the plan file schema (`LINEAR`, `ZERO`, ...);
+    `params` are its attributes (integers and floats); `provenance` says
+    which `model` op it came from.
+
+    Example:
+
+    ```mlir
+    plan.kernel "RMS_NORM" [@x, @g] -> [@y] {eps = 1.0e-05 : f64}
+    ```
+
+    Constraints:
+    - K1: every input and output names a `plan.buffer` of the module.
+    - K2: every entry of `params` is an integer or a float attribute.
+  }];
+  let arguments = (ins StrAttr:$kernel, SymbolRefArrayAttr:$inputs,
+                       SymbolRefArrayAttr:$outputs,
+                       DefaultValuedAttr<DictionaryAttr, "{}">:$params,
+                       OptionalAttr<StrAttr>:$provenance);
+  let assemblyFormat = [{
+    $kernel $inputs `->` $outputs $params attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // BRAID_PLAN_OPS_TD

@@ -1,0 +1,44 @@
+// RUN: braid-opt %s -split-input-file -verify-diagnostics
+
+// Tests B1: an unknown role is refused.
+// expected-error @+1 {{'plan.buffer' op role "scratchpad" is not one of parameter, gradient, optimizer_state, activation, input, workspace}}
+plan.buffer @b1_role : tensor<4xf32> role = "scratchpad"
+
+// -----
+
+// Tests B2: a buffer needs a static shape.
+// expected-error @+1 {{'plan.buffer' op type 'tensor<?xf32>' is not a statically shaped tensor}}
+plan.buffer @b2_dynamic : tensor<?xf32> role = "activation"
+
+// -----
+
+// Tests B3: offsets are aligned to the element size.
+// expected-error @+1 {{'plan.buffer' op offset 6 is negative or not a multiple of the element size 4}}
+plan.buffer @b3_misaligned : tensor<4xf32> role = "activation" offset = 6
+
+// -----
+
+// Tests K1: a kernel may name only buffers of the module.
+plan.buffer @x : tensor<4xf32> role = "activation"
+plan.func @k1_missing_buffer {
+  // expected-error @+1 {{'plan.kernel' op names @nowhere, which is not a plan.buffer}}
+  plan.kernel "ADD" [@x, @x] -> [@nowhere] {}
+}
+
+// -----
+
+// Tests K2: kernel parameters are numbers.
+plan.buffer @x : tensor<4xf32> role = "activation"
+plan.func @k2_string_param {
+  // expected-error @+1 {{'plan.kernel' op parameter "rate" is "high" but must be an integer or a float}}
+  plan.kernel "DROPOUT" [@x] -> [@x] {rate = "high"}
+}
+
+// -----
+
+// Tests K1: a function is not a buffer.
+plan.buffer @x : tensor<4xf32> role = "activation"
+plan.func @k1_function_as_buffer {
+  // expected-error @+1 {{'plan.kernel' op names @k1_function_as_buffer, which is not a plan.buffer}}
+  plan.kernel "ADD" [@x, @x] -> [@k1_function_as_buffer] {}
+}

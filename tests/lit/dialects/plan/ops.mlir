@@ -1,0 +1,22 @@
+// RUN: braid-opt %s | FileCheck %s
+// RUN: braid-opt %s | braid-opt | FileCheck %s
+// RUN: braid-opt %s --mlir-print-op-generic | braid-opt | FileCheck %s
+
+// Tests that buffers, functions and kernel calls round-trip.
+// CHECK: plan.buffer @x : tensor<2x3x8xf32> role = "activation" offset = 0
+plan.buffer @x : tensor<2x3x8xf32> role = "activation" offset = 0
+// CHECK: plan.buffer @w : tensor<16x8xf32> role = "parameter" name = "lm_head.weight" offset = 192
+plan.buffer @w : tensor<16x8xf32> role = "parameter" name = "lm_head.weight" offset = 192
+// CHECK: plan.buffer @y : tensor<2x3x16xf32> role = "activation"
+plan.buffer @y : tensor<2x3x16xf32> role = "activation"
+// CHECK: plan.buffer @g : tensor<16xf32> role = "parameter"
+plan.buffer @g : tensor<16xf32> role = "parameter"
+// CHECK-LABEL: plan.func @train_step {
+plan.func @train_step {
+  // CHECK: plan.kernel "LINEAR" [@x, @w] -> [@y] {transpose_w = 1 : i64} {provenance = "lm_head"}
+  plan.kernel "LINEAR" [@x, @w] -> [@y] {transpose_w = 1 : i64} {provenance = "lm_head"}
+  // CHECK: plan.kernel "ZERO" [] -> [@g] {}
+  plan.kernel "ZERO" [] -> [@g] {}
+  // CHECK: plan.kernel "RMS_NORM" [@y, @g] -> [@y] {eps = 1.000000e-05 : f64}
+  plan.kernel "RMS_NORM" [@y, @g] -> [@y] {eps = 1.0e-05 : f64}
+}
