@@ -3,6 +3,7 @@
 #include "compiler/Compile.h"
 
 #include "passes/model/Passes.h"
+#include "passes/plan/Passes.h"
 
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/Pass/PassManager.h"
@@ -44,6 +45,11 @@ const PhaseInfo kPhases[] = {
        o.weightDecay = options.train.weightDecay;
        o.maxGradNorm = options.train.clipGrad;
        pm.addPass(model::createModelOptimizer(o));
+     }},
+    {Phase::Plan, "plan",
+     [](OpPassManager &pm, const CompileOptions &) {
+       pm.addPass(plan_ir::createPlanLower());
+       pm.addPass(plan_ir::createPlanMemory());
      }},
 };
 

@@ -20,6 +20,7 @@ enum class Phase {
   Model,    ///< the forward graph from the frontend, verified
   Autodiff,  ///< forward and backward: @train_step returns loss and gradients
   Optimizer, ///< + clipping and AdamW: @train_step returns the new state
+  Plan,      ///< the `plan` program, every buffer placed in the arena
 };
 
 /// The phase named `name`, or an error that lists the known phases.

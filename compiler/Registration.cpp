@@ -5,6 +5,7 @@
 #include "dialects/model/ModelDialect.h"
 #include "dialects/plan/PlanDialect.h"
 #include "passes/model/Passes.h"
+#include "passes/plan/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -14,4 +15,7 @@ void braid::registerDialects(mlir::DialectRegistry &registry) {
                   mlir::func::FuncDialect>();
 }
 
-void braid::registerPasses() { braid::model::registerModelPasses(); }
+void braid::registerPasses() {
+  braid::model::registerModelPasses();
+  braid::plan_ir::registerPlanPasses();
+}

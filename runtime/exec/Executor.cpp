@@ -3,6 +3,7 @@
 #include "runtime/exec/Executor.h"
 
 #include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/Optimizer.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
@@ -348,6 +349,31 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     cpu::crossEntropyBackward(x(0), ids(1), scratch.data(), *x(2), rows, vocab,
                               ignore, counted, y(0));
     return absl::OkStatus();
+  }
+  case plan::GRAD_NORM: {
+    std::vector<cpu::GradView<T>> grads;
+    for (int i = 0; i < inst.inputs_size(); ++i)
+      grads.push_back({x(i), numel(in(i))});
+    absl::StatusOr<double> norm = cpu::globalGradNorm<T>(grads);
+    if (!norm.ok())
+      return norm.status();
+    absl::StatusOr<cpu::GradClip> clip =
+        cpu::computeGradClip(*norm, floatAttr(inst, "max_norm"));
+    if (!clip.ok())
+      return clip.status();
+    *y(0) = T(clip->norm);
+    *y(1) = T(clip->scale);
+    return absl::OkStatus();
+  }
+  case plan::ADAMW: {
+    cpu::AdamWConfig c;
+    c.beta1 = floatAttr(inst, "beta1");
+    c.beta2 = floatAttr(inst, "beta2");
+    c.eps = floatAttr(inst, "eps");
+    c.weightDecay = floatAttr(inst, "weight_decay");
+    int64_t step = *static_cast<const int64_t *>(address(inst.inputs(5)));
+    return cpu::adamwStep<T>(y(0), x(1), y(1), y(2), numel(in(0)), c, *x(4),
+                             step, *x(6));
   }
   default:
     return absl::UnimplementedError(

@@ -440,6 +440,38 @@ absl::Status InstructionChecker::check() {
   case ZERO:
     BRAID_RETURN_IF_ERROR(arity(0, 0, 1));
     return absl::OkStatus();
+  case GRAD_NORM: {
+    BRAID_RETURN_IF_ERROR(arity(1, 1 << 20, 2));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(floatAttr("max_norm", 0.0, 1e30).status());
+    BRAID_RETURN_IF_ERROR(shape(out(0), {}, "norm"));
+    return shape(out(1), {}, "scale");
+  }
+  case ADAMW: {
+    BRAID_RETURN_IF_ERROR(arity(7, 7, 3));
+    const Buffer &p = in(0);
+    if (!isFloat(p.dtype()))
+      return fail(absl::StrCat("parameter '", p.name(), "' must be a float type"));
+    for (int i : {1, 2, 3})
+      BRAID_RETURN_IF_ERROR(same(in(i), p, "gradient or moment"));
+    for (int i : {4, 6}) {
+      BRAID_RETURN_IF_ERROR(shape(in(i), {}, i == 4 ? "lr" : "scale"));
+      if (in(i).dtype() != p.dtype())
+        return fail("lr and scale must have the parameter's dtype");
+    }
+    BRAID_RETURN_IF_ERROR(shape(in(5), {}, "step"));
+    if (in(5).dtype() != I64)
+      return fail("step must be I64");
+    // The update is in place: the outputs are the parameter and moments.
+    if (inst.outputs(0) != inst.inputs(0) || inst.outputs(1) != inst.inputs(2) ||
+        inst.outputs(2) != inst.inputs(3))
+      return fail("writes its results to other buffers than the parameter and "
+                  "moments it updates");
+    BRAID_RETURN_IF_ERROR(floatAttr("beta1", 0.0, 1.0, true).status());
+    BRAID_RETURN_IF_ERROR(floatAttr("beta2", 0.0, 1.0, true).status());
+    BRAID_RETURN_IF_ERROR(floatAttr("eps", 1e-30, 1.0).status());
+    return floatAttr("weight_decay", 0.0, 1e30).status();
+  }
   default:
     return fail(absl::StrCat("unknown kernel ", int(inst.kernel())));
   }

@@ -6,10 +6,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Compile.h"
+#include "compiler/PlanExport.h"
 #include "compiler/Registration.h"
 #include "compiler/Report.h"
 #include "frontends/ModelBuilder.h"
 #include "frontends/Spec.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include "google/protobuf/text_format.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
@@ -42,6 +46,14 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     compileTo("compile-to", cl::desc("Stop after this phase and print its IR"),
               cl::value_desc("PHASE"), cl::init("model"), cl::cat(category));
+static cl::opt<std::string>
+    emit("emit",
+         cl::desc("What to write: mlir (the IR, default), plan (the plan "
+                  "file braid-run reads; needs -o) or plan-text (its "
+                  "readable form); plan and plan-text compile to the plan "
+                  "phase"),
+         cl::value_desc("mlir|plan|plan-text"), cl::init("mlir"),
+         cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("FILE"), cl::init("-"),
                                        cl::cat(category));
@@ -125,7 +137,15 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv,
                               "braidc: compiles a Braid job to a plan\n");
 
-  llvm::Expected<Phase> phase = parsePhase(compileTo);
+  if (emit != "mlir" && emit != "plan" && emit != "plan-text")
+    return fail("--emit=" + emit + " is not one of mlir, plan, plan-text");
+  bool emitPlan = emit != "mlir";
+  if (emitPlan && compileTo.getNumOccurrences() && compileTo != "plan")
+    return fail("--emit=" + emit + " needs --compile-to=plan, not " + compileTo);
+  if (emit == "plan" && outputFile == "-")
+    return fail("--emit=plan writes a binary file: give it with -o FILE");
+  llvm::Expected<Phase> phase =
+      parsePhase(emitPlan ? std::string("plan") : std::string(compileTo));
   if (!phase)
     return fail(phase.takeError());
   llvm::Expected<spec::JobSpec> job = loadJob();
@@ -153,12 +173,30 @@ int main(int argc, char **argv) {
     return fail(std::move(error));
 
   std::string errorMessage;
-  auto output = mlir::openOutputFile(outputFile, &errorMessage);
-  if (!output)
-    return fail(errorMessage);
-  module->print(output->os());
-  output->os() << "\n";
-  output->keep();
+  if (emitPlan) {
+    llvm::Expected<plan::Plan> exported = exportPlan(*module);
+    if (!exported)
+      return fail(exported.takeError());
+    if (emit == "plan") {
+      if (absl::Status s = plan::WritePlanFile(*exported, outputFile); !s.ok())
+        return fail(std::string(s.message()));
+    } else {
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(*exported, &text);
+      auto output = mlir::openOutputFile(outputFile, &errorMessage);
+      if (!output)
+        return fail(errorMessage);
+      output->os() << text;
+      output->keep();
+    }
+  } else {
+    auto output = mlir::openOutputFile(outputFile, &errorMessage);
+    if (!output)
+      return fail(errorMessage);
+    module->print(output->os());
+    output->os() << "\n";
+    output->keep();
+  }
 
   if (!reportFile.empty()) {
     auto report = mlir::openOutputFile(reportFile, &errorMessage);

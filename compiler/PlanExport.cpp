@@ -1,0 +1,110 @@
+//===- PlanExport.cpp - `plan` IR to the plan file ------------------------===//
+
+#include "compiler/PlanExport.h"
+
+#include "dialects/plan/PlanDialect.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSwitch.h"
+
+using namespace mlir;
+using namespace braid;
+
+namespace {
+
+llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+std::optional<plan::DType> dtypeOf(Type element) {
+  if (element.isF32())
+    return plan::F32;
+  if (element.isF64())
+    return plan::F64;
+  if (element.isBF16())
+    return plan::BF16;
+  if (element.isF16())
+    return plan::F16;
+  if (element.isInteger(32))
+    return plan::I32;
+  if (element.isInteger(64))
+    return plan::I64;
+  return std::nullopt;
+}
+
+plan::BufferRole roleOf(StringRef role) {
+  return llvm::StringSwitch<plan::BufferRole>(role)
+      .Case("parameter", plan::PARAMETER)
+      .Case("gradient", plan::GRADIENT)
+      .Case("optimizer_state", plan::OPTIMIZER_STATE)
+      .Case("activation", plan::ACTIVATION)
+      .Case("input", plan::INPUT)
+      .Case("workspace", plan::WORKSPACE)
+      .Default(plan::ROLE_UNSPECIFIED);
+}
+
+} // namespace
+
+llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
+  plan::Plan out;
+  out.set_version(plan::SCHEMA_VERSION_CURRENT);
+  // One rank until the parallel phases exist.
+  out.mutable_mesh()->add_axes("dp");
+  out.mutable_mesh()->add_sizes(1);
+  auto arena = module->getAttrOfType<IntegerAttr>("plan.arena_bytes");
+  if (!arena)
+    return error("the module has no plan.arena_bytes: run plan-memory first");
+  out.set_arena_bytes(arena.getInt());
+
+  llvm::StringMap<int> index;
+  for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>()) {
+    auto type = cast<RankedTensorType>(b.getType());
+    std::optional<plan::DType> dtype = dtypeOf(type.getElementType());
+    if (!dtype)
+      return error("buffer @" + b.getSymName() + " has element type with no "
+                   "plan dtype");
+    if (!b.getOffset())
+      return error("buffer @" + b.getSymName() + " has no offset: run "
+                   "plan-memory first");
+    plan::Buffer *pb = out.add_buffers();
+    pb->set_name(b.getName() ? b.getName()->str() : b.getSymName().str());
+    pb->set_dtype(*dtype);
+    for (int64_t d : type.getShape())
+      pb->add_shape(d);
+    pb->set_offset(*b.getOffset());
+    pb->set_role(roleOf(b.getRole()));
+    index[b.getSymName()] = out.buffers_size() - 1;
+  }
+  for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>()) {
+    plan::Function *pf = out.add_functions();
+    pf->set_name(fn.getSymName().str());
+    for (plan_ir::KernelOp k : fn.getBody().getOps<plan_ir::KernelOp>()) {
+      plan::Instruction *inst = pf->add_body();
+      plan::Kernel kernel;
+      if (!plan::Kernel_Parse(k.getKernel().str(), &kernel))
+        return error("kernel \"" + k.getKernel() + "\" is not in the plan "
+                     "file schema");
+      inst->set_kernel(kernel);
+      for (Attribute ref : k.getInputs())
+        inst->add_inputs(index.lookup(
+            cast<SymbolRefAttr>(ref).getRootReference().getValue()));
+      for (Attribute ref : k.getOutputs())
+        inst->add_outputs(index.lookup(
+            cast<SymbolRefAttr>(ref).getRootReference().getValue()));
+      for (NamedAttribute p : k.getParams()) {
+        if (auto i = dyn_cast<IntegerAttr>(p.getValue()))
+          (*inst->mutable_int_attrs())[p.getName().str()] = i.getInt();
+        else
+          (*inst->mutable_float_attrs())[p.getName().str()] =
+              cast<FloatAttr>(p.getValue()).getValueAsDouble();
+      }
+      if (k.getProvenance())
+        inst->set_provenance(k.getProvenance()->str());
+    }
+  }
+  if (absl::Status s = plan::ValidatePlan(out); !s.ok())
+    return error("the exported plan does not validate: " +
+                 std::string(s.message()));
+  return out;
+}

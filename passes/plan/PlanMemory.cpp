@@ -1,0 +1,101 @@
+//===- PlanMemory.cpp - Static arena offsets ------------------------------===//
+//
+// Implements `plan-memory` (see Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/plan/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <algorithm>
+
+namespace braid::plan_ir {
+#define GEN_PASS_DEF_PLANMEMORY
+#include "passes/plan/Passes.h.inc"
+} // namespace braid::plan_ir
+
+using namespace mlir;
+using namespace braid::plan_ir;
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t bytesOf(BufferOp buffer) {
+  auto type = cast<RankedTensorType>(buffer.getType());
+  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+}
+
+int64_t alignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+struct PlanMemoryPass : public braid::plan_ir::impl::PlanMemoryBase<PlanMemoryPass> {
+  void runOnOperation() override;
+};
+
+void PlanMemoryPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SmallVector<BufferOp> all(module.getOps<BufferOp>());
+  llvm::StringMap<unsigned> index;
+  for (auto [i, b] : llvm::enumerate(all))
+    index[b.getSymName()] = i;
+
+  // Live ranges over the kernels of all functions, in order.
+  const int64_t kNever = -1;
+  SmallVector<int64_t> first(all.size(), kNever), last(all.size(), kNever);
+  int64_t position = 0;
+  for (FuncOp fn : module.getOps<FuncOp>())
+    for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+      for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
+        for (Attribute ref : list) {
+          unsigned i = index.lookup(
+              cast<SymbolRefAttr>(ref).getRootReference().getValue());
+          if (first[i] == kNever)
+            first[i] = position;
+          last[i] = position;
+        }
+      ++position;
+    }
+
+  // Whole-program buffers first, one after the other.
+  int64_t offset = 0;
+  SmallVector<unsigned> scoped;
+  for (auto [i, b] : llvm::enumerate(all)) {
+    bool persistent = b.getRole() != "activation" || b.getName().has_value();
+    if (persistent || first[i] == kNever) {
+      b.setOffset(offset);
+      offset = alignUp(offset + bytesOf(b));
+    } else {
+      scoped.push_back(i);
+    }
+  }
+  const int64_t base = offset;
+  int64_t top = base;
+
+  // The rest by first fit in order of birth; a buffer's space is free once
+  // the kernel of its last use has run (not during it).
+  llvm::sort(scoped, [&](unsigned a, unsigned c) { return first[a] < first[c]; });
+  struct Placed {
+    int64_t begin, end, last;
+  };
+  std::vector<Placed> live;
+  for (unsigned i : scoped) {
+    llvm::erase_if(live, [&](const Placed &p) { return p.last < first[i]; });
+    std::sort(live.begin(), live.end(),
+              [](const Placed &a, const Placed &c) { return a.begin < c.begin; });
+    int64_t size = alignUp(bytesOf(all[i]));
+    int64_t at = base;
+    for (const Placed &p : live) {
+      if (p.begin - at >= size)
+        break;
+      at = std::max(at, p.end);
+    }
+    all[i].setOffset(at);
+    live.push_back({at, at + size, last[i]});
+    top = std::max(top, at + size);
+  }
+  module->setAttr("plan.arena_bytes",
+                  OpBuilder(module.getContext()).getI64IntegerAttr(top));
+}
+
+} // namespace

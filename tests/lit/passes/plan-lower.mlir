@@ -1,0 +1,28 @@
+// RUN: braidc --preset tiny-llama --seq-len 8 --compile-to=plan | FileCheck %s
+// RUN: braidc --preset tiny-llama --seq-len 8 --emit=plan-text | FileCheck %s --check-prefix=TEXT
+// RUN: braidc --preset tiny-llama --seq-len 8 --emit=plan -o %t.plan && test -s %t.plan
+// RUN: not braidc --preset tiny-llama --compile-to=model --emit=plan -o %t.plan 2>&1 | FileCheck %s --check-prefix=PHASE
+// RUN: not braidc --preset tiny-llama --emit=binary 2>&1 | FileCheck %s --check-prefix=EMIT
+
+// Tests the plan of one tiny-llama training step: named parameter, input,
+// optimizer-state and gradient buffers at static offsets, one kernel per op
+// (layers inlined), ZERO before an accumulating kernel, AdamW in place.
+// CHECK: module attributes {{{.*}}plan.arena_bytes = [[ARENA:[0-9]+]] : i64
+// CHECK: plan.buffer @[[EMB:b[0-9]+]] : tensor<512x64xf32> role = "parameter" name = "model.embed_tokens.weight" offset = 0
+// CHECK: plan.buffer @{{b[0-9]+}} : tensor<1x8xi32> role = "input" name = "tokens" offset =
+// CHECK: plan.buffer @[[M:b[0-9]+]] : tensor<512x64xf32> role = "optimizer_state" name = "exp_avg:model.embed_tokens.weight"
+// CHECK: plan.buffer @[[V:b[0-9]+]] : tensor<512x64xf32> role = "optimizer_state" name = "exp_avg_sq:model.embed_tokens.weight"
+// CHECK: plan.buffer @{{b[0-9]+}} : tensor<f32> role = "activation" name = "loss"
+// CHECK: plan.buffer @[[G:b[0-9]+]] : tensor<512x64xf32> role = "gradient" name = "model.embed_tokens.weight"
+// CHECK-LABEL: plan.func @train_step {
+// CHECK: plan.kernel "EMBEDDING" [@[[EMB]],
+// CHECK: plan.kernel "ATTENTION" {{.*}} {alibi = 0 : i64, causal = 1 : i64, heads = 4 : i64, kv_heads = 2 : i64, scale = 2.500000e-01 : f64} {provenance = "model.attention in layer 0"}
+// CHECK: plan.kernel "ZERO" [] -> [@[[DW:b[0-9]+]]]
+// CHECK-NEXT: plan.kernel "LINEAR_GRAD_WEIGHT" {{.*}} -> [@[[DW]]]
+// CHECK: plan.kernel "GRAD_NORM"
+// CHECK: plan.kernel "ADAMW" [@[[EMB]], @[[G]], @[[M]], @[[V]], {{.*}}] -> [@[[EMB]], @[[M]], @[[V]]]
+
+// TEXT: version: SCHEMA_VERSION_CURRENT
+// TEXT: kernel: ADAMW
+// PHASE: braidc: error: --emit=plan needs --compile-to=plan, not model
+// EMIT: braidc: error: --emit=binary is not one of mlir, plan, plan-text

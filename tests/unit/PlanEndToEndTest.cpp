@@ -1,0 +1,151 @@
+//===- PlanEndToEndTest.cpp - Compiled plans run on the executor ----------===//
+//
+// The whole path: braidc's phases down to a plan file, loaded and validated
+// as braid-run loads it, run by the executor in its arena. One training step
+// (forward, backward, clipping, AdamW) must give what the reference
+// evaluator gives on the optimizer phase's IR: the same loss, gradient norm,
+// parameters and moments, to round-off (both run the same kernels, but the
+// plan reuses memory, so a wrong offset would show).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ReferenceEvaluator.h"
+#include "TestUtil.h"
+
+#include "compiler/Compile.h"
+#include "compiler/PlanExport.h"
+#include "compiler/Registration.h"
+#include "dialects/model/ModelDialect.h"
+#include "frontends/ModelBuilder.h"
+#include "frontends/TrainConfig.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include "gtest/gtest.h"
+
+#include <random>
+
+using namespace braid;
+using namespace braid::test;
+
+namespace {
+
+void checkPlanMatchesIR(spec::JobSpec job) {
+  job.mutable_train()->set_precision(spec::FP64);
+  job.mutable_data()->set_seq_length(6);
+  job.mutable_parallel()->set_micro_batch_size(2);
+  job.mutable_train()->set_clip_grad(0.5);
+  mlir::MLIRContext context;
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  context.appendDialectRegistry(registry);
+  llvm::Expected<ModelConfig> config = resolveModel(job);
+  ASSERT_TRUE(bool(config));
+  llvm::Expected<TrainConfig> train = resolveTrain(job);
+  ASSERT_TRUE(bool(train));
+  auto compile = [&](Phase phase) {
+    auto module = buildForwardModule(context, *config);
+    CompileOptions options;
+    options.compileTo = phase;
+    options.train = *train;
+    EXPECT_FALSE(bool(runPhases(*module, options)));
+    return module;
+  };
+  auto irModule = compile(Phase::Optimizer);
+  auto planModule = compile(Phase::Plan);
+  auto func = irModule->lookupSymbol<mlir::func::FuncOp>("train_step");
+  ASSERT_TRUE(func);
+
+  llvm::Expected<plan::Plan> exported = exportPlan(*planModule);
+  ASSERT_TRUE(bool(exported)) << llvm::toString(exported.takeError());
+  absl::StatusOr<plan::Plan> loaded =
+      plan::ParsePlanFile(plan::SerializePlanFile(*exported), "test.plan");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto executor = exec::Executor::Create(*loaded);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  exec::Executor &e = **executor;
+
+  // The same inputs for both: named as the plan names its buffers.
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<double> u(-0.3, 0.3);
+  std::vector<Buffer> args;
+  for (mlir::BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    Buffer b(model::getNumElements(arg.getType()));
+    std::string name;
+    if (auto p = func.getArgAttrOfType<mlir::StringAttr>(i, model::ModelDialect::kParamAttrName)) {
+      name = p.getValue().str();
+      for (double &x : b)
+        x = u(gen);
+    } else if (auto s = func.getArgAttrOfType<mlir::StringAttr>(i, model::ModelDialect::kOptStateAttrName)) {
+      name = s.getValue().str();
+      for (double &x : b)
+        x = std::abs(u(gen)) * 1e-3; // moments of an earlier step
+    } else {
+      name = func.getArgAttrOfType<mlir::StringAttr>(i, model::ModelDialect::kInputAttrName)
+                 .getValue()
+                 .str();
+      if (name == "loss_grad")
+        b[0] = 1.0;
+      else if (name == "lr")
+        b[0] = 1e-3;
+      else if (name == "step")
+        b[0] = 3;
+      else
+        for (size_t k = 0; k < b.size(); ++k)
+          b[k] = double((k * 31 + (name == "targets" ? 7 : 3)) % config->vocabSize);
+    }
+    int id = e.FindBuffer(name);
+    ASSERT_GE(id, 0) << "the plan has no buffer " << name;
+    ASSERT_TRUE(e.Write(id, b).ok()) << name;
+    args.push_back(std::move(b));
+  }
+
+  std::string error;
+  std::vector<Buffer> expected = evaluate(func, args, error);
+  ASSERT_EQ(error, "");
+  absl::Status ran = e.Run("train_step", {});
+  ASSERT_TRUE(ran.ok()) << ran;
+
+  auto near = [](const Buffer &a, const Buffer &b, const std::string &what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-12 * std::max(1.0, std::fabs(b[i])))
+          << what << " element " << i;
+  };
+  near(*e.Read(e.FindBuffer("loss")), expected[0], "loss");
+  near(*e.Read(e.FindBuffer("grad_norm")), expected[1], "grad_norm");
+  for (unsigned r = 2; r < expected.size(); ++r) {
+    mlir::StringAttr name = func.getResultAttrOfType<mlir::StringAttr>(
+        r, model::ModelDialect::kParamAttrName);
+    if (!name)
+      name = func.getResultAttrOfType<mlir::StringAttr>(
+          r, model::ModelDialect::kOptStateAttrName);
+    ASSERT_TRUE(name);
+    near(*e.Read(e.FindBuffer(name.getValue().str())), expected[r],
+         name.getValue().str());
+  }
+
+  // Memory is reused: the arena is smaller than all buffers side by side.
+  int64_t total = 0;
+  for (const plan::Buffer &b : loaded->buffers()) {
+    int64_t n = plan::DTypeBytes(b.dtype());
+    for (int64_t d : b.shape())
+      n *= d;
+    total += n;
+  }
+  EXPECT_LT(loaded->arena_bytes(), total);
+  ::testing::Test::RecordProperty("arena_bytes", std::to_string(loaded->arena_bytes()));
+  std::printf("arena %lld bytes for %lld bytes of buffers\n",
+              (long long)loaded->arena_bytes(), (long long)total);
+}
+
+TEST(PlanEndToEnd, TinyLlamaStepMatchesTheIR) {
+  checkPlanMatchesIR(presetJob("tiny-llama"));
+}
+
+TEST(PlanEndToEnd, TinyGpt2StepMatchesTheIR) {
+  checkPlanMatchesIR(presetJob("tiny-gpt2"));
+}
+
+} // namespace
