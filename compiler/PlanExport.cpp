@@ -108,3 +108,24 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
                  std::string(s.message()));
   return out;
 }
+
+plan::Training braid::trainingSettings(const ModelConfig &model,
+                                       const TrainConfig &train,
+                                       const spec::DataSpec &data) {
+  plan::Training t;
+  t.set_steps(train.steps);
+  t.set_seed(uint64_t(train.seed));
+  t.set_lr(train.lr);
+  t.set_min_lr(train.minLr);
+  t.set_warmup_steps(train.warmupSteps);
+  t.set_lr_decay(train.lrDecay);
+  t.set_micro_batch_size(model.microBatchSize);
+  t.set_seq_length(model.seqLength);
+  t.set_init_std(model.initStd);
+  t.set_scaled_residual_init(model.family == spec::GPT2);
+  t.set_num_layers(model.numLayers);
+  t.set_data_path(data.path());
+  t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
+  t.set_function("train_step");
+  return t;
+}

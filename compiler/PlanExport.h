@@ -3,6 +3,8 @@
 #ifndef BRAID_COMPILER_PLANEXPORT_H
 #define BRAID_COMPILER_PLANEXPORT_H
 
+#include "frontends/ModelConfig.h"
+#include "frontends/TrainConfig.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -15,6 +17,11 @@ namespace braid {
 /// braid-run would validate it, so a plan braidc writes is one braid-run
 /// accepts.
 llvm::Expected<plan::Plan> exportPlan(mlir::ModuleOp module);
+
+/// The plan's training settings for a job (braid-run's step loop).
+plan::Training trainingSettings(const ModelConfig &model,
+                                const TrainConfig &train,
+                                const spec::DataSpec &data);
 
 } // namespace braid
 

@@ -21,6 +21,17 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
     c.weightDecay = t.weight_decay();
   if (t.has_clip_grad())
     c.clipGrad = t.clip_grad();
+  if (t.has_steps())
+    c.steps = t.steps();
+  if (t.has_seed())
+    c.seed = t.seed();
+  if (t.has_lr())
+    c.lr = t.lr();
+  c.minLr = t.has_min_lr() ? t.min_lr() : c.lr / 10;
+  if (t.has_warmup_steps())
+    c.warmupSteps = t.warmup_steps();
+  if (t.has_lr_decay())
+    c.lrDecay = t.lr_decay();
   auto fail = [](const char *field, double value, const char *rule) {
     std::string s;
     llvm::raw_string_ostream(s) << "train." << field << " = " << value
@@ -37,5 +48,20 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
     return fail("weight_decay", c.weightDecay, ">= 0");
   if (!(c.clipGrad >= 0) || std::isinf(c.clipGrad))
     return fail("clip_grad", c.clipGrad, ">= 0 (0 disables clipping)");
+  if (c.steps < 1)
+    return fail("steps", double(c.steps), ">= 1");
+  if (c.seed < 0)
+    return fail("seed", double(c.seed), ">= 0");
+  if (!(c.lr >= 0) || std::isinf(c.lr))
+    return fail("lr", c.lr, ">= 0");
+  if (!(c.minLr >= 0 && c.minLr <= c.lr))
+    return fail("min_lr", c.minLr, "in [0, lr]");
+  if (c.warmupSteps < 0 || c.warmupSteps > c.steps)
+    return fail("warmup_steps", double(c.warmupSteps), "in [0, steps]");
+  if (c.lrDecay != "constant" && c.lrDecay != "linear" && c.lrDecay != "cosine")
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "train.lr_decay = \"" + c.lrDecay +
+            "\" must be one of constant, linear, cosine");
   return c;
 }

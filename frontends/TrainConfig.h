@@ -7,6 +7,8 @@
 
 #include "llvm/Support/Error.h"
 
+#include <string>
+
 namespace braid {
 
 /// The optimizer settings of a job, every field decided (defaults in
@@ -15,6 +17,11 @@ struct TrainConfig {
   double adamBeta1 = 0.9, adamBeta2 = 0.95, adamEps = 1e-8;
   double weightDecay = 0.1;
   double clipGrad = 1.0; ///< 0 disables clipping
+  int64_t steps = 100;
+  int64_t seed = 1234;
+  double lr = 3e-4, minLr = 3e-5;
+  int64_t warmupSteps = 0;
+  std::string lrDecay = "cosine";
 };
 
 /// Resolves `job.train`; errors name the field, its value and the rule.

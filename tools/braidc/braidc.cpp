@@ -177,6 +177,8 @@ int main(int argc, char **argv) {
     llvm::Expected<plan::Plan> exported = exportPlan(*module);
     if (!exported)
       return fail(exported.takeError());
+    *exported->mutable_training() =
+        trainingSettings(*config, *train, job->data());
     if (emit == "plan") {
       if (absl::Status s = plan::WritePlanFile(*exported, outputFile); !s.ok())
         return fail(std::string(s.message()));

@@ -1,0 +1,169 @@
+//===- Trainer.cpp - The step loop of braid-run ---------------------------===//
+
+#include "runtime/exec/Trainer.h"
+
+#include "runtime/cpu/Optimizer.h"
+#include "runtime/data/GptSamples.h"
+#include "runtime/data/IndexedDataset.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/exec/Init.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+namespace braid::exec {
+namespace {
+
+int64_t numel(const plan::Buffer &b) {
+  int64_t n = 1;
+  for (int64_t d : b.shape())
+    n *= d;
+  return n;
+}
+
+absl::StatusOr<int> need(const Executor &e, const char *name) {
+  int id = e.FindBuffer(name);
+  if (id < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("the plan has no '", name, "' buffer to train with"));
+  return id;
+}
+
+} // namespace
+
+absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
+                   std::vector<StepRecord> *records) {
+  const plan::Training &t = plan.training();
+  int64_t steps = options.steps.value_or(t.steps());
+  uint64_t seed = options.seed.value_or(t.seed());
+  std::string dataPath = options.dataPrefix.empty() ? t.data_path()
+                                                    : options.dataPrefix;
+  if (steps < 1)
+    return absl::InvalidArgumentError(absl::StrCat("steps = ", steps, " must be >= 1"));
+  if (dataPath.empty())
+    return absl::InvalidArgumentError(
+        "no data: give --data PREFIX (a .bin/.idx pair) or data.path in the job");
+  absl::StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan);
+  if (!created.ok())
+    return created.status();
+  Executor &e = **created;
+
+  // Initial weights.
+  InitConfig init{seed, t.init_std() > 0 ? t.init_std() : 0.02,
+                  std::max<int64_t>(t.num_layers(), 1), t.scaled_residual_init()};
+  for (int i = 0; i < plan.buffers_size(); ++i) {
+    const plan::Buffer &b = plan.buffers(i);
+    if (b.role() != plan::PARAMETER)
+      continue;
+    std::vector<float> values(numel(b));
+    if (absl::Status s = initParameter(b.name(), b.shape_size(), init, 0,
+                                       values.size(), values.data());
+        !s.ok())
+      return s;
+    if (absl::Status s = e.Write(i, std::vector<double>(values.begin(), values.end()));
+        !s.ok())
+      return s;
+  }
+
+  // Data.
+  absl::StatusOr<data::IndexedDataset> dataset = data::IndexedDataset::Open(dataPath);
+  if (!dataset.ok())
+    return dataset.status();
+  int64_t batch = t.micro_batch_size(), seq = t.seq_length();
+  data::GptSampleOptions sampleOptions;
+  sampleOptions.seqLength = seq;
+  sampleOptions.numSamples = uint64_t(steps * batch);
+  sampleOptions.seed = seed;
+  sampleOptions.order = t.data_order() == "sequential" ? data::SampleOrder::kSequential
+                                                       : data::SampleOrder::kShuffled;
+  absl::StatusOr<data::GptSamples> samples =
+      data::GptSamples::Create(&*dataset, sampleOptions);
+  if (!samples.ok())
+    return samples.status();
+
+  // The schedule.
+  cpu::LrScheduleConfig lrConfig;
+  lrConfig.lr = t.lr();
+  lrConfig.minLr = t.min_lr();
+  lrConfig.warmupSteps = t.warmup_steps();
+  lrConfig.decaySteps = steps;
+  absl::StatusOr<cpu::LrDecayStyle> style =
+      cpu::parseLrDecayStyle(t.lr_decay().empty() ? "constant" : t.lr_decay());
+  if (!style.ok())
+    return style.status();
+  lrConfig.style = *style;
+  absl::StatusOr<cpu::LrSchedule> schedule = cpu::LrSchedule::create(lrConfig);
+  if (!schedule.ok())
+    return schedule.status();
+
+  absl::StatusOr<int> tokens = need(e, "tokens"), targets = need(e, "targets"),
+                      lossGrad = need(e, "loss_grad"), lr = need(e, "lr"),
+                      step = need(e, "step"), loss = need(e, "loss"),
+                      gradNorm = need(e, "grad_norm");
+  for (const auto *s : {&tokens, &targets, &lossGrad, &lr, &step, &loss, &gradNorm})
+    if (!s->ok())
+      return s->status();
+
+  std::ofstream metrics;
+  if (!options.metricsOut.empty()) {
+    metrics.open(options.metricsOut, std::ios::trunc);
+    if (!metrics)
+      return absl::InternalError(absl::StrCat("cannot write ", options.metricsOut));
+  }
+  std::string function = t.function().empty() ? "train_step" : t.function();
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> sample;
+  std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
+  for (int64_t s = 1; s <= steps; ++s) {
+    auto stepStart = std::chrono::steady_clock::now();
+    for (int64_t b = 0; b < batch; ++b) {
+      if (absl::Status st = samples->GetSample(uint64_t((s - 1) * batch + b), &sample);
+          !st.ok())
+        return st;
+      for (int64_t i = 0; i < seq; ++i) {
+        tokenValues[b * seq + i] = sample[i];
+        targetValues[b * seq + i] = sample[i + 1];
+      }
+    }
+    double rate = schedule->lrForUpdate(s);
+    for (auto [id, values] :
+         {std::pair<int, std::vector<double>>{*tokens, tokenValues},
+          {*targets, targetValues},
+          {*lossGrad, {1.0}},
+          {*lr, {rate}},
+          {*step, {double(s)}}})
+      if (absl::Status st = e.Write(id, values); !st.ok())
+        return st;
+    if (absl::Status st = e.Run(function, {seed, uint32_t(s)}); !st.ok())
+      return absl::Status(st.code(), absl::StrCat("step ", s, ": ", st.message()));
+    double lossValue = (*e.Read(*loss))[0], norm = (*e.Read(*gradNorm))[0];
+    auto now = std::chrono::steady_clock::now();
+    double stepTime = std::chrono::duration<double>(now - stepStart).count();
+    double elapsed = std::chrono::duration<double>(now - start).count();
+    if (!std::isfinite(lossValue))
+      return absl::InternalError(absl::StrCat("step ", s, ": the loss is ", lossValue));
+    double tokensPerS = double(batch * seq) / std::max(stepTime, 1e-9);
+    if (records)
+      records->push_back({s, lossValue, rate, norm, stepTime});
+    if (options.log && (s % std::max<int64_t>(options.logEvery, 1) == 0 || s == steps))
+      *options.log << absl::StrFormat(
+          "step %*d/%d  loss %.4f  lr %.3e  grad norm %.3f  %.0f tokens/s  "
+          "elapsed %.1fs  eta %.1fs\n",
+          int(std::to_string(steps).size()), s, steps, lossValue, rate, norm,
+          tokensPerS, elapsed, elapsed / s * (steps - s));
+    if (metrics)
+      metrics << absl::StrFormat(
+          "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+          "\"tokens\": %d, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, "
+          "\"peak_mem_bytes\": %d}\n",
+          s, lossValue, rate, norm, batch * seq, stepTime, tokensPerS,
+          plan.arena_bytes());
+  }
+  return absl::OkStatus();
+}
+
+} // namespace braid::exec

@@ -1,0 +1,102 @@
+//===- braid-run.cpp - Runs a plan ----------------------------------------===//
+//
+// braid-run job.plan [--data PREFIX] [--steps N] [--seed N] [--log-every N]
+//                    [--metrics-out FILE]
+//
+// A runtime tool: it links no LLVM. Bad command lines exit 2, failures 1.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/exec/Trainer.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+namespace {
+
+int usage(const std::string &error) {
+  if (!error.empty())
+    std::cerr << "braid-run: error: " << error << "\n";
+  std::cerr << "usage: braid-run PLAN [--data PREFIX] [--steps N] [--seed N] "
+               "[--log-every N] [--metrics-out FILE]\n";
+  return error.empty() ? 0 : 2;
+}
+
+bool parseInt(const std::string &text, int64_t *out) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0)
+    return false;
+  *out = v;
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string planPath;
+  braid::exec::TrainerOptions options;
+  options.log = &std::cout;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h")
+      return usage(""), 0;
+    if (arg.rfind("--", 0) != 0) {
+      if (!planPath.empty())
+        return usage("more than one plan: " + planPath + " and " + arg);
+      planPath = arg;
+      continue;
+    }
+    std::string value;
+    size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else {
+      if (i + 1 >= argc)
+        return usage(arg + " needs a value");
+      value = argv[++i];
+    }
+    int64_t n;
+    if (arg == "--data") {
+      options.dataPrefix = value;
+    } else if (arg == "--metrics-out") {
+      options.metricsOut = value;
+    } else if (arg == "--steps" || arg == "--seed" || arg == "--log-every") {
+      if (!parseInt(value, &n) || n < (arg == "--seed" ? 0 : 1))
+        return usage(arg + "=" + value + " is not a " +
+                     (arg == "--seed" ? "non-negative" : "positive") +
+                     " integer");
+      if (arg == "--steps")
+        options.steps = n;
+      else if (arg == "--seed")
+        options.seed = uint64_t(n);
+      else
+        options.logEvery = n;
+    } else {
+      return usage("unknown flag " + arg);
+    }
+  }
+  if (planPath.empty())
+    return usage("no plan file given");
+  absl::StatusOr<braid::plan::Plan> plan = braid::plan::LoadPlanFile(planPath);
+  if (!plan.ok()) {
+    std::cerr << "braid-run: error: " << plan.status().message() << "\n";
+    return 1;
+  }
+  if (braid::plan::WorldSize(*plan) != 1) {
+    std::cerr << "braid-run: error: the plan is for "
+              << braid::plan::WorldSize(*plan)
+              << " ranks; this braid-run runs one rank\n";
+    return 1;
+  }
+  absl::Status status = braid::exec::Train(*plan, options);
+  if (!status.ok()) {
+    std::cerr << "braid-run: error: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
