@@ -84,12 +84,24 @@ llvm::Expected<spec::JobSpec> braid::loadJobFile(llvm::StringRef path) {
   llvm::Expected<spec::JobSpec> job = parseJobText(*text, path);
   if (!job)
     return job.takeError();
-  // model.hf_config is relative to the job file.
-  if (job->has_model() && job->model().has_hf_config() &&
-      llvm::sys::path::is_relative(job->model().hf_config())) {
-    llvm::SmallString<256> resolved(llvm::sys::path::parent_path(path));
-    llvm::sys::path::append(resolved, job->model().hf_config());
-    job->mutable_model()->set_hf_config(std::string(resolved));
-  }
+  // Paths inside a job (model.hf_config, data.path, data.corpus,
+  // data.tokenizer_model) are relative to the job file.
+  llvm::StringRef dir = llvm::sys::path::parent_path(path);
+  auto relative = [&](const std::string &p) {
+    if (p.empty() || llvm::sys::path::is_absolute(p))
+      return p;
+    llvm::SmallString<256> resolved(dir);
+    llvm::sys::path::append(resolved, p);
+    return std::string(resolved);
+  };
+  if (job->has_model() && job->model().has_hf_config())
+    job->mutable_model()->set_hf_config(relative(job->model().hf_config()));
+  spec::DataSpec *data = job->mutable_data();
+  if (data->has_path())
+    data->set_path(relative(data->path()));
+  for (std::string &file : *data->mutable_corpus())
+    file = relative(file);
+  if (data->has_tokenizer_model())
+    data->set_tokenizer_model(relative(data->tokenizer_model()));
   return job;
 }

@@ -15,8 +15,9 @@ namespace braid {
 llvm::Expected<spec::JobSpec> parseJobText(llvm::StringRef text,
                                            llvm::StringRef filename);
 
-/// Reads and parses a job file. Relative paths inside it (model.hf_config)
-/// are made relative to the file's directory.
+/// Reads and parses a job file. Relative paths inside it (model.hf_config,
+/// data.path, data.corpus, data.tokenizer_model) are made relative to the
+/// file's directory.
 llvm::Expected<spec::JobSpec> loadJobFile(llvm::StringRef path);
 
 /// The whole contents of a file, or an error naming the file.
