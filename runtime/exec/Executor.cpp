@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace braid::exec {
@@ -127,6 +128,7 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context) {
       if (plan_.buffers(id).dtype() != plan::I32)
         dtype = plan_.buffers(id).dtype();
     absl::Status s;
+    auto start = std::chrono::steady_clock::now();
     if (dtype == plan::F32)
       s = runInstruction<float>(inst, context);
     else if (dtype == plan::F64)
@@ -135,6 +137,10 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context) {
       s = absl::UnimplementedError(absl::StrCat(
           plan::Kernel_Name(inst.kernel()), " on ", plan::DType_Name(dtype),
           " needs the CUDA backend"));
+    if (!profile_.empty())
+      profile_[inst.kernel()] += std::chrono::duration<double>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count();
     if (!s.ok())
       return absl::Status(s.code(), absl::StrCat("function '", name, "', ",
                                                  inst.provenance(), ": ",

@@ -46,6 +46,11 @@ public:
   /// Runs function `name` once.
   absl::Status Run(absl::string_view name, const StepContext &context);
 
+  /// Seconds spent in each kernel since profiling was enabled (indexed by
+  /// plan::Kernel); empty while profiling is off.
+  void EnableProfile() { profile_.assign(plan::Kernel_ARRAYSIZE, 0.0); }
+  const std::vector<double> &Profile() const { return profile_; }
+
 private:
   explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
   template <typename T>
@@ -55,6 +60,7 @@ private:
 
   plan::Plan plan_;
   std::unique_ptr<uint8_t[]> arena_;
+  std::vector<double> profile_;
 };
 
 } // namespace braid::exec

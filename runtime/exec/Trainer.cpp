@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -115,6 +116,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       return absl::InternalError(absl::StrCat("cannot write ", options.metricsOut));
   }
   std::string function = t.function().empty() ? "train_step" : t.function();
+  if (options.profile)
+    e.EnableProfile();
   auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> sample;
   std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
@@ -162,6 +165,27 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           "\"peak_mem_bytes\": %d}\n",
           s, lossValue, rate, norm, batch * seq, stepTime, tokensPerS,
           plan.arena_bytes());
+  }
+  if (options.profile && options.log) {
+    const std::vector<double> &p = e.Profile();
+    double total = 0, gemm = 0;
+    for (int k = 0; k < int(p.size()); ++k) {
+      total += p[k];
+      if (k == plan::LINEAR || k == plan::LINEAR_GRAD_INPUT ||
+          k == plan::LINEAR_GRAD_WEIGHT)
+        gemm += p[k];
+    }
+    *options.log << absl::StrFormat("profile: %.3f s in kernels, GEMM %.1f %%\n",
+                                    total, total > 0 ? 100 * gemm / total : 0.0);
+    std::vector<std::pair<double, int>> order;
+    for (int k = 0; k < int(p.size()); ++k)
+      if (p[k] > 0)
+        order.push_back({p[k], k});
+    std::sort(order.rbegin(), order.rend());
+    for (auto [seconds, k] : order)
+      *options.log << absl::StrFormat("  %-24s %8.3f s  %5.1f %%\n",
+                                      plan::Kernel_Name(plan::Kernel(k)),
+                                      seconds, 100 * seconds / total);
   }
   return absl::OkStatus();
 }

@@ -29,6 +29,8 @@ struct TrainerOptions {
   int64_t logEvery = 1;
   std::string metricsOut;             ///< JSON lines, one per step
   std::ostream *log = nullptr;        ///< the human-readable lines
+  /// Print, at the end, the share of step time per kernel (to `log`).
+  bool profile = false;
 };
 
 struct StepRecord {

@@ -20,7 +20,7 @@ int usage(const std::string &error) {
   if (!error.empty())
     std::cerr << "braid-run: error: " << error << "\n";
   std::cerr << "usage: braid-run PLAN [--data PREFIX] [--steps N] [--seed N] "
-               "[--log-every N] [--metrics-out FILE]\n";
+               "[--log-every N] [--metrics-out FILE] [--profile]\n";
   return error.empty() ? 0 : 2;
 }
 
@@ -44,6 +44,10 @@ int main(int argc, char **argv) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h")
       return usage(""), 0;
+    if (arg == "--profile") {
+      options.profile = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) {
       if (!planPath.empty())
         return usage("more than one plan: " + planPath + " and " + arg);
