@@ -8,6 +8,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <limits>
+#include <map>
 
 using namespace mlir;
 using namespace braid;
@@ -82,8 +83,27 @@ FlopCount braid::countFlops(ModuleOp module) {
   return count;
 }
 
+llvm::json::Object braid::planMemoryReport(ModuleOp module) {
+  llvm::json::Object byRole;
+  std::map<std::string, int64_t> bytes;
+  for (Operation &op : module.getBody()->getOperations()) {
+    if (op.getName().getStringRef() != "plan.buffer")
+      continue;
+    auto type = cast<RankedTensorType>(
+        cast<TypeAttr>(op.getAttr("type")).getValue());
+    bytes[cast<StringAttr>(op.getAttr("role")).getValue().str()] +=
+        type.getNumElements() * getElementBytes(type.getElementType());
+  }
+  for (auto &[role, n] : bytes)
+    byRole[role] = n;
+  auto arena = module->getAttrOfType<IntegerAttr>("plan.arena_bytes");
+  return llvm::json::Object{{"arena_bytes", arena ? arena.getInt() : 0},
+                            {"buffer_bytes_by_role", std::move(byRole)}};
+}
+
 llvm::json::Value braid::buildReport(ModuleOp module,
                                      const ModelConfig &c) {
+
   ParameterCount params = countParameters(module);
   FlopCount flops = countFlops(module);
   llvm::json::Array perLayer;

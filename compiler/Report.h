@@ -46,8 +46,13 @@ struct FlopCount {
 /// Sums the forward cost of every op of the module's @forward.
 FlopCount countFlops(mlir::ModuleOp module);
 
-/// The compile report as JSON (its fields are described in docs/report.md).
+/// The compile report as JSON (its fields are described in docs/report.md),
+/// from the `model` IR of a compile.
 llvm::json::Value buildReport(mlir::ModuleOp module, const ModelConfig &config);
+
+/// The memory plan of a module after plan-memory: the arena size and the
+/// bytes of its buffers by role.
+llvm::json::Object planMemoryReport(mlir::ModuleOp module);
 
 } // namespace braid
 

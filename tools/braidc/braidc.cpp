@@ -165,6 +165,10 @@ int main(int argc, char **argv) {
   if (!train)
     return fail(train.takeError());
 
+  // The report describes the model graph; a clone keeps it when the phases
+  // lower the module to a plan.
+  mlir::OwningOpRef<mlir::ModuleOp> graph = module->clone();
+
   CompileOptions options;
   options.compileTo = *phase;
   options.train = *train;
@@ -204,8 +208,10 @@ int main(int argc, char **argv) {
     auto report = mlir::openOutputFile(reportFile, &errorMessage);
     if (!report)
       return fail(errorMessage);
-    report->os() << llvm::formatv("{0:2}", buildReport(*module, *config))
-                 << "\n";
+    llvm::json::Value json = buildReport(*graph, *config);
+    if ((*module)->hasAttr("plan.arena_bytes"))
+      json.getAsObject()->try_emplace("memory", planMemoryReport(*module));
+    report->os() << llvm::formatv("{0:2}", std::move(json)) << "\n";
     report->keep();
   }
   return 0;

@@ -26,3 +26,17 @@
 // TEXT: kernel: ADAMW
 // PHASE: braidc: error: --emit=plan needs --compile-to=plan, not model
 // EMIT: braidc: error: --emit=binary is not one of mlir, plan, plan-text
+
+// The report of a planned compile states the arena and the bytes by role:
+// tiny-llama has 158,016 parameters (tests/lit/tools/braidc-dump-and-report.test
+// derives the count), f32: 632,064 bytes of parameters and as many of
+// gradients, twice that of AdamW moments.
+// RUN: braidc --preset tiny-llama --seq-len 8 --compile-to=plan --report=%t.json -o /dev/null
+// RUN: FileCheck %s --check-prefix=REPORT < %t.json
+// REPORT: "memory": {
+// REPORT-NEXT: "arena_bytes": {{[1-9][0-9]*}},
+// REPORT-NEXT: "buffer_bytes_by_role": {
+// REPORT: "gradient": 632064,
+// REPORT: "optimizer_state": 1264128,
+// REPORT-NEXT: "parameter": 632064
+// REPORT: "total": 158016
