@@ -2,6 +2,7 @@
 
 #include "runtime/exec/Trainer.h"
 
+#include "runtime/ckpt/HFCheckpoint.h"
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/data/GptSamples.h"
 #include "runtime/data/IndexedDataset.h"
@@ -53,12 +54,38 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     return created.status();
   Executor &e = **created;
 
-  // Initial weights.
+  // Initial weights: a checkpoint, or the family's seeded scheme.
+  if (!options.initFrom.empty()) {
+    absl::StatusOr<ckpt::HFCheckpoint> checkpoint =
+        ckpt::OpenHFCheckpoint(options.initFrom);
+    if (!checkpoint.ok())
+      return checkpoint.status();
+    std::vector<ckpt::ParamSpec> specs;
+    std::vector<int> ids;
+    for (int i = 0; i < plan.buffers_size(); ++i)
+      if (plan.buffers(i).role() == plan::PARAMETER) {
+        const plan::Buffer &b = plan.buffers(i);
+        specs.push_back({b.name(), {b.shape().begin(), b.shape().end()}});
+        ids.push_back(i);
+      }
+    std::vector<std::vector<float>> values(specs.size());
+    for (size_t k = 0; k < specs.size(); ++k)
+      values[k].resize(numel(plan.buffers(ids[k])));
+    if (absl::Status s = ckpt::LoadParameters(
+            *checkpoint, specs, [&](size_t k) { return values[k].data(); });
+        !s.ok())
+      return s;
+    for (size_t k = 0; k < specs.size(); ++k)
+      if (absl::Status s = e.Write(ids[k], std::vector<double>(values[k].begin(),
+                                                                values[k].end()));
+          !s.ok())
+        return s;
+  }
   InitConfig init{seed, t.init_std() > 0 ? t.init_std() : 0.02,
                   std::max<int64_t>(t.num_layers(), 1), t.scaled_residual_init()};
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
-    if (b.role() != plan::PARAMETER)
+    if (b.role() != plan::PARAMETER || !options.initFrom.empty())
       continue;
     std::vector<float> values(numel(b));
     if (absl::Status s = initParameter(b.name(), b.shape_size(), init, 0,

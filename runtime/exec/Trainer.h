@@ -26,6 +26,9 @@ struct TrainerOptions {
   std::string dataPrefix;             ///< overrides the plan's data_path
   std::optional<int64_t> steps;       ///< overrides the plan's steps
   std::optional<uint64_t> seed;       ///< overrides the plan's seed
+  /// A Hugging Face checkpoint directory (config.json + *.safetensors) to
+  /// start from instead of the seeded initialisation.
+  std::string initFrom;
   int64_t logEvery = 1;
   std::string metricsOut;             ///< JSON lines, one per step
   std::ostream *log = nullptr;        ///< the human-readable lines

@@ -149,3 +149,112 @@ TEST(PlanEndToEnd, TinyGpt2StepMatchesTheIR) {
 }
 
 } // namespace
+
+#include "runtime/ckpt/Safetensors.h"
+#include "runtime/data/IndexedDataset.h"
+#include "runtime/exec/Trainer.h"
+
+#include <cstdio>
+#include <fstream>
+
+namespace {
+
+// --init-from: a Hugging Face directory written for tiny-llama's plan starts
+// the run from its weights (so the first loss no longer depends on the seed),
+// and a checkpoint that lacks a tensor is refused naming it.
+TEST(PlanEndToEnd, InitFromHuggingFaceCheckpoint) {
+  spec::JobSpec job = presetJob("tiny-llama", 8, 2);
+  // Samples in file order: the seed then only decides the initial weights.
+  job.mutable_data()->set_data_order("sequential");
+  mlir::MLIRContext context;
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  context.appendDialectRegistry(registry);
+  llvm::Expected<ModelConfig> config = resolveModel(job);
+  ASSERT_TRUE(bool(config));
+  llvm::Expected<TrainConfig> train = resolveTrain(job);
+  ASSERT_TRUE(bool(train));
+  auto module = buildForwardModule(context, *config);
+  CompileOptions options;
+  options.compileTo = Phase::Plan;
+  options.train = *train;
+  ASSERT_FALSE(bool(runPhases(*module, options)));
+  llvm::Expected<plan::Plan> plan = exportPlan(*module);
+  ASSERT_TRUE(bool(plan));
+  *plan->mutable_training() = trainingSettings(*config, *train, job.data());
+
+  std::string dir = ::testing::TempDir() + "/braid-init-from";
+  std::string mkdir = "mkdir -p " + dir;
+  ASSERT_EQ(std::system(mkdir.c_str()), 0);
+  // A dataset of a repeating byte pattern.
+  {
+    auto writer = data::IndexedDatasetWriter::Create(dir + "/d", data::DType::kUInt16);
+    ASSERT_TRUE(writer.ok());
+    std::vector<int64_t> tokens(4000);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = int64_t(i % 97);
+    ASSERT_TRUE(writer->AddSequence(tokens).ok());
+    ASSERT_TRUE(writer->EndDocument().ok());
+    ASSERT_TRUE(writer->Finish().ok());
+  }
+  // A checkpoint with every parameter of the plan, values 0.01·sin(i).
+  std::vector<std::vector<float>> storage;
+  std::vector<ckpt::TensorToWrite> tensors;
+  std::vector<std::string> names;
+  for (const plan::Buffer &b : plan->buffers())
+    if (b.role() == plan::PARAMETER) {
+      int64_t n = 1;
+      for (int64_t d : b.shape())
+        n *= d;
+      std::vector<float> v(n);
+      for (int64_t i = 0; i < n; ++i)
+        v[i] = 0.01f * std::sin(float(i)) + (b.shape_size() == 1 ? 1.0f : 0.0f);
+      storage.push_back(std::move(v));
+      names.push_back(b.name());
+      tensors.push_back({b.name(), ckpt::Dtype::kF32,
+                         {b.shape().begin(), b.shape().end()},
+                         absl::Span<const uint8_t>(
+                             reinterpret_cast<const uint8_t *>(storage.back().data()),
+                             storage.back().size() * sizeof(float))});
+    }
+  // Spans must point at the final storage (vector growth moved it).
+  for (size_t k = 0; k < tensors.size(); ++k)
+    tensors[k].data = absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t *>(storage[k].data()),
+        storage[k].size() * sizeof(float));
+  ASSERT_TRUE(ckpt::WriteSafetensors(dir + "/model.safetensors", tensors, {}).ok());
+  std::ofstream(dir + "/config.json") << "{\"architectures\": [\"LlamaForCausalLM\"]}";
+
+  auto firstLoss = [&](uint64_t seed, const std::string &initFrom,
+                       absl::Status *status) {
+    exec::TrainerOptions o;
+    o.dataPrefix = dir + "/d";
+    o.steps = 1;
+    o.seed = seed;
+    o.initFrom = initFrom;
+    std::vector<exec::StepRecord> records;
+    *status = exec::Train(*plan, o, &records);
+    return records.empty() ? -1.0 : records[0].loss;
+  };
+  absl::Status s;
+  double a = firstLoss(1, dir, &s);
+  ASSERT_TRUE(s.ok()) << s;
+  double b = firstLoss(2, dir, &s);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(a, b); // the weights come from the checkpoint, not the seed
+  double c = firstLoss(1, "", &s);
+  ASSERT_TRUE(s.ok()) << s;
+  double d = firstLoss(2, "", &s);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_NE(c, d); // seeded init differs by seed
+  EXPECT_NE(a, c);
+
+  // Without one tensor, the load is refused and names it.
+  tensors.pop_back();
+  ASSERT_TRUE(ckpt::WriteSafetensors(dir + "/model.safetensors", tensors, {}).ok());
+  firstLoss(1, dir, &s);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(names.back()), absl::string_view::npos) << s;
+}
+
+} // namespace

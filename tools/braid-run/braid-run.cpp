@@ -20,7 +20,8 @@ int usage(const std::string &error) {
   if (!error.empty())
     std::cerr << "braid-run: error: " << error << "\n";
   std::cerr << "usage: braid-run PLAN [--data PREFIX] [--steps N] [--seed N] "
-               "[--log-every N] [--metrics-out FILE] [--profile]\n";
+               "[--log-every N] [--metrics-out FILE] [--profile] "
+               "[--init-from HF_DIR]\n";
   return error.empty() ? 0 : 2;
 }
 
@@ -65,7 +66,9 @@ int main(int argc, char **argv) {
       value = argv[++i];
     }
     int64_t n;
-    if (arg == "--data") {
+    if (arg == "--init-from") {
+      options.initFrom = value;
+    } else if (arg == "--data") {
       options.dataPrefix = value;
     } else if (arg == "--metrics-out") {
       options.metricsOut = value;

@@ -109,6 +109,8 @@ int main(int argc, char **argv) {
     bool isInt = !value.empty() && *end == '\0';
     if (arg == "--data")
       options.dataPrefix = value;
+    else if (arg == "--init-from")
+      options.initFrom = value;
     else if (arg == "--metrics-out")
       options.metricsOut = value;
     else if (arg == "--steps" && isInt && n >= 1)
