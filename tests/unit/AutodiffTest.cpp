@@ -33,15 +33,10 @@ void checkGradients(spec::JobSpec job) {
   job.mutable_data()->set_seq_length(5);
   job.mutable_parallel()->set_micro_batch_size(2);
   mlir::MLIRContext context;
-  mlir::DialectRegistry registry;
-  registerDialects(registry);
-  context.appendDialectRegistry(registry);
-  llvm::Expected<ModelConfig> config = resolveModel(job);
-  ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
-  auto module = buildForwardModule(context, *config);
-  CompileOptions options;
-  options.compileTo = Phase::Autodiff;
-  ASSERT_FALSE(bool(runPhases(*module, options)));
+  ModelConfig modelConfig;
+  auto module = compileTo(context, job, Phase::Autodiff, &modelConfig);
+  ASSERT_TRUE(module);
+  const ModelConfig *config = &modelConfig;
   auto func = module->lookupSymbol<mlir::func::FuncOp>("train_step");
   ASSERT_TRUE(func);
 
@@ -189,23 +184,14 @@ TEST(Optimizer, UpdatesEqualAdamWOnTheAutodiffGradients) {
   job.mutable_train()->set_precision(spec::FP64);
   job.mutable_train()->set_clip_grad(0.5); // small enough to clip
   mlir::MLIRContext context;
-  mlir::DialectRegistry registry;
-  registerDialects(registry);
-  context.appendDialectRegistry(registry);
-  llvm::Expected<ModelConfig> config = resolveModel(job);
-  ASSERT_TRUE(bool(config));
-  llvm::Expected<TrainConfig> train = resolveTrain(job);
-  ASSERT_TRUE(bool(train));
-  auto compile = [&](Phase phase) {
-    auto module = buildForwardModule(context, *config);
-    CompileOptions options;
-    options.compileTo = phase;
-    options.train = *train;
-    EXPECT_FALSE(bool(runPhases(*module, options)));
-    return module;
-  };
-  auto gradsModule = compile(Phase::Autodiff);
-  auto stepModule = compile(Phase::Optimizer);
+  ModelConfig modelConfig;
+  TrainConfig trainConfig;
+  auto gradsModule = compileTo(context, job, Phase::Autodiff);
+  auto stepModule =
+      compileTo(context, job, Phase::Optimizer, &modelConfig, &trainConfig);
+  ASSERT_TRUE(gradsModule && stepModule);
+  const ModelConfig *config = &modelConfig;
+  const TrainConfig *train = &trainConfig;
   auto gradsFn = gradsModule->lookupSymbol<mlir::func::FuncOp>("train_step");
   auto stepFn = stepModule->lookupSymbol<mlir::func::FuncOp>("train_step");
 

@@ -36,23 +36,11 @@ void checkPlanMatchesIR(spec::JobSpec job) {
   job.mutable_parallel()->set_micro_batch_size(2);
   job.mutable_train()->set_clip_grad(0.5);
   mlir::MLIRContext context;
-  mlir::DialectRegistry registry;
-  registerDialects(registry);
-  context.appendDialectRegistry(registry);
-  llvm::Expected<ModelConfig> config = resolveModel(job);
-  ASSERT_TRUE(bool(config));
-  llvm::Expected<TrainConfig> train = resolveTrain(job);
-  ASSERT_TRUE(bool(train));
-  auto compile = [&](Phase phase) {
-    auto module = buildForwardModule(context, *config);
-    CompileOptions options;
-    options.compileTo = phase;
-    options.train = *train;
-    EXPECT_FALSE(bool(runPhases(*module, options)));
-    return module;
-  };
-  auto irModule = compile(Phase::Optimizer);
-  auto planModule = compile(Phase::Plan);
+  ModelConfig modelConfig;
+  auto irModule = compileTo(context, job, Phase::Optimizer, &modelConfig);
+  auto planModule = compileTo(context, job, Phase::Plan);
+  ASSERT_TRUE(irModule && planModule);
+  const ModelConfig *config = &modelConfig;
   auto func = irModule->lookupSymbol<mlir::func::FuncOp>("train_step");
   ASSERT_TRUE(func);
 
@@ -167,21 +155,13 @@ TEST(PlanEndToEnd, InitFromHuggingFaceCheckpoint) {
   // Samples in file order: the seed then only decides the initial weights.
   job.mutable_data()->set_data_order("sequential");
   mlir::MLIRContext context;
-  mlir::DialectRegistry registry;
-  registerDialects(registry);
-  context.appendDialectRegistry(registry);
-  llvm::Expected<ModelConfig> config = resolveModel(job);
-  ASSERT_TRUE(bool(config));
-  llvm::Expected<TrainConfig> train = resolveTrain(job);
-  ASSERT_TRUE(bool(train));
-  auto module = buildForwardModule(context, *config);
-  CompileOptions options;
-  options.compileTo = Phase::Plan;
-  options.train = *train;
-  ASSERT_FALSE(bool(runPhases(*module, options)));
+  ModelConfig config;
+  TrainConfig train;
+  auto module = compileTo(context, job, Phase::Plan, &config, &train);
+  ASSERT_TRUE(module);
   llvm::Expected<plan::Plan> plan = exportPlan(*module);
   ASSERT_TRUE(bool(plan));
-  *plan->mutable_training() = trainingSettings(*config, *train, job.data());
+  *plan->mutable_training() = trainingSettings(config, train, job.data());
 
   std::string dir = ::testing::TempDir() + "/braid-init-from";
   std::string mkdir = "mkdir -p " + dir;

@@ -25,8 +25,8 @@ std::string test::inputPath(const std::string &relative) {
 }
 
 mlir::OwningOpRef<mlir::ModuleOp>
-test::compileModel(mlir::MLIRContext &context, const spec::JobSpec &job,
-                   ModelConfig *configOut) {
+test::compileTo(mlir::MLIRContext &context, const spec::JobSpec &job,
+                Phase phase, ModelConfig *configOut, TrainConfig *trainOut) {
   mlir::DialectRegistry registry;
   registerDialects(registry);
   context.appendDialectRegistry(registry);
@@ -35,14 +35,30 @@ test::compileModel(mlir::MLIRContext &context, const spec::JobSpec &job,
     ADD_FAILURE() << "resolve failed: " << llvm::toString(config.takeError());
     return nullptr;
   }
+  llvm::Expected<TrainConfig> train = resolveTrain(job);
+  if (!train) {
+    ADD_FAILURE() << "resolve failed: " << llvm::toString(train.takeError());
+    return nullptr;
+  }
   mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *config);
-  if (llvm::Error error = runPhases(*module, CompileOptions())) {
+  CompileOptions options;
+  options.compileTo = phase;
+  options.train = *train;
+  if (llvm::Error error = runPhases(*module, options)) {
     ADD_FAILURE() << "compile failed: " << llvm::toString(std::move(error));
     return nullptr;
   }
   if (configOut)
     *configOut = *config;
+  if (trainOut)
+    *trainOut = *train;
   return module;
+}
+
+mlir::OwningOpRef<mlir::ModuleOp>
+test::compileModel(mlir::MLIRContext &context, const spec::JobSpec &job,
+                   ModelConfig *config) {
+  return compileTo(context, job, Phase::Model, config);
 }
 
 std::string test::resolveError(const spec::JobSpec &job) {

@@ -3,7 +3,9 @@
 #ifndef BRAID_TESTS_UNIT_TESTUTIL_H
 #define BRAID_TESTS_UNIT_TESTUTIL_H
 
+#include "compiler/Compile.h"
 #include "frontends/ModelConfig.h"
+#include "frontends/TrainConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -20,8 +22,16 @@ spec::JobSpec presetJob(const std::string &preset, int64_t seqLength = 128,
 /// The path of a file under tests/lit/Inputs.
 std::string inputPath(const std::string &relative);
 
-/// Resolves `job` (which must succeed), builds its forward module and runs the
-/// `model` phase (which must succeed) in `context`.
+/// Resolves `job`'s model and train sections (which must succeed), builds
+/// its forward module and runs the phases up to `phase` (which must succeed)
+/// in `context`; the resolved sections go to `config` and `train` when given.
+mlir::OwningOpRef<mlir::ModuleOp> compileTo(mlir::MLIRContext &context,
+                                            const spec::JobSpec &job,
+                                            Phase phase,
+                                            ModelConfig *config = nullptr,
+                                            TrainConfig *train = nullptr);
+
+/// compileTo the `model` phase.
 mlir::OwningOpRef<mlir::ModuleOp> compileModel(mlir::MLIRContext &context,
                                                const spec::JobSpec &job,
                                                ModelConfig *config = nullptr);
