@@ -4,6 +4,14 @@
 // matrix products go to BLAS. Reductions accumulate in double so that the
 // float kernels agree with the double reference to float precision.
 //
+// Threads: the outer loops run on OpenMP threads over units whose outputs are
+// disjoint (rows, (batch, head) pairs, column blocks, fixed element blocks),
+// and every unit runs the serial code on its own. No floating-point sum is
+// split between threads: sums over rows (parameter gradients) are taken by
+// column blocks, each adding its rows in order, and the loss adds per-row
+// values in row order afterwards. So the results are bit-identical whatever
+// the number of threads, and identical to the single-threaded kernels.
+//
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/Kernels.h"
@@ -11,6 +19,7 @@
 #include "runtime/cpu/Philox.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -40,44 +49,117 @@ constexpr double kInvSqrt2Pi = 0.3989422804014327; // 1 / sqrt(2 pi)
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+/// Below this much work (about one multiply-add per unit) a loop stays on
+/// the calling thread: waking the OpenMP team costs microseconds, more than
+/// the loop itself.
+constexpr int64_t kMinParallelWork = int64_t(1) << 15;
+/// Roughly what exp, log, erf, tanh, sin/cos or a Philox draw cost in
+/// multiply-adds, to weigh the loops made of them.
+constexpr int64_t kTranscendentalCost = 8;
+/// Elementwise loops are cut into blocks of this many elements. The cut does
+/// not depend on the thread count, so which elements take the vectorised body
+/// and which the scalar tail never changes either.
+constexpr int64_t kElementBlock = 4096;
+/// Sums over rows are taken by blocks of this many columns, each thread
+/// adding all rows of its block in order: wide enough for the inner loop to
+/// vectorise, narrow enough to give every thread blocks at hidden sizes.
+constexpr int64_t kColumnBlock = 32;
+
+/// Runs f(i) for i in [0, n), on the OpenMP threads when `work` is worth it.
+/// The iterations must write disjoint outputs; each runs the same code
+/// whichever thread takes it.
+template <typename F>
+void parallelFor(int64_t n, int64_t work, F &&f) {
+#pragma omp parallel for schedule(static) if (n > 1 && work >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i)
+    f(i);
+}
+
+/// Runs f(begin, end) on the consecutive blocks of `block` indices that cover
+/// [0, n), in parallel; `costPerIndex` weighs one index for the threshold.
+template <typename F>
+void parallelBlocks(int64_t n, int64_t block, int64_t costPerIndex, F &&f) {
+  int64_t blocks = (n + block - 1) / block;
+  parallelFor(blocks, n * costPerIndex,
+              [&](int64_t i) { f(i * block, std::min(n, (i + 1) * block)); });
+}
+
+/// dst[c] += term(r, c) for every row r in order and every column c < cols:
+/// the rows' sum of each column is added in the serial order, whatever the
+/// threads. term must return T (the serial code rounds every term to T).
+/// A block accumulates in a local array rather than in dst, so that threads
+/// do not keep writing the cache lines their neighbours' blocks share.
+template <typename T, typename F>
+void sumRowsInto(int64_t rows, int64_t cols, T *dst, F &&term) {
+  parallelBlocks(cols, kColumnBlock, rows, [&](int64_t c0, int64_t c1) {
+    T acc[kColumnBlock];
+    std::copy(dst + c0, dst + c1, acc);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c)
+        acc[c - c0] += term(r, c);
+    std::copy(acc, acc + (c1 - c0), dst + c0);
+  });
+}
+
 } // namespace
+
+//===-- Threads -----------------------------------------------------------===//
+
+void setNumThreads(int n) {
+  // Read before the first change, these are what n <= 0 goes back to.
+  static const int ompDefault = omp_get_max_threads();
+  static const int blasDefault = openblas_get_num_threads();
+  omp_set_num_threads(n > 0 ? n : ompDefault);
+  openblas_set_num_threads(n > 0 ? n : blasDefault);
+}
+
+int numThreads() { return omp_get_max_threads(); }
 
 //===-- Embeddings --------------------------------------------------------===//
 
 template <typename T>
 void embeddingForward(const T *table, const int32_t *ids, int64_t rows,
                       int64_t hidden, T *out) {
-  for (int64_t r = 0; r < rows; ++r)
+  parallelFor(rows, rows * hidden, [&](int64_t r) {
     std::copy_n(table + static_cast<int64_t>(ids[r]) * hidden, hidden,
                 out + r * hidden);
+  });
 }
 
 template <typename T>
 void embeddingBackward(const T *dout, const int32_t *ids, int64_t rows,
                        int64_t hidden, T *dtable) {
-  for (int64_t r = 0; r < rows; ++r) {
-    T *row = dtable + static_cast<int64_t>(ids[r]) * hidden;
-    const T *g = dout + r * hidden;
-    for (int64_t c = 0; c < hidden; ++c)
-      row[c] += g[c];
-  }
+  // Rows may share an id, so threads take column blocks (each adding its
+  // rows in order) rather than rows.
+  parallelBlocks(hidden, kColumnBlock, rows, [&](int64_t c0, int64_t c1) {
+    for (int64_t r = 0; r < rows; ++r) {
+      T *row = dtable + static_cast<int64_t>(ids[r]) * hidden;
+      const T *g = dout + r * hidden;
+      for (int64_t c = c0; c < c1; ++c)
+        row[c] += g[c];
+    }
+  });
 }
 
 template <typename T>
 void positionEmbeddingForward(const T *table, int64_t batch, int64_t seq,
                               int64_t hidden, T *out) {
-  for (int64_t b = 0; b < batch; ++b)
-    std::copy_n(table, seq * hidden, out + b * seq * hidden);
+  parallelFor(batch * seq, batch * seq * hidden, [&](int64_t r) {
+    std::copy_n(table + (r % seq) * hidden, hidden, out + r * hidden);
+  });
 }
 
 template <typename T>
 void positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
                                int64_t hidden, T *dtable) {
-  for (int64_t b = 0; b < batch; ++b) {
-    const T *g = dout + b * seq * hidden;
-    for (int64_t i = 0; i < seq * hidden; ++i)
-      dtable[i] += g[i];
-  }
+  int64_t n = seq * hidden;
+  parallelBlocks(n, kElementBlock, batch, [&](int64_t i0, int64_t i1) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const T *g = dout + b * n;
+      for (int64_t i = i0; i < i1; ++i)
+        dtable[i] += g[i];
+    }
+  });
 }
 
 //===-- Matrix products ---------------------------------------------------===//
@@ -88,9 +170,10 @@ void linearForward(const T *x, const T *w, const T *bias, const LinearShape &s,
   gemm(CblasNoTrans, s.transposeW ? CblasTrans : CblasNoTrans, s.rows, s.out,
        s.in, x, s.in, w, s.transposeW ? s.in : s.out, T(0), y, s.out);
   if (bias)
-    for (int64_t r = 0; r < s.rows; ++r)
+    parallelFor(s.rows, s.rows * s.out, [&](int64_t r) {
       for (int64_t c = 0; c < s.out; ++c)
         y[r * s.out + c] += bias[c];
+    });
 }
 
 template <typename T>
@@ -108,9 +191,8 @@ void linearBackward(const T *x, const T *w, const T *dy, const LinearShape &s,
            T(1), dw, s.out);
   }
   if (dbias)
-    for (int64_t r = 0; r < s.rows; ++r)
-      for (int64_t c = 0; c < s.out; ++c)
-        dbias[c] += dy[r * s.out + c];
+    sumRowsInto(s.rows, s.out, dbias,
+                [&](int64_t r, int64_t c) { return dy[r * s.out + c]; });
 }
 
 //===-- Normalisation -----------------------------------------------------===//
@@ -118,7 +200,7 @@ void linearBackward(const T *x, const T *w, const T *dy, const LinearShape &s,
 template <typename T>
 void rmsNormForward(const T *x, const T *w, int64_t rows, int64_t d, double eps,
                     T *y, T *rstd) {
-  for (int64_t r = 0; r < rows; ++r) {
+  parallelFor(rows, rows * d, [&](int64_t r) {
     const T *xr = x + r * d;
     double sum = 0;
     for (int64_t c = 0; c < d; ++c)
@@ -127,7 +209,7 @@ void rmsNormForward(const T *x, const T *w, int64_t rows, int64_t d, double eps,
     rstd[r] = T(inv);
     for (int64_t c = 0; c < d; ++c)
       y[r * d + c] = T(xr[c] * inv * w[c]);
-  }
+  });
 }
 
 template <typename T>
@@ -135,23 +217,26 @@ void rmsNormBackward(const T *x, const T *w, const T *rstd, const T *dy,
                      int64_t rows, int64_t d, T *dx, T *dw) {
   // y = x·r·w with r = (mean(x²) + eps)^(-1/2):
   // dx = r·(w·dy) - x·r³·mean(x·w·dy).
-  for (int64_t r = 0; r < rows; ++r) {
+  // dw sums over rows, so it goes by columns; and before dx, so that dx may
+  // still share dy's or x's buffer as it could in the one-pass loop.
+  sumRowsInto(rows, d, dw, [&](int64_t r, int64_t c) {
+    return T(dy[r * d + c] * x[r * d + c] * double(rstd[r]));
+  });
+  parallelFor(rows, rows * d, [&](int64_t r) {
     const T *xr = x + r * d, *gr = dy + r * d;
     double inv = rstd[r], dot = 0;
-    for (int64_t c = 0; c < d; ++c) {
+    for (int64_t c = 0; c < d; ++c)
       dot += double(xr[c]) * w[c] * gr[c];
-      dw[c] += T(gr[c] * xr[c] * inv);
-    }
     double k = inv * inv * inv * dot / d;
     for (int64_t c = 0; c < d; ++c)
       dx[r * d + c] = T(inv * w[c] * gr[c] - xr[c] * k);
-  }
+  });
 }
 
 template <typename T>
 void layerNormForward(const T *x, const T *w, const T *b, int64_t rows,
                       int64_t d, double eps, T *y, T *mean, T *rstd) {
-  for (int64_t r = 0; r < rows; ++r) {
+  parallelFor(rows, rows * d, [&](int64_t r) {
     const T *xr = x + r * d;
     double mu = 0;
     for (int64_t c = 0; c < d; ++c)
@@ -165,7 +250,7 @@ void layerNormForward(const T *x, const T *w, const T *b, int64_t rows,
     rstd[r] = T(inv);
     for (int64_t c = 0; c < d; ++c)
       y[r * d + c] = T((xr[c] - mu) * inv * w[c] + b[c]);
-  }
+  });
 }
 
 template <typename T>
@@ -174,7 +259,14 @@ void layerNormBackward(const T *x, const T *w, const T *mean, const T *rstd,
                        T *db) {
   // With xhat = (x - mu)·r and g = w·dy:
   // dx = r·(g - mean(g) - xhat·mean(g·xhat)).
-  for (int64_t r = 0; r < rows; ++r) {
+  // dw and db sum over rows, so they go by columns; and before dx, so that
+  // dx may still share dy's or x's buffer as it could in the one-pass loop.
+  sumRowsInto(rows, d, dw, [&](int64_t r, int64_t c) {
+    double xhat = (x[r * d + c] - double(mean[r])) * double(rstd[r]);
+    return T(dy[r * d + c] * xhat);
+  });
+  sumRowsInto(rows, d, db, [&](int64_t r, int64_t c) { return dy[r * d + c]; });
+  parallelFor(rows, rows * d, [&](int64_t r) {
     const T *xr = x + r * d, *gr = dy + r * d;
     double mu = mean[r], inv = rstd[r], sumG = 0, sumGX = 0;
     for (int64_t c = 0; c < d; ++c) {
@@ -182,8 +274,6 @@ void layerNormBackward(const T *x, const T *w, const T *mean, const T *rstd,
       double g = double(w[c]) * gr[c];
       sumG += g;
       sumGX += g * xhat;
-      dw[c] += T(gr[c] * xhat);
-      db[c] += gr[c];
     }
     sumG /= d;
     sumGX /= d;
@@ -191,7 +281,7 @@ void layerNormBackward(const T *x, const T *w, const T *mean, const T *rstd,
       double xhat = (xr[c] - mu) * inv;
       dx[r * d + c] = T(inv * (double(w[c]) * gr[c] - sumG - xhat * sumGX));
     }
-  }
+  });
 }
 
 //===-- RoPE --------------------------------------------------------------===//
@@ -205,18 +295,26 @@ void rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = std::pow(theta, -2.0 * i / headDim);
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t p = 0; p < seq; ++p)
-      for (int64_t h = 0; h < heads; ++h) {
-        int64_t base = (b * seq + p) * width + h * headDim;
-        for (int64_t i = 0; i < half; ++i) {
-          double angle = p * invFreq[i];
-          double c = std::cos(angle), s = sign * std::sin(angle);
-          double x1 = x[base + i], x2 = x[base + i + half];
-          y[base + i] = T(x1 * c - x2 * s);
-          y[base + i + half] = T(x2 * c + x1 * s);
-        }
+  // One unit per (batch, position) row; its angles serve every head.
+  auto rowBody = [&](int64_t row) {
+    int64_t p = row % seq;
+    std::vector<double> cosines(half), sines(half);
+    for (int64_t i = 0; i < half; ++i) {
+      double angle = p * invFreq[i];
+      cosines[i] = std::cos(angle);
+      sines[i] = sign * std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t base = row * width + h * headDim;
+      for (int64_t i = 0; i < half; ++i) {
+        double x1 = x[base + i], x2 = x[base + i + half];
+        y[base + i] = T(x1 * cosines[i] - x2 * sines[i]);
+        y[base + i + half] = T(x2 * cosines[i] + x1 * sines[i]);
       }
+    }
+  };
+  parallelFor(batch * seq, batch * seq * (width + half * kTranscendentalCost),
+              rowBody);
 }
 } // namespace
 
@@ -276,52 +374,65 @@ Head makeHead(const AttentionShape &s, int64_t b, int64_t h,
 template <typename T>
 void attentionForward(const T *q, const T *k, const T *v,
                       const AttentionShape &s, T *out, T *lse) {
-  std::vector<double> slopes(s.heads), scores(s.seq), acc(s.headDim);
+  std::vector<double> slopes(s.heads);
   alibiSlopes(s.heads, slopes.data());
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.heads; ++h) {
-      Head hd = makeHead(s, b, h, slopes);
-      for (int64_t i = 0; i < s.seq; ++i) {
-        const T *qi = q + hd.qOffset + i * hd.qStride;
-        int64_t n = hd.keys(s, i);
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          const T *kj = k + hd.kvOffset + j * hd.kvStride;
-          double dot = 0;
-          for (int64_t c = 0; c < s.headDim; ++c)
-            dot += double(qi[c]) * kj[c];
-          scores[j] = dot * s.scale + hd.bias(i, j);
-          m = std::max(m, scores[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < n; ++j)
-          sum += std::exp(scores[j] - m);
-        double l = m + std::log(sum);
-        lse[(b * s.heads + h) * s.seq + i] = T(l);
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = 0; j < n; ++j) {
-          double p = std::exp(scores[j] - l);
-          const T *vj = v + hd.kvOffset + j * hd.kvStride;
-          for (int64_t c = 0; c < s.headDim; ++c)
-            acc[c] += p * vj[c];
-        }
-        T *oi = out + hd.qOffset + i * hd.qStride;
+  // The (batch, head) pairs are independent problems, one unit each.
+  auto pairBody = [&](int64_t pair) {
+    int64_t b = pair / s.heads, h = pair % s.heads;
+    std::vector<double> scores(s.seq), acc(s.headDim);
+    Head hd = makeHead(s, b, h, slopes);
+    for (int64_t i = 0; i < s.seq; ++i) {
+      const T *qi = q + hd.qOffset + i * hd.qStride;
+      int64_t n = hd.keys(s, i);
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        const T *kj = k + hd.kvOffset + j * hd.kvStride;
+        double dot = 0;
         for (int64_t c = 0; c < s.headDim; ++c)
-          oi[c] = T(acc[c]);
+          dot += double(qi[c]) * kj[c];
+        scores[j] = dot * s.scale + hd.bias(i, j);
+        m = std::max(m, scores[j]);
       }
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j)
+        sum += std::exp(scores[j] - m);
+      double l = m + std::log(sum);
+      lse[(b * s.heads + h) * s.seq + i] = T(l);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < n; ++j) {
+        double p = std::exp(scores[j] - l);
+        const T *vj = v + hd.kvOffset + j * hd.kvStride;
+        for (int64_t c = 0; c < s.headDim; ++c)
+          acc[c] += p * vj[c];
+      }
+      T *oi = out + hd.qOffset + i * hd.qStride;
+      for (int64_t c = 0; c < s.headDim; ++c)
+        oi[c] = T(acc[c]);
     }
+  };
+  parallelFor(s.batch * s.heads, s.batch * s.heads * s.seq * s.seq * s.headDim,
+              pairBody);
 }
 
 template <typename T>
 void attentionBackward(const T *q, const T *k, const T *v, const T *out,
                        const T *lse, const T *dout, const AttentionShape &s,
                        T *dq, T *dk, T *dv) {
-  std::fill_n(dk, s.batch * s.seq * s.kvHeads * s.headDim, T(0));
-  std::fill_n(dv, s.batch * s.seq * s.kvHeads * s.headDim, T(0));
-  std::vector<double> slopes(s.heads), acc(s.headDim);
+  std::vector<double> slopes(s.heads);
   alibiSlopes(s.heads, slopes.data());
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.heads; ++h) {
+  // dk and dv of a kv head gather the q heads of its group, so the unit is a
+  // (batch, kv head) pair taking its q heads in order: each output element
+  // has one writer, adding its terms in the serial order.
+  int64_t group = s.heads / s.kvHeads, kvStride = s.kvHeads * s.headDim;
+  auto pairBody = [&](int64_t pair) {
+    int64_t b = pair / s.kvHeads, g = pair % s.kvHeads;
+    for (int64_t j = 0; j < s.seq; ++j) {
+      int64_t at = (b * s.seq + j) * kvStride + g * s.headDim;
+      std::fill_n(dk + at, s.headDim, T(0));
+      std::fill_n(dv + at, s.headDim, T(0));
+    }
+    std::vector<double> acc(s.headDim);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       Head hd = makeHead(s, b, h, slopes);
       for (int64_t i = 0; i < s.seq; ++i) {
         const T *qi = q + hd.qOffset + i * hd.qStride;
@@ -356,52 +467,68 @@ void attentionBackward(const T *q, const T *k, const T *v, const T *out,
           dqi[c] = T(acc[c]);
       }
     }
+  };
+  parallelFor(s.batch * s.kvHeads,
+              2 * s.batch * s.heads * s.seq * s.seq * s.headDim, pairBody);
 }
 
 //===-- Elementwise -------------------------------------------------------===//
 
 template <typename T>
 void swigluForward(const T *gate, const T *up, int64_t n, T *y) {
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = T(gate[i] * sigmoid(gate[i]) * up[i]);
+  auto block = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      y[i] = T(gate[i] * sigmoid(gate[i]) * up[i]);
+  };
+  parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
 }
 
 template <typename T>
 void swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
                     T *dgate, T *dup) {
-  for (int64_t i = 0; i < n; ++i) {
-    double g = gate[i], sg = sigmoid(g);
-    dup[i] = T(dy[i] * g * sg);
-    dgate[i] = T(dy[i] * up[i] * sg * (1.0 + g * (1.0 - sg)));
-  }
+  auto block = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      double g = gate[i], sg = sigmoid(g);
+      dup[i] = T(dy[i] * g * sg);
+      dgate[i] = T(dy[i] * up[i] * sg * (1.0 + g * (1.0 - sg)));
+    }
+  };
+  parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
 }
 
 template <typename T>
 void geluForward(const T *x, int64_t n, bool tanhApprox, T *y) {
-  for (int64_t i = 0; i < n; ++i) {
-    double v = x[i];
-    y[i] = tanhApprox
-               ? T(0.5 * v *
-                   (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))))
-               : T(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));
-  }
+  auto block = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      double v = x[i];
+      y[i] =
+          tanhApprox
+              ? T(0.5 * v *
+                  (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))))
+              : T(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));
+    }
+  };
+  parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
 }
 
 template <typename T>
 void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx) {
-  for (int64_t i = 0; i < n; ++i) {
-    double v = x[i], grad;
-    if (tanhApprox) {
-      double u = kSqrt2OverPi * (v + 0.044715 * v * v * v);
-      double t = std::tanh(u);
-      double du = kSqrt2OverPi * (1.0 + 3 * 0.044715 * v * v);
-      grad = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
-    } else {
-      grad = 0.5 * (1.0 + std::erf(v * kInvSqrt2)) +
-             v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+  auto block = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      double v = x[i], grad;
+      if (tanhApprox) {
+        double u = kSqrt2OverPi * (v + 0.044715 * v * v * v);
+        double t = std::tanh(u);
+        double du = kSqrt2OverPi * (1.0 + 3 * 0.044715 * v * v);
+        grad = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
+      } else {
+        grad = 0.5 * (1.0 + std::erf(v * kInvSqrt2)) +
+               v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+      }
+      dx[i] = T(dy[i] * grad);
     }
-    dx[i] = T(dy[i] * grad);
-  }
+  };
+  parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
 }
 
 //===-- Dropout -----------------------------------------------------------===//
@@ -420,13 +547,19 @@ template <typename T>
 void applyDropout(const T *in, const GlobalIndexing &at, double rate,
                   const DropoutKey &key, T *out) {
   double scale = 1.0 / (1.0 - rate);
-  for (int64_t r = 0; r < at.rows; ++r) {
+  // Units are blocks of a row, so that a single long row is split too.
+  int64_t perRow = (at.cols + kElementBlock - 1) / kElementBlock;
+  auto unitBody = [&](int64_t unit) {
+    int64_t r = unit / perRow, c0 = (unit % perRow) * kElementBlock;
+    int64_t c1 = std::min(at.cols, c0 + kElementBlock);
     uint64_t base = uint64_t(at.rowOffset + r) * at.globalCols + at.colOffset;
-    for (int64_t c = 0; c < at.cols; ++c) {
+    for (int64_t c = c0; c < c1; ++c) {
       int64_t i = r * at.cols + c;
       out[i] = dropoutKeeps(base + c, rate, key) ? T(in[i] * scale) : T(0);
     }
-  }
+  };
+  parallelFor(at.rows * perRow, at.rows * at.cols * kTranscendentalCost,
+              unitBody);
 }
 } // namespace
 
@@ -473,10 +606,11 @@ void qkvSplitForward(const T *qkv, const QkvShape &s, T *q, T *k, T *v) {
   int64_t width = qCols + 2 * kvCols;
   T *outs[3] = {q, k, v};
   int64_t widths[3] = {qCols, kvCols, kvCols};
-  for (int64_t r = 0; r < s.rows; ++r)
+  parallelFor(s.rows, s.rows * width, [&](int64_t r) {
     forEachQkvColumn(s, [&](int64_t col, int64_t part, int64_t c) {
       outs[part][r * widths[part] + c] = qkv[r * width + col];
     });
+  });
 }
 
 template <typename T>
@@ -486,10 +620,11 @@ void qkvSplitBackward(const T *dq, const T *dk, const T *dv, const QkvShape &s,
   int64_t width = qCols + 2 * kvCols;
   const T *ins[3] = {dq, dk, dv};
   int64_t widths[3] = {qCols, kvCols, kvCols};
-  for (int64_t r = 0; r < s.rows; ++r)
+  parallelFor(s.rows, s.rows * width, [&](int64_t r) {
     forEachQkvColumn(s, [&](int64_t col, int64_t part, int64_t c) {
       dqkv[r * width + col] = ins[part][r * widths[part] + c];
     });
+  });
 }
 
 //===-- Loss --------------------------------------------------------------===//
@@ -498,18 +633,24 @@ template <typename T>
 T crossEntropyForward(const T *logits, const int32_t *targets, int64_t rows,
                       int64_t vocab, int64_t ignoreIndex, T *lse,
                       int64_t *counted) {
-  double total = 0;
-  int64_t n = 0;
-  for (int64_t r = 0; r < rows; ++r) {
+  // Rows in parallel, each leaving its loss term in `terms`; the terms are
+  // then added in row order, so the sum does not depend on the threads.
+  std::vector<double> terms(rows);
+  parallelFor(rows, rows * vocab * kTranscendentalCost, [&](int64_t r) {
     const T *row = logits + r * vocab;
     double m = *std::max_element(row, row + vocab), sum = 0;
     for (int64_t c = 0; c < vocab; ++c)
       sum += std::exp(row[c] - m);
     double l = m + std::log(sum);
     lse[r] = T(l);
+    terms[r] = targets[r] == ignoreIndex ? 0.0 : l - row[targets[r]];
+  });
+  double total = 0;
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) {
     if (targets[r] == ignoreIndex)
       continue;
-    total += l - row[targets[r]];
+    total += terms[r];
     ++n;
   }
   *counted = n;
@@ -521,17 +662,17 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
                           const T *lse, T dloss, int64_t rows, int64_t vocab,
                           int64_t ignoreIndex, int64_t counted, T *dlogits) {
   double scale = counted ? double(dloss) / counted : 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
+  parallelFor(rows, rows * vocab * kTranscendentalCost, [&](int64_t r) {
     T *g = dlogits + r * vocab;
     if (targets[r] == ignoreIndex) {
       std::fill_n(g, vocab, T(0));
-      continue;
+      return;
     }
     const T *row = logits + r * vocab;
     for (int64_t c = 0; c < vocab; ++c)
       g[c] = T(std::exp(row[c] - double(lse[r])) * scale);
     g[targets[r]] -= T(scale);
-  }
+  });
 }
 
 //===-- Instantiations ----------------------------------------------------===//

@@ -8,7 +8,9 @@
 //     ACCUMULATE (+=) parameter gradients (dw, dbias, dtable), so gradient
 //     accumulation over micro-batches needs no extra pass;
 //   - whatever a backward needs from its forward beyond the inputs (norm
-//     statistics, attention log-sum-exp) is an explicit "saved" buffer.
+//     statistics, attention log-sum-exp) is an explicit "saved" buffer;
+//   - the kernels' loops run on OpenMP threads, GEMM on OpenBLAS's; the
+//     loops' results are bit-identical whatever the number of threads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +20,19 @@
 #include <cstdint>
 
 namespace braid::cpu {
+
+//===-- Threads -----------------------------------------------------------===//
+
+/// Sets how many threads the kernels (OpenMP) and GEMM (OpenBLAS) use, so
+/// that ranks sharing a node can split its cores; n <= 0 restores the
+/// defaults (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else every core). The
+/// OpenMP count is per calling thread: call it on the thread that runs the
+/// kernels. The kernels' own results do not depend on it; GEMM's are
+/// OpenBLAS's business (it splits the output, not the sums, so in practice
+/// they do not either).
+void setNumThreads(int n);
+/// The number of threads the kernels called from this thread use.
+int numThreads();
 
 //===-- Embeddings --------------------------------------------------------===//
 

@@ -1,0 +1,384 @@
+//===- KernelThreadsTest.cpp - CPU kernels on 1 and on 4 threads ----------===//
+//
+// Every threaded kernel, on inputs large enough to cross its threshold, must
+// give bit-identical outputs on 1 and on 4 threads (training asserts
+// bit-identical losses across runs and, later, serial-vs-parallel parity).
+// Where a reference is cheap the outputs are also checked against a plain
+// loop here; the gradients themselves are KernelGradTest's business.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/Kernels.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+using namespace braid::cpu;
+
+namespace {
+
+template <typename T>
+std::vector<T> randomVec(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(-scale, scale);
+  std::vector<T> v(n);
+  for (T &x : v)
+    x = T(dist(gen));
+  return v;
+}
+
+std::vector<int32_t> randomIds(size_t n, int32_t bound, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0, bound - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t &x : v)
+    x = dist(gen);
+  return v;
+}
+
+template <typename T>
+bool sameBits(const std::vector<T> &a, const std::vector<T> &b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// Runs `kernel`, which fills `outputs` (from the state `reset` sets up), on
+/// 1 and on 4 threads, and expects every output to be bit-identical.
+template <typename T>
+void expectSameOnOneAndFour(std::vector<std::vector<T> *> outputs,
+                            const std::function<void()> &reset,
+                            const std::function<void()> &kernel) {
+  std::vector<std::vector<T>> single;
+  for (int threads : {1, 4}) {
+    setNumThreads(threads);
+    ASSERT_EQ(numThreads(), threads);
+    reset();
+    kernel();
+    if (threads == 1) {
+      for (std::vector<T> *out : outputs)
+        single.push_back(*out);
+      continue;
+    }
+    for (size_t i = 0; i < outputs.size(); ++i)
+      EXPECT_TRUE(sameBits(single[i], *outputs[i]))
+          << "output " << i << " differs between 1 and 4 threads";
+  }
+}
+
+/// Restores the default thread count when a test ends, pass or fail.
+class KernelThreads : public ::testing::Test {
+protected:
+  void TearDown() override { setNumThreads(0); }
+};
+
+void noReset() {}
+
+TEST_F(KernelThreads, SetNumThreadsRoundTrips) {
+  setNumThreads(0);
+  int defaults = numThreads();
+  EXPECT_GE(defaults, 1);
+  setNumThreads(3);
+  EXPECT_EQ(numThreads(), 3);
+  setNumThreads(-1);
+  EXPECT_EQ(numThreads(), defaults);
+}
+
+TEST_F(KernelThreads, Attention) {
+  // Causal GQA with ALiBi (two q heads per kv head, so dk/dv gather two
+  // heads) and full attention with as many kv heads as heads.
+  for (AttentionShape s : {AttentionShape{2, 48, 8, 4, 16, 0.25, true, true},
+                           AttentionShape{3, 40, 4, 4, 8, 0.3, false, false}}) {
+    const size_t qn = s.batch * s.seq * s.heads * s.headDim;
+    const size_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+    auto q = randomVec<float>(qn, 1), k = randomVec<float>(kvn, 2),
+         v = randomVec<float>(kvn, 3), dout = randomVec<float>(qn, 4);
+    std::vector<float> out(qn), lse(s.batch * s.heads * s.seq), dq(qn),
+        dk(kvn, 7.0f), dv(kvn, 7.0f);
+    expectSameOnOneAndFour<float>({&out, &lse, &dq, &dk, &dv}, noReset, [&] {
+      attentionForward(q.data(), k.data(), v.data(), s, out.data(), lse.data());
+      attentionBackward(q.data(), k.data(), v.data(), out.data(), lse.data(),
+                        dout.data(), s, dq.data(), dk.data(), dv.data());
+    });
+
+    // The forward against a plain softmax in double, head by head.
+    std::vector<double> slopes(s.heads);
+    alibiSlopes(s.heads, slopes.data());
+    int64_t group = s.heads / s.kvHeads;
+    double worst = 0;
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads; ++h)
+        for (int64_t i = 0; i < s.seq; ++i) {
+          auto qAt = [&](int64_t t, int64_t c) {
+            return double(q[((b * s.seq + t) * s.heads + h) * s.headDim + c]);
+          };
+          auto kvAt = [&](const std::vector<float> &x, int64_t t, int64_t c) {
+            return double(
+                x[((b * s.seq + t) * s.kvHeads + h / group) * s.headDim + c]);
+          };
+          int64_t keys = s.causal ? i + 1 : s.seq;
+          std::vector<double> p(keys);
+          double total = 0;
+          for (int64_t j = 0; j < keys; ++j) {
+            double score = 0;
+            for (int64_t c = 0; c < s.headDim; ++c)
+              score += qAt(i, c) * kvAt(k, j, c);
+            score = score * s.scale - (s.alibi ? slopes[h] * (i - j) : 0.0);
+            p[j] = std::exp(score);
+            total += p[j];
+          }
+          for (int64_t c = 0; c < s.headDim; ++c) {
+            double ref = 0;
+            for (int64_t j = 0; j < keys; ++j)
+              ref += p[j] / total * kvAt(v, j, c);
+            double got = out[((b * s.seq + i) * s.heads + h) * s.headDim + c];
+            worst = std::max(worst, std::fabs(got - ref));
+          }
+        }
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
+TEST_F(KernelThreads, AttentionDouble) {
+  AttentionShape s{2, 32, 6, 2, 8, 0.35, true, false};
+  const size_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const size_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  auto q = randomVec<double>(qn, 5), k = randomVec<double>(kvn, 6),
+       v = randomVec<double>(kvn, 7), dout = randomVec<double>(qn, 8);
+  std::vector<double> out(qn), lse(s.batch * s.heads * s.seq), dq(qn), dk(kvn),
+      dv(kvn);
+  expectSameOnOneAndFour<double>({&out, &lse, &dq, &dk, &dv}, noReset, [&] {
+    attentionForward(q.data(), k.data(), v.data(), s, out.data(), lse.data());
+    attentionBackward(q.data(), k.data(), v.data(), out.data(), lse.data(),
+                      dout.data(), s, dq.data(), dk.data(), dv.data());
+  });
+}
+
+/// The loss is a sum over rows: in double, any change of its order would
+/// show in the last bits.
+template <typename T> void checkCrossEntropy() {
+  const int64_t rows = 96, vocab = 1000;
+  auto logits = randomVec<T>(rows * vocab, 10, 4.0);
+  std::vector<int32_t> targets = randomIds(rows, vocab, 11);
+  for (int64_t r = 0; r < rows; r += 7)
+    targets[r] = -100;
+  std::vector<T> lse(rows), loss(1), dlogits(rows * vocab);
+  int64_t counted = 0;
+  expectSameOnOneAndFour<T>({&lse, &loss, &dlogits}, noReset, [&] {
+    loss[0] = crossEntropyForward(logits.data(), targets.data(), rows, vocab,
+                                  -100, lse.data(), &counted);
+    crossEntropyBackward(logits.data(), targets.data(), lse.data(), T(1.5),
+                         rows, vocab, -100, counted, dlogits.data());
+  });
+  // Against -log softmax[target] averaged over the counted rows.
+  double ref = 0;
+  int64_t refCounted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] == -100)
+      continue;
+    double sum = 0;
+    for (int64_t c = 0; c < vocab; ++c)
+      sum += std::exp(double(logits[r * vocab + c]));
+    ref += std::log(sum) - logits[r * vocab + targets[r]];
+    ++refCounted;
+  }
+  EXPECT_EQ(counted, refCounted);
+  EXPECT_NEAR(loss[0], ref / refCounted, 1e-5);
+}
+
+TEST_F(KernelThreads, CrossEntropy) {
+  checkCrossEntropy<float>();
+  checkCrossEntropy<double>();
+}
+
+TEST_F(KernelThreads, RmsNorm) {
+  const int64_t rows = 64, d = 700; // d not a multiple of the column block
+  auto x = randomVec<float>(rows * d, 20), w = randomVec<float>(d, 21),
+       dy = randomVec<float>(rows * d, 22), dwStart = randomVec<float>(d, 23);
+  std::vector<float> y(rows * d), rstd(rows), dx(rows * d), dw;
+  expectSameOnOneAndFour<float>(
+      {&y, &rstd, &dx, &dw}, [&] { dw = dwStart; },
+      [&] {
+        rmsNormForward(x.data(), w.data(), rows, d, 1e-5, y.data(),
+                       rstd.data());
+        rmsNormBackward(x.data(), w.data(), rstd.data(), dy.data(), rows, d,
+                        dx.data(), dw.data());
+      });
+  // dw accumulates dy·x·rstd over the rows, in row order.
+  for (int64_t c = 0; c < d; ++c) {
+    float ref = dwStart[c];
+    for (int64_t r = 0; r < rows; ++r)
+      ref += float(dy[r * d + c] * x[r * d + c] * double(rstd[r]));
+    EXPECT_EQ(dw[c], ref) << "column " << c;
+  }
+}
+
+TEST_F(KernelThreads, LayerNorm) {
+  const int64_t rows = 64, d = 700;
+  auto x = randomVec<float>(rows * d, 30), w = randomVec<float>(d, 31),
+       b = randomVec<float>(d, 32), dy = randomVec<float>(rows * d, 33),
+       dwStart = randomVec<float>(d, 34), dbStart = randomVec<float>(d, 35);
+  std::vector<float> y(rows * d), mean(rows), rstd(rows), dx(rows * d), dw, db;
+  expectSameOnOneAndFour<float>(
+      {&y, &mean, &rstd, &dx, &dw, &db},
+      [&] {
+        dw = dwStart;
+        db = dbStart;
+      },
+      [&] {
+        layerNormForward(x.data(), w.data(), b.data(), rows, d, 1e-5, y.data(),
+                         mean.data(), rstd.data());
+        layerNormBackward(x.data(), w.data(), mean.data(), rstd.data(),
+                          dy.data(), rows, d, dx.data(), dw.data(), db.data());
+      });
+  for (int64_t c = 0; c < d; ++c) {
+    float ref = dbStart[c];
+    for (int64_t r = 0; r < rows; ++r)
+      ref += dy[r * d + c];
+    EXPECT_EQ(db[c], ref) << "column " << c;
+  }
+}
+
+TEST_F(KernelThreads, Rope) {
+  const int64_t batch = 2, seq = 64, heads = 8, headDim = 32;
+  const int64_t n = batch * seq * heads * headDim;
+  auto x = randomVec<float>(n, 40), dy = randomVec<float>(n, 41);
+  std::vector<float> y(n), dx(n);
+  expectSameOnOneAndFour<float>({&y, &dx}, noReset, [&] {
+    ropeForward(x.data(), batch, seq, heads, headDim, 10000.0, y.data());
+    ropeBackward(dy.data(), batch, seq, heads, headDim, 10000.0, dx.data());
+  });
+  // Batch 1, position 5, head 3, pair 2 against the rotation written out.
+  int64_t p = 5, i = 2, at = ((1 * seq + p) * heads + 3) * headDim;
+  double angle = p * std::pow(10000.0, -2.0 * i / headDim);
+  double x1 = x[at + i], x2 = x[at + i + headDim / 2];
+  EXPECT_NEAR(y[at + i], x1 * std::cos(angle) - x2 * std::sin(angle), 1e-6);
+  EXPECT_NEAR(y[at + i + headDim / 2],
+              x2 * std::cos(angle) + x1 * std::sin(angle), 1e-6);
+}
+
+TEST_F(KernelThreads, SwigluAndGelu) {
+  const int64_t n = 100003; // not a multiple of the element block
+  auto a = randomVec<float>(n, 50, 4.0), u = randomVec<float>(n, 51),
+       dy = randomVec<float>(n, 52);
+  std::vector<float> y(n), da(n), du(n), g(n), gt(n), dg(n), dgt(n);
+  auto kernels = [&] {
+    swigluForward(a.data(), u.data(), n, y.data());
+    swigluBackward(a.data(), u.data(), dy.data(), n, da.data(), du.data());
+    geluForward(a.data(), n, false, g.data());
+    geluForward(a.data(), n, true, gt.data());
+    geluBackward(a.data(), dy.data(), n, false, dg.data());
+    geluBackward(a.data(), dy.data(), n, true, dgt.data());
+  };
+  expectSameOnOneAndFour<float>({&y, &da, &du, &g, &gt, &dg, &dgt}, noReset,
+                                kernels);
+  for (int64_t i : {int64_t(0), int64_t(4096), n - 1}) {
+    double v = a[i];
+    EXPECT_NEAR(y[i], v / (1 + std::exp(-v)) * u[i], 1e-5);
+    EXPECT_NEAR(g[i], 0.5 * v * std::erfc(-v / std::sqrt(2.0)), 1e-5);
+  }
+}
+
+TEST_F(KernelThreads, Dropout) {
+  // One long row (split into blocks) and many short ones.
+  for (GlobalIndexing at : {GlobalIndexing{1, 50000, 50000, 0, 0},
+                            GlobalIndexing{300, 200, 400, 7, 100}}) {
+    const int64_t n = at.rows * at.cols;
+    const DropoutKey key{42, 3, 1};
+    auto x = randomVec<float>(n, 60);
+    std::vector<float> y(n), dx(n);
+    expectSameOnOneAndFour<float>({&y, &dx}, noReset, [&] {
+      dropoutForward(x.data(), at, 0.2, key, y.data());
+      dropoutBackward(x.data(), at, 0.2, key, dx.data());
+    });
+    for (int64_t r = 0; r < at.rows; ++r)
+      for (int64_t c = 0; c < at.cols; c += 37) {
+        uint64_t global =
+            uint64_t(at.rowOffset + r) * at.globalCols + at.colOffset + c;
+        float ref = dropoutKeeps(global, 0.2, key)
+                        ? float(x[r * at.cols + c] * (1.0 / (1.0 - 0.2)))
+                        : 0.0f;
+        EXPECT_EQ(y[r * at.cols + c], ref);
+      }
+  }
+}
+
+TEST_F(KernelThreads, Embeddings) {
+  const int64_t vocab = 50, batch = 4, seq = 64, hidden = 200;
+  const int64_t rows = batch * seq;
+  auto table = randomVec<float>(vocab * hidden, 70),
+       pos = randomVec<float>(seq * hidden, 71),
+       dout = randomVec<float>(rows * hidden, 72),
+       dtableStart = randomVec<float>(vocab * hidden, 73),
+       dposStart = randomVec<float>(seq * hidden, 74);
+  std::vector<int32_t> ids = randomIds(rows, vocab, 75); // many repeats
+  std::vector<float> out(rows * hidden), posOut(rows * hidden), dtable, dpos;
+  expectSameOnOneAndFour<float>(
+      {&out, &posOut, &dtable, &dpos},
+      [&] {
+        dtable = dtableStart;
+        dpos = dposStart;
+      },
+      [&] {
+        embeddingForward(table.data(), ids.data(), rows, hidden, out.data());
+        embeddingBackward(dout.data(), ids.data(), rows, hidden, dtable.data());
+        positionEmbeddingForward(pos.data(), batch, seq, hidden, posOut.data());
+        positionEmbeddingBackward(dout.data(), batch, seq, hidden, dpos.data());
+      });
+  std::vector<float> refTable = dtableStart, refPos = dposStart;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < hidden; ++c) {
+      EXPECT_EQ(out[r * hidden + c], table[ids[r] * hidden + c]);
+      EXPECT_EQ(posOut[r * hidden + c], pos[(r % seq) * hidden + c]);
+      refTable[ids[r] * hidden + c] += dout[r * hidden + c];
+      refPos[(r % seq) * hidden + c] += dout[r * hidden + c];
+    }
+  EXPECT_TRUE(sameBits(dtable, refTable));
+  EXPECT_TRUE(sameBits(dpos, refPos));
+}
+
+TEST_F(KernelThreads, LinearBiasAndItsGradient) {
+  // The bias add and the bias gradient are the kernels' own loops (the
+  // products are OpenBLAS's): dx and dw are left out.
+  LinearShape s{256, 64, 300, true};
+  auto x = randomVec<float>(s.rows * s.in, 80),
+       w = randomVec<float>(s.out * s.in, 81),
+       bias = randomVec<float>(s.out, 82),
+       dy = randomVec<float>(s.rows * s.out, 83),
+       dbStart = randomVec<float>(s.out, 84);
+  std::vector<float> y(s.rows * s.out), db;
+  expectSameOnOneAndFour<float>(
+      {&db}, [&] { db = dbStart; },
+      [&] {
+        linearForward(x.data(), w.data(), bias.data(), s, y.data());
+        linearBackward<float>(x.data(), w.data(), dy.data(), s, nullptr,
+                              nullptr, db.data());
+      });
+  std::vector<float> ref = dbStart;
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int64_t c = 0; c < s.out; ++c)
+      ref[c] += dy[r * s.out + c];
+  EXPECT_TRUE(sameBits(db, ref));
+}
+
+TEST_F(KernelThreads, QkvSplit) {
+  for (bool perHead : {false, true}) {
+    QkvShape s{256, 4, perHead ? 4 : 2, 16, perHead};
+    int64_t qCols = s.heads * s.headDim, kvCols = s.kvHeads * s.headDim;
+    int64_t width = qCols + 2 * kvCols;
+    auto qkv = randomVec<float>(s.rows * width, 90);
+    std::vector<float> q(s.rows * qCols), k(s.rows * kvCols),
+        v(s.rows * kvCols), back(s.rows * width);
+    expectSameOnOneAndFour<float>({&q, &k, &v, &back}, noReset, [&] {
+      qkvSplitForward(qkv.data(), s, q.data(), k.data(), v.data());
+      qkvSplitBackward(q.data(), k.data(), v.data(), s, back.data());
+    });
+    EXPECT_TRUE(sameBits(back, qkv)) << "perHead " << perHead;
+  }
+}
+
+} // namespace
