@@ -3,6 +3,7 @@
 #include "compiler/PlanExport.h"
 
 #include "dialects/plan/PlanDialect.h"
+#include "passes/plan/Passes.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -103,6 +104,30 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
         inst->set_provenance(k.getProvenance()->str());
     }
   }
+  // The step functions plan-lower made (those with nothing to do are gone).
+  plan::StepFunctions *step = out.mutable_training()->mutable_step();
+  for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>()) {
+    if (fn.getSymName() == plan_ir::kZeroGradsFunc)
+      step->set_zero_grads(fn.getSymName().str());
+    else if (fn.getSymName() == plan_ir::kMicroStepFunc)
+      step->set_micro_step(fn.getSymName().str());
+    else if (fn.getSymName() == plan_ir::kUpdateFunc)
+      step->set_update(fn.getSymName().str());
+  }
+  if (step->micro_step().empty())
+    return error("the module has no @" + plan_ir::kMicroStepFunc +
+                 ": run plan-lower first");
+  // The step loop's sizes; trainingSettings() fills them from the job.
+  out.mutable_training()->set_steps(1);
+  out.mutable_training()->set_micro_batches(1);
+  for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>())
+    if (b.getName() == "tokens") {
+      auto shape = cast<RankedTensorType>(b.getType()).getShape();
+      if (shape.size() != 2)
+        return error("the tokens buffer is not [batch, seq]");
+      out.mutable_training()->set_micro_batch_size(shape[0]);
+      out.mutable_training()->set_seq_length(shape[1]);
+    }
   if (absl::Status s = plan::ValidatePlan(out); !s.ok())
     return error("the exported plan does not validate: " +
                  std::string(s.message()));
@@ -111,8 +136,10 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
 
 plan::Training braid::trainingSettings(const ModelConfig &model,
                                        const TrainConfig &train,
+                                       const ParallelConfig &parallel,
                                        const spec::DataSpec &data) {
   plan::Training t;
+  t.set_micro_batches(parallel.microBatches);
   t.set_steps(train.steps);
   t.set_seed(uint64_t(train.seed));
   t.set_lr(train.lr);
@@ -126,6 +153,5 @@ plan::Training braid::trainingSettings(const ModelConfig &model,
   t.set_num_layers(model.numLayers);
   t.set_data_path(data.path());
   t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
-  t.set_function("train_step");
   return t;
 }

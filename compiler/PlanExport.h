@@ -4,6 +4,7 @@
 #define BRAID_COMPILER_PLANEXPORT_H
 
 #include "frontends/ModelConfig.h"
+#include "frontends/ParallelConfig.h"
 #include "frontends/TrainConfig.h"
 #include "runtime/plan/plan.pb.h"
 
@@ -18,9 +19,12 @@ namespace braid {
 /// accepts.
 llvm::Expected<plan::Plan> exportPlan(mlir::ModuleOp module);
 
-/// The plan's training settings for a job (braid-run's step loop).
+/// The plan's training settings for a job (braid-run's step loop), all but
+/// the step functions, which exportPlan() fills: merge it into the exported
+/// plan's `training` (MergeFrom).
 plan::Training trainingSettings(const ModelConfig &model,
                                 const TrainConfig &train,
+                                const ParallelConfig &parallel,
                                 const spec::DataSpec &data);
 
 } // namespace braid

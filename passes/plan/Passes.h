@@ -8,6 +8,13 @@
 
 namespace braid::plan_ir {
 
+/// The functions `plan-lower` makes of a training step: run as zero_grads,
+/// micro_step once per micro-batch (gradients accumulate in their buffers),
+/// then update.
+inline constexpr llvm::StringLiteral kZeroGradsFunc = "zero_grads";
+inline constexpr llvm::StringLiteral kMicroStepFunc = "micro_step";
+inline constexpr llvm::StringLiteral kUpdateFunc = "update";
+
 #define GEN_PASS_DECL
 #include "passes/plan/Passes.h.inc"
 

@@ -8,16 +8,27 @@ include "mlir/Pass/PassBase.td"
 def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
   let summary = "Lowers a `model` function to a `plan` program";
   let description = [{
-    Replaces the module's single `model` function (`@train_step`, or
-    `@forward`) with a `plan.func` of the same name: one `plan.buffer` per
-    value, one `plan.kernel` per op (the kernel of the op's name, its
-    attributes as kernel parameters), layers inlined in program order.
+    Replaces the module's single `model` function (`@train_step`) with the
+    `plan.func`s of one optimizer step, run by braid-run in this order:
+
+    - `@zero_grads`: a `ZERO` of every gradient buffer, once per step;
+    - `@micro_step`: the forward and backward of one micro-batch, run once
+      per micro-batch: one `plan.buffer` per value, one `plan.kernel` per op
+      (the kernel of the op's name, its attributes as kernel parameters),
+      layers inlined in program order;
+    - `@update`: the optimizer ops (`GRAD_NORM`, `ADAMW`), once per step.
+
+    Gradients accumulate over micro-batches in place: each parameter's
+    gradient is a `gradient` buffer named as the parameter, into which the
+    weight-gradient kernels that make it accumulate directly; the
+    `model.add` ops autodiff made to sum several contributions (a tied
+    embedding) are dropped, and a contribution of any other kernel is added
+    into the buffer by an `ADD`. A function with nothing to do (no
+    optimizer) is left out.
 
     - Arguments become `parameter`, `input` or `optimizer_state` buffers
-      named as the argument; results are named too (`loss`, `grad_norm`, the
-      parameter of a gradient), gradients becoming `gradient` buffers.
-    - Kernels that accumulate into their output (the weight-gradient
-      kernels) get a `ZERO` of that output first.
+      named as the argument; the loss and the gradient norm are named too.
+    - Other accumulating kernels get a `ZERO` of their output first.
     - `model.adamw` updates in place: its results are its operands' buffers.
   }];
   let dependentDialects = ["::braid::plan_ir::PlanDialect"];

@@ -2,6 +2,16 @@
 //
 // Implements `plan-lower` (see Passes.td).
 //
+// Gradient accumulation is planned before any kernel is emitted: each
+// parameter's gradient buffer is the place where every contribution to that
+// gradient lands, micro-batch after micro-batch. A contribution made by an
+// accumulating kernel (the weight-gradient kernels add into their output)
+// writes straight into the gradient buffer, and the `model.add` ops that
+// autodiff made to sum contributions (a tied embedding has two) disappear;
+// any other contribution is added into the buffer by an ADD after its
+// kernel. So the micro-step needs no copy and no extra buffer per parameter,
+// and the buffers are zeroed once per step, by `zero_grads`.
+//
 //===----------------------------------------------------------------------===//
 
 #include "passes/plan/Passes.h"
@@ -10,6 +20,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace braid::plan_ir {
 #define GEN_PASS_DEF_PLANLOWER
@@ -22,6 +33,20 @@ using namespace braid::plan_ir;
 
 namespace {
 
+/// The results of `op` that its kernel adds into rather than overwrites.
+SmallVector<Value> accumulatedResults(Operation *op) {
+  if (isa<model::EmbeddingGradOp, model::PositionEmbeddingGradOp,
+          model::LinearGradWeightOp, model::BiasGradOp>(op))
+    return {op->getResult(0)};
+  if (isa<model::RmsNormGradOp, model::LayerNormGradOp>(op))
+    return SmallVector<Value>(op->getResults().drop_front());
+  return {};
+}
+
+bool isOptimizerOp(Operation *op) {
+  return isa<model::GradNormOp, model::AdamWOp>(op);
+}
+
 class Lowering {
 public:
   Lowering(ModuleOp module, func::FuncOp func)
@@ -30,30 +55,42 @@ public:
   LogicalResult run();
 
 private:
-  BufferOp newBuffer(Value v, StringRef role, StringRef name = {}) {
+  BufferOp newBuffer(Location loc, Type type, StringRef role,
+                     StringRef name = {}) {
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(planFunc);
-    auto buffer = b.create<BufferOp>(
-        v.getLoc(), b.getStringAttr("b" + std::to_string(counter++)),
-        TypeAttr::get(v.getType()), b.getStringAttr(role),
+    b.setInsertionPoint(firstFunc);
+    return b.create<BufferOp>(
+        loc, b.getStringAttr("b" + std::to_string(counter++)),
+        TypeAttr::get(type), b.getStringAttr(role),
         name.empty() ? StringAttr() : b.getStringAttr(name), IntegerAttr());
-    buffers[v] = buffer;
-    return buffer;
   }
-  FlatSymbolRefAttr ref(Value v) {
-    return FlatSymbolRefAttr::get(buffers.lookup(v).getSymNameAttr());
+  BufferOp newBuffer(Value v, StringRef role, StringRef name = {}) {
+    return buffers[v] = newBuffer(v.getLoc(), v.getType(), role, name);
   }
-  void kernel(StringRef name, ArrayRef<Value> inputs, ArrayRef<Value> outputs,
-              DictionaryAttr params, Location loc, StringRef provenance) {
+  void kernel(StringRef name, ArrayRef<BufferOp> inputs,
+              ArrayRef<BufferOp> outputs, DictionaryAttr params, Location loc,
+              StringRef provenance) {
     SmallVector<Attribute> ins, outs;
-    for (Value v : inputs)
-      ins.push_back(ref(v));
-    for (Value v : outputs)
-      outs.push_back(ref(v));
+    for (BufferOp v : inputs)
+      ins.push_back(FlatSymbolRefAttr::get(v.getSymNameAttr()));
+    for (BufferOp v : outputs)
+      outs.push_back(FlatSymbolRefAttr::get(v.getSymNameAttr()));
     b.create<KernelOp>(loc, b.getStringAttr(name), b.getArrayAttr(ins),
                        b.getArrayAttr(outs), params,
                        b.getStringAttr(provenance));
   }
+  SmallVector<BufferOp> buffersOf(ValueRange values) {
+    SmallVector<BufferOp> out;
+    for (Value v : values)
+      out.push_back(buffers.lookup(v));
+    return out;
+  }
+  FuncOp newFunc(StringRef name) {
+    auto fn = b.create<FuncOp>(func.getLoc(), b.getStringAttr(name));
+    fn.getBody().push_back(new Block());
+    return fn;
+  }
+  LogicalResult planAccumulation(Value v, BufferOp grad, bool top);
   LogicalResult lowerBlock(Block &block, StringRef where);
   LogicalResult lowerOp(Operation *op, StringRef where);
   FailureOr<DictionaryAttr> kernelParams(Operation *op);
@@ -61,8 +98,14 @@ private:
   ModuleOp module;
   func::FuncOp func;
   OpBuilder b;
-  FuncOp planFunc;
+  FuncOp firstFunc;
   DenseMap<Value, BufferOp> buffers;
+  /// Results whose accumulating kernel writes into a gradient buffer.
+  DenseMap<Value, BufferOp> accumulateInto;
+  /// Results added into a gradient buffer by an ADD after their kernel.
+  DenseMap<Value, BufferOp> addInto;
+  /// The `model.add` ops of gradient sums that accumulation replaces.
+  DenseSet<Operation *> absorbed;
   unsigned counter = 0;
 };
 
@@ -122,7 +165,52 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op) {
   return b.getDictionaryAttr(params);
 }
 
+/// Decides how `v`, a contribution to the gradient held in `grad`, gets
+/// there: through the `model.add` ops and layer results that only pass it on,
+/// down to the kernels that make it. `top` is the gradient itself, which the
+/// optimizer (or the return) reads from `grad`; every other value must have
+/// no use but the one that passes it on.
+LogicalResult Lowering::planAccumulation(Value v, BufferOp grad, bool top) {
+  Operation *def = v.getDefiningOp();
+  if (!def)
+    return func.emitError("the gradient of ")
+           << *grad.getName() << " is an argument, not computed";
+  bool onlyPassedOn =
+      top ? llvm::all_of(v.getUsers(),
+                         [](Operation *user) {
+                           return isOptimizerOp(user) ||
+                                  isa<func::ReturnOp>(user);
+                         })
+          : v.hasOneUse();
+  if (onlyPassedOn) {
+    if (auto sum = dyn_cast<model::AddOp>(def)) {
+      absorbed.insert(sum);
+      for (Value operand : sum->getOperands())
+        if (failed(planAccumulation(operand, grad, false)))
+          return failure();
+      return success();
+    }
+    if (auto layer = dyn_cast<model::LayerOp>(def)) {
+      Value yielded = layer.getBody().front().getTerminator()->getOperand(
+          cast<OpResult>(v).getResultNumber());
+      if (yielded.hasOneUse() && yielded.getDefiningOp())
+        return planAccumulation(yielded, grad, false);
+    }
+    if (llvm::is_contained(accumulatedResults(def), v) &&
+        !accumulateInto.count(v)) {
+      accumulateInto[v] = grad;
+      return success();
+    }
+  }
+  if (addInto.count(v) || accumulateInto.count(v))
+    return def->emitOpError("result is the gradient of two parameters");
+  addInto[v] = grad;
+  return success();
+}
+
 LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
+  if (absorbed.contains(op))
+    return success();
   if (auto layer = dyn_cast<model::LayerOp>(op)) {
     // Inline: the body's arguments are the operands' buffers, the results
     // the yielded values' buffers.
@@ -134,8 +222,12 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     if (failed(lowerBlock(body, name)))
       return failure();
     for (auto [result, yielded] :
-         llvm::zip(layer.getResults(), body.getTerminator()->getOperands()))
+         llvm::zip(layer.getResults(), body.getTerminator()->getOperands())) {
       buffers[result] = buffers.lookup(yielded);
+      if (BufferOp grad = addInto.lookup(result))
+        kernel("ADD", {grad, buffers[result]}, {grad}, b.getDictionaryAttr({}),
+               layer.getLoc(), name + " (gradient accumulation)");
+    }
     return success();
   }
   if (!isa<model::ModelDialect>(op->getDialect()))
@@ -146,35 +238,30 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
   std::string kernelName = op->getName().stripDialect().upper();
   std::string provenance =
       (op->getName().getStringRef() + " in " + where).str();
-  SmallVector<Value> outputs(op->getResults());
   if (auto adamw = dyn_cast<model::AdamWOp>(op)) {
-    // The gradient it consumes is the parameter's gradient buffer: it lives
-    // for the whole step (micro-batches accumulate into it).
-    BufferOp grad = buffers.lookup(adamw.getGrad());
-    BufferOp param = buffers.lookup(adamw.getParam());
-    if (grad.getRole() == "activation" && !grad.getName() && param.getName()) {
-      grad.setRole("gradient");
-      grad.setName(*param.getName());
-    }
     // In place: the new parameter and moments are the old buffers.
     buffers[adamw.getNewParam()] = buffers.lookup(adamw.getParam());
     buffers[adamw.getNewM()] = buffers.lookup(adamw.getM());
     buffers[adamw.getNewV()] = buffers.lookup(adamw.getV());
   } else {
-    for (Value v : outputs)
-      newBuffer(v, "activation");
+    for (Value v : op->getResults())
+      if (BufferOp grad = accumulateInto.lookup(v))
+        buffers[v] = grad;
+      else
+        newBuffer(v, "activation");
   }
-  // Accumulating kernels start from zero.
-  SmallVector<Value> accumulated;
-  if (isa<model::EmbeddingGradOp, model::PositionEmbeddingGradOp,
-          model::LinearGradWeightOp, model::BiasGradOp>(op))
-    accumulated.push_back(op->getResult(0));
-  else if (isa<model::RmsNormGradOp, model::LayerNormGradOp>(op))
-    llvm::append_range(accumulated, op->getResults().drop_front());
-  for (Value v : accumulated)
-    kernel("ZERO", {}, {v}, b.getDictionaryAttr({}), op->getLoc(), provenance);
-  kernel(kernelName, SmallVector<Value>(op->getOperands()), outputs, *params,
-         op->getLoc(), provenance);
+  // Accumulating kernels start from zero, unless they accumulate a gradient
+  // (zeroed once per step by zero_grads).
+  for (Value v : accumulatedResults(op))
+    if (!accumulateInto.count(v))
+      kernel("ZERO", {}, {buffers.lookup(v)}, b.getDictionaryAttr({}),
+             op->getLoc(), provenance);
+  kernel(kernelName, buffersOf(op->getOperands()), buffersOf(op->getResults()),
+         *params, op->getLoc(), provenance);
+  for (Value v : op->getResults())
+    if (BufferOp grad = addInto.lookup(v))
+      kernel("ADD", {grad, buffers.lookup(v)}, {grad}, b.getDictionaryAttr({}),
+             op->getLoc(), provenance + " (gradient accumulation)");
   return success();
 }
 
@@ -187,8 +274,10 @@ LogicalResult Lowering::lowerBlock(Block &block, StringRef where) {
 
 LogicalResult Lowering::run() {
   b.setInsertionPointToEnd(module.getBody());
-  planFunc = b.create<FuncOp>(func.getLoc(), func.getSymNameAttr());
-  planFunc.getBody().push_back(new Block());
+  FuncOp zeroGrads = newFunc(kZeroGradsFunc);
+  FuncOp microStep = newFunc(kMicroStepFunc);
+  FuncOp update = newFunc(kUpdateFunc);
+  firstFunc = zeroGrads;
 
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
@@ -202,31 +291,61 @@ LogicalResult Lowering::run() {
       return func.emitError("argument ") << i << " is neither a parameter, "
                                          << "an input nor optimizer state";
   }
-  b.setInsertionPointToEnd(&planFunc.getBody().front());
-  if (failed(lowerBlock(func.getBody().front(), func.getSymName())))
-    return failure();
 
-  // Name the results; gradients become gradient buffers.
-  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  // The gradients: what AdamW reads after model-optimizer, the results
+  // marked model.grad before it. Each gets its accumulation buffer.
+  Block &entry = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  SmallVector<std::pair<Value, BufferOp>> gradients;
+  auto addGradient = [&](Value grad, StringRef name) {
+    gradients.push_back(
+        {grad, newBuffer(grad.getLoc(), grad.getType(), "gradient", name)});
+  };
+  for (auto adamw : entry.getOps<model::AdamWOp>())
+    addGradient(adamw.getGrad(), buffers.lookup(adamw.getParam()).getName()
+                                     .value_or(""));
+  if (gradients.empty())
+    for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+      if (auto g = func.getResultAttrOfType<StringAttr>(
+              i, model::ModelDialect::kGradAttrName))
+        addGradient(v, g.getValue());
+  for (auto [grad, buffer] : gradients)
+    if (failed(planAccumulation(grad, buffer, /*top=*/true)))
+      return failure();
+
+  b.setInsertionPointToEnd(&zeroGrads.getBody().front());
+  for (auto [grad, buffer] : gradients)
+    kernel("ZERO", {}, {buffer}, b.getDictionaryAttr({}), grad.getLoc(),
+           ("zero_grads: " + *buffer.getName()).str());
+
+  // The micro-step is everything but the optimizer; the update reads the
+  // gradients from their buffers.
+  b.setInsertionPointToEnd(&microStep.getBody().front());
+  for (Operation &op : entry.without_terminator())
+    if (!isOptimizerOp(&op) && failed(lowerOp(&op, func.getSymName())))
+      return failure();
+  for (auto [grad, buffer] : gradients)
+    buffers[grad] = buffer;
+  b.setInsertionPointToEnd(&update.getBody().front());
+  for (Operation &op : entry.without_terminator())
+    if (isOptimizerOp(&op) && failed(lowerOp(&op, func.getSymName())))
+      return failure();
+
+  // Name the results.
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     BufferOp buffer = buffers.lookup(v);
     if (!buffer)
       return ret.emitError("result ") << i << " has no buffer";
     if (buffer.getRole() != "activation")
-      continue; // updated in place: already named
-    StringRef name;
-    if (i == 0) {
-      name = "loss";
-    } else if (auto g = func.getResultAttrOfType<StringAttr>(
-                   i, model::ModelDialect::kGradAttrName)) {
-      buffer.setRole("gradient");
-      name = g.getValue();
-    } else if (i == 1) {
-      name = "grad_norm"; // the optimizer phase's second result
-    }
-    if (!name.empty())
-      buffer.setName(name);
+      continue; // a gradient, or updated in place: already named
+    if (i == 0)
+      buffer.setName("loss");
+    else if (i == 1 && isa_and_nonnull<model::GradNormOp>(v.getDefiningOp()))
+      buffer.setName("grad_norm");
   }
+  for (FuncOp fn : {zeroGrads, update})
+    if (fn.getBody().front().empty())
+      fn.erase();
   func.erase();
   return success();
 }

@@ -328,10 +328,12 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     return absl::OkStatus();
   }
   case plan::DROPOUT: {
-    // Replicated layout: the global index is the local one. Sharded plans
-    // will carry the shard's place in the whole tensor.
-    int64_t n = numel(in(0));
-    cpu::GlobalIndexing at{1, n, n, 0, 0};
+    // Rows are samples; the micro-batch's rows sit at its samples' place in
+    // the global batch. Tensor-sharded plans will carry the column offset.
+    int64_t n = numel(in(0)), samples = in(0).shape_size() ? dim(in(0), 0) : 1;
+    int64_t perSample = n / std::max<int64_t>(samples, 1);
+    cpu::GlobalIndexing at{samples, perSample, perSample, context.sampleOffset,
+                           0};
     cpu::dropoutForward(x(0), at, floatAttr(inst, "rate"),
                         {context.seed, context.step,
                          uint32_t(intAttr(inst, "rng_id"))},

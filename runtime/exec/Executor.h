@@ -22,10 +22,14 @@
 
 namespace braid::exec {
 
-/// What keys the randomness of one step (dropout).
+/// What keys the randomness of one micro-batch (dropout).
 struct StepContext {
   uint64_t seed = 0;
   uint32_t step = 0;
+  /// The micro-batch's first sample within the step's global batch: dropout
+  /// masks are drawn per element of the whole global batch, so they do not
+  /// depend on how it is split into micro-batches and data-parallel ranks.
+  int64_t sampleOffset = 0;
 };
 
 class Executor {

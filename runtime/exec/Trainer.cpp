@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 namespace braid::exec {
@@ -36,6 +38,80 @@ absl::StatusOr<int> need(const Executor &e, const char *name) {
 }
 
 } // namespace
+
+const char kTrainerFlagsUsage[] =
+    "[--data PREFIX] [--steps N] [--seed N] [--data-order shuffled|sequential] "
+    "[--init-from HF_DIR] [--log-every N] [--metrics-out FILE]";
+
+absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
+                                      const std::string &value,
+                                      TrainerOptions *options) {
+  if (flag == "--data") {
+    options->dataPrefix = value;
+  } else if (flag == "--init-from") {
+    options->initFrom = value;
+  } else if (flag == "--metrics-out") {
+    options->metricsOut = value;
+  } else if (flag == "--data-order") {
+    if (value != "shuffled" && value != "sequential")
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data-order=", value, " is not one of shuffled, sequential"));
+    options->dataOrder = value;
+  } else if (flag == "--steps" || flag == "--seed" || flag == "--log-every") {
+    bool seed = flag == "--seed";
+    char *end = nullptr;
+    errno = 0;
+    long long n = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || errno != 0 || n < (seed ? 0 : 1))
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "=", value, " is not a ",
+                       seed ? "non-negative" : "positive", " integer"));
+    if (flag == "--steps")
+      options->steps = n;
+    else if (seed)
+      options->seed = uint64_t(n);
+    else
+      options->logEvery = n;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
+                               const FeedMicroBatch &feed) {
+  const plan::Training &t = e.plan().training();
+  const plan::StepFunctions &fns = t.step();
+  int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
+  absl::StatusOr<int> lossGrad = need(e, "loss_grad"), loss = need(e, "loss");
+  for (const auto *s : {&lossGrad, &loss})
+    if (!s->ok())
+      return s->status();
+  auto run = [&](const std::string &function, int64_t micro) -> absl::Status {
+    absl::Status s = e.Run(function, {seed, uint32_t(step),
+                                      micro * t.micro_batch_size()});
+    if (!s.ok())
+      return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
+    return s;
+  };
+  if (!fns.zero_grads().empty())
+    if (absl::Status s = run(fns.zero_grads(), 0); !s.ok())
+      return s;
+  if (absl::Status s = e.Write(*lossGrad, {1.0 / double(micros)}); !s.ok())
+    return s;
+  double sum = 0;
+  for (int64_t m = 0; m < micros; ++m) {
+    if (absl::Status s = feed(m); !s.ok())
+      return s;
+    if (absl::Status s = run(fns.micro_step(), m); !s.ok())
+      return s;
+    sum += (*e.Read(*loss))[0];
+  }
+  if (!fns.update().empty())
+    if (absl::Status s = run(fns.update(), 0); !s.ok())
+      return s;
+  return sum / double(micros);
+}
 
 absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
                    std::vector<StepRecord> *records) {
@@ -102,12 +178,20 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (!dataset.ok())
     return dataset.status();
   int64_t batch = t.micro_batch_size(), seq = t.seq_length();
+  int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
+  int64_t globalBatch = batch * micros;
   data::GptSampleOptions sampleOptions;
   sampleOptions.seqLength = seq;
-  sampleOptions.numSamples = uint64_t(steps * batch);
+  sampleOptions.numSamples = uint64_t(steps * globalBatch);
   sampleOptions.seed = seed;
-  sampleOptions.order = t.data_order() == "sequential" ? data::SampleOrder::kSequential
-                                                       : data::SampleOrder::kShuffled;
+  std::string order = options.dataOrder.empty() ? t.data_order() : options.dataOrder;
+  if (order.empty())
+    order = "shuffled";
+  if (order != "shuffled" && order != "sequential")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data order \"", order, "\" is not one of shuffled, sequential"));
+  sampleOptions.order = order == "sequential" ? data::SampleOrder::kSequential
+                                              : data::SampleOrder::kShuffled;
   absl::StatusOr<data::GptSamples> samples =
       data::GptSamples::Create(&*dataset, sampleOptions);
   if (!samples.ok())
@@ -129,10 +213,9 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     return schedule.status();
 
   absl::StatusOr<int> tokens = need(e, "tokens"), targets = need(e, "targets"),
-                      lossGrad = need(e, "loss_grad"), lr = need(e, "lr"),
-                      step = need(e, "step"), loss = need(e, "loss"),
+                      lr = need(e, "lr"), step = need(e, "step"),
                       gradNorm = need(e, "grad_norm");
-  for (const auto *s : {&tokens, &targets, &lossGrad, &lr, &step, &loss, &gradNorm})
+  for (const auto *s : {&tokens, &targets, &lr, &step, &gradNorm})
     if (!s->ok())
       return s->status();
 
@@ -142,7 +225,6 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     if (!metrics)
       return absl::InternalError(absl::StrCat("cannot write ", options.metricsOut));
   }
-  std::string function = t.function().empty() ? "train_step" : t.function();
   if (options.profile)
     e.EnableProfile();
   auto start = std::chrono::steady_clock::now();
@@ -150,33 +232,37 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
   for (int64_t s = 1; s <= steps; ++s) {
     auto stepStart = std::chrono::steady_clock::now();
-    for (int64_t b = 0; b < batch; ++b) {
-      if (absl::Status st = samples->GetSample(uint64_t((s - 1) * batch + b), &sample);
-          !st.ok())
-        return st;
-      for (int64_t i = 0; i < seq; ++i) {
-        tokenValues[b * seq + i] = sample[i];
-        targetValues[b * seq + i] = sample[i + 1];
-      }
-    }
     double rate = schedule->lrForUpdate(s);
     for (auto [id, values] :
-         {std::pair<int, std::vector<double>>{*tokens, tokenValues},
-          {*targets, targetValues},
-          {*lossGrad, {1.0}},
-          {*lr, {rate}},
-          {*step, {double(s)}}})
+         {std::pair<int, std::vector<double>>{*lr, {rate}}, {*step, {double(s)}}})
       if (absl::Status st = e.Write(id, values); !st.ok())
         return st;
-    if (absl::Status st = e.Run(function, {seed, uint32_t(s)}); !st.ok())
-      return absl::Status(st.code(), absl::StrCat("step ", s, ": ", st.message()));
-    double lossValue = (*e.Read(*loss))[0], norm = (*e.Read(*gradNorm))[0];
+    // Micro-batch m of step s holds the samples that follow those of the
+    // earlier micro-batches and steps.
+    auto feed = [&](int64_t m) -> absl::Status {
+      for (int64_t b = 0; b < batch; ++b) {
+        uint64_t index = uint64_t((s - 1) * globalBatch + m * batch + b);
+        if (absl::Status st = samples->GetSample(index, &sample); !st.ok())
+          return st;
+        for (int64_t i = 0; i < seq; ++i) {
+          tokenValues[b * seq + i] = sample[i];
+          targetValues[b * seq + i] = sample[i + 1];
+        }
+      }
+      if (absl::Status st = e.Write(*tokens, tokenValues); !st.ok())
+        return st;
+      return e.Write(*targets, targetValues);
+    };
+    absl::StatusOr<double> stepLoss = RunStep(e, seed, s, feed);
+    if (!stepLoss.ok())
+      return stepLoss.status();
+    double lossValue = *stepLoss, norm = (*e.Read(*gradNorm))[0];
     auto now = std::chrono::steady_clock::now();
     double stepTime = std::chrono::duration<double>(now - stepStart).count();
     double elapsed = std::chrono::duration<double>(now - start).count();
     if (!std::isfinite(lossValue))
       return absl::InternalError(absl::StrCat("step ", s, ": the loss is ", lossValue));
-    double tokensPerS = double(batch * seq) / std::max(stepTime, 1e-9);
+    double tokensPerS = double(globalBatch * seq) / std::max(stepTime, 1e-9);
     if (records)
       records->push_back({s, lossValue, rate, norm, stepTime});
     if (options.log && (s % std::max<int64_t>(options.logEvery, 1) == 0 || s == steps))
@@ -190,7 +276,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
           "\"tokens\": %d, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, "
           "\"peak_mem_bytes\": %d}\n",
-          s, lossValue, rate, norm, batch * seq, stepTime, tokensPerS,
+          s, lossValue, rate, norm, globalBatch * seq, stepTime, tokensPerS,
           plan.arena_bytes());
   }
   if (options.profile && options.log) {

@@ -10,11 +10,13 @@
 #ifndef BRAID_RUNTIME_EXEC_TRAINER_H
 #define BRAID_RUNTIME_EXEC_TRAINER_H
 
+#include "runtime/exec/Executor.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/status.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -26,6 +28,7 @@ struct TrainerOptions {
   std::string dataPrefix;             ///< overrides the plan's data_path
   std::optional<int64_t> steps;       ///< overrides the plan's steps
   std::optional<uint64_t> seed;       ///< overrides the plan's seed
+  std::string dataOrder;              ///< overrides the plan's data_order
   /// A Hugging Face checkpoint directory (config.json + *.safetensors) to
   /// start from instead of the seeded initialisation.
   std::string initFrom;
@@ -40,6 +43,29 @@ struct StepRecord {
   int64_t step;
   double loss, lr, gradNorm, stepTimeS;
 };
+
+/// The flags braid-run and braid train share: --data, --steps, --seed,
+/// --data-order, --init-from, --log-every, --metrics-out. Returns true when
+/// `flag` (with its `value`) is one of them and sets it in `options`, false
+/// when it is not one of them, and an error naming the flag and value when
+/// the value is not allowed.
+absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
+                                      const std::string &value,
+                                      TrainerOptions *options);
+
+/// The usage text of those flags.
+extern const char kTrainerFlagsUsage[];
+
+/// Writes the inputs (tokens, targets) of micro-batch `micro` (0-based) of
+/// the current step into the executor's buffers.
+using FeedMicroBatch = std::function<absl::Status(int64_t micro)>;
+
+/// Runs one optimizer step of the plan the executor holds: zero_grads, then
+/// for each of the plan's micro-batches `feed` and micro_step, with the loss
+/// gradient 1 / micro-batches so the gradients are those of the mean loss,
+/// then update. Returns the step's loss: the mean of the micro-batches'.
+absl::StatusOr<double> RunStep(Executor &executor, uint64_t seed,
+                               int64_t step, const FeedMicroBatch &feed);
 
 /// Trains; returns the per-step records through `records` when given.
 absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,

@@ -519,6 +519,44 @@ int64_t WorldSize(const Plan &plan) {
   return n;
 }
 
+namespace {
+
+/// The training section, when there is one: sizes the step loop multiplies
+/// and step functions that exist.
+absl::Status validateTraining(const Plan &plan,
+                              const std::set<std::string> &functions) {
+  if (!plan.has_training())
+    return absl::OkStatus();
+  const Training &t = plan.training();
+  for (auto [field, value] :
+       {std::pair<const char *, int64_t>{"steps", t.steps()},
+        {"micro_batch_size", t.micro_batch_size()},
+        {"seq_length", t.seq_length()},
+        {"micro_batches", t.micro_batches()}})
+    if (value < 1 || value > (int64_t(1) << 40))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.", field, " = ", value, " must be in [1, 2^40]"));
+  if (t.micro_batch_size() * t.micro_batches() > (int64_t(1) << 40) ||
+      t.micro_batch_size() * t.seq_length() > (int64_t(1) << 40))
+    return absl::InvalidArgumentError(
+        "training: micro_batch_size x micro_batches x seq_length is too large");
+  const StepFunctions &step = t.step();
+  if (step.micro_step().empty())
+    return absl::InvalidArgumentError(
+        "training.step.micro_step names no function");
+  for (auto [field, name] : {std::pair<const char *, const std::string &>{
+                                 "zero_grads", step.zero_grads()},
+                             {"micro_step", step.micro_step()},
+                             {"update", step.update()}})
+    if (!name.empty() && !functions.count(name))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.step.", field, " names function '", name,
+          "', which the plan does not have"));
+  return absl::OkStatus();
+}
+
+} // namespace
+
 absl::Status ValidatePlan(const Plan &plan) {
   if (plan.version() != SCHEMA_VERSION_CURRENT)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -589,7 +627,7 @@ absl::Status ValidatePlan(const Plan &plan) {
           !s.ok())
         return s;
   }
-  return absl::OkStatus();
+  return validateTraining(plan, names);
 }
 
 std::string SerializePlanFile(const Plan &plan) {

@@ -19,10 +19,12 @@
 #include "frontends/ModelBuilder.h"
 #include "frontends/TrainConfig.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "gtest/gtest.h"
 
+#include <map>
 #include <random>
 
 using namespace braid;
@@ -92,8 +94,10 @@ void checkPlanMatchesIR(spec::JobSpec job) {
   std::string error;
   std::vector<Buffer> expected = evaluate(func, args, error);
   ASSERT_EQ(error, "");
-  absl::Status ran = e.Run("train_step", {});
-  ASSERT_TRUE(ran.ok()) << ran;
+  // zero_grads, micro_step (one micro-batch, inputs written above), update.
+  absl::StatusOr<double> ran =
+      exec::RunStep(e, 0, 0, [](int64_t) { return absl::OkStatus(); });
+  ASSERT_TRUE(ran.ok()) << ran.status();
 
   auto near = [](const Buffer &a, const Buffer &b, const std::string &what) {
     ASSERT_EQ(a.size(), b.size()) << what;
@@ -136,11 +140,129 @@ TEST(PlanEndToEnd, TinyGpt2StepMatchesTheIR) {
   checkPlanMatchesIR(presetJob("tiny-gpt2"));
 }
 
+/// The state after one optimizer step of `job`'s plan from fixed parameters,
+/// moments and samples: the loss, the gradient norm, then every parameter
+/// and moment (by buffer name).
+std::map<std::string, Buffer> stepOnce(spec::JobSpec job, int64_t samples) {
+  mlir::MLIRContext context;
+  ModelConfig config;
+  TrainConfig train;
+  ParallelConfig parallel;
+  auto module = compileTo(context, job, Phase::Plan, &config, &train, &parallel);
+  if (!module)
+    return {};
+  llvm::Expected<plan::Plan> plan = exportPlan(*module);
+  EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  if (!plan)
+    return {};
+  plan->mutable_training()->MergeFrom(
+      trainingSettings(config, train, parallel, job.data()));
+  auto executor = exec::Executor::Create(*plan);
+  EXPECT_TRUE(executor.ok()) << executor.status();
+  exec::Executor &e = **executor;
+  std::map<std::string, Buffer> state;
+  for (int id = 0; id < plan->buffers_size(); ++id) {
+    const plan::Buffer &b = plan->buffers(id);
+    if (b.role() != plan::PARAMETER && b.role() != plan::OPTIMIZER_STATE)
+      continue;
+    // The same values whatever the plan: seeded by the name.
+    std::mt19937 gen(std::hash<std::string>()(b.name()) & 0xffffffff);
+    std::uniform_real_distribution<double> u(-0.3, 0.3);
+    Buffer v(e.Read(id)->size());
+    for (double &x : v)
+      x = b.role() == plan::PARAMETER ? u(gen) : std::abs(u(gen)) * 1e-3;
+    EXPECT_TRUE(e.Write(id, v).ok());
+  }
+  EXPECT_TRUE(e.Write(e.FindBuffer("lr"), {1e-3}).ok());
+  EXPECT_TRUE(e.Write(e.FindBuffer("step"), {3}).ok());
+  int64_t batch = config.microBatchSize, seq = config.seqLength;
+  EXPECT_EQ(batch * parallel.microBatches, samples);
+  auto feed = [&](int64_t micro) -> absl::Status {
+    Buffer tokens(batch * seq), targets(batch * seq);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < seq; ++i) {
+        int64_t sample = micro * batch + b, k = sample * seq + i;
+        tokens[b * seq + i] = double((k * 31 + 3) % config.vocabSize);
+        targets[b * seq + i] = double((k * 17 + 7 * sample) % config.vocabSize);
+      }
+    if (absl::Status s = e.Write(e.FindBuffer("tokens"), tokens); !s.ok())
+      return s;
+    return e.Write(e.FindBuffer("targets"), targets);
+  };
+  absl::StatusOr<double> loss = exec::RunStep(e, 99, 3, feed);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  if (!loss.ok())
+    return {};
+  state["(loss)"] = {*loss};
+  state["(grad_norm)"] = *e.Read(e.FindBuffer("grad_norm"));
+  for (int id = 0; id < plan->buffers_size(); ++id) {
+    const plan::Buffer &b = plan->buffers(id);
+    if (b.role() == plan::PARAMETER || b.role() == plan::OPTIMIZER_STATE)
+      state[b.name()] = *e.Read(id);
+  }
+  return state;
+}
+
+/// Gradient accumulation: four micro-batches of one sample make the same
+/// step as one micro-batch of four: the same mean loss, gradient norm and
+/// updated state, in f64 to round-off. With dropout on, the masks must also
+/// be those of the whole batch.
+void checkAccumulationMatchesOneBatch(spec::JobSpec job) {
+  job.mutable_train()->set_precision(spec::FP64);
+  job.mutable_data()->set_seq_length(6);
+  job.mutable_train()->set_clip_grad(0.05); // clipping reads the summed grads
+  spec::JobSpec whole = job, accumulated = job;
+  whole.mutable_parallel()->set_micro_batch_size(4);
+  accumulated.mutable_parallel()->set_micro_batch_size(1);
+  accumulated.mutable_parallel()->set_global_batch_size(4);
+  std::map<std::string, Buffer> a = stepOnce(whole, 4),
+                                b = stepOnce(accumulated, 4);
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto &[name, expected] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    const Buffer &got = b.at(name);
+    ASSERT_EQ(got.size(), expected.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], expected[i], 1e-12 * std::max(1.0, std::fabs(expected[i])))
+          << name << " element " << i;
+  }
+  // Clipping was active, so it acted on the accumulated gradients.
+  EXPECT_GT(a.at("(grad_norm)")[0], 0.05);
+}
+
+TEST(PlanEndToEnd, AccumulationMatchesOneBatchTinyLlama) {
+  checkAccumulationMatchesOneBatch(presetJob("tiny-llama"));
+}
+
+TEST(PlanEndToEnd, AccumulationMatchesOneBatchTinyGpt2WithDropout) {
+  // GPT-2 ties the embedding and the output layer: its gradient has two
+  // contributions, both accumulated into one buffer.
+  spec::JobSpec job = presetJob("tiny-gpt2");
+  job.mutable_model()->set_hidden_dropout(0.2);
+  job.mutable_model()->set_embedding_dropout(0.1);
+  checkAccumulationMatchesOneBatch(job);
+}
+
+/// A global batch that whole micro-batches cannot make is refused.
+TEST(PlanEndToEnd, GlobalBatchMustDivide) {
+  spec::JobSpec job = presetJob("tiny-llama");
+  job.mutable_parallel()->set_micro_batch_size(3);
+  job.mutable_parallel()->set_global_batch_size(8);
+  mlir::MLIRContext context;
+  llvm::Expected<ModelConfig> config = resolveModel(job);
+  ASSERT_TRUE(bool(config));
+  llvm::Expected<ParallelConfig> parallel = resolveParallel(job, *config);
+  ASSERT_FALSE(bool(parallel));
+  EXPECT_EQ(llvm::toString(parallel.takeError()),
+            "parallel.global_batch_size = 8 must be a multiple of "
+            "micro_batch_size x dp = 3 x 1 = 3");
+}
+
 } // namespace
 
 #include "runtime/ckpt/Safetensors.h"
 #include "runtime/data/IndexedDataset.h"
-#include "runtime/exec/Trainer.h"
 
 #include <cstdio>
 #include <fstream>
@@ -157,11 +279,14 @@ TEST(PlanEndToEnd, InitFromHuggingFaceCheckpoint) {
   mlir::MLIRContext context;
   ModelConfig config;
   TrainConfig train;
-  auto module = compileTo(context, job, Phase::Plan, &config, &train);
+  ParallelConfig parallel;
+  auto module =
+      compileTo(context, job, Phase::Plan, &config, &train, &parallel);
   ASSERT_TRUE(module);
   llvm::Expected<plan::Plan> plan = exportPlan(*module);
   ASSERT_TRUE(bool(plan));
-  *plan->mutable_training() = trainingSettings(config, train, job.data());
+  plan->mutable_training()->MergeFrom(
+      trainingSettings(config, train, parallel, job.data()));
 
   std::string dir = ::testing::TempDir() + "/braid-init-from";
   std::string mkdir = "mkdir -p " + dir;

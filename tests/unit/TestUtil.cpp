@@ -26,7 +26,8 @@ std::string test::inputPath(const std::string &relative) {
 
 mlir::OwningOpRef<mlir::ModuleOp>
 test::compileTo(mlir::MLIRContext &context, const spec::JobSpec &job,
-                Phase phase, ModelConfig *configOut, TrainConfig *trainOut) {
+                Phase phase, ModelConfig *configOut, TrainConfig *trainOut,
+                ParallelConfig *parallelOut) {
   mlir::DialectRegistry registry;
   registerDialects(registry);
   context.appendDialectRegistry(registry);
@@ -38,6 +39,11 @@ test::compileTo(mlir::MLIRContext &context, const spec::JobSpec &job,
   llvm::Expected<TrainConfig> train = resolveTrain(job);
   if (!train) {
     ADD_FAILURE() << "resolve failed: " << llvm::toString(train.takeError());
+    return nullptr;
+  }
+  llvm::Expected<ParallelConfig> parallel = resolveParallel(job, *config);
+  if (!parallel) {
+    ADD_FAILURE() << "resolve failed: " << llvm::toString(parallel.takeError());
     return nullptr;
   }
   mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *config);
@@ -52,6 +58,8 @@ test::compileTo(mlir::MLIRContext &context, const spec::JobSpec &job,
     *configOut = *config;
   if (trainOut)
     *trainOut = *train;
+  if (parallelOut)
+    *parallelOut = *parallel;
   return module;
 }
 

@@ -5,6 +5,7 @@
 
 #include "compiler/Compile.h"
 #include "frontends/ModelConfig.h"
+#include "frontends/ParallelConfig.h"
 #include "frontends/TrainConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -29,7 +30,8 @@ mlir::OwningOpRef<mlir::ModuleOp> compileTo(mlir::MLIRContext &context,
                                             const spec::JobSpec &job,
                                             Phase phase,
                                             ModelConfig *config = nullptr,
-                                            TrainConfig *train = nullptr);
+                                            TrainConfig *train = nullptr,
+                                            ParallelConfig *parallel = nullptr);
 
 /// compileTo the `model` phase.
 mlir::OwningOpRef<mlir::ModuleOp> compileModel(mlir::MLIRContext &context,

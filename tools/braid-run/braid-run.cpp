@@ -1,7 +1,8 @@
 //===- braid-run.cpp - Runs a plan ----------------------------------------===//
 //
-// braid-run job.plan [--data PREFIX] [--steps N] [--seed N] [--log-every N]
-//                    [--metrics-out FILE]
+// braid-run job.plan [--data PREFIX] [--steps N] [--seed N]
+//                    [--data-order ORDER] [--init-from HF_DIR]
+//                    [--log-every N] [--metrics-out FILE] [--profile]
 //
 // A runtime tool: it links no LLVM. Bad command lines exit 2, failures 1.
 //
@@ -19,20 +20,9 @@ namespace {
 int usage(const std::string &error) {
   if (!error.empty())
     std::cerr << "braid-run: error: " << error << "\n";
-  std::cerr << "usage: braid-run PLAN [--data PREFIX] [--steps N] [--seed N] "
-               "[--log-every N] [--metrics-out FILE] [--profile] "
-               "[--init-from HF_DIR]\n";
+  std::cerr << "usage: braid-run PLAN " << braid::exec::kTrainerFlagsUsage
+            << " [--profile]\n";
   return error.empty() ? 0 : 2;
-}
-
-bool parseInt(const std::string &text, int64_t *out) {
-  char *end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0)
-    return false;
-  *out = v;
-  return true;
 }
 
 } // namespace
@@ -65,27 +55,12 @@ int main(int argc, char **argv) {
         return usage(arg + " needs a value");
       value = argv[++i];
     }
-    int64_t n;
-    if (arg == "--init-from") {
-      options.initFrom = value;
-    } else if (arg == "--data") {
-      options.dataPrefix = value;
-    } else if (arg == "--metrics-out") {
-      options.metricsOut = value;
-    } else if (arg == "--steps" || arg == "--seed" || arg == "--log-every") {
-      if (!parseInt(value, &n) || n < (arg == "--seed" ? 0 : 1))
-        return usage(arg + "=" + value + " is not a " +
-                     (arg == "--seed" ? "non-negative" : "positive") +
-                     " integer");
-      if (arg == "--steps")
-        options.steps = n;
-      else if (arg == "--seed")
-        options.seed = uint64_t(n);
-      else
-        options.logEvery = n;
-    } else {
+    absl::StatusOr<bool> known =
+        braid::exec::ParseTrainerFlag(arg, value, &options);
+    if (!known.ok())
+      return usage(std::string(known.status().message()));
+    if (!*known)
       return usage("unknown flag " + arg);
-    }
   }
   if (planPath.empty())
     return usage("no plan file given");

@@ -1,7 +1,8 @@
 //===- braid.cpp - The braid command ---------------------------------------===//
 //
-// braid train JOB.textproto [--steps N] [--seed N] [--log-every N]
-//                           [--metrics-out FILE] [--data PREFIX]
+// braid train JOB.textproto [--data PREFIX] [--steps N] [--seed N]
+//                           [--data-order ORDER] [--init-from HF_DIR]
+//                           [--log-every N] [--metrics-out FILE]
 //
 // Compiles the job to a plan (as braidc --emit=plan does), prepares the data
 // on first use (data.corpus tokenized into data.path), and runs the plan on
@@ -38,8 +39,8 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto [--steps N] [--seed N] "
-                  "[--log-every N] [--metrics-out FILE] [--data PREFIX]\n";
+  llvm::errs() << "usage: braid train JOB.textproto " << exec::kTrainerFlagsUsage
+               << "\n";
   return error.empty() ? 0 : 2;
 }
 
@@ -104,24 +105,10 @@ int main(int argc, char **argv) {
     } else {
       return usage(arg + " needs a value");
     }
-    char *end = nullptr;
-    long long n = std::strtoll(value.c_str(), &end, 10);
-    bool isInt = !value.empty() && *end == '\0';
-    if (arg == "--data")
-      options.dataPrefix = value;
-    else if (arg == "--init-from")
-      options.initFrom = value;
-    else if (arg == "--metrics-out")
-      options.metricsOut = value;
-    else if (arg == "--steps" && isInt && n >= 1)
-      options.steps = n;
-    else if (arg == "--seed" && isInt && n >= 0)
-      options.seed = uint64_t(n);
-    else if (arg == "--log-every" && isInt && n >= 1)
-      options.logEvery = n;
-    else if (arg == "--steps" || arg == "--seed" || arg == "--log-every")
-      return usage(arg + "=" + value + " is not a valid count");
-    else
+    absl::StatusOr<bool> known = exec::ParseTrainerFlag(arg, value, &options);
+    if (!known.ok())
+      return usage(std::string(known.status().message()));
+    if (!*known)
       return usage("unknown flag " + arg);
   }
   if (jobPath.empty())
@@ -136,6 +123,9 @@ int main(int argc, char **argv) {
   llvm::Expected<TrainConfig> train = resolveTrain(*job);
   if (!train)
     return fail(llvm::toString(train.takeError()));
+  llvm::Expected<ParallelConfig> parallel = resolveParallel(*job, *config);
+  if (!parallel)
+    return fail(llvm::toString(parallel.takeError()));
 
   // Compile.
   mlir::DialectRegistry registry;
@@ -150,7 +140,8 @@ int main(int argc, char **argv) {
   llvm::Expected<plan::Plan> plan = exportPlan(*module);
   if (!plan)
     return fail(llvm::toString(plan.takeError()));
-  *plan->mutable_training() = trainingSettings(*config, *train, job->data());
+  plan->mutable_training()->MergeFrom(
+      trainingSettings(*config, *train, *parallel, job->data()));
   std::cout << "braid: " << config->source << ", " << plan->buffers_size()
             << " buffers in a " << plan->arena_bytes() << "-byte arena"
             << std::endl;

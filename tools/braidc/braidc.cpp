@@ -10,6 +10,7 @@
 #include "compiler/Registration.h"
 #include "compiler/Report.h"
 #include "frontends/ModelBuilder.h"
+#include "frontends/ParallelConfig.h"
 #include "frontends/Spec.h"
 #include "runtime/plan/PlanLoader.h"
 
@@ -154,6 +155,9 @@ int main(int argc, char **argv) {
   llvm::Expected<ModelConfig> config = resolveModel(*job);
   if (!config)
     return fail(config.takeError());
+  llvm::Expected<ParallelConfig> parallel = resolveParallel(*job, *config);
+  if (!parallel)
+    return fail(parallel.takeError());
 
   mlir::DialectRegistry registry;
   registerDialects(registry);
@@ -181,8 +185,8 @@ int main(int argc, char **argv) {
     llvm::Expected<plan::Plan> exported = exportPlan(*module);
     if (!exported)
       return fail(exported.takeError());
-    *exported->mutable_training() =
-        trainingSettings(*config, *train, job->data());
+    exported->mutable_training()->MergeFrom(
+        trainingSettings(*config, *train, *parallel, job->data()));
     if (emit == "plan") {
       if (absl::Status s = plan::WritePlanFile(*exported, outputFile); !s.ok())
         return fail(std::string(s.message()));

@@ -1,0 +1,70 @@
+//===- ParallelConfig.cpp - The resolved `parallel` section of a job ------===//
+
+#include "frontends/ParallelConfig.h"
+
+#include "llvm/ADT/Twine.h"
+
+using namespace braid;
+
+namespace {
+
+llvm::Error invalid(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+} // namespace
+
+llvm::Expected<ParallelConfig>
+braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
+  const spec::ParallelSpec &p = job.parallel();
+  ParallelConfig c;
+  c.tp = p.has_tp() ? p.tp() : 1;
+  c.pp = p.has_pp() ? p.pp() : 1;
+  c.dp = p.has_dp() ? p.dp() : 1;
+  for (auto [field, value] : {std::pair<const char *, int64_t>{"tp", c.tp},
+                              {"pp", c.pp},
+                              {"dp", c.dp}})
+    if (value < 1 || value > (int64_t(1) << 20))
+      return invalid(llvm::Twine("parallel.") + field + " = " +
+                     llvm::Twine(value) + " must be in [1, 2^20]");
+  // Refused by name until the passes that implement them exist; a job that
+  // asks for them must not silently train without them.
+  auto notYet = [](const llvm::Twine &what) {
+    return invalid(what + " is not supported yet");
+  };
+  if (c.tp > 1)
+    return notYet("parallel.tp = " + llvm::Twine(c.tp) + " (tensor parallelism)");
+  if (c.pp > 1)
+    return notYet("parallel.pp = " + llvm::Twine(c.pp) +
+                  " (pipeline parallelism)");
+  if (c.dp > 1)
+    return notYet("parallel.dp = " + llvm::Twine(c.dp) + " (data parallelism)");
+  if (p.has_vpp() && p.vpp() != 1)
+    return notYet("parallel.vpp = " + llvm::Twine(p.vpp()));
+  if (p.sp())
+    return notYet("parallel.sp (sequence parallelism)");
+  if (p.has_schedule())
+    return notYet("parallel.schedule = \"" + p.schedule() + "\"");
+  if (p.has_recompute() && p.recompute() != "none")
+    return notYet("parallel.recompute = \"" + p.recompute() + "\"");
+  if (p.has_zero() && p.zero() != 0)
+    return notYet("parallel.zero = " + llvm::Twine(p.zero()));
+  if (p.has_memory_budget_bytes())
+    return notYet("parallel.memory_budget_bytes");
+  if (p.stage_layers_size())
+    return notYet("parallel.stage_layers");
+
+  int64_t perStep = model.microBatchSize * c.dp;
+  c.globalBatchSize = p.has_global_batch_size() ? p.global_batch_size() : perStep;
+  if (c.globalBatchSize < 1 || c.globalBatchSize > (int64_t(1) << 40))
+    return invalid("parallel.global_batch_size = " +
+                   llvm::Twine(c.globalBatchSize) + " must be in [1, 2^40]");
+  if (c.globalBatchSize % perStep != 0)
+    return invalid("parallel.global_batch_size = " +
+                   llvm::Twine(c.globalBatchSize) +
+                   " must be a multiple of micro_batch_size x dp = " +
+                   llvm::Twine(model.microBatchSize) + " x " +
+                   llvm::Twine(c.dp) + " = " + llvm::Twine(perStep));
+  c.microBatches = c.globalBatchSize / perStep;
+  return c;
+}

@@ -1,0 +1,37 @@
+//===- ParallelConfig.h - The resolved `parallel` section of a job -*- C++ -*-===//
+
+#ifndef BRAID_FRONTENDS_PARALLELCONFIG_H
+#define BRAID_FRONTENDS_PARALLELCONFIG_H
+
+#include "frontends/ModelConfig.h"
+#include "frontends/spec/braid_spec.pb.h"
+
+#include "llvm/Support/Error.h"
+
+namespace braid {
+
+/// How one optimizer step is split: the degrees of the mesh axes and the
+/// batch arithmetic of Megatron (global batch = micro batch x micro-batches
+/// x dp), every field decided and validated.
+struct ParallelConfig {
+  int64_t tp = 1, pp = 1, dp = 1;
+  /// Samples per optimizer step over all data-parallel ranks.
+  int64_t globalBatchSize = 1;
+  /// Micro-batches per step on each data-parallel rank (gradient
+  /// accumulation steps).
+  int64_t microBatches = 1;
+
+  int64_t worldSize() const { return tp * pp * dp; }
+};
+
+/// Resolves `job.parallel` against the resolved model (whose microBatchSize
+/// is the batch of one forward pass). The global batch defaults to one
+/// micro-batch per data-parallel rank. Errors name the field, its value and
+/// the rule; features the compiler does not build yet are refused by name
+/// rather than ignored.
+llvm::Expected<ParallelConfig> resolveParallel(const spec::JobSpec &job,
+                                               const ModelConfig &model);
+
+} // namespace braid
+
+#endif // BRAID_FRONTENDS_PARALLELCONFIG_H
