@@ -74,6 +74,10 @@ static cl::opt<int64_t>
     microBatch("micro-batch-size",
                cl::desc("Samples per micro-batch (parallel.micro_batch_size)"),
                cl::cat(category));
+static cl::opt<int64_t> globalBatch(
+    "global-batch-size",
+    cl::desc("Samples per optimizer step (parallel.global_batch_size)"),
+    cl::cat(category));
 static cl::opt<std::string>
     precision("precision", cl::desc("fp32 | bf16 | fp16 | fp64 (train.precision)"),
               cl::cat(category));
@@ -118,6 +122,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_data()->set_seq_length(seqLen);
   if (microBatch.getNumOccurrences())
     job.mutable_parallel()->set_micro_batch_size(microBatch);
+  if (globalBatch.getNumOccurrences())
+    job.mutable_parallel()->set_global_batch_size(globalBatch);
   if (precision.getNumOccurrences()) {
     spec::DType dtype;
     std::string upper = llvm::StringRef(precision).upper();

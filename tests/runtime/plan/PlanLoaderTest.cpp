@@ -145,6 +145,35 @@ TEST(PlanValidation, InstructionContracts) {
       << errorOf(plan);
 }
 
+// The training section: the step loop's sizes and the step functions.
+TEST(PlanValidation, TrainingSection) {
+  auto withTraining = [] {
+    Plan plan = validPlan();
+    Training *t = plan.mutable_training();
+    t->set_steps(10);
+    t->set_micro_batch_size(2);
+    t->set_seq_length(3);
+    t->set_micro_batches(4);
+    t->mutable_step()->set_micro_step("forward");
+    return plan;
+  };
+  EXPECT_EQ(errorOf(withTraining()), "");
+  Plan plan = withTraining();
+  plan.mutable_training()->set_micro_batches(0);
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: training.micro_batches = 0 must be in [1, 2^40]");
+  plan = withTraining();
+  plan.mutable_training()->set_steps(-3);
+  EXPECT_EQ(errorOf(plan), "p.plan: training.steps = -3 must be in [1, 2^40]");
+  plan = withTraining();
+  plan.mutable_training()->mutable_step()->set_update("update");
+  EXPECT_EQ(errorOf(plan), "p.plan: training.step.update names function "
+                           "'update', which the plan does not have");
+  plan = withTraining();
+  plan.mutable_training()->mutable_step()->clear_micro_step();
+  EXPECT_EQ(errorOf(plan), "p.plan: training.step.micro_step names no function");
+}
+
 TEST(PlanFile, WritesAndLoads) {
   std::string path = ::testing::TempDir() + "/braid-plan-test.plan";
   ASSERT_TRUE(WritePlanFile(validPlan(), path).ok());
