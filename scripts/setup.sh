@@ -16,7 +16,7 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
-  libopenblas-dev
+  libopenblas-dev libopenblas0-openmp
   libsentencepiece-dev sentencepiece
 )
 

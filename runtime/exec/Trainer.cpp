@@ -3,6 +3,7 @@
 #include "runtime/exec/Trainer.h"
 
 #include "runtime/ckpt/HFCheckpoint.h"
+#include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/data/GptSamples.h"
 #include "runtime/data/IndexedDataset.h"
@@ -41,7 +42,7 @@ absl::StatusOr<int> need(const Executor &e, const char *name) {
 
 const char kTrainerFlagsUsage[] =
     "[--data PREFIX] [--steps N] [--seed N] [--data-order shuffled|sequential] "
-    "[--init-from HF_DIR] [--log-every N] [--metrics-out FILE]";
+    "[--init-from HF_DIR] [--threads N] [--log-every N] [--metrics-out FILE]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -57,7 +58,8 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
       return absl::InvalidArgumentError(absl::StrCat(
           "--data-order=", value, " is not one of shuffled, sequential"));
     options->dataOrder = value;
-  } else if (flag == "--steps" || flag == "--seed" || flag == "--log-every") {
+  } else if (flag == "--steps" || flag == "--seed" || flag == "--log-every" ||
+             flag == "--threads") {
     bool seed = flag == "--seed";
     char *end = nullptr;
     errno = 0;
@@ -70,6 +72,8 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
       options->steps = n;
     else if (seed)
       options->seed = uint64_t(n);
+    else if (flag == "--threads")
+      options->threads = n;
     else
       options->logEvery = n;
   } else {
@@ -125,6 +129,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (dataPath.empty())
     return absl::InvalidArgumentError(
         "no data: give --data PREFIX (a .bin/.idx pair) or data.path in the job");
+  if (options.threads > 0)
+    cpu::setNumThreads(int(std::min<int64_t>(options.threads, 1 << 12)));
   absl::StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan);
   if (!created.ok())
     return created.status();

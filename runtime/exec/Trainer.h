@@ -32,6 +32,9 @@ struct TrainerOptions {
   /// A Hugging Face checkpoint directory (config.json + *.safetensors) to
   /// start from instead of the seeded initialisation.
   std::string initFrom;
+  /// Threads of the CPU kernels and GEMM; 0 keeps the default (every core,
+  /// or OMP_NUM_THREADS).
+  int64_t threads = 0;
   int64_t logEvery = 1;
   std::string metricsOut;             ///< JSON lines, one per step
   std::ostream *log = nullptr;        ///< the human-readable lines
@@ -45,7 +48,7 @@ struct StepRecord {
 };
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
-/// --data-order, --init-from, --log-every, --metrics-out. Returns true when
+/// --data-order, --init-from, --threads, --log-every, --metrics-out. Returns true when
 /// `flag` (with its `value`) is one of them and sets it in `options`, false
 /// when it is not one of them, and an error naming the flag and value when
 /// the value is not allowed.
