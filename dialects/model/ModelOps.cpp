@@ -1095,3 +1095,58 @@ LogicalResult AdamWOp::verify() {
 }
 
 int64_t AdamWOp::getVectorFlops() { return product({14, numel(getParam())}); }
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// CL1 and CL2 for a collective whose results pair with its operands.
+static LogicalResult verifyCollective(Operation *op, FlatSymbolRefAttr mesh,
+                                      ArrayAttr axes) {
+  // CL1: at least one operand; results pair with operands by type.
+  if (op->getNumOperands() == 0)
+    return op->emitOpError("needs at least one operand");
+  if (op->getNumResults() != op->getNumOperands())
+    return op->emitOpError("has ")
+           << op->getNumResults() << " results for " << op->getNumOperands()
+           << " operands";
+  for (auto [i, in, out] :
+       llvm::enumerate(op->getOperandTypes(), op->getResultTypes()))
+    if (in != out)
+      return op->emitOpError("result ")
+             << i << " is " << out << " but its operand is " << in;
+  // CL2: the mesh exists and the axes are distinct axes of it.
+  auto meshOp = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, mesh);
+  if (!meshOp)
+    return op->emitOpError("mesh ") << mesh << " is not a model.mesh of the module";
+  if (axes.empty())
+    return op->emitOpError("needs at least one mesh axis");
+  llvm::StringSet<> seen;
+  for (Attribute axis : axes) {
+    StringRef name = cast<StringAttr>(axis).getValue();
+    if (!seen.insert(name).second)
+      return op->emitOpError("names axis \"") << name << "\" twice";
+    if (!meshOp.getAxisSize(name))
+      return op->emitOpError("axis \"")
+             << name << "\" is not an axis of mesh " << mesh;
+  }
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() {
+  if (failed(verifyCollective(*this, getMeshAttr(), getAxes())))
+    return failure();
+  // CL3: a reason.
+  if (getReason().empty())
+    return emitOpError("needs a reason (why the collective is there)");
+  return success();
+}
+
+int64_t AllReduceOp::getVectorFlops() {
+  // One add per element and rank of the group beyond the first: counted as
+  // one per element, what each rank adds in a ring's reduce-scatter half.
+  int64_t n = 0;
+  for (Value v : getInputs())
+    n += numel(v);
+  return n;
+}

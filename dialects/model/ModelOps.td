@@ -583,5 +583,6 @@ def Model_CrossEntropyOp : Model_ForwardOp<"cross_entropy"> {
 
 include "dialects/model/ModelGradOps.td"
 include "dialects/model/ModelOptimizerOps.td"
+include "dialects/model/ModelCollectiveOps.td"
 
 #endif // BRAID_MODEL_OPS_TD

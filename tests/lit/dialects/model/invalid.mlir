@@ -1028,3 +1028,82 @@ func.func @lgw1_rank0(%x: tensor<f32>) {
   %w = model.linear_grad_weight %x, %x : (tensor<f32>, tensor<f32>) -> tensor<1x1xf32>
   return
 }
+
+// -----
+
+// Tests CL1: an all-reduce needs at least one operand.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @cl1_no_operand() {
+  // expected-error @+1 {{'model.all_reduce' op needs at least one operand}}
+  model.all_reduce over @mesh ["dp"] reason = "r" : () -> ()
+  return
+}
+
+// -----
+
+// Tests CL1: each result has its operand's type.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @cl1_result_type(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'model.all_reduce' op result 0 is 'tensor<8xf32>' but its operand is 'tensor<4xf32>'}}
+  %r = model.all_reduce %a over @mesh ["dp"] reason = "r" : (tensor<4xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests CL1: as many results as operands.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @cl1_result_count(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'model.all_reduce' op has 2 results for 1 operands}}
+  %r:2 = model.all_reduce %a over @mesh ["dp"] reason = "r" : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+// Tests CL2: the mesh must exist.
+func.func @cl2_no_mesh(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'model.all_reduce' op mesh @nowhere is not a model.mesh of the module}}
+  %r = model.all_reduce %a over @nowhere ["dp"] reason = "r" : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests CL2: the axes must be axes of the mesh.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @cl2_unknown_axis(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'model.all_reduce' op axis "tp" is not an axis of mesh @mesh}}
+  %r = model.all_reduce %a over @mesh ["tp"] reason = "r" : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests CL2: an axis appears once.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @cl2_repeated_axis(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'model.all_reduce' op names axis "dp" twice}}
+  %r = model.all_reduce %a over @mesh ["dp", "dp"] reason = "r" : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests CL2: at least one axis.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @cl2_no_axis(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'model.all_reduce' op needs at least one mesh axis}}
+  %r = model.all_reduce %a over @mesh [] reason = "r" : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests CL3: a collective says why it is there.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @cl3_no_reason(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'model.all_reduce' op needs a reason (why the collective is there)}}
+  %r = model.all_reduce %a over @mesh ["dp"] reason = "" : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}

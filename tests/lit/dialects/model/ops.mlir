@@ -660,3 +660,17 @@ func.func @cross_entropy_grad_f64(%logits: tensor<32x512xf64>, %targets: tensor<
   // CHECK: return %[[D]]
   return %d : tensor<32x512xf64>
 }
+
+// -----
+
+// Tests that model.all_reduce round-trips a bucket of two tensors, its mesh
+// axes and its reason.
+model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 1]
+// CHECK-LABEL: func.func @all_reduce
+// CHECK-SAME: (%[[A:.+]]: tensor<4x8xf32>, %[[B:.+]]: tensor<8xf32>)
+func.func @all_reduce(%a: tensor<4x8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>) {
+  // CHECK: %[[R:.+]]:2 = model.all_reduce %[[A]], %[[B]] over @mesh ["dp"] reason = "data-parallel gradients" : (tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
+  %r:2 = model.all_reduce %a, %b over @mesh ["dp"] reason = "data-parallel gradients" : (tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
+  // CHECK: return %[[R]]#0, %[[R]]#1
+  return %r#0, %r#1 : tensor<4x8xf32>, tensor<8xf32>
+}
