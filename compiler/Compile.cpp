@@ -46,6 +46,13 @@ const PhaseInfo kPhases[] = {
        o.maxGradNorm = options.train.clipGrad;
        pm.addPass(model::createModelOptimizer(o));
      }},
+    {Phase::Shard, "shard",
+     [](OpPassManager &pm, const CompileOptions &options) {
+       model::ModelShardOptions o;
+       o.dp = options.parallel.dp;
+       o.tp = options.parallel.tp;
+       pm.addPass(model::createModelShard(o));
+     }},
     {Phase::Plan, "plan",
      [](OpPassManager &pm, const CompileOptions &) {
        pm.addPass(plan_ir::createPlanLower());

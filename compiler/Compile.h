@@ -3,6 +3,7 @@
 #ifndef BRAID_COMPILER_COMPILE_H
 #define BRAID_COMPILER_COMPILE_H
 
+#include "frontends/ParallelConfig.h"
 #include "frontends/TrainConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -20,6 +21,7 @@ enum class Phase {
   Model,    ///< the forward graph from the frontend, verified
   Autodiff,  ///< forward and backward: @train_step returns loss and gradients
   Optimizer, ///< + clipping and AdamW: @train_step returns the new state
+  Shard,     ///< the step of one rank of the mesh, with its collectives
   Plan,      ///< the `plan` program, every buffer placed in the arena
 };
 
@@ -34,6 +36,8 @@ struct CompileOptions {
   std::string dumpIrDir;
   /// The optimizer's settings (the job's `train` section).
   TrainConfig train;
+  /// The mesh (the job's `parallel` section).
+  ParallelConfig parallel;
 };
 
 /// Runs the passes of every phase up to `options.compileTo` on `module`.

@@ -37,8 +37,6 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
   if (c.pp > 1)
     return notYet("parallel.pp = " + llvm::Twine(c.pp) +
                   " (pipeline parallelism)");
-  if (c.dp > 1)
-    return notYet("parallel.dp = " + llvm::Twine(c.dp) + " (data parallelism)");
   if (p.has_vpp() && p.vpp() != 1)
     return notYet("parallel.vpp = " + llvm::Twine(p.vpp()));
   if (p.sp())

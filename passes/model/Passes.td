@@ -101,4 +101,37 @@ def ModelOptimizer : Pass<"model-optimizer", "mlir::ModuleOp"> {
   let dependentDialects = ["::braid::model::ModelDialect"];
 }
 
+def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
+  let summary = "Splits the training step over the ranks of a device mesh";
+  let description = [{
+    Makes `@train_step` (after `model-optimizer`) the program of one rank of
+    a `dp × tp` mesh, declared as `model.mesh @mesh axes = ["dp", "tp"]`
+    (tp the minor axis: ranks `dp·tp + t`, as Megatron numbers them).
+
+    Data parallelism (`dp`): every rank holds the whole model and runs the
+    step on its own share of the global batch.
+    - `tokens` and `targets` are marked split along `dp` on the batch
+      dimension (`#model.sharding<@mesh, [{"dp"}, {} ]>`).
+    - The gradients, partial sums over `dp`, are summed by `model.all_reduce`
+      over `["dp"]` before the optimizer reads them: in buckets of at most
+      `bucket-bytes`, in the order backward produces the gradients, each
+      with the reason naming its parameters. The runtime seeds each rank's
+      backward with 1 / (micro-batches × dp), so the sums are the gradients
+      of the global batch's mean loss.
+
+    Tensor and sequence parallelism (`tp`, `sp`) are not built yet: the pass
+    refuses `tp > 1` rather than ignore it.
+
+    Expects the contract of `model-verify-train-step` plus the optimizer.
+  }];
+  let options = [
+    Option<"dp", "dp", "int64_t", "1", "data-parallel degree">,
+    Option<"tp", "tp", "int64_t", "1", "tensor-parallel degree">,
+    Option<"bucketBytes", "bucket-bytes", "int64_t", "25000000",
+           "most bytes of gradients one data-parallel all-reduce carries "
+           "(Megatron's default bucket is 40 M parameters; 25 MB as PyTorch DDP)">
+  ];
+  let dependentDialects = ["::braid::model::ModelDialect"];
+}
+
 #endif // BRAID_PASSES_MODEL_PASSES_TD

@@ -50,6 +50,7 @@ test::compileTo(mlir::MLIRContext &context, const spec::JobSpec &job,
   CompileOptions options;
   options.compileTo = phase;
   options.train = *train;
+  options.parallel = *parallel;
   if (llvm::Error error = runPhases(*module, options)) {
     ADD_FAILURE() << "compile failed: " << llvm::toString(std::move(error));
     return nullptr;

@@ -74,6 +74,14 @@ static cl::opt<int64_t>
     microBatch("micro-batch-size",
                cl::desc("Samples per micro-batch (parallel.micro_batch_size)"),
                cl::cat(category));
+static cl::opt<int64_t> dpFlag("dp", cl::desc("Data-parallel degree (parallel.dp)"),
+                              cl::cat(category));
+static cl::opt<int64_t> tpFlag("tp",
+                              cl::desc("Tensor-parallel degree (parallel.tp)"),
+                              cl::cat(category));
+static cl::opt<int64_t> ppFlag("pp",
+                              cl::desc("Pipeline-parallel degree (parallel.pp)"),
+                              cl::cat(category));
 static cl::opt<int64_t> globalBatch(
     "global-batch-size",
     cl::desc("Samples per optimizer step (parallel.global_batch_size)"),
@@ -122,6 +130,12 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_data()->set_seq_length(seqLen);
   if (microBatch.getNumOccurrences())
     job.mutable_parallel()->set_micro_batch_size(microBatch);
+  if (dpFlag.getNumOccurrences())
+    job.mutable_parallel()->set_dp(dpFlag);
+  if (tpFlag.getNumOccurrences())
+    job.mutable_parallel()->set_tp(tpFlag);
+  if (ppFlag.getNumOccurrences())
+    job.mutable_parallel()->set_pp(ppFlag);
   if (globalBatch.getNumOccurrences())
     job.mutable_parallel()->set_global_batch_size(globalBatch);
   if (precision.getNumOccurrences()) {
@@ -182,6 +196,7 @@ int main(int argc, char **argv) {
   CompileOptions options;
   options.compileTo = *phase;
   options.train = *train;
+  options.parallel = *parallel;
   options.dumpIrDir = dumpDir;
   if (llvm::Error error = runPhases(*module, options))
     return fail(std::move(error));
@@ -219,8 +234,12 @@ int main(int argc, char **argv) {
     if (!report)
       return fail(errorMessage);
     llvm::json::Value json = buildReport(*graph, *config);
-    if ((*module)->hasAttr("plan.arena_bytes"))
+    if ((*module)->hasAttr("plan.arena_bytes")) {
       json.getAsObject()->try_emplace("memory", planMemoryReport(*module));
+      json.getAsObject()->try_emplace(
+          "communication_bytes_per_step",
+          planCommunicationReport(*module, parallel->microBatches));
+    }
     report->os() << llvm::formatv("{0:2}", std::move(json)) << "\n";
     report->keep();
   }
