@@ -2,6 +2,7 @@
 
 #include "compiler/PlanExport.h"
 
+#include "dialects/model/ModelDialect.h"
 #include "dialects/plan/PlanDialect.h"
 #include "passes/plan/Passes.h"
 #include "runtime/plan/PlanLoader.h"
@@ -50,9 +51,16 @@ plan::BufferRole roleOf(StringRef role) {
 llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
   plan::Plan out;
   out.set_version(plan::SCHEMA_VERSION_CURRENT);
-  // One rank until the parallel phases exist.
-  out.mutable_mesh()->add_axes("dp");
-  out.mutable_mesh()->add_sizes(1);
+  // The mesh model-shard declared, or one rank.
+  if (auto mesh = module.lookupSymbol<model::MeshOp>("mesh")) {
+    for (auto [axis, size] : llvm::zip(mesh.getAxes(), mesh.getSizes())) {
+      out.mutable_mesh()->add_axes(cast<StringAttr>(axis).getValue().str());
+      out.mutable_mesh()->add_sizes(size);
+    }
+  } else {
+    out.mutable_mesh()->add_axes("dp");
+    out.mutable_mesh()->add_sizes(1);
+  }
   auto arena = module->getAttrOfType<IntegerAttr>("plan.arena_bytes");
   if (!arena)
     return error("the module has no plan.arena_bytes: run plan-memory first");
@@ -102,6 +110,9 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       }
       if (k.getProvenance())
         inst->set_provenance(k.getProvenance()->str());
+      if (std::optional<ArrayAttr> group = k.getGroup())
+        for (Attribute axis : *group)
+          inst->add_group(cast<StringAttr>(axis).getValue().str());
     }
   }
   // The step functions plan-lower made (those with nothing to do are gone).

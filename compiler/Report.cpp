@@ -101,6 +101,48 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
                             {"buffer_bytes_by_role", std::move(byRole)}};
 }
 
+llvm::json::Object braid::planCommunicationReport(ModuleOp module,
+                                                  int64_t microBatches) {
+  // Bytes each rank contributes per step, by collective kind and group: a
+  // collective in the micro-step runs once per micro-batch, the others once.
+  std::map<std::string, std::map<std::string, int64_t>> bytes;
+  llvm::StringMap<Operation *> buffers;
+  for (Operation &op : module.getBody()->getOperations())
+    if (op.getName().getStringRef() == "plan.buffer")
+      buffers[cast<StringAttr>(op.getAttr("sym_name")).getValue()] = &op;
+  module.walk([&](Operation *op) {
+    auto group = op->getAttrOfType<ArrayAttr>("group");
+    if (op->getName().getStringRef() != "plan.kernel" || !group)
+      return;
+    std::string axes;
+    for (Attribute axis : group)
+      axes += (axes.empty() ? "" : ",") + cast<StringAttr>(axis).getValue().str();
+    int64_t times = 1;
+    if (auto fn = op->getParentOp()->getAttrOfType<StringAttr>("sym_name"))
+      if (fn.getValue() == "micro_step")
+        times = microBatches;
+    int64_t n = 0;
+    for (Attribute ref : op->getAttrOfType<ArrayAttr>("inputs")) {
+      Operation *buffer =
+          buffers.lookup(cast<SymbolRefAttr>(ref).getRootReference().getValue());
+      auto type = cast<RankedTensorType>(
+          cast<TypeAttr>(buffer->getAttr("type")).getValue());
+      n += type.getNumElements() * getElementBytes(type.getElementType());
+    }
+    std::string kind =
+        StringRef(cast<StringAttr>(op->getAttr("kernel")).getValue()).lower();
+    bytes[kind][axes] += n * times;
+  });
+  llvm::json::Object out;
+  for (auto &[kind, byGroup] : bytes) {
+    llvm::json::Object groups;
+    for (auto &[axes, n] : byGroup)
+      groups[axes] = n;
+    out[kind] = std::move(groups);
+  }
+  return out;
+}
+
 llvm::json::Value braid::buildReport(ModuleOp module,
                                      const ModelConfig &c) {
 

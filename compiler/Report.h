@@ -54,6 +54,13 @@ llvm::json::Value buildReport(mlir::ModuleOp module, const ModelConfig &config);
 /// bytes of its buffers by role.
 llvm::json::Object planMemoryReport(mlir::ModuleOp module);
 
+/// The communication of one step of a module of the `plan` dialect, per
+/// rank: bytes each rank contributes, by collective kind (`all_reduce`, ...)
+/// and group (its mesh axes, comma-joined). Collectives of `micro_step` count
+/// once per micro-batch.
+llvm::json::Object planCommunicationReport(mlir::ModuleOp module,
+                                           int64_t microBatches);
+
 } // namespace braid
 
 #endif // BRAID_COMPILER_REPORT_H

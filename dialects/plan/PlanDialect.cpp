@@ -3,6 +3,7 @@
 #include "dialects/plan/PlanDialect.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSwitch.h"
 
 using namespace mlir;
@@ -57,5 +58,16 @@ LogicalResult KernelOp::verify() {
       return emitOpError("parameter ")
              << param.getName() << " is " << param.getValue()
              << " but must be an integer or a float";
+  // K3: a group of distinct, named axes.
+  if (std::optional<ArrayAttr> group = getGroup()) {
+    if (group->empty())
+      return emitOpError("group names no mesh axis");
+    llvm::SmallDenseSet<StringRef> seen;
+    for (Attribute axis : *group) {
+      StringRef name = cast<StringAttr>(axis).getValue();
+      if (name.empty() || !seen.insert(name).second)
+        return emitOpError("group axis \"") << name << "\" is empty or repeated";
+    }
+  }
   return success();
 }

@@ -79,22 +79,28 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">]> {
   let description = [{
     `kernel` names a kernel of the plan file schema (`LINEAR`, `ZERO`, ...);
     `params` are its attributes (integers and floats); `provenance` says
-    which `model` op it came from.
+    which `model` op it came from (for a collective, why it is there).
+    A collective names its `group`: the mesh axes along which its ranks
+    differ.
 
     Example:
 
     ```mlir
     plan.kernel "RMS_NORM" [@x, @g] -> [@y] {eps = 1.0e-05 : f64}
+    plan.kernel "ALL_REDUCE" [@g] -> [@g] {} {group = ["dp"]}
     ```
 
     Constraints:
     - K1: every input and output names a `plan.buffer` of the module.
     - K2: every entry of `params` is an integer or a float attribute.
+    - K3: `group`, when present, is a non-empty list of distinct, non-empty
+      axis names.
   }];
   let arguments = (ins StrAttr:$kernel, SymbolRefArrayAttr:$inputs,
                        SymbolRefArrayAttr:$outputs,
                        DefaultValuedAttr<DictionaryAttr, "{}">:$params,
-                       OptionalAttr<StrAttr>:$provenance);
+                       OptionalAttr<StrAttr>:$provenance,
+                       OptionalAttr<StrArrayAttr>:$group);
   let assemblyFormat = [{
     $kernel $inputs `->` $outputs $params attr-dict
   }];

@@ -16,7 +16,10 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
       per micro-batch: one `plan.buffer` per value, one `plan.kernel` per op
       (the kernel of the op's name, its attributes as kernel parameters),
       layers inlined in program order;
-    - `@update`: the optimizer ops (`GRAD_NORM`, `ADAMW`), once per step.
+    - `@update`: once per step, the data-parallel sums of the accumulated
+      gradients (`ALL_REDUCE` in place on the gradient buffers, the
+      `model.all_reduce` ops whose results the optimizer reads) and the
+      optimizer ops (`GRAD_NORM`, `ADAMW`).
 
     Gradients accumulate over micro-batches in place: each parameter's
     gradient is a `gradient` buffer named as the parameter, into which the
@@ -29,6 +32,8 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
     - Arguments become `parameter`, `input` or `optimizer_state` buffers
       named as the argument; the loss and the gradient norm are named too.
     - Other accumulating kernels get a `ZERO` of their output first.
+    - A collective keeps its mesh axes as the kernel's `group` and its
+      reason as the provenance.
     - `model.adamw` updates in place: its results are its operands' buffers.
   }];
   let dependentDialects = ["::braid::plan_ir::PlanDialect"];

@@ -69,7 +69,7 @@ private:
   }
   void kernel(StringRef name, ArrayRef<BufferOp> inputs,
               ArrayRef<BufferOp> outputs, DictionaryAttr params, Location loc,
-              StringRef provenance) {
+              StringRef provenance, ArrayAttr group = {}) {
     SmallVector<Attribute> ins, outs;
     for (BufferOp v : inputs)
       ins.push_back(FlatSymbolRefAttr::get(v.getSymNameAttr()));
@@ -77,7 +77,7 @@ private:
       outs.push_back(FlatSymbolRefAttr::get(v.getSymNameAttr()));
     b.create<KernelOp>(loc, b.getStringAttr(name), b.getArrayAttr(ins),
                        b.getArrayAttr(outs), params,
-                       b.getStringAttr(provenance));
+                       b.getStringAttr(provenance), group);
   }
   SmallVector<BufferOp> buffersOf(ValueRange values) {
     SmallVector<BufferOp> out;
@@ -89,6 +89,11 @@ private:
     auto fn = b.create<FuncOp>(func.getLoc(), b.getStringAttr(name));
     fn.getBody().push_back(new Block());
     return fn;
+  }
+  /// Ops that run once per step, after the last micro-batch: the optimizer
+  /// and the data-parallel sums of the gradients it reads.
+  bool isUpdateOp(Operation *op) const {
+    return isOptimizerOp(op) || stepReductions.contains(op);
   }
   LogicalResult planAccumulation(Value v, BufferOp grad, bool top);
   LogicalResult lowerBlock(Block &block, StringRef where);
@@ -106,6 +111,8 @@ private:
   DenseMap<Value, BufferOp> addInto;
   /// The `model.add` ops of gradient sums that accumulation replaces.
   DenseSet<Operation *> absorbed;
+  /// The all-reduces of gradients, run in place on the accumulated buffers.
+  DenseSet<Operation *> stepReductions;
   unsigned counter = 0;
 };
 
@@ -177,9 +184,8 @@ LogicalResult Lowering::planAccumulation(Value v, BufferOp grad, bool top) {
            << *grad.getName() << " is an argument, not computed";
   bool onlyPassedOn =
       top ? llvm::all_of(v.getUsers(),
-                         [](Operation *user) {
-                           return isOptimizerOp(user) ||
-                                  isa<func::ReturnOp>(user);
+                         [&](Operation *user) {
+                           return isUpdateOp(user) || isa<func::ReturnOp>(user);
                          })
           : v.hasOneUse();
   if (onlyPassedOn) {
@@ -232,6 +238,18 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
   }
   if (!isa<model::ModelDialect>(op->getDialect()))
     return op->emitOpError("cannot be lowered to a plan kernel");
+  if (auto reduce = dyn_cast<model::AllReduceOp>(op)) {
+    // A step reduction sums the accumulated gradient buffers in place.
+    for (auto [in, out] : llvm::zip(reduce.getInputs(), reduce.getResults()))
+      if (stepReductions.contains(op))
+        buffers[out] = buffers.lookup(in);
+      else
+        newBuffer(out, "activation");
+    kernel("ALL_REDUCE", buffersOf(reduce.getInputs()),
+           buffersOf(reduce.getResults()), b.getDictionaryAttr({}),
+           op->getLoc(), reduce.getReason(), reduce.getAxes());
+    return success();
+  }
   FailureOr<DictionaryAttr> params = kernelParams(op);
   if (failed(params))
     return failure();
@@ -301,9 +319,16 @@ LogicalResult Lowering::run() {
     gradients.push_back(
         {grad, newBuffer(grad.getLoc(), grad.getType(), "gradient", name)});
   };
-  for (auto adamw : entry.getOps<model::AdamWOp>())
-    addGradient(adamw.getGrad(), buffers.lookup(adamw.getParam()).getName()
-                                     .value_or(""));
+  for (auto adamw : entry.getOps<model::AdamWOp>()) {
+    Value grad = adamw.getGrad();
+    // Accumulate what is summed across ranks: the sum runs once per step.
+    if (auto reduce = grad.getDefiningOp<model::AllReduceOp>()) {
+      stepReductions.insert(reduce);
+      grad = reduce.getInputs()[cast<OpResult>(grad).getResultNumber()];
+    }
+    addGradient(grad,
+                buffers.lookup(adamw.getParam()).getName().value_or(""));
+  }
   if (gradients.empty())
     for (auto [i, v] : llvm::enumerate(ret.getOperands()))
       if (auto g = func.getResultAttrOfType<StringAttr>(
@@ -322,13 +347,13 @@ LogicalResult Lowering::run() {
   // gradients from their buffers.
   b.setInsertionPointToEnd(&microStep.getBody().front());
   for (Operation &op : entry.without_terminator())
-    if (!isOptimizerOp(&op) && failed(lowerOp(&op, func.getSymName())))
+    if (!isUpdateOp(&op) && failed(lowerOp(&op, func.getSymName())))
       return failure();
   for (auto [grad, buffer] : gradients)
     buffers[grad] = buffer;
   b.setInsertionPointToEnd(&update.getBody().front());
   for (Operation &op : entry.without_terminator())
-    if (isOptimizerOp(&op) && failed(lowerOp(&op, func.getSymName())))
+    if (isUpdateOp(&op) && failed(lowerOp(&op, func.getSymName())))
       return failure();
 
   // Name the results.

@@ -36,10 +36,12 @@ double floatAttr(const Instruction &inst, const char *name) {
 
 } // namespace
 
-absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
+absl::StatusOr<std::unique_ptr<Executor>>
+Executor::Create(plan::Plan plan, Communicator *comm) {
   if (absl::Status s = plan::ValidatePlan(plan); !s.ok())
     return s;
   std::unique_ptr<Executor> executor(new Executor(std::move(plan)));
+  executor->comm_ = comm;
   // One allocation for the whole run; zeroed so that a buffer read before it
   // is written holds zeros, not garbage.
   executor->arena_.reset(new (std::nothrow)
@@ -176,6 +178,26 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     std::memset(address(inst.outputs(0)), 0,
                 numel(out(0)) * plan::DTypeBytes(out(0).dtype()));
     return absl::OkStatus();
+  case plan::ALL_REDUCE: {
+    int64_t ranks = 1;
+    for (const std::string &axis : inst.group())
+      ranks *= plan::AxisSize(plan_.mesh(), axis);
+    if (!comm_ && ranks > 1)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "an all-reduce over ", ranks, " ranks needs the job's other ranks "
+          "(run the plan under mpirun)"));
+    std::vector<std::string> group(inst.group().begin(), inst.group().end());
+    for (int i = 0; i < inst.inputs_size(); ++i) {
+      int64_t n = numel(out(i));
+      if (inst.inputs(i) != inst.outputs(i))
+        std::memcpy(y(i), x(i), n * sizeof(T));
+      if (ranks > 1)
+        if (absl::Status s = comm_->AllReduceSum(group, y(i), n, out(i).dtype());
+            !s.ok())
+          return s;
+    }
+    return absl::OkStatus();
+  }
   case plan::EMBEDDING:
     if (absl::Status s = checkIds(1, dim(in(0), 0), false, 0); !s.ok())
       return s;

@@ -11,6 +11,7 @@
 #ifndef BRAID_RUNTIME_EXEC_EXECUTOR_H
 #define BRAID_RUNTIME_EXEC_EXECUTOR_H
 
+#include "runtime/exec/Communicator.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/statusor.h"
@@ -34,10 +35,14 @@ struct StepContext {
 
 class Executor {
 public:
-  /// Validates `plan` (as the loader does) and allocates its arena.
-  static absl::StatusOr<std::unique_ptr<Executor>> Create(plan::Plan plan);
+  /// Validates `plan` (as the loader does) and allocates its arena. `comm`
+  /// runs the plan's collectives; without one, a collective whose group is a
+  /// single rank is a copy and any other is an error.
+  static absl::StatusOr<std::unique_ptr<Executor>>
+  Create(plan::Plan plan, Communicator *comm = nullptr);
 
   const plan::Plan &plan() const { return plan_; }
+  Communicator *communicator() const { return comm_; }
   /// The index of the buffer named `name`, or -1.
   int FindBuffer(absl::string_view name) const;
 
@@ -64,6 +69,7 @@ private:
 
   plan::Plan plan_;
   std::unique_ptr<uint8_t[]> arena_;
+  Communicator *comm_ = nullptr;
   std::vector<double> profile_;
 };
 

@@ -3,12 +3,14 @@
 #include "runtime/exec/Trainer.h"
 
 #include "runtime/ckpt/HFCheckpoint.h"
+#include "runtime/ckpt/Safetensors.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/data/GptSamples.h"
 #include "runtime/data/IndexedDataset.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Init.h"
+#include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,11 +40,36 @@ absl::StatusOr<int> need(const Executor &e, const char *name) {
   return id;
 }
 
+/// Writes every parameter of the plan, as float32, to a safetensors file.
+/// Data-parallel ranks hold the same parameters, so rank 0's are the model's.
+absl::Status saveParameters(const Executor &e, const std::string &path) {
+  std::vector<std::vector<float>> values;
+  std::vector<ckpt::TensorToWrite> tensors;
+  const plan::Plan &plan = e.plan();
+  for (int i = 0; i < plan.buffers_size(); ++i) {
+    const plan::Buffer &b = plan.buffers(i);
+    if (b.role() != plan::PARAMETER)
+      continue;
+    absl::StatusOr<std::vector<double>> read = e.Read(i);
+    if (!read.ok())
+      return read.status();
+    values.emplace_back(read->begin(), read->end());
+    tensors.push_back({b.name(), ckpt::Dtype::kF32,
+                       {b.shape().begin(), b.shape().end()}, {}});
+  }
+  for (size_t k = 0; k < tensors.size(); ++k)
+    tensors[k].data = absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t *>(values[k].data()),
+        values[k].size() * sizeof(float));
+  return ckpt::WriteSafetensors(path, tensors, {});
+}
+
 } // namespace
 
 const char kTrainerFlagsUsage[] =
     "[--data PREFIX] [--steps N] [--seed N] [--data-order shuffled|sequential] "
-    "[--init-from HF_DIR] [--threads N] [--log-every N] [--metrics-out FILE]";
+    "[--init-from HF_DIR] [--threads N] [--log-every N] [--metrics-out FILE] "
+    "[--save-params FILE.safetensors]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -53,6 +80,8 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
     options->initFrom = value;
   } else if (flag == "--metrics-out") {
     options->metricsOut = value;
+  } else if (flag == "--save-params") {
+    options->saveParams = value;
   } else if (flag == "--data-order") {
     if (value != "shuffled" && value != "sequential")
       return absl::InvalidArgumentError(absl::StrCat(
@@ -82,18 +111,36 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
   return true;
 }
 
+DataShare DataShareOf(const Executor &e) {
+  const plan::Mesh &mesh = e.plan().mesh();
+  DataShare share;
+  share.ranks = plan::AxisSize(mesh, "dp");
+  if (Communicator *comm = e.communicator())
+    for (int i = 0; i < mesh.axes_size(); ++i)
+      if (mesh.axes(i) == "dp")
+        share.rank = comm->Coordinates()[i];
+  return share;
+}
+
 absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
                                const FeedMicroBatch &feed) {
   const plan::Training &t = e.plan().training();
   const plan::StepFunctions &fns = t.step();
   int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
+  DataShare share = DataShareOf(e);
+  if (share.ranks > 1 && !e.communicator())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan splits the batch over ", share.ranks,
+        " data-parallel ranks: run it under mpirun"));
+  // This rank's samples start at its slice of the global batch.
+  int64_t firstSample = share.rank * micros * t.micro_batch_size();
   absl::StatusOr<int> lossGrad = need(e, "loss_grad"), loss = need(e, "loss");
   for (const auto *s : {&lossGrad, &loss})
     if (!s->ok())
       return s->status();
   auto run = [&](const std::string &function, int64_t micro) -> absl::Status {
     absl::Status s = e.Run(function, {seed, uint32_t(step),
-                                      micro * t.micro_batch_size()});
+                                      firstSample + micro * t.micro_batch_size()});
     if (!s.ok())
       return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
     return s;
@@ -101,7 +148,8 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
   if (!fns.zero_grads().empty())
     if (absl::Status s = run(fns.zero_grads(), 0); !s.ok())
       return s;
-  if (absl::Status s = e.Write(*lossGrad, {1.0 / double(micros)}); !s.ok())
+  if (absl::Status s = e.Write(*lossGrad, {1.0 / double(micros * share.ranks)});
+      !s.ok())
     return s;
   double sum = 0;
   for (int64_t m = 0; m < micros; ++m) {
@@ -114,7 +162,11 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
   if (!fns.update().empty())
     if (absl::Status s = run(fns.update(), 0); !s.ok())
       return s;
-  return sum / double(micros);
+  if (share.ranks > 1)
+    if (absl::Status s = e.communicator()->AllReduceSum({"dp"}, &sum, 1, plan::F64);
+        !s.ok())
+      return s;
+  return sum / double(micros * share.ranks);
 }
 
 absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
@@ -131,7 +183,13 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
         "no data: give --data PREFIX (a .bin/.idx pair) or data.path in the job");
   if (options.threads > 0)
     cpu::setNumThreads(int(std::min<int64_t>(options.threads, 1 << 12)));
-  absl::StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan);
+  if (plan::WorldSize(plan) > 1 && !options.comm)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan is for ", plan::WorldSize(plan),
+        " ranks: start it with mpirun -np ", plan::WorldSize(plan),
+        " braid-run ... (braid train does)"));
+  absl::StatusOr<std::unique_ptr<Executor>> created =
+      Executor::Create(plan, options.comm);
   if (!created.ok())
     return created.status();
   Executor &e = **created;
@@ -185,7 +243,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     return dataset.status();
   int64_t batch = t.micro_batch_size(), seq = t.seq_length();
   int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
-  int64_t globalBatch = batch * micros;
+  DataShare share = DataShareOf(e);
+  int64_t globalBatch = batch * micros * share.ranks;
   data::GptSampleOptions sampleOptions;
   sampleOptions.seqLength = seq;
   sampleOptions.numSamples = uint64_t(steps * globalBatch);
@@ -243,11 +302,13 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
          {std::pair<int, std::vector<double>>{*lr, {rate}}, {*step, {double(s)}}})
       if (absl::Status st = e.Write(id, values); !st.ok())
         return st;
-    // Micro-batch m of step s holds the samples that follow those of the
-    // earlier micro-batches and steps.
+    // Micro-batch m of step s on data-parallel rank d holds the samples that
+    // follow those of the earlier micro-batches, ranks and steps: the global
+    // order of samples does not depend on the dp degree.
     auto feed = [&](int64_t m) -> absl::Status {
       for (int64_t b = 0; b < batch; ++b) {
-        uint64_t index = uint64_t((s - 1) * globalBatch + m * batch + b);
+        uint64_t index = uint64_t((s - 1) * globalBatch +
+                                  share.rank * micros * batch + m * batch + b);
         if (absl::Status st = samples->GetSample(index, &sample); !st.ok())
           return st;
         for (int64_t i = 0; i < seq; ++i) {
@@ -285,6 +346,9 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           s, lossValue, rate, norm, globalBatch * seq, stepTime, tokensPerS,
           plan.arena_bytes());
   }
+  if (!options.saveParams.empty() && (!options.comm || options.comm->Rank() == 0))
+    if (absl::Status s = saveParameters(e, options.saveParams); !s.ok())
+      return s;
   if (options.profile && options.log) {
     const std::vector<double> &p = e.Profile();
     double total = 0, gemm = 0;

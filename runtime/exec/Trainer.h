@@ -29,6 +29,9 @@ struct TrainerOptions {
   std::optional<int64_t> steps;       ///< overrides the plan's steps
   std::optional<uint64_t> seed;       ///< overrides the plan's seed
   std::string dataOrder;              ///< overrides the plan's data_order
+  /// The other ranks of the job, when the plan is for several; null for a
+  /// plan of one rank.
+  Communicator *comm = nullptr;
   /// A Hugging Face checkpoint directory (config.json + *.safetensors) to
   /// start from instead of the seeded initialisation.
   std::string initFrom;
@@ -37,6 +40,9 @@ struct TrainerOptions {
   int64_t threads = 0;
   int64_t logEvery = 1;
   std::string metricsOut;             ///< JSON lines, one per step
+  /// When set, the trained parameters are written here at the end, as a
+  /// safetensors file of the parameters' names and shapes (by rank 0).
+  std::string saveParams;
   std::ostream *log = nullptr;        ///< the human-readable lines
   /// Print, at the end, the share of step time per kernel (to `log`).
   bool profile = false;
@@ -48,7 +54,8 @@ struct StepRecord {
 };
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
-/// --data-order, --init-from, --threads, --log-every, --metrics-out. Returns true when
+/// --data-order, --init-from, --threads, --log-every, --metrics-out,
+/// --save-params. Returns true when
 /// `flag` (with its `value`) is one of them and sets it in `options`, false
 /// when it is not one of them, and an error naming the flag and value when
 /// the value is not allowed.
@@ -63,10 +70,22 @@ extern const char kTrainerFlagsUsage[];
 /// the current step into the executor's buffers.
 using FeedMicroBatch = std::function<absl::Status(int64_t micro)>;
 
+/// This rank's share of the global batch: the data-parallel ranks take
+/// consecutive slices of it, rank `rank` of `ranks`.
+struct DataShare {
+  int64_t ranks = 1, rank = 0;
+};
+
+/// The share of the rank that runs `executor` (its coordinate along the
+/// mesh axis "dp").
+DataShare DataShareOf(const Executor &executor);
+
 /// Runs one optimizer step of the plan the executor holds: zero_grads, then
-/// for each of the plan's micro-batches `feed` and micro_step, with the loss
-/// gradient 1 / micro-batches so the gradients are those of the mean loss,
-/// then update. Returns the step's loss: the mean of the micro-batches'.
+/// for each of the plan's micro-batches `feed` and micro_step, then update.
+/// The loss gradient is 1 / (micro-batches x data-parallel ranks), so the
+/// gradients, summed over micro-batches and ranks, are those of the global
+/// batch's mean loss. Returns the step's loss: the mean over the global
+/// batch's micro-batches (of every data-parallel rank).
 absl::StatusOr<double> RunStep(Executor &executor, uint64_t seed,
                                int64_t step, const FeedMicroBatch &feed);
 

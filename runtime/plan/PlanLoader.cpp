@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -175,6 +176,7 @@ private:
   absl::Status checkRope();
   absl::Status checkAttention(bool grad);
   absl::Status checkQkv(bool split);
+  absl::Status checkGroup();
 
   const Plan &plan;
   const Instruction &inst;
@@ -336,7 +338,28 @@ absl::Status InstructionChecker::checkQkv(bool split) {
   return absl::OkStatus();
 }
 
+absl::Status InstructionChecker::checkGroup() {
+  bool collective = inst.kernel() == ALL_REDUCE;
+  if (!collective) {
+    if (inst.group_size())
+      return fail("names a group but is not a collective");
+    return absl::OkStatus();
+  }
+  if (inst.group_size() == 0)
+    return fail("names no group (the mesh axes it communicates along)");
+  std::set<std::string> seen;
+  for (const std::string &axis : inst.group()) {
+    if (std::find(plan.mesh().axes().begin(), plan.mesh().axes().end(), axis) ==
+        plan.mesh().axes().end())
+      return fail(absl::StrCat("group axis '", axis, "' is not an axis of the mesh"));
+    if (!seen.insert(axis).second)
+      return fail(absl::StrCat("group axis '", axis, "' is repeated"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InstructionChecker::check() {
+  BRAID_RETURN_IF_ERROR(checkGroup());
   switch (inst.kernel()) {
   case EMBEDDING:
   case EMBEDDING_GRAD: {
@@ -440,6 +463,17 @@ absl::Status InstructionChecker::check() {
   case ZERO:
     BRAID_RETURN_IF_ERROR(arity(0, 0, 1));
     return absl::OkStatus();
+  case ALL_REDUCE: {
+    int n = inst.inputs_size();
+    if (n < 1 || inst.outputs_size() != n)
+      return fail(absl::StrCat("has ", n, " inputs and ", inst.outputs_size(),
+                               " outputs; it needs as many of each, at least one"));
+    BRAID_RETURN_IF_ERROR(arity(n, n, n));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    for (int i = 0; i < n; ++i)
+      BRAID_RETURN_IF_ERROR(same(out(i), in(i), "result"));
+    return absl::OkStatus();
+  }
   case GRAD_NORM: {
     BRAID_RETURN_IF_ERROR(arity(1, 1 << 20, 2));
     BRAID_RETURN_IF_ERROR(dtypes());
@@ -556,6 +590,22 @@ absl::Status validateTraining(const Plan &plan,
 }
 
 } // namespace
+
+std::vector<int64_t> MeshCoordinates(const Mesh &mesh, int64_t rank) {
+  std::vector<int64_t> coords(mesh.sizes_size());
+  for (int i = mesh.sizes_size() - 1; i >= 0; --i) {
+    coords[i] = rank % mesh.sizes(i);
+    rank /= mesh.sizes(i);
+  }
+  return coords;
+}
+
+int64_t AxisSize(const Mesh &mesh, absl::string_view axis) {
+  for (int i = 0; i < mesh.axes_size() && i < mesh.sizes_size(); ++i)
+    if (mesh.axes(i) == axis)
+      return mesh.sizes(i);
+  return 1;
+}
 
 absl::Status ValidatePlan(const Plan &plan) {
   if (plan.version() != SCHEMA_VERSION_CURRENT)

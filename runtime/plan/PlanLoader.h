@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace braid::plan {
 
@@ -52,6 +53,12 @@ absl::Status ValidatePlan(const Plan &plan);
 
 /// The number of ranks the plan is for: the product of its mesh sizes.
 int64_t WorldSize(const Plan &plan);
+
+/// The coordinates of `rank` along each axis of `mesh` (axes major to minor).
+std::vector<int64_t> MeshCoordinates(const Mesh &mesh, int64_t rank);
+
+/// The size of mesh axis `axis`, or 1 when the mesh has no such axis.
+int64_t AxisSize(const Mesh &mesh, absl::string_view axis);
 
 /// Bytes of one element of `dtype` (0 for an unknown dtype).
 int64_t DTypeBytes(DType dtype);

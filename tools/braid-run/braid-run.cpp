@@ -8,12 +8,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/comm/MpiCommunicator.h"
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -69,15 +71,46 @@ int main(int argc, char **argv) {
     std::cerr << "braid-run: error: " << plan.status().message() << "\n";
     return 1;
   }
-  if (braid::plan::WorldSize(*plan) != 1) {
-    std::cerr << "braid-run: error: the plan is for "
-              << braid::plan::WorldSize(*plan)
-              << " ranks; this braid-run runs one rank\n";
-    return 1;
+  // A plan for several ranks runs as one rank of an MPI job; so does a
+  // one-rank plan that mpirun started (it then checks the job's size).
+  std::unique_ptr<braid::comm::MpiCommunicator> comm;
+  if (braid::plan::WorldSize(*plan) > 1 || braid::comm::LaunchedByMpi()) {
+    if (!braid::comm::LaunchedByMpi()) {
+      std::cerr << "braid-run: error: the plan is for "
+                << braid::plan::WorldSize(*plan)
+                << " ranks: start it with mpirun -np "
+                << braid::plan::WorldSize(*plan)
+                << " braid-run ... (braid train does)\n";
+      return 1;
+    }
+    absl::StatusOr<std::unique_ptr<braid::comm::MpiCommunicator>> created =
+        braid::comm::MpiCommunicator::Create(*plan);
+    if (!created.ok()) {
+      std::cerr << "braid-run: error: " << created.status().message() << "\n";
+      return 1;
+    }
+    comm = std::move(*created);
+    options.comm = comm.get();
+    // Rank 0 speaks for the job.
+    if (comm->Rank() != 0) {
+      options.log = nullptr;
+      options.metricsOut.clear();
+      options.profile = false;
+    }
+    // Ranks sharing a node share its cores.
+    if (options.threads == 0)
+      options.threads = std::max<int64_t>(
+          1, int64_t(std::thread::hardware_concurrency()) /
+                 braid::comm::LocalRanks());
   }
   absl::Status status = braid::exec::Train(*plan, options);
   if (!status.ok()) {
-    std::cerr << "braid-run: error: " << status.message() << "\n";
+    std::cerr << "braid-run: error: "
+              << (comm ? "rank " + std::to_string(comm->Rank()) + ": " : "")
+              << status.message() << "\n";
+    // The other ranks may be waiting for this one in a collective.
+    if (comm)
+      comm->Abort(1);
     return 1;
   }
   return 0;

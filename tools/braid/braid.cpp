@@ -1,12 +1,13 @@
 //===- braid.cpp - The braid command ---------------------------------------===//
 //
-// braid train JOB.textproto [--data PREFIX] [--steps N] [--seed N]
+// braid train JOB.textproto [--dp N] [--data PREFIX] [--steps N] [--seed N]
 //                           [--data-order ORDER] [--init-from HF_DIR]
 //                           [--log-every N] [--metrics-out FILE]
 //
 // Compiles the job to a plan (as braidc --emit=plan does), prepares the data
 // on first use (data.corpus tokenized into data.path), and runs the plan on
-// this machine (as braid-run does).
+// this machine (as braid-run does; under mpirun, one braid-run per rank, when
+// the plan is for several ranks).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,14 +18,18 @@
 #include "frontends/Spec.h"
 #include "runtime/data/Preprocess.h"
 #include "runtime/exec/Trainer.h"
+#include "runtime/plan/PlanLoader.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
+#include <map>
+#include <unistd.h>
 #include <iostream>
 
 using namespace braid;
@@ -39,7 +44,8 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto " << exec::kTrainerFlagsUsage
+  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--pp N] "
+               << exec::kTrainerFlagsUsage
                << "\n";
   return error.empty() ? 0 : 2;
 }
@@ -75,6 +81,50 @@ int prepareData(const spec::DataSpec &data, const std::string &prefix) {
   return 0;
 }
 
+/// Runs the plan's ranks: mpirun starts braid-run (from this program's
+/// directory) once per rank on this machine, each rank with its share of the
+/// cores. Returns mpirun's exit code.
+int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
+                const std::vector<std::string> &flags, const char *argv0) {
+  int64_t world = plan::WorldSize(plan);
+  llvm::ErrorOr<std::string> mpirun = llvm::sys::findProgramByName("mpirun");
+  if (!mpirun)
+    return fail("the plan is for " + std::to_string(world) +
+                " ranks and mpirun is not on the PATH (scripts/setup.sh "
+                "installs Open MPI)");
+  std::string self = llvm::sys::fs::getMainExecutable(
+      argv0, reinterpret_cast<void *>(&launchRanks));
+  llvm::SmallString<256> runner(llvm::sys::path::parent_path(self));
+  llvm::sys::path::append(runner, "braid-run");
+  if (!llvm::sys::fs::can_execute(runner))
+    return fail("no braid-run next to braid (" + std::string(runner) + ")");
+  llvm::SmallString<256> planPath;
+  if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
+          "braid-train", "plan", planPath))
+    return fail("cannot create a temporary plan file: " + ec.message());
+  if (absl::Status s = plan::WritePlanFile(plan, std::string(planPath)); !s.ok())
+    return fail(std::string(s.message()));
+  std::vector<std::string> args = {*mpirun, "-np", std::to_string(world),
+                                   // More ranks than cores on a small
+                                   // machine; ranks share cores unpinned.
+                                   "--oversubscribe", "--bind-to", "none"};
+  if (geteuid() == 0)
+    args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {std::string(runner), std::string(planPath), "--data",
+                           dataPrefix});
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::cout << "braid: starting " << world << " ranks: mpirun -np " << world
+            << " braid-run ..." << std::endl;
+  std::vector<llvm::StringRef> refs(args.begin(), args.end());
+  std::string error;
+  int rc = llvm::sys::ExecuteAndWait(*mpirun, refs, std::nullopt, {}, 0, 0,
+                                     &error);
+  llvm::sys::fs::remove(planPath);
+  if (rc < 0)
+    return fail("cannot run mpirun: " + error);
+  return rc;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -88,6 +138,9 @@ int main(int argc, char **argv) {
   std::string jobPath;
   exec::TrainerOptions options;
   options.log = &std::cout;
+  // The trainer's flags as given, for braid-run when mpirun starts the ranks.
+  std::vector<std::string> forwarded;
+  std::map<std::string, int64_t> mesh; // --dp, --tp, --pp
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) {
@@ -105,11 +158,21 @@ int main(int argc, char **argv) {
     } else {
       return usage(arg + " needs a value");
     }
+    if (arg == "--dp" || arg == "--tp" || arg == "--pp") {
+      char *end = nullptr;
+      long long n = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 1)
+        return usage(arg + "=" + value + " is not a positive integer");
+      mesh[arg.substr(2)] = n;
+      continue;
+    }
     absl::StatusOr<bool> known = exec::ParseTrainerFlag(arg, value, &options);
     if (!known.ok())
       return usage(std::string(known.status().message()));
     if (!*known)
       return usage("unknown flag " + arg);
+    if (arg != "--data")
+      forwarded.push_back(arg + "=" + value);
   }
   if (jobPath.empty())
     return usage("no job file given");
@@ -117,6 +180,15 @@ int main(int argc, char **argv) {
   llvm::Expected<spec::JobSpec> job = loadJobFile(jobPath);
   if (!job)
     return fail(llvm::toString(job.takeError()));
+  for (auto [axis, n] : mesh) {
+    spec::ParallelSpec *p = job->mutable_parallel();
+    if (axis == "dp")
+      p->set_dp(n);
+    else if (axis == "tp")
+      p->set_tp(n);
+    else
+      p->set_pp(n);
+  }
   llvm::Expected<ModelConfig> config = resolveModel(*job);
   if (!config)
     return fail(llvm::toString(config.takeError()));
@@ -135,6 +207,7 @@ int main(int argc, char **argv) {
   CompileOptions compile;
   compile.compileTo = Phase::Plan;
   compile.train = *train;
+  compile.parallel = *parallel;
   if (llvm::Error error = runPhases(*module, compile))
     return fail(llvm::toString(std::move(error)));
   llvm::Expected<plan::Plan> plan = exportPlan(*module);
@@ -154,6 +227,8 @@ int main(int argc, char **argv) {
   if (int rc = prepareData(job->data(), prefix))
     return rc;
   options.dataPrefix = prefix;
+  if (plan::WorldSize(*plan) > 1)
+    return launchRanks(*plan, prefix, forwarded, argv[0]);
   if (absl::Status s = exec::Train(*plan, options); !s.ok())
     return fail(std::string(s.message()));
   return 0;

@@ -169,3 +169,61 @@ TEST(Executor, RefusesBadTokensAndUnsupportedDtypes) {
 }
 
 } // namespace
+
+namespace {
+
+/// Sums into the buffer what it would receive from `ranks - 1` more ranks
+/// holding the same values: a stand-in for the job's other ranks.
+class FakeCommunicator : public exec::Communicator {
+public:
+  explicit FakeCommunicator(int64_t ranks) : ranks(ranks) {}
+  int64_t Rank() const override { return 0; }
+  const std::vector<int64_t> &Coordinates() const override { return coords; }
+  absl::Status AllReduceSum(absl::Span<const std::string> axes, void *data,
+                            int64_t count, DType dtype) override {
+    groups.push_back(std::vector<std::string>(axes.begin(), axes.end()));
+    for (int64_t i = 0; i < count; ++i)
+      static_cast<double *>(data)[i] *= double(ranks);
+    return absl::OkStatus();
+  }
+  int64_t ranks;
+  std::vector<int64_t> coords = {0};
+  std::vector<std::vector<std::string>> groups;
+};
+
+// ALL_REDUCE: a copy when its group is one rank, a sum through the
+// communicator over the group it names otherwise, and an error when a
+// multi-rank group has no communicator.
+TEST(Executor, AllReduce) {
+  for (int64_t dp : {1, 2}) {
+    Builder b;
+    b.plan.mutable_mesh()->set_sizes(0, dp);
+    int x = b.buffer("x", F64, {3}, GRADIENT);
+    int y = b.buffer("y", F64, {3}, ACTIVATION);
+    Function *fn = b.plan.add_functions();
+    fn->set_name("f");
+    b.add(fn, ALL_REDUCE, {x, x}, {x, y})->add_group("dp");
+    FakeCommunicator comm(dp);
+    auto e = exec::Executor::Create(b.plan, &comm);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_TRUE((*e)->Write(x, {1, 2, 3}).ok());
+    ASSERT_TRUE((*e)->Run("f", {}).ok());
+    EXPECT_EQ(*(*e)->Read(x), std::vector<double>({1. * dp, 2. * dp, 3. * dp}));
+    // y is the copy of x summed again: the second pair reads x after the first.
+    EXPECT_EQ(*(*e)->Read(y), std::vector<double>({1. * dp * dp, 2. * dp * dp,
+                                                   3. * dp * dp}));
+    EXPECT_EQ(comm.groups.size(), dp > 1 ? 2u : 0u);
+    if (dp > 1) {
+      EXPECT_EQ(comm.groups[0], std::vector<std::string>({"dp"}));
+      auto alone = exec::Executor::Create(b.plan);
+      ASSERT_TRUE(alone.ok());
+      absl::Status s = (*alone)->Run("f", {});
+      EXPECT_NE(s.message().find("an all-reduce over 2 ranks needs the job's "
+                                 "other ranks"),
+                absl::string_view::npos)
+          << s;
+    }
+  }
+}
+
+} // namespace

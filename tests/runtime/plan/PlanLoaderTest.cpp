@@ -174,6 +174,50 @@ TEST(PlanValidation, TrainingSection) {
   EXPECT_EQ(errorOf(plan), "p.plan: training.step.micro_step names no function");
 }
 
+// ALL_REDUCE: operands pair with results, and its group is made of distinct
+// axes of the mesh; no other kernel names a group.
+TEST(PlanValidation, Collectives) {
+  auto withAllReduce = [] {
+    Plan plan = validPlan();
+    plan.mutable_mesh()->set_sizes(0, 2);
+    Instruction *ar = plan.mutable_functions(0)->add_body();
+    ar->set_kernel(ALL_REDUCE);
+    ar->add_inputs(1); // w, in place
+    ar->add_outputs(1);
+    ar->add_group("dp");
+    ar->set_provenance("data-parallel sum");
+    return plan;
+  };
+  EXPECT_EQ(errorOf(withAllReduce()), "");
+  Plan plan = withAllReduce();
+  plan.mutable_functions(0)->mutable_body(2)->set_group(0, "tp");
+  EXPECT_NE(errorOf(plan).find("group axis 'tp' is not an axis of the mesh"),
+            std::string::npos)
+      << errorOf(plan);
+  plan = withAllReduce();
+  plan.mutable_functions(0)->mutable_body(2)->add_group("dp");
+  EXPECT_NE(errorOf(plan).find("group axis 'dp' is repeated"), std::string::npos)
+      << errorOf(plan);
+  plan = withAllReduce();
+  plan.mutable_functions(0)->mutable_body(2)->clear_group();
+  EXPECT_NE(errorOf(plan).find("names no group"), std::string::npos)
+      << errorOf(plan);
+  plan = withAllReduce();
+  plan.mutable_functions(0)->mutable_body(2)->set_outputs(0, 2); // y: [2,3,16]
+  EXPECT_NE(errorOf(plan).find("result 'y' is [2, 3, 16], expected [16, 8]"),
+            std::string::npos)
+      << errorOf(plan);
+  plan = withAllReduce();
+  plan.mutable_functions(0)->mutable_body(2)->add_inputs(0);
+  EXPECT_NE(errorOf(plan).find("has 2 inputs and 1 outputs"), std::string::npos)
+      << errorOf(plan);
+  plan = validPlan();
+  plan.mutable_functions(0)->mutable_body(0)->add_group("dp");
+  EXPECT_NE(errorOf(plan).find("names a group but is not a collective"),
+            std::string::npos)
+      << errorOf(plan);
+}
+
 TEST(PlanFile, WritesAndLoads) {
   std::string path = ::testing::TempDir() + "/braid-plan-test.plan";
   ASSERT_TRUE(WritePlanFile(validPlan(), path).ok());

@@ -1,0 +1,159 @@
+//===- MpiCommunicator.cpp - Collectives on MPI ---------------------------===//
+
+#include "runtime/comm/MpiCommunicator.h"
+
+#include "runtime/plan/PlanLoader.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+namespace braid::comm {
+namespace {
+
+std::string groupKey(std::vector<std::string> axes) {
+  std::sort(axes.begin(), axes.end());
+  return absl::StrJoin(axes, ",");
+}
+
+const char *envOf(std::initializer_list<const char *> names) {
+  for (const char *name : names)
+    if (const char *v = std::getenv(name))
+      return v;
+  return nullptr;
+}
+
+absl::Status mpiError(int code, absl::string_view what) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return absl::InternalError(
+      absl::StrCat(what, " failed: ", std::string(text, length)));
+}
+
+} // namespace
+
+bool LaunchedByMpi() {
+  return envOf({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) != nullptr;
+}
+
+int64_t LocalRanks() {
+  const char *v = envOf({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"});
+  int64_t n = v ? std::atoll(v) : 1;
+  return std::max<int64_t>(n, 1);
+}
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>>
+MpiCommunicator::Create(const plan::Plan &plan) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    MPI_Init(nullptr, nullptr);
+  // Errors come back as codes, so a failing collective becomes a message
+  // (and then an abort of the job) rather than a silent hang.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
+  c->mesh_ = plan.mesh();
+  c->rank_ = rank;
+  int64_t world = plan::WorldSize(plan);
+  if (world != size) {
+    std::vector<std::string> axes;
+    for (int i = 0; i < plan.mesh().axes_size(); ++i)
+      axes.push_back(absl::StrCat(plan.mesh().axes(i), " ", plan.mesh().sizes(i)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan is for ", world, " ranks (", absl::StrJoin(axes, " x "),
+        ") but the job has ", size, ": start it with mpirun -np ", world));
+  }
+  c->coords_ = plan::MeshCoordinates(plan.mesh(), rank);
+  // Every group the plan uses, in one order on every rank (the plan is the
+  // same everywhere), since creating a communicator is collective.
+  std::set<std::string> keys;
+  std::vector<std::vector<std::string>> groups;
+  for (const plan::Function &fn : plan.functions())
+    for (const plan::Instruction &inst : fn.body())
+      if (inst.group_size()) {
+        std::vector<std::string> axes(inst.group().begin(), inst.group().end());
+        if (keys.insert(groupKey(axes)).second)
+          groups.push_back(axes);
+      }
+  for (const std::vector<std::string> &axes : groups)
+    if (absl::Status s = c->addGroup(axes); !s.ok())
+      return s;
+  return c;
+}
+
+absl::Status MpiCommunicator::addGroup(const std::vector<std::string> &axes) {
+  // The ranks of a group share their coordinates along every other axis:
+  // that is the colour; their world rank orders them.
+  int64_t color = 0;
+  for (int i = 0; i < mesh_.axes_size(); ++i)
+    if (std::find(axes.begin(), axes.end(), mesh_.axes(i)) == axes.end())
+      color = color * mesh_.sizes(i) + coords_[i];
+  MPI_Comm group;
+  if (int rc = MPI_Comm_split(MPI_COMM_WORLD, int(color), int(rank_), &group);
+      rc != MPI_SUCCESS)
+    return mpiError(rc, absl::StrCat("creating the group {", groupKey(axes), "}"));
+  MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN);
+  groups_[groupKey(axes)] = group;
+  return absl::OkStatus();
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  for (auto &[key, group] : groups_) {
+    MPI_Comm c = static_cast<MPI_Comm>(group);
+    MPI_Comm_free(&c);
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized)
+    MPI_Finalize();
+}
+
+absl::Status MpiCommunicator::AllReduceSum(absl::Span<const std::string> axes,
+                                           void *data, int64_t count,
+                                           plan::DType dtype) {
+  std::vector<std::string> list(axes.begin(), axes.end());
+  auto it = groups_.find(groupKey(list));
+  if (it == groups_.end())
+    return absl::InternalError(absl::StrCat(
+        "no communicator for the group {", groupKey(list), "}"));
+  MPI_Datatype type;
+  switch (dtype) {
+  case plan::F32:
+    type = MPI_FLOAT;
+    break;
+  case plan::F64:
+    type = MPI_DOUBLE;
+    break;
+  default:
+    return absl::UnimplementedError(absl::StrCat(
+        "all-reduce of ", plan::DType_Name(dtype), " on MPI"));
+  }
+  // MPI counts are int: large buffers go in pieces.
+  const int64_t kMaxCount = int64_t(1) << 30;
+  char *p = static_cast<char *>(data);
+  int64_t bytes = plan::DTypeBytes(dtype);
+  for (int64_t done = 0; done < count; done += kMaxCount) {
+    int n = int(std::min(kMaxCount, count - done));
+    if (int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * bytes, n, type, MPI_SUM,
+                               static_cast<MPI_Comm>(it->second));
+        rc != MPI_SUCCESS)
+      return mpiError(rc, "MPI_Allreduce");
+  }
+  return absl::OkStatus();
+}
+
+void MpiCommunicator::Abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+} // namespace braid::comm

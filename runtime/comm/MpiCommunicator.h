@@ -1,0 +1,59 @@
+//===- MpiCommunicator.h - Collectives on MPI -------------------*- C++ -*-===//
+//
+// The CPU backend's communication: one MPI communicator per group the plan's
+// collectives name (a set of mesh axes), split from MPI_COMM_WORLD once, at
+// start-up, in the same order on every rank.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_COMM_MPICOMMUNICATOR_H
+#define BRAID_RUNTIME_COMM_MPICOMMUNICATOR_H
+
+#include "runtime/exec/Communicator.h"
+
+#include "absl/status/statusor.h"
+
+#include <map>
+#include <memory>
+
+namespace braid::comm {
+
+/// Whether this process was started by an MPI launcher (mpirun, srun with
+/// PMI): then it must join the job even when the plan is for one rank.
+bool LaunchedByMpi();
+
+/// The ranks that run on this node (the launcher's local size), or 1.
+int64_t LocalRanks();
+
+class MpiCommunicator : public exec::Communicator {
+public:
+  /// Joins the MPI job (MPI_Init) and checks that it has as many ranks as the
+  /// plan's mesh, then creates the communicator of every group the plan's
+  /// collectives use.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>>
+  Create(const plan::Plan &plan);
+  ~MpiCommunicator() override;
+
+  int64_t Rank() const override { return rank_; }
+  const std::vector<int64_t> &Coordinates() const override { return coords_; }
+  absl::Status AllReduceSum(absl::Span<const std::string> axes, void *data,
+                            int64_t count, plan::DType dtype) override;
+
+  /// Ends every rank of the job with `code`, so that none of them waits
+  /// forever in a collective for this one (after an error here).
+  [[noreturn]] void Abort(int code);
+
+private:
+  MpiCommunicator() = default;
+  absl::Status addGroup(const std::vector<std::string> &axes);
+
+  plan::Mesh mesh_;
+  int64_t rank_ = 0;
+  std::vector<int64_t> coords_;
+  /// Communicators by the sorted, comma-joined axes of their group.
+  std::map<std::string, void *> groups_;
+};
+
+} // namespace braid::comm
+
+#endif // BRAID_RUNTIME_COMM_MPICOMMUNICATOR_H

@@ -1,0 +1,39 @@
+//===- Communicator.h - Collectives for the executor ------------*- C++ -*-===//
+//
+// What the executor needs from the other ranks of a job: the collectives of
+// the plan, over groups named by mesh axes. runtime/comm implements it on MPI
+// (CPU); the CUDA backend will implement it on NCCL.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_EXEC_COMMUNICATOR_H
+#define BRAID_RUNTIME_EXEC_COMMUNICATOR_H
+
+#include "runtime/plan/plan.pb.h"
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace braid::exec {
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  /// This rank's number in the job, 0-based.
+  virtual int64_t Rank() const = 0;
+  /// This rank's coordinate along each axis of the plan's mesh, in its order.
+  virtual const std::vector<int64_t> &Coordinates() const = 0;
+  /// Sums `count` elements of `dtype` at `data`, in place, over the ranks
+  /// whose coordinates differ from this rank's only along `axes`.
+  virtual absl::Status AllReduceSum(absl::Span<const std::string> axes,
+                                    void *data, int64_t count,
+                                    plan::DType dtype) = 0;
+};
+
+} // namespace braid::exec
+
+#endif // BRAID_RUNTIME_EXEC_COMMUNICATOR_H

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Parallel runs against the serial run: the central test of Braid.
+
+Trains tiny models for a few steps serially and under each parallel layout
+(mpirun -np N braid-run), on the same samples, and checks that every step's
+loss is within --loss-rtol of the serial run's and every final parameter
+within --param-rtol (relative to the tensor's largest magnitude). Prints the
+largest differences seen. Also checks the errors of a job whose world size
+does not match the plan and of a rank that dies mid-run.
+
+  parity.py --bin BUILD/bin --work DIR --corpus TEXT [--steps N]
+"""
+
+import argparse
+import json
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def mpirun(n):
+    cmd = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd
+
+
+def read_safetensors(path):
+    """name -> list of floats (F32 only), read from the published layout."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", (name, info["dtype"])
+        begin, end = info["data_offsets"]
+        out[name] = struct.unpack(f"<{(end - begin) // 4}f", data[base + begin : base + end])
+    return out
+
+
+def noise_only(name, values):
+    """The element range of a parameter whose gradient is zero in exact
+    arithmetic, or None. GPT-2's key bias (the middle third of c_attn.bias)
+    adds q.b_k to every score of a query, a shift softmax ignores: its float
+    gradient is round-off, which Adam turns into steps of up to lr, in the
+    serial run as in any other. Such elements are checked to stay small, not
+    to agree."""
+    if name.endswith("attn.c_attn.bias"):
+        h = len(values) // 3
+        return range(h, 2 * h)
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--loss-rtol", type=float, default=1e-5)
+    ap.add_argument("--param-rtol", type=float, default=1e-4)
+    args = ap.parse_args()
+    b = lambda tool: os.path.join(args.bin, tool)
+    os.makedirs(args.work, exist_ok=True)
+    w = lambda name: os.path.join(args.work, name)
+
+    # 200 KB of real text, bytes as tokens.
+    with open(args.corpus, "rb") as f:
+        text = f.read(200_000)
+    with open(w("corpus.txt"), "wb") as f:
+        f.write(text)
+    run([b("braid-data"), "preprocess", "--input", w("corpus.txt"), "--output-prefix", w("data")])
+
+    # (name, mpirun ranks, extra parallel fields): global batch 4 throughout.
+    layouts = [
+        ("dp2", 2, "dp: 2 micro_batch_size: 2"),
+        ("dp4", 4, "dp: 4 micro_batch_size: 1"),
+        ("dp2-accumulate2", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4"),
+    ]
+    worst_loss = worst_param = 0.0
+    for model in ("tiny-llama", "tiny-gpt2"):
+        for dropout in (0.0, 0.1):
+            tag = f"{model}-dropout{dropout}"
+            model_fields = f'preset: "{model}" hidden_dropout: {dropout}'
+            if model == "tiny-gpt2":
+                model_fields += f" embedding_dropout: {dropout}"
+
+            def train(name, ranks, parallel):
+                job = w(f"{tag}-{name}.textproto")
+                with open(job, "w") as f:
+                    f.write(f"model {{ {model_fields} }}\n"
+                            f"parallel {{ {parallel} }}\n"
+                            f"train {{ steps: {args.steps} lr: 3e-3 warmup_steps: 2 seed: 7 }}\n"
+                            f"data {{ seq_length: 32 }}\n")
+                plan = w(f"{tag}-{name}.plan")
+                run([b("braidc"), job, "--emit=plan", "-o", plan])
+                metrics, params = w(f"{tag}-{name}.jsonl"), w(f"{tag}-{name}.safetensors")
+                cmd = [b("braid-run"), plan, "--data", w("data"), "--metrics-out", metrics,
+                       "--save-params", params, "--log-every", "1000"]
+                run((mpirun(ranks) if ranks > 1 else []) + cmd)
+                losses = [json.loads(l)["loss"] for l in open(metrics)]
+                assert len(losses) == args.steps, (name, len(losses))
+                return losses, read_safetensors(params)
+
+            serial_losses, serial_params = train("serial", 1, "micro_batch_size: 4")
+            for name, ranks, parallel in layouts:
+                losses, params = train(name, ranks, parallel)
+                dl = max(abs(a - s) / abs(s) for a, s in zip(losses, serial_losses))
+                dp = 0.0
+                for pname, ref in serial_params.items():
+                    got = params[pname]
+                    scale = max(max(abs(x) for x in ref), 1e-12)
+                    noise = noise_only(pname, ref) or range(0)
+                    for i in noise:  # within 20 steps of lr 3e-3 of 0, far less in fact
+                        if abs(got[i]) > 1e-3 or abs(ref[i]) > 1e-3:
+                            sys.exit(f"FAILED: {pname}[{i}] = {got[i]}, {ref[i]}: a "
+                                     "zero-gradient element moved far from 0")
+                    diffs = [abs(x - y) for i, (x, y) in enumerate(zip(got, ref))
+                             if i not in noise]
+                    dp = max(dp, max(diffs, default=0.0) / scale)
+                print(f"{tag:24s} {name:16s} loss rel diff {dl:.2e}  param rel diff {dp:.2e}")
+                if dl > args.loss_rtol or dp > args.param_rtol or math.isnan(dl + dp):
+                    sys.exit(f"FAILED: {tag} {name} differs from the serial run")
+                worst_loss, worst_param = max(worst_loss, dl), max(worst_param, dp)
+    print(f"largest loss difference {worst_loss:.2e} (limit {args.loss_rtol}), "
+          f"largest parameter difference {worst_param:.2e} (limit {args.param_rtol})")
+
+    # A job whose size does not match the plan is refused, naming both.
+    plan = w("tiny-llama-dropout0.0-dp2.plan")
+    p = subprocess.run(mpirun(3) + [b("braid-run"), plan, "--data", w("data")],
+                       capture_output=True, text=True, timeout=120)
+    want = "the plan is for 2 ranks (dp 2 x tp 1) but the job has 3: start it with mpirun -np 2"
+    if p.returncode == 0 or want not in p.stderr:
+        sys.exit(f"FAILED: world size mismatch: rc {p.returncode}\n{p.stderr}")
+    # So is a multi-rank plan started without mpirun.
+    p = subprocess.run([b("braid-run"), plan, "--data", w("data")], capture_output=True, text=True)
+    if p.returncode == 0 or "start it with mpirun -np 2" not in p.stderr:
+        sys.exit(f"FAILED: multi-rank plan without mpirun: rc {p.returncode}\n{p.stderr}")
+
+    # A rank that dies mid-run: the job ends with an error, it does not hang.
+    # Output to a file: a pipe nobody reads would fill and block mpirun.
+    log = open(w("killed-rank.log"), "w")
+    proc = subprocess.Popen(mpirun(2) + [b("braid-run"), plan, "--data", w("data"),
+                                         "--steps", "1000000", "--log-every", "1"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    time.sleep(3)  # training by now
+    victims = subprocess.run(["pgrep", "-f", f"braid-run {plan}"], capture_output=True,
+                             text=True).stdout.split()
+    victims = [v for v in victims if int(v) != proc.pid]
+    if not victims:
+        proc.kill()
+        sys.exit("FAILED: no braid-run rank to kill")
+    killed = time.monotonic()
+    os.kill(int(victims[-1]), signal.SIGKILL)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        sys.exit("FAILED: the job still runs 60 s after one of its ranks was killed")
+    if proc.returncode == 0:
+        sys.exit("FAILED: the job with a killed rank exited 0")
+    print(f"a killed rank ended the job in {time.monotonic() - killed:.1f} s "
+          f"(mpirun exit {proc.returncode})")
+    print("parity: 1 passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main()
