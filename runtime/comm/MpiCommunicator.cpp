@@ -36,6 +36,18 @@ absl::Status mpiError(int code, absl::string_view what) {
       absl::StrCat(what, " failed: ", std::string(text, length)));
 }
 
+absl::StatusOr<MPI_Datatype> mpiType(plan::DType dtype) {
+  switch (dtype) {
+  case plan::F32:
+    return MPI_FLOAT;
+  case plan::F64:
+    return MPI_DOUBLE;
+  default:
+    return absl::UnimplementedError(absl::StrCat(
+        "collectives on ", plan::DType_Name(dtype), " on MPI"));
+  }
+}
+
 } // namespace
 
 bool LaunchedByMpi() {
@@ -117,34 +129,55 @@ MpiCommunicator::~MpiCommunicator() {
     MPI_Finalize();
 }
 
+absl::StatusOr<void *>
+MpiCommunicator::group(absl::Span<const std::string> axes) {
+  std::vector<std::string> list(axes.begin(), axes.end());
+  auto it = groups_.find(groupKey(list));
+  if (it == groups_.end()) {
+    // A group the plan's instructions do not name (the trainer's own
+    // gathers): created now, which every rank does at the same point.
+    if (absl::Status s = addGroup(list); !s.ok())
+      return s;
+    it = groups_.find(groupKey(list));
+  }
+  return it->second;
+}
+
+absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
+                                        const void *in, void *out,
+                                        int64_t count, plan::DType dtype) {
+  absl::StatusOr<void *> comm = group(axes);
+  if (!comm.ok())
+    return comm.status();
+  absl::StatusOr<MPI_Datatype> type = mpiType(dtype);
+  if (!type.ok())
+    return type.status();
+  if (count > (int64_t(1) << 30))
+    return absl::UnimplementedError("an all-gather of more than 2^30 elements");
+  if (int rc = MPI_Allgather(in, int(count), *type, out, int(count), *type,
+                             static_cast<MPI_Comm>(*comm));
+      rc != MPI_SUCCESS)
+    return mpiError(rc, "MPI_Allgather");
+  return absl::OkStatus();
+}
+
 absl::Status MpiCommunicator::AllReduceSum(absl::Span<const std::string> axes,
                                            void *data, int64_t count,
                                            plan::DType dtype) {
-  std::vector<std::string> list(axes.begin(), axes.end());
-  auto it = groups_.find(groupKey(list));
-  if (it == groups_.end())
-    return absl::InternalError(absl::StrCat(
-        "no communicator for the group {", groupKey(list), "}"));
-  MPI_Datatype type;
-  switch (dtype) {
-  case plan::F32:
-    type = MPI_FLOAT;
-    break;
-  case plan::F64:
-    type = MPI_DOUBLE;
-    break;
-  default:
-    return absl::UnimplementedError(absl::StrCat(
-        "all-reduce of ", plan::DType_Name(dtype), " on MPI"));
-  }
+  absl::StatusOr<void *> comm = group(axes);
+  if (!comm.ok())
+    return comm.status();
+  absl::StatusOr<MPI_Datatype> type = mpiType(dtype);
+  if (!type.ok())
+    return type.status();
   // MPI counts are int: large buffers go in pieces.
   const int64_t kMaxCount = int64_t(1) << 30;
   char *p = static_cast<char *>(data);
   int64_t bytes = plan::DTypeBytes(dtype);
   for (int64_t done = 0; done < count; done += kMaxCount) {
     int n = int(std::min(kMaxCount, count - done));
-    if (int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * bytes, n, type, MPI_SUM,
-                               static_cast<MPI_Comm>(it->second));
+    if (int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * bytes, n, *type, MPI_SUM,
+                               static_cast<MPI_Comm>(*comm));
         rc != MPI_SUCCESS)
       return mpiError(rc, "MPI_Allreduce");
   }

@@ -38,6 +38,8 @@ public:
   const std::vector<int64_t> &Coordinates() const override { return coords_; }
   absl::Status AllReduceSum(absl::Span<const std::string> axes, void *data,
                             int64_t count, plan::DType dtype) override;
+  absl::Status AllGather(absl::Span<const std::string> axes, const void *in,
+                         void *out, int64_t count, plan::DType dtype) override;
 
   /// Ends every rank of the job with `code`, so that none of them waits
   /// forever in a collective for this one (after an error here).
@@ -46,6 +48,8 @@ public:
 private:
   MpiCommunicator() = default;
   absl::Status addGroup(const std::vector<std::string> &axes);
+  /// The communicator of the group along `axes` (an MPI_Comm).
+  absl::StatusOr<void *> group(absl::Span<const std::string> axes);
 
   plan::Mesh mesh_;
   int64_t rank_ = 0;

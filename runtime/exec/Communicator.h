@@ -32,6 +32,12 @@ public:
   virtual absl::Status AllReduceSum(absl::Span<const std::string> axes,
                                     void *data, int64_t count,
                                     plan::DType dtype) = 0;
+  /// Gathers `count` elements of `dtype` from every rank of the group along
+  /// `axes` into `out` (group size x count), in the ranks' order along the
+  /// axes (row-major over them).
+  virtual absl::Status AllGather(absl::Span<const std::string> axes,
+                                 const void *in, void *out, int64_t count,
+                                 plan::DType dtype) = 0;
 };
 
 } // namespace braid::exec

@@ -11,6 +11,7 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Init.h"
 #include "runtime/plan/PlanLoader.h"
+#include "runtime/plan/Shards.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,12 +41,25 @@ absl::StatusOr<int> need(const Executor &e, const char *name) {
   return id;
 }
 
-/// Writes every parameter of the plan, as float32, to a safetensors file.
-/// Data-parallel ranks hold the same parameters, so rank 0's are the model's.
+/// This rank's coordinate along the axis `b` is split over (0 when whole).
+int64_t shardCoordinate(const Executor &e, const plan::Buffer &b) {
+  if (!b.has_shard() || !e.communicator())
+    return 0;
+  const plan::Mesh &mesh = e.plan().mesh();
+  for (int i = 0; i < mesh.axes_size(); ++i)
+    if (mesh.axes(i) == b.shard().axis())
+      return e.communicator()->Coordinates()[i];
+  return 0;
+}
+
+/// Writes every parameter of the plan, whole and as float32, to a
+/// safetensors file. Every rank must call it: the slices of split parameters
+/// are gathered; rank 0 writes.
 absl::Status saveParameters(const Executor &e, const std::string &path) {
   std::vector<std::vector<float>> values;
   std::vector<ckpt::TensorToWrite> tensors;
   const plan::Plan &plan = e.plan();
+  bool writer = !e.communicator() || e.communicator()->Rank() == 0;
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
     if (b.role() != plan::PARAMETER)
@@ -53,10 +67,38 @@ absl::Status saveParameters(const Executor &e, const std::string &path) {
     absl::StatusOr<std::vector<double>> read = e.Read(i);
     if (!read.ok())
       return read.status();
-    values.emplace_back(read->begin(), read->end());
-    tensors.push_back({b.name(), ckpt::Dtype::kF32,
-                       {b.shape().begin(), b.shape().end()}, {}});
+    std::vector<int64_t> shape = plan::GlobalShape(b, plan.mesh());
+    std::vector<double> whole = std::move(*read);
+    if (b.has_shard()) {
+      int64_t ranks = plan::AxisSize(plan.mesh(), b.shard().axis());
+      int64_t n = int64_t(whole.size());
+      std::vector<double> all(n * ranks);
+      if (ranks > 1) {
+        if (!e.communicator())
+          return absl::FailedPreconditionError(absl::StrCat(
+              "parameter '", b.name(), "' is split over ", ranks,
+              " ranks: gathering it needs the job's other ranks"));
+        if (absl::Status s = e.communicator()->AllGather(
+                {b.shard().axis()}, whole.data(), all.data(), n, plan::F64);
+            !s.ok())
+          return s;
+      } else {
+        all = whole;
+      }
+      int64_t total = 1;
+      for (int64_t d : shape)
+        total *= d;
+      whole.assign(total, 0.0);
+      for (int64_t c = 0; c < ranks; ++c)
+        for (const plan::ShardRun &run : plan::ShardRuns(b, plan.mesh(), c))
+          std::copy_n(all.begin() + c * n + run.local, run.length,
+                      whole.begin() + run.global);
+    }
+    values.emplace_back(whole.begin(), whole.end());
+    tensors.push_back({b.name(), ckpt::Dtype::kF32, shape, {}});
   }
+  if (!writer)
+    return absl::OkStatus();
   for (size_t k = 0; k < tensors.size(); ++k)
     tensors[k].data = absl::Span<const uint8_t>(
         reinterpret_cast<const uint8_t *>(values[k].data()),
@@ -205,21 +247,31 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     for (int i = 0; i < plan.buffers_size(); ++i)
       if (plan.buffers(i).role() == plan::PARAMETER) {
         const plan::Buffer &b = plan.buffers(i);
-        specs.push_back({b.name(), {b.shape().begin(), b.shape().end()}});
+        specs.push_back({b.name(), plan::GlobalShape(b, plan.mesh())});
         ids.push_back(i);
       }
     std::vector<std::vector<float>> values(specs.size());
-    for (size_t k = 0; k < specs.size(); ++k)
-      values[k].resize(numel(plan.buffers(ids[k])));
+    for (size_t k = 0; k < specs.size(); ++k) {
+      int64_t n = 1;
+      for (int64_t d : specs[k].shape)
+        n *= d;
+      values[k].resize(n);
+    }
     if (absl::Status s = ckpt::LoadParameters(
             *checkpoint, specs, [&](size_t k) { return values[k].data(); });
         !s.ok())
       return s;
-    for (size_t k = 0; k < specs.size(); ++k)
-      if (absl::Status s = e.Write(ids[k], std::vector<double>(values[k].begin(),
-                                                                values[k].end()));
-          !s.ok())
+    // Each rank keeps its slice of the whole tensors.
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const plan::Buffer &b = plan.buffers(ids[k]);
+      std::vector<double> local(numel(b));
+      for (const plan::ShardRun &run :
+           plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
+        std::copy_n(values[k].begin() + run.global, run.length,
+                    local.begin() + run.local);
+      if (absl::Status s = e.Write(ids[k], local); !s.ok())
         return s;
+    }
   }
   InitConfig init{seed, t.init_std() > 0 ? t.init_std() : 0.02,
                   std::max<int64_t>(t.num_layers(), 1), t.scaled_residual_init()};
@@ -227,11 +279,16 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     const plan::Buffer &b = plan.buffers(i);
     if (b.role() != plan::PARAMETER || !options.initFrom.empty())
       continue;
+    // Values by global element index: a slice holds what the whole tensor
+    // holds there.
     std::vector<float> values(numel(b));
-    if (absl::Status s = initParameter(b.name(), b.shape_size(), init, 0,
-                                       values.size(), values.data());
-        !s.ok())
-      return s;
+    for (const plan::ShardRun &run :
+         plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
+      if (absl::Status s = initParameter(b.name(), b.shape_size(), init,
+                                         uint64_t(run.global), uint64_t(run.length),
+                                         values.data() + run.local);
+          !s.ok())
+        return s;
     if (absl::Status s = e.Write(i, std::vector<double>(values.begin(), values.end()));
         !s.ok())
       return s;
@@ -346,7 +403,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           s, lossValue, rate, norm, globalBatch * seq, stepTime, tokensPerS,
           plan.arena_bytes());
   }
-  if (!options.saveParams.empty() && (!options.comm || options.comm->Rank() == 0))
+  if (!options.saveParams.empty())
     if (absl::Status s = saveParameters(e, options.saveParams); !s.ok())
       return s;
   if (options.profile && options.log) {

@@ -555,6 +555,37 @@ int64_t WorldSize(const Plan &plan) {
 
 namespace {
 
+/// A shard names an axis of the mesh and a dimension of the buffer, and its
+/// blocks, split over the axis, add up to that dimension.
+absl::Status validateShard(const Plan &plan, const Buffer &b,
+                           const std::string &name) {
+  const Shard &s = b.shard();
+  int64_t ranks = 0;
+  for (int i = 0; i < plan.mesh().axes_size(); ++i)
+    if (plan.mesh().axes(i) == s.axis())
+      ranks = plan.mesh().sizes(i);
+  if (ranks == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " is split along '", s.axis(), "', which is not a mesh axis"));
+  if (s.dim() < 0 || s.dim() >= b.shape_size())
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " is split along dimension ", s.dim(), " but has rank ",
+        b.shape_size()));
+  int64_t local = 0;
+  for (int64_t block : s.blocks()) {
+    if (block < 1 || block % ranks != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " has a block of ", block, " that does not split into ",
+          ranks, " equal parts"));
+    local += block / ranks;
+  }
+  if (s.blocks_size() && local != b.shape(s.dim()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, "'s blocks make ", local, " elements per rank along dimension ",
+        s.dim(), ", not its ", b.shape(s.dim())));
+  return absl::OkStatus();
+}
+
 /// The training section, when there is one: sizes the step loop multiplies
 /// and step functions that exist.
 absl::Status validateTraining(const Plan &plan,
@@ -665,6 +696,9 @@ absl::Status ValidatePlan(const Plan &plan) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, " occupies bytes [", b.offset(), ", ", b.offset() + bytes,
           ") which leave the arena of ", plan.arena_bytes(), " bytes"));
+    if (b.has_shard())
+      if (absl::Status s = validateShard(plan, b, name); !s.ok())
+        return s;
   }
   // Functions: unique names, valid instructions.
   std::set<std::string> names;

@@ -186,6 +186,10 @@ public:
       static_cast<double *>(data)[i] *= double(ranks);
     return absl::OkStatus();
   }
+  absl::Status AllGather(absl::Span<const std::string>, const void *, void *,
+                         int64_t, DType) override {
+    return absl::UnimplementedError("not used here");
+  }
   int64_t ranks;
   std::vector<int64_t> coords = {0};
   std::vector<std::vector<std::string>> groups;

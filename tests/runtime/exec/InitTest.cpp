@@ -96,3 +96,54 @@ TEST(Init, RefusesBadConfigs) {
 }
 
 } // namespace
+
+#include "runtime/plan/Shards.h"
+
+namespace {
+
+// A column-split weight and a fused [Q | K | V] bias, initialised slice by
+// slice through their shard runs (as the trainer does on each rank): the
+// slices hold exactly the whole tensor's values at their global places.
+TEST(Init, ShardSlicesHoldTheWholeTensorsValues) {
+  using namespace braid;
+  InitConfig c{11, 0.02, 2, false};
+  plan::Mesh mesh;
+  mesh.add_axes("tp");
+  mesh.add_sizes(4);
+  struct Case {
+    const char *name;
+    std::vector<int64_t> local;
+    int dim;
+    std::vector<int64_t> blocks;
+  };
+  for (const Case &k : {Case{"w", {6, 5}, 1, {}},
+                        Case{"transformer.h.0.attn.c_attn.weight", {3, 12}, 1, {16, 16, 16}}}) {
+    plan::Buffer b;
+    b.set_name(k.name);
+    for (int64_t d : k.local)
+      b.add_shape(d);
+    b.mutable_shard()->set_axis("tp");
+    b.mutable_shard()->set_dim(k.dim);
+    for (int64_t x : k.blocks)
+      b.mutable_shard()->add_blocks(x);
+    int64_t local = 1, global = 1;
+    for (int64_t d : k.local)
+      local *= d;
+    for (int64_t d : plan::GlobalShape(b, mesh))
+      global *= d;
+    std::vector<float> whole(global);
+    ASSERT_TRUE(initParameter(k.name, 2, c, 0, global, whole.data()).ok());
+    for (int64_t t = 0; t < 4; ++t) {
+      std::vector<float> slice(local);
+      for (const plan::ShardRun &r : plan::ShardRuns(b, mesh, t))
+        ASSERT_TRUE(initParameter(k.name, 2, c, r.global, r.length,
+                                  slice.data() + r.local)
+                        .ok());
+      for (const plan::ShardRun &r : plan::ShardRuns(b, mesh, t))
+        for (int64_t i = 0; i < r.length; ++i)
+          ASSERT_EQ(slice[r.local + i], whole[r.global + i]) << k.name << " rank " << t;
+    }
+  }
+}
+
+} // namespace
