@@ -48,6 +48,21 @@ absl::StatusOr<MPI_Datatype> mpiType(plan::DType dtype) {
   }
 }
 
+/// The communicator and element type of one collective call.
+struct Call {
+  MPI_Comm comm;
+  MPI_Datatype type;
+};
+
+absl::StatusOr<Call> prepare(absl::StatusOr<void *> group, plan::DType dtype) {
+  if (!group.ok())
+    return group.status();
+  absl::StatusOr<MPI_Datatype> type = mpiType(dtype);
+  if (!type.ok())
+    return type.status();
+  return Call{static_cast<MPI_Comm>(*group), *type};
+}
+
 } // namespace
 
 bool LaunchedByMpi() {
@@ -146,16 +161,13 @@ MpiCommunicator::group(absl::Span<const std::string> axes) {
 absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
                                         const void *in, void *out,
                                         int64_t count, plan::DType dtype) {
-  absl::StatusOr<void *> comm = group(axes);
-  if (!comm.ok())
-    return comm.status();
-  absl::StatusOr<MPI_Datatype> type = mpiType(dtype);
-  if (!type.ok())
-    return type.status();
+  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+  if (!call.ok())
+    return call.status();
   if (count > (int64_t(1) << 30))
     return absl::UnimplementedError("an all-gather of more than 2^30 elements");
-  if (int rc = MPI_Allgather(in, int(count), *type, out, int(count), *type,
-                             static_cast<MPI_Comm>(*comm));
+  if (int rc = MPI_Allgather(in, int(count), call->type, out, int(count),
+                             call->type, call->comm);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Allgather");
   return absl::OkStatus();
@@ -164,20 +176,17 @@ absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
 absl::Status MpiCommunicator::AllReduceSum(absl::Span<const std::string> axes,
                                            void *data, int64_t count,
                                            plan::DType dtype) {
-  absl::StatusOr<void *> comm = group(axes);
-  if (!comm.ok())
-    return comm.status();
-  absl::StatusOr<MPI_Datatype> type = mpiType(dtype);
-  if (!type.ok())
-    return type.status();
+  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+  if (!call.ok())
+    return call.status();
   // MPI counts are int: large buffers go in pieces.
   const int64_t kMaxCount = int64_t(1) << 30;
   char *p = static_cast<char *>(data);
   int64_t bytes = plan::DTypeBytes(dtype);
   for (int64_t done = 0; done < count; done += kMaxCount) {
     int n = int(std::min(kMaxCount, count - done));
-    if (int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * bytes, n, *type, MPI_SUM,
-                               static_cast<MPI_Comm>(*comm));
+    if (int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * bytes, n, call->type,
+                               MPI_SUM, call->comm);
         rc != MPI_SUCCESS)
       return mpiError(rc, "MPI_Allreduce");
   }
