@@ -173,9 +173,9 @@ absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
   return absl::OkStatus();
 }
 
-absl::Status MpiCommunicator::AllReduceSum(absl::Span<const std::string> axes,
-                                           void *data, int64_t count,
-                                           plan::DType dtype) {
+absl::Status MpiCommunicator::AllReduce(absl::Span<const std::string> axes,
+                                        void *data, int64_t count,
+                                        plan::DType dtype, exec::Reduction op) {
   absl::StatusOr<Call> call = prepare(group(axes), dtype);
   if (!call.ok())
     return call.status();
@@ -186,7 +186,8 @@ absl::Status MpiCommunicator::AllReduceSum(absl::Span<const std::string> axes,
   for (int64_t done = 0; done < count; done += kMaxCount) {
     int n = int(std::min(kMaxCount, count - done));
     if (int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * bytes, n, call->type,
-                               MPI_SUM, call->comm);
+                               op == exec::Reduction::kMax ? MPI_MAX : MPI_SUM,
+                               call->comm);
         rc != MPI_SUCCESS)
       return mpiError(rc, "MPI_Allreduce");
   }

@@ -36,8 +36,9 @@ public:
 
   int64_t Rank() const override { return rank_; }
   const std::vector<int64_t> &Coordinates() const override { return coords_; }
-  absl::Status AllReduceSum(absl::Span<const std::string> axes, void *data,
-                            int64_t count, plan::DType dtype) override;
+  absl::Status AllReduce(absl::Span<const std::string> axes, void *data,
+                         int64_t count, plan::DType dtype,
+                         exec::Reduction op = exec::Reduction::kSum) override;
   absl::Status AllGather(absl::Span<const std::string> axes, const void *in,
                          void *out, int64_t count, plan::DType dtype) override;
 

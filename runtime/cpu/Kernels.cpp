@@ -16,6 +16,7 @@
 
 #include "runtime/cpu/Kernels.h"
 
+#include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/Philox.h"
 
 #include <cblas.h>
@@ -48,58 +49,6 @@ constexpr double kInvSqrt2 = 0.7071067811865476;
 constexpr double kInvSqrt2Pi = 0.3989422804014327; // 1 / sqrt(2 pi)
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-/// Below this much work (about one multiply-add per unit) a loop stays on
-/// the calling thread: waking the OpenMP team costs microseconds, more than
-/// the loop itself.
-constexpr int64_t kMinParallelWork = int64_t(1) << 15;
-/// Roughly what exp, log, erf, tanh, sin/cos or a Philox draw cost in
-/// multiply-adds, to weigh the loops made of them.
-constexpr int64_t kTranscendentalCost = 8;
-/// Elementwise loops are cut into blocks of this many elements. The cut does
-/// not depend on the thread count, so which elements take the vectorised body
-/// and which the scalar tail never changes either.
-constexpr int64_t kElementBlock = 4096;
-/// Sums over rows are taken by blocks of this many columns, each thread
-/// adding all rows of its block in order: wide enough for the inner loop to
-/// vectorise, narrow enough to give every thread blocks at hidden sizes.
-constexpr int64_t kColumnBlock = 32;
-
-/// Runs f(i) for i in [0, n), on the OpenMP threads when `work` is worth it.
-/// The iterations must write disjoint outputs; each runs the same code
-/// whichever thread takes it.
-template <typename F>
-void parallelFor(int64_t n, int64_t work, F &&f) {
-#pragma omp parallel for schedule(static) if (n > 1 && work >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i)
-    f(i);
-}
-
-/// Runs f(begin, end) on the consecutive blocks of `block` indices that cover
-/// [0, n), in parallel; `costPerIndex` weighs one index for the threshold.
-template <typename F>
-void parallelBlocks(int64_t n, int64_t block, int64_t costPerIndex, F &&f) {
-  int64_t blocks = (n + block - 1) / block;
-  parallelFor(blocks, n * costPerIndex,
-              [&](int64_t i) { f(i * block, std::min(n, (i + 1) * block)); });
-}
-
-/// dst[c] += term(r, c) for every row r in order and every column c < cols:
-/// the rows' sum of each column is added in the serial order, whatever the
-/// threads. term must return T (the serial code rounds every term to T).
-/// A block accumulates in a local array rather than in dst, so that threads
-/// do not keep writing the cache lines their neighbours' blocks share.
-template <typename T, typename F>
-void sumRowsInto(int64_t rows, int64_t cols, T *dst, F &&term) {
-  parallelBlocks(cols, kColumnBlock, rows, [&](int64_t c0, int64_t c1) {
-    T acc[kColumnBlock];
-    std::copy(dst + c0, dst + c1, acc);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = c0; c < c1; ++c)
-        acc[c - c0] += term(r, c);
-    std::copy(acc, acc + (c1 - c0), dst + c0);
-  });
-}
 
 } // namespace
 
@@ -169,11 +118,13 @@ void linearForward(const T *x, const T *w, const T *bias, const LinearShape &s,
                    T *y) {
   gemm(CblasNoTrans, s.transposeW ? CblasTrans : CblasNoTrans, s.rows, s.out,
        s.in, x, s.in, w, s.transposeW ? s.in : s.out, T(0), y, s.out);
-  if (bias)
+  if (bias) {
+    T scale = T(s.biasScale);
     parallelFor(s.rows, s.rows * s.out, [&](int64_t r) {
       for (int64_t c = 0; c < s.out; ++c)
-        y[r * s.out + c] += bias[c];
+        y[r * s.out + c] += bias[c] * scale;
     });
+  }
 }
 
 template <typename T>
@@ -358,15 +309,15 @@ struct Head {
   double bias(int64_t i, int64_t j) const { return -slope * (i - j); }
 };
 
+/// `slopes` holds the slopes of all of the attention's global heads.
 Head makeHead(const AttentionShape &s, int64_t b, int64_t h,
               const std::vector<double> &slopes) {
-  int64_t group = s.heads / s.kvHeads;
   Head head;
   head.qStride = s.heads * s.headDim;
   head.kvStride = s.kvHeads * s.headDim;
   head.qOffset = b * s.seq * head.qStride + h * s.headDim;
-  head.kvOffset = b * s.seq * head.kvStride + (h / group) * s.headDim;
-  head.slope = s.alibi ? slopes[h] : 0.0;
+  head.kvOffset = b * s.seq * head.kvStride + s.kvHeadOf(h) * s.headDim;
+  head.slope = s.alibi ? slopes[s.headOffset + h] : 0.0;
   return head;
 }
 } // namespace
@@ -374,8 +325,8 @@ Head makeHead(const AttentionShape &s, int64_t b, int64_t h,
 template <typename T>
 void attentionForward(const T *q, const T *k, const T *v,
                       const AttentionShape &s, T *out, T *lse) {
-  std::vector<double> slopes(s.heads);
-  alibiSlopes(s.heads, slopes.data());
+  std::vector<double> slopes(s.allHeads());
+  alibiSlopes(s.allHeads(), slopes.data());
   // The (batch, head) pairs are independent problems, one unit each.
   auto pairBody = [&](int64_t pair) {
     int64_t b = pair / s.heads, h = pair % s.heads;
@@ -418,12 +369,15 @@ template <typename T>
 void attentionBackward(const T *q, const T *k, const T *v, const T *out,
                        const T *lse, const T *dout, const AttentionShape &s,
                        T *dq, T *dk, T *dv) {
-  std::vector<double> slopes(s.heads);
-  alibiSlopes(s.heads, slopes.data());
+  std::vector<double> slopes(s.allHeads());
+  alibiSlopes(s.allHeads(), slopes.data());
   // dk and dv of a kv head gather the q heads of its group, so the unit is a
   // (batch, kv head) pair taking its q heads in order: each output element
-  // has one writer, adding its terms in the serial order.
-  int64_t group = s.heads / s.kvHeads, kvStride = s.kvHeads * s.headDim;
+  // has one writer, adding its terms in the serial order. With tensor
+  // parallelism a kv head's group may have only some (or none) of its query
+  // heads here: its dk and dv are then this rank's part of the sum.
+  int64_t group = s.allHeads() / s.allKvHeads();
+  int64_t kvStride = s.kvHeads * s.headDim;
   auto pairBody = [&](int64_t pair) {
     int64_t b = pair / s.kvHeads, g = pair % s.kvHeads;
     for (int64_t j = 0; j < s.seq; ++j) {
@@ -432,7 +386,11 @@ void attentionBackward(const T *q, const T *k, const T *v, const T *out,
       std::fill_n(dv + at, s.headDim, T(0));
     }
     std::vector<double> acc(s.headDim);
-    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    int64_t first =
+        std::max<int64_t>(0, (s.kvHeadOffset + g) * group - s.headOffset);
+    int64_t last = std::min<int64_t>(
+        s.heads, (s.kvHeadOffset + g + 1) * group - s.headOffset);
+    for (int64_t h = first; h < last; ++h) {
       Head hd = makeHead(s, b, h, slopes);
       for (int64_t i = 0; i < s.seq; ++i) {
         const T *qi = q + hd.qOffset + i * hd.qStride;
@@ -645,16 +603,7 @@ T crossEntropyForward(const T *logits, const int32_t *targets, int64_t rows,
     lse[r] = T(l);
     terms[r] = targets[r] == ignoreIndex ? 0.0 : l - row[targets[r]];
   });
-  double total = 0;
-  int64_t n = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (targets[r] == ignoreIndex)
-      continue;
-    total += terms[r];
-    ++n;
-  }
-  *counted = n;
-  return n ? T(total / n) : T(0);
+  return T(meanOverCounted(terms, targets, ignoreIndex, counted));
 }
 
 template <typename T>

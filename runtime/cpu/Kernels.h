@@ -60,9 +60,13 @@ struct LinearShape {
   int64_t rows, in, out;
   /// The weight is stored [out, in] (nn.Linear); otherwise [in, out].
   bool transposeW;
+  /// The bias is added times this: a row-parallel linear's tp ranks each add
+  /// bias / tp before their partial outputs are summed (exact for a power of
+  /// two), so that no separate bias add follows the all-reduce.
+  double biasScale = 1.0;
 };
 
-/// y = x W (+ bias), through BLAS.
+/// y = x W (+ bias · biasScale), through BLAS.
 template <typename T>
 void linearForward(const T *x, const T *w, const T *bias, const LinearShape &s,
                    T *y);
@@ -107,6 +111,20 @@ struct AttentionShape {
   int64_t batch, seq, heads, kvHeads, headDim;
   double scale;
   bool causal, alibi;
+  /// Tensor parallelism: the buffers hold query heads [headOffset,
+  /// headOffset + heads) of globalHeads and kv heads [kvHeadOffset,
+  /// kvHeadOffset + kvHeads) of globalKvHeads (every kv head when they are
+  /// replicated). Query head g uses kv head g / (globalHeads / globalKvHeads)
+  /// and, with ALiBi, the slope of head g among globalHeads. 0 for the global
+  /// counts means the buffers hold every head.
+  int64_t headOffset = 0, kvHeadOffset = 0, globalHeads = 0, globalKvHeads = 0;
+
+  int64_t allHeads() const { return globalHeads ? globalHeads : heads; }
+  int64_t allKvHeads() const { return globalKvHeads ? globalKvHeads : kvHeads; }
+  /// The local kv head of local query head h.
+  int64_t kvHeadOf(int64_t h) const {
+    return (headOffset + h) / (allHeads() / allKvHeads()) - kvHeadOffset;
+  }
 };
 
 /// ALiBi slopes for `heads` heads (Press et al.; non-powers of two as Bloom).

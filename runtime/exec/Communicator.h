@@ -20,6 +20,9 @@
 
 namespace braid::exec {
 
+/// How a collective combines the ranks' elements.
+enum class Reduction { kSum, kMax };
+
 class Communicator {
 public:
   virtual ~Communicator() = default;
@@ -27,11 +30,11 @@ public:
   virtual int64_t Rank() const = 0;
   /// This rank's coordinate along each axis of the plan's mesh, in its order.
   virtual const std::vector<int64_t> &Coordinates() const = 0;
-  /// Sums `count` elements of `dtype` at `data`, in place, over the ranks
-  /// whose coordinates differ from this rank's only along `axes`.
-  virtual absl::Status AllReduceSum(absl::Span<const std::string> axes,
-                                    void *data, int64_t count,
-                                    plan::DType dtype) = 0;
+  /// Combines `count` elements of `dtype` at `data` by `op`, in place, over
+  /// the ranks whose coordinates differ from this rank's only along `axes`.
+  virtual absl::Status AllReduce(absl::Span<const std::string> axes,
+                                 void *data, int64_t count, plan::DType dtype,
+                                 Reduction op = Reduction::kSum) = 0;
   /// Gathers `count` elements of `dtype` from every rank of the group along
   /// `axes` into `out` (group size x count), in the ranks' order along the
   /// axes (row-major over them).

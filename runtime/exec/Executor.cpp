@@ -151,6 +151,15 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context) {
   return absl::OkStatus();
 }
 
+int64_t Executor::rankCoordinate(const Instruction &inst) const {
+  if (inst.rank_axis().empty() || !comm_)
+    return 0;
+  for (int i = 0; i < plan_.mesh().axes_size(); ++i)
+    if (plan_.mesh().axes(i) == inst.rank_axis())
+      return comm_->Coordinates()[i];
+  return 0;
+}
+
 template <typename T>
 absl::Status Executor::runInstruction(const Instruction &inst,
                                       const StepContext &context) {
@@ -192,7 +201,11 @@ absl::Status Executor::runInstruction(const Instruction &inst,
       if (inst.inputs(i) != inst.outputs(i))
         std::memcpy(y(i), x(i), n * sizeof(T));
       if (ranks > 1)
-        if (absl::Status s = comm_->AllReduceSum(group, y(i), n, out(i).dtype());
+        if (absl::Status s = comm_->AllReduce(
+                group, y(i), n, out(i).dtype(),
+                inst.int_attrs().count("max") && inst.int_attrs().at("max")
+                    ? Reduction::kMax
+                    : Reduction::kSum);
             !s.ok())
           return s;
     }
@@ -220,9 +233,11 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     bool t = intAttr(inst, "transpose_w");
     int64_t inDim = t ? dim(in(1), 1) : dim(in(1), 0);
     int64_t outDim = t ? dim(in(1), 0) : dim(in(1), 1);
+    auto scale = inst.float_attrs().find("bias_scale");
     cpu::linearForward(x(0), x(1), inst.inputs_size() == 3 ? x(2) : nullptr,
                        {numel(in(0)) / std::max<int64_t>(inDim, 1), inDim,
-                        outDim, t},
+                        outDim, t,
+                        scale == inst.float_attrs().end() ? 1.0 : scale->second},
                        y(0));
     return absl::OkStatus();
   }
@@ -301,6 +316,14 @@ absl::Status Executor::runInstruction(const Instruction &inst,
                           dim(in(0), 2) / heads,  floatAttr(inst, "scale"),
                           bool(intAttr(inst, "causal")),
                           bool(intAttr(inst, "alibi"))};
+    if (inst.int_attrs().count("global_heads")) {
+      // This rank's slice of the heads (validated by the loader).
+      int64_t c = rankCoordinate(inst);
+      s.globalHeads = intAttr(inst, "global_heads");
+      s.globalKvHeads = intAttr(inst, "global_kv_heads");
+      s.headOffset = c * intAttr(inst, "head_offset_stride");
+      s.kvHeadOffset = c * intAttr(inst, "kv_head_offset_stride");
+    }
     if (dim(in(1), 1) != s.seq)
       return absl::UnimplementedError(
           "attention with more keys than queries is not implemented on CPU");

@@ -66,6 +66,9 @@ private:
   absl::Status runInstruction(const plan::Instruction &inst,
                               const StepContext &context);
   void *address(int id) const { return arena_.get() + plan_.buffers(id).offset(); }
+  /// This rank's coordinate along the instruction's rank_axis (0 without
+  /// one, or without other ranks).
+  int64_t rankCoordinate(const plan::Instruction &inst) const;
 
   plan::Plan plan_;
   std::unique_ptr<uint8_t[]> arena_;

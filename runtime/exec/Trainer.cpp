@@ -205,7 +205,7 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
     if (absl::Status s = run(fns.update(), 0); !s.ok())
       return s;
   if (share.ranks > 1)
-    if (absl::Status s = e.communicator()->AllReduceSum({"dp"}, &sum, 1, plan::F64);
+    if (absl::Status s = e.communicator()->AllReduce({"dp"}, &sum, 1, plan::F64);
         !s.ok())
       return s;
   return sum / double(micros * share.ranks);

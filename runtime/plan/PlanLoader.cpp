@@ -177,6 +177,8 @@ private:
   absl::Status checkAttention(bool grad);
   absl::Status checkQkv(bool split);
   absl::Status checkGroup();
+  /// The size of the instruction's rank_axis (1 when it has none).
+  absl::StatusOr<int64_t> rankAxisSize() const;
 
   const Plan &plan;
   const Instruction &inst;
@@ -205,6 +207,8 @@ absl::Status InstructionChecker::checkLinearLike() {
   case LINEAR: {
     BRAID_RETURN_IF_ERROR(arity(2, 3, 1));
     BRAID_RETURN_IF_ERROR(dtypes());
+    if (inst.float_attrs().count("bias_scale"))
+      BRAID_RETURN_IF_ERROR(floatAttr("bias_scale", 1e-6, 1.0).status());
     BRAID_RETURN_IF_ERROR(minRank(in(0), 1, "x"));
     BRAID_RETURN_IF_ERROR(rank(in(1), 2, "weight"));
     auto [inDim, outDim] = inOut(in(1));
@@ -291,16 +295,43 @@ absl::Status InstructionChecker::checkAttention(bool grad) {
   const Buffer &q = in(0), &k = in(1), &v = in(2);
   BRAID_RETURN_IF_ERROR(rank(q, 3, "q"));
   BRAID_RETURN_IF_ERROR(rank(k, 3, "k"));
-  BRAID_ASSIGN_OR_RETURN(heads, intAttr("heads", 1, int64_t(1) << 20));
-  BRAID_ASSIGN_OR_RETURN(kvHeads, intAttr("kv_heads", 1, heads));
+  // A slice of the heads (tensor parallelism) may hold more kv heads than
+  // query heads (kv heads replicated); the global counts must then divide.
+  bool sliced = inst.int_attrs().count("global_heads") > 0;
+  const int64_t kMaxHeads = int64_t(1) << 20;
+  BRAID_ASSIGN_OR_RETURN(heads, intAttr("heads", 1, kMaxHeads));
+  BRAID_ASSIGN_OR_RETURN(kvHeads, intAttr("kv_heads", 1, sliced ? kMaxHeads : heads));
   BRAID_ASSIGN_OR_RETURN(causal, intAttr("causal", 0, 1));
   BRAID_ASSIGN_OR_RETURN(alibi, intAttr("alibi", 0, 1));
   BRAID_ASSIGN_OR_RETURN(scale, floatAttr("scale", 1e-30, 1e30));
   (void)alibi;
   (void)scale;
-  if (heads % kvHeads != 0 || q.shape(2) % heads != 0)
+  if ((!sliced && heads % kvHeads != 0) || q.shape(2) % heads != 0)
     return fail(absl::StrCat("heads = ", heads, " and kv_heads = ", kvHeads,
                              " do not divide into q's ", q.shape(2), " columns"));
+  if (sliced) {
+    BRAID_ASSIGN_OR_RETURN(all, intAttr("global_heads", heads, kMaxHeads));
+    BRAID_ASSIGN_OR_RETURN(allKv, intAttr("global_kv_heads", 1, all));
+    BRAID_ASSIGN_OR_RETURN(stride, intAttr("head_offset_stride", 0, all));
+    BRAID_ASSIGN_OR_RETURN(kvStride, intAttr("kv_head_offset_stride", 0, allKv));
+    if (all % allKv != 0)
+      return fail(absl::StrCat("global_heads = ", all, " is not a multiple of "
+                               "global_kv_heads = ", allKv));
+    BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+    int64_t group = all / allKv;
+    for (int64_t c = 0; c < ranks; ++c) {
+      int64_t first = c * stride, kvFirst = c * kvStride;
+      if (first + heads > all || kvFirst + kvHeads > allKv)
+        return fail(absl::StrCat("the heads of rank ", c, " along '",
+                                 inst.rank_axis(), "' leave the ", all,
+                                 " query or ", allKv, " kv heads"));
+      if (first / group < kvFirst ||
+          (first + heads - 1) / group >= kvFirst + kvHeads)
+        return fail(absl::StrCat("the query heads of rank ", c, " along '",
+                                 inst.rank_axis(),
+                                 "' use kv heads the rank does not hold"));
+    }
+  }
   int64_t headDim = q.shape(2) / heads;
   BRAID_RETURN_IF_ERROR(
       shape(k, {q.shape(0), k.shape(1), kvHeads * headDim}, "k"));
@@ -358,8 +389,19 @@ absl::Status InstructionChecker::checkGroup() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> InstructionChecker::rankAxisSize() const {
+  if (inst.rank_axis().empty())
+    return int64_t(1);
+  for (int i = 0; i < plan.mesh().axes_size(); ++i)
+    if (plan.mesh().axes(i) == inst.rank_axis())
+      return plan.mesh().sizes(i);
+  return fail(absl::StrCat("rank_axis '", inst.rank_axis(),
+                           "' is not an axis of the mesh"));
+}
+
 absl::Status InstructionChecker::check() {
   BRAID_RETURN_IF_ERROR(checkGroup());
+  BRAID_RETURN_IF_ERROR(rankAxisSize().status());
   switch (inst.kernel()) {
   case EMBEDDING:
   case EMBEDDING_GRAD: {
@@ -470,6 +512,8 @@ absl::Status InstructionChecker::check() {
                                " outputs; it needs as many of each, at least one"));
     BRAID_RETURN_IF_ERROR(arity(n, n, n));
     BRAID_RETURN_IF_ERROR(dtypes());
+    if (inst.int_attrs().count("max"))
+      BRAID_RETURN_IF_ERROR(intAttr("max", 0, 1).status());
     for (int i = 0; i < n; ++i)
       BRAID_RETURN_IF_ERROR(same(out(i), in(i), "result"));
     return absl::OkStatus();

@@ -37,11 +37,11 @@ TEST(MpiCommunicator, CoordinatesAreRowMajor) {
 
 // A sum over tp adds the two ranks of a dp coordinate; over dp, the two of a
 // tp coordinate; over both, all four.
-TEST(MpiCommunicator, AllReduceSumsOverTheNamedAxes) {
+TEST(MpiCommunicator, AllReducesOverTheNamedAxes) {
   int64_t r = theComm->Rank(), d = r / 2, t = r % 2;
   auto sum = [&](std::vector<std::string> axes) {
     std::vector<double> x = {double(r + 1), 10.0 * (r + 1)};
-    EXPECT_TRUE(theComm->AllReduceSum(axes, x.data(), 2, plan::F64).ok());
+    EXPECT_TRUE(theComm->AllReduce(axes, x.data(), 2, plan::F64).ok());
     return x;
   };
   // tp group of rank r: ranks 2d and 2d+1.
@@ -49,8 +49,12 @@ TEST(MpiCommunicator, AllReduceSumsOverTheNamedAxes) {
   // dp group: ranks t and t+2.
   EXPECT_EQ(sum({"dp"}), std::vector<double>({double(2 * t + 4), 10.0 * (2 * t + 4)}));
   EXPECT_EQ(sum({"dp", "tp"}), std::vector<double>({10.0, 100.0}));
+  // The maximum over tp is the rank with the larger tp coordinate.
+  double m = double(r);
+  ASSERT_TRUE(theComm->AllReduce({"tp"}, &m, 1, plan::F64, exec::Reduction::kMax).ok());
+  EXPECT_EQ(m, double(2 * d + 1));
   std::vector<float> f = {float(r)};
-  ASSERT_TRUE(theComm->AllReduceSum({"tp"}, f.data(), 1, plan::F32).ok());
+  ASSERT_TRUE(theComm->AllReduce({"tp"}, f.data(), 1, plan::F32).ok());
   EXPECT_EQ(f[0], float(4 * d + 1));
 }
 
@@ -65,7 +69,7 @@ TEST(MpiCommunicator, AllGatherIsInAxisOrder) {
 
 TEST(MpiCommunicator, RefusesIntegerDtypes) {
   int32_t x = 1;
-  absl::Status s = theComm->AllReduceSum({"tp"}, &x, 1, plan::I32);
+  absl::Status s = theComm->AllReduce({"tp"}, &x, 1, plan::I32);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
 }
 
@@ -84,7 +88,7 @@ int main(int argc, char **argv) {
   int rc = RUN_ALL_TESTS();
   // Every rank's verdict: one failing rank fails them all.
   double failed = rc != 0;
-  (void)theComm->AllReduceSum({"dp", "tp"}, &failed, 1, plan::F64);
+  (void)theComm->AllReduce({"dp", "tp"}, &failed, 1, plan::F64);
   theComm.reset();
   return failed > 0 ? 1 : 0;
 }

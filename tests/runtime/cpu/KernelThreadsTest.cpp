@@ -10,6 +10,8 @@
 
 #include "runtime/cpu/Kernels.h"
 
+#include "TestData.h"
+
 #include "gtest/gtest.h"
 
 #include <cmath>
@@ -22,53 +24,11 @@ using namespace braid::cpu;
 
 namespace {
 
-template <typename T>
-std::vector<T> randomVec(size_t n, uint32_t seed, double scale = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(-scale, scale);
-  std::vector<T> v(n);
-  for (T &x : v)
-    x = T(dist(gen));
-  return v;
-}
+using braid::test::randomIds;
+using braid::test::randomVec;
+using braid::test::expectSameOnOneAndFour;
+using braid::test::sameBits;
 
-std::vector<int32_t> randomIds(size_t n, int32_t bound, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> dist(0, bound - 1);
-  std::vector<int32_t> v(n);
-  for (int32_t &x : v)
-    x = dist(gen);
-  return v;
-}
-
-template <typename T>
-bool sameBits(const std::vector<T> &a, const std::vector<T> &b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-/// Runs `kernel`, which fills `outputs` (from the state `reset` sets up), on
-/// 1 and on 4 threads, and expects every output to be bit-identical.
-template <typename T>
-void expectSameOnOneAndFour(std::vector<std::vector<T> *> outputs,
-                            const std::function<void()> &reset,
-                            const std::function<void()> &kernel) {
-  std::vector<std::vector<T>> single;
-  for (int threads : {1, 4}) {
-    setNumThreads(threads);
-    ASSERT_EQ(numThreads(), threads);
-    reset();
-    kernel();
-    if (threads == 1) {
-      for (std::vector<T> *out : outputs)
-        single.push_back(*out);
-      continue;
-    }
-    for (size_t i = 0; i < outputs.size(); ++i)
-      EXPECT_TRUE(sameBits(single[i], *outputs[i]))
-          << "output " << i << " differs between 1 and 4 threads";
-  }
-}
 
 /// Restores the default thread count when a test ends, pass or fail.
 class KernelThreads : public ::testing::Test {

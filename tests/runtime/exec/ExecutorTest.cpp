@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
 
@@ -179,8 +180,11 @@ public:
   explicit FakeCommunicator(int64_t ranks) : ranks(ranks) {}
   int64_t Rank() const override { return 0; }
   const std::vector<int64_t> &Coordinates() const override { return coords; }
-  absl::Status AllReduceSum(absl::Span<const std::string> axes, void *data,
-                            int64_t count, DType dtype) override {
+  absl::Status AllReduce(absl::Span<const std::string> axes, void *data,
+                         int64_t count, DType dtype,
+                         exec::Reduction op) override {
+    if (op == exec::Reduction::kMax) // the same values everywhere
+      return absl::OkStatus();
     groups.push_back(std::vector<std::string>(axes.begin(), axes.end()));
     for (int64_t i = 0; i < count; ++i)
       static_cast<double *>(data)[i] *= double(ranks);
@@ -228,6 +232,86 @@ TEST(Executor, AllReduce) {
           << s;
     }
   }
+}
+
+} // namespace
+
+namespace {
+
+// A kernel on one rank's slice reads the rank's coordinate along its
+// rank_axis: the attention of tp rank 1 of 2 takes query heads 2-3 of 4
+// (ALiBi slopes of those heads, the one kv head replicated), and a
+// row-parallel linear adds half its bias.
+TEST(Executor, SlicesTakeTheRanksCoordinate) {
+  Builder b;
+  b.plan.mutable_mesh()->set_axes(0, "tp");
+  b.plan.mutable_mesh()->set_sizes(0, 2);
+  int q = b.buffer("q", F64, {1, 3, 8}, ACTIVATION);
+  int k = b.buffer("k", F64, {1, 3, 4}, ACTIVATION);
+  int v = b.buffer("v", F64, {1, 3, 4}, ACTIVATION);
+  int out = b.buffer("out", F64, {1, 3, 8}, ACTIVATION);
+  int w = b.buffer("w", F64, {2, 8}, PARAMETER);
+  int bias = b.buffer("bias", F64, {2}, PARAMETER);
+  int y = b.buffer("y", F64, {1, 3, 2}, ACTIVATION);
+  Function *fn = b.plan.add_functions();
+  fn->set_name("f");
+  Instruction *a = b.add(fn, ATTENTION, {q, k, v}, {out});
+  a->set_rank_axis("tp");
+  auto &ints = *a->mutable_int_attrs();
+  ints["heads"] = 2;
+  ints["kv_heads"] = 1;
+  ints["causal"] = 1;
+  ints["alibi"] = 1;
+  ints["global_heads"] = 4;
+  ints["global_kv_heads"] = 1;
+  ints["head_offset_stride"] = 2;
+  ints["kv_head_offset_stride"] = 0;
+  (*a->mutable_float_attrs())["scale"] = 0.5;
+  Instruction *lin = b.add(fn, LINEAR, {out, w, bias}, {y});
+  (*lin->mutable_int_attrs())["transpose_w"] = 1;
+  (*lin->mutable_float_attrs())["bias_scale"] = 0.5;
+
+  FakeCommunicator comm(2);
+  comm.coords = {1};
+  auto e = exec::Executor::Create(b.plan, &comm);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<std::vector<double>> in;
+  for (int id : {q, k, v, w, bias}) {
+    std::vector<double> x((*e)->Read(id)->size());
+    for (double &z : x)
+      z = u(gen);
+    ASSERT_TRUE((*e)->Write(id, x).ok());
+    in.push_back(x);
+  }
+  ASSERT_TRUE((*e)->Run("f", {}).ok());
+
+  cpu::AttentionShape s{1, 3, 2, 1, 4, 0.5, true, true};
+  s.headOffset = 2;
+  s.globalHeads = 4;
+  s.globalKvHeads = 1;
+  std::vector<double> want(24), lse(6);
+  cpu::attentionForward(in[0].data(), in[1].data(), in[2].data(), s,
+                        want.data(), lse.data());
+  EXPECT_EQ(*(*e)->Read(out), want);
+  // With rank 0's heads the result differs: the slopes are others.
+  s.headOffset = 0;
+  std::vector<double> rank0(24);
+  cpu::attentionForward(in[0].data(), in[1].data(), in[2].data(), s,
+                        rank0.data(), lse.data());
+  EXPECT_NE(rank0, want);
+  std::vector<double> yWant(6);
+  for (int r = 0; r < 3; ++r)
+    for (int o = 0; o < 2; ++o) {
+      double acc = 0;
+      for (int c = 0; c < 8; ++c)
+        acc += want[r * 8 + c] * in[3][o * 8 + c];
+      yWant[r * 2 + o] = acc + 0.5 * in[4][o];
+    }
+  std::vector<double> yGot = *(*e)->Read(y);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_NEAR(yGot[i], yWant[i], 1e-12);
 }
 
 } // namespace

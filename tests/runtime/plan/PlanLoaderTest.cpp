@@ -218,6 +218,80 @@ TEST(PlanValidation, Collectives) {
       << errorOf(plan);
 }
 
+// Attention on a slice of the heads: the slices of every rank along its
+// rank_axis stay inside the global heads and hold the kv heads their query
+// heads use.
+TEST(PlanValidation, AttentionHeadSlices) {
+  // 8 query and 2 kv heads over tp = 4: 2 query heads per rank, kv heads
+  // replicated; q [1, 3, 2·4], k and v [1, 3, 2·4].
+  auto sliced = [] {
+    Plan plan;
+    plan.set_version(SCHEMA_VERSION_CURRENT);
+    plan.mutable_mesh()->add_axes("tp");
+    plan.mutable_mesh()->add_sizes(4);
+    int64_t offset = 0;
+    for (const char *name : {"q", "k", "v", "out"}) {
+      Buffer *b = plan.add_buffers();
+      b->set_name(name);
+      b->set_dtype(F32);
+      for (int64_t d : {1, 3, 8})
+        b->add_shape(d);
+      b->set_offset(offset);
+      b->set_role(ACTIVATION);
+      offset += 96;
+    }
+    plan.set_arena_bytes(offset);
+    Function *fn = plan.add_functions();
+    fn->set_name("f");
+    Instruction *a = fn->add_body();
+    a->set_kernel(ATTENTION);
+    for (int i : {0, 1, 2})
+      a->add_inputs(i);
+    a->add_outputs(3);
+    a->set_rank_axis("tp");
+    auto &ints = *a->mutable_int_attrs();
+    ints["heads"] = 2;
+    ints["kv_heads"] = 2;
+    ints["causal"] = 1;
+    ints["alibi"] = 0;
+    ints["global_heads"] = 8;
+    ints["global_kv_heads"] = 2;
+    ints["head_offset_stride"] = 2;
+    ints["kv_head_offset_stride"] = 0;
+    (*a->mutable_float_attrs())["scale"] = 0.5;
+    return plan;
+  };
+  EXPECT_EQ(errorOf(sliced()), "");
+  Plan plan = sliced();
+  plan.mutable_functions(0)->mutable_body(0)->set_rank_axis("pp");
+  EXPECT_NE(errorOf(plan).find("rank_axis 'pp' is not an axis of the mesh"),
+            std::string::npos)
+      << errorOf(plan);
+  plan = sliced();
+  (*plan.mutable_functions(0)->mutable_body(0)->mutable_int_attrs())
+      ["head_offset_stride"] = 3;
+  EXPECT_NE(errorOf(plan).find("the heads of rank 3 along 'tp' leave the 8 "
+                               "query or 2 kv heads"),
+            std::string::npos)
+      << errorOf(plan);
+  // With 4 kv heads (2 query heads each) every rank holding kv heads 0-1:
+  // rank 2's query heads 4-5 use kv head 2.
+  plan = sliced();
+  (*plan.mutable_functions(0)->mutable_body(0)->mutable_int_attrs())
+      ["global_kv_heads"] = 4;
+  EXPECT_NE(errorOf(plan).find("the query heads of rank 2 along 'tp' use kv "
+                               "heads the rank does not hold"),
+            std::string::npos)
+      << errorOf(plan);
+  plan = sliced();
+  (*plan.mutable_functions(0)->mutable_body(0)->mutable_int_attrs())
+      ["global_kv_heads"] = 3;
+  EXPECT_NE(errorOf(plan).find("global_heads = 8 is not a multiple of "
+                               "global_kv_heads = 3"),
+            std::string::npos)
+      << errorOf(plan);
+}
+
 TEST(PlanFile, WritesAndLoads) {
   std::string path = ::testing::TempDir() + "/braid-plan-test.plan";
   ASSERT_TRUE(WritePlanFile(validPlan(), path).ok());
