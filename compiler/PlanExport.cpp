@@ -83,6 +83,13 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       pb->add_shape(d);
     pb->set_offset(*b.getOffset());
     pb->set_role(roleOf(b.getRole()));
+    if (std::optional<StringRef> axis = b.getShard()) {
+      pb->mutable_shard()->set_axis(axis->str());
+      pb->mutable_shard()->set_dim(int32_t(*b.getDim()));
+      if (std::optional<ArrayRef<int64_t>> blocks = b.getBlocks())
+        for (int64_t n : *blocks)
+          pb->mutable_shard()->add_blocks(n);
+    }
     index[b.getSymName()] = out.buffers_size() - 1;
   }
   for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>()) {
@@ -113,6 +120,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       if (std::optional<ArrayAttr> group = k.getGroup())
         for (Attribute axis : *group)
           inst->add_group(cast<StringAttr>(axis).getValue().str());
+      if (std::optional<StringRef> axis = k.getRankAxis())
+        inst->set_rank_axis(axis->str());
     }
   }
   // The step functions plan-lower made (those with nothing to do are gone).

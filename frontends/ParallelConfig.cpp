@@ -32,8 +32,37 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
   auto notYet = [](const llvm::Twine &what) {
     return invalid(what + " is not supported yet");
   };
-  if (c.tp > 1)
-    return notYet("parallel.tp = " + llvm::Twine(c.tp) + " (tensor parallelism)");
+  if (c.tp > 1) {
+    // Megatron's split: heads, the feed-forward width and the (padded)
+    // vocabulary are divided among the tp ranks.
+    auto divides = [&](const char *field, int64_t value,
+                       const char *why) -> llvm::Error {
+      if (value % c.tp == 0)
+        return llvm::Error::success();
+      return invalid(llvm::Twine("parallel.tp = ") + llvm::Twine(c.tp) +
+                     " does not divide " + field + " = " + llvm::Twine(value) +
+                     " (" + why + ")");
+    };
+    if (llvm::Error e = divides("model.num_heads", model.numHeads,
+                                "each tensor-parallel rank takes "
+                                "num_heads / tp attention heads"))
+      return std::move(e);
+    if (llvm::Error e = divides("model.ffn_hidden_size", model.ffnHiddenSize,
+                                "the MLP is split by its hidden columns"))
+      return std::move(e);
+    if (llvm::Error e = divides(
+            "the padded vocabulary", model.paddedVocabSize,
+            "the embedding and the output layer are split by vocabulary "
+            "rows; set model.make_vocab_size_divisible_by to a multiple of "
+            "tp"))
+      return std::move(e);
+    if (model.fusedQkv())
+      if (llvm::Error e = divides("model.num_kv_heads", model.numKvHeads,
+                                  "a fused QKV projection is split by heads; "
+                                  "kv heads are replicated only when "
+                                  "projected separately"))
+        return std::move(e);
+  }
   if (c.pp > 1)
     return notYet("parallel.pp = " + llvm::Twine(c.pp) +
                   " (pipeline parallelism)");

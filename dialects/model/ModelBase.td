@@ -51,6 +51,12 @@ def Model_Dialect : Dialect {
     /// The argument/result attribute of optimizer state:
     /// "exp_avg:<param>" or "exp_avg_sq:<param>".
     static constexpr llvm::StringLiteral kOptStateAttrName = "model.opt_state";
+    /// The argument attribute of a tensor-parallel parameter (or its
+    /// optimizer state) whose split dimension is made of blocks that are
+    /// each split evenly, as a fused [Q | K | V] projection: the blocks'
+    /// global sizes.
+    static constexpr llvm::StringLiteral kShardBlocksAttrName =
+        "model.shard_blocks";
 
   private:
     void registerAttributes();

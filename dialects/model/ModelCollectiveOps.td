@@ -17,6 +17,9 @@ def Model_AllReduceOp : Model_ComputeOp<"all_reduce"> {
     differ only along `axes` of `mesh`. Several operands make one bucket,
     reduced by one collective call where the runtime can.
 
+    With `max`, each result is the elementwise maximum instead of the sum
+    (the row maxima of a vocab-parallel cross-entropy).
+
     `reason` says why the collective is there (the pass, the value and the
     rule that made it), for people reading the IR, the plan and the trace.
 
@@ -37,11 +40,11 @@ def Model_AllReduceOp : Model_ComputeOp<"all_reduce"> {
   }];
   let arguments = (ins Variadic<Model_FloatTensor>:$inputs,
                        FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       StrAttr:$reason);
+                       StrAttr:$reason, UnitAttr:$max);
   let results = (outs Variadic<Model_FloatTensor>:$results);
   let assemblyFormat = [{
-    $inputs `over` $mesh $axes `reason` `=` $reason attr-dict `:`
-    functional-type(operands, results)
+    (`max` $max^)? $inputs `over` $mesh $axes `reason` `=` $reason attr-dict
+    `:` functional-type(operands, results)
   }];
 }
 

@@ -305,6 +305,15 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
                          << attr.getValue();
     return success();
   }
+  if (attr.getName() == kShardBlocksAttrName) {
+    auto blocks = llvm::dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!blocks || blocks.empty() ||
+        llvm::any_of(blocks.asArrayRef(), [](int64_t n) { return n < 1; }))
+      return emitError() << "model.shard_blocks must be a non-empty array of "
+                            "positive block sizes, found "
+                         << attr.getValue();
+    return success();
+  }
   return emitError() << "unknown model dialect argument attribute "
                      << attr.getName();
 }

@@ -23,16 +23,23 @@ def Model_EmbeddingGradOp : Model_ComputeOp<"embedding_grad"> {
         : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<512x64xf32>
     ```
 
+    With `vocab_axis`, the result is this rank's slice of the vocabulary
+    rows, as for `model.embedding`: positions whose id is outside it add
+    nothing.
+
     Constraints:
     - EG1: the result has rank 2.
     - EG2: `dy`'s shape is the ids' shape followed by the result's
       dimension 1.
     - EG3: `dy` and the result have one element type.
+    - EG4: `vocab_axis`, when present, is an axis of the module's mesh.
   }];
-  let arguments = (ins Model_FloatTensor:$dy, Model_IndexTensor:$ids);
+  let arguments = (ins Model_FloatTensor:$dy, Model_IndexTensor:$ids,
+                       OptionalAttr<StrAttr>:$vocab_axis);
   let results = (outs Model_FloatTensor:$dtable);
   let assemblyFormat = [{
-    $dy `[` $ids `]` attr-dict `:` functional-type(operands, results)
+    $dy `[` $ids `]` (`vocab_axis` `=` $vocab_axis^)? attr-dict `:`
+    functional-type(operands, results)
   }];
 }
 
@@ -248,18 +255,26 @@ def Model_AttentionGradOp : Model_ComputeOp<"attention_grad", [],
     - AG2: `out` and `dout` have `q`'s type, and `q`, `k`, `v` one element
       type.
     - AG3: `dq`, `dk` and `dv` have the types of `q`, `k` and `v`.
+    - AG4: A6 of `model.attention` holds. With replicated kv heads, `dk`
+      and `dv` hold only the contributions of this rank's query heads
+      (partial sums over `head_axis`).
   }];
   let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
                        Model_FloatTensor:$v, Model_FloatTensor:$out,
                        Model_FloatTensor:$dout, I64Attr:$num_heads,
                        I64Attr:$num_kv_heads, F64Attr:$scale,
                        UnitAttr:$causal, UnitAttr:$alibi,
-                       DefaultValuedAttr<F64Attr, "0.0">:$dropout);
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                       OptionalAttr<StrAttr>:$head_axis,
+                       OptionalAttr<I64Attr>:$global_heads,
+                       OptionalAttr<I64Attr>:$global_kv_heads);
   let results = (outs Model_FloatTensor:$dq, Model_FloatTensor:$dk,
                       Model_FloatTensor:$dv);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $out `,` $dout `heads` `=` $num_heads `kv_heads` `=`
     $num_kv_heads `scale` `=` $scale (`causal` $causal^)? (`alibi` $alibi^)?
+    (`head_axis` `=` $head_axis^)? (`global_heads` `=` $global_heads^)?
+    (`global_kv_heads` `=` $global_kv_heads^)?
     attr-dict `:` functional-type(operands, results)
   }];
 }
@@ -359,13 +374,24 @@ def Model_CrossEntropyGradOp : Model_ComputeOp<"cross_entropy_grad"> {
     - CEG2: `dloss` is the loss type of the logits (rank 0; f64 for f64
       logits, else f32).
     - CEG3: the result has the logits' type.
+    - CEG4: `lse`, when present, is the logits' shape without the last
+      dimension, of the loss's element type.
+    - CEG5: `vocab_axis`, when present, is an axis of the module's mesh, and
+      `lse` is present.
+
+    With `lse` (the global log-sum-exp of `model.cross_entropy_finish`) the
+    softmax is not recomputed; with `vocab_axis` the logits are this rank's
+    vocabulary columns, as for `model.cross_entropy_partial`.
   }];
   let arguments = (ins Model_FloatTensor:$logits, Model_IndexTensor:$targets,
                        Model_FloatTensor:$dloss,
-                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+                       Optional<Model_FloatTensor>:$lse,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<StrAttr>:$vocab_axis);
   let results = (outs Model_FloatTensor:$dlogits);
   let assemblyFormat = [{
-    $logits `,` $targets `,` $dloss `ignore_index` `=` $ignore_index attr-dict
+    $logits `,` $targets `,` $dloss (`lse` $lse^)? `ignore_index` `=`
+    $ignore_index (`vocab_axis` `=` $vocab_axis^)? attr-dict
     `:` functional-type(operands, results)
   }];
 }

@@ -18,7 +18,7 @@ LogicalResult EmbeddingOp::buildGradients(OpBuilder &b, ValueRange dy,
                                           SmallVectorImpl<Value> &grads) {
   grads.assign(2, Value());
   grads[0] = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(), dy[0],
-                                       getIds());
+                                       getIds(), getVocabAxisAttr());
   return success();
 }
 
@@ -55,7 +55,8 @@ LogicalResult AttentionOp::buildGradients(OpBuilder &b, ValueRange dy,
       getLoc(), TypeRange{getQ().getType(), getK().getType(), getV().getType()},
       getQ(), getK(), getV(), getResult(), dy[0], getNumHeadsAttr(),
       getNumKvHeadsAttr(), getScaleAttr(), getCausalAttr(), getAlibiAttr(),
-      getDropoutAttr());
+      getDropoutAttr(), getHeadAxisAttr(), getGlobalHeadsAttr(),
+      getGlobalKvHeadsAttr());
   grads.assign(grad.getResults().begin(), grad.getResults().end());
   return success();
 }
@@ -132,6 +133,7 @@ LogicalResult CrossEntropyOp::buildGradients(OpBuilder &b, ValueRange dy,
   grads.assign(2, Value());
   grads[0] = b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(),
                                           getLogits(), getTargets(), dy[0],
-                                          getIgnoreIndexAttr());
+                                          /*lse=*/Value(), getIgnoreIndexAttr(),
+                                          /*vocab_axis=*/StringAttr());
   return success();
 }

@@ -75,6 +75,23 @@ int64_t product(std::initializer_list<int64_t> factors) {
 }
 } // namespace
 
+static LogicalResult verifyMeshAxes(Operation *op, FlatSymbolRefAttr mesh,
+                                    ArrayAttr axes);
+
+/// The size of mesh axis `axis` of the module's `model.mesh`, for an op that
+/// works on this rank's slice along it (`what` names the attribute in the
+/// error); failure, with the error emitted, when there is no such axis.
+static FailureOr<int64_t> verifyMeshAxis(Operation *op, StringRef axis,
+                                         StringRef what) {
+  auto module = op->getParentOfType<ModuleOp>();
+  if (module)
+    for (MeshOp mesh : module.getOps<MeshOp>())
+      if (std::optional<int64_t> size = mesh.getAxisSize(axis))
+        return *size;
+  return op->emitOpError(what)
+         << " = \"" << axis << "\" is not an axis of the module's model.mesh";
+}
+
 //===----------------------------------------------------------------------===//
 // MeshOp
 //===----------------------------------------------------------------------===//
@@ -189,7 +206,8 @@ void EmbeddingOp::build(OpBuilder &builder, OperationState &state, Value table,
   auto tableType = cast<RankedTensorType>(table.getType());
   SmallVector<int64_t> shape(cast<ShapedType>(ids.getType()).getShape());
   shape.push_back(tableType.getDimSize(1));
-  build(builder, state, withShape(tableType, shape), table, ids);
+  build(builder, state, withShape(tableType, shape), table, ids,
+        /*vocab_axis=*/StringAttr());
 }
 
 LogicalResult EmbeddingOp::verify() {
@@ -211,6 +229,10 @@ LogicalResult EmbeddingOp::verify() {
     return emitOpError("result element type ")
            << result.getElementType() << " differs from the table's "
            << table.getElementType();
+  // E4: vocab_axis is a mesh axis.
+  if (auto axis = getVocabAxis())
+    if (failed(verifyMeshAxis(*this, *axis, "vocab_axis")))
+      return failure();
   return success();
 }
 
@@ -270,7 +292,8 @@ void LinearOp::build(OpBuilder &builder, OperationState &state, Value x,
   auto w = cast<ShapedType>(weight.getType()).getShape();
   SmallVector<int64_t> shape(xType.getShape());
   shape.back() = transposeW ? w[0] : w[1];
-  build(builder, state, withShape(xType, shape), x, weight, bias, transposeW);
+  build(builder, state, withShape(xType, shape), x, weight, bias, transposeW,
+        /*bias_scale=*/FloatAttr());
 }
 
 LogicalResult LinearOp::verify() {
@@ -313,6 +336,14 @@ LogicalResult LinearOp::verify() {
   if (result.getElementType() != element)
     return emitOpError("result element type ")
            << result.getElementType() << " differs from x's " << element;
+  // LIN6: bias_scale in (0, 1], with a bias.
+  if (auto scale = getBiasScale()) {
+    double v = scale->convertToDouble();
+    if (!(v > 0 && v <= 1))
+      return emitOpError("bias_scale is ") << v << " but must be in (0, 1]";
+    if (!getBias())
+      return emitOpError("has a bias_scale but no bias");
+  }
   return success();
 }
 
@@ -346,15 +377,49 @@ void AttentionOp::build(OpBuilder &builder, OperationState &state, Value q,
         builder.getI64IntegerAttr(numKvHeads), builder.getF64FloatAttr(scale),
         causal ? builder.getUnitAttr() : UnitAttr(),
         alibi ? builder.getUnitAttr() : UnitAttr(),
-        builder.getF64FloatAttr(dropout));
+        builder.getF64FloatAttr(dropout), /*head_axis=*/StringAttr(),
+        /*global_heads=*/IntegerAttr(), /*global_kv_heads=*/IntegerAttr());
 }
 
 /// A1 to A4 of model.attention, shared with model.attention_grad.
+/// A6 of model.attention: the slice of the heads along `axis`, when the op
+/// has one. Sets `allHeads` and `allKvHeads` to the global counts.
+static LogicalResult verifyHeadSlice(Operation *op, int64_t heads,
+                                     int64_t kvHeads,
+                                     std::optional<StringRef> axis,
+                                     std::optional<uint64_t> globalHeads,
+                                     std::optional<uint64_t> globalKvHeads,
+                                     int64_t &allHeads, int64_t &allKvHeads) {
+  allHeads = heads;
+  allKvHeads = kvHeads;
+  if (!axis && !globalHeads && !globalKvHeads)
+    return success();
+  if (!axis || !globalHeads || !globalKvHeads)
+    return op->emitOpError("head_axis, global_heads and global_kv_heads must "
+                           "be given together");
+  FailureOr<int64_t> n = verifyMeshAxis(op, *axis, "head_axis");
+  if (failed(n))
+    return failure();
+  allHeads = int64_t(*globalHeads);
+  allKvHeads = int64_t(*globalKvHeads);
+  if (allHeads != heads * *n)
+    return op->emitOpError("global_heads = ")
+           << allHeads << " but heads = " << heads << " on each of the " << *n
+           << " ranks of \"" << *axis << "\" make " << heads * *n;
+  if (allKvHeads != kvHeads * *n && allKvHeads != kvHeads)
+    return op->emitOpError("global_kv_heads = ")
+           << allKvHeads << " but kv_heads = " << kvHeads
+           << " must be split over the " << *n << " ranks of \"" << *axis
+           << "\" (" << kvHeads * *n << ") or replicated (" << kvHeads << ")";
+  return success();
+}
+
 static LogicalResult verifyAttention(Operation *op, RankedTensorType q,
                                      RankedTensorType k, RankedTensorType v,
                                      int64_t heads, int64_t kvHeads,
                                      double scale, double dropout,
-                                     bool causal) {
+                                     bool causal, int64_t allHeads,
+                                     int64_t allKvHeads) {
   // A1: rank 3, one batch size, one key/value sequence length (= q's when
   // causal).
   if (q.getRank() != 3 || k.getRank() != 3 || v.getRank() != 3)
@@ -376,9 +441,11 @@ static LogicalResult verifyAttention(Operation *op, RankedTensorType q,
   if (heads < 1 || kvHeads < 1)
     return op->emitOpError("heads = ")
            << heads << " and kv_heads = " << kvHeads << " must be >= 1";
-  if (heads % kvHeads != 0)
-    return op->emitOpError("kv_heads = ")
-           << kvHeads << " does not divide heads = " << heads;
+  if (allHeads % allKvHeads != 0)
+    return op->emitOpError(allHeads == heads ? "kv_heads = "
+                                             : "global_kv_heads = ")
+           << allKvHeads << " does not divide "
+           << (allHeads == heads ? "heads = " : "global_heads = ") << allHeads;
   // A3: heads divide q's columns; k and v have kv_heads x head_dim columns.
   int64_t qCols = q.getDimSize(2);
   if (!ShapedType::isDynamic(qCols)) {
@@ -413,10 +480,18 @@ static bool oneElementType(RankedTensorType q, RankedTensorType k,
 LogicalResult AttentionOp::verify() {
   RankedTensorType q = getQ().getType(), k = getK().getType(),
                    v = getV().getType();
+  int64_t allHeads, allKvHeads;
+  // A6: the slice of the heads.
+  if (failed(verifyHeadSlice(*this, getNumHeadsAttr().getInt(),
+                             getNumKvHeadsAttr().getInt(), getHeadAxis(),
+                             getGlobalHeads(), getGlobalKvHeads(), allHeads,
+                             allKvHeads)))
+    return failure();
   if (failed(verifyAttention(*this, q, k, v, getNumHeadsAttr().getInt(),
                              getNumKvHeadsAttr().getInt(),
                              getScale().convertToDouble(),
-                             getDropout().convertToDouble(), getCausal())))
+                             getDropout().convertToDouble(), getCausal(),
+                             allHeads, allKvHeads)))
     return failure();
   // A5: result has q's type; one element type.
   if (!oneElementType(q, k, v))
@@ -760,6 +835,83 @@ LogicalResult CrossEntropyOp::verify() {
 
 int64_t CrossEntropyOp::getVectorFlops() { return product({4, numel(getLogits())}); }
 
+/// `type`'s shape without its last dimension, of element type `element`.
+static RankedTensorType rowsType(RankedTensorType type, Type element) {
+  return RankedTensorType::get(type.getShape().drop_back(), element);
+}
+
+/// A shape-and-type check shared by the split cross-entropy's verifiers:
+/// `value` must be `expected`.
+static LogicalResult verifyIsType(Operation *op, StringRef what, Value value,
+                                  RankedTensorType expected) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getElementType() != expected.getElementType() ||
+      !shapesAgree(type.getShape(), expected.getShape()))
+    return op->emitOpError(what) << " is " << type << " but must be "
+                                 << expected;
+  return success();
+}
+
+LogicalResult CrossEntropyMaxOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  // CEM1: rank >= 2; the result is the rows' shape and element type.
+  if (logits.getRank() < 2)
+    return emitOpError("logits have rank ")
+           << logits.getRank() << " but need rank >= 2";
+  return verifyIsType(*this, "row_max", getRowMax(),
+                      rowsType(logits, logits.getElementType()));
+}
+
+int64_t CrossEntropyMaxOp::getVectorFlops() { return numel(getLogits()); }
+
+LogicalResult CrossEntropyPartialOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  // CEP1: CE1.
+  if (failed(verifyLogitsTargets(*this, logits, getTargets().getType())))
+    return failure();
+  // CEP2: row_max is the rows' shape and the logits' element type.
+  if (failed(verifyIsType(*this, "row_max", getRowMax(),
+                          rowsType(logits, logits.getElementType()))))
+    return failure();
+  // CEP3: the result is [rows..., 2].
+  SmallVector<int64_t> shape(logits.getShape());
+  shape.back() = 2;
+  if (failed(verifyIsType(*this, "the result", getPartial(),
+                          withShape(logits, shape))))
+    return failure();
+  // CEP4: vocab_axis is a mesh axis.
+  if (auto axis = getVocabAxis())
+    if (failed(verifyMeshAxis(*this, *axis, "vocab_axis")))
+      return failure();
+  return success();
+}
+
+int64_t CrossEntropyPartialOp::getVectorFlops() {
+  return product({3, numel(getLogits())});
+}
+
+LogicalResult CrossEntropyFinishOp::verify() {
+  RankedTensorType sums = getSums().getType();
+  // CEF1: sums is [rows..., 2]; row_max and targets are [rows...].
+  if (sums.getRank() < 2 || !dimsAgree(sums.getShape().back(), 2))
+    return emitOpError("sums are ")
+           << shapeStr(sums.getShape())
+           << " but need rank >= 2 and a last dimension of 2";
+  if (failed(verifyIsType(*this, "row_max", getRowMax(),
+                          rowsType(sums, sums.getElementType()))))
+    return failure();
+  if (failed(verifyLogitsTargets(*this, sums, getTargets().getType())))
+    return failure();
+  // CEF2: the loss type, and lse of the rows' shape in it.
+  RankedTensorType loss = lossType(sums);
+  if (failed(verifyIsType(*this, "the loss", getLoss(), loss)))
+    return failure();
+  return verifyIsType(*this, "lse", getLse(),
+                      rowsType(sums, loss.getElementType()));
+}
+
+int64_t CrossEntropyFinishOp::getVectorFlops() { return numel(getSums()); }
+
 //===----------------------------------------------------------------------===//
 // Gradient ops
 //===----------------------------------------------------------------------===//
@@ -782,6 +934,10 @@ LogicalResult EmbeddingGradOp::verify() {
     return emitOpError("dy element type ")
            << dy.getElementType() << " differs from the result's "
            << table.getElementType();
+  // EG4: vocab_axis is a mesh axis.
+  if (auto axis = getVocabAxis())
+    if (failed(verifyMeshAxis(*this, *axis, "vocab_axis")))
+      return failure();
   return success();
 }
 
@@ -963,11 +1119,19 @@ int64_t RopeGradOp::getVectorFlops() { return product({3, numel(getDy())}); }
 LogicalResult AttentionGradOp::verify() {
   RankedTensorType q = getQ().getType(), k = getK().getType(),
                    v = getV().getType();
+  int64_t allHeads, allKvHeads;
+  // AG4: the forward op's A6.
+  if (failed(verifyHeadSlice(*this, getNumHeadsAttr().getInt(),
+                             getNumKvHeadsAttr().getInt(), getHeadAxis(),
+                             getGlobalHeads(), getGlobalKvHeads(), allHeads,
+                             allKvHeads)))
+    return failure();
   // AG1: the forward op's A1-A4.
   if (failed(verifyAttention(*this, q, k, v, getNumHeadsAttr().getInt(),
                              getNumKvHeadsAttr().getInt(),
                              getScale().convertToDouble(),
-                             getDropout().convertToDouble(), getCausal())))
+                             getDropout().convertToDouble(), getCausal(),
+                             allHeads, allKvHeads)))
     return failure();
   // AG2: out and dout have q's type; one element type.
   if (!oneElementType(q, k, v))
@@ -1038,7 +1202,22 @@ LogicalResult CrossEntropyGradOp::verify() {
            << getDloss().getType() << " but the loss of these logits is "
            << lossType(logits);
   // CEG3: the result has the logits' type.
-  return verifySameType(*this, getDlogits(), logits, "the logits' type");
+  if (failed(verifySameType(*this, getDlogits(), logits, "the logits' type")))
+    return failure();
+  // CEG4: lse is the rows' shape in the loss's element type.
+  if (Value lse = getLse())
+    if (failed(verifyIsType(*this, "lse", lse,
+                            rowsType(logits, lossElementType(
+                                                 logits.getElementType())))))
+      return failure();
+  // CEG5: vocab_axis is a mesh axis and comes with lse.
+  if (auto axis = getVocabAxis()) {
+    if (!getLse())
+      return emitOpError("vocab_axis needs the global lse operand");
+    if (failed(verifyMeshAxis(*this, *axis, "vocab_axis")))
+      return failure();
+  }
+  return success();
 }
 
 int64_t CrossEntropyGradOp::getVectorFlops() {
@@ -1062,6 +1241,17 @@ LogicalResult GradNormOp::verify() {
   double maxNorm = getMaxNorm().convertToDouble();
   if (!(maxNorm >= 0) || std::isinf(maxNorm))
     return emitOpError("max_norm is ") << maxNorm << " but must be finite and >= 0";
+  // GN3: mesh, axes and replicated together; one entry per gradient.
+  if (!getMesh() && !getAxes() && !getReplicated())
+    return success();
+  if (!getMesh() || !getAxes() || !getReplicated())
+    return emitOpError("mesh, axes and replicated must be given together");
+  if (failed(verifyMeshAxes(*this, getMeshAttr(), *getAxes())))
+    return failure();
+  if (getReplicated()->size() != getGrads().size())
+    return emitOpError("replicated has ")
+           << getReplicated()->size() << " entries for " << getGrads().size()
+           << " gradients";
   return success();
 }
 
@@ -1100,6 +1290,26 @@ int64_t AdamWOp::getVectorFlops() { return product({14, numel(getParam())}); }
 // Collectives
 //===----------------------------------------------------------------------===//
 
+/// CL2: `mesh` names a model.mesh and `axes` are distinct axes of it.
+static LogicalResult verifyMeshAxes(Operation *op, FlatSymbolRefAttr mesh,
+                                    ArrayAttr axes) {
+  auto meshOp = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, mesh);
+  if (!meshOp)
+    return op->emitOpError("mesh ") << mesh << " is not a model.mesh of the module";
+  if (axes.empty())
+    return op->emitOpError("needs at least one mesh axis");
+  llvm::StringSet<> seen;
+  for (Attribute axis : axes) {
+    StringRef name = cast<StringAttr>(axis).getValue();
+    if (!seen.insert(name).second)
+      return op->emitOpError("names axis \"") << name << "\" twice";
+    if (!meshOp.getAxisSize(name))
+      return op->emitOpError("axis \"")
+             << name << "\" is not an axis of mesh " << mesh;
+  }
+  return success();
+}
+
 /// CL1 and CL2 for a collective whose results pair with its operands.
 static LogicalResult verifyCollective(Operation *op, FlatSymbolRefAttr mesh,
                                       ArrayAttr axes) {
@@ -1116,21 +1326,7 @@ static LogicalResult verifyCollective(Operation *op, FlatSymbolRefAttr mesh,
       return op->emitOpError("result ")
              << i << " is " << out << " but its operand is " << in;
   // CL2: the mesh exists and the axes are distinct axes of it.
-  auto meshOp = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, mesh);
-  if (!meshOp)
-    return op->emitOpError("mesh ") << mesh << " is not a model.mesh of the module";
-  if (axes.empty())
-    return op->emitOpError("needs at least one mesh axis");
-  llvm::StringSet<> seen;
-  for (Attribute axis : axes) {
-    StringRef name = cast<StringAttr>(axis).getValue();
-    if (!seen.insert(name).second)
-      return op->emitOpError("names axis \"") << name << "\" twice";
-    if (!meshOp.getAxisSize(name))
-      return op->emitOpError("axis \"")
-             << name << "\" is not an axis of mesh " << mesh;
-  }
-  return success();
+  return verifyMeshAxes(op, mesh, axes);
 }
 
 LogicalResult AllReduceOp::verify() {

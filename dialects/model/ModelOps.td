@@ -154,16 +154,30 @@ def Model_EmbeddingOp : Model_ForwardOp<"embedding"> {
         : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
     ```
 
+    With `vocab_axis` (`model-shard`'s vocab-parallel embedding), the table is
+    this rank's slice of the vocabulary rows along that mesh axis: rank `c`
+    of the axis holds rows `[c·V, (c+1)·V)`, `V` the table's dimension 0.
+    Ids outside the slice give zero rows, so the sum of the ranks' results
+    (an all-reduce over the axis) is the lookup in the whole table.
+
+    ```mlir
+    %e = model.embedding %table[%ids] vocab_axis = "tp"
+        : (tensor<256x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+    ```
+
     Constraints:
     - E1: the table has rank 2.
     - E2: the result's shape is the ids' shape followed by the table's
       dimension 1.
     - E3: the result's element type is the table's.
+    - E4: `vocab_axis`, when present, is an axis of the module's mesh.
   }];
-  let arguments = (ins Model_FloatTensor:$table, Model_IndexTensor:$ids);
+  let arguments = (ins Model_FloatTensor:$table, Model_IndexTensor:$ids,
+                       OptionalAttr<StrAttr>:$vocab_axis);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $table `[` $ids `]` attr-dict `:` functional-type(operands, results)
+    $table `[` $ids `]` (`vocab_axis` `=` $vocab_axis^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$ids)>];
 }
@@ -226,13 +240,20 @@ def Model_LinearOp : Model_ForwardOp<"linear", [], ["getMatmulFlops"]> {
     - LIN4: the result is `x`'s shape with the last dimension replaced by
       the weight's output dimension.
     - LIN5: `x`, the weight, the bias and the result have one element type.
+    - LIN6: `bias_scale`, when present, is in (0, 1] and the op has a bias.
+
+    `bias_scale` multiplies the bias. `model-shard` sets it to `1/tp` on a
+    row-parallel linear, whose outputs are partial sums: every rank adds
+    its share of the bias, so the all-reduced sum holds it once.
   }];
   let arguments = (ins Model_FloatTensor:$x, Model_FloatTensor:$weight,
                        Optional<Model_FloatTensor>:$bias,
-                       UnitAttr:$transpose_w);
+                       UnitAttr:$transpose_w,
+                       OptionalAttr<F64Attr>:$bias_scale);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $x `,` $weight (`,` $bias^)? (`transpose_w` $transpose_w^)? attr-dict `:`
+    $x `,` $weight (`,` $bias^)? (`transpose_w` $transpose_w^)?
+    (`bias_scale` `=` $bias_scale^)? attr-dict `:`
     functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$weight,
@@ -276,16 +297,39 @@ def Model_AttentionOp : Model_ForwardOp<"attention", [],
       quotient) and `k` and `v` have `num_kv_heads × head_size` columns.
     - A4: `scale` is positive and `dropout` is in [0, 1).
     - A5: the result has `q`'s type, and `q`, `k`, `v` one element type.
+    - A6: `head_axis`, `global_heads` and `global_kv_heads` are present
+      together; `head_axis` is then an axis of the module's mesh, of size
+      `n`, `global_heads = num_heads · n`, `global_kv_heads` is
+      `num_kv_heads · n` (kv heads split) or `num_kv_heads` (replicated) and
+      divides `global_heads`, and A2's divisibility is that of the global
+      counts.
+
+    With `head_axis` (`model-shard`'s tensor parallelism), `q` holds query
+    heads `[c·num_heads, (c+1)·num_heads)` of `global_heads` on rank `c` of
+    the axis, and `k`, `v` its kv heads (all of them when they are
+    replicated); head `g` keeps its global kv group and ALiBi slope.
+
+    ```mlir
+    %o = model.attention %q, %k, %v heads = 2 kv_heads = 1 scale = 0.25 causal
+        head_axis = "tp" global_heads = 4 global_kv_heads = 2
+        : (tensor<2x16x32xf32>, tensor<2x16x16xf32>, tensor<2x16x16xf32>)
+        -> tensor<2x16x32xf32>
+    ```
   }];
   let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
                        Model_FloatTensor:$v, I64Attr:$num_heads,
                        I64Attr:$num_kv_heads, F64Attr:$scale,
                        UnitAttr:$causal, UnitAttr:$alibi,
-                       DefaultValuedAttr<F64Attr, "0.0">:$dropout);
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                       OptionalAttr<StrAttr>:$head_axis,
+                       OptionalAttr<I64Attr>:$global_heads,
+                       OptionalAttr<I64Attr>:$global_kv_heads);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads
-    `scale` `=` $scale (`causal` $causal^)? (`alibi` $alibi^)? attr-dict `:`
+    `scale` `=` $scale (`causal` $causal^)? (`alibi` $alibi^)?
+    (`head_axis` `=` $head_axis^)? (`global_heads` `=` $global_heads^)?
+    (`global_kv_heads` `=` $global_kv_heads^)? attr-dict `:`
     functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k,
@@ -575,6 +619,114 @@ def Model_CrossEntropyOp : Model_ForwardOp<"cross_entropy"> {
   let builders = [OpBuilder<(ins "::mlir::Value":$logits,
                                  "::mlir::Value":$targets,
                                  "int64_t":$ignoreIndex)>];
+}
+
+//===----------------------------------------------------------------------===//
+// Vocab-parallel loss
+//===----------------------------------------------------------------------===//
+
+// `model-shard` replaces `model.cross_entropy` on logits split by vocabulary
+// columns with these three steps and two all-reduces between them, so that
+// no rank ever holds full-vocabulary logits:
+//   max = cross_entropy_max(logits); all_reduce max
+//   partial = cross_entropy_partial(logits, targets, max); all_reduce sum
+//   loss, lse = cross_entropy_finish(partial, max, targets)
+// and `model.cross_entropy_grad` then reads the global `lse`. They come after
+// autodiff, so they have no gradient of their own.
+
+def Model_CrossEntropyMaxOp : Model_ComputeOp<"cross_entropy_max"> {
+  let summary = "Row maxima of logits, the first step of a split cross-entropy";
+  let description = [{
+    `row_max[...] = max over c of logits[..., c]` over this rank's columns.
+
+    Example:
+
+    ```mlir
+    %m = model.cross_entropy_max %logits
+        : (tensor<2x16x256xf32>) -> tensor<2x16xf32>
+    ```
+
+    Constraints:
+    - CEM1: the logits have rank at least 2 and the result is their shape
+      without the last dimension, of their element type.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits);
+  let results = (outs Model_FloatTensor:$row_max);
+  let assemblyFormat = "$logits attr-dict `:` functional-type(operands, results)";
+}
+
+def Model_CrossEntropyPartialOp : Model_ComputeOp<"cross_entropy_partial"> {
+  let summary = "This rank's share of the softmax denominator and target logit";
+  let description = [{
+    With `row_max` the maximum over every rank's columns:
+    `partial[..., 0] = sum over c of exp(logits[..., c] - row_max[...])` and
+    `partial[..., 1] = logits[..., target - start]` when the target is one of
+    this rank's columns `[start, start + V)`, else 0; both 0 on rows whose
+    target is `ignore_index`. `start` is `c·V` on rank `c` of `vocab_axis`
+    (0 without it), `V` the logits' last dimension. The ranks' partials are
+    then summed by one all-reduce.
+
+    Example:
+
+    ```mlir
+    %p = model.cross_entropy_partial %logits, %targets, %m ignore_index = -100
+        vocab_axis = "tp"
+        : (tensor<2x16x256xf32>, tensor<2x16xi32>, tensor<2x16xf32>)
+        -> tensor<2x16x2xf32>
+    ```
+
+    Constraints:
+    - CEP1: CE1 of `model.cross_entropy` holds for the logits and targets.
+    - CEP2: `row_max` is the logits' shape without the last dimension, of
+      their element type.
+    - CEP3: the result is the logits' shape with the last dimension 2, of
+      their element type.
+    - CEP4: `vocab_axis`, when present, is an axis of the module's mesh.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, Model_IndexTensor:$targets,
+                       Model_FloatTensor:$row_max,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<StrAttr>:$vocab_axis);
+  let results = (outs Model_FloatTensor:$partial);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $row_max `ignore_index` `=` $ignore_index
+    (`vocab_axis` `=` $vocab_axis^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+def Model_CrossEntropyFinishOp : Model_ComputeOp<"cross_entropy_finish"> {
+  let summary = "The loss and log-sum-exp from the summed partials";
+  let description = [{
+    `lse[...] = row_max[...] + log(sums[..., 0])`, and the loss is the mean
+    over the rows whose target is not `ignore_index` of
+    `lse - sums[..., 1]` (0 when there is none), as `model.cross_entropy`.
+    On ignored rows `lse` is `row_max`. The same on every rank.
+
+    Example:
+
+    ```mlir
+    %loss, %lse = model.cross_entropy_finish %sums, %m, %targets
+        ignore_index = -100
+        : (tensor<2x16x2xf32>, tensor<2x16xf32>, tensor<2x16xi32>)
+        -> (tensor<f32>, tensor<2x16xf32>)
+    ```
+
+    Constraints:
+    - CEF1: `sums` has rank at least 2 and last dimension 2; `row_max`
+      and the targets are its shape without the last dimension, and
+      `row_max` has its element type.
+    - CEF2: the loss is the rank-0 loss type of `sums`' element type (as
+      CE2) and `lse` is `row_max`'s shape of the loss's element type.
+  }];
+  let arguments = (ins Model_FloatTensor:$sums, Model_FloatTensor:$row_max,
+                       Model_IndexTensor:$targets,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs Model_FloatTensor:$loss, Model_FloatTensor:$lse);
+  let assemblyFormat = [{
+    $sums `,` $row_max `,` $targets `ignore_index` `=` $ignore_index attr-dict
+    `:` functional-type(operands, results)
+  }];
 }
 
 //===----------------------------------------------------------------------===//

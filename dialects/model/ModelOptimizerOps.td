@@ -28,15 +28,35 @@ def Model_GradNormOp : Model_ComputeOp<"grad_norm"> {
         : (tensor<64x64xf32>, tensor<64xf32>) -> (tensor<f32>, tensor<f32>)
     ```
 
+    Over a mesh (`model-shard`'s tensor parallelism) the gradients are this
+    rank's shards: `over @mesh axes` names the ranks that hold the shards of
+    one model, and `replicated` says, per gradient, whether every rank of
+    that group holds the same values. The squares are then summed over the
+    group, a replicated gradient's counted once (each rank adds its sum
+    divided by the group's size), so every rank gets the norm of the whole
+    model. This is a collective over the group.
+
+    ```mlir
+    %norm, %scale = model.grad_norm %g0, %g1 max_norm = 1.0
+        over @mesh ["tp"] replicated = array<i1: false, true>
+        : (tensor<32x64xf32>, tensor<64xf32>) -> (tensor<f32>, tensor<f32>)
+    ```
+
     Constraints:
     - GN1: there is at least one gradient, and all have one element type.
     - GN2: `max_norm` is finite and at least 0.
+    - GN3: `mesh`, `axes` and `replicated` are present together; then the
+      mesh is a `model.mesh` of the module, the axes are distinct axes of
+      it, and `replicated` has one entry per gradient.
   }];
-  let arguments = (ins Variadic<Model_FloatTensor>:$grads, F64Attr:$max_norm);
+  let arguments = (ins Variadic<Model_FloatTensor>:$grads, F64Attr:$max_norm,
+                       OptionalAttr<FlatSymbolRefAttr>:$mesh,
+                       OptionalAttr<StrArrayAttr>:$axes,
+                       OptionalAttr<DenseBoolArrayAttr>:$replicated);
   let results = (outs Model_RankZeroFloat:$norm, Model_RankZeroFloat:$scale);
   let assemblyFormat = [{
-    $grads `max_norm` `=` $max_norm attr-dict `:`
-    functional-type(operands, results)
+    $grads `max_norm` `=` $max_norm (`over` $mesh^ $axes `replicated` `=`
+    $replicated)? attr-dict `:` functional-type(operands, results)
   }];
 }
 

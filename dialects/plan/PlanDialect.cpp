@@ -41,6 +41,20 @@ LogicalResult BufferOp::verify() {
       return emitOpError("offset ") << *offset << " is negative or not a "
                                     << "multiple of the element size " << align;
   }
+  // B4: shard and dim together, dim in range, positive blocks.
+  if (bool(getShard()) != bool(getDim()) || (getBlocks() && !getShard()))
+    return emitOpError("shard and dim must be given together (and blocks "
+                       "only with them)");
+  if (std::optional<int64_t> dim = getDim()) {
+    if (getShard()->empty() || *dim < 0 || *dim >= type.getRank())
+      return emitOpError("shard \"")
+             << *getShard() << "\" dim " << *dim
+             << " does not name a mesh axis and a dimension of " << type;
+    if (std::optional<ArrayRef<int64_t>> blocks = getBlocks())
+      if (blocks->empty() ||
+          llvm::any_of(*blocks, [](int64_t n) { return n < 1; }))
+        return emitOpError("blocks must be positive sizes");
+  }
   return success();
 }
 
@@ -69,5 +83,8 @@ LogicalResult KernelOp::verify() {
         return emitOpError("group axis \"") << name << "\" is empty or repeated";
     }
   }
+  // K4: a named rank axis.
+  if (std::optional<StringRef> axis = getRankAxis(); axis && axis->empty())
+    return emitOpError("rank_axis is empty");
   return success();
 }

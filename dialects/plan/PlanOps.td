@@ -39,18 +39,36 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
     plan.buffer @w : tensor<64x64xf32> role = "parameter" name = "lm_head.weight" offset = 0
     ```
 
+    A buffer that holds one rank's slice of a tensor split across the ranks
+    of a mesh axis (a tensor-parallel parameter, its gradient and moments)
+    names the axis and the split dimension of the global tensor, and the
+    global sizes of the blocks that dimension is made of when there are
+    several (a fused `[Q | K | V]`), each split evenly:
+
+    ```mlir
+    plan.buffer @w : tensor<64x96xf32> role = "parameter"
+        name = "transformer.h.0.attn.c_attn.weight" shard = "tp" dim = 1
+        blocks = [64, 64, 64] offset = 0
+    ```
+
     Constraints:
     - B1: `role` is one of parameter, gradient, optimizer_state, activation,
       input, workspace.
     - B2: the type is a statically shaped tensor.
     - B3: `offset`, when present, is a non-negative multiple of the element
       size.
+    - B4: `shard` and `dim` are present together, `dim` is a dimension of
+      the type, and `blocks`, only with them, are positive.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
                        StrAttr:$role, OptionalAttr<StrAttr>:$name,
-                       OptionalAttr<I64Attr>:$offset);
+                       OptionalAttr<I64Attr>:$offset,
+                       OptionalAttr<StrAttr>:$shard,
+                       OptionalAttr<I64Attr>:$dim,
+                       OptionalAttr<DenseI64ArrayAttr>:$blocks);
   let assemblyFormat = [{
     $sym_name `:` $type `role` `=` $role (`name` `=` $name^)?
+    (`shard` `=` $shard^)? (`dim` `=` $dim^)? (`blocks` `=` $blocks^)?
     (`offset` `=` $offset^)? attr-dict
   }];
   let hasVerifier = 1;
@@ -81,7 +99,9 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">]> {
     `params` are its attributes (integers and floats); `provenance` says
     which `model` op it came from (for a collective, why it is there).
     A collective names its `group`: the mesh axes along which its ranks
-    differ.
+    differ. A kernel that works on one rank's slice of a split value names
+    the mesh axis of the slices in `rank_axis`; its `*_stride` parameters,
+    times the rank's coordinate along that axis, are the slice's offsets.
 
     Example:
 
@@ -95,12 +115,14 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">]> {
     - K2: every entry of `params` is an integer or a float attribute.
     - K3: `group`, when present, is a non-empty list of distinct, non-empty
       axis names.
+    - K4: `rank_axis`, when present, is not empty.
   }];
   let arguments = (ins StrAttr:$kernel, SymbolRefArrayAttr:$inputs,
                        SymbolRefArrayAttr:$outputs,
                        DefaultValuedAttr<DictionaryAttr, "{}">:$params,
                        OptionalAttr<StrAttr>:$provenance,
-                       OptionalAttr<StrArrayAttr>:$group);
+                       OptionalAttr<StrArrayAttr>:$group,
+                       OptionalAttr<StrAttr>:$rank_axis);
   let assemblyFormat = [{
     $kernel $inputs `->` $outputs $params attr-dict
   }];

@@ -80,7 +80,10 @@ void ModelOptimizerPass::runOnOperation() {
   b.setInsertionPoint(ret);
   Location loc = ret.getLoc();
   auto norm = b.create<GradNormOp>(loc, TypeRange{scalar, scalar}, grads,
-                                   b.getF64FloatAttr(maxGradNorm));
+                                   b.getF64FloatAttr(maxGradNorm),
+                                   /*mesh=*/FlatSymbolRefAttr(),
+                                   /*axes=*/ArrayAttr(),
+                                   /*replicated=*/DenseBoolArrayAttr());
   SmallVector<Value> newParams, newExp, newExpSq;
   for (auto [i, param] : llvm::enumerate(params)) {
     // No decay for biases and norm weights (rank 1), as Megatron.

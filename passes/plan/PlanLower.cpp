@@ -62,14 +62,19 @@ private:
     return b.create<BufferOp>(
         loc, b.getStringAttr("b" + std::to_string(counter++)),
         TypeAttr::get(type), b.getStringAttr(role),
-        name.empty() ? StringAttr() : b.getStringAttr(name), IntegerAttr());
+        name.empty() ? StringAttr() : b.getStringAttr(name), IntegerAttr(),
+        StringAttr(), IntegerAttr(), DenseI64ArrayAttr());
   }
+  /// Marks `buffer` as the slice of a split tensor that the argument `arg`
+  /// of the model function is (its model.sharding and model.shard_blocks).
+  LogicalResult setShard(BufferOp buffer, unsigned arg);
   BufferOp newBuffer(Value v, StringRef role, StringRef name = {}) {
     return buffers[v] = newBuffer(v.getLoc(), v.getType(), role, name);
   }
   void kernel(StringRef name, ArrayRef<BufferOp> inputs,
               ArrayRef<BufferOp> outputs, DictionaryAttr params, Location loc,
-              StringRef provenance, ArrayAttr group = {}) {
+              StringRef provenance, ArrayAttr group = {},
+              StringAttr rankAxis = {}) {
     SmallVector<Attribute> ins, outs;
     for (BufferOp v : inputs)
       ins.push_back(FlatSymbolRefAttr::get(v.getSymNameAttr()));
@@ -77,7 +82,7 @@ private:
       outs.push_back(FlatSymbolRefAttr::get(v.getSymNameAttr()));
     b.create<KernelOp>(loc, b.getStringAttr(name), b.getArrayAttr(ins),
                        b.getArrayAttr(outs), params,
-                       b.getStringAttr(provenance), group);
+                       b.getStringAttr(provenance), group, rankAxis);
   }
   SmallVector<BufferOp> buffersOf(ValueRange values) {
     SmallVector<BufferOp> out;
@@ -98,7 +103,8 @@ private:
   LogicalResult planAccumulation(Value v, BufferOp grad, bool top);
   LogicalResult lowerBlock(Block &block, StringRef where);
   LogicalResult lowerOp(Operation *op, StringRef where);
-  FailureOr<DictionaryAttr> kernelParams(Operation *op);
+  LogicalResult lowerGradNorm(model::GradNormOp op, StringRef provenance);
+  FailureOr<DictionaryAttr> kernelParams(Operation *op, StringAttr &rankAxis);
 
   ModuleOp module;
   func::FuncOp func;
@@ -116,13 +122,64 @@ private:
   unsigned counter = 0;
 };
 
+LogicalResult Lowering::setShard(BufferOp buffer, unsigned arg) {
+  auto sharding = func.getArgAttrOfType<model::ShardingAttr>(
+      arg, model::ModelDialect::kShardingAttrName);
+  if (!sharding)
+    return success();
+  for (unsigned dim = 0; dim < sharding.getDims().size(); ++dim) {
+    SmallVector<StringRef> axes = sharding.getDimAxes(dim);
+    if (axes.empty() || axes == ArrayRef<StringRef>{"dp"})
+      continue; // the batch of the data inputs: not a slice of a tensor
+    if (axes.size() != 1)
+      return func.emitError("argument ")
+             << arg << " is split over several mesh axes, which the plan "
+             << "file cannot state yet";
+    buffer.setShardAttr(b.getStringAttr(axes[0]));
+    buffer.setDimAttr(b.getI64IntegerAttr(dim));
+    if (auto blocks = func.getArgAttrOfType<DenseI64ArrayAttr>(
+            arg, model::ModelDialect::kShardBlocksAttrName))
+      buffer.setBlocksAttr(blocks);
+  }
+  return success();
+}
+
 /// The kernel parameters of `op`: its inherent attributes, renamed to the
-/// plan file's names, flags as 0/1, and flags that are absent as 0.
-FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op) {
+/// plan file's names, flags as 0/1, and flags that are absent as 0. An op on
+/// one rank's slice of a split value sets `rankAxis` and gets the strides
+/// of its slice's offsets.
+FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op,
+                                                 StringAttr &rankAxis) {
   SmallVector<NamedAttribute> params;
   auto add = [&](StringRef name, Attribute value) {
     params.push_back(b.getNamedAttr(name, value));
   };
+  auto lastDim = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getShape().back();
+  };
+  // The slice of the vocabulary: rank c's first id is c times its size.
+  if (auto axis = op->getAttrOfType<StringAttr>("vocab_axis")) {
+    rankAxis = axis;
+    int64_t local = 0;
+    if (auto e = dyn_cast<model::EmbeddingOp>(op))
+      local = e.getTable().getType().getDimSize(0);
+    else if (auto e = dyn_cast<model::EmbeddingGradOp>(op))
+      local = e.getDtable().getType().getDimSize(0);
+    else
+      local = lastDim(op->getOperand(0)); // the logits
+    add("vocab_start_stride", b.getI64IntegerAttr(local));
+  }
+  // The slice of the heads: rank c's first query head is c times its count,
+  // its first kv head too unless they are replicated.
+  if (auto axis = op->getAttrOfType<StringAttr>("head_axis")) {
+    rankAxis = axis;
+    int64_t heads = op->getAttrOfType<IntegerAttr>("num_heads").getInt();
+    int64_t kv = op->getAttrOfType<IntegerAttr>("num_kv_heads").getInt();
+    int64_t globalKv =
+        op->getAttrOfType<IntegerAttr>("global_kv_heads").getInt();
+    add("head_offset_stride", b.getI64IntegerAttr(heads));
+    add("kv_head_offset_stride", b.getI64IntegerAttr(globalKv == kv ? 0 : kv));
+  }
   if (auto attention = dyn_cast<model::AttentionOp>(op))
     if (attention.getDropout().convertToDouble() != 0)
       return op->emitOpError("attention dropout has no kernel yet");
@@ -134,8 +191,10 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op) {
       return op->emitOpError("needs an rng_id to be lowered");
   for (NamedAttribute attr : op->getAttrDictionary()) {
     StringRef name = attr.getName();
-    if (name.starts_with("model.") || name == "dropout")
-      continue; // discardable attributes; attention dropout is 0 here
+    if (name.starts_with("model.") || name == "dropout" ||
+        name == "vocab_axis" || name == "head_axis")
+      continue; // discardable attributes; attention dropout is 0 here; the
+                // axes became rankAxis
     if (name == "num_heads")
       name = "heads";
     else if (name == "num_kv_heads")
@@ -245,17 +304,23 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
         buffers[out] = buffers.lookup(in);
       else
         newBuffer(out, "activation");
+    SmallVector<NamedAttribute> params;
+    if (reduce.getMax())
+      params.push_back(b.getNamedAttr("max", b.getI64IntegerAttr(1)));
     kernel("ALL_REDUCE", buffersOf(reduce.getInputs()),
-           buffersOf(reduce.getResults()), b.getDictionaryAttr({}),
+           buffersOf(reduce.getResults()), b.getDictionaryAttr(params),
            op->getLoc(), reduce.getReason(), reduce.getAxes());
     return success();
   }
-  FailureOr<DictionaryAttr> params = kernelParams(op);
+  std::string provenance =
+      (op->getName().getStringRef() + " in " + where).str();
+  if (auto norm = dyn_cast<model::GradNormOp>(op))
+    return lowerGradNorm(norm, provenance);
+  StringAttr rankAxis;
+  FailureOr<DictionaryAttr> params = kernelParams(op, rankAxis);
   if (failed(params))
     return failure();
   std::string kernelName = op->getName().stripDialect().upper();
-  std::string provenance =
-      (op->getName().getStringRef() + " in " + where).str();
   if (auto adamw = dyn_cast<model::AdamWOp>(op)) {
     // In place: the new parameter and moments are the old buffers.
     buffers[adamw.getNewParam()] = buffers.lookup(adamw.getParam());
@@ -275,11 +340,37 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
       kernel("ZERO", {}, {buffers.lookup(v)}, b.getDictionaryAttr({}),
              op->getLoc(), provenance);
   kernel(kernelName, buffersOf(op->getOperands()), buffersOf(op->getResults()),
-         *params, op->getLoc(), provenance);
+         *params, op->getLoc(), provenance, ArrayAttr(), rankAxis);
   for (Value v : op->getResults())
     if (BufferOp grad = addInto.lookup(v))
       kernel("ADD", {grad, buffers.lookup(v)}, {grad}, b.getDictionaryAttr({}),
              op->getLoc(), provenance + " (gradient accumulation)");
+  return success();
+}
+
+/// GRAD_NORM: over a mesh, a collective whose group sums the squares of
+/// the ranks' shards; its inputs list the split gradients first
+/// (`split_inputs` of them), then the replicated ones.
+LogicalResult Lowering::lowerGradNorm(model::GradNormOp op,
+                                      StringRef provenance) {
+  for (Value v : op->getResults())
+    newBuffer(v, "activation");
+  SmallVector<NamedAttribute> params{
+      b.getNamedAttr("max_norm", op.getMaxNormAttr())};
+  SmallVector<BufferOp> inputs = buffersOf(op.getGrads());
+  ArrayAttr group;
+  if (std::optional<ArrayRef<bool>> replicated = op.getReplicated()) {
+    SmallVector<BufferOp> split, whole;
+    for (auto [buffer, isReplicated] : llvm::zip(inputs, *replicated))
+      (isReplicated ? whole : split).push_back(buffer);
+    params.push_back(
+        b.getNamedAttr("split_inputs", b.getI64IntegerAttr(split.size())));
+    inputs = split;
+    inputs.append(whole);
+    group = *op.getAxes();
+  }
+  kernel("GRAD_NORM", inputs, buffersOf(op->getResults()),
+         b.getDictionaryAttr(params), op.getLoc(), provenance, group);
   return success();
 }
 
@@ -299,15 +390,18 @@ LogicalResult Lowering::run() {
 
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
-    if (auto p = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kParamAttrName))
-      newBuffer(arg, "parameter", p.getValue());
-    else if (auto s = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kOptStateAttrName))
-      newBuffer(arg, "optimizer_state", s.getValue());
-    else if (auto in = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kInputAttrName))
+    if (auto p = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kParamAttrName)) {
+      if (failed(setShard(newBuffer(arg, "parameter", p.getValue()), i)))
+        return failure();
+    } else if (auto s = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kOptStateAttrName)) {
+      if (failed(setShard(newBuffer(arg, "optimizer_state", s.getValue()), i)))
+        return failure();
+    } else if (auto in = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kInputAttrName)) {
       newBuffer(arg, "input", in.getValue());
-    else
+    } else {
       return func.emitError("argument ") << i << " is neither a parameter, "
                                          << "an input nor optimizer state";
+    }
   }
 
   // The gradients: what AdamW reads after model-optimizer, the results
@@ -315,9 +409,14 @@ LogicalResult Lowering::run() {
   Block &entry = func.getBody().front();
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
   SmallVector<std::pair<Value, BufferOp>> gradients;
-  auto addGradient = [&](Value grad, StringRef name) {
-    gradients.push_back(
-        {grad, newBuffer(grad.getLoc(), grad.getType(), "gradient", name)});
+  auto addGradient = [&](Value grad, StringRef name, BufferOp param = {}) {
+    BufferOp buffer = newBuffer(grad.getLoc(), grad.getType(), "gradient", name);
+    if (param && param.getShard()) {
+      buffer.setShardAttr(param.getShardAttr());
+      buffer.setDimAttr(param.getDimAttr());
+      buffer.setBlocksAttr(param.getBlocksAttr());
+    }
+    gradients.push_back({grad, buffer});
   };
   for (auto adamw : entry.getOps<model::AdamWOp>()) {
     Value grad = adamw.getGrad();
@@ -326,8 +425,8 @@ LogicalResult Lowering::run() {
       stepReductions.insert(reduce);
       grad = reduce.getInputs()[cast<OpResult>(grad).getResultNumber()];
     }
-    addGradient(grad,
-                buffers.lookup(adamw.getParam()).getName().value_or(""));
+    BufferOp param = buffers.lookup(adamw.getParam());
+    addGradient(grad, param.getName().value_or(""), param);
   }
   if (gradients.empty())
     for (auto [i, v] : llvm::enumerate(ret.getOperands()))

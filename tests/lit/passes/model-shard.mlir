@@ -2,7 +2,7 @@
 // RUN: braidc --preset tiny-gpt2 --seq-len 8 --compile-to=shard | FileCheck %s --check-prefix=ONE
 // RUN: braid-opt %s --model-shard=dp=2 -split-input-file | FileCheck %s --check-prefix=BUCKETS
 // RUN: braid-opt %s --model-shard="dp=2 bucket-bytes=64" -split-input-file | FileCheck %s --check-prefix=SMALL
-// RUN: not braid-opt %s --model-shard=tp=2 -split-input-file 2>&1 | FileCheck %s --check-prefix=TP
+// RUN: braid-opt %s --model-shard=tp=2 -split-input-file | FileCheck %s --check-prefix=TP
 
 // Tests data parallelism on a GPT-2 step: the mesh, tokens and targets split
 // along dp on the batch, and one all-reduce over dp of all 28 gradients (they
@@ -45,7 +45,11 @@ module {
 // BUCKETS-NOT: model.all_reduce
 // SMALL: model.all_reduce %{{.+}} over @mesh ["dp"] reason = "model-shard: data-parallel sum of the gradient of w"
 // SMALL: model.all_reduce %{{.+}} over @mesh ["dp"] reason = "model-shard: data-parallel sum of the gradient of v"
-// TP: error: model-shard: tensor parallelism (tp = 2) is not supported yet
+// Tests that with tp = 2 parameters read only by the optimizer stay whole:
+// no collective, and the norm sums whole gradients as on one rank.
+// TP: model.mesh @mesh axes = ["dp", "tp"] sizes = [1, 2]
+// TP-NOT: model.all_reduce
+// TP: model.grad_norm %{{.+}}, %{{.+}} max_norm = 1.000000e+00 :
 
 // Tests the report's communication: with dp, each rank all-reduces every
 // gradient once per step, whatever the micro-batches: tiny-gpt2's 141,056

@@ -1,0 +1,134 @@
+// RUN: braidc --preset tiny-llama --seq-len 8 --tp 2 --compile-to=shard | FileCheck %s --check-prefix=LLAMA
+// RUN: braidc --preset tiny-llama --seq-len 8 --tp 4 --compile-to=shard | FileCheck %s --check-prefix=KVREP
+// RUN: braidc --preset tiny-gpt2 --seq-len 8 --tp 2 --compile-to=shard | FileCheck %s --check-prefix=GPT2
+// RUN: braidc --preset tiny-llama --seq-len 8 --tp 2 --dp 2 --compile-to=shard | FileCheck %s --check-prefix=MESH
+
+// Tests tensor parallelism on one LLaMA block (tiny-llama: hidden 64, 4
+// heads of 16, 2 kv heads, ffn 176, vocab 512; micro-batch 1 x 8 tokens) at
+// tp = 2. Each rank holds half of the vocabulary rows (256 x 64), 2 query
+// heads (q_proj 32 x 64) and 1 kv head (k_proj, v_proj 16 x 64), the input
+// columns of o_proj (64 x 32), half of gate/up (88 x 64) and of down's input
+// (64 x 88); norms stay whole. Forward: one all-reduce after the
+// vocab-parallel embedding, one after each row-parallel linear (o_proj and
+// down_proj), none elsewhere in the block.
+// LLAMA: model.mesh @mesh axes = ["dp", "tp"] sizes = [1, 2]
+// LLAMA-LABEL: func.func @train_step(
+// LLAMA-SAME: tensor<256x64xf32> {model.param = "model.embed_tokens.weight", model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>}
+// LLAMA-SAME: tensor<64xf32> {model.param = "model.layers.0.input_layernorm.weight"}
+// LLAMA-SAME: tensor<32x64xf32> {model.param = "model.layers.0.self_attn.q_proj.weight", model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>}
+// LLAMA-SAME: tensor<16x64xf32> {model.param = "model.layers.0.self_attn.k_proj.weight", model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>}
+// LLAMA-SAME: tensor<64x32xf32> {model.param = "model.layers.0.self_attn.o_proj.weight", model.sharding = #model.sharding<@mesh, [{}, {"tp"}]>}
+// LLAMA-SAME: tensor<88x64xf32> {model.param = "model.layers.0.mlp.gate_proj.weight", model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>}
+// LLAMA-SAME: tensor<64x88xf32> {model.param = "model.layers.0.mlp.down_proj.weight", model.sharding = #model.sharding<@mesh, [{}, {"tp"}]>}
+// LLAMA: %[[E:.+]] = model.embedding %arg0[%{{.+}}] vocab_axis = "tp" : (tensor<256x64xf32>, tensor<1x8xi32>) -> tensor<1x8x64xf32>
+// LLAMA-NEXT: %[[X:.+]] = model.all_reduce %[[E]] over @mesh ["tp"] reason = "model-shard: tensor-parallel sum of the vocab-parallel model.embedding
+// LLAMA-NEXT: model.layer 0(%[[X]],
+// LLAMA: model.rms_norm
+// LLAMA-NEXT: model.linear {{.*}} -> tensor<1x8x32xf32>
+// LLAMA-NEXT: model.linear {{.*}} -> tensor<1x8x16xf32>
+// LLAMA-NEXT: model.linear {{.*}} -> tensor<1x8x16xf32>
+// LLAMA-NEXT: model.rope
+// LLAMA-NEXT: model.rope
+// LLAMA-NEXT: %[[ATT:.+]] = model.attention {{.*}} heads = 2 kv_heads = 1 scale = 2.500000e-01 causal head_axis = "tp" global_heads = 4 global_kv_heads = 2 : (tensor<1x8x32xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<1x8x32xf32>
+// LLAMA-NEXT: %[[O:.+]] = model.linear %[[ATT]], %{{.+}} transpose_w : (tensor<1x8x32xf32>, tensor<64x32xf32>) -> tensor<1x8x64xf32>
+// LLAMA-NEXT: %[[OR:.+]] = model.all_reduce %[[O]] over @mesh ["tp"] reason = "model-shard: tensor-parallel sum of the row-parallel model.linear outputs (model.layers.0.self_attn.o_proj.weight split on its input dimension)" : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
+// LLAMA-NEXT: %[[H:.+]] = model.add %{{.+}}, %[[OR]]
+// LLAMA-NEXT: model.rms_norm %[[H]]
+// LLAMA-NEXT: model.linear {{.*}} -> tensor<1x8x88xf32>
+// LLAMA-NEXT: model.linear {{.*}} -> tensor<1x8x88xf32>
+// LLAMA-NEXT: model.swiglu {{.*}} -> tensor<1x8x88xf32>
+// LLAMA-NEXT: %[[D:.+]] = model.linear {{.*}} : (tensor<1x8x88xf32>, tensor<64x88xf32>) -> tensor<1x8x64xf32>
+// LLAMA-NEXT: %[[DR:.+]] = model.all_reduce %[[D]] over @mesh ["tp"] reason = "model-shard: tensor-parallel sum of the row-parallel model.linear outputs (model.layers.0.mlp.down_proj.weight split on its input dimension)"
+// LLAMA-NEXT: model.add %[[H]], %[[DR]]
+// LLAMA-NEXT: model.yield
+// The loss: vocab-parallel, two all-reduces (max, then the pair of sums) on
+// [1, 8] rows; the gradient reads the global log-sum-exp.
+// LLAMA: %[[LOGITS:.+]] = model.linear {{.*}} -> tensor<1x8x256xf32>
+// LLAMA-NEXT: %[[M:.+]] = model.cross_entropy_max %[[LOGITS]] : (tensor<1x8x256xf32>) -> tensor<1x8xf32>
+// LLAMA-NEXT: %[[GM:.+]] = model.all_reduce max %[[M]] over @mesh ["tp"]
+// LLAMA-NEXT: %[[P:.+]] = model.cross_entropy_partial %[[LOGITS]], %{{.+}}, %[[GM]] ignore_index = -100 vocab_axis = "tp" : (tensor<1x8x256xf32>, tensor<1x8xi32>, tensor<1x8xf32>) -> tensor<1x8x2xf32>
+// LLAMA-NEXT: %[[S:.+]] = model.all_reduce %[[P]] over @mesh ["tp"]
+// LLAMA-NEXT: %[[LOSS:.+]], %[[LSE:.+]] = model.cross_entropy_finish %[[S]], %[[GM]], %{{.+}} ignore_index = -100
+// LLAMA-NEXT: model.cross_entropy_grad %[[LOGITS]], %{{.+}}, %{{.+}} lse %[[LSE]] ignore_index = -100 vocab_axis = "tp"
+// Backward of the block: one all-reduce of the summed gate and up input
+// gradients, one of the summed q, k and v ones, each before its norm.
+// LLAMA: model.layer 0 backward
+// LLAMA: model.swiglu_grad
+// LLAMA: %[[DU:.+]] = model.linear_grad_input %dup
+// LLAMA: %[[DG:.+]] = model.linear_grad_input %dgate
+// LLAMA: %[[DSUM:.+]] = model.add %[[DU]], %[[DG]]
+// LLAMA-NEXT: %[[DR2:.+]] = model.all_reduce %[[DSUM]] over @mesh ["tp"]
+// LLAMA-NEXT: model.rms_norm_grad %{{.+}}, %{{.+}}, %[[DR2]]
+// LLAMA-NOT: model.all_reduce
+// LLAMA: model.attention_grad {{.*}} head_axis = "tp" global_heads = 4 global_kv_heads = 2
+// LLAMA-NOT: model.all_reduce
+// LLAMA: %[[KV:.+]] = model.add
+// LLAMA-NEXT: %[[DQ:.+]] = model.linear_grad_input
+// LLAMA-NEXT: model.linear_grad_weight
+// LLAMA-NEXT: %[[QKV:.+]] = model.add %[[KV]], %[[DQ]]
+// LLAMA-NEXT: %[[QKVR:.+]] = model.all_reduce %[[QKV]] over @mesh ["tp"]
+// LLAMA-NEXT: model.rms_norm_grad %{{.+}}, %{{.+}}, %[[QKVR]]
+// LLAMA-NOT: model.all_reduce
+// LLAMA: model.embedding_grad {{.*}} vocab_axis = "tp" : (tensor<1x8x64xf32>, tensor<1x8xi32>) -> tensor<256x64xf32>
+// The norm counts each rank's split gradients and 1/tp of the whole ones.
+// LLAMA-NEXT: model.grad_norm {{.*}} over @mesh ["tp"] replicated = [false, true, false, false, false, false, true, false, false, false,
+
+// Tests tp = 4 with 2 kv heads: k_proj and v_proj stay whole on every rank,
+// each rank's one query head reads the kv head of its group, and the key and
+// value weight gradients (partial: each rank has its query head's terms)
+// are summed over tp once per step, with the optimizer's reductions.
+// KVREP-LABEL: func.func @train_step(
+// KVREP-SAME: tensor<16x64xf32> {model.param = "model.layers.0.self_attn.q_proj.weight", model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>}
+// KVREP-SAME: tensor<32x64xf32> {model.param = "model.layers.0.self_attn.k_proj.weight"}
+// KVREP-SAME: tensor<32x64xf32> {model.param = "model.layers.0.self_attn.v_proj.weight"}
+// KVREP: model.attention {{.*}} heads = 1 kv_heads = 2 {{.*}} head_axis = "tp" global_heads = 4 global_kv_heads = 2 : (tensor<1x8x16xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>) -> tensor<1x8x16xf32>
+// KVREP: model.all_reduce {{.*}} over @mesh ["tp"] reason = "model-shard: tensor-parallel sum of the gradients of model.layers.1.self_attn.k_proj.weight .. model.layers.0.self_attn.v_proj.weight (4 tensors, 32768 bytes); partial over tp: replicated, used by split computations"
+// KVREP-NEXT: model.grad_norm
+
+// Tests one GPT-2 block at tp = 2: the fused c_attn (Conv1D, [in, out] =
+// [64, 192]) is split on its output dimension as three blocks [Q | K | V]
+// of 64 (each rank 96 columns: its halves of Q, K and V), its bias too; the
+// row-parallel c_proj biases are added at 1/2 before the all-reduce, and
+// dropout (there is none in tiny-gpt2) would see whole values.
+// GPT2-LABEL: func.func @train_step(
+// GPT2-SAME: tensor<64x96xf32> {model.param = "transformer.h.0.attn.c_attn.weight", model.shard_blocks = array<i64: 64, 64, 64>, model.sharding = #model.sharding<@mesh, [{}, {"tp"}]>}
+// GPT2-SAME: tensor<96xf32> {model.param = "transformer.h.0.attn.c_attn.bias", model.shard_blocks = array<i64: 64, 64, 64>, model.sharding = #model.sharding<@mesh, [{"tp"}]>}
+// GPT2-SAME: tensor<32x64xf32> {model.param = "transformer.h.0.attn.c_proj.weight", model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>}
+// GPT2-SAME: tensor<64xf32> {model.param = "transformer.h.0.attn.c_proj.bias"}
+// GPT2: %[[WTE:.+]] = model.embedding {{.*}} vocab_axis = "tp"
+// GPT2-NEXT: %[[WTER:.+]] = model.all_reduce %[[WTE]] over @mesh ["tp"]
+// GPT2-NEXT: %[[WPE:.+]] = model.position_embedding
+// GPT2-NEXT: model.add %[[WTER]], %[[WPE]]
+// GPT2: model.layer 0
+// GPT2: model.layer_norm
+// GPT2-NEXT: %[[QKV:.+]] = model.linear {{.*}} : (tensor<1x8x64xf32>, tensor<64x96xf32>, tensor<96xf32>) -> tensor<1x8x96xf32>
+// GPT2-NEXT: model.qkv_split %[[QKV]] heads = 2 kv_heads = 2 head_dim = 16 layout =  grouped : (tensor<1x8x96xf32>) -> (tensor<1x8x32xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>)
+// GPT2-NEXT: model.attention {{.*}} heads = 2 kv_heads = 2 {{.*}} head_axis = "tp" global_heads = 4 global_kv_heads = 4
+// GPT2-NEXT: %[[PROJ:.+]] = model.linear {{.*}} bias_scale = 5.000000e-01 : (tensor<1x8x32xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<1x8x64xf32>
+// GPT2-NEXT: model.all_reduce %[[PROJ]] over @mesh ["tp"]
+// GPT2-NEXT: model.add
+// GPT2-NEXT: model.layer_norm
+// GPT2-NEXT: model.linear {{.*}} -> tensor<1x8x128xf32>
+// GPT2-NEXT: model.gelu
+// GPT2-NEXT: %[[FC2:.+]] = model.linear {{.*}} bias_scale = 5.000000e-01 : (tensor<1x8x128xf32>, tensor<128x64xf32>, tensor<64xf32>) -> tensor<1x8x64xf32>
+// GPT2-NEXT: model.all_reduce %[[FC2]] over @mesh ["tp"]
+// GPT2-NEXT: model.add
+// GPT2-NEXT: model.yield
+// GPT2: model.layer 0 backward
+// GPT2: %[[DQKV:.+]] = model.qkv_concat {{.*}} heads = 2 kv_heads = 2 head_dim = 16 layout =  grouped : (tensor<1x8x32xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>) -> tensor<1x8x96xf32>
+// GPT2: %[[DX:.+]] = model.linear_grad_input %[[DQKV]]
+// GPT2-NEXT: model.linear_grad_weight {{.*}} -> tensor<64x96xf32>
+// GPT2-NEXT: model.bias_grad %[[DQKV]] : (tensor<1x8x96xf32>) -> tensor<96xf32>
+// GPT2-NEXT: %[[DXR:.+]] = model.all_reduce %[[DX]] over @mesh ["tp"] reason = "model-shard: tensor-parallel sum of the partial model.linear_grad_input input gradients of the column-parallel transformer.h.0.attn.c_attn.weight, for model.layer_norm_grad"
+// GPT2-NEXT: model.layer_norm_grad %{{.+}}, %{{.+}}, %[[DXR]]
+
+// Tests tp x dp: the gradients are summed over dp only (tiny-llama at tp 2
+// splits every kv head, so no gradient is partial over tp), in one bucket of
+// each rank's shards: 256·64 (embedding) + 2 layers of (2·64 norms +
+// 32·64 + 2·16·64 + 64·32 + 3·88·64) + 64 (final norm) + 256·64 (lm_head)
+// = 79,168 floats = 316,672 bytes; lm_head's gradient comes first in
+// backward, the embedding's last.
+// MESH: model.mesh @mesh axes = ["dp", "tp"] sizes = [2, 2]
+// MESH: model.all_reduce {{.*}} over @mesh ["dp"] reason = "model-shard: data-parallel sum of the gradients of lm_head.weight .. model.embed_tokens.weight (21 tensors, 316672 bytes)"
+// MESH-NOT: over @mesh ["dp", "tp"]
+// MESH: model.grad_norm
