@@ -38,7 +38,7 @@ def Model_GradNormOp : Model_ComputeOp<"grad_norm"> {
 
     ```mlir
     %norm, %scale = model.grad_norm %g0, %g1 max_norm = 1.0
-        over @mesh ["tp"] replicated = array<i1: false, true>
+        over @mesh ["tp"] replicated = [false, true]
         : (tensor<32x64xf32>, tensor<64xf32>) -> (tensor<f32>, tensor<f32>)
     ```
 

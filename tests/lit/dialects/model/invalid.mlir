@@ -1107,3 +1107,209 @@ func.func @cl3_no_reason(%a: tensor<4xf32>) {
   %r = model.all_reduce %a over @mesh ["dp"] reason = "" : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Tensor-parallel slices
+//===----------------------------------------------------------------------===//
+
+// Tests E4: an embedding's vocab_axis is an axis of the module's mesh.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @e4_unknown_vocab_axis(%t: tensor<8x4xf32>, %ids: tensor<2x3xi32>) {
+  // expected-error @+1 {{'model.embedding' op vocab_axis = "tp" is not an axis of the module's model.mesh}}
+  %e = model.embedding %t[%ids] vocab_axis = "tp" : (tensor<8x4xf32>, tensor<2x3xi32>) -> tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+// Tests EG4: an embedding gradient's vocab_axis is an axis of the mesh.
+func.func @eg4_no_mesh(%dy: tensor<2x3x4xf32>, %ids: tensor<2x3xi32>) {
+  // expected-error @+1 {{'model.embedding_grad' op vocab_axis = "tp" is not an axis of the module's model.mesh}}
+  %g = model.embedding_grad %dy[%ids] vocab_axis = "tp" : (tensor<2x3x4xf32>, tensor<2x3xi32>) -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+// Tests LIN6: bias_scale is in (0, 1].
+func.func @lin6_scale_range(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{'model.linear' op bias_scale is 2.000000e+00 but must be in (0, 1]}}
+  %y = model.linear %x, %w, %b bias_scale = 2.0 : (tensor<2x4xf32>, tensor<4x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests LIN6: bias_scale needs a bias.
+func.func @lin6_scale_without_bias(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>) {
+  // expected-error @+1 {{'model.linear' op has a bias_scale but no bias}}
+  %y = model.linear %x, %w bias_scale = 0.5 : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests A6: head_axis, global_heads and global_kv_heads come together.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @a6_partial_slice(%q: tensor<1x4x32xf32>, %k: tensor<1x4x16xf32>) {
+  // expected-error @+1 {{'model.attention' op head_axis, global_heads and global_kv_heads must be given together}}
+  %o = model.attention %q, %k, %k heads = 2 kv_heads = 1 scale = 0.25 head_axis = "tp" : (tensor<1x4x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16xf32>) -> tensor<1x4x32xf32>
+  return
+}
+
+// -----
+
+// Tests A6: the global heads are the local ones times the axis size.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @a6_global_heads(%q: tensor<1x4x32xf32>, %k: tensor<1x4x16xf32>) {
+  // expected-error @+1 {{'model.attention' op global_heads = 8 but heads = 2 on each of the 2 ranks of "tp" make 4}}
+  %o = model.attention %q, %k, %k heads = 2 kv_heads = 1 scale = 0.25 head_axis = "tp" global_heads = 8 global_kv_heads = 2 : (tensor<1x4x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16xf32>) -> tensor<1x4x32xf32>
+  return
+}
+
+// -----
+
+// Tests A6: kv heads are split over the axis or replicated.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @a6_global_kv_heads(%q: tensor<1x4x32xf32>, %k: tensor<1x4x16xf32>) {
+  // expected-error @+1 {{'model.attention' op global_kv_heads = 4 but kv_heads = 1 must be split over the 2 ranks of "tp" (2) or replicated (1)}}
+  %o = model.attention %q, %k, %k heads = 2 kv_heads = 1 scale = 0.25 head_axis = "tp" global_heads = 4 global_kv_heads = 4 : (tensor<1x4x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16xf32>) -> tensor<1x4x32xf32>
+  return
+}
+
+// -----
+
+// Tests A6: with a slice, A2's divisibility is that of the global counts
+// (1 local query head with 2 replicated kv heads is fine; 4 of 3 is not).
+model.mesh @mesh axes = ["tp"] sizes = [4]
+func.func @a6_global_divisibility(%q: tensor<1x4x16xf32>, %k: tensor<1x4x48xf32>) {
+  // expected-error @+1 {{'model.attention' op global_kv_heads = 3 does not divide global_heads = 4}}
+  %o = model.attention %q, %k, %k heads = 1 kv_heads = 3 scale = 0.25 head_axis = "tp" global_heads = 4 global_kv_heads = 3 : (tensor<1x4x16xf32>, tensor<1x4x48xf32>, tensor<1x4x48xf32>) -> tensor<1x4x16xf32>
+  return
+}
+
+// -----
+
+// Tests AG4: the gradient checks A6 too.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @ag4_global_heads(%q: tensor<1x4x32xf32>, %k: tensor<1x4x16xf32>) {
+  // expected-error @+1 {{'model.attention_grad' op global_heads = 2 but heads = 2 on each of the 2 ranks of "tp" make 4}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %k, %q, %q heads = 2 kv_heads = 1 scale = 0.25 head_axis = "tp" global_heads = 2 global_kv_heads = 2 : (tensor<1x4x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16xf32>, tensor<1x4x32xf32>, tensor<1x4x32xf32>) -> (tensor<1x4x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16xf32>)
+  return
+}
+
+// -----
+
+// Tests CEM1: the row maxima drop the logits' last dimension.
+func.func @cem1_shape(%l: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{'model.cross_entropy_max' op row_max is 'tensor<2x3x8xf32>' but must be 'tensor<2x3xf32>'}}
+  %m = model.cross_entropy_max %l : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+// Tests CEP1: the targets are the logits' rows.
+func.func @cep1_targets(%l: tensor<2x3x8xf32>, %t: tensor<2x4xi32>, %m: tensor<2x3xf32>) {
+  // expected-error @+1 {{'model.cross_entropy_partial' op targets are [2, 4] but the logits [2, 3, 8] need [2, 3]}}
+  %p = model.cross_entropy_partial %l, %t, %m ignore_index = -100 : (tensor<2x3x8xf32>, tensor<2x4xi32>, tensor<2x3xf32>) -> tensor<2x3x2xf32>
+  return
+}
+
+// -----
+
+// Tests CEP2: row_max has the rows' shape and the logits' element type.
+func.func @cep2_row_max(%l: tensor<2x3x8xf32>, %t: tensor<2x3xi32>, %m: tensor<2x3xf64>) {
+  // expected-error @+1 {{'model.cross_entropy_partial' op row_max is 'tensor<2x3xf64>' but must be 'tensor<2x3xf32>'}}
+  %p = model.cross_entropy_partial %l, %t, %m ignore_index = -100 : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<2x3xf64>) -> tensor<2x3x2xf32>
+  return
+}
+
+// -----
+
+// Tests CEP3: the partials are pairs per row.
+func.func @cep3_pairs(%l: tensor<2x3x8xf32>, %t: tensor<2x3xi32>, %m: tensor<2x3xf32>) {
+  // expected-error @+1 {{'model.cross_entropy_partial' op the result is 'tensor<2x3x3xf32>' but must be 'tensor<2x3x2xf32>'}}
+  %p = model.cross_entropy_partial %l, %t, %m ignore_index = -100 : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<2x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests CEP4: vocab_axis is an axis of the mesh.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @cep4_axis(%l: tensor<2x3x8xf32>, %t: tensor<2x3xi32>, %m: tensor<2x3xf32>) {
+  // expected-error @+1 {{'model.cross_entropy_partial' op vocab_axis = "tp" is not an axis of the module's model.mesh}}
+  %p = model.cross_entropy_partial %l, %t, %m ignore_index = -100 vocab_axis = "tp" : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<2x3x2xf32>
+  return
+}
+
+// -----
+
+// Tests CEF1: the sums are pairs per row.
+func.func @cef1_sums(%s: tensor<2x3x4xf32>, %m: tensor<2x3xf32>, %t: tensor<2x3xi32>) {
+  // expected-error @+1 {{'model.cross_entropy_finish' op sums are [2, 3, 4] but need rank >= 2 and a last dimension of 2}}
+  %loss, %lse = model.cross_entropy_finish %s, %m, %t ignore_index = -100 : (tensor<2x3x4xf32>, tensor<2x3xf32>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xf32>)
+  return
+}
+
+// -----
+
+// Tests CEF2: the log-sum-exp of bf16 sums is f32, as the loss.
+func.func @cef2_lse(%s: tensor<2x3x2xbf16>, %m: tensor<2x3xbf16>, %t: tensor<2x3xi32>) {
+  // expected-error @+1 {{'model.cross_entropy_finish' op lse is 'tensor<2x3xbf16>' but must be 'tensor<2x3xf32>'}}
+  %loss, %lse = model.cross_entropy_finish %s, %m, %t ignore_index = -100 : (tensor<2x3x2xbf16>, tensor<2x3xbf16>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xbf16>)
+  return
+}
+
+// -----
+
+// Tests CEG4: lse has the rows' shape.
+func.func @ceg4_lse(%l: tensor<2x3x8xf32>, %t: tensor<2x3xi32>, %d: tensor<f32>, %lse: tensor<2xf32>) {
+  // expected-error @+1 {{'model.cross_entropy_grad' op lse is 'tensor<2xf32>' but must be 'tensor<2x3xf32>'}}
+  %g = model.cross_entropy_grad %l, %t, %d lse %lse ignore_index = -100 : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<f32>, tensor<2xf32>) -> tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+// Tests CEG5: a vocabulary slice needs the global log-sum-exp.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @ceg5_no_lse(%l: tensor<2x3x8xf32>, %t: tensor<2x3xi32>, %d: tensor<f32>) {
+  // expected-error @+1 {{'model.cross_entropy_grad' op vocab_axis needs the global lse operand}}
+  %g = model.cross_entropy_grad %l, %t, %d ignore_index = -100 vocab_axis = "tp" : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<f32>) -> tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+// Tests GN3: mesh, axes and replicated come together (a pretty form cannot
+// omit one, so the generic form does).
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @gn3_partial(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'model.grad_norm' op mesh, axes and replicated must be given together}}
+  %n, %s = "model.grad_norm"(%g) {max_norm = 1.0 : f64, mesh = @mesh, axes = ["tp"]} : (tensor<4xf32>) -> (tensor<f32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// Tests GN3: one replicated entry per gradient.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @gn3_entries(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'model.grad_norm' op replicated has 2 entries for 1 gradients}}
+  %n, %s = model.grad_norm %g max_norm = 1.0 over @mesh ["tp"] replicated = [true, false] : (tensor<4xf32>) -> (tensor<f32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// Tests GN3: the axes are axes of the mesh.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @gn3_axis(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'model.grad_norm' op axis "dp" is not an axis of mesh @mesh}}
+  %n, %s = model.grad_norm %g max_norm = 1.0 over @mesh ["dp"] replicated = [false] : (tensor<4xf32>) -> (tensor<f32>, tensor<f32>)
+  return
+}

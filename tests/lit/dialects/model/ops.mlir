@@ -674,3 +674,41 @@ func.func @all_reduce(%a: tensor<4x8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32
   // CHECK: return %[[R]]#0, %[[R]]#1
   return %r#0, %r#1 : tensor<4x8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// Tests that the ops of a tensor-parallel rank round-trip their slice
+// attributes: a vocab-parallel embedding and its gradient, a row-parallel
+// linear's bias_scale, attention on a slice of the heads, the vocab-parallel
+// loss (max all-reduce included) with the gradient reading the global
+// log-sum-exp, and a norm over shards.
+model.mesh @mesh axes = ["dp", "tp"] sizes = [1, 2]
+// CHECK-LABEL: func.func @tensor_parallel
+func.func @tensor_parallel(%table: tensor<8x4xf32>, %ids: tensor<2x3xi32>,
+                           %x: tensor<2x3x2xf32>, %w: tensor<4x2xf32>, %b: tensor<4xf32>,
+                           %q: tensor<2x3x4xf32>, %k: tensor<2x3x4xf32>,
+                           %logits: tensor<2x3x8xf32>, %dloss: tensor<f32>) {
+  // CHECK: model.embedding %{{.+}}[%{{.+}}] vocab_axis = "tp" : (tensor<8x4xf32>, tensor<2x3xi32>) -> tensor<2x3x4xf32>
+  %e = model.embedding %table[%ids] vocab_axis = "tp" : (tensor<8x4xf32>, tensor<2x3xi32>) -> tensor<2x3x4xf32>
+  // CHECK: model.embedding_grad %{{.+}}[%{{.+}}] vocab_axis = "tp" : (tensor<2x3x4xf32>, tensor<2x3xi32>) -> tensor<8x4xf32>
+  %de = model.embedding_grad %e[%ids] vocab_axis = "tp" : (tensor<2x3x4xf32>, tensor<2x3xi32>) -> tensor<8x4xf32>
+  // CHECK: model.linear %{{.+}}, %{{.+}}, %{{.+}} transpose_w bias_scale = 5.000000e-01 :
+  %y = model.linear %x, %w, %b transpose_w bias_scale = 0.5 : (tensor<2x3x2xf32>, tensor<4x2xf32>, tensor<4xf32>) -> tensor<2x3x4xf32>
+  // CHECK: model.attention %{{.+}}, %{{.+}}, %{{.+}} heads = 1 kv_heads = 1 scale = 5.000000e-01 causal head_axis = "tp" global_heads = 2 global_kv_heads = 1 :
+  %o = model.attention %q, %k, %k heads = 1 kv_heads = 1 scale = 0.5 causal head_axis = "tp" global_heads = 2 global_kv_heads = 1 : (tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> tensor<2x3x4xf32>
+  // CHECK: model.attention_grad {{.*}} head_axis = "tp" global_heads = 2 global_kv_heads = 1 :
+  %dq, %dk, %dv = model.attention_grad %q, %k, %k, %o, %o heads = 1 kv_heads = 1 scale = 0.5 causal head_axis = "tp" global_heads = 2 global_kv_heads = 1 : (tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<2x3x4xf32>)
+  // CHECK: %[[M:.+]] = model.cross_entropy_max %{{.+}} : (tensor<2x3x8xf32>) -> tensor<2x3xf32>
+  %m = model.cross_entropy_max %logits : (tensor<2x3x8xf32>) -> tensor<2x3xf32>
+  // CHECK: %[[GM:.+]] = model.all_reduce max %[[M]] over @mesh ["tp"] reason = "row maxima"
+  %gm = model.all_reduce max %m over @mesh ["tp"] reason = "row maxima" : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  // CHECK: %[[P:.+]] = model.cross_entropy_partial %{{.+}}, %{{.+}}, %[[GM]] ignore_index = -100 vocab_axis = "tp" : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<2x3x2xf32>
+  %p = model.cross_entropy_partial %logits, %ids, %gm ignore_index = -100 vocab_axis = "tp" : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<2x3x2xf32>
+  // CHECK: %{{.+}}, %[[LSE:.+]] = model.cross_entropy_finish %[[P]], %[[GM]], %{{.+}} ignore_index = -100 : (tensor<2x3x2xf32>, tensor<2x3xf32>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xf32>)
+  %loss, %lse = model.cross_entropy_finish %p, %gm, %ids ignore_index = -100 : (tensor<2x3x2xf32>, tensor<2x3xf32>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xf32>)
+  // CHECK: model.cross_entropy_grad %{{.+}}, %{{.+}}, %{{.+}} lse %[[LSE]] ignore_index = -100 vocab_axis = "tp" :
+  %dl = model.cross_entropy_grad %logits, %ids, %dloss lse %lse ignore_index = -100 vocab_axis = "tp" : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<f32>, tensor<2x3xf32>) -> tensor<2x3x8xf32>
+  // CHECK: model.grad_norm %{{.+}}, %{{.+}} max_norm = 1.000000e+00 over @mesh ["tp"] replicated = [false, true] :
+  %n, %s = model.grad_norm %de, %b max_norm = 1.0 over @mesh ["tp"] replicated = [false, true] : (tensor<8x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<f32>)
+  return
+}

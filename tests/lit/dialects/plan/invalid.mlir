@@ -42,3 +42,30 @@ plan.func @k1_function_as_buffer {
   // expected-error @+1 {{'plan.kernel' op names @k1_function_as_buffer, which is not a plan.buffer}}
   plan.kernel "ADD" [@x, @x] -> [@k1_function_as_buffer] {}
 }
+
+// -----
+
+// Tests B4: a shard names its dimension.
+// expected-error @+1 {{'plan.buffer' op shard and dim must be given together (and blocks only with them)}}
+plan.buffer @b4_no_dim : tensor<4x8xf32> role = "parameter" shard = "tp"
+
+// -----
+
+// Tests B4: the split dimension is one of the buffer's.
+// expected-error @+1 {{'plan.buffer' op shard "tp" dim 2 does not name a mesh axis and a dimension of 'tensor<4x8xf32>'}}
+plan.buffer @b4_dim_range : tensor<4x8xf32> role = "parameter" shard = "tp" dim = 2
+
+// -----
+
+// Tests B4: blocks are positive sizes.
+// expected-error @+1 {{'plan.buffer' op blocks must be positive sizes}}
+plan.buffer @b4_blocks : tensor<4x8xf32> role = "parameter" shard = "tp" dim = 1 blocks = [8, 0]
+
+// -----
+
+// Tests K4: a rank axis has a name.
+plan.buffer @x : tensor<4xf32> role = "activation"
+plan.func @k4_empty_rank_axis {
+  // expected-error @+1 {{'plan.kernel' op rank_axis is empty}}
+  plan.kernel "EMBEDDING" [@x, @x] -> [@x] {} {rank_axis = ""}
+}

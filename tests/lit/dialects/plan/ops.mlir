@@ -20,3 +20,17 @@ plan.func @train_step {
   // CHECK: plan.kernel "RMS_NORM" [@y, @g] -> [@y] {eps = 1.000000e-05 : f64}
   plan.kernel "RMS_NORM" [@y, @g] -> [@y] {eps = 1.0e-05 : f64}
 }
+
+// -----
+
+// Tests that a buffer's shard (axis, dimension, blocks) and a kernel's
+// rank_axis round-trip.
+// CHECK: plan.buffer @qkv : tensor<64x96xf32> role = "parameter" name = "c_attn.weight" shard = "tp" dim = 1 blocks = [64, 64, 64] offset = 0
+plan.buffer @qkv : tensor<64x96xf32> role = "parameter" name = "c_attn.weight" shard = "tp" dim = 1 blocks = [64, 64, 64] offset = 0
+plan.buffer @ids : tensor<2x3xi32> role = "input"
+plan.buffer @e : tensor<2x3x96xf32> role = "activation"
+// CHECK-LABEL: plan.func @sliced
+plan.func @sliced {
+  // CHECK: plan.kernel "EMBEDDING" [@qkv, @ids] -> [@e] {vocab_start_stride = 64 : i64} {rank_axis = "tp"}
+  plan.kernel "EMBEDDING" [@qkv, @ids] -> [@e] {vocab_start_stride = 64 : i64} {rank_axis = "tp"}
+}
