@@ -121,7 +121,14 @@ llvm::json::Object braid::planCommunicationReport(ModuleOp module,
     if (auto fn = op->getParentOp()->getAttrOfType<StringAttr>("sym_name"))
       if (fn.getValue() == "micro_step")
         times = microBatches;
+    std::string kind =
+        StringRef(cast<StringAttr>(op->getAttr("kernel")).getValue()).lower();
     int64_t n = 0;
+    if (kind == "grad_norm") {
+      // The norm sums one double per rank: its inputs stay local.
+      bytes[kind][axes] += 8 * times;
+      return;
+    }
     for (Attribute ref : op->getAttrOfType<ArrayAttr>("inputs")) {
       Operation *buffer =
           buffers.lookup(cast<SymbolRefAttr>(ref).getRootReference().getValue());
@@ -129,8 +136,6 @@ llvm::json::Object braid::planCommunicationReport(ModuleOp module,
           cast<TypeAttr>(buffer->getAttr("type")).getValue());
       n += type.getNumElements() * getElementBytes(type.getElementType());
     }
-    std::string kind =
-        StringRef(cast<StringAttr>(op->getAttr("kernel")).getValue()).lower();
     bytes[kind][axes] += n * times;
   });
   llvm::json::Object out;

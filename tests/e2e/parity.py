@@ -91,6 +91,10 @@ def main():
         ("dp2", 2, "dp: 2 micro_batch_size: 2"),
         ("dp4", 4, "dp: 4 micro_batch_size: 1"),
         ("dp2-accumulate2", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4"),
+        ("tp2", 2, "tp: 2 micro_batch_size: 4"),
+        # tiny-llama's 2 kv heads are replicated at tp 4 (tiny-gpt2's 4 split).
+        ("tp4", 4, "tp: 4 micro_batch_size: 4"),
+        ("tp2-dp2", 4, "tp: 2 dp: 2 micro_batch_size: 2"),
     ]
     worst_loss = worst_param = 0.0
     for model in ("tiny-llama", "tiny-gpt2"):

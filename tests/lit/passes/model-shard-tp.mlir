@@ -132,3 +132,22 @@
 // MESH: model.all_reduce {{.*}} over @mesh ["dp"] reason = "model-shard: data-parallel sum of the gradients of lm_head.weight .. model.embed_tokens.weight (21 tensors, 316672 bytes)"
 // MESH-NOT: over @mesh ["dp", "tp"]
 // MESH: model.grad_norm
+
+// Tests the report's tensor-parallel communication against the closed form
+// (docs/report.md): per micro-batch of b·s·h = 1·8·64 = 512 elements,
+// (4 per layer · 2 layers + 2) all-reduces of 512 floats and the loss's
+// 8 + 16, i.e. 5,144 floats = 20,576 bytes; 2 micro-batches give 41,152.
+// The norm adds one double per step. At tp 4 the step also sums the whole
+// K and V weight gradients over tp: 4 · 32·64 floats = 32,768 bytes.
+// RUN: braidc --preset tiny-llama --seq-len 8 --tp 2 --micro-batch-size 1 --global-batch-size 2 --compile-to=plan --report=%t.json -o /dev/null
+// RUN: FileCheck %s --check-prefix=REPORT < %t.json
+// REPORT: "communication_bytes_per_step": {
+// REPORT-NEXT: "all_reduce": {
+// REPORT-NEXT: "tp": 41152
+// REPORT-NEXT: },
+// REPORT-NEXT: "grad_norm": {
+// REPORT-NEXT: "tp": 8
+// RUN: braidc --preset tiny-llama --seq-len 8 --tp 4 --micro-batch-size 1 --global-batch-size 2 --compile-to=plan --report=%t4.json -o /dev/null
+// RUN: FileCheck %s --check-prefix=REPORT4 < %t4.json
+// REPORT4: "all_reduce": {
+// REPORT4-NEXT: "tp": 73920
