@@ -106,9 +106,10 @@ template <typename T> struct GradView {
 /// Σ g² over every element of every buffer, accumulated in double. This is
 /// the quantity to all-reduce when the gradients are sharded (tensor or
 /// pipeline parallel, ZeRO): each rank sums its shards — counting a tensor
-/// replicated across tensor-parallel ranks on one rank only — and the norm
-/// is the square root of the reduced sum, as in Megatron's
-/// clip_grad_norm_fp32. NaN if any element is NaN, +inf if any is infinite
+/// replicated across tensor-parallel ranks once in all, on one rank only (as
+/// Megatron's clip_grad_norm_fp32 does) or as 1/tp of it on each (as the
+/// plan's GRAD_NORM over a group does) — and the norm is the square root of
+/// the reduced sum. NaN if any element is NaN, +inf if any is infinite
 /// (or the sum overflows). Errors: n < 0, a null buffer with n > 0.
 template <typename T>
 absl::StatusOr<double> gradSumOfSquares(absl::Span<const GradView<T>> grads);

@@ -4,12 +4,14 @@
 
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
+#include "runtime/cpu/VocabParallel.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 namespace braid::exec {
@@ -32,6 +34,14 @@ int64_t intAttr(const Instruction &inst, const char *name) {
 }
 double floatAttr(const Instruction &inst, const char *name) {
   return inst.float_attrs().at(name);
+}
+
+/// The number of ranks in a collective's group (1 without one).
+int64_t groupSize(const plan::Plan &plan, const Instruction &inst) {
+  int64_t ranks = 1;
+  for (const std::string &axis : inst.group())
+    ranks *= plan::AxisSize(plan.mesh(), axis);
+  return ranks;
 }
 
 } // namespace
@@ -154,9 +164,10 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context) {
 int64_t Executor::rankCoordinate(const Instruction &inst) const {
   if (inst.rank_axis().empty() || !comm_)
     return 0;
+  const std::vector<int64_t> &coords = comm_->Coordinates();
   for (int i = 0; i < plan_.mesh().axes_size(); ++i)
-    if (plan_.mesh().axes(i) == inst.rank_axis())
-      return comm_->Coordinates()[i];
+    if (plan_.mesh().axes(i) == inst.rank_axis() && i < int(coords.size()))
+      return coords[i];
   return 0;
 }
 
@@ -181,6 +192,16 @@ absl::Status Executor::runInstruction(const Instruction &inst,
             "' is outside the vocabulary of ", vocab));
     return absl::OkStatus();
   };
+  // A slice of the vocabulary (rank_axis and vocab_start_stride, validated by
+  // the loader): the first global id this rank holds, and the global
+  // vocabulary of `local` ids per rank along the axis.
+  auto vocabStart = [&]() -> int64_t {
+    auto it = inst.int_attrs().find("vocab_start_stride");
+    return it == inst.int_attrs().end() ? 0 : rankCoordinate(inst) * it->second;
+  };
+  auto globalVocab = [&](int64_t local) {
+    return local * plan::AxisSize(plan_.mesh(), inst.rank_axis());
+  };
   std::vector<T> scratch;
   switch (inst.kernel()) {
   case plan::ZERO:
@@ -188,9 +209,7 @@ absl::Status Executor::runInstruction(const Instruction &inst,
                 numel(out(0)) * plan::DTypeBytes(out(0).dtype()));
     return absl::OkStatus();
   case plan::ALL_REDUCE: {
-    int64_t ranks = 1;
-    for (const std::string &axis : inst.group())
-      ranks *= plan::AxisSize(plan_.mesh(), axis);
+    int64_t ranks = groupSize(plan_, inst);
     if (!comm_ && ranks > 1)
       return absl::FailedPreconditionError(absl::StrCat(
           "an all-reduce over ", ranks, " ranks needs the job's other ranks "
@@ -212,15 +231,28 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     return absl::OkStatus();
   }
   case plan::EMBEDDING:
-    if (absl::Status s = checkIds(1, dim(in(0), 0), false, 0); !s.ok())
+  case plan::EMBEDDING_GRAD: {
+    // With a rank_axis the table is this rank's rows of the vocabulary; the
+    // ids are global.
+    bool forward = inst.kernel() == plan::EMBEDDING;
+    const Buffer &table = forward ? in(0) : out(0);
+    int64_t local = dim(table, 0), hidden = last(table), rows = numel(in(1));
+    if (absl::Status s = checkIds(1, globalVocab(local), false, 0); !s.ok())
       return s;
-    cpu::embeddingForward(x(0), ids(1), numel(in(1)), last(in(0)), y(0));
+    if (inst.rank_axis().empty()) {
+      if (forward)
+        cpu::embeddingForward(x(0), ids(1), rows, hidden, y(0));
+      else
+        cpu::embeddingBackward(x(0), ids(1), rows, hidden, y(0));
+    } else if (forward) {
+      cpu::embeddingForwardRange(x(0), ids(1), rows, hidden, vocabStart(),
+                                 local, y(0));
+    } else {
+      cpu::embeddingBackwardRange(x(0), ids(1), rows, hidden, vocabStart(),
+                                  local, y(0));
+    }
     return absl::OkStatus();
-  case plan::EMBEDDING_GRAD:
-    if (absl::Status s = checkIds(1, dim(out(0), 0), false, 0); !s.ok())
-      return s;
-    cpu::embeddingBackward(x(0), ids(1), numel(in(1)), last(out(0)), y(0));
-    return absl::OkStatus();
+  }
   case plan::POSITION_EMBEDDING:
     cpu::positionEmbeddingForward(x(0), dim(in(1), 0), dim(in(1), 1),
                                   last(in(0)), y(0));
@@ -385,10 +417,45 @@ absl::Status Executor::runInstruction(const Instruction &inst,
                         y(0));
     return absl::OkStatus();
   }
+  case plan::CROSS_ENTROPY_MAX: {
+    int64_t vocab = last(in(0)), rows = numel(in(0)) / std::max<int64_t>(vocab, 1);
+    cpu::crossEntropyRowMax(x(0), rows, vocab, y(0));
+    return absl::OkStatus();
+  }
+  case plan::CROSS_ENTROPY_PARTIAL: {
+    int64_t vocab = last(in(0)), rows = numel(in(0)) / std::max<int64_t>(vocab, 1);
+    int64_t ignore = intAttr(inst, "ignore_index");
+    if (absl::Status s = checkIds(1, globalVocab(vocab), true, ignore); !s.ok())
+      return s;
+    cpu::crossEntropyPartial(x(0), ids(1), x(2), rows, vocab, vocabStart(),
+                             ignore, y(0));
+    return absl::OkStatus();
+  }
+  case plan::CROSS_ENTROPY_FINISH: {
+    int64_t counted = 0;
+    *y(0) = cpu::crossEntropyFinish(x(0), x(1), ids(2), numel(in(1)),
+                                    intAttr(inst, "ignore_index"), y(1),
+                                    &counted);
+    return absl::OkStatus();
+  }
   case plan::CROSS_ENTROPY:
   case plan::CROSS_ENTROPY_GRAD: {
     int64_t vocab = last(in(0)), rows = numel(in(0)) / std::max<int64_t>(vocab, 1);
     int64_t ignore = intAttr(inst, "ignore_index");
+    if (inst.inputs_size() == 4) {
+      // The gradient of a vocabulary slice from the global log-sum-exp (of
+      // CROSS_ENTROPY_FINISH); the mean is over the rows that count.
+      if (absl::Status s = checkIds(1, globalVocab(vocab), true, ignore);
+          !s.ok())
+        return s;
+      const int32_t *targets = ids(1);
+      int64_t counted = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        counted += targets[r] != ignore;
+      cpu::crossEntropyBackwardRange(x(0), targets, x(3), *x(2), rows, vocab,
+                                     vocabStart(), ignore, counted, y(0));
+      return absl::OkStatus();
+    }
     if (absl::Status s = checkIds(1, vocab, true, ignore); !s.ok())
       return s;
     scratch.resize(rows);
@@ -407,7 +474,40 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     std::vector<cpu::GradView<T>> grads;
     for (int i = 0; i < inst.inputs_size(); ++i)
       grads.push_back({x(i), numel(in(i))});
-    absl::StatusOr<double> norm = cpu::globalGradNorm<T>(grads);
+    absl::StatusOr<double> norm;
+    if (inst.group_size() == 0) {
+      norm = cpu::globalGradNorm<T>(grads);
+    } else {
+      // Over the group's ranks: the first split_inputs gradients are this
+      // rank's slices, the others replicated on every rank of the group, so
+      // each rank adds its slices' squares and its share of the replicated
+      // ones, and the sum of the ranks' values is the squared norm. A NaN or
+      // infinity anywhere makes the sum, hence the norm, non-finite.
+      int64_t ranks = groupSize(plan_, inst);
+      if (!comm_ && ranks > 1)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "a gradient norm over ", ranks, " ranks needs the job's other "
+            "ranks (run the plan under mpirun)"));
+      absl::Span<const cpu::GradView<T>> all(grads);
+      int64_t split = intAttr(inst, "split_inputs");
+      absl::StatusOr<double> splitSum =
+          cpu::gradSumOfSquares<T>(all.subspan(0, split));
+      if (!splitSum.ok())
+        return splitSum.status();
+      absl::StatusOr<double> replicatedSum =
+          cpu::gradSumOfSquares<T>(all.subspan(split));
+      if (!replicatedSum.ok())
+        return replicatedSum.status();
+      double sum = *splitSum + *replicatedSum / double(ranks);
+      if (ranks > 1) {
+        std::vector<std::string> group(inst.group().begin(), inst.group().end());
+        if (absl::Status s = comm_->AllReduce(group, &sum, 1, plan::F64,
+                                              Reduction::kSum);
+            !s.ok())
+          return s;
+      }
+      norm = std::sqrt(sum);
+    }
     if (!norm.ok())
       return norm.status();
     absl::StatusOr<cpu::GradClip> clip =

@@ -176,9 +176,17 @@ private:
   absl::Status checkRope();
   absl::Status checkAttention(bool grad);
   absl::Status checkQkv(bool split);
+  absl::Status checkCrossEntropy();
+  absl::Status checkGradNorm();
   absl::Status checkGroup();
   /// The size of the instruction's rank_axis (1 when it has none).
   absl::StatusOr<int64_t> rankAxisSize() const;
+  /// A slice of the vocabulary: `local` ids (table rows or logit columns,
+  /// named by `what`) per rank of the rank_axis, rank c's starting at c x the
+  /// int attribute vocab_start_stride (required with a rank_axis, optional
+  /// and unused without). Every rank's slice must stay inside the global
+  /// vocabulary of local x axis-size ids, which must fit in int64.
+  absl::Status checkVocabSlice(int64_t local, absl::string_view what) const;
 
   const Plan &plan;
   const Instruction &inst;
@@ -370,14 +378,18 @@ absl::Status InstructionChecker::checkQkv(bool split) {
 }
 
 absl::Status InstructionChecker::checkGroup() {
-  bool collective = inst.kernel() == ALL_REDUCE;
-  if (!collective) {
+  // ALL_REDUCE needs a group; GRAD_NORM may have one (a norm over shards).
+  bool required = inst.kernel() == ALL_REDUCE;
+  if (!required && inst.kernel() != GRAD_NORM) {
     if (inst.group_size())
       return fail("names a group but is not a collective");
     return absl::OkStatus();
   }
-  if (inst.group_size() == 0)
-    return fail("names no group (the mesh axes it communicates along)");
+  if (inst.group_size() == 0) {
+    if (required)
+      return fail("names no group (the mesh axes it communicates along)");
+    return absl::OkStatus();
+  }
   std::set<std::string> seen;
   for (const std::string &axis : inst.group()) {
     if (std::find(plan.mesh().axes().begin(), plan.mesh().axes().end(), axis) ==
@@ -387,6 +399,106 @@ absl::Status InstructionChecker::checkGroup() {
       return fail(absl::StrCat("group axis '", axis, "' is repeated"));
   }
   return absl::OkStatus();
+}
+
+absl::Status InstructionChecker::checkVocabSlice(int64_t local,
+                                                 absl::string_view what) const {
+  BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+  if (local > INT64_MAX / ranks)
+    return fail(absl::StrCat("the global vocabulary of ", ranks, " ranks x ",
+                             local, " ", what, " does not fit in int64"));
+  if (inst.rank_axis().empty() && !inst.int_attrs().count("vocab_start_stride"))
+    return absl::OkStatus();
+  BRAID_ASSIGN_OR_RETURN(stride, intAttr("vocab_start_stride", 0, INT64_MAX));
+  // The last rank's slice, [(ranks - 1) x stride, + local), is the one that
+  // can leave [0, local x ranks): it does exactly when stride > local.
+  if (ranks > 1 && stride > local)
+    return fail(absl::StrCat("vocab_start_stride = ", stride, " puts the ",
+                             local, " ", what, " of rank ", ranks - 1,
+                             " along '", inst.rank_axis(),
+                             "' past the global vocabulary of ", local * ranks,
+                             " (expected a stride of at most ", local, ")"));
+  return absl::OkStatus();
+}
+
+absl::Status InstructionChecker::checkCrossEntropy() {
+  Kernel k = inst.kernel();
+  switch (k) {
+  case CROSS_ENTROPY:
+    BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
+    break;
+  case CROSS_ENTROPY_GRAD:
+    BRAID_RETURN_IF_ERROR(arity(3, 4, 1));
+    break;
+  case CROSS_ENTROPY_MAX:
+    BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
+    break;
+  default: // CROSS_ENTROPY_PARTIAL, CROSS_ENTROPY_FINISH
+    BRAID_RETURN_IF_ERROR(arity(3, 3, k == CROSS_ENTROPY_FINISH ? 2 : 1));
+    break;
+  }
+  if (k == CROSS_ENTROPY_FINISH) {
+    // (summed, global_max, targets) -> (loss, lse); the rows' shape is
+    // global_max's.
+    BRAID_RETURN_IF_ERROR(dtypes({2}));
+    BRAID_RETURN_IF_ERROR(
+        intAttr("ignore_index", INT32_MIN, INT32_MAX).status());
+    const Buffer &globalMax = in(1);
+    BRAID_RETURN_IF_ERROR(minRank(globalMax, 1, "global_max"));
+    std::vector<int64_t> lead(globalMax.shape().begin(),
+                              globalMax.shape().end());
+    BRAID_RETURN_IF_ERROR(shape(in(2), lead, "targets"));
+    BRAID_RETURN_IF_ERROR(shape(out(1), lead, "lse"));
+    BRAID_RETURN_IF_ERROR(shape(out(0), {}, "loss"));
+    lead.push_back(2);
+    return shape(in(0), lead, "summed");
+  }
+  BRAID_RETURN_IF_ERROR(k == CROSS_ENTROPY_MAX ? dtypes() : dtypes({1}));
+  if (k != CROSS_ENTROPY_MAX)
+    BRAID_RETURN_IF_ERROR(
+        intAttr("ignore_index", INT32_MIN, INT32_MAX).status());
+  const Buffer &logits = in(0);
+  BRAID_RETURN_IF_ERROR(minRank(logits, 2, "logits"));
+  int64_t vocab = logits.shape(logits.shape_size() - 1);
+  if (vocab < 1)
+    return fail(absl::StrCat("logits '", logits.name(), "' ", shapeStr(logits),
+                             " have no vocabulary columns, expected at least 1"));
+  std::vector<int64_t> lead(logits.shape().begin(), logits.shape().end() - 1);
+  if (k == CROSS_ENTROPY_MAX)
+    return shape(out(0), lead, "row_max");
+  BRAID_RETURN_IF_ERROR(shape(in(1), lead, "targets"));
+  switch (k) {
+  case CROSS_ENTROPY:
+    return shape(out(0), {}, "loss");
+  case CROSS_ENTROPY_GRAD:
+    BRAID_RETURN_IF_ERROR(shape(in(2), {}, "dloss"));
+    if (inst.inputs_size() == 4) {
+      BRAID_RETURN_IF_ERROR(shape(in(3), lead, "lse"));
+      BRAID_RETURN_IF_ERROR(checkVocabSlice(vocab, "columns"));
+    } else if (inst.int_attrs().count("vocab_start_stride")) {
+      return fail("has vocab_start_stride but no lse input; a slice of the "
+                  "vocabulary needs the global log-sum-exp");
+    }
+    return same(out(0), logits, "dlogits");
+  default: // CROSS_ENTROPY_PARTIAL
+    BRAID_RETURN_IF_ERROR(shape(in(2), lead, "global_max"));
+    BRAID_RETURN_IF_ERROR(checkVocabSlice(vocab, "columns"));
+    lead.push_back(2);
+    return shape(out(0), lead, "partial");
+  }
+}
+
+absl::Status InstructionChecker::checkGradNorm() {
+  BRAID_RETURN_IF_ERROR(arity(1, 1 << 20, 2));
+  BRAID_RETURN_IF_ERROR(dtypes());
+  BRAID_RETURN_IF_ERROR(floatAttr("max_norm", 0.0, 1e30).status());
+  // Over a group, the first split_inputs gradients are the ranks' slices and
+  // the others are replicated on them (without a group, both are the same).
+  if (inst.group_size() || inst.int_attrs().count("split_inputs"))
+    BRAID_RETURN_IF_ERROR(
+        intAttr("split_inputs", 0, inst.inputs_size()).status());
+  BRAID_RETURN_IF_ERROR(shape(out(0), {}, "norm"));
+  return shape(out(1), {}, "scale");
 }
 
 absl::StatusOr<int64_t> InstructionChecker::rankAxisSize() const {
@@ -410,6 +522,7 @@ absl::Status InstructionChecker::check() {
     const Buffer &ids = in(1);
     const Buffer &table = inst.kernel() == EMBEDDING ? in(0) : out(0);
     BRAID_RETURN_IF_ERROR(rank(table, 2, "table"));
+    BRAID_RETURN_IF_ERROR(checkVocabSlice(table.shape(0), "rows"));
     std::vector<int64_t> rows(ids.shape().begin(), ids.shape().end());
     rows.push_back(table.shape(1));
     return shape(inst.kernel() == EMBEDDING ? out(0) : in(0), rows,
@@ -487,21 +600,11 @@ absl::Status InstructionChecker::check() {
     return absl::OkStatus();
   }
   case CROSS_ENTROPY:
-  case CROSS_ENTROPY_GRAD: {
-    bool grad = inst.kernel() == CROSS_ENTROPY_GRAD;
-    BRAID_RETURN_IF_ERROR(grad ? arity(3, 3, 1) : arity(2, 2, 1));
-    BRAID_RETURN_IF_ERROR(dtypes({1}));
-    BRAID_RETURN_IF_ERROR(intAttr("ignore_index", INT32_MIN, INT32_MAX).status());
-    const Buffer &logits = in(0);
-    BRAID_RETURN_IF_ERROR(minRank(logits, 2, "logits"));
-    BRAID_RETURN_IF_ERROR(shape(
-        in(1), {logits.shape().begin(), logits.shape().end() - 1}, "targets"));
-    if (grad) {
-      BRAID_RETURN_IF_ERROR(shape(in(2), {}, "dloss"));
-      return same(out(0), logits, "dlogits");
-    }
-    return shape(out(0), {}, "loss");
-  }
+  case CROSS_ENTROPY_GRAD:
+  case CROSS_ENTROPY_MAX:
+  case CROSS_ENTROPY_PARTIAL:
+  case CROSS_ENTROPY_FINISH:
+    return checkCrossEntropy();
   case ZERO:
     BRAID_RETURN_IF_ERROR(arity(0, 0, 1));
     return absl::OkStatus();
@@ -518,13 +621,8 @@ absl::Status InstructionChecker::check() {
       BRAID_RETURN_IF_ERROR(same(out(i), in(i), "result"));
     return absl::OkStatus();
   }
-  case GRAD_NORM: {
-    BRAID_RETURN_IF_ERROR(arity(1, 1 << 20, 2));
-    BRAID_RETURN_IF_ERROR(dtypes());
-    BRAID_RETURN_IF_ERROR(floatAttr("max_norm", 0.0, 1e30).status());
-    BRAID_RETURN_IF_ERROR(shape(out(0), {}, "norm"));
-    return shape(out(1), {}, "scale");
-  }
+  case GRAD_NORM:
+    return checkGradNorm();
   case ADAMW: {
     BRAID_RETURN_IF_ERROR(arity(7, 7, 3));
     const Buffer &p = in(0);

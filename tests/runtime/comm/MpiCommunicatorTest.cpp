@@ -7,11 +7,18 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/MpiCommunicator.h"
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/Optimizer.h"
+#include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
+
+#include "tests/runtime/exec/PlanBuilder.h"
 
 #include "gtest/gtest.h"
 
+#include <cmath>
 #include <memory>
+#include <random>
 
 using namespace braid;
 
@@ -71,6 +78,110 @@ TEST(MpiCommunicator, RefusesIntegerDtypes) {
   int32_t x = 1;
   absl::Status s = theComm->AllReduce({"tp"}, &x, 1, plan::I32);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+}
+
+// The executor's tensor-parallel kernels through MPI: each tp rank holds 4
+// of the 8 vocabulary columns, and its loss, lse and logit gradients must be
+// the whole-vocabulary kernels' on its dp group's logits; GRAD_NORM over tp
+// (one split gradient, one replicated) must be the norm of the whole
+// gradient. Every rank derives every rank's values from the same seeds.
+TEST(MpiCommunicator, ExecutorRunsTensorParallelKernels) {
+  using namespace braid::plan;
+  const int64_t d = theComm->Coordinates()[0], t = theComm->Coordinates()[1];
+  const int64_t rows = 6, vocab = 8, local = 4;
+  constexpr int64_t kIgnore = -100;
+  exec_test::PlanBuilder b;
+  b.plan = meshPlan();
+  int logits = b.buffer("logits", F64, {2, 3, local}, ACTIVATION);
+  int targets = b.buffer("targets", I32, {2, 3}, INPUT);
+  int rowMax = b.buffer("row_max", F64, {2, 3}, WORKSPACE);
+  int partial = b.buffer("partial", F64, {2, 3, 2}, WORKSPACE);
+  int loss = b.buffer("loss", F64, {}, ACTIVATION);
+  int lse = b.buffer("lse", F64, {2, 3}, WORKSPACE);
+  int dloss = b.buffer("dloss", F64, {}, INPUT);
+  int dlogits = b.buffer("dlogits", F64, {2, 3, local}, ACTIVATION);
+  int split = b.buffer("split", F64, {3}, GRADIENT);
+  int replicated = b.buffer("replicated", F64, {2}, GRADIENT);
+  int norm = b.buffer("norm", F64, {}, WORKSPACE);
+  int scale = b.buffer("scale", F64, {}, WORKSPACE);
+  auto attrs = [](Instruction *inst, bool slice) {
+    (*inst->mutable_int_attrs())["ignore_index"] = kIgnore;
+    if (slice) {
+      inst->set_rank_axis("tp");
+      (*inst->mutable_int_attrs())["vocab_start_stride"] = 4;
+    }
+  };
+  Function *fn = b.function("step");
+  b.add(fn, CROSS_ENTROPY_MAX, {logits}, {rowMax});
+  Instruction *max = b.add(fn, ALL_REDUCE, {rowMax}, {rowMax});
+  max->add_group("tp");
+  (*max->mutable_int_attrs())["max"] = 1;
+  attrs(b.add(fn, CROSS_ENTROPY_PARTIAL, {logits, targets, rowMax}, {partial}),
+        true);
+  b.add(fn, ALL_REDUCE, {partial}, {partial})->add_group("tp");
+  attrs(b.add(fn, CROSS_ENTROPY_FINISH, {partial, rowMax, targets},
+              {loss, lse}),
+        false);
+  attrs(b.add(fn, CROSS_ENTROPY_GRAD, {logits, targets, dloss, lse},
+              {dlogits}),
+        true);
+  Instruction *gn = b.add(fn, GRAD_NORM, {split, replicated}, {norm, scale});
+  gn->add_group("tp");
+  (*gn->mutable_int_attrs())["split_inputs"] = 1;
+  (*gn->mutable_float_attrs())["max_norm"] = 1.0;
+  auto created = exec::Executor::Create(b.plan, theComm.get());
+  ASSERT_TRUE(created.ok()) << created.status();
+  exec::Executor &e = **created;
+
+  auto values = [](int64_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<double> u(-3, 3);
+    std::vector<double> v(n);
+    for (double &x : v)
+      x = u(gen);
+    return v;
+  };
+  std::vector<double> whole = values(rows * vocab, 100 + d), mine(rows * local);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < local; ++c)
+      mine[r * local + c] = whole[r * vocab + t * local + c];
+  std::vector<int32_t> ti = {2, 7, int32_t(kIgnore), 4, 0, int32_t(kIgnore)};
+  ASSERT_TRUE(e.Write(logits, mine).ok());
+  ASSERT_TRUE(e.Write(targets, std::vector<double>(ti.begin(), ti.end())).ok());
+  ASSERT_TRUE(e.Write(dloss, {1.0}).ok());
+  ASSERT_TRUE(e.Write(split, values(3, 200 + 2 * d + t)).ok());
+  ASSERT_TRUE(e.Write(replicated, values(2, 300 + d)).ok());
+  absl::Status s = e.Run("step", {});
+  ASSERT_TRUE(s.ok()) << s;
+
+  std::vector<double> wantLse(rows), wantGrad(rows * vocab);
+  int64_t counted = 0;
+  double wantLoss = cpu::crossEntropyForward(whole.data(), ti.data(), rows,
+                                             vocab, kIgnore, wantLse.data(),
+                                             &counted);
+  cpu::crossEntropyBackward(whole.data(), ti.data(), wantLse.data(), 1.0, rows,
+                            vocab, kIgnore, counted, wantGrad.data());
+  EXPECT_NEAR((*e.Read(loss))[0], wantLoss, 1e-12 * std::fabs(wantLoss));
+  std::vector<double> gotLse = *e.Read(lse), gotGrad = *e.Read(dlogits);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (ti[r] != kIgnore) {
+      EXPECT_NEAR(gotLse[r], wantLse[r], 1e-12 * std::fabs(wantLse[r]));
+    }
+    for (int64_t c = 0; c < local; ++c)
+      EXPECT_NEAR(gotGrad[r * local + c], wantGrad[r * vocab + t * local + c],
+                  1e-12);
+  }
+  double total = 0;
+  for (int64_t k = 0; k < 2; ++k)
+    for (double x : values(3, 200 + 2 * d + k))
+      total += x * x;
+  for (double x : values(2, 300 + d))
+    total += x * x;
+  double want = std::sqrt(total);
+  EXPECT_NEAR((*e.Read(norm))[0], want, 1e-12 * want);
+  absl::StatusOr<cpu::GradClip> clip = cpu::computeGradClip(want, 1.0);
+  ASSERT_TRUE(clip.ok());
+  EXPECT_NEAR((*e.Read(scale))[0], clip->scale, 1e-12);
 }
 
 } // namespace

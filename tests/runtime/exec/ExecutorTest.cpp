@@ -12,6 +12,8 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
 
+#include "PlanBuilder.h"
+
 #include "gtest/gtest.h"
 
 #include <cmath>
@@ -22,42 +24,7 @@ using namespace braid::plan;
 
 namespace {
 
-struct Builder {
-  Plan plan;
-  int64_t offset = 0;
-  Builder() {
-    plan.set_version(SCHEMA_VERSION_CURRENT);
-    plan.mutable_mesh()->add_axes("dp");
-    plan.mutable_mesh()->add_sizes(1);
-  }
-  int buffer(const char *name, DType dtype, std::vector<int64_t> shape,
-             BufferRole role) {
-    Buffer *b = plan.add_buffers();
-    b->set_name(name);
-    b->set_dtype(dtype);
-    int64_t bytes = DTypeBytes(dtype);
-    for (int64_t d : shape) {
-      b->add_shape(d);
-      bytes *= d;
-    }
-    b->set_offset(offset);
-    b->set_role(role);
-    offset += (bytes + 63) / 64 * 64;
-    plan.set_arena_bytes(offset);
-    return plan.buffers_size() - 1;
-  }
-  Instruction *add(Function *fn, Kernel kernel, std::vector<int> ins,
-                   std::vector<int> outs) {
-    Instruction *inst = fn->add_body();
-    inst->set_kernel(kernel);
-    for (int i : ins)
-      inst->add_inputs(i);
-    for (int o : outs)
-      inst->add_outputs(o);
-    inst->set_provenance(Kernel_Name(kernel));
-    return inst;
-  }
-};
+using Builder = exec_test::PlanBuilder;
 
 TEST(Executor, BackwardMatchesFiniteDifferencesOfForward) {
   Builder b;

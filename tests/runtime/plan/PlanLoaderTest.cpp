@@ -4,6 +4,9 @@
 
 #include "gtest/gtest.h"
 
+#include <tuple>
+#include <vector>
+
 using namespace braid::plan;
 
 namespace {
@@ -77,9 +80,10 @@ TEST(PlanFile, EveryTruncationIsRefused) {
   for (size_t n = 0; n < bytes.size(); ++n) {
     absl::StatusOr<Plan> parsed = ParsePlanFile(bytes.substr(0, n), "p.plan");
     ASSERT_FALSE(parsed.ok()) << "prefix of " << n << " bytes was accepted";
-    if (n >= 20)
+    if (n >= 20) {
       EXPECT_NE(parsed.status().message().find("truncated"), absl::string_view::npos)
           << parsed.status();
+    }
   }
 }
 
@@ -290,6 +294,281 @@ TEST(PlanValidation, AttentionHeadSlices) {
                                "global_kv_heads = 3"),
             std::string::npos)
       << errorOf(plan);
+}
+
+/// A valid plan of the tensor-parallel kernels on a (dp 1, tp 2) mesh, each
+/// rank holding 4 vocabulary columns (logits) and 4 table rows.
+Plan vocabParallelPlan() {
+  Plan plan;
+  plan.set_version(SCHEMA_VERSION_CURRENT);
+  plan.mutable_mesh()->add_axes("dp");
+  plan.mutable_mesh()->add_sizes(1);
+  plan.mutable_mesh()->add_axes("tp");
+  plan.mutable_mesh()->add_sizes(2);
+  int64_t offset = 0;
+  auto buffer = [&](const char *name, DType dtype, std::vector<int64_t> shape,
+                    BufferRole role) {
+    Buffer *b = plan.add_buffers();
+    b->set_name(name);
+    b->set_dtype(dtype);
+    int64_t bytes = DTypeBytes(dtype);
+    for (int64_t d : shape) {
+      b->add_shape(d);
+      bytes *= d;
+    }
+    b->set_offset(offset);
+    b->set_role(role);
+    offset += bytes;
+    return plan.buffers_size() - 1;
+  };
+  int logits = buffer("logits", F32, {2, 3, 4}, ACTIVATION);   // 0
+  int targets = buffer("targets", I32, {2, 3}, INPUT);         // 1
+  int rowMax = buffer("row_max", F32, {2, 3}, WORKSPACE);      // 2
+  int partial = buffer("partial", F32, {2, 3, 2}, WORKSPACE);  // 3
+  int loss = buffer("loss", F32, {}, ACTIVATION);              // 4
+  int lse = buffer("lse", F32, {2, 3}, WORKSPACE);             // 5
+  int dloss = buffer("dloss", F32, {}, INPUT);                 // 6
+  int dlogits = buffer("dlogits", F32, {2, 3, 4}, ACTIVATION); // 7
+  int table = buffer("table", F32, {4, 8}, PARAMETER);         // 8
+  int emb = buffer("emb", F32, {2, 3, 8}, ACTIVATION);         // 9
+  int grad = buffer("grad", F32, {5}, GRADIENT);               // 10
+  int norm = buffer("norm", F32, {}, WORKSPACE);               // 11
+  int scale = buffer("scale", F32, {}, WORKSPACE);             // 12
+  plan.set_arena_bytes(offset);
+  Function *fn = plan.add_functions();
+  fn->set_name("f");
+  auto add = [&](Kernel kernel, std::vector<int> ins, std::vector<int> outs) {
+    Instruction *inst = fn->add_body();
+    inst->set_kernel(kernel);
+    for (int i : ins)
+      inst->add_inputs(i);
+    for (int o : outs)
+      inst->add_outputs(o);
+    return inst;
+  };
+  auto slice = [](Instruction *inst) {
+    inst->set_rank_axis("tp");
+    (*inst->mutable_int_attrs())["vocab_start_stride"] = 4;
+    return inst;
+  };
+  auto ignore = [](Instruction *inst) {
+    (*inst->mutable_int_attrs())["ignore_index"] = -100;
+    return inst;
+  };
+  add(CROSS_ENTROPY_MAX, {logits}, {rowMax});                           // 0
+  slice(ignore(add(CROSS_ENTROPY_PARTIAL, {logits, targets, rowMax},
+                   {partial})));                                        // 1
+  ignore(add(CROSS_ENTROPY_FINISH, {partial, rowMax, targets},
+             {loss, lse}));                                             // 2
+  slice(ignore(add(CROSS_ENTROPY_GRAD, {logits, targets, dloss, lse},
+                   {dlogits})));                                        // 3
+  slice(add(EMBEDDING, {table, targets}, {emb}));                       // 4
+  slice(add(EMBEDDING_GRAD, {emb, targets}, {table}));                  // 5
+  Instruction *gn = add(GRAD_NORM, {grad, dlogits}, {norm, scale});     // 6
+  gn->add_group("tp");
+  (*gn->mutable_int_attrs())["split_inputs"] = 1;
+  (*gn->mutable_float_attrs())["max_norm"] = 1.0;
+  return plan;
+}
+
+Instruction *bodyOf(Plan &plan, int i) {
+  return plan.mutable_functions(0)->mutable_body(i);
+}
+
+#define EXPECT_REFUSED(plan, text)                                             \
+  EXPECT_NE(errorOf(plan).find(text), std::string::npos)                       \
+      << "error: '" << errorOf(plan) << "'"
+
+// The vocabulary-parallel cross-entropy kernels: arity, the shapes of the
+// rows' values, the slice of the vocabulary.
+TEST(PlanValidation, VocabParallelCrossEntropy) {
+  EXPECT_EQ(errorOf(vocabParallelPlan()), "");
+  Plan plan = vocabParallelPlan();
+  bodyOf(plan, 0)->add_inputs(1);
+  EXPECT_REFUSED(plan, "(CROSS_ENTROPY_MAX): has 2 inputs and 1 outputs; the "
+                       "kernel takes 1 inputs and 1 outputs");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 0)->set_outputs(0, 3);
+  EXPECT_REFUSED(plan, "row_max 'partial' is [2, 3, 2], expected [2, 3]");
+  plan = vocabParallelPlan();
+  plan.mutable_buffers(0)->set_shape(2, 0);
+  EXPECT_REFUSED(plan, "logits 'logits' [2, 3, 0] have no vocabulary columns, "
+                       "expected at least 1");
+  plan = vocabParallelPlan();
+  plan.mutable_buffers(0)->clear_shape();
+  plan.mutable_buffers(0)->add_shape(4);
+  EXPECT_REFUSED(plan, "logits 'logits' has rank 1, expected at least 2");
+
+  // CROSS_ENTROPY_PARTIAL.
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->set_outputs(0, 2);
+  EXPECT_REFUSED(plan, "partial 'row_max' is [2, 3], expected [2, 3, 2]");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->set_inputs(2, 4);
+  EXPECT_REFUSED(plan, "global_max 'loss' is [], expected [2, 3]");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->set_inputs(1, 2); // F32 targets
+  EXPECT_REFUSED(plan, "operand 'row_max' must be I32, found F32");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->mutable_int_attrs()->erase("ignore_index");
+  EXPECT_REFUSED(plan, "lacks the integer attribute 'ignore_index'");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->set_rank_axis("pp");
+  EXPECT_REFUSED(plan, "rank_axis 'pp' is not an axis of the mesh");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->mutable_int_attrs()->erase("vocab_start_stride");
+  EXPECT_REFUSED(plan, "(CROSS_ENTROPY_PARTIAL): lacks the integer attribute "
+                       "'vocab_start_stride'");
+  plan = vocabParallelPlan();
+  (*bodyOf(plan, 1)->mutable_int_attrs())["vocab_start_stride"] = 5;
+  EXPECT_REFUSED(plan, "vocab_start_stride = 5 puts the 4 columns of rank 1 "
+                       "along 'tp' past the global vocabulary of 8 (expected "
+                       "a stride of at most 4)");
+  plan = vocabParallelPlan();
+  (*bodyOf(plan, 1)->mutable_int_attrs())["vocab_start_stride"] = -4;
+  EXPECT_REFUSED(plan, "attribute 'vocab_start_stride' = -4 is outside [0, ");
+  // Without a rank_axis there is one slice, the whole vocabulary: the stride
+  // is optional and any stride >= 0 is harmless.
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->clear_rank_axis();
+  bodyOf(plan, 1)->mutable_int_attrs()->erase("vocab_start_stride");
+  EXPECT_EQ(errorOf(plan), "");
+  // A rank_axis of one rank: the stride is required but never leaves.
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->set_rank_axis("dp");
+  (*bodyOf(plan, 1)->mutable_int_attrs())["vocab_start_stride"] = 100;
+  EXPECT_EQ(errorOf(plan), "");
+
+  // CROSS_ENTROPY_FINISH.
+  plan = vocabParallelPlan();
+  bodyOf(plan, 2)->set_outputs(0, 5);
+  EXPECT_REFUSED(plan, "loss 'lse' is [2, 3], expected []");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 2)->set_outputs(1, 4);
+  EXPECT_REFUSED(plan, "lse 'loss' is [], expected [2, 3]");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 2)->set_inputs(0, 2);
+  EXPECT_REFUSED(plan, "summed 'row_max' is [2, 3], expected [2, 3, 2]");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 2)->set_inputs(1, 4);
+  EXPECT_REFUSED(plan, "global_max 'loss' has rank 0, expected at least 1");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 2)->mutable_outputs()->RemoveLast();
+  EXPECT_REFUSED(plan, "has 3 inputs and 1 outputs; the kernel takes 3 inputs "
+                       "and 2 outputs");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 2)->set_inputs(2, 5); // F32 targets
+  EXPECT_REFUSED(plan, "operand 'lse' must be I32, found F32");
+
+  // CROSS_ENTROPY_GRAD with the global lse.
+  plan = vocabParallelPlan();
+  bodyOf(plan, 3)->set_inputs(3, 3);
+  EXPECT_REFUSED(plan, "lse 'partial' is [2, 3, 2], expected [2, 3]");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 3)->add_inputs(5);
+  EXPECT_REFUSED(plan, "has 5 inputs and 1 outputs; the kernel takes 3-4 "
+                       "inputs and 1 outputs");
+  plan = vocabParallelPlan();
+  (*bodyOf(plan, 3)->mutable_int_attrs())["vocab_start_stride"] = 7;
+  EXPECT_REFUSED(plan, "(CROSS_ENTROPY_GRAD): vocab_start_stride = 7 puts");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 3)->mutable_inputs()->RemoveLast(); // 3 inputs, sliced
+  EXPECT_REFUSED(plan, "has vocab_start_stride but no lse input");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 3)->mutable_inputs()->RemoveLast();
+  bodyOf(plan, 3)->clear_rank_axis();
+  bodyOf(plan, 3)->mutable_int_attrs()->erase("vocab_start_stride");
+  EXPECT_EQ(errorOf(plan), ""); // the whole-row gradient, as before
+
+  // No kernel but ALL_REDUCE and GRAD_NORM names a group.
+  plan = vocabParallelPlan();
+  bodyOf(plan, 1)->add_group("tp");
+  EXPECT_REFUSED(plan, "(CROSS_ENTROPY_PARTIAL): names a group but is not a "
+                       "collective");
+}
+
+// EMBEDDING and EMBEDDING_GRAD on a slice of the table's rows.
+TEST(PlanValidation, EmbeddingVocabSlices) {
+  for (int i : {4, 5}) {
+    Plan plan = vocabParallelPlan();
+    bodyOf(plan, i)->mutable_int_attrs()->erase("vocab_start_stride");
+    EXPECT_REFUSED(plan, "lacks the integer attribute 'vocab_start_stride'");
+    plan = vocabParallelPlan();
+    (*bodyOf(plan, i)->mutable_int_attrs())["vocab_start_stride"] = 6;
+    EXPECT_REFUSED(plan, "vocab_start_stride = 6 puts the 4 rows of rank 1 "
+                         "along 'tp' past the global vocabulary of 8");
+    plan = vocabParallelPlan();
+    bodyOf(plan, i)->set_rank_axis("sp");
+    EXPECT_REFUSED(plan, "rank_axis 'sp' is not an axis of the mesh");
+    // Overlapping slices are allowed; they stay inside the vocabulary.
+    plan = vocabParallelPlan();
+    (*bodyOf(plan, i)->mutable_int_attrs())["vocab_start_stride"] = 2;
+    EXPECT_EQ(errorOf(plan), "");
+  }
+  // The global vocabulary must fit in int64: 2^47 rows of nothing on each of
+  // 2^20 ranks do not.
+  Plan plan;
+  plan.set_version(SCHEMA_VERSION_CURRENT);
+  plan.mutable_mesh()->add_axes("tp");
+  plan.mutable_mesh()->add_sizes(int64_t(1) << 20);
+  for (auto [name, dtype, shape] :
+       {std::tuple<const char *, DType, std::vector<int64_t>>{
+            "table", F32, {int64_t(1) << 47, 0}},
+        {"ids", I32, {1}},
+        {"out", F32, {1, 0}}}) {
+    Buffer *b = plan.add_buffers();
+    b->set_name(name);
+    b->set_dtype(dtype);
+    for (int64_t d : shape)
+      b->add_shape(d);
+    b->set_role(ACTIVATION);
+  }
+  plan.set_arena_bytes(4);
+  Instruction *emb = plan.add_functions()->add_body();
+  plan.mutable_functions(0)->set_name("f");
+  emb->set_kernel(EMBEDDING);
+  emb->add_inputs(0);
+  emb->add_inputs(1);
+  emb->add_outputs(2);
+  emb->set_rank_axis("tp");
+  (*emb->mutable_int_attrs())["vocab_start_stride"] = int64_t(1) << 47;
+  EXPECT_REFUSED(plan, "the global vocabulary of 1048576 ranks x "
+                       "140737488355328 rows does not fit in int64");
+}
+
+// GRAD_NORM over a group: split_inputs is required and at most the number of
+// gradients; the group's axes are the mesh's.
+TEST(PlanValidation, GradNormGroup) {
+  Plan plan = vocabParallelPlan();
+  (*bodyOf(plan, 6)->mutable_int_attrs())["split_inputs"] = 3;
+  EXPECT_REFUSED(plan, "(GRAD_NORM): attribute 'split_inputs' = 3 is outside "
+                       "[0, 2]");
+  plan = vocabParallelPlan();
+  (*bodyOf(plan, 6)->mutable_int_attrs())["split_inputs"] = -1;
+  EXPECT_REFUSED(plan, "attribute 'split_inputs' = -1 is outside [0, 2]");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 6)->mutable_int_attrs()->erase("split_inputs");
+  EXPECT_REFUSED(plan, "lacks the integer attribute 'split_inputs'");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 6)->set_group(0, "pp");
+  EXPECT_REFUSED(plan, "group axis 'pp' is not an axis of the mesh");
+  plan = vocabParallelPlan();
+  bodyOf(plan, 6)->add_group("tp");
+  EXPECT_REFUSED(plan, "group axis 'tp' is repeated");
+  for (int64_t split : {0, 2}) {
+    plan = vocabParallelPlan();
+    (*bodyOf(plan, 6)->mutable_int_attrs())["split_inputs"] = split;
+    EXPECT_EQ(errorOf(plan), "");
+  }
+  // Without a group the norm is local, as before; split_inputs may stay
+  // (in range), since every input is then this rank's alone.
+  plan = vocabParallelPlan();
+  bodyOf(plan, 6)->clear_group();
+  EXPECT_EQ(errorOf(plan), "");
+  bodyOf(plan, 6)->mutable_int_attrs()->erase("split_inputs");
+  EXPECT_EQ(errorOf(plan), "");
+  (*bodyOf(plan, 6)->mutable_int_attrs())["split_inputs"] = 9;
+  EXPECT_REFUSED(plan, "attribute 'split_inputs' = 9 is outside [0, 2]");
 }
 
 TEST(PlanFile, WritesAndLoads) {
