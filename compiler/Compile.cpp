@@ -51,6 +51,7 @@ const PhaseInfo kPhases[] = {
        model::ModelShardOptions o;
        o.dp = options.parallel.dp;
        o.tp = options.parallel.tp;
+       o.sp = options.parallel.sp;
        pm.addPass(model::createModelShard(o));
      }},
     {Phase::Plan, "plan",

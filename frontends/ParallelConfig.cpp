@@ -68,8 +68,18 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                   " (pipeline parallelism)");
   if (p.has_vpp() && p.vpp() != 1)
     return notYet("parallel.vpp = " + llvm::Twine(p.vpp()));
-  if (p.sp())
-    return notYet("parallel.sp (sequence parallelism)");
+  c.sp = p.sp();
+  if (c.sp && c.tp < 2)
+    return invalid("parallel.sp (sequence parallelism) splits the sequence "
+                   "across the tensor-parallel ranks: it needs parallel.tp > "
+                   "1, found tp = " +
+                   llvm::Twine(c.tp));
+  if (c.sp && model.seqLength % c.tp != 0)
+    return invalid("parallel.tp = " + llvm::Twine(c.tp) +
+                   " does not divide data.seq_length = " +
+                   llvm::Twine(model.seqLength) +
+                   " (sequence parallelism splits the sequence among the tp "
+                   "ranks)");
   if (p.has_schedule())
     return notYet("parallel.schedule = \"" + p.schedule() + "\"");
   if (p.has_recompute() && p.recompute() != "none")

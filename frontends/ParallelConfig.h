@@ -15,6 +15,9 @@ namespace braid {
 /// x dp), every field decided and validated.
 struct ParallelConfig {
   int64_t tp = 1, pp = 1, dp = 1;
+  /// Sequence parallelism: the regions between tensor-parallel blocks work
+  /// on sequence slices over tp.
+  bool sp = false;
   /// Samples per optimizer step over all data-parallel ranks.
   int64_t globalBatchSize = 1;
   /// Micro-batches per step on each data-parallel rank (gradient

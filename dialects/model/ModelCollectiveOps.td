@@ -48,4 +48,72 @@ def Model_AllReduceOp : Model_ComputeOp<"all_reduce"> {
   }];
 }
 
+def Model_AllGatherOp : Model_ComputeOp<"all_gather"> {
+  let summary = "Concatenates the ranks' slices of a tensor along a dimension";
+  let description = [{
+    The result is the operand of every rank of the group (the ranks whose
+    coordinates differ only along `axes` of `mesh`), concatenated along
+    dimension `dim` in the ranks' order (row-major over the axes). With
+    sequence parallelism it turns the sequence slices that norms and
+    residuals work on back into whole sequences before a column-parallel
+    linear (and, in backward, before a row-parallel one's input gradient).
+
+    Example:
+
+    ```mlir
+    %x = model.all_gather %xs over @mesh ["tp"] dim = 1
+        reason = "sequence-parallel input of q_proj"
+        : (tensor<2x8x64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - CG1: one operand and one result, of one element type and rank, and
+      `dim` is a dimension of them.
+    - CG2: CL2 of `model.all_reduce` holds for `mesh` and `axes`.
+    - CG3: the result's dimension `dim` is the operand's times the number
+      of ranks in the group; the others are the operand's.
+    - CG4: `reason` is not empty.
+  }];
+  let arguments = (ins Model_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$dim, StrAttr:$reason);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `over` $mesh $axes `dim` `=` $dim `reason` `=` $reason attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def Model_ReduceScatterOp : Model_ComputeOp<"reduce_scatter"> {
+  let summary = "Sums a tensor over the ranks and keeps this rank's slice";
+  let description = [{
+    The elementwise sum over the group (as `model.all_reduce`) of which each
+    rank keeps its slice along dimension `dim`: rank `c` of the group the
+    `c`-th of equal parts. With sequence parallelism it replaces the
+    all-reduce after a row-parallel linear: the same sum, each rank keeping
+    its part of the sequence.
+
+    Example:
+
+    ```mlir
+    %ys = model.reduce_scatter %y over @mesh ["tp"] dim = 1
+        reason = "row-parallel o_proj outputs"
+        : (tensor<2x16x64xf32>) -> tensor<2x8x64xf32>
+    ```
+
+    Constraints:
+    - RS1: CG1 of `model.all_gather`.
+    - RS2: CL2 of `model.all_reduce` holds for `mesh` and `axes`.
+    - RS3: the operand's dimension `dim` is the result's times the number
+      of ranks in the group; the others are the result's.
+    - RS4: `reason` is not empty.
+  }];
+  let arguments = (ins Model_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$dim, StrAttr:$reason);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `over` $mesh $axes `dim` `=` $dim `reason` `=` $reason attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
 #endif // BRAID_MODEL_COLLECTIVE_OPS_TD

@@ -56,15 +56,23 @@ def Model_PositionEmbeddingGradOp : Model_ComputeOp<"position_embedding_grad"> {
         : (tensor<2x16x64xf32>) -> tensor<128x64xf32>
     ```
 
+    With `seq_axis`, `dy` holds this rank's slice of the sequence, as for
+    `model.position_embedding`, and only its positions get a gradient.
+
     Constraints:
     - PEG1: `dy` has rank 3 and the result rank 2, with `dy`'s last
       dimension.
-    - PEG2: `dy`'s sequence length is at most the result's dimension 0.
+    - PEG2: `dy`'s sequence length (times the size of `seq_axis`) is at
+      most the result's dimension 0.
     - PEG3: `dy` and the result have one element type.
+    - PEG4: `seq_axis`, when present, is an axis of the module's mesh.
   }];
-  let arguments = (ins Model_FloatTensor:$dy);
+  let arguments = (ins Model_FloatTensor:$dy, OptionalAttr<StrAttr>:$seq_axis);
   let results = (outs Model_FloatTensor:$dtable);
-  let assemblyFormat = "$dy attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $dy (`seq_axis` `=` $seq_axis^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
 }
 
 def Model_LinearGradInputOp : Model_ComputeOp<"linear_grad_input", [],

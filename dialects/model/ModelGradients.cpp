@@ -26,7 +26,7 @@ LogicalResult PositionEmbeddingOp::buildGradients(OpBuilder &b, ValueRange dy,
                                                   SmallVectorImpl<Value> &grads) {
   grads.assign(2, Value());
   grads[0] = b.create<PositionEmbeddingGradOp>(getLoc(), getTable().getType(),
-                                               dy[0]);
+                                               dy[0], getSeqAxisAttr());
   return success();
 }
 
@@ -123,7 +123,8 @@ LogicalResult DropoutOp::buildGradients(OpBuilder &b, ValueRange dy,
                                         SmallVectorImpl<Value> &grads) {
   // The same mask and scale, drawn again from the same key.
   auto grad = b.create<DropoutOp>(getLoc(), dy[0].getType(), dy[0],
-                                  getRateAttr(), getRngIdAttr());
+                                  getRateAttr(), getRngIdAttr(),
+                                  getSeqAxisAttr());
   grads.assign(1, grad);
   return success();
 }

@@ -244,7 +244,8 @@ void PositionEmbeddingOp::build(OpBuilder &builder, OperationState &state,
   auto tokenShape = cast<ShapedType>(tokens.getType()).getShape();
   SmallVector<int64_t> shape(tokenShape);
   shape.push_back(tableType.getDimSize(1));
-  build(builder, state, withShape(tableType, shape), table, tokens);
+  build(builder, state, withShape(tableType, shape), table, tokens,
+        /*seq_axis=*/StringAttr());
 }
 
 LogicalResult PositionEmbeddingOp::verify() {
@@ -260,8 +261,22 @@ LogicalResult PositionEmbeddingOp::verify() {
       seq > positions)
     return emitOpError("sequence length ")
            << seq << " exceeds the table's " << positions << " positions";
+  // PE4: seq_axis is a mesh axis whose size divides the sequence.
+  int64_t local = seq;
+  if (auto axis = getSeqAxis()) {
+    FailureOr<int64_t> n = verifyMeshAxis(*this, *axis, "seq_axis");
+    if (failed(n))
+      return failure();
+    if (!ShapedType::isDynamic(seq)) {
+      if (seq % *n != 0)
+        return emitOpError("seq_axis \"")
+               << *axis << "\" of " << *n
+               << " ranks does not divide the sequence length " << seq;
+      local = seq / *n;
+    }
+  }
   // PE3: the result is [batch, seq, hidden] of the table's element type.
-  SmallVector<int64_t> expected = {tokens.getDimSize(0), seq,
+  SmallVector<int64_t> expected = {tokens.getDimSize(0), local,
                                    table.getDimSize(1)};
   RankedTensorType result = getResult().getType();
   if (!shapesAgree(result.getShape(), expected) ||
@@ -774,7 +789,7 @@ int64_t AddOp::getVectorFlops() { return numel(getResult()); }
 void DropoutOp::build(OpBuilder &builder, OperationState &state, Value x,
                       double rate, int64_t rngId) {
   build(builder, state, x.getType(), x, builder.getF64FloatAttr(rate),
-        builder.getI64IntegerAttr(rngId));
+        builder.getI64IntegerAttr(rngId), /*seq_axis=*/StringAttr());
 }
 
 LogicalResult DropoutOp::verify() {
@@ -783,7 +798,17 @@ LogicalResult DropoutOp::verify() {
   if (!(rate >= 0 && rate < 1))
     return emitOpError("rate is ") << rate << " but must be in [0, 1)";
   // D2: the result has x's type.
-  return verifySameType(*this, getResult(), getX().getType(), "x's type");
+  if (failed(verifySameType(*this, getResult(), getX().getType(), "x's type")))
+    return failure();
+  // D3: a sequence slice has a sequence and a mesh axis.
+  if (auto axis = getSeqAxis()) {
+    if (getX().getType().getRank() < 2)
+      return emitOpError("seq_axis needs x of rank >= 2, found ")
+             << getX().getType();
+    if (failed(verifyMeshAxis(*this, *axis, "seq_axis")))
+      return failure();
+  }
+  return success();
 }
 
 int64_t DropoutOp::getVectorFlops() { return product({2, numel(getResult())}); }
@@ -951,8 +976,16 @@ LogicalResult PositionEmbeddingGradOp::verify() {
     return emitOpError("dy must be [batch, seq, hidden] and the result "
                        "[positions, hidden], found ")
            << shapeStr(dy.getShape()) << " and " << shapeStr(table.getShape());
-  // PEG2: seq <= positions.
+  // PEG4: seq_axis is a mesh axis; PEG2 counts the whole sequence.
   int64_t seq = dy.getDimSize(1), positions = table.getDimSize(0);
+  if (auto axis = getSeqAxis()) {
+    FailureOr<int64_t> n = verifyMeshAxis(*this, *axis, "seq_axis");
+    if (failed(n))
+      return failure();
+    if (!ShapedType::isDynamic(seq))
+      seq *= *n;
+  }
+  // PEG2: seq <= positions.
   if (!ShapedType::isDynamic(seq) && !ShapedType::isDynamic(positions) &&
       seq > positions)
     return emitOpError("sequence length ")
@@ -1346,3 +1379,58 @@ int64_t AllReduceOp::getVectorFlops() {
     n += numel(v);
   return n;
 }
+
+/// CG1 to CG4 (and RS1 to RS4): `whole` is the concatenated shape, `part`
+/// one rank's; `gather` names the op's direction in messages.
+static LogicalResult verifySliceCollective(Operation *op, FlatSymbolRefAttr mesh,
+                                           ArrayAttr axes, int64_t dim,
+                                           StringRef reason, bool gather) {
+  auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto out = cast<RankedTensorType>(op->getResult(0).getType());
+  // CG1: one element type and rank; dim a dimension.
+  if (in.getElementType() != out.getElementType() ||
+      in.getRank() != out.getRank())
+    return op->emitOpError("operand ")
+           << in << " and result " << out
+           << " must have one element type and rank";
+  if (dim < 0 || dim >= in.getRank())
+    return op->emitOpError("dim = ")
+           << dim << " is not a dimension of " << in;
+  // CG2: the mesh and its axes.
+  if (failed(verifyMeshAxes(op, mesh, axes)))
+    return failure();
+  auto meshOp = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, mesh);
+  int64_t ranks = 1;
+  for (Attribute axis : axes)
+    ranks *= *meshOp.getAxisSize(cast<StringAttr>(axis).getValue());
+  // CG3: the whole is the part times the group's size along dim.
+  RankedTensorType whole = gather ? out : in, part = gather ? in : out;
+  SmallVector<int64_t> expected(part.getShape());
+  if (!ShapedType::isDynamic(expected[dim]))
+    expected[dim] *= ranks;
+  if (!shapesAgree(whole.getShape(), expected))
+    return op->emitOpError(gather ? "result is " : "operand is ")
+           << shapeStr(whole.getShape()) << " but " << ranks
+           << " ranks' slices of " << shapeStr(part.getShape())
+           << " along dim " << dim << " make " << shapeStr(expected);
+  // CG4: a reason.
+  if (reason.empty())
+    return op->emitOpError("needs a reason (why the collective is there)");
+  return success();
+}
+
+LogicalResult AllGatherOp::verify() {
+  return verifySliceCollective(*this, getMeshAttr(), getAxes(),
+                               getDimAttr().getInt(), getReason(),
+                               /*gather=*/true);
+}
+
+int64_t AllGatherOp::getVectorFlops() { return 0; }
+
+LogicalResult ReduceScatterOp::verify() {
+  return verifySliceCollective(*this, getMeshAttr(), getAxes(),
+                               getDimAttr().getInt(), getReason(),
+                               /*gather=*/false);
+}
+
+int64_t ReduceScatterOp::getVectorFlops() { return numel(getInput()); }

@@ -196,16 +196,25 @@ def Model_PositionEmbeddingOp : Model_ForwardOp<"position_embedding"> {
         : (tensor<128x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
     ```
 
+    With `seq_axis` (sequence parallelism) the result is this rank's slice
+    of the sequence along that mesh axis: rank `c` of `n` gets positions
+    `[c·S/n, (c+1)·S/n)`.
+
     Constraints:
     - PE1: the table has rank 2 and the tokens rank 2.
     - PE2: the sequence length (tokens dimension 1) is at most the table's
       dimension 0.
-    - PE3: the result is `[batch, seq, hidden]` of the table's element type.
+    - PE3: the result is `[batch, seq, hidden]` of the table's element type
+      (`[batch, seq / n, hidden]` with `seq_axis` of size `n`).
+    - PE4: `seq_axis`, when present, is an axis of the module's mesh whose
+      size divides the sequence length.
   }];
-  let arguments = (ins Model_FloatTensor:$table, Model_IndexTensor:$tokens);
+  let arguments = (ins Model_FloatTensor:$table, Model_IndexTensor:$tokens,
+                       OptionalAttr<StrAttr>:$seq_axis);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $table `for` $tokens attr-dict `:` functional-type(operands, results)
+    $table `for` $tokens (`seq_axis` `=` $seq_axis^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$tokens)>];
 }
@@ -570,15 +579,23 @@ def Model_DropoutOp : Model_ForwardOp<"dropout"> {
         : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
     ```
 
+    With `seq_axis` (sequence parallelism) `x` is this rank's slice of the
+    sequence (dimension 1) along that mesh axis, and each element keeps the
+    mask of its place in the whole sequence.
+
     Constraints:
     - D1: `rate` is in [0, 1).
     - D2: the result has `x`'s type.
+    - D3: with `seq_axis`, `x` has rank at least 2 and the axis is an axis
+      of the module's mesh.
   }];
   let arguments = (ins Model_FloatTensor:$x, F64Attr:$rate,
-                       OptionalAttr<I64Attr>:$rng_id);
+                       OptionalAttr<I64Attr>:$rng_id,
+                       OptionalAttr<StrAttr>:$seq_axis);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $x `rate` `=` $rate attr-dict `:` functional-type(operands, results)
+    $x `rate` `=` $rate (`seq_axis` `=` $seq_axis^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$x, "double":$rate,
                                  "int64_t":$rngId)>];

@@ -86,8 +86,8 @@ struct Layout {
 /// The local program of a tensor-parallel rank (see the file comment).
 class TensorParallel {
 public:
-  TensorParallel(func::FuncOp func, int64_t tp)
-      : func(func), tp(tp), b(func.getContext()),
+  TensorParallel(func::FuncOp func, int64_t tp, bool sp)
+      : func(func), tp(tp), sp(sp), b(func.getContext()),
         mesh(FlatSymbolRefAttr::get(func.getContext(), kMeshName)) {}
 
   LogicalResult run();
@@ -103,6 +103,7 @@ private:
   LogicalResult visitCrossEntropyGrad(CrossEntropyGradOp op);
   LogicalResult visitAttention(Operation *op, Value k, ValueRange kvResults);
   LogicalResult visitOptimizer(Operation *op);
+  LogicalResult visitRowwise(Operation *op);
 
   /// The parameter argument of `func` that `v` is (directly or as a layer's
   /// block argument), or null.
@@ -119,15 +120,30 @@ private:
                             StringRef what);
   /// Gives `v` (whose type is still the global one) its layout and local type.
   LogicalResult setLayout(Value v, Layout layout, Operation *at);
-  /// The whole value of the partial `v`, for `user`: an all-reduce over tp
-  /// just before it (reused by later users in the same block).
-  Value resolve(Value v, Operation *user);
-  /// Replaces the operands of `op` that are partial sums by their whole value.
+  /// True when `v` is split along the sequence (sequence parallelism): a
+  /// `[batch, seq, ...]` activation split on dimension 1.
+  bool isSeq(Value v) {
+    Layout l = layouts.lookup(v);
+    return sp && l.isSplit() && l.dim == 1 &&
+           cast<RankedTensorType>(v.getType()).getRank() >= 3;
+  }
+  /// The whole value of `v` for `user`, collected just before it (and
+  /// reused by later users in the same block): partial sums all-reduced,
+  /// sequence slices all-gathered. Other values are returned as they are.
+  Value whole(Value v, Operation *user);
+  /// `v` as this rank's sequence slice for `user`: partial sums
+  /// reduce-scattered. Other values are returned as they are.
+  Value seqSlice(Value v, Operation *user);
+  /// Replaces the operands of `op` that are partial sums or sequence slices
+  /// by their whole values.
   void resolveOperands(Operation *op);
-  /// All-reduces the partial result of a forward op right after it.
+  /// Sums the partial result of a forward op right after it: an all-reduce,
+  /// or with sequence parallelism a reduce-scatter into sequence slices.
   void reduceNow(Value v, Operation *op);
   AllReduceOp createAllReduce(Location loc, Value v, StringRef reason,
                               bool max = false);
+  Value createSliceCollective(Location loc, Value v, bool gather,
+                              StringRef reason);
   std::string paramName(Value v);
   LogicalResult unsupported(Operation *op, const Twine &why) {
     return op->emitOpError("cannot be split over tp = ") << tp << ": " << why;
@@ -135,6 +151,7 @@ private:
 
   func::FuncOp func;
   int64_t tp;
+  bool sp;
   OpBuilder b;
   FlatSymbolRefAttr mesh;
   DenseMap<Value, Layout> layouts;
@@ -145,8 +162,8 @@ private:
   DenseSet<BlockArgument> decided;
   /// The global log-sum-exp of each vocab-parallel loss, by logits.
   DenseMap<Value, Value> lseOf;
-  /// The all-reduce of each partial value already resolved.
-  DenseMap<Value, Value> resolved;
+  /// The whole value and the sequence slice of values already resolved.
+  DenseMap<Value, Value> wholeOf, sliceOf;
 };
 
 std::string TensorParallel::paramName(Value v) {
@@ -225,31 +242,83 @@ AllReduceOp TensorParallel::createAllReduce(Location loc, Value v,
   return reduce;
 }
 
-Value TensorParallel::resolve(Value v, Operation *user) {
-  if (Value r = resolved.lookup(v))
+Value TensorParallel::createSliceCollective(Location loc, Value v, bool gather,
+                                            StringRef reason) {
+  auto type = cast<RankedTensorType>(v.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape[1] = gather ? shape[1] * tp : shape[1] / tp;
+  auto resultType = RankedTensorType::get(shape, type.getElementType());
+  auto axes = b.getStrArrayAttr({kTp});
+  Value r;
+  if (gather)
+    r = b.create<AllGatherOp>(loc, resultType, v, mesh, axes,
+                              b.getI64IntegerAttr(1), b.getStringAttr(reason));
+  else
+    r = b.create<ReduceScatterOp>(loc, resultType, v, mesh, axes,
+                                  b.getI64IntegerAttr(1),
+                                  b.getStringAttr(reason));
+  layouts[r] = gather ? Layout() : Layout::split(1);
+  return r;
+}
+
+Value TensorParallel::whole(Value v, Operation *user) {
+  Layout l = layouts.lookup(v);
+  if (!l.isPartial() && !isSeq(v))
+    return v;
+  if (Value r = wholeOf.lookup(v))
     if (r.getParentBlock() == user->getBlock())
       return r;
   b.setInsertionPoint(user);
-  std::string reason = "model-shard: tensor-parallel sum of the partial " +
-                       layouts[v].why + ", for " +
-                       user->getName().getStringRef().str();
-  Value r = createAllReduce(v.getLoc(), v, reason).getResult(0);
-  resolved[v] = r;
+  std::string forUser = ", for " + user->getName().getStringRef().str();
+  Value r;
+  if (l.isPartial()) {
+    r = createAllReduce(v.getLoc(), v,
+                        "model-shard: tensor-parallel sum of the partial " +
+                            l.why + forUser)
+            .getResult(0);
+  } else {
+    r = createSliceCollective(
+        v.getLoc(), v, /*gather=*/true,
+        "model-shard: sequence-parallel gather of the sequence slices" +
+            forUser);
+  }
+  wholeOf[v] = r;
+  return r;
+}
+
+Value TensorParallel::seqSlice(Value v, Operation *user) {
+  if (!layouts.lookup(v).isPartial())
+    return v;
+  if (Value r = sliceOf.lookup(v))
+    if (r.getParentBlock() == user->getBlock())
+      return r;
+  b.setInsertionPoint(user);
+  Value r = createSliceCollective(
+      v.getLoc(), v, /*gather=*/false,
+      "model-shard: sequence-parallel sum of the partial " +
+          layouts.lookup(v).why + ", each rank keeping its sequence slice, for " +
+          user->getName().getStringRef().str());
+  sliceOf[v] = r;
   return r;
 }
 
 void TensorParallel::resolveOperands(Operation *op) {
   for (OpOperand &operand : op->getOpOperands())
-    if (layouts.lookup(operand.get()).isPartial())
-      operand.set(resolve(operand.get(), op));
+    operand.set(whole(operand.get(), op));
 }
 
 void TensorParallel::reduceNow(Value v, Operation *op) {
   b.setInsertionPointAfter(op);
-  AllReduceOp reduce = createAllReduce(
-      op->getLoc(), v,
-      "model-shard: tensor-parallel sum of the " + layouts[v].why);
-  v.replaceAllUsesExcept(reduce.getResult(0), reduce);
+  std::string why = layouts[v].why;
+  Value sum =
+      sp ? createSliceCollective(op->getLoc(), v, /*gather=*/false,
+                                 "model-shard: sequence-parallel sum of the " +
+                                     why + ", each rank keeping its sequence "
+                                           "slice")
+         : createAllReduce(op->getLoc(), v,
+                           "model-shard: tensor-parallel sum of the " + why)
+               .getResult(0);
+  v.replaceAllUsesExcept(sum, sum.getDefiningOp());
 }
 
 /// True when `v` (through rope) is the keys or values of an attention whose
@@ -599,6 +668,8 @@ LogicalResult TensorParallel::visit(Operation *op) {
     return setLayout(grad.getResult(), dy, op);
   }
   if (auto grad = dyn_cast<LinearGradWeightOp>(op)) {
+    if (isSeq(grad.getX())) // the saved input of a column-parallel linear
+      grad.getXMutable().set(whole(grad.getX(), op));
     Layout x = layouts[grad.getX()], dy = layouts[grad.getDy()];
     int64_t outAxis = grad.getTransposeW() ? 0 : 1, inAxis = 1 - outAxis;
     if (x.isPartial())
@@ -607,14 +678,18 @@ LogicalResult TensorParallel::visit(Operation *op) {
       return setLayout(grad.getResult(),
                        dy.isSplit() ? Layout::split(outAxis, dy.blocks) : dy,
                        op);
-    if (dy.isPartial())
-      resolveOperands(op);
+    grad.getDyMutable().set(whole(grad.getDy(), op));
     if (!layouts[grad.getDy()].isReplicated())
       return unsupported(op, "x and dy are both split");
     return setLayout(grad.getResult(), Layout::split(inAxis, x.blocks), op);
   }
   if (auto grad = dyn_cast<BiasGradOp>(op)) {
     Layout dy = layouts[grad.getDy()];
+    if (isSeq(grad.getDy()))
+      return setLayout(grad.getResult(),
+                       Layout::partial("model.bias_grad gradients of this "
+                                       "rank's sequence slice"),
+                       op);
     return setLayout(grad.getResult(),
                      dy.isSplit() ? Layout::split(0, dy.blocks) : dy, op);
   }
@@ -629,7 +704,11 @@ LogicalResult TensorParallel::visit(Operation *op) {
                        Layout::partial(l.why == r.why ? l.why
                                                       : l.why + " plus " + r.why),
                        op);
-    resolveOperands(op);
+    if (isSeq(add.getLhs()) || isSeq(add.getRhs()))
+      for (OpOperand &operand : op->getOpOperands())
+        operand.set(seqSlice(operand.get(), op));
+    else
+      resolveOperands(op);
     Layout l2 = layouts[add.getLhs()], r2 = layouts[add.getRhs()];
     if (!l2.sameAs(r2))
       return unsupported(op, "its operands are split differently");
@@ -683,8 +762,9 @@ LogicalResult TensorParallel::visit(Operation *op) {
     return success();
   }
   if (isa<DropoutOp, RmsNormOp, LayerNormOp, RmsNormGradOp, LayerNormGradOp,
-          PositionEmbeddingOp, PositionEmbeddingGradOp, CrossEntropyMaxOp,
-          CrossEntropyPartialOp, CrossEntropyFinishOp>(op)) {
+          PositionEmbeddingOp, PositionEmbeddingGradOp>(op))
+    return visitRowwise(op);
+  if (isa<CrossEntropyMaxOp, CrossEntropyPartialOp, CrossEntropyFinishOp>(op)) {
     // These need whole values: a norm reduces over the hidden dimension,
     // and dropout's mask is keyed by the element's global index.
     resolveOperands(op);
@@ -697,6 +777,58 @@ LogicalResult TensorParallel::visit(Operation *op) {
     return success();
   }
   return unsupported(op, "model-shard has no tensor-parallel rule for it");
+}
+
+/// Ops that work row by row over whole rows (norms, dropout, position
+/// embeddings): on whole values, or with sequence parallelism on sequence
+/// slices, whose parameter gradients are then partial over tp.
+LogicalResult TensorParallel::visitRowwise(Operation *op) {
+  auto activations = [&]() -> SmallVector<unsigned> {
+    if (isa<RmsNormGradOp, LayerNormGradOp>(op))
+      return {0, 2};
+    if (isa<PositionEmbeddingOp>(op))
+      return {};
+    return {0};
+  }();
+  // The sequence slices when the input is one (always, under sp, but for
+  // the position table, which is read for this rank's positions).
+  bool sliced = isa<PositionEmbeddingOp>(op)
+                    ? sp
+                    : isSeq(op->getOperand(0)) ||
+                          (sp && isa<PositionEmbeddingGradOp>(op) &&
+                           layouts[op->getOperand(0)].isPartial());
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    OpOperand &operand = op->getOpOperand(i);
+    bool activation = llvm::is_contained(activations, i);
+    operand.set(sliced && activation ? seqSlice(operand.get(), op)
+                                     : whole(operand.get(), op));
+    if (sliced && activation && !isSeq(operand.get()))
+      return unsupported(op, "it mixes sequence slices and whole values");
+    if (!(sliced && activation) && layouts[operand.get()].isSplit())
+      return unsupported(op, "it needs whole operands");
+  }
+  if (sliced) {
+    StringAttr axis = b.getStringAttr(kTp);
+    if (auto dropout = dyn_cast<DropoutOp>(op))
+      dropout.setSeqAxisAttr(axis);
+    else if (auto pos = dyn_cast<PositionEmbeddingOp>(op))
+      pos.setSeqAxisAttr(axis);
+    else if (auto pos = dyn_cast<PositionEmbeddingGradOp>(op))
+      pos.setSeqAxisAttr(axis);
+  }
+  for (Value r : op->getResults()) {
+    auto type = cast<RankedTensorType>(r.getType());
+    Layout l;
+    if (sliced && (type.getRank() >= 3 || isa<PositionEmbeddingOp>(op)))
+      l = Layout::split(1); // an activation slice
+    else if (sliced)
+      l = Layout::partial(op->getName().getStringRef().str() +
+                          " parameter gradients of this rank's sequence "
+                          "slice");
+    if (failed(setLayout(r, l, op)))
+      return failure();
+  }
+  return success();
 }
 
 LogicalResult TensorParallel::visitBlock(Block &block) {
@@ -785,9 +917,15 @@ void ModelShardPass::runOnOperation() {
                                       b.getArrayAttr({})));
   }
 
+  if (sp && tp < 2) {
+    module.emitError("model-shard: sequence parallelism splits the sequence "
+                     "over tp, which needs tp > 1 (tp = ")
+        << int64_t(tp) << ")";
+    return signalPassFailure();
+  }
   std::optional<TensorParallel> tensorParallel;
   if (tp > 1) {
-    tensorParallel.emplace(func, tp);
+    tensorParallel.emplace(func, tp, sp);
     if (failed(tensorParallel->run()))
       return signalPassFailure();
   }

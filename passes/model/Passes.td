@@ -127,6 +127,9 @@ def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
   let options = [
     Option<"dp", "dp", "int64_t", "1", "data-parallel degree">,
     Option<"tp", "tp", "int64_t", "1", "tensor-parallel degree">,
+    Option<"sp", "sp", "bool", "false",
+           "sequence parallelism: norms, dropout and residuals on sequence "
+           "slices over tp (needs tp > 1)">,
     Option<"bucketBytes", "bucket-bytes", "int64_t", "25000000",
            "most bytes of gradients one data-parallel all-reduce carries "
            "(Megatron's default bucket is 40 M parameters; 25 MB as PyTorch DDP)">

@@ -169,6 +169,21 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op,
       local = lastDim(op->getOperand(0)); // the logits
     add("vocab_start_stride", b.getI64IntegerAttr(local));
   }
+  // The slice of the sequence: rank c's first position is c times its
+  // length; dropout numbers each sample's elements, so its slice of them
+  // starts at c times their count.
+  if (auto axis = op->getAttrOfType<StringAttr>("seq_axis")) {
+    rankAxis = axis;
+    auto local = cast<RankedTensorType>(
+        (isa<model::PositionEmbeddingOp>(op) ? op->getResult(0)
+                                             : op->getOperand(0))
+            .getType());
+    if (isa<model::DropoutOp>(op))
+      add("col_offset_stride",
+          b.getI64IntegerAttr(local.getNumElements() / local.getDimSize(0)));
+    else
+      add("seq_start_stride", b.getI64IntegerAttr(local.getDimSize(1)));
+  }
   // The slice of the heads: rank c's first query head is c times its count,
   // its first kv head too unless they are replicated.
   if (auto axis = op->getAttrOfType<StringAttr>("head_axis")) {
@@ -192,7 +207,7 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op,
   for (NamedAttribute attr : op->getAttrDictionary()) {
     StringRef name = attr.getName();
     if (name.starts_with("model.") || name == "dropout" ||
-        name == "vocab_axis" || name == "head_axis")
+        name == "vocab_axis" || name == "head_axis" || name == "seq_axis")
       continue; // discardable attributes; attention dropout is 0 here; the
                 // axes became rankAxis
     if (name == "num_heads")
@@ -310,6 +325,17 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     kernel("ALL_REDUCE", buffersOf(reduce.getInputs()),
            buffersOf(reduce.getResults()), b.getDictionaryAttr(params),
            op->getLoc(), reduce.getReason(), reduce.getAxes());
+    return success();
+  }
+  if (isa<model::AllGatherOp, model::ReduceScatterOp>(op)) {
+    // Sequence parallelism's collectives: a new buffer of the other size.
+    newBuffer(op->getResult(0), "activation");
+    kernel(isa<model::AllGatherOp>(op) ? "ALL_GATHER" : "REDUCE_SCATTER",
+           buffersOf(op->getOperands()), buffersOf(op->getResults()),
+           b.getDictionaryAttr(
+               b.getNamedAttr("dim", op->getAttrOfType<IntegerAttr>("dim"))),
+           op->getLoc(), op->getAttrOfType<StringAttr>("reason").getValue(),
+           op->getAttrOfType<ArrayAttr>("axes"));
     return success();
   }
   std::string provenance =

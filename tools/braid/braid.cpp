@@ -1,6 +1,6 @@
 //===- braid.cpp - The braid command ---------------------------------------===//
 //
-// braid train JOB.textproto [--dp N] [--data PREFIX] [--steps N] [--seed N]
+// braid train JOB.textproto [--dp N] [--tp N] [--sp] [--data PREFIX] [--steps N] [--seed N]
 //                           [--data-order ORDER] [--init-from HF_DIR]
 //                           [--log-every N] [--metrics-out FILE]
 //
@@ -44,7 +44,7 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--pp N] "
+  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] "
                << exec::kTrainerFlagsUsage
                << "\n";
   return error.empty() ? 0 : 2;
@@ -141,12 +141,17 @@ int main(int argc, char **argv) {
   // The trainer's flags as given, for braid-run when mpirun starts the ranks.
   std::vector<std::string> forwarded;
   std::map<std::string, int64_t> mesh; // --dp, --tp, --pp
+  bool sequenceParallel = false;        // --sp
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) {
       if (!jobPath.empty())
         return usage("more than one job: " + jobPath + " and " + arg);
       jobPath = arg;
+      continue;
+    }
+    if (arg == "--sp") { // a switch: sequence parallelism over tp
+      sequenceParallel = true;
       continue;
     }
     std::string value;
@@ -180,6 +185,8 @@ int main(int argc, char **argv) {
   llvm::Expected<spec::JobSpec> job = loadJobFile(jobPath);
   if (!job)
     return fail(llvm::toString(job.takeError()));
+  if (sequenceParallel)
+    job->mutable_parallel()->set_sp(true);
   for (auto [axis, n] : mesh) {
     spec::ParallelSpec *p = job->mutable_parallel();
     if (axis == "dp")

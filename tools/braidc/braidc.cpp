@@ -79,6 +79,9 @@ static cl::opt<int64_t> dpFlag("dp", cl::desc("Data-parallel degree (parallel.dp
 static cl::opt<int64_t> tpFlag("tp",
                               cl::desc("Tensor-parallel degree (parallel.tp)"),
                               cl::cat(category));
+static cl::opt<bool> spFlag(
+    "sp", cl::desc("Sequence parallelism over the tp ranks (parallel.sp)"),
+    cl::cat(category));
 static cl::opt<int64_t> ppFlag("pp",
                               cl::desc("Pipeline-parallel degree (parallel.pp)"),
                               cl::cat(category));
@@ -136,6 +139,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_parallel()->set_tp(tpFlag);
   if (ppFlag.getNumOccurrences())
     job.mutable_parallel()->set_pp(ppFlag);
+  if (spFlag.getNumOccurrences())
+    job.mutable_parallel()->set_sp(spFlag);
   if (globalBatch.getNumOccurrences())
     job.mutable_parallel()->set_global_batch_size(globalBatch);
   if (precision.getNumOccurrences()) {

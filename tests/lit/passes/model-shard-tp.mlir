@@ -151,3 +151,74 @@
 // RUN: FileCheck %s --check-prefix=REPORT4 < %t4.json
 // REPORT4: "all_reduce": {
 // REPORT4-NEXT: "tp": 73920
+
+// Tests sequence parallelism on the LLaMA block: the residual stream and the
+// norms hold each rank's half of the sequence ([1, 4, 64]); the embedding's
+// and each row-parallel linear's partial sums are reduce-scattered into
+// sequence slices instead of all-reduced; one all-gather before q/k/v (they
+// share it) and one before gate/up.
+// RUN: braidc --preset tiny-llama --seq-len 8 --tp 2 --sp --compile-to=shard | FileCheck %s --check-prefix=SP
+// SP: %[[E:.+]] = model.embedding {{.*}} vocab_axis = "tp" : (tensor<256x64xf32>, tensor<1x8xi32>) -> tensor<1x8x64xf32>
+// SP-NEXT: %[[ES:.+]] = model.reduce_scatter %[[E]] over @mesh ["tp"] dim = 1 reason = "model-shard: sequence-parallel sum of the vocab-parallel model.embedding {{.*}}" : (tensor<1x8x64xf32>) -> tensor<1x4x64xf32>
+// SP-NEXT: model.layer 0(%[[ES]],
+// SP: %[[N:.+]] = model.rms_norm %{{.+}}, %{{.+}} eps = 1.000000e-05 : (tensor<1x4x64xf32>, tensor<64xf32>) -> tensor<1x4x64xf32>
+// SP-NEXT: %[[G:.+]] = model.all_gather %[[N]] over @mesh ["tp"] dim = 1 {{.*}} : (tensor<1x4x64xf32>) -> tensor<1x8x64xf32>
+// SP-NEXT: model.linear %[[G]], {{.*}} -> tensor<1x8x32xf32>
+// SP-NEXT: model.linear %[[G]], {{.*}} -> tensor<1x8x16xf32>
+// SP-NEXT: model.linear %[[G]], {{.*}} -> tensor<1x8x16xf32>
+// SP-NOT: model.all_gather
+// SP: %[[O:.+]] = model.linear {{.*}} : (tensor<1x8x32xf32>, tensor<64x32xf32>) -> tensor<1x8x64xf32>
+// SP-NEXT: %[[OS:.+]] = model.reduce_scatter %[[O]] over @mesh ["tp"] dim = 1 {{.*}} -> tensor<1x4x64xf32>
+// SP-NEXT: %[[H:.+]] = model.add %{{.+}}, %[[OS]] : (tensor<1x4x64xf32>, tensor<1x4x64xf32>) -> tensor<1x4x64xf32>
+// SP-NEXT: %[[N2:.+]] = model.rms_norm %[[H]]
+// SP-NEXT: %[[G2:.+]] = model.all_gather %[[N2]] over @mesh ["tp"] dim = 1
+// SP-NEXT: model.linear %[[G2]]
+// SP-NEXT: model.linear %[[G2]]
+// SP-NEXT: model.swiglu
+// SP-NEXT: %[[D:.+]] = model.linear
+// SP-NEXT: %[[DS:.+]] = model.reduce_scatter %[[D]] over @mesh ["tp"] dim = 1
+// SP-NEXT: model.add %[[H]], %[[DS]]
+// SP-NEXT: model.yield
+// Backward: the gradients of the norm weights (each rank saw half of the
+// tokens) are partial and summed over tp with the step's reductions.
+// SP: model.all_reduce {{.*}} over @mesh ["tp"] reason = "model-shard: tensor-parallel sum of the gradients of model.norm.weight .. model.layers.0.post_attention_layernorm.weight (5 tensors, 1280 bytes); partial over tp
+// SP-NEXT: model.grad_norm
+
+// Tests GPT-2 with sequence parallelism and dropout: the position table is
+// read for this rank's positions, and every dropout sees a sequence slice
+// whose mask is that of its place in the whole sequence.
+// RUN: printf 'model { preset: "tiny-gpt2" hidden_dropout: 0.1 embedding_dropout: 0.1 }\ndata { seq_length: 8 }\n' > %t.gpt2.textproto
+// RUN: braidc %t.gpt2.textproto --tp 2 --sp --compile-to=shard | FileCheck %s --check-prefix=SPGPT2
+// SPGPT2: %[[WTE:.+]] = model.reduce_scatter {{.*}} -> tensor<1x4x64xf32>
+// SPGPT2-NEXT: %[[WPE:.+]] = model.position_embedding %{{.+}} for %{{.+}} seq_axis = "tp" : (tensor<128x64xf32>, tensor<1x8xi32>) -> tensor<1x4x64xf32>
+// SPGPT2-NEXT: %[[X:.+]] = model.add %[[WTE]], %[[WPE]]
+// SPGPT2-NEXT: model.dropout %[[X]] rate = 1.000000e-01 seq_axis = "tp" {rng_id = 0 : i64} : (tensor<1x4x64xf32>) -> tensor<1x4x64xf32>
+// SPGPT2: model.reduce_scatter
+// SPGPT2-NEXT: model.dropout {{.*}} seq_axis = "tp" {rng_id = 1 : i64}
+// SPGPT2: model.position_embedding_grad %{{.+}} seq_axis = "tp" : (tensor<1x4x64xf32>) -> tensor<128x64xf32>
+
+// Tests the report with sequence parallelism against the closed form
+// (docs/report.md): per micro-batch, all-gathers of a 1·4·64 = 256-float
+// slice: 2 per layer forward, 4 per layer backward (the row-parallel input
+// gradients' dy and the column-parallel weight gradients' x), 1 before the
+// output layer and 1 before the embedding gradient: 14 · 256 floats =
+// 14,336 bytes; reduce-scatters of 1·8·64 = 512 floats: 2 per layer
+// forward, 2 per layer backward, 1 after the embedding, 1 for the output
+// layer's input gradient: 10 · 512 floats = 20,480 bytes; the loss's 24
+// floats. Two micro-batches double these; once per step the 5 norm weights
+// (5 · 64 floats) are summed over tp: 2 · 96 + 1,280 = 1,472 bytes of
+// all-reduce.
+// RUN: braidc --preset tiny-llama --seq-len 8 --tp 2 --sp --micro-batch-size 1 --global-batch-size 2 --compile-to=plan --report=%tsp.json -o /dev/null
+// RUN: FileCheck %s --check-prefix=SPREPORT < %tsp.json
+// SPREPORT: "communication_bytes_per_step": {
+// SPREPORT-NEXT: "all_gather": {
+// SPREPORT-NEXT: "tp": 28672
+// SPREPORT-NEXT: },
+// SPREPORT-NEXT: "all_reduce": {
+// SPREPORT-NEXT: "tp": 1472
+// SPREPORT-NEXT: },
+// SPREPORT-NEXT: "grad_norm": {
+// SPREPORT-NEXT: "tp": 8
+// SPREPORT-NEXT: },
+// SPREPORT-NEXT: "reduce_scatter": {
+// SPREPORT-NEXT: "tp": 40960

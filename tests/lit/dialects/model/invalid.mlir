@@ -1313,3 +1313,142 @@ func.func @gn3_axis(%g: tensor<4xf32>) {
   %n, %s = model.grad_norm %g max_norm = 1.0 over @mesh ["dp"] replicated = [false] : (tensor<4xf32>) -> (tensor<f32>, tensor<f32>)
   return
 }
+
+// -----
+
+// Tests CG1: a gather keeps the element type.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @cg1_element_type(%x: tensor<1x4x8xf32>) {
+  // expected-error @+1 {{'model.all_gather' op operand 'tensor<1x4x8xf32>' and result 'tensor<1x8x8xf64>' must have one element type and rank}}
+  %g = model.all_gather %x over @mesh ["tp"] dim = 1 reason = "r" : (tensor<1x4x8xf32>) -> tensor<1x8x8xf64>
+  return
+}
+
+// -----
+
+// Tests CG1: dim is a dimension.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @cg1_dim(%x: tensor<1x4x8xf32>) {
+  // expected-error @+1 {{'model.all_gather' op dim = 3 is not a dimension of 'tensor<1x4x8xf32>'}}
+  %g = model.all_gather %x over @mesh ["tp"] dim = 3 reason = "r" : (tensor<1x4x8xf32>) -> tensor<1x4x8xf32>
+  return
+}
+
+// -----
+
+// Tests CG2: the axes are axes of the mesh.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @cg2_axis(%x: tensor<1x4x8xf32>) {
+  // expected-error @+1 {{'model.all_gather' op axis "dp" is not an axis of mesh @mesh}}
+  %g = model.all_gather %x over @mesh ["dp"] dim = 1 reason = "r" : (tensor<1x4x8xf32>) -> tensor<1x8x8xf32>
+  return
+}
+
+// -----
+
+// Tests CG3: the gathered dimension is the slices' times the group.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @cg3_size(%x: tensor<1x4x8xf32>) {
+  // expected-error @+1 {{'model.all_gather' op result is [1, 12, 8] but 2 ranks' slices of [1, 4, 8] along dim 1 make [1, 8, 8]}}
+  %g = model.all_gather %x over @mesh ["tp"] dim = 1 reason = "r" : (tensor<1x4x8xf32>) -> tensor<1x12x8xf32>
+  return
+}
+
+// -----
+
+// Tests CG4: a gather says why it is there.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @cg4_reason(%x: tensor<1x4x8xf32>) {
+  // expected-error @+1 {{'model.all_gather' op needs a reason (why the collective is there)}}
+  %g = model.all_gather %x over @mesh ["tp"] dim = 1 reason = "" : (tensor<1x4x8xf32>) -> tensor<1x8x8xf32>
+  return
+}
+
+// -----
+
+// Tests RS1: a reduce-scatter keeps the rank.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @rs1_rank(%x: tensor<1x8x8xf32>) {
+  // expected-error @+1 {{'model.reduce_scatter' op operand 'tensor<1x8x8xf32>' and result 'tensor<4x8xf32>' must have one element type and rank}}
+  %s = model.reduce_scatter %x over @mesh ["tp"] dim = 1 reason = "r" : (tensor<1x8x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests RS2: the mesh exists.
+func.func @rs2_mesh(%x: tensor<1x8x8xf32>) {
+  // expected-error @+1 {{'model.reduce_scatter' op mesh @mesh is not a model.mesh of the module}}
+  %s = model.reduce_scatter %x over @mesh ["tp"] dim = 1 reason = "r" : (tensor<1x8x8xf32>) -> tensor<1x4x8xf32>
+  return
+}
+
+// -----
+
+// Tests RS3: each rank keeps a 1/group part along dim.
+model.mesh @mesh axes = ["tp"] sizes = [4]
+func.func @rs3_size(%x: tensor<1x8x8xf32>) {
+  // expected-error @+1 {{'model.reduce_scatter' op operand is [1, 8, 8] but 4 ranks' slices of [1, 4, 8] along dim 1 make [1, 16, 8]}}
+  %s = model.reduce_scatter %x over @mesh ["tp"] dim = 1 reason = "r" : (tensor<1x8x8xf32>) -> tensor<1x4x8xf32>
+  return
+}
+
+// -----
+
+// Tests RS4: a reduce-scatter says why it is there.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @rs4_reason(%x: tensor<1x8x8xf32>) {
+  // expected-error @+1 {{'model.reduce_scatter' op needs a reason (why the collective is there)}}
+  %s = model.reduce_scatter %x over @mesh ["tp"] dim = 1 reason = "" : (tensor<1x8x8xf32>) -> tensor<1x4x8xf32>
+  return
+}
+
+// -----
+
+// Tests PE4: the sequence axis divides the sequence.
+model.mesh @mesh axes = ["tp"] sizes = [4]
+func.func @pe4_divides(%t: tensor<16x8xf32>, %ids: tensor<1x6xi32>) {
+  // expected-error @+1 {{'model.position_embedding' op seq_axis "tp" of 4 ranks does not divide the sequence length 6}}
+  %p = model.position_embedding %t for %ids seq_axis = "tp" : (tensor<16x8xf32>, tensor<1x6xi32>) -> tensor<1x2x8xf32>
+  return
+}
+
+// -----
+
+// Tests PE3: with seq_axis, the result is this rank's slice of the sequence.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @pe3_slice(%t: tensor<16x8xf32>, %ids: tensor<1x6xi32>) {
+  // expected-error @+1 {{'model.position_embedding' op result is 'tensor<1x6x8xf32>' but must be [1, 3, 8] of 'f32'}}
+  %p = model.position_embedding %t for %ids seq_axis = "tp" : (tensor<16x8xf32>, tensor<1x6xi32>) -> tensor<1x6x8xf32>
+  return
+}
+
+// -----
+
+// Tests PEG2 and PEG4: with seq_axis, the whole sequence fits the table.
+model.mesh @mesh axes = ["tp"] sizes = [4]
+func.func @peg2_slices(%dy: tensor<1x6x8xf32>) {
+  // expected-error @+1 {{'model.position_embedding_grad' op sequence length 24 exceeds the table's 16 positions}}
+  %g = model.position_embedding_grad %dy seq_axis = "tp" : (tensor<1x6x8xf32>) -> tensor<16x8xf32>
+  return
+}
+
+// -----
+
+// Tests D3: a sequence slice has a sequence.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @d3_rank(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'model.dropout' op seq_axis needs x of rank >= 2, found 'tensor<8xf32>'}}
+  %d = model.dropout %x rate = 0.1 seq_axis = "tp" : (tensor<8xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests D3: the sequence axis is an axis of the mesh.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @d3_axis(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{'model.dropout' op seq_axis = "tp" is not an axis of the module's model.mesh}}
+  %d = model.dropout %x rate = 0.1 seq_axis = "tp" : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return
+}

@@ -712,3 +712,22 @@ func.func @tensor_parallel(%table: tensor<8x4xf32>, %ids: tensor<2x3xi32>,
   %n, %s = model.grad_norm %de, %b max_norm = 1.0 over @mesh ["tp"] replicated = [false, true] : (tensor<8x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<f32>)
   return
 }
+
+// -----
+
+// Tests that the sequence-parallel collectives and slices round-trip.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+// CHECK-LABEL: func.func @sequence_parallel
+func.func @sequence_parallel(%x: tensor<1x4x8xf32>, %wpe: tensor<16x8xf32>, %ids: tensor<1x8xi32>) {
+  // CHECK: %[[G:.+]] = model.all_gather %{{.+}} over @mesh ["tp"] dim = 1 reason = "gather" : (tensor<1x4x8xf32>) -> tensor<1x8x8xf32>
+  %g = model.all_gather %x over @mesh ["tp"] dim = 1 reason = "gather" : (tensor<1x4x8xf32>) -> tensor<1x8x8xf32>
+  // CHECK: model.reduce_scatter %[[G]] over @mesh ["tp"] dim = 1 reason = "scatter" : (tensor<1x8x8xf32>) -> tensor<1x4x8xf32>
+  %s = model.reduce_scatter %g over @mesh ["tp"] dim = 1 reason = "scatter" : (tensor<1x8x8xf32>) -> tensor<1x4x8xf32>
+  // CHECK: model.position_embedding %{{.+}} for %{{.+}} seq_axis = "tp" : (tensor<16x8xf32>, tensor<1x8xi32>) -> tensor<1x4x8xf32>
+  %p = model.position_embedding %wpe for %ids seq_axis = "tp" : (tensor<16x8xf32>, tensor<1x8xi32>) -> tensor<1x4x8xf32>
+  // CHECK: model.position_embedding_grad %{{.+}} seq_axis = "tp" : (tensor<1x4x8xf32>) -> tensor<16x8xf32>
+  %dp = model.position_embedding_grad %p seq_axis = "tp" : (tensor<1x4x8xf32>) -> tensor<16x8xf32>
+  // CHECK: model.dropout %{{.+}} rate = 1.000000e-01 seq_axis = "tp" {rng_id = 3 : i64}
+  %d = model.dropout %s rate = 0.1 seq_axis = "tp" {rng_id = 3 : i64} : (tensor<1x4x8xf32>) -> tensor<1x4x8xf32>
+  return
+}
