@@ -119,8 +119,32 @@ def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
       backward with 1 / (micro-batches × dp), so the sums are the gradients
       of the global batch's mean loss.
 
-    Tensor and sequence parallelism (`tp`, `sp`) are not built yet: the pass
-    refuses `tp > 1` rather than ignore it.
+    Tensor parallelism (`tp`), Megatron's split decided on the graph: every
+    value gets a layout over `tp` (whole, split along a dimension, or
+    partial sums). An embedding table is split by vocabulary rows; a linear
+    whose input is whole is column-parallel (its weight split on the output
+    dimension, a fused `[Q | K | V]` as three blocks, `model.shard_blocks`),
+    unless it makes the keys or values of an attention whose kv heads do not
+    divide by tp (then it stays whole); a linear whose input is split is
+    row-parallel (bias added at `1/tp`). Attention works on a slice of the
+    heads (`head_axis`); the loss becomes the vocab-parallel
+    `cross_entropy_max` / `_partial` / `_finish` with a `max` and a sum
+    all-reduce. The forward's partial sums (row-parallel linears,
+    vocab-parallel embedding) are all-reduced at once; the backward's
+    (column-parallel input gradients) where a consumer needs the whole
+    value, so the Q/K/V (gate/up) contributions are summed then reduced
+    once. Split parameters carry `model.sharding` on their argument; the
+    gradient norm sums over tp (`model.grad_norm ... over`); gradients left
+    partial (whole K/V weights) are summed over tp with the step's
+    reductions.
+
+    Sequence parallelism (`sp`, with tp > 1): norms, dropout, residuals and
+    position embeddings work on sequence slices; the forward's partial sums
+    are reduce-scattered (`model.reduce_scatter`) and the inputs of
+    column-parallel linears all-gathered (`model.all_gather`), and in
+    backward the reverse; norm weight gradients are partial over tp.
+
+    Every inserted collective's `reason` names the op and the rule.
 
     Expects the contract of `model-verify-train-step` plus the optimizer.
   }];

@@ -95,6 +95,8 @@ def main():
         # tiny-llama's 2 kv heads are replicated at tp 4 (tiny-gpt2's 4 split).
         ("tp4", 4, "tp: 4 micro_batch_size: 4"),
         ("tp2-dp2", 4, "tp: 2 dp: 2 micro_batch_size: 2"),
+        ("tp2-sp", 2, "tp: 2 sp: true micro_batch_size: 4"),
+        ("tp2-dp2-sp", 4, "tp: 2 dp: 2 sp: true micro_batch_size: 2"),
     ]
     worst_loss = worst_param = 0.0
     for model in ("tiny-llama", "tiny-gpt2"):
