@@ -43,8 +43,9 @@ absl::StatusOr<MPI_Datatype> mpiType(plan::DType dtype) {
   case plan::F64:
     return MPI_DOUBLE;
   default:
-    return absl::UnimplementedError(absl::StrCat(
-        "collectives on ", plan::DType_Name(dtype), " on MPI"));
+    return absl::UnimplementedError(
+        absl::StrCat("collectives on ", plan::DType_Name(dtype),
+                     " on MPI (expected F32 or F64)"));
   }
 }
 
@@ -170,6 +171,24 @@ absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
                              call->type, call->comm);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Allgather");
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::ReduceScatter(absl::Span<const std::string> axes,
+                                            const void *in, void *out,
+                                            int64_t countPerRank,
+                                            plan::DType dtype) {
+  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+  if (!call.ok())
+    return call.status();
+  if (countPerRank > (int64_t(1) << 30))
+    return absl::UnimplementedError(
+        absl::StrCat("a reduce-scatter of ", countPerRank,
+                     " elements per rank (MPI takes at most 2^30)"));
+  if (int rc = MPI_Reduce_scatter_block(in, out, int(countPerRank), call->type,
+                                        MPI_SUM, call->comm);
+      rc != MPI_SUCCESS)
+    return mpiError(rc, "MPI_Reduce_scatter_block");
   return absl::OkStatus();
 }
 

@@ -41,6 +41,11 @@ public:
                          exec::Reduction op = exec::Reduction::kSum) override;
   absl::Status AllGather(absl::Span<const std::string> axes, const void *in,
                          void *out, int64_t count, plan::DType dtype) override;
+  /// Sums F32 or F64 (MPI_Reduce_scatter_block: the order of the sum is
+  /// MPI's, the same on every run of the same job).
+  absl::Status ReduceScatter(absl::Span<const std::string> axes, const void *in,
+                             void *out, int64_t countPerRank,
+                             plan::DType dtype) override;
 
   /// Ends every rank of the job with `code`, so that none of them waits
   /// forever in a collective for this one (after an error here).

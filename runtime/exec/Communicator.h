@@ -41,6 +41,14 @@ public:
   virtual absl::Status AllGather(absl::Span<const std::string> axes,
                                  const void *in, void *out, int64_t count,
                                  plan::DType dtype) = 0;
+  /// Sums `in` (group size x countPerRank elements of `dtype`) elementwise
+  /// over the group along `axes` and leaves in `out` (countPerRank elements)
+  /// this rank's block of the sum: block c for the rank at place c in the
+  /// order of AllGather. `in` and `out` do not overlap.
+  virtual absl::Status ReduceScatter(absl::Span<const std::string> axes,
+                                     const void *in, void *out,
+                                     int64_t countPerRank,
+                                     plan::DType dtype) = 0;
 };
 
 } // namespace braid::exec

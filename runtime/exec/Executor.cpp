@@ -8,6 +8,7 @@
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include <algorithm>
 #include <chrono>
@@ -50,6 +51,19 @@ absl::StatusOr<std::unique_ptr<Executor>>
 Executor::Create(plan::Plan plan, Communicator *comm) {
   if (absl::Status s = plan::ValidatePlan(plan); !s.ok())
     return s;
+  // The slices of rank_axis kernels are offsets by the rank's coordinates,
+  // which the loader's checks cover only inside the mesh.
+  if (comm) {
+    const std::vector<int64_t> &coords = comm->Coordinates();
+    bool inside = int(coords.size()) == plan.mesh().sizes_size();
+    for (int i = 0; inside && i < plan.mesh().sizes_size(); ++i)
+      inside = coords[i] >= 0 && coords[i] < plan.mesh().sizes(i);
+    if (!inside)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the communicator's coordinates (", absl::StrJoin(coords, ", "),
+          ") are not a rank of the plan's mesh (sizes ",
+          absl::StrJoin(plan.mesh().sizes(), " x "), ")"));
+  }
   std::unique_ptr<Executor> executor(new Executor(std::move(plan)));
   executor->comm_ = comm;
   // One allocation for the whole run; zeroed so that a buffer read before it
@@ -195,10 +209,11 @@ absl::Status Executor::runInstruction(const Instruction &inst,
   // A slice of the vocabulary (rank_axis and vocab_start_stride, validated by
   // the loader): the first global id this rank holds, and the global
   // vocabulary of `local` ids per rank along the axis.
-  auto vocabStart = [&]() -> int64_t {
-    auto it = inst.int_attrs().find("vocab_start_stride");
+  auto sliceStart = [&](const char *strideAttr) -> int64_t {
+    auto it = inst.int_attrs().find(strideAttr);
     return it == inst.int_attrs().end() ? 0 : rankCoordinate(inst) * it->second;
   };
+  auto vocabStart = [&]() { return sliceStart("vocab_start_stride"); };
   auto globalVocab = [&](int64_t local) {
     return local * plan::AxisSize(plan_.mesh(), inst.rank_axis());
   };
@@ -230,6 +245,66 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     }
     return absl::OkStatus();
   }
+  case plan::ALL_GATHER:
+  case plan::REDUCE_SCATTER: {
+    // Along `dim`, viewed as [outer, n, inner]: each rank holds the slice of
+    // `chunk` = n x inner elements per outer row (x gathered, y scattered),
+    // the full tensor G blocks of it per row. The communicator's buffers are
+    // the ranks' blocks one after the other, so with outer > 1 they are laid
+    // out through `scratch`.
+    bool gather = inst.kernel() == plan::ALL_GATHER;
+    int64_t ranks = groupSize(plan_, inst);
+    const Buffer &slice = gather ? in(0) : out(0);
+    int64_t along = intAttr(inst, "dim"), outer = 1, chunk = 1;
+    for (int i = 0; i < slice.shape_size(); ++i)
+      (i < along ? outer : chunk) *= dim(slice, i);
+    int64_t count = outer * chunk;
+    if (ranks == 1) {
+      std::memmove(y(0), x(0), count * sizeof(T));
+      return absl::OkStatus();
+    }
+    if (!comm_)
+      return absl::FailedPreconditionError(absl::StrCat(
+          gather ? "an all-gather" : "a reduce-scatter", " over ", ranks,
+          " ranks needs the job's other ranks (run the plan under mpirun)"));
+    std::vector<std::string> group(inst.group().begin(), inst.group().end());
+    // Buffers of a plan may share arena bytes; a collective's in and out
+    // must not.
+    const char *xb = static_cast<const char *>(address(inst.inputs(0)));
+    const char *yb = static_cast<const char *>(address(inst.outputs(0)));
+    int64_t xBytes = numel(in(0)) * int64_t(sizeof(T));
+    int64_t yBytes = numel(out(0)) * int64_t(sizeof(T));
+    bool overlap = xBytes && yBytes && xb < yb + yBytes && yb < xb + xBytes;
+    bool direct = outer == 1 && !overlap;
+    if (gather) {
+      if (direct)
+        return comm_->AllGather(group, x(0), y(0), count, out(0).dtype());
+      // scratch [rank][outer][chunk] -> y [outer][rank][chunk].
+      scratch.resize(ranks * count);
+      if (absl::Status s = comm_->AllGather(group, x(0), scratch.data(), count,
+                                            out(0).dtype());
+          !s.ok())
+        return s;
+      T *dst = y(0);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = 0; k < ranks; ++k)
+          std::copy_n(scratch.data() + (k * outer + o) * chunk, chunk,
+                      dst + (o * ranks + k) * chunk);
+      return absl::OkStatus();
+    }
+    if (direct)
+      return comm_->ReduceScatter(group, x(0), y(0), count, out(0).dtype());
+    // x [outer][rank][chunk] -> scratch [rank][outer][chunk], the blocks
+    // ordered by the rank they go to.
+    scratch.resize(ranks * count);
+    const T *src = x(0);
+    for (int64_t k = 0; k < ranks; ++k)
+      for (int64_t o = 0; o < outer; ++o)
+        std::copy_n(src + (o * ranks + k) * chunk, chunk,
+                    scratch.data() + (k * outer + o) * chunk);
+    return comm_->ReduceScatter(group, scratch.data(), y(0), count,
+                                out(0).dtype());
+  }
   case plan::EMBEDDING:
   case plan::EMBEDDING_GRAD: {
     // With a rank_axis the table is this rank's rows of the vocabulary; the
@@ -254,13 +329,23 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     return absl::OkStatus();
   }
   case plan::POSITION_EMBEDDING:
-    cpu::positionEmbeddingForward(x(0), dim(in(1), 0), dim(in(1), 1),
-                                  last(in(0)), y(0));
+  case plan::POSITION_EMBEDDING_GRAD: {
+    // out or dy [batch, s, hidden] are positions [start, start + s) of the
+    // table: start is 0, or with a rank_axis (sequence parallel) the rank's
+    // coordinate x seq_start_stride (validated by the loader).
+    const Buffer &rows =
+        inst.kernel() == plan::POSITION_EMBEDDING ? out(0) : in(0);
+    int64_t hidden = last(rows);
+    int64_t start =
+        inst.rank_axis().empty() ? 0 : sliceStart("seq_start_stride");
+    if (inst.kernel() == plan::POSITION_EMBEDDING)
+      cpu::positionEmbeddingForward(x(0) + start * hidden, dim(rows, 0),
+                                    dim(rows, 1), hidden, y(0));
+    else
+      cpu::positionEmbeddingBackward(x(0), dim(rows, 0), dim(rows, 1), hidden,
+                                     y(0) + start * hidden);
     return absl::OkStatus();
-  case plan::POSITION_EMBEDDING_GRAD:
-    cpu::positionEmbeddingBackward(x(0), dim(in(0), 0), dim(in(0), 1),
-                                   last(in(0)), y(0));
-    return absl::OkStatus();
+  }
   case plan::LINEAR: {
     bool t = intAttr(inst, "transpose_w");
     int64_t inDim = t ? dim(in(1), 1) : dim(in(1), 0);
@@ -406,11 +491,18 @@ absl::Status Executor::runInstruction(const Instruction &inst,
   }
   case plan::DROPOUT: {
     // Rows are samples; the micro-batch's rows sit at its samples' place in
-    // the global batch. Tensor-sharded plans will carry the column offset.
+    // the global batch. With a rank_axis (sequence parallel) the rank holds
+    // a slice of each sample's elements, the axis' ranks the whole sample:
+    // its elements start at col_offset_stride x the rank's coordinate.
     int64_t n = numel(in(0)), samples = in(0).shape_size() ? dim(in(0), 0) : 1;
     int64_t perSample = n / std::max<int64_t>(samples, 1);
     cpu::GlobalIndexing at{samples, perSample, perSample, context.sampleOffset,
                            0};
+    if (!inst.rank_axis().empty()) {
+      at.globalCols =
+          perSample * plan::AxisSize(plan_.mesh(), inst.rank_axis());
+      at.colOffset = sliceStart("col_offset_stride");
+    }
     cpu::dropoutForward(x(0), at, floatAttr(inst, "rate"),
                         {context.seed, context.step,
                          uint32_t(intAttr(inst, "rng_id"))},

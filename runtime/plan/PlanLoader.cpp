@@ -179,6 +179,12 @@ private:
   absl::Status checkCrossEntropy();
   absl::Status checkGradNorm();
   absl::Status checkGroup();
+  absl::Status checkGatherScatter();
+  absl::Status checkPositionEmbedding();
+  absl::Status checkDropoutSlice();
+  /// The number of ranks in the instruction's group (validated by
+  /// checkGroup): the product of its axes' sizes, 1 without a group.
+  int64_t groupSize() const;
   /// The size of the instruction's rank_axis (1 when it has none).
   absl::StatusOr<int64_t> rankAxisSize() const;
   /// A slice of the vocabulary: `local` ids (table rows or logit columns,
@@ -187,6 +193,14 @@ private:
   /// and unused without). Every rank's slice must stay inside the global
   /// vocabulary of local x axis-size ids, which must fit in int64.
   absl::Status checkVocabSlice(int64_t local, absl::string_view what) const;
+  /// A slice along the rank_axis of something that is not the vocabulary:
+  /// `local` elements (named by `what`) per rank, rank c's starting at c x
+  /// the int attribute `strideAttr` (required with a rank_axis, in [0,
+  /// INT64_MAX] whenever present). Every rank's slice must end within
+  /// `limit` elements (described by `limitWhat`).
+  absl::Status checkRankSlice(absl::string_view strideAttr, int64_t local,
+                              absl::string_view what, int64_t limit,
+                              absl::string_view limitWhat) const;
 
   const Plan &plan;
   const Instruction &inst;
@@ -378,8 +392,10 @@ absl::Status InstructionChecker::checkQkv(bool split) {
 }
 
 absl::Status InstructionChecker::checkGroup() {
-  // ALL_REDUCE needs a group; GRAD_NORM may have one (a norm over shards).
-  bool required = inst.kernel() == ALL_REDUCE;
+  // ALL_REDUCE, ALL_GATHER and REDUCE_SCATTER need a group; GRAD_NORM may
+  // have one (a norm over shards).
+  bool required = inst.kernel() == ALL_REDUCE || inst.kernel() == ALL_GATHER ||
+                  inst.kernel() == REDUCE_SCATTER;
   if (!required && inst.kernel() != GRAD_NORM) {
     if (inst.group_size())
       return fail("names a group but is not a collective");
@@ -419,6 +435,136 @@ absl::Status InstructionChecker::checkVocabSlice(int64_t local,
                              "' past the global vocabulary of ", local * ranks,
                              " (expected a stride of at most ", local, ")"));
   return absl::OkStatus();
+}
+
+int64_t InstructionChecker::groupSize() const {
+  int64_t ranks = 1;
+  for (const std::string &axis : inst.group())
+    ranks *= AxisSize(plan.mesh(), axis);
+  return ranks;
+}
+
+absl::Status
+InstructionChecker::checkRankSlice(absl::string_view strideAttr, int64_t local,
+                                   absl::string_view what, int64_t limit,
+                                   absl::string_view limitWhat) const {
+  BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+  if (inst.rank_axis().empty()) {
+    // One slice from 0; a stride, if any, is unused.
+    if (inst.int_attrs().count(std::string(strideAttr)))
+      BRAID_RETURN_IF_ERROR(intAttr(strideAttr, 0, INT64_MAX).status());
+  } else {
+    BRAID_ASSIGN_OR_RETURN(stride, intAttr(strideAttr, 0, INT64_MAX));
+    // The last rank's slice, [(ranks - 1) x stride, + local), ends last; it
+    // ends within the limit exactly when stride <= (limit - local) /
+    // (ranks - 1), which is computed without overflow.
+    if (local <= limit && ranks > 1 && stride > (limit - local) / (ranks - 1))
+      return fail(absl::StrCat(strideAttr, " = ", stride, " puts the ", local,
+                               " ", what, " of rank ", ranks - 1, " along '",
+                               inst.rank_axis(), "' past ", limitWhat,
+                               " (expected a stride of at most ",
+                               (limit - local) / (ranks - 1), ")"));
+  }
+  if (local > limit)
+    return fail(absl::StrCat("the ", local, " ", what, " of a rank exceed ",
+                             limitWhat));
+  return absl::OkStatus();
+}
+
+absl::Status InstructionChecker::checkGatherScatter() {
+  bool gather = inst.kernel() == ALL_GATHER;
+  BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
+  BRAID_RETURN_IF_ERROR(dtypes());
+  const Buffer &x = in(0), &y = out(0);
+  if (inst.inputs(0) == inst.outputs(0))
+    return fail(absl::StrCat("x and y are both buffer '", x.name(),
+                             "', expected different buffers"));
+  BRAID_RETURN_IF_ERROR(minRank(x, 1, "x"));
+  BRAID_ASSIGN_OR_RETURN(dim, intAttr("dim", 0, x.shape_size() - 1));
+  int64_t ranks = groupSize();
+  std::vector<int64_t> want(x.shape().begin(), x.shape().end());
+  if (gather) {
+    if (want[dim] > INT64_MAX / ranks)
+      return fail(absl::StrCat(
+          "x '", x.name(), "' ", shapeStr(x), " gathered over ", ranks,
+          " ranks along dimension ", dim, " does not fit in int64"));
+    want[dim] *= ranks;
+  } else if (want[dim] % ranks != 0) {
+    return fail(absl::StrCat("x '", x.name(), "' ", shapeStr(x), " has ",
+                             want[dim], " elements along dimension ", dim,
+                             ", which do not split evenly over the group's ",
+                             ranks, " ranks"));
+  } else {
+    want[dim] /= ranks;
+  }
+  return shape(y, want, "y");
+}
+
+absl::Status InstructionChecker::checkPositionEmbedding() {
+  bool sliced = !inst.rank_axis().empty();
+  if (inst.kernel() == POSITION_EMBEDDING_GRAD) {
+    // (dy [batch, s, hidden]) -> dtable [rows, hidden].
+    BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(rank(in(0), 3, "dy"));
+    BRAID_RETURN_IF_ERROR(rank(out(0), 2, "dtable"));
+    const Buffer &dy = in(0), &dtable = out(0);
+    if (dy.shape(2) != dtable.shape(1))
+      return fail(absl::StrCat("dy '", dy.name(), "' ", shapeStr(dy),
+                               " does not fit the position table ",
+                               shapeStr(dtable),
+                               " (expected its last "
+                               "dimension to be the table's ",
+                               dtable.shape(1), ")"));
+    if (!sliced && dy.shape(1) > dtable.shape(0))
+      return fail(absl::StrCat("dy '", dy.name(), "' ", shapeStr(dy),
+                               " has more positions than the position table ",
+                               shapeStr(dtable)));
+    return checkRankSlice(
+        "seq_start_stride", dy.shape(1), "positions", dtable.shape(0),
+        absl::StrCat("the position table's ", dtable.shape(0), " rows"));
+  }
+  // (table [rows, hidden], ids [batch, seq]) -> out [batch, s, hidden]: s is
+  // seq, or with a rank_axis the rank's slice of the positions.
+  BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
+  BRAID_RETURN_IF_ERROR(dtypes({1}));
+  BRAID_RETURN_IF_ERROR(rank(in(0), 2, "table"));
+  BRAID_RETURN_IF_ERROR(rank(in(1), 2, "tokens"));
+  const Buffer &table = in(0), &ids = in(1), &out0 = out(0);
+  if (!sliced) {
+    if (ids.shape(1) > table.shape(0))
+      return fail("the sequence is longer than the position table");
+    BRAID_RETURN_IF_ERROR(checkRankSlice(
+        "seq_start_stride", ids.shape(1), "positions", table.shape(0),
+        absl::StrCat("the position table's ", table.shape(0), " rows")));
+    return shape(out0, {ids.shape(0), ids.shape(1), table.shape(1)}, "out");
+  }
+  BRAID_RETURN_IF_ERROR(rank(out0, 3, "out"));
+  int64_t local = out0.shape(1);
+  BRAID_RETURN_IF_ERROR(
+      shape(out0, {ids.shape(0), local, table.shape(1)}, "out"));
+  BRAID_RETURN_IF_ERROR(checkRankSlice(
+      "seq_start_stride", local, "positions", table.shape(0),
+      absl::StrCat("the position table's ", table.shape(0), " rows")));
+  return checkRankSlice("seq_start_stride", local, "positions", ids.shape(1),
+                        absl::StrCat("the tokens' sequence of ", ids.shape(1)));
+}
+
+absl::Status InstructionChecker::checkDropoutSlice() {
+  // Samples are x's dim 0 (one sample for a scalar); with a rank_axis the
+  // rank holds a slice of each sample's elements.
+  const Buffer &x = in(0);
+  int64_t samples = x.shape_size() ? x.shape(0) : 1;
+  int64_t perSample = samples ? numel(x) / samples : 0;
+  BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+  if (perSample > INT64_MAX / ranks)
+    return fail(absl::StrCat("the ", ranks, " ranks along '", inst.rank_axis(),
+                             "' x ", perSample,
+                             " elements per sample do not "
+                             "fit in int64"));
+  return checkRankSlice(
+      "col_offset_stride", perSample, "elements per sample", perSample * ranks,
+      absl::StrCat("the sample's ", perSample * ranks, " elements"));
 }
 
 absl::Status InstructionChecker::checkCrossEntropy() {
@@ -528,25 +674,9 @@ absl::Status InstructionChecker::check() {
     return shape(inst.kernel() == EMBEDDING ? out(0) : in(0), rows,
                  inst.kernel() == EMBEDDING ? "out" : "dy");
   }
-  case POSITION_EMBEDDING: {
-    BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
-    BRAID_RETURN_IF_ERROR(dtypes({1}));
-    BRAID_RETURN_IF_ERROR(rank(in(0), 2, "table"));
-    BRAID_RETURN_IF_ERROR(rank(in(1), 2, "tokens"));
-    if (in(1).shape(1) > in(0).shape(0))
-      return fail("the sequence is longer than the position table");
-    return shape(out(0), {in(1).shape(0), in(1).shape(1), in(0).shape(1)},
-                 "out");
-  }
-  case POSITION_EMBEDDING_GRAD: {
-    BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
-    BRAID_RETURN_IF_ERROR(dtypes());
-    BRAID_RETURN_IF_ERROR(rank(in(0), 3, "dy"));
-    BRAID_RETURN_IF_ERROR(rank(out(0), 2, "dtable"));
-    if (in(0).shape(2) != out(0).shape(1) || in(0).shape(1) > out(0).shape(0))
-      return fail("dy does not fit the position table");
-    return absl::OkStatus();
-  }
+  case POSITION_EMBEDDING:
+  case POSITION_EMBEDDING_GRAD:
+    return checkPositionEmbedding();
   case LINEAR:
   case LINEAR_GRAD_INPUT:
   case LINEAR_GRAD_WEIGHT:
@@ -597,6 +727,8 @@ absl::Status InstructionChecker::check() {
       BRAID_RETURN_IF_ERROR(same(in(i), in(0), "operand"));
     for (int i = 0; i < outs; ++i)
       BRAID_RETURN_IF_ERROR(same(out(i), in(0), "result"));
+    if (k == DROPOUT)
+      return checkDropoutSlice();
     return absl::OkStatus();
   }
   case CROSS_ENTROPY:
@@ -623,6 +755,9 @@ absl::Status InstructionChecker::check() {
   }
   case GRAD_NORM:
     return checkGradNorm();
+  case ALL_GATHER:
+  case REDUCE_SCATTER:
+    return checkGatherScatter();
   case ADAMW: {
     BRAID_RETURN_IF_ERROR(arity(7, 7, 3));
     const Buffer &p = in(0);

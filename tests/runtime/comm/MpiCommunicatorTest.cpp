@@ -78,6 +78,42 @@ TEST(MpiCommunicator, RefusesIntegerDtypes) {
   int32_t x = 1;
   absl::Status s = theComm->AllReduce({"tp"}, &x, 1, plan::I32);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  int32_t in[2] = {1, 2}, out = 0;
+  s = theComm->ReduceScatter({"tp"}, in, &out, 1, plan::I32);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("collectives on I32 on MPI (expected F32 or F64)"),
+            absl::string_view::npos)
+      << s;
+}
+
+// A reduce-scatter sums the group's inputs and leaves each rank the block
+// of its place in the group (row-major over the group's axes). Rank g sends
+// 10 g + i as its element i.
+TEST(MpiCommunicator, ReduceScattersOverTheNamedAxes) {
+  int64_t r = theComm->Rank(), d = r / 2, t = r % 2;
+  auto scatter = [&](std::vector<std::string> axes, int64_t perRank) {
+    std::vector<double> in(4), out(perRank, -1);
+    for (int64_t i = 0; i < 4; ++i)
+      in[i] = 10.0 * r + i;
+    absl::Status s =
+        theComm->ReduceScatter(axes, in.data(), out.data(), perRank, plan::F64);
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  };
+  // tp: ranks 2d and 2d+1; rank t of the group gets elements 2t and 2t+1.
+  EXPECT_EQ(scatter({"tp"}, 2),
+            std::vector<double>({10.0 * (4 * d + 1) + 2 * (2 * t),
+                                 10.0 * (4 * d + 1) + 2 * (2 * t + 1)}));
+  // dp: ranks t and t+2; rank d of the group gets elements 2d and 2d+1.
+  EXPECT_EQ(scatter({"dp"}, 2),
+            std::vector<double>({10.0 * (2 * t + 2) + 2 * (2 * d),
+                                 10.0 * (2 * t + 2) + 2 * (2 * d + 1)}));
+  // Both axes: 4 ranks, rank r is place r (dp major) and gets element r.
+  EXPECT_EQ(scatter({"tp", "dp"}, 1), std::vector<double>({60.0 + 4 * r}));
+  std::vector<float> in = {float(r), float(r) + 0.5f}, out(1);
+  ASSERT_TRUE(
+      theComm->ReduceScatter({"tp"}, in.data(), out.data(), 1, plan::F32).ok());
+  EXPECT_EQ(out[0], t == 0 ? float(4 * d + 1) : float(4 * d + 2));
 }
 
 // The executor's tensor-parallel kernels through MPI: each tp rank holds 4
@@ -182,6 +218,152 @@ TEST(MpiCommunicator, ExecutorRunsTensorParallelKernels) {
   absl::StatusOr<cpu::GradClip> clip = cpu::computeGradClip(want, 1.0);
   ASSERT_TRUE(clip.ok());
   EXPECT_NEAR((*e.Read(scale))[0], clip->scale, 1e-12);
+}
+
+// The sequence-parallel kernels through MPI: ALL_GATHER over tp along the
+// sequence of [2, 3, 2]; REDUCE_SCATTER over both axes (4 ranks) along the
+// sequence of [2, 8, 1]; an ALL_GATHER over dp and a REDUCE_SCATTER over tp
+// whose x and y share arena bytes; and, on tp's slice of the sequence,
+// POSITION_EMBEDDING, POSITION_EMBEDDING_GRAD and DROPOUT, which must equal
+// the whole sequence's kernels. Expected values are written out from the
+// ranks' coordinates.
+TEST(MpiCommunicator, ExecutorRunsSequenceParallelKernels) {
+  using namespace braid::plan;
+  const int64_t r = theComm->Rank();
+  const int64_t d = theComm->Coordinates()[0], t = theComm->Coordinates()[1];
+  exec_test::PlanBuilder b;
+  b.plan = meshPlan();
+  int xa = b.buffer("xa", F64, {2, 3, 2}, ACTIVATION);
+  int ya = b.buffer("ya", F64, {2, 6, 2}, ACTIVATION);
+  int wb = b.buffer("wb", F64, {2, 8, 1}, ACTIVATION);
+  int vb = b.buffer("vb", F64, {2, 2, 1}, ACTIVATION);
+  int xc = b.buffer("xc", F64, {1, 3}, ACTIVATION);
+  int yc = b.buffer("yc", F64, {2, 3}, ACTIVATION);
+  int xd = b.buffer("xd", F64, {4}, ACTIVATION);
+  int yd = b.buffer("yd", F64, {2}, ACTIVATION);
+  // yc over xc, yd over the middle of xd: 64-byte slots hold both.
+  b.plan.mutable_buffers(yc)->set_offset(b.plan.buffers(xc).offset());
+  b.plan.mutable_buffers(yd)->set_offset(b.plan.buffers(xd).offset() + 8);
+  int table = b.buffer("table", F64, {8, 2}, PARAMETER);
+  int ids = b.buffer("ids", I32, {2, 6}, INPUT);
+  int pos = b.buffer("pos", F64, {2, 3, 2}, ACTIVATION);
+  int dpos = b.buffer("dpos", F64, {2, 3, 2}, ACTIVATION);
+  int dtable = b.buffer("dtable", F64, {8, 2}, GRADIENT);
+  int xe = b.buffer("xe", F64, {2, 3, 2}, ACTIVATION);
+  int ye = b.buffer("ye", F64, {2, 3, 2}, ACTIVATION);
+  Function *fn = b.function("step");
+  auto collective = [&](Kernel k, int in, int out,
+                        std::vector<std::string> group, int64_t dim) {
+    Instruction *inst = b.add(fn, k, {in}, {out});
+    for (const std::string &axis : group)
+      inst->add_group(axis);
+    (*inst->mutable_int_attrs())["dim"] = dim;
+  };
+  collective(ALL_GATHER, xa, ya, {"tp"}, 1);
+  collective(REDUCE_SCATTER, wb, vb, {"dp", "tp"}, 1);
+  collective(ALL_GATHER, xc, yc, {"dp"}, 0);
+  collective(REDUCE_SCATTER, xd, yd, {"tp"}, 0);
+  auto slice = [](Instruction *inst, const char *attr, int64_t stride) {
+    inst->set_rank_axis("tp");
+    (*inst->mutable_int_attrs())[attr] = stride;
+    return inst;
+  };
+  slice(b.add(fn, POSITION_EMBEDDING, {table, ids}, {pos}), "seq_start_stride",
+        3);
+  slice(b.add(fn, POSITION_EMBEDDING_GRAD, {dpos}, {dtable}),
+        "seq_start_stride", 3);
+  Instruction *drop =
+      slice(b.add(fn, DROPOUT, {xe}, {ye}), "col_offset_stride", 3 * 2);
+  (*drop->mutable_float_attrs())["rate"] = 0.5;
+  (*drop->mutable_int_attrs())["rng_id"] = 3;
+  absl::StatusOr<Plan> loaded = ParsePlanFile(SerializePlanFile(b.plan), "sp");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto created = exec::Executor::Create(*loaded, theComm.get());
+  ASSERT_TRUE(created.ok()) << created.status();
+  exec::Executor &e = **created;
+
+  auto values = [](int64_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<double> u(0.5, 3);
+    std::vector<double> v(n);
+    for (double &x : v)
+      x = u(gen);
+    return v;
+  };
+  std::vector<double> in;
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t c = 0; c < 2; ++c)
+        in.push_back(10000.0 * d + 1000.0 * t + 100.0 * a + 10.0 * s + c);
+  ASSERT_TRUE(e.Write(xa, in).ok());
+  in.clear();
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t s = 0; s < 8; ++s)
+      in.push_back((r + 1) * (100.0 * a + 10.0 * s));
+  ASSERT_TRUE(e.Write(wb, in).ok());
+  ASSERT_TRUE(e.Write(xc, {10.0 * r, 10.0 * r + 1, 10.0 * r + 2}).ok());
+  ASSERT_TRUE(
+      e.Write(xd, {10.0 * r, 10.0 * r + 1, 10.0 * r + 2, 10.0 * r + 3}).ok());
+  std::vector<double> tableValues = values(16, 7);
+  ASSERT_TRUE(e.Write(table, tableValues).ok());
+  ASSERT_TRUE(e.Write(ids, std::vector<double>(12, 0)).ok());
+  // dp rank d's whole-sequence dy and x, [2, 6, 2]; tp rank t holds
+  // positions [3t, 3t + 3).
+  std::vector<double> wholeDy = values(24, 20 + d), wholeX = values(24, 30 + d);
+  auto sequenceSlice = [&](const std::vector<double> &m) {
+    std::vector<double> out;
+    for (int64_t a = 0; a < 2; ++a)
+      out.insert(out.end(), m.begin() + a * 12 + t * 6,
+                 m.begin() + a * 12 + t * 6 + 6);
+    return out;
+  };
+  ASSERT_TRUE(e.Write(dpos, sequenceSlice(wholeDy)).ok());
+  ASSERT_TRUE(e.Write(xe, sequenceSlice(wholeX)).ok());
+  exec::StepContext context{99, 2, 4};
+  absl::Status s = e.Run("step", context);
+  ASSERT_TRUE(s.ok()) << s;
+
+  std::vector<double> want;
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t s = 0; s < 6; ++s)
+      for (int64_t c = 0; c < 2; ++c)
+        want.push_back(10000.0 * d + 1000.0 * (s / 3) + 100.0 * a +
+                       10.0 * (s % 3) + c);
+  EXPECT_EQ(*e.Read(ya), want);
+  // The sum over the 4 ranks is 10 x (100 a + 10 s); rank r holds s in
+  // [2r, 2r + 2).
+  want.clear();
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t j = 0; j < 2; ++j)
+      want.push_back(10 * (100.0 * a + 10.0 * (2 * r + j)));
+  EXPECT_EQ(*e.Read(vb), want);
+  // dp group of rank r: ranks t and t + 2.
+  EXPECT_EQ(
+      *e.Read(yc),
+      std::vector<double>({10.0 * t, 10.0 * t + 1, 10.0 * t + 2, 10.0 * (t + 2),
+                           10.0 * (t + 2) + 1, 10.0 * (t + 2) + 2}));
+  // tp group: ranks 2d and 2d + 1 send 10 g + i; rank t gets i = 2t, 2t + 1.
+  EXPECT_EQ(*e.Read(yd),
+            std::vector<double>({10.0 * (4 * d + 1) + 2 * (2 * t),
+                                 10.0 * (4 * d + 1) + 2 * (2 * t + 1)}));
+  // Positions 3t .. 3t + 2 of the table, and their gradient rows.
+  want.clear();
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t h = 0; h < 2; ++h)
+        want.push_back(tableValues[(3 * t + j) * 2 + h]);
+  EXPECT_EQ(*e.Read(pos), want);
+  std::vector<double> wantDtable(16, 0.0);
+  for (int64_t j = 0; j < 3; ++j)
+    for (int64_t h = 0; h < 2; ++h)
+      wantDtable[(3 * t + j) * 2 + h] =
+          wholeDy[(3 * t + j) * 2 + h] + wholeDy[12 + (3 * t + j) * 2 + h];
+  EXPECT_EQ(*e.Read(dtable), wantDtable);
+  // Dropout: the whole sequence's mask, sliced.
+  std::vector<double> wholeY(24);
+  cpu::dropoutForward(wholeX.data(), {2, 12, 12, 4, 0}, 0.5, {99, 2, 3},
+                      wholeY.data());
+  EXPECT_EQ(*e.Read(ye), sequenceSlice(wholeY));
 }
 
 } // namespace

@@ -161,6 +161,10 @@ public:
                          int64_t, DType) override {
     return absl::UnimplementedError("not used here");
   }
+  absl::Status ReduceScatter(absl::Span<const std::string>, const void *,
+                             void *, int64_t, DType) override {
+    return absl::UnimplementedError("not used here");
+  }
   int64_t ranks;
   std::vector<int64_t> coords = {0};
   std::vector<std::vector<std::string>> groups;
@@ -279,6 +283,20 @@ TEST(Executor, SlicesTakeTheRanksCoordinate) {
   std::vector<double> yGot = *(*e)->Read(y);
   for (int i = 0; i < 6; ++i)
     EXPECT_NEAR(yGot[i], yWant[i], 1e-12);
+
+  // Slices are offsets by the coordinates: a communicator whose coordinates
+  // are not a rank of the plan's mesh is refused.
+  for (std::vector<int64_t> coords :
+       {std::vector<int64_t>{2}, {-1}, {0, 0}, {}}) {
+    comm.coords = coords;
+    auto bad = exec::Executor::Create(b.plan, &comm);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(
+                  ") are not a rank of the plan's mesh (sizes 2)"),
+              absl::string_view::npos)
+        << bad.status();
+  }
 }
 
 } // namespace

@@ -3,8 +3,10 @@
 // The runtime side of tensor parallelism as a plan drives it: the
 // vocabulary-parallel embedding and cross-entropy (CROSS_ENTROPY_MAX,
 // CROSS_ENTROPY_PARTIAL, CROSS_ENTROPY_FINISH and CROSS_ENTROPY_GRAD with the
-// global lse) and GRAD_NORM over a group. Two tp ranks run as two executors
-// on two threads whose all-reduces meet in a shared exchange; what they
+// global lse), GRAD_NORM over a group, and sequence parallelism (ALL_GATHER,
+// REDUCE_SCATTER, position embedding and dropout on a slice of the
+// sequence). Two tp ranks run as two executors on two threads whose
+// collectives meet in a shared exchange; what they
 // compute must equal the whole-vocabulary (whole-tensor) kernels of
 // Kernels.h run on the concatenated slices, or sums written out here.
 //
@@ -17,9 +19,12 @@
 
 #include "PlanBuilder.h"
 
+#include "absl/strings/str_cat.h"
+
 #include "gtest/gtest.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -42,62 +47,111 @@ constexpr int64_t kIgnore = -100;
 
 //===-- Two ranks in one process ------------------------------------------===//
 
-/// Where the all-reduces of two ranks running on two threads meet: each call
+/// Where the collectives of two ranks running on two threads meet: each call
 /// waits (at most 30 s) for the other rank's matching call, and both leave
-/// with the sum or the maximum of the two ranks' values.
+/// with both ranks' values, from which each computes its result (the sum or
+/// maximum of an all-reduce, the concatenation of an all-gather, its block
+/// of the sum of a reduce-scatter). Values travel as doubles, so sums of two
+/// floats are rounded once, as a sum of two floats is.
 class PairExchange {
 public:
-  absl::Status reduce(int rank, void *data, int64_t count, DType dtype,
-                      exec::Reduction op) {
-    if (dtype != F32 && dtype != F64)
-      return absl::UnimplementedError("the exchange takes F32 and F64");
+  using Both = std::array<std::vector<double>, 2>;
+
+  /// Both ranks' `mine`, rank 0's first; the two calls must describe
+  /// themselves by the same `what`.
+  absl::StatusOr<Both> meet(int rank, std::vector<double> mine,
+                            const std::string &what) {
     std::unique_lock<std::mutex> lock(mutex_);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     if (!cv_.wait_until(lock, deadline, [&] { return !distributing_; }))
-      return absl::DeadlineExceededError("the previous all-reduce never ended");
-    std::vector<double> &mine = values_[rank];
-    mine.resize(count);
-    for (int64_t i = 0; i < count; ++i)
-      mine[i] = dtype == F32 ? double(static_cast<float *>(data)[i])
-                             : static_cast<double *>(data)[i];
-    ops_[rank] = op;
+      return absl::DeadlineExceededError("the previous collective never ended");
+    values_[rank] = std::move(mine);
+    what_[rank] = what;
     if (++arrived_ == 2) {
-      mismatch_ = values_[0].size() != values_[1].size() || ops_[0] != ops_[1];
-      result_.assign(values_[0].size(), 0.0);
-      for (size_t i = 0; !mismatch_ && i < result_.size(); ++i)
-        result_[i] = op == exec::Reduction::kMax
-                         ? std::max(values_[0][i], values_[1][i])
-                         : values_[0][i] + values_[1][i];
       distributing_ = true;
       cv_.notify_all();
     } else if (!cv_.wait_until(lock, deadline, [&] { return distributing_; })) {
       return absl::DeadlineExceededError("the other rank never joined");
     }
-    bool mismatch = mismatch_;
-    std::vector<double> result = result_;
+    std::string first = what_[0], second = what_[1];
+    Both both = {values_[0], values_[1]};
     if (++left_ == 2) {
       arrived_ = left_ = 0;
       distributing_ = false;
       cv_.notify_all();
     }
-    if (mismatch)
-      return absl::InvalidArgumentError("the ranks' all-reduces differ");
-    for (int64_t i = 0; i < count; ++i) {
+    if (first != second)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the ranks' collectives differ: ", first, " and ", second));
+    return both;
+  }
+
+  absl::Status reduce(int rank, void *data, int64_t count, DType dtype,
+                      exec::Reduction op) {
+    bool max = op == exec::Reduction::kMax;
+    absl::StatusOr<Both> both =
+        meet(rank, load(data, count, dtype),
+             absl::StrCat(max ? "max" : "sum", " of ", count));
+    if (!both.ok())
+      return both.status();
+    std::vector<double> result(count);
+    for (int64_t i = 0; i < count; ++i)
+      result[i] = max ? std::max((*both)[0][i], (*both)[1][i])
+                      : (*both)[0][i] + (*both)[1][i];
+    return store(result, data, dtype);
+  }
+  absl::Status gather(int rank, const void *in, void *out, int64_t count,
+                      DType dtype) {
+    absl::StatusOr<Both> both = meet(rank, load(in, count, dtype),
+                                     absl::StrCat("all-gather of ", count));
+    if (!both.ok())
+      return both.status();
+    std::vector<double> result = (*both)[0];
+    result.insert(result.end(), (*both)[1].begin(), (*both)[1].end());
+    return store(result, out, dtype);
+  }
+  absl::Status reduceScatter(int rank, const void *in, void *out,
+                             int64_t countPerRank, DType dtype) {
+    absl::StatusOr<Both> both =
+        meet(rank, load(in, 2 * countPerRank, dtype),
+             absl::StrCat("reduce-scatter of ", countPerRank));
+    if (!both.ok())
+      return both.status();
+    std::vector<double> result(countPerRank);
+    for (int64_t i = 0; i < countPerRank; ++i)
+      result[i] = (*both)[0][rank * countPerRank + i] +
+                  (*both)[1][rank * countPerRank + i];
+    return store(result, out, dtype);
+  }
+
+private:
+  static std::vector<double> load(const void *data, int64_t count,
+                                  DType dtype) {
+    std::vector<double> v(count);
+    for (int64_t i = 0; i < count; ++i)
+      v[i] = dtype == F32 ? double(static_cast<const float *>(data)[i])
+                          : static_cast<const double *>(data)[i];
+    return v;
+  }
+  static absl::Status store(const std::vector<double> &v, void *data,
+                            DType dtype) {
+    if (dtype != F32 && dtype != F64)
+      return absl::UnimplementedError("the exchange takes F32 and F64");
+    for (size_t i = 0; i < v.size(); ++i) {
       if (dtype == F32)
-        static_cast<float *>(data)[i] = float(result[i]);
+        static_cast<float *>(data)[i] = float(v[i]);
       else
-        static_cast<double *>(data)[i] = result[i];
+        static_cast<double *>(data)[i] = v[i];
     }
     return absl::OkStatus();
   }
 
-private:
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::vector<double> values_[2], result_;
-  exec::Reduction ops_[2] = {};
+  std::vector<double> values_[2];
+  std::string what_[2];
   int arrived_ = 0, left_ = 0;
-  bool distributing_ = false, mismatch_ = false;
+  bool distributing_ = false;
 };
 
 /// One rank of a mesh with the single axis "tp" of size 2.
@@ -108,6 +162,8 @@ public:
     int64_t count;
     DType dtype;
     exec::Reduction op;
+    /// "all-reduce", "all-gather" or "reduce-scatter".
+    std::string kind = "all-reduce";
   };
   PairCommunicator(PairExchange &exchange, int rank)
       : exchange(exchange), rank(rank), coords{rank} {}
@@ -119,9 +175,24 @@ public:
     calls.push_back({{axes.begin(), axes.end()}, count, dtype, op});
     return exchange.reduce(rank, data, count, dtype, op);
   }
-  absl::Status AllGather(absl::Span<const std::string>, const void *, void *,
-                         int64_t, DType) override {
-    return absl::UnimplementedError("not used here");
+  absl::Status AllGather(absl::Span<const std::string> axes, const void *in,
+                         void *out, int64_t count, DType dtype) override {
+    calls.push_back({{axes.begin(), axes.end()},
+                     count,
+                     dtype,
+                     exec::Reduction::kSum,
+                     "all-gather"});
+    return exchange.gather(rank, in, out, count, dtype);
+  }
+  absl::Status ReduceScatter(absl::Span<const std::string> axes, const void *in,
+                             void *out, int64_t countPerRank,
+                             DType dtype) override {
+    calls.push_back({{axes.begin(), axes.end()},
+                     countPerRank,
+                     dtype,
+                     exec::Reduction::kSum,
+                     "reduce-scatter"});
+    return exchange.reduceScatter(rank, in, out, countPerRank, dtype);
   }
 
   PairExchange &exchange;
@@ -151,10 +222,11 @@ struct TwoRanks {
     return absl::OkStatus();
   }
   /// Runs function `name` on both ranks at once (rank 1 on another thread).
-  std::pair<absl::Status, absl::Status> run(const char *name) {
+  std::pair<absl::Status, absl::Status>
+  run(const char *name, const exec::StepContext &context = {}) {
     absl::Status second;
-    std::thread other([&] { second = rank[1]->Run(name, {}); });
-    absl::Status first = rank[0]->Run(name, {});
+    std::thread other([&] { second = rank[1]->Run(name, context); });
+    absl::Status first = rank[0]->Run(name, context);
     other.join();
     return {first, second};
   }
@@ -637,6 +709,306 @@ TEST(TensorParallel, GradNormGroupWithoutCommunicator) {
     EXPECT_DOUBLE_EQ((*(*e)->Read(norm))[0], (*(*e)->Read(plainNorm))[0]);
     EXPECT_DOUBLE_EQ((*(*e)->Read(scale))[0], (*(*e)->Read(plainScale))[0]);
   }
+}
+
+//===-- Sequence parallelism ----------------------------------------------===//
+
+/// Calls f(i0, i1, i2) for every index of a 3-D shape, in row-major order,
+/// and returns the values it gives.
+template <typename F>
+std::vector<double> tabulate(const std::vector<int64_t> &shape, F f) {
+  std::vector<double> v;
+  for (int64_t i0 = 0; i0 < shape[0]; ++i0)
+    for (int64_t i1 = 0; i1 < shape[1]; ++i1)
+      for (int64_t i2 = 0; i2 < shape[2]; ++i2)
+        v.push_back(f(i0, i1, i2));
+  return v;
+}
+
+// ALL_GATHER then REDUCE_SCATTER along each dimension of a rank's [2, 3, 4]
+// slice of a [2, 3, 4] tensor doubled along that dimension. Rank r's slice
+// holds 1000 r + 100 a + 10 b + c at (a, b, c): the gathered tensor holds,
+// at global index g, the value of the rank that owns g along `dim` at the
+// local index; reduce-scattering the (replicated) gathered tensor gives
+// each rank twice its own slice; reduce-scattering rank r's w = (r + 1) x
+// (100 g0 + 10 g1 + g2) + 1000 r gives 3 x (100 g0 + 10 g1 + g2) + 1000 on
+// the rank's slice.
+TYPED_TEST(TensorParallel, AllGatherThenReduceScatter) {
+  using T = TypeParam;
+  const DType f = dtypeOf<T>();
+  const std::vector<int64_t> local = {2, 3, 4};
+  for (int64_t dim : {0, 1, 2}) {
+    SCOPED_TRACE(testing::Message() << "dim " << dim);
+    std::vector<int64_t> whole = local;
+    whole[dim] *= 2;
+    Builder b;
+    int x = b.buffer("x", f, local, ACTIVATION);
+    int y = b.buffer("y", f, whole, ACTIVATION);
+    int z = b.buffer("z", f, local, ACTIVATION);
+    int w = b.buffer("w", f, whole, ACTIVATION);
+    int v = b.buffer("v", f, local, ACTIVATION);
+    Function *fn = b.function("sp");
+    auto collective = [&](Kernel k, int in, int out) {
+      Instruction *inst = b.add(fn, k, {in}, {out});
+      inst->add_group("tp");
+      (*inst->mutable_int_attrs())["dim"] = dim;
+    };
+    collective(ALL_GATHER, x, y);
+    collective(REDUCE_SCATTER, y, z);
+    collective(REDUCE_SCATTER, w, v);
+
+    TwoRanks ranks;
+    absl::Status created = ranks.create(tpMesh(b.plan));
+    ASSERT_TRUE(created.ok()) << created;
+    auto slice = [](int64_t r) {
+      return [r](int64_t a, int64_t bb, int64_t c) {
+        return 1000.0 * r + 100.0 * a + 10.0 * bb + c;
+      };
+    };
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(ranks.rank[r]->Write(x, tabulate(local, slice(r))).ok());
+      ASSERT_TRUE(
+          ranks.rank[r]
+              ->Write(w, tabulate(whole,
+                                  [r](int64_t a, int64_t bb, int64_t c) {
+                                    return (r + 1) *
+                                               (100.0 * a + 10.0 * bb + c) +
+                                           1000.0 * r;
+                                  }))
+              .ok());
+    }
+    auto [s0, s1] = ranks.run("sp");
+    ASSERT_TRUE(s0.ok()) << s0;
+    ASSERT_TRUE(s1.ok()) << s1;
+
+    std::vector<double> wantY =
+        tabulate(whole, [&](int64_t a, int64_t bb, int64_t c) {
+          int64_t g[3] = {a, bb, c};
+          int64_t owner = g[dim] / local[dim];
+          g[dim] %= local[dim];
+          return slice(owner)(g[0], g[1], g[2]);
+        });
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE(testing::Message() << "rank " << r);
+      exec::Executor &e = *ranks.rank[r];
+      EXPECT_EQ(*e.Read(y), wantY);
+      EXPECT_EQ(*e.Read(z),
+                tabulate(local, [&](int64_t a, int64_t bb, int64_t c) {
+                  return 2 * slice(r)(a, bb, c);
+                }));
+      EXPECT_EQ(*e.Read(v),
+                tabulate(local, [&](int64_t a, int64_t bb, int64_t c) {
+                  int64_t g[3] = {a, bb, c};
+                  g[dim] += r * local[dim];
+                  return 3 * (100.0 * g[0] + 10.0 * g[1] + g[2]) + 1000;
+                }));
+      const PairCommunicator &comm = r ? ranks.comm1 : ranks.comm0;
+      ASSERT_EQ(comm.calls.size(), 3u);
+      EXPECT_EQ(comm.calls[0].kind, "all-gather");
+      EXPECT_EQ(comm.calls[1].kind, "reduce-scatter");
+      EXPECT_EQ(comm.calls[2].kind, "reduce-scatter");
+      for (const PairCommunicator::Call &call : comm.calls) {
+        EXPECT_EQ(call.axes, std::vector<std::string>{"tp"});
+        EXPECT_EQ(call.count, 24); // one rank's slice
+        EXPECT_EQ(call.dtype, f);
+      }
+    }
+  }
+}
+
+// Over a group of one rank ALL_GATHER and REDUCE_SCATTER are copies that
+// need no communicator; over two ranks without one they are errors.
+TEST(TensorParallel, GatherAndScatterWithoutCommunicator) {
+  for (int64_t tp : {1, 2}) {
+    for (Kernel k : {ALL_GATHER, REDUCE_SCATTER}) {
+      Builder b;
+      b.plan.mutable_mesh()->set_axes(0, "tp");
+      b.plan.mutable_mesh()->set_sizes(0, tp);
+      bool gather = k == ALL_GATHER;
+      int x = b.buffer("x", F64, {2, gather ? 3 : 3 * tp, 2}, ACTIVATION);
+      int y = b.buffer("y", F64, {2, gather ? 3 * tp : 3, 2}, ACTIVATION);
+      Instruction *inst = b.add(b.function("f"), k, {x}, {y});
+      inst->add_group("tp");
+      (*inst->mutable_int_attrs())["dim"] = 1;
+      auto e = exec::Executor::Create(b.plan);
+      ASSERT_TRUE(e.ok()) << e.status();
+      std::vector<double> values =
+          randomValues<double>(gather ? 12 : 12 * tp, -1, 1, 51);
+      ASSERT_TRUE((*e)->Write(x, values).ok());
+      absl::Status s = (*e)->Run("f", {});
+      if (tp == 2) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_NE(s.message().find(absl::StrCat(
+                      gather ? "an all-gather" : "a reduce-scatter",
+                      " over 2 ranks needs the job's other ranks")),
+                  absl::string_view::npos)
+            << s;
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(*(*e)->Read(y), values);
+    }
+  }
+}
+
+// POSITION_EMBEDDING on a slice of the sequence: each of two ranks holds 3
+// of the 6 positions of [2, 6] tokens (seq_start_stride 3); their outputs,
+// concatenated along the sequence, are the whole sequence's, bit for bit.
+// The gradient: each rank adds its positions' sums into its dtable and
+// leaves the other rows as they were, so that from zeros the two ranks'
+// dtables sum to the whole sequence's gradient.
+TYPED_TEST(TensorParallel, SequenceParallelPositionEmbedding) {
+  using T = TypeParam;
+  const DType f = dtypeOf<T>();
+  const int64_t batch = 2, seq = 6, local = 3, hidden = 5, positions = 8;
+  Builder b;
+  int table = b.buffer("table", f, {positions, hidden}, PARAMETER);
+  int ids = b.buffer("ids", I32, {batch, seq}, INPUT);
+  int out = b.buffer("out", f, {batch, local, hidden}, ACTIVATION);
+  int dy = b.buffer("dy", f, {batch, local, hidden}, ACTIVATION);
+  int dtable = b.buffer("dtable", f, {positions, hidden}, GRADIENT);
+  auto slice = [](Instruction *inst) {
+    inst->set_rank_axis("tp");
+    (*inst->mutable_int_attrs())["seq_start_stride"] = 3;
+  };
+  slice(b.add(b.function("forward"), POSITION_EMBEDDING, {table, ids}, {out}));
+  slice(b.add(b.function("backward"), POSITION_EMBEDDING_GRAD, {dy}, {dtable}));
+
+  TwoRanks ranks;
+  absl::Status created = ranks.create(tpMesh(b.plan));
+  ASSERT_TRUE(created.ok()) << created;
+  std::vector<double> tableValues =
+      randomValues<T>(positions * hidden, -1, 1, 61);
+  std::vector<double> wholeDy =
+      randomValues<T>(batch * seq * hidden, -1, 1, 62);
+  // Rank r's dy: positions [3r, 3r + 3) of every sample.
+  auto sequenceSlice = [&](const std::vector<double> &m, int r) {
+    return columns(m, batch, seq * hidden, r * local * hidden, local * hidden);
+  };
+  for (int r = 0; r < 2; ++r) {
+    exec::Executor &e = *ranks.rank[r];
+    ASSERT_TRUE(e.Write(table, tableValues).ok());
+    ASSERT_TRUE(e.Write(ids, std::vector<double>(batch * seq, 1)).ok());
+    ASSERT_TRUE(e.Write(dy, sequenceSlice(wholeDy, r)).ok());
+  }
+  auto [f0, f1] = ranks.run("forward");
+  ASSERT_TRUE(f0.ok()) << f0;
+  ASSERT_TRUE(f1.ok()) << f1;
+  auto [b0, b1] = ranks.run("backward");
+  ASSERT_TRUE(b0.ok()) << b0;
+  ASSERT_TRUE(b1.ok()) << b1;
+
+  std::vector<T> wantOut(batch * seq * hidden), wantDtable(positions * hidden);
+  cpu::positionEmbeddingForward(as<T>(tableValues).data(), batch, seq, hidden,
+                                wantOut.data());
+  cpu::positionEmbeddingBackward(as<T>(wholeDy).data(), batch, seq, hidden,
+                                 wantDtable.data());
+  std::vector<double> wantOutD(wantOut.begin(), wantOut.end());
+  std::vector<double> summed(positions * hidden, 0.0);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    EXPECT_EQ(*ranks.rank[r]->Read(out), sequenceSlice(wantOutD, r));
+    std::vector<double> got = *ranks.rank[r]->Read(dtable);
+    for (int64_t i = 0; i < positions * hidden; ++i) {
+      // Rows outside the rank's positions stay zero.
+      int64_t row = i / hidden;
+      if (row < r * local || row >= (r + 1) * local) {
+        EXPECT_EQ(got[i], 0.0) << "row " << row;
+      }
+      summed[i] += got[i];
+    }
+  }
+  EXPECT_EQ(summed, std::vector<double>(wantDtable.begin(), wantDtable.end()));
+
+  // The gradient accumulates: from the table's values, rank 1's rows 3-5
+  // are the whole kernel's from the same start, the others untouched.
+  std::vector<T> fromTable = as<T>(tableValues);
+  cpu::positionEmbeddingBackward(as<T>(wholeDy).data(), batch, seq, hidden,
+                                 fromTable.data());
+  ASSERT_TRUE(ranks.rank[1]->Write(dtable, tableValues).ok());
+  ASSERT_TRUE(ranks.rank[1]->Run("backward", {}).ok());
+  std::vector<double> got = *ranks.rank[1]->Read(dtable);
+  for (int64_t i = 0; i < positions * hidden; ++i) {
+    int64_t row = i / hidden;
+    EXPECT_EQ(got[i],
+              row >= 3 && row < 6 ? double(fromTable[i]) : tableValues[i])
+        << "row " << row;
+  }
+}
+
+// DROPOUT on a slice of the sequence: each of two ranks holds positions
+// [3r, 3r + 3) of x [2, 6, 4] (col_offset_stride = 3 x 4); their outputs,
+// concatenated along the sequence, are the one-rank output bit for bit,
+// for the same seed, step, rng_id and sample offset. So is the gradient,
+// a DROPOUT of dy with the same attributes.
+TYPED_TEST(TensorParallel, SequenceParallelDropout) {
+  using T = TypeParam;
+  const DType f = dtypeOf<T>();
+  const int64_t batch = 2, seq = 6, local = 3, hidden = 4;
+  auto dropout = [](Builder &b, Function *fn, int in, int out, bool sliced) {
+    Instruction *inst = b.add(fn, DROPOUT, {in}, {out});
+    (*inst->mutable_float_attrs())["rate"] = 0.4;
+    (*inst->mutable_int_attrs())["rng_id"] = 7;
+    if (sliced) {
+      inst->set_rank_axis("tp");
+      (*inst->mutable_int_attrs())["col_offset_stride"] = local * hidden;
+    }
+  };
+  Builder sp;
+  int x = sp.buffer("x", f, {batch, local, hidden}, ACTIVATION);
+  int y = sp.buffer("y", f, {batch, local, hidden}, ACTIVATION);
+  int dy = sp.buffer("dy", f, {batch, local, hidden}, ACTIVATION);
+  int dx = sp.buffer("dx", f, {batch, local, hidden}, ACTIVATION);
+  Function *fn = sp.function("f");
+  dropout(sp, fn, x, y, true);
+  dropout(sp, fn, dy, dx, true);
+  Builder one;
+  int wx = one.buffer("x", f, {batch, seq, hidden}, ACTIVATION);
+  int wy = one.buffer("y", f, {batch, seq, hidden}, ACTIVATION);
+  int wdy = one.buffer("dy", f, {batch, seq, hidden}, ACTIVATION);
+  int wdx = one.buffer("dx", f, {batch, seq, hidden}, ACTIVATION);
+  Function *wfn = one.function("f");
+  dropout(one, wfn, wx, wy, false);
+  dropout(one, wfn, wdy, wdx, false);
+
+  TwoRanks ranks;
+  absl::Status created = ranks.create(tpMesh(sp.plan));
+  ASSERT_TRUE(created.ok()) << created;
+  auto whole = exec::Executor::Create(one.plan);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  std::vector<double> xs = randomValues<T>(batch * seq * hidden, 0.5, 1, 71);
+  std::vector<double> dys = randomValues<T>(batch * seq * hidden, 0.5, 1, 72);
+  auto sequenceSlice = [&](const std::vector<double> &m, int r) {
+    return columns(m, batch, seq * hidden, r * local * hidden, local * hidden);
+  };
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ranks.rank[r]->Write(x, sequenceSlice(xs, r)).ok());
+    ASSERT_TRUE(ranks.rank[r]->Write(dy, sequenceSlice(dys, r)).ok());
+  }
+  ASSERT_TRUE((*whole)->Write(wx, xs).ok());
+  ASSERT_TRUE((*whole)->Write(wdy, dys).ok());
+  exec::StepContext context{1234, 3, 5};
+  auto [s0, s1] = ranks.run("f", context);
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  ASSERT_TRUE((*whole)->Run("f", context).ok());
+
+  std::vector<double> wantY = *(*whole)->Read(wy),
+                      wantDx = *(*whole)->Read(wdx);
+  // The mask drops some elements and keeps others, the same in both.
+  int64_t dropped = std::count(wantY.begin(), wantY.end(), 0.0);
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, int64_t(wantY.size()));
+  for (size_t i = 0; i < wantY.size(); ++i)
+    EXPECT_EQ(wantY[i] == 0, wantDx[i] == 0) << "element " << i;
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    EXPECT_EQ(*ranks.rank[r]->Read(y), sequenceSlice(wantY, r));
+    EXPECT_EQ(*ranks.rank[r]->Read(dx), sequenceSlice(wantDx, r));
+  }
+  // Without the slice, rank 1 would draw the mask of positions 0-2.
+  ASSERT_TRUE((*whole)->Run("f", {1234, 3, 6}).ok());
+  EXPECT_NE(*ranks.rank[1]->Read(y), sequenceSlice(*(*whole)->Read(wy), 1));
 }
 
 } // namespace

@@ -2,6 +2,8 @@
 
 #include "runtime/plan/PlanLoader.h"
 
+#include "absl/strings/str_cat.h"
+
 #include "gtest/gtest.h"
 
 #include <tuple>
@@ -569,6 +571,322 @@ TEST(PlanValidation, GradNormGroup) {
   EXPECT_EQ(errorOf(plan), "");
   (*bodyOf(plan, 6)->mutable_int_attrs())["split_inputs"] = 9;
   EXPECT_REFUSED(plan, "attribute 'split_inputs' = 9 is outside [0, 2]");
+}
+
+/// A valid plan of the sequence-parallel kernels on a (dp 1, tp 2) mesh: the
+/// sequence of 6 positions split in two halves of 3.
+Plan sequenceParallelPlan() {
+  Plan plan;
+  plan.set_version(SCHEMA_VERSION_CURRENT);
+  plan.mutable_mesh()->add_axes("dp");
+  plan.mutable_mesh()->add_sizes(1);
+  plan.mutable_mesh()->add_axes("tp");
+  plan.mutable_mesh()->add_sizes(2);
+  int64_t offset = 0;
+  auto buffer = [&](const char *name, DType dtype, std::vector<int64_t> shape,
+                    BufferRole role) {
+    Buffer *b = plan.add_buffers();
+    b->set_name(name);
+    b->set_dtype(dtype);
+    int64_t bytes = DTypeBytes(dtype);
+    for (int64_t d : shape) {
+      b->add_shape(d);
+      bytes *= d;
+    }
+    b->set_offset(offset);
+    b->set_role(role);
+    offset += (bytes + 7) / 8 * 8; // F64 buffers need 8-byte offsets
+    return plan.buffers_size() - 1;
+  };
+  int x = buffer("x", F32, {2, 3, 4}, ACTIVATION);             // 0
+  int y = buffer("y", F32, {2, 6, 4}, ACTIVATION);             // 1
+  int z = buffer("z", F32, {2, 3, 4}, ACTIVATION);             // 2
+  int table = buffer("table", F32, {8, 4}, PARAMETER);         // 3
+  int ids = buffer("ids", I32, {2, 6}, INPUT);                 // 4
+  int pos = buffer("pos", F32, {2, 3, 4}, ACTIVATION);         // 5
+  int dtable = buffer("dtable", F32, {8, 4}, GRADIENT);        // 6
+  int dropped = buffer("dropped", F32, {2, 3, 4}, ACTIVATION); // 7
+  buffer("scalar", F32, {}, WORKSPACE);                        // 8
+  buffer("wide", F64, {2, 6, 4}, ACTIVATION);                  // 9
+  plan.set_arena_bytes(offset);
+  Function *fn = plan.add_functions();
+  fn->set_name("f");
+  auto add = [&](Kernel kernel, std::vector<int> ins, std::vector<int> outs) {
+    Instruction *inst = fn->add_body();
+    inst->set_kernel(kernel);
+    for (int i : ins)
+      inst->add_inputs(i);
+    for (int o : outs)
+      inst->add_outputs(o);
+    return inst;
+  };
+  Instruction *gather = add(ALL_GATHER, {x}, {y}); // 0
+  gather->add_group("tp");
+  (*gather->mutable_int_attrs())["dim"] = 1;
+  Instruction *scatter = add(REDUCE_SCATTER, {y}, {z}); // 1
+  scatter->add_group("tp");
+  (*scatter->mutable_int_attrs())["dim"] = 1;
+  Instruction *pe = add(POSITION_EMBEDDING, {table, ids}, {pos}); // 2
+  pe->set_rank_axis("tp");
+  (*pe->mutable_int_attrs())["seq_start_stride"] = 3;
+  Instruction *peg = add(POSITION_EMBEDDING_GRAD, {pos}, {dtable}); // 3
+  peg->set_rank_axis("tp");
+  (*peg->mutable_int_attrs())["seq_start_stride"] = 3;
+  Instruction *drop = add(DROPOUT, {x}, {dropped}); // 4
+  drop->set_rank_axis("tp");
+  (*drop->mutable_int_attrs())["col_offset_stride"] = 12;
+  (*drop->mutable_int_attrs())["rng_id"] = 1;
+  (*drop->mutable_float_attrs())["rate"] = 0.1;
+  return plan;
+}
+
+// ALL_GATHER and REDUCE_SCATTER: one input, one output of another buffer,
+// the same dtype, a dim inside x's rank, shapes that differ by the group's
+// size along dim, and a group of mesh axes.
+TEST(PlanValidation, GatherAndScatter) {
+  EXPECT_EQ(errorOf(sequenceParallelPlan()), "");
+  for (int i : {0, 1}) {
+    SCOPED_TRACE(i ? "REDUCE_SCATTER" : "ALL_GATHER");
+    const char *kernel = i ? "(REDUCE_SCATTER): " : "(ALL_GATHER): ";
+    Plan plan = sequenceParallelPlan();
+    bodyOf(plan, i)->mutable_int_attrs()->erase("dim");
+    EXPECT_REFUSED(plan, absl::StrCat(kernel, "lacks the integer attribute "
+                                              "'dim'"));
+    plan = sequenceParallelPlan();
+    (*bodyOf(plan, i)->mutable_int_attrs())["dim"] = 3;
+    EXPECT_REFUSED(plan, "attribute 'dim' = 3 is outside [0, 2]");
+    plan = sequenceParallelPlan();
+    (*bodyOf(plan, i)->mutable_int_attrs())["dim"] = -1;
+    EXPECT_REFUSED(plan, "attribute 'dim' = -1 is outside [0, 2]");
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->clear_group();
+    EXPECT_REFUSED(plan, absl::StrCat(kernel, "names no group (the mesh axes "
+                                              "it communicates along)"));
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->set_group(0, "sp");
+    EXPECT_REFUSED(plan, "group axis 'sp' is not an axis of the mesh");
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->add_group("tp");
+    EXPECT_REFUSED(plan, "group axis 'tp' is repeated");
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->add_inputs(0);
+    EXPECT_REFUSED(plan, absl::StrCat(kernel, "has 2 inputs and 1 outputs; the "
+                                              "kernel takes 1 inputs and 1 "
+                                              "outputs"));
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->set_outputs(0, bodyOf(plan, i)->inputs(0));
+    EXPECT_REFUSED(plan, absl::StrCat(kernel, "x and y are both buffer '",
+                                      i ? "y" : "x",
+                                      "', expected different buffers"));
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->set_inputs(0, 8);
+    EXPECT_REFUSED(plan, "x 'scalar' has rank 0, expected at least 1");
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->set_inputs(0, 4);
+    EXPECT_REFUSED(plan, "operand 'ids' must be a float type, found I32");
+  }
+  // Shapes: the gathered dimension is the group's size times x's.
+  Plan plan = sequenceParallelPlan();
+  (*bodyOf(plan, 0)->mutable_int_attrs())["dim"] = 2;
+  EXPECT_REFUSED(plan, "(ALL_GATHER): y 'y' is [2, 6, 4], expected [2, 3, 8]");
+  plan = sequenceParallelPlan();
+  plan.mutable_mesh()->set_sizes(1, 3);
+  EXPECT_REFUSED(plan, "(ALL_GATHER): y 'y' is [2, 6, 4], expected [2, 9, 4]");
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 0)->set_outputs(0, 9); // F64
+  EXPECT_REFUSED(plan, "(ALL_GATHER): operands mix F32 and F64");
+  // A group over both axes counts both sizes (1 x 2).
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 0)->add_group("dp");
+  EXPECT_EQ(errorOf(plan), "");
+  // Scattered: x's dimension splits evenly over the group into y's.
+  plan = sequenceParallelPlan();
+  (*bodyOf(plan, 1)->mutable_int_attrs())["dim"] = 2;
+  EXPECT_REFUSED(plan,
+                 "(REDUCE_SCATTER): y 'z' is [2, 3, 4], expected [2, 6, 2]");
+  plan = sequenceParallelPlan();
+  plan.mutable_mesh()->set_sizes(1, 4);
+  bodyOf(plan, 0)->set_group(0, "dp"); // a copy of x into z
+  bodyOf(plan, 0)->set_outputs(0, 2);
+  EXPECT_REFUSED(plan, "(REDUCE_SCATTER): x 'y' [2, 6, 4] has 6 elements along "
+                       "dimension 1, which do not split evenly over the "
+                       "group's 4 ranks");
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 1)->set_inputs(0, 9); // F64
+  EXPECT_REFUSED(plan, "(REDUCE_SCATTER): operands mix F64 and F32");
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 1)->set_outputs(0, 0); // x, also [2, 3, 4]: allowed
+  EXPECT_EQ(errorOf(plan), "");
+  // On a group of one rank both are copies: the shapes are equal.
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 0)->set_group(0, "dp");
+  bodyOf(plan, 0)->set_outputs(0, 2);
+  bodyOf(plan, 1)->set_group(0, "dp");
+  bodyOf(plan, 1)->set_inputs(0, 2);
+  bodyOf(plan, 1)->set_outputs(0, 0);
+  EXPECT_EQ(errorOf(plan), "");
+
+  // The gathered size must fit in int64: 2^47 elements on 2^20 ranks do not.
+  plan = Plan();
+  plan.set_version(SCHEMA_VERSION_CURRENT);
+  plan.mutable_mesh()->add_axes("sp");
+  plan.mutable_mesh()->add_sizes(int64_t(1) << 20);
+  for (const char *name : {"x", "y"}) {
+    Buffer *b = plan.add_buffers();
+    b->set_name(name);
+    b->set_dtype(F32);
+    b->add_shape(int64_t(1) << 47);
+    b->set_role(ACTIVATION);
+  }
+  plan.set_arena_bytes(int64_t(1) << 49);
+  plan.add_functions()->set_name("f");
+  Instruction *gather = plan.mutable_functions(0)->add_body();
+  gather->set_kernel(ALL_GATHER);
+  gather->add_inputs(0);
+  gather->add_outputs(1);
+  gather->add_group("sp");
+  (*gather->mutable_int_attrs())["dim"] = 0;
+  EXPECT_REFUSED(plan, "x 'x' [140737488355328] gathered over 1048576 ranks "
+                       "along dimension 0 does not fit in int64");
+  // ... and so must a dropout's sample over them.
+  gather->set_kernel(DROPOUT);
+  gather->clear_group();
+  gather->mutable_int_attrs()->clear();
+  (*gather->mutable_int_attrs())["rng_id"] = 0;
+  (*gather->mutable_int_attrs())["col_offset_stride"] = 0;
+  (*gather->mutable_float_attrs())["rate"] = 0.5;
+  gather->set_rank_axis("sp");
+  plan.mutable_buffers(0)->add_shape(1);
+  plan.mutable_buffers(1)->add_shape(1);
+  plan.mutable_buffers(0)->set_shape(0, 1);
+  plan.mutable_buffers(0)->set_shape(1, int64_t(1) << 47);
+  plan.mutable_buffers(1)->set_shape(0, 1);
+  plan.mutable_buffers(1)->set_shape(1, int64_t(1) << 47);
+  EXPECT_REFUSED(plan, "(DROPOUT): the 1048576 ranks along 'sp' x "
+                       "140737488355328 elements per sample do not fit in "
+                       "int64");
+}
+
+// POSITION_EMBEDDING and its gradient on a slice of the sequence: the
+// stride is required with a rank_axis and keeps every rank's positions
+// inside the table (and, forward, inside the tokens' sequence).
+TEST(PlanValidation, PositionEmbeddingSequenceSlices) {
+  for (int i : {2, 3}) {
+    SCOPED_TRACE(i == 2 ? "POSITION_EMBEDDING" : "POSITION_EMBEDDING_GRAD");
+    Plan plan = sequenceParallelPlan();
+    bodyOf(plan, i)->mutable_int_attrs()->erase("seq_start_stride");
+    EXPECT_REFUSED(plan, "lacks the integer attribute 'seq_start_stride'");
+    plan = sequenceParallelPlan();
+    (*bodyOf(plan, i)->mutable_int_attrs())["seq_start_stride"] = -3;
+    EXPECT_REFUSED(plan, "attribute 'seq_start_stride' = -3 is outside [0, ");
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->set_rank_axis("sp");
+    EXPECT_REFUSED(plan, "rank_axis 'sp' is not an axis of the mesh");
+    plan = sequenceParallelPlan();
+    (*bodyOf(plan, i)->mutable_int_attrs())["seq_start_stride"] = 6;
+    EXPECT_REFUSED(plan, "seq_start_stride = 6 puts the 3 positions of rank 1 "
+                         "along 'tp' past the position table's 8 rows "
+                         "(expected a stride of at most 5)");
+    // A rank_axis of one rank: the stride is required but never leaves.
+    plan = sequenceParallelPlan();
+    bodyOf(plan, i)->set_rank_axis("dp");
+    (*bodyOf(plan, i)->mutable_int_attrs())["seq_start_stride"] = 100;
+    EXPECT_EQ(errorOf(plan), "");
+    // Overlapping slices stay inside the table.
+    plan = sequenceParallelPlan();
+    (*bodyOf(plan, i)->mutable_int_attrs())["seq_start_stride"] = 1;
+    EXPECT_EQ(errorOf(plan), "");
+  }
+  // Forward: the slice stays inside the tokens' sequence too, and holds at
+  // most its positions.
+  Plan plan = sequenceParallelPlan();
+  (*bodyOf(plan, 2)->mutable_int_attrs())["seq_start_stride"] = 4;
+  EXPECT_REFUSED(plan, "(POSITION_EMBEDDING): seq_start_stride = 4 puts the 3 "
+                       "positions of rank 1 along 'tp' past the tokens' "
+                       "sequence of 6 (expected a stride of at most 3)");
+  plan = sequenceParallelPlan();
+  plan.mutable_buffers(4)->set_shape(1, 4); // ids [2, 4]
+  bodyOf(plan, 2)->set_outputs(0, 1);       // out [2, 6, 4]
+  (*bodyOf(plan, 2)->mutable_int_attrs())["seq_start_stride"] = 0;
+  EXPECT_REFUSED(plan, "(POSITION_EMBEDDING): the 6 positions of a rank exceed "
+                       "the tokens' sequence of 4");
+  plan = sequenceParallelPlan();
+  plan.mutable_buffers(3)->set_shape(0, 5); // table [5, 4]
+  EXPECT_REFUSED(plan, "(POSITION_EMBEDDING): seq_start_stride = 3 puts the 3 "
+                       "positions of rank 1 along 'tp' past the position "
+                       "table's 5 rows (expected a stride of at most 2)");
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 2)->set_outputs(0, 3);
+  EXPECT_REFUSED(plan, "out 'table' has rank 2, expected 3");
+  plan = sequenceParallelPlan();
+  plan.mutable_buffers(4)->set_shape(0, 1); // ids [1, 6]
+  EXPECT_REFUSED(plan, "out 'pos' is [2, 3, 4], expected [1, 3, 4]");
+  // Without a rank_axis, out is the whole sequence, as before.
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 2)->clear_rank_axis();
+  EXPECT_REFUSED(plan, "out 'pos' is [2, 3, 4], expected [2, 6, 4]");
+  bodyOf(plan, 2)->set_outputs(0, 1);
+  EXPECT_EQ(errorOf(plan), ""); // an unused stride is harmless
+  (*bodyOf(plan, 2)->mutable_int_attrs())["seq_start_stride"] = -1;
+  EXPECT_REFUSED(plan, "attribute 'seq_start_stride' = -1 is outside [0, ");
+  bodyOf(plan, 2)->mutable_int_attrs()->clear();
+  plan.mutable_buffers(3)->set_shape(0, 5);
+  EXPECT_REFUSED(plan, "the sequence is longer than the position table");
+
+  // Gradient: dy's hidden size is the table's; without a rank_axis dy's
+  // positions fit in the table.
+  plan = sequenceParallelPlan();
+  plan.mutable_buffers(6)->set_shape(1, 3); // dtable [8, 3]
+  EXPECT_REFUSED(plan, "(POSITION_EMBEDDING_GRAD): dy 'pos' [2, 3, 4] does not "
+                       "fit the position table [8, 3] (expected its last "
+                       "dimension to be the table's 3)");
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 3)->clear_rank_axis();
+  bodyOf(plan, 3)->set_inputs(0, 1);        // dy [2, 6, 4]
+  plan.mutable_buffers(6)->set_shape(0, 5); // dtable [5, 4]
+  EXPECT_REFUSED(plan, "(POSITION_EMBEDDING_GRAD): dy 'y' [2, 6, 4] has more "
+                       "positions than the position table [5, 4]");
+  plan.mutable_buffers(6)->set_shape(0, 6);
+  EXPECT_EQ(errorOf(plan), "");
+}
+
+// DROPOUT on a slice of each sample: col_offset_stride is required with a
+// rank_axis and keeps every rank's elements inside the sample.
+TEST(PlanValidation, DropoutSampleSlices) {
+  Plan plan = sequenceParallelPlan();
+  bodyOf(plan, 4)->mutable_int_attrs()->erase("col_offset_stride");
+  EXPECT_REFUSED(plan, "(DROPOUT): lacks the integer attribute "
+                       "'col_offset_stride'");
+  plan = sequenceParallelPlan();
+  (*bodyOf(plan, 4)->mutable_int_attrs())["col_offset_stride"] = 13;
+  EXPECT_REFUSED(plan, "(DROPOUT): col_offset_stride = 13 puts the 12 elements "
+                       "per sample of rank 1 along 'tp' past the sample's 24 "
+                       "elements (expected a stride of at most 12)");
+  plan = sequenceParallelPlan();
+  (*bodyOf(plan, 4)->mutable_int_attrs())["col_offset_stride"] = -12;
+  EXPECT_REFUSED(plan, "attribute 'col_offset_stride' = -12 is outside [0, ");
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 4)->set_rank_axis("sp");
+  EXPECT_REFUSED(plan, "(DROPOUT): rank_axis 'sp' is not an axis of the mesh");
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 4)->add_group("tp");
+  EXPECT_REFUSED(plan, "(DROPOUT): names a group but is not a collective");
+  // A smaller stride (overlapping slices) stays inside; without a rank_axis
+  // the stride is not needed.
+  plan = sequenceParallelPlan();
+  (*bodyOf(plan, 4)->mutable_int_attrs())["col_offset_stride"] = 5;
+  EXPECT_EQ(errorOf(plan), "");
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 4)->clear_rank_axis();
+  bodyOf(plan, 4)->mutable_int_attrs()->erase("col_offset_stride");
+  EXPECT_EQ(errorOf(plan), "");
+  // A scalar is one sample of one element.
+  plan = sequenceParallelPlan();
+  bodyOf(plan, 4)->set_inputs(0, 8);
+  bodyOf(plan, 4)->set_outputs(0, 8);
+  (*bodyOf(plan, 4)->mutable_int_attrs())["col_offset_stride"] = 2;
+  EXPECT_REFUSED(plan, "col_offset_stride = 2 puts the 1 elements per sample "
+                       "of rank 1 along 'tp' past the sample's 2 elements");
 }
 
 TEST(PlanFile, WritesAndLoads) {
