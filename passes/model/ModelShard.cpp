@@ -21,6 +21,11 @@
 // the whole value, so that the sum of the Q, K and V (or gate and up)
 // contributions is reduced once.
 //
+// With sequence parallelism the whole values between blocks become sequence
+// slices (a split of dimension 1): the forward's partial sums are
+// reduce-scattered into them, and ops that need whole values all-gather
+// them first.
+//
 //===----------------------------------------------------------------------===//
 
 #include "passes/model/Passes.h"
@@ -340,9 +345,6 @@ bool feedsReplicatedKv(Value v, int64_t tp) {
 
 LogicalResult TensorParallel::visitLinear(LinearOp op) {
   resolveOperands(op);
-  auto [inDim, outDim] = op.getWeightInOut();
-  (void)inDim;
-  (void)outDim;
   int64_t outAxis = op.getTransposeW() ? 0 : 1, inAxis = 1 - outAxis;
   Value w = op.getWeight(), bias = op.getBias();
   Layout x = layouts[op.getX()];
@@ -482,7 +484,7 @@ LogicalResult TensorParallel::visitCrossEntropyGrad(CrossEntropyGradOp op) {
 }
 
 /// The local attributes of an attention (or its gradient) whose query heads
-/// are split: `kSplit` says whether its kv heads are too.
+/// are split: `kvSplit` says whether its kv heads are too.
 template <typename OpT>
 void setHeadSlice(OpT op, int64_t tp, bool kvSplit, OpBuilder &b) {
   int64_t heads = op.getNumHeadsAttr().getInt();
