@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <set>
+#include <utility>
 
 namespace braid::comm {
 namespace {
@@ -35,6 +36,32 @@ absl::Status mpiError(int code, absl::string_view what) {
   return absl::InternalError(
       absl::StrCat(what, " failed: ", std::string(text, length)));
 }
+
+/// The element type of a point-to-point message: any dtype of the plan
+/// (half precision as opaque 16-bit words).
+absl::StatusOr<MPI_Datatype> messageType(plan::DType dtype) {
+  switch (dtype) {
+  case plan::F32:
+    return MPI_FLOAT;
+  case plan::F64:
+    return MPI_DOUBLE;
+  case plan::I32:
+    return MPI_INT32_T;
+  case plan::I64:
+    return MPI_INT64_T;
+  case plan::BF16:
+  case plan::F16:
+    return MPI_UINT16_T;
+  default:
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a message of unknown dtype ", int(dtype),
+        " (expected one of the plan's dtypes)"));
+  }
+}
+
+/// MPI counts are int: larger messages go in pieces of at most this many
+/// elements, in order, which the receiver takes in the same pieces.
+constexpr int64_t kMaxMessageCount = int64_t(1) << 30;
 
 absl::StatusOr<MPI_Datatype> mpiType(plan::DType dtype) {
   switch (dtype) {
@@ -65,6 +92,12 @@ absl::StatusOr<Call> prepare(absl::StatusOr<void *> group, plan::DType dtype) {
 }
 
 } // namespace
+
+struct MpiCommunicator::Requests {
+  std::vector<MPI_Request> requests;
+};
+
+MpiCommunicator::MpiCommunicator() : pendingSends_(new Requests) {}
 
 bool LaunchedByMpi() {
   return envOf({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) != nullptr;
@@ -112,6 +145,14 @@ MpiCommunicator::Create(const plan::Plan &plan) {
         if (keys.insert(groupKey(axes)).second)
           groups.push_back(axes);
       }
+  // And every single axis: the point-to-point messages of pipeline stages
+  // and the trainer's own collectives (the loss over "dp" and "pp", the
+  // gathers of split parameters) use them, and ranks of different stages
+  // reach those at different points of their programs, so no group can be
+  // created later.
+  for (const std::string &axis : plan.mesh().axes())
+    if (keys.insert(groupKey({axis})).second)
+      groups.push_back({axis});
   for (const std::vector<std::string> &axes : groups)
     if (absl::Status s = c->addGroup(axes); !s.ok())
       return s;
@@ -135,6 +176,8 @@ absl::Status MpiCommunicator::addGroup(const std::vector<std::string> &axes) {
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  // Sends still in flight read memory their owner is about to free.
+  (void)WaitSends();
   for (auto &[key, group] : groups_) {
     MPI_Comm c = static_cast<MPI_Comm>(group);
     MPI_Comm_free(&c);
@@ -210,6 +253,105 @@ absl::Status MpiCommunicator::AllReduce(absl::Span<const std::string> axes,
         rc != MPI_SUCCESS)
       return mpiError(rc, "MPI_Allreduce");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<void *, int>>
+MpiCommunicator::peer(absl::string_view axis, int64_t peerOffset,
+                      absl::string_view what) {
+  int index = -1;
+  for (int i = 0; i < mesh_.axes_size(); ++i)
+    if (mesh_.axes(i) == axis)
+      index = i;
+  if (index < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " along '", axis, "', which is not a mesh axis"));
+  int64_t size = mesh_.sizes(index), mine = coords_[index];
+  if (peerOffset < -size || peerOffset > size || mine + peerOffset < 0 ||
+      mine + peerOffset >= size)
+    return absl::OutOfRangeError(absl::StrCat(
+        what, " at offset ", peerOffset, " along '", axis,
+        "' from coordinate ", mine, ": there is no such rank (the axis has ",
+        size, ", expected a peer in [0, ", size, "))"));
+  absl::StatusOr<void *> comm = group({std::string(axis)});
+  if (!comm.ok())
+    return comm.status();
+  // The axis' communicator orders its ranks by world rank, that is by their
+  // coordinate along the axis.
+  return std::make_pair(*comm, int(mine + peerOffset));
+}
+
+absl::Status MpiCommunicator::Send(absl::string_view axis, int64_t peerOffset,
+                                   const void *data, int64_t count,
+                                   plan::DType dtype) {
+  absl::StatusOr<std::pair<void *, int>> to = peer(axis, peerOffset, "a send");
+  if (!to.ok())
+    return to.status();
+  absl::StatusOr<MPI_Datatype> type = messageType(dtype);
+  if (!type.ok())
+    return type.status();
+  MPI_Comm comm = static_cast<MPI_Comm>(to->first);
+  const char *p = static_cast<const char *>(data);
+  int64_t bytes = plan::DTypeBytes(dtype);
+  // One piece even when empty, so that the receiver's piece matches.
+  for (int64_t done = 0; done == 0 || done < count; done += kMaxMessageCount) {
+    int n = int(std::min(kMaxMessageCount, count - done));
+    MPI_Request request;
+    if (int rc = MPI_Isend(p + done * bytes, n, *type, to->second, 0, comm,
+                           &request);
+        rc != MPI_SUCCESS)
+      return mpiError(rc, "MPI_Isend");
+    pendingSends_->requests.push_back(request);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::Recv(absl::string_view axis, int64_t peerOffset,
+                                   void *data, int64_t count,
+                                   plan::DType dtype) {
+  absl::StatusOr<std::pair<void *, int>> from =
+      peer(axis, peerOffset, "a receive");
+  if (!from.ok())
+    return from.status();
+  absl::StatusOr<MPI_Datatype> type = messageType(dtype);
+  if (!type.ok())
+    return type.status();
+  MPI_Comm comm = static_cast<MPI_Comm>(from->first);
+  char *p = static_cast<char *>(data);
+  int64_t bytes = plan::DTypeBytes(dtype);
+  for (int64_t done = 0; done == 0 || done < count; done += kMaxMessageCount) {
+    int n = int(std::min(kMaxMessageCount, count - done));
+    // The message's size first, so that one of another size is reported as
+    // such rather than as MPI's truncation error or a short read.
+    MPI_Status status;
+    int got = 0;
+    if (int rc = MPI_Probe(from->second, 0, comm, &status); rc != MPI_SUCCESS)
+      return mpiError(rc, "MPI_Probe");
+    MPI_Get_count(&status, *type, &got);
+    if (got != n)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the message from offset ", peerOffset, " along '", axis, "' holds ",
+          got == MPI_UNDEFINED ? std::string("a partial element count")
+                               : absl::StrCat(got, " elements"),
+          " of ", plan::DType_Name(dtype), ", expected ", n,
+          " (the ranks' plans disagree)"));
+    if (int rc = MPI_Recv(p + done * bytes, n, *type, from->second, 0, comm,
+                          MPI_STATUS_IGNORE);
+        rc != MPI_SUCCESS)
+      return mpiError(rc, "MPI_Recv");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::WaitSends() {
+  std::vector<MPI_Request> &requests = pendingSends_->requests;
+  if (requests.empty())
+    return absl::OkStatus();
+  int rc = MPI_Waitall(int(requests.size()), requests.data(),
+                       MPI_STATUSES_IGNORE);
+  requests.clear();
+  if (rc != MPI_SUCCESS)
+    return mpiError(rc, "MPI_Waitall");
   return absl::OkStatus();
 }
 

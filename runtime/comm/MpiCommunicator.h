@@ -1,8 +1,11 @@
 //===- MpiCommunicator.h - Collectives on MPI -------------------*- C++ -*-===//
 //
 // The CPU backend's communication: one MPI communicator per group the plan's
-// collectives name (a set of mesh axes), split from MPI_COMM_WORLD once, at
-// start-up, in the same order on every rank.
+// collectives name (a set of mesh axes) and per mesh axis, split from
+// MPI_COMM_WORLD once, at start-up, in the same order on every rank. The
+// point-to-point messages between pipeline stages travel on the
+// communicator of their one axis, whose rank c is the rank at coordinate c
+// along it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +18,7 @@
 
 #include <map>
 #include <memory>
+#include <vector>
 
 namespace braid::comm {
 
@@ -46,22 +50,40 @@ public:
   absl::Status ReduceScatter(absl::Span<const std::string> axes, const void *in,
                              void *out, int64_t countPerRank,
                              plan::DType dtype) override;
+  /// MPI_Isend on the axis' communicator, one tag for every message (so they
+  /// arrive in order); the request is kept until WaitSends.
+  absl::Status Send(absl::string_view axis, int64_t peerOffset,
+                    const void *data, int64_t count,
+                    plan::DType dtype) override;
+  /// MPI_Recv; a message of another size than `count` is an error.
+  absl::Status Recv(absl::string_view axis, int64_t peerOffset, void *data,
+                    int64_t count, plan::DType dtype) override;
+  /// MPI_Waitall on the requests of every Send since the last call.
+  absl::Status WaitSends() override;
 
   /// Ends every rank of the job with `code`, so that none of them waits
   /// forever in a collective for this one (after an error here).
   [[noreturn]] void Abort(int code);
 
 private:
-  MpiCommunicator() = default;
+  MpiCommunicator();
   absl::Status addGroup(const std::vector<std::string> &axes);
   /// The communicator of the group along `axes` (an MPI_Comm).
   absl::StatusOr<void *> group(absl::Span<const std::string> axes);
+  /// The communicator of `axis` and the peer's rank in it.
+  absl::StatusOr<std::pair<void *, int>> peer(absl::string_view axis,
+                                              int64_t peerOffset,
+                                              absl::string_view what);
 
   plan::Mesh mesh_;
   int64_t rank_ = 0;
   std::vector<int64_t> coords_;
   /// Communicators by the sorted, comma-joined axes of their group.
   std::map<std::string, void *> groups_;
+  /// The requests of the sends not yet waited for (MPI_Requests, kept out
+  /// of this header like every MPI type).
+  struct Requests;
+  std::unique_ptr<Requests> pendingSends_;
 };
 
 } // namespace braid::comm

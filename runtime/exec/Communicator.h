@@ -1,8 +1,9 @@
 //===- Communicator.h - Collectives for the executor ------------*- C++ -*-===//
 //
 // What the executor needs from the other ranks of a job: the collectives of
-// the plan, over groups named by mesh axes. runtime/comm implements it on MPI
-// (CPU); the CUDA backend will implement it on NCCL.
+// the plan, over groups named by mesh axes, and the point-to-point messages
+// between pipeline stages. runtime/comm implements it on MPI (CPU); the CUDA
+// backend will implement it on NCCL.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +13,7 @@
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 #include <cstdint>
@@ -49,6 +51,31 @@ public:
                                      const void *in, void *out,
                                      int64_t countPerRank,
                                      plan::DType dtype) = 0;
+
+  /// Point to point along one mesh axis: the peer is the rank whose
+  /// coordinate along `axis` is this rank's + `peerOffset`, every other
+  /// coordinate equal (an error when that coordinate is outside the axis).
+  /// Messages between two ranks are received in the order they were sent.
+  ///
+  /// Starts sending `count` elements of `dtype` at `data` and returns without
+  /// waiting for the peer: `data` must stay alive and unchanged until
+  /// WaitSends returns.
+  virtual absl::Status Send(absl::string_view axis, int64_t peerOffset,
+                            const void *data, int64_t count,
+                            plan::DType dtype) {
+    return absl::UnimplementedError(
+        "this communicator has no point-to-point messages (Send)");
+  }
+  /// Receives `count` elements of `dtype` from the peer into `data`, waiting
+  /// for them; the peer's message must hold exactly that many.
+  virtual absl::Status Recv(absl::string_view axis, int64_t peerOffset,
+                            void *data, int64_t count, plan::DType dtype) {
+    return absl::UnimplementedError(
+        "this communicator has no point-to-point messages (Recv)");
+  }
+  /// Waits until every Send of this rank has completed (its data may then be
+  /// written again).
+  virtual absl::Status WaitSends() { return absl::OkStatus(); }
 };
 
 } // namespace braid::exec

@@ -66,6 +66,8 @@ Executor::Create(plan::Plan plan, Communicator *comm) {
   }
   std::unique_ptr<Executor> executor(new Executor(std::move(plan)));
   executor->comm_ = comm;
+  for (const Buffer &b : executor->plan_.buffers())
+    executor->bytes_.push_back(numel(b) * plan::DTypeBytes(b.dtype()));
   // One allocation for the whole run; zeroed so that a buffer read before it
   // is written holds zeros, not garbage.
   executor->arena_.reset(new (std::nothrow)
@@ -77,6 +79,12 @@ Executor::Create(plan::Plan plan, Communicator *comm) {
   return executor;
 }
 
+Executor::~Executor() {
+  // Sends in flight read the arena, which is about to go.
+  if (!pendingSends_.empty())
+    (void)WaitSends();
+}
+
 int Executor::FindBuffer(absl::string_view name) const {
   for (int i = 0; i < plan_.buffers_size(); ++i)
     if (plan_.buffers(i).name() == name)
@@ -84,7 +92,43 @@ int Executor::FindBuffer(absl::string_view name) const {
   return -1;
 }
 
-absl::Status Executor::Write(int id, absl::Span<const double> values) {
+int Executor::FindBuffer(absl::string_view name, int64_t stage) const {
+  for (int i = 0; i < plan_.buffers_size(); ++i)
+    if (plan_.buffers(i).name() == name && plan_.buffers(i).stage() == stage)
+      return i;
+  return -1;
+}
+
+absl::Status Executor::checkSlot(int id, int64_t slot) const {
+  const Buffer &b = plan_.buffers(id);
+  if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
+    return absl::OutOfRangeError(absl::StrCat(
+        "slot ", slot, " is not a copy of buffer '", b.name(), "', which has ",
+        b.slots() >= 2 ? absl::StrCat(b.slots(), " slots [0, ", b.slots(), ")")
+                       : std::string("one copy for every slot >= 0")));
+  return absl::OkStatus();
+}
+
+absl::Status Executor::beforeWrite(int id, int64_t slot) {
+  if (pendingSends_.empty() || bytes_[id] == 0)
+    return absl::OkStatus();
+  int64_t begin = static_cast<uint8_t *>(address(id, slot)) - arena_.get();
+  int64_t end = begin + bytes_[id];
+  for (auto [sendBegin, sendEnd] : pendingSends_)
+    if (begin < sendEnd && sendBegin < end)
+      return WaitSends();
+  return absl::OkStatus();
+}
+
+absl::Status Executor::WaitSends() {
+  pendingSends_.clear();
+  if (!comm_)
+    return absl::OkStatus();
+  return comm_->WaitSends();
+}
+
+absl::Status Executor::Write(int id, absl::Span<const double> values,
+                             int64_t slot) {
   if (id < 0 || id >= plan_.buffers_size())
     return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
   const Buffer &b = plan_.buffers(id);
@@ -92,7 +136,11 @@ absl::Status Executor::Write(int id, absl::Span<const double> values) {
     return absl::InvalidArgumentError(absl::StrCat(
         "buffer '", b.name(), "' holds ", numel(b), " elements, not ",
         values.size()));
-  void *p = address(id);
+  if (absl::Status s = checkSlot(id, slot); !s.ok())
+    return s;
+  if (absl::Status s = beforeWrite(id, slot); !s.ok())
+    return s;
+  void *p = address(id, slot);
   switch (b.dtype()) {
   case plan::F32:
     std::copy(values.begin(), values.end(), static_cast<float *>(p));
@@ -113,12 +161,15 @@ absl::Status Executor::Write(int id, absl::Span<const double> values) {
   }
 }
 
-absl::StatusOr<std::vector<double>> Executor::Read(int id) const {
+absl::StatusOr<std::vector<double>> Executor::Read(int id,
+                                                   int64_t slot) const {
   if (id < 0 || id >= plan_.buffers_size())
     return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
   const Buffer &b = plan_.buffers(id);
+  if (absl::Status s = checkSlot(id, slot); !s.ok())
+    return s;
   std::vector<double> out(numel(b));
-  const void *p = address(id);
+  const void *p = address(id, slot);
   switch (b.dtype()) {
   case plan::F32:
     std::copy_n(static_cast<const float *>(p), out.size(), out.begin());
@@ -140,29 +191,44 @@ absl::StatusOr<std::vector<double>> Executor::Read(int id) const {
   return out;
 }
 
-absl::Status Executor::Run(absl::string_view name, const StepContext &context) {
+absl::Status Executor::Run(absl::string_view name, const StepContext &context,
+                          int64_t slot) {
   const plan::Function *fn = nullptr;
   for (const plan::Function &f : plan_.functions())
     if (f.name() == name)
       fn = &f;
   if (!fn)
     return absl::NotFoundError(absl::StrCat("the plan has no function '", name, "'"));
-  for (const Instruction &inst : fn->body()) {
+  // Every buffer it names has the slot, before anything runs.
+  for (const Instruction &inst : fn->body())
+    for (const auto *ids : {&inst.inputs(), &inst.outputs()})
+      for (int32_t id : *ids)
+        if (absl::Status s = checkSlot(id, slot); !s.ok())
+          return absl::Status(s.code(), absl::StrCat("function '", name,
+                                                     "': ", s.message()));
+  auto execute = [&](const Instruction &inst) -> absl::Status {
+    // Outputs that a send in flight reads wait for it.
+    for (int32_t id : inst.outputs())
+      if (absl::Status s = beforeWrite(id, slot); !s.ok())
+        return s;
+    if (inst.kernel() == plan::SEND || inst.kernel() == plan::RECV)
+      return runPointToPoint(inst, slot);
     // The float dtype of the instruction: its first float operand's.
     plan::DType dtype = plan::DTYPE_UNSPECIFIED;
     for (int32_t id : inst.outputs())
       if (plan_.buffers(id).dtype() != plan::I32)
         dtype = plan_.buffers(id).dtype();
-    absl::Status s;
-    auto start = std::chrono::steady_clock::now();
     if (dtype == plan::F32)
-      s = runInstruction<float>(inst, context);
-    else if (dtype == plan::F64)
-      s = runInstruction<double>(inst, context);
-    else
-      s = absl::UnimplementedError(absl::StrCat(
-          plan::Kernel_Name(inst.kernel()), " on ", plan::DType_Name(dtype),
-          " needs the CUDA backend"));
+      return runInstruction<float>(inst, context, slot);
+    if (dtype == plan::F64)
+      return runInstruction<double>(inst, context, slot);
+    return absl::UnimplementedError(absl::StrCat(
+        plan::Kernel_Name(inst.kernel()), " on ", plan::DType_Name(dtype),
+        " needs the CUDA backend"));
+  };
+  for (const Instruction &inst : fn->body()) {
+    auto start = std::chrono::steady_clock::now();
+    absl::Status s = execute(inst);
     if (!profile_.empty())
       profile_[inst.kernel()] += std::chrono::duration<double>(
                                      std::chrono::steady_clock::now() - start)
@@ -172,6 +238,28 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context) {
                                                  inst.provenance(), ": ",
                                                  s.message()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::runPointToPoint(const Instruction &inst, int64_t slot) {
+  bool send = inst.kernel() == plan::SEND;
+  int id = send ? inst.inputs(0) : inst.outputs(0);
+  const Buffer &b = plan_.buffers(id);
+  int64_t peer = intAttr(inst, "peer");
+  if (!comm_)
+    return absl::FailedPreconditionError(absl::StrCat(
+        send ? "a send to" : "a receive from", " the ",
+        peer > 0 ? "next" : "previous", " rank along '", inst.rank_axis(),
+        "' needs the job's other ranks (run the plan under mpirun)"));
+  void *p = address(id, slot);
+  if (!send)
+    return comm_->Recv(inst.rank_axis(), peer, p, numel(b), b.dtype());
+  if (absl::Status s =
+          comm_->Send(inst.rank_axis(), peer, p, numel(b), b.dtype());
+      !s.ok())
+    return s;
+  int64_t begin = static_cast<uint8_t *>(p) - arena_.get();
+  pendingSends_.push_back({begin, begin + bytes_[id]});
   return absl::OkStatus();
 }
 
@@ -187,13 +275,16 @@ int64_t Executor::rankCoordinate(const Instruction &inst) const {
 
 template <typename T>
 absl::Status Executor::runInstruction(const Instruction &inst,
-                                      const StepContext &context) {
+                                      const StepContext &context,
+                                      int64_t slot) {
   auto in = [&](int i) -> const Buffer & { return plan_.buffers(inst.inputs(i)); };
   auto out = [&](int i) -> const Buffer & { return plan_.buffers(inst.outputs(i)); };
-  auto x = [&](int i) { return static_cast<const T *>(address(inst.inputs(i))); };
-  auto y = [&](int i) { return static_cast<T *>(address(inst.outputs(i))); };
+  auto x = [&](int i) {
+    return static_cast<const T *>(address(inst.inputs(i), slot));
+  };
+  auto y = [&](int i) { return static_cast<T *>(address(inst.outputs(i), slot)); };
   auto ids = [&](int i) {
-    return static_cast<const int32_t *>(address(inst.inputs(i)));
+    return static_cast<const int32_t *>(address(inst.inputs(i), slot));
   };
   // Token ids index tables: check them against the table before use.
   auto checkIds = [&](int i, int64_t vocab, bool allowIgnore,
@@ -220,7 +311,7 @@ absl::Status Executor::runInstruction(const Instruction &inst,
   std::vector<T> scratch;
   switch (inst.kernel()) {
   case plan::ZERO:
-    std::memset(address(inst.outputs(0)), 0,
+    std::memset(address(inst.outputs(0), slot), 0,
                 numel(out(0)) * plan::DTypeBytes(out(0).dtype()));
     return absl::OkStatus();
   case plan::ALL_REDUCE: {
@@ -270,8 +361,8 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     std::vector<std::string> group(inst.group().begin(), inst.group().end());
     // Buffers of a plan may share arena bytes; a collective's in and out
     // must not.
-    const char *xb = static_cast<const char *>(address(inst.inputs(0)));
-    const char *yb = static_cast<const char *>(address(inst.outputs(0)));
+    const char *xb = static_cast<const char *>(address(inst.inputs(0), slot));
+    const char *yb = static_cast<const char *>(address(inst.outputs(0), slot));
     int64_t xBytes = numel(in(0)) * int64_t(sizeof(T));
     int64_t yBytes = numel(out(0)) * int64_t(sizeof(T));
     bool overlap = xBytes && yBytes && xb < yb + yBytes && yb < xb + xBytes;
@@ -590,7 +681,13 @@ absl::Status Executor::runInstruction(const Instruction &inst,
           cpu::gradSumOfSquares<T>(all.subspan(split));
       if (!replicatedSum.ok())
         return replicatedSum.status();
-      double sum = *splitSum + *replicatedSum / double(ranks);
+      // Each replicated gradient is on `copies` ranks of the group: the
+      // group's size, or fewer when the group spans pipeline stages.
+      auto copies = inst.int_attrs().find("replicated_copies");
+      double sum = *splitSum +
+                   *replicatedSum / double(copies == inst.int_attrs().end()
+                                               ? ranks
+                                               : copies->second);
       if (ranks > 1) {
         std::vector<std::string> group(inst.group().begin(), inst.group().end());
         if (absl::Status s = comm_->AllReduce(group, &sum, 1, plan::F64,
@@ -616,7 +713,8 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     c.beta2 = floatAttr(inst, "beta2");
     c.eps = floatAttr(inst, "eps");
     c.weightDecay = floatAttr(inst, "weight_decay");
-    int64_t step = *static_cast<const int64_t *>(address(inst.inputs(5)));
+    int64_t step =
+        *static_cast<const int64_t *>(address(inst.inputs(5), slot));
     return cpu::adamwStep<T>(y(0), x(1), y(1), y(2), numel(in(0)), c, *x(4),
                              step, *x(6));
   }

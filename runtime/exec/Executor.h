@@ -6,6 +6,13 @@
 // that the plan loader has validated, so a plan that loads cannot make the
 // executor touch memory outside the arena.
 //
+// A buffer with slots >= 2 (Buffer.slots) has one copy per micro-batch in
+// flight on a pipeline stage: a function run on slot k reads and writes copy
+// k of such buffers, at offset + k x the buffer's bytes, and the single copy
+// of the others. SEND does not wait for its receiver: the executor waits for
+// the sends in flight (Communicator::WaitSends) before an instruction or a
+// Write changes bytes that one of them is reading.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef BRAID_RUNTIME_EXEC_EXECUTOR_H
@@ -19,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace braid::exec {
@@ -35,6 +43,8 @@ struct StepContext {
 
 class Executor {
 public:
+  ~Executor();
+
   /// Validates `plan` (as the loader does) and allocates its arena. `comm`
   /// runs the plan's collectives; without one, a collective whose group is a
   /// single rank is a copy and any other is an error.
@@ -45,15 +55,26 @@ public:
   Communicator *communicator() const { return comm_; }
   /// The index of the buffer named `name`, or -1.
   int FindBuffer(absl::string_view name) const;
+  /// The index of the buffer named `name` of pipeline stage `stage`
+  /// (Buffer.stage), or -1.
+  int FindBuffer(absl::string_view name, int64_t stage) const;
 
-  /// Copies `values` into buffer `id` (converting to its dtype); the sizes
-  /// must match.
-  absl::Status Write(int id, absl::Span<const double> values);
-  /// The contents of buffer `id`, converted to double.
-  absl::StatusOr<std::vector<double>> Read(int id) const;
+  /// Copies `values` into copy `slot` of buffer `id` (converting to its
+  /// dtype); the sizes must match. The slot is that of a function run on it:
+  /// a buffer of one copy (slots 0 or 1) has it for every slot.
+  absl::Status Write(int id, absl::Span<const double> values,
+                     int64_t slot = 0);
+  /// The contents of copy `slot` of buffer `id`, converted to double.
+  absl::StatusOr<std::vector<double>> Read(int id, int64_t slot = 0) const;
 
-  /// Runs function `name` once.
-  absl::Status Run(absl::string_view name, const StepContext &context);
+  /// Runs function `name` once, on slot `slot` of the slotted buffers it
+  /// names (which must have that slot).
+  absl::Status Run(absl::string_view name, const StepContext &context,
+                   int64_t slot = 0);
+
+  /// Waits until the plan's SENDs have completed (their buffers may then be
+  /// written again); nothing to do without a communicator.
+  absl::Status WaitSends();
 
   /// Seconds spent in each kernel since profiling was enabled (indexed by
   /// plan::Kernel); empty while profiling is off.
@@ -64,14 +85,30 @@ private:
   explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
   template <typename T>
   absl::Status runInstruction(const plan::Instruction &inst,
-                              const StepContext &context);
-  void *address(int id) const { return arena_.get() + plan_.buffers(id).offset(); }
+                              const StepContext &context, int64_t slot);
+  /// SEND and RECV, whatever the dtype.
+  absl::Status runPointToPoint(const plan::Instruction &inst, int64_t slot);
+  /// Copy `slot` of buffer `id` (a validated slot, or any for one copy).
+  void *address(int id, int64_t slot) const {
+    const plan::Buffer &b = plan_.buffers(id);
+    return arena_.get() + b.offset() + (b.slots() >= 2 ? slot * bytes_[id] : 0);
+  }
+  /// Whether `slot` is a copy of buffer `id`: any slot >= 0 of a buffer of
+  /// one copy, [0, slots) of a slotted one.
+  absl::Status checkSlot(int id, int64_t slot) const;
+  /// Waits for the sends in flight when one of them reads bytes of copy
+  /// `slot` of buffer `id`, which are about to be written.
+  absl::Status beforeWrite(int id, int64_t slot);
   /// This rank's coordinate along the instruction's rank_axis (0 without
   /// one, or without other ranks).
   int64_t rankCoordinate(const plan::Instruction &inst) const;
 
   plan::Plan plan_;
   std::unique_ptr<uint8_t[]> arena_;
+  /// Bytes of one copy of each buffer.
+  std::vector<int64_t> bytes_;
+  /// The arena bytes [begin, end) that sends in flight read.
+  std::vector<std::pair<int64_t, int64_t>> pendingSends_;
   Communicator *comm_ = nullptr;
   std::vector<double> profile_;
 };

@@ -22,6 +22,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <set>
+#include <tuple>
 
 namespace braid::exec {
 namespace {
@@ -41,6 +44,35 @@ absl::StatusOr<int> need(const Executor &e, const char *name) {
   return id;
 }
 
+/// The buffer named `name` of pipeline stage `stage`.
+absl::StatusOr<int> needInStage(const Executor &e, const char *name,
+                                int64_t stage) {
+  int id = e.FindBuffer(name, stage);
+  if (id < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline stage ", stage, " has no '", name,
+                     "' buffer to train with"));
+  return id;
+}
+
+/// Writes `values` into every copy of buffer `id` (one, or one per slot).
+absl::Status writeEveryCopy(Executor &e, int id,
+                            absl::Span<const double> values) {
+  int64_t copies = std::max<int64_t>(e.plan().buffers(id).slots(), 1);
+  for (int64_t k = 0; k < copies; ++k)
+    if (absl::Status s = e.Write(id, values, k); !s.ok())
+      return s;
+  return absl::OkStatus();
+}
+
+/// The index of mesh axis `axis`, or -1.
+int axisIndex(const plan::Mesh &mesh, absl::string_view axis) {
+  for (int i = 0; i < mesh.axes_size(); ++i)
+    if (mesh.axes(i) == axis)
+      return i;
+  return -1;
+}
+
 /// This rank's coordinate along the axis `b` is split over (0 when whole).
 int64_t shardCoordinate(const Executor &e, const plan::Buffer &b) {
   if (!b.has_shard() || !e.communicator())
@@ -54,15 +86,31 @@ int64_t shardCoordinate(const Executor &e, const plan::Buffer &b) {
 
 /// Writes every parameter of the plan, whole and as float32, to a
 /// safetensors file. Every rank must call it: the slices of split parameters
-/// are gathered; rank 0 writes.
+/// are gathered onto every rank of their stage; with pipeline stages, the
+/// first rank of each later stage (its other coordinates 0) sends its whole
+/// parameters to rank 0 along "pp", in the plan's order of buffers, which
+/// every rank knows. Rank 0 writes. A name that several buffers hold (a
+/// weight tied across stages) is written once, from the first of them.
 absl::Status saveParameters(const Executor &e, const std::string &path) {
-  std::vector<std::vector<float>> values;
-  std::vector<ckpt::TensorToWrite> tensors;
   const plan::Plan &plan = e.plan();
-  bool writer = !e.communicator() || e.communicator()->Rank() == 0;
+  Communicator *comm = e.communicator();
+  int64_t stages = std::max(plan.pipeline().stages_size(), 1);
+  int64_t stage = StageOf(e);
+  bool writer = !comm || comm->Rank() == 0;
+  if (stages > 1 && !comm)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the parameters of the pipeline's ", stages,
+        " stages are on the job's other ranks (run the plan under mpirun)"));
+  std::vector<bool> saved(plan.buffers_size(), false);
+  std::set<std::string> names;
+  for (int i = 0; i < plan.buffers_size(); ++i)
+    saved[i] = plan.buffers(i).role() == plan::PARAMETER &&
+               names.insert(plan.buffers(i).name()).second;
+  // The whole tensors, by buffer index (the plan's order).
+  std::map<int, std::vector<float>> values;
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
-    if (b.role() != plan::PARAMETER)
+    if (!saved[i] || b.stage() != stage)
       continue;
     absl::StatusOr<std::vector<double>> read = e.Read(i);
     if (!read.ok())
@@ -74,12 +122,12 @@ absl::Status saveParameters(const Executor &e, const std::string &path) {
       int64_t n = int64_t(whole.size());
       std::vector<double> all(n * ranks);
       if (ranks > 1) {
-        if (!e.communicator())
+        if (!comm)
           return absl::FailedPreconditionError(absl::StrCat(
               "parameter '", b.name(), "' is split over ", ranks,
               " ranks: gathering it needs the job's other ranks"));
-        if (absl::Status s = e.communicator()->AllGather(
-                {b.shard().axis()}, whole.data(), all.data(), n, plan::F64);
+        if (absl::Status s = comm->AllGather({b.shard().axis()}, whole.data(),
+                                             all.data(), n, plan::F64);
             !s.ok())
           return s;
       } else {
@@ -94,15 +142,54 @@ absl::Status saveParameters(const Executor &e, const std::string &path) {
           std::copy_n(all.begin() + c * n + run.local, run.length,
                       whole.begin() + run.global);
     }
-    values.emplace_back(whole.begin(), whole.end());
-    tensors.push_back({b.name(), ckpt::Dtype::kF32, shape, {}});
+    values[i].assign(whole.begin(), whole.end());
+  }
+  if (stages > 1) {
+    const std::vector<int64_t> &coords = comm->Coordinates();
+    int pp = axisIndex(plan.mesh(), "pp");
+    bool stageHead = true;
+    for (int a = 0; a < int(coords.size()); ++a)
+      stageHead = stageHead && (a == pp || coords[a] == 0);
+    if (stage > 0 && stageHead) {
+      for (auto &[i, v] : values)
+        if (absl::Status s = comm->Send("pp", -stage, v.data(),
+                                        int64_t(v.size()), plan::F32);
+            !s.ok())
+          return s;
+      if (absl::Status s = comm->WaitSends(); !s.ok())
+        return s;
+    }
+    if (writer)
+      for (int64_t from = 1; from < stages; ++from)
+        for (int i = 0; i < plan.buffers_size(); ++i) {
+          const plan::Buffer &b = plan.buffers(i);
+          if (!saved[i] || b.stage() != from)
+            continue;
+          int64_t total = 1;
+          for (int64_t d : plan::GlobalShape(b, plan.mesh()))
+            total *= d;
+          std::vector<float> &v = values[i];
+          v.resize(total);
+          if (absl::Status s =
+                  comm->Recv("pp", from, v.data(), total, plan::F32);
+              !s.ok())
+            return absl::Status(
+                s.code(), absl::StrCat("receiving parameter '", b.name(),
+                                       "' from stage ", from, ": ",
+                                       s.message()));
+        }
   }
   if (!writer)
     return absl::OkStatus();
-  for (size_t k = 0; k < tensors.size(); ++k)
-    tensors[k].data = absl::Span<const uint8_t>(
-        reinterpret_cast<const uint8_t *>(values[k].data()),
-        values[k].size() * sizeof(float));
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (const auto &[i, v] : values) {
+    const plan::Buffer &b = plan.buffers(i);
+    tensors.push_back({b.name(), ckpt::Dtype::kF32,
+                       plan::GlobalShape(b, plan.mesh()),
+                       absl::Span<const uint8_t>(
+                           reinterpret_cast<const uint8_t *>(v.data()),
+                           v.size() * sizeof(float))});
+  }
   return ckpt::WriteSafetensors(path, tensors, {});
 }
 
@@ -164,8 +251,19 @@ DataShare DataShareOf(const Executor &e) {
   return share;
 }
 
+int64_t StageOf(const Executor &e) {
+  int pp = axisIndex(e.plan().mesh(), "pp");
+  if (pp < 0 || !e.communicator())
+    return 0;
+  return e.communicator()->Coordinates()[pp];
+}
+
 absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
                                const FeedMicroBatch &feed) {
+  if (int stages = e.plan().pipeline().stages_size())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan has a pipeline of ", stages,
+        " stages, whose steps RunPipelineStep runs (not RunStep)"));
   const plan::Training &t = e.plan().training();
   const plan::StepFunctions &fns = t.step();
   int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
@@ -201,8 +299,97 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
       return s;
     sum += (*e.Read(*loss))[0];
   }
+  // Sends of the step (a plan without stages rarely has any) end with it.
+  if (absl::Status s = e.WaitSends(); !s.ok())
+    return s;
   if (!fns.update().empty())
     if (absl::Status s = run(fns.update(), 0); !s.ok())
+      return s;
+  if (share.ranks > 1)
+    if (absl::Status s = e.communicator()->AllReduce({"dp"}, &sum, 1, plan::F64);
+        !s.ok())
+      return s;
+  return sum / double(micros * share.ranks);
+}
+
+absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
+                                       int64_t step, const FeedSlot &feed) {
+  const plan::Plan &plan = e.plan();
+  const plan::Training &t = plan.training();
+  int64_t stages = plan.pipeline().stages_size();
+  if (stages == 0)
+    return absl::FailedPreconditionError(
+        "the plan has no pipeline stages: RunStep runs its steps");
+  int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
+  DataShare share = DataShareOf(e);
+  if (share.ranks > 1 && !e.communicator())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan splits the batch over ", share.ranks,
+        " data-parallel ranks: run it under mpirun"));
+  if (stages > 1 && !e.communicator())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan's pipeline has ", stages,
+        " stages, one per rank along 'pp': run it under mpirun"));
+  int64_t stage = StageOf(e);
+  const plan::Stage &program = plan.pipeline().stages(int(stage));
+  bool last = stage == stages - 1;
+  int64_t firstSample = share.rank * micros * t.micro_batch_size();
+  int loss = -1;
+  if (last) {
+    absl::StatusOr<int> lossGrad = needInStage(e, "loss_grad", stage),
+                        lossId = needInStage(e, "loss", stage);
+    for (const auto *s : {&lossGrad, &lossId})
+      if (!s->ok())
+        return s->status();
+    loss = *lossId;
+    if (absl::Status s = writeEveryCopy(
+            e, *lossGrad, {1.0 / double(micros * share.ranks)});
+        !s.ok())
+      return s;
+  }
+  auto run = [&](const std::string &function, int64_t micro,
+                 int64_t slot) -> absl::Status {
+    absl::Status s =
+        e.Run(function,
+              {seed, uint32_t(step), firstSample + micro * t.micro_batch_size()},
+              slot);
+    if (!s.ok())
+      return absl::Status(s.code(), absl::StrCat("step ", step, ", stage ",
+                                                 stage, ": ", s.message()));
+    return s;
+  };
+  if (!program.zero_grads().empty())
+    if (absl::Status s = run(program.zero_grads(), 0, 0); !s.ok())
+      return s;
+  double sum = 0;
+  for (const plan::ScheduleStep &call : program.schedule()) {
+    int64_t m = call.micro_batch(), slot = call.slot();
+    if (call.kind() == plan::ScheduleStep::BACKWARD) {
+      if (absl::Status s = run(program.backward(), m, slot); !s.ok())
+        return s;
+      continue;
+    }
+    if (absl::Status s = feed(m, slot); !s.ok())
+      return s;
+    if (absl::Status s = run(program.forward(), m, slot); !s.ok())
+      return s;
+    if (last) {
+      absl::StatusOr<std::vector<double>> value = e.Read(loss, slot);
+      if (!value.ok())
+        return value.status();
+      sum += (*value)[0];
+    }
+  }
+  // The update writes parameters that sends may still read (and the next
+  // step's activations, buffers of this step's sends).
+  if (absl::Status s = e.WaitSends(); !s.ok())
+    return s;
+  if (!program.update().empty())
+    if (absl::Status s = run(program.update(), 0, 0); !s.ok())
+      return s;
+  if (stages > 1)
+    if (absl::Status s = e.communicator()->AllReduce({"pp"}, &sum, 1, plan::F64);
+        !s.ok())
       return s;
   if (share.ranks > 1)
     if (absl::Status s = e.communicator()->AllReduce({"dp"}, &sum, 1, plan::F64);
@@ -230,11 +417,19 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
         "the plan is for ", plan::WorldSize(plan),
         " ranks: start it with mpirun -np ", plan::WorldSize(plan),
         " braid-run ... (braid train does)"));
+  bool pipelined = plan.pipeline().stages_size() > 0;
+  if (!pipelined && plan::AxisSize(plan.mesh(), "pp") > 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the mesh has an axis 'pp' of ", plan::AxisSize(plan.mesh(), "pp"),
+        " ranks but the plan has no pipeline stages for them"));
   absl::StatusOr<std::unique_ptr<Executor>> created =
       Executor::Create(plan, options.comm);
   if (!created.ok())
     return created.status();
   Executor &e = **created;
+  // The rank's pipeline stage (0 without one): it holds, initialises and
+  // loads only that stage's buffers.
+  int64_t stage = StageOf(e);
 
   // Initial weights: a checkpoint, or the family's seeded scheme.
   if (!options.initFrom.empty()) {
@@ -242,42 +437,68 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
         ckpt::OpenHFCheckpoint(options.initFrom);
     if (!checkpoint.ok())
       return checkpoint.status();
+    // Every parameter of the plan is expected, once by name (a weight tied
+    // across stages is one tensor), so that the checkpoint is checked whole
+    // on every rank; the rank keeps those of its stage, and reads the others
+    // into one scratch buffer.
     std::vector<ckpt::ParamSpec> specs;
-    std::vector<int> ids;
-    for (int i = 0; i < plan.buffers_size(); ++i)
-      if (plan.buffers(i).role() == plan::PARAMETER) {
-        const plan::Buffer &b = plan.buffers(i);
-        specs.push_back({b.name(), plan::GlobalShape(b, plan.mesh())});
-        ids.push_back(i);
+    std::vector<std::vector<int>> owners; // the rank's buffers of each spec
+    std::map<std::string, size_t> byName;
+    for (int i = 0; i < plan.buffers_size(); ++i) {
+      const plan::Buffer &b = plan.buffers(i);
+      if (b.role() != plan::PARAMETER)
+        continue;
+      std::vector<int64_t> shape = plan::GlobalShape(b, plan.mesh());
+      auto [it, fresh] = byName.emplace(b.name(), specs.size());
+      if (fresh) {
+        specs.push_back({b.name(), shape});
+        owners.emplace_back();
+      } else if (specs[it->second].shape != shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the plan's parameters named '", b.name(), "' have the shapes ",
+            ckpt::shapeToString(specs[it->second].shape), " and ",
+            ckpt::shapeToString(shape), " (expected one tensor)"));
       }
+      if (b.stage() == stage)
+        owners[it->second].push_back(i);
+    }
     std::vector<std::vector<float>> values(specs.size());
+    std::vector<float> scratch;
     for (size_t k = 0; k < specs.size(); ++k) {
       int64_t n = 1;
       for (int64_t d : specs[k].shape)
         n *= d;
-      values[k].resize(n);
+      if (owners[k].empty())
+        scratch.resize(std::max<size_t>(scratch.size(), size_t(n)));
+      else
+        values[k].resize(n);
     }
     if (absl::Status s = ckpt::LoadParameters(
-            *checkpoint, specs, [&](size_t k) { return values[k].data(); });
+            *checkpoint, specs,
+            [&](size_t k) {
+              return owners[k].empty() ? scratch.data() : values[k].data();
+            });
         !s.ok())
       return s;
     // Each rank keeps its slice of the whole tensors.
-    for (size_t k = 0; k < specs.size(); ++k) {
-      const plan::Buffer &b = plan.buffers(ids[k]);
-      std::vector<double> local(numel(b));
-      for (const plan::ShardRun &run :
-           plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
-        std::copy_n(values[k].begin() + run.global, run.length,
-                    local.begin() + run.local);
-      if (absl::Status s = e.Write(ids[k], local); !s.ok())
-        return s;
-    }
+    for (size_t k = 0; k < specs.size(); ++k)
+      for (int id : owners[k]) {
+        const plan::Buffer &b = plan.buffers(id);
+        std::vector<double> local(numel(b));
+        for (const plan::ShardRun &run :
+             plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
+          std::copy_n(values[k].begin() + run.global, run.length,
+                      local.begin() + run.local);
+        if (absl::Status s = e.Write(id, local); !s.ok())
+          return s;
+      }
   }
   InitConfig init{seed, t.init_std() > 0 ? t.init_std() : 0.02,
                   std::max<int64_t>(t.num_layers(), 1), t.scaled_residual_init()};
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
-    if (b.role() != plan::PARAMETER || !options.initFrom.empty())
+    if (b.role() != plan::PARAMETER || b.stage() != stage ||
+        !options.initFrom.empty())
       continue;
     // Values by global element index: a slice holds what the whole tensor
     // holds there.
@@ -334,12 +555,29 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (!schedule.ok())
     return schedule.status();
 
-  absl::StatusOr<int> tokens = need(e, "tokens"), targets = need(e, "targets"),
-                      lr = need(e, "lr"), step = need(e, "step"),
-                      gradNorm = need(e, "grad_norm");
-  for (const auto *s : {&tokens, &targets, &lr, &step, &gradNorm})
-    if (!s->ok())
-      return s->status();
+  // The buffers the loop writes and reads: the plan's, or with a pipeline
+  // the stage's (tokens and targets where the stage has them).
+  int tokens = -1, targets = -1, lr = -1, step = -1, gradNorm = -1;
+  {
+    auto find = [&](const char *name, bool required) -> absl::StatusOr<int> {
+      if (!pipelined)
+        return need(e, name);
+      if (!required)
+        return e.FindBuffer(name, stage);
+      return needInStage(e, name, stage);
+    };
+    for (auto [id, name, required] :
+         {std::tuple<int *, const char *, bool>{&tokens, "tokens", false},
+          {&targets, "targets", false},
+          {&lr, "lr", true},
+          {&step, "step", true},
+          {&gradNorm, "grad_norm", true}}) {
+      absl::StatusOr<int> found = find(name, required);
+      if (!found.ok())
+        return found.status();
+      *id = *found;
+    }
+  }
 
   std::ofstream metrics;
   if (!options.metricsOut.empty()) {
@@ -356,13 +594,14 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     auto stepStart = std::chrono::steady_clock::now();
     double rate = schedule->lrForUpdate(s);
     for (auto [id, values] :
-         {std::pair<int, std::vector<double>>{*lr, {rate}}, {*step, {double(s)}}})
-      if (absl::Status st = e.Write(id, values); !st.ok())
+         {std::pair<int, std::vector<double>>{lr, {rate}}, {step, {double(s)}}})
+      if (absl::Status st = writeEveryCopy(e, id, values); !st.ok())
         return st;
     // Micro-batch m of step s on data-parallel rank d holds the samples that
     // follow those of the earlier micro-batches, ranks and steps: the global
-    // order of samples does not depend on the dp degree.
-    auto feed = [&](int64_t m) -> absl::Status {
+    // order of samples does not depend on the dp degree (nor on pipeline
+    // stages).
+    auto fill = [&](int64_t m) -> absl::Status {
       for (int64_t b = 0; b < batch; ++b) {
         uint64_t index = uint64_t((s - 1) * globalBatch +
                                   share.rank * micros * batch + m * batch + b);
@@ -373,14 +612,32 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           targetValues[b * seq + i] = sample[i + 1];
         }
       }
-      if (absl::Status st = e.Write(*tokens, tokenValues); !st.ok())
-        return st;
-      return e.Write(*targets, targetValues);
+      return absl::OkStatus();
     };
-    absl::StatusOr<double> stepLoss = RunStep(e, seed, s, feed);
+    // Into copy `slot` of the buffers that exist (both, without a pipeline).
+    auto feed = [&](int64_t m, int64_t slot) -> absl::Status {
+      if (tokens < 0 && targets < 0)
+        return absl::OkStatus();
+      if (absl::Status st = fill(m); !st.ok())
+        return st;
+      if (tokens >= 0)
+        if (absl::Status st = e.Write(tokens, tokenValues, slot); !st.ok())
+          return st;
+      if (targets >= 0)
+        if (absl::Status st = e.Write(targets, targetValues, slot); !st.ok())
+          return st;
+      return absl::OkStatus();
+    };
+    absl::StatusOr<double> stepLoss =
+        pipelined ? RunPipelineStep(e, seed, s, feed)
+                  : RunStep(e, seed, s,
+                            [&](int64_t m) { return feed(m, 0); });
     if (!stepLoss.ok())
       return stepLoss.status();
-    double lossValue = *stepLoss, norm = (*e.Read(*gradNorm))[0];
+    absl::StatusOr<std::vector<double>> normValue = e.Read(gradNorm);
+    if (!normValue.ok())
+      return normValue.status();
+    double lossValue = *stepLoss, norm = (*normValue)[0];
     auto now = std::chrono::steady_clock::now();
     double stepTime = std::chrono::duration<double>(now - stepStart).count();
     double elapsed = std::chrono::duration<double>(now - start).count();

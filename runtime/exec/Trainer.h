@@ -5,6 +5,12 @@
 // schedule and one call of the plan's step function; one line per logged
 // step for people and one JSON object per step for tools.
 //
+// With pipeline parallelism (Plan.pipeline), each rank runs the program of
+// its stage (its coordinate along the mesh axis "pp"): zero_grads, the
+// stage's schedule of FORWARD and BACKWARD calls on the micro-batches'
+// slots, then update; it initialises, loads and holds only its stage's
+// parameters.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef BRAID_RUNTIME_EXEC_TRAINER_H
@@ -85,9 +91,33 @@ DataShare DataShareOf(const Executor &executor);
 /// The loss gradient is 1 / (micro-batches x data-parallel ranks), so the
 /// gradients, summed over micro-batches and ranks, are those of the global
 /// batch's mean loss. Returns the step's loss: the mean over the global
-/// batch's micro-batches (of every data-parallel rank).
+/// batch's micro-batches (of every data-parallel rank). A plan with pipeline
+/// stages is refused (RunPipelineStep runs it).
 absl::StatusOr<double> RunStep(Executor &executor, uint64_t seed,
                                int64_t step, const FeedMicroBatch &feed);
+
+/// The pipeline stage of the rank that runs `executor`: its coordinate along
+/// the mesh axis "pp" (0 without one or without other ranks).
+int64_t StageOf(const Executor &executor);
+
+/// Writes the inputs of micro-batch `micro` (0-based) of the current step
+/// into copy `slot` of the stage's buffers named "tokens" and "targets"
+/// (those it has).
+using FeedSlot = std::function<absl::Status(int64_t micro, int64_t slot)>;
+
+/// Runs one optimizer step of a plan with pipeline stages, as the rank's
+/// stage (StageOf): the stage's zero_grads; its schedule, where a FORWARD of
+/// micro-batch m on slot k is `feed(m, k)` then the forward function on slot
+/// k (on the last stage, then reading the slot's "loss"), and a BACKWARD the
+/// backward function on the slot, both with micro-batch m's StepContext as
+/// RunStep gives it; then the wait for the stage's sends and its update. The
+/// last stage's "loss_grad" (every copy) is 1 / (micro-batches x
+/// data-parallel ranks), as in RunStep. Returns the step's loss, the same on
+/// every rank: the last stage's sum of the micro-batches' losses, summed
+/// over "pp" (the other stages add 0) and then over "dp", divided by
+/// micro-batches x data-parallel ranks.
+absl::StatusOr<double> RunPipelineStep(Executor &executor, uint64_t seed,
+                                       int64_t step, const FeedSlot &feed);
 
 /// Trains; returns the per-step records through `records` when given.
 absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,

@@ -10,8 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace braid::plan {
@@ -54,9 +57,10 @@ int64_t numel(const Buffer &b) {
 /// have been validated (shapes non-negative, sizes inside the arena).
 class InstructionChecker {
 public:
+  /// `stage` is the pipeline stage whose program `fn` is, or -1.
   InstructionChecker(const Plan &plan, const Function &fn, int index,
-                     const Instruction &inst)
-      : plan(plan), inst(inst),
+                     const Instruction &inst, int stage = -1)
+      : plan(plan), inst(inst), stage(stage),
         where(absl::StrCat("function '", fn.name(), "' instruction ", index,
                            " (", Kernel_Name(inst.kernel()),
                            inst.provenance().empty() ? "" : ", from ",
@@ -182,6 +186,7 @@ private:
   absl::Status checkGatherScatter();
   absl::Status checkPositionEmbedding();
   absl::Status checkDropoutSlice();
+  absl::Status checkPointToPoint();
   /// The number of ranks in the instruction's group (validated by
   /// checkGroup): the product of its axes' sizes, 1 without a group.
   int64_t groupSize() const;
@@ -204,6 +209,7 @@ private:
 
   const Plan &plan;
   const Instruction &inst;
+  int stage;
   std::string where;
 };
 
@@ -643,8 +649,42 @@ absl::Status InstructionChecker::checkGradNorm() {
   if (inst.group_size() || inst.int_attrs().count("split_inputs"))
     BRAID_RETURN_IF_ERROR(
         intAttr("split_inputs", 0, inst.inputs_size()).status());
+  // How many ranks of the group hold each replicated input (with pipeline
+  // stages in the group, not all of them do); at most the group's size.
+  if (inst.int_attrs().count("replicated_copies"))
+    BRAID_RETURN_IF_ERROR(
+        intAttr("replicated_copies", 1, groupSize()).status());
   BRAID_RETURN_IF_ERROR(shape(out(0), {}, "norm"));
   return shape(out(1), {}, "scale");
+}
+
+absl::Status InstructionChecker::checkPointToPoint() {
+  bool send = inst.kernel() == SEND;
+  BRAID_RETURN_IF_ERROR(send ? arity(1, 1, 0) : arity(0, 0, 1));
+  if (inst.rank_axis().empty())
+    return fail("names no rank_axis (the mesh axis along which its peer is)");
+  BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+  auto it = inst.int_attrs().find("peer");
+  if (it == inst.int_attrs().end())
+    return fail("lacks the integer attribute 'peer'");
+  int64_t peer = it->second;
+  if (peer != 1 && peer != -1)
+    return fail(absl::StrCat("attribute 'peer' = ", peer, " is not +1 or -1 ",
+                             "(the next or the previous rank along '",
+                             inst.rank_axis(), "')"));
+  if (ranks == 1)
+    return fail(absl::StrCat("rank_axis '", inst.rank_axis(),
+                             "' has one rank: there is no peer along it"));
+  // In a stage's program the coordinate along "pp" is the stage's index, so
+  // the peer must be another stage of the pipeline.
+  if (stage >= 0 && inst.rank_axis() == "pp" &&
+      (stage + peer < 0 || stage + peer >= ranks))
+    return fail(absl::StrCat(
+        send ? "sends to" : "receives from", " stage ", stage + peer,
+        " (peer ", peer > 0 ? "+1" : "-1", " of stage ", stage,
+        "), which the pipeline of ", ranks,
+        " stages does not have (expected a peer in [0, ", ranks, "))"));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> InstructionChecker::rankAxisSize() const {
@@ -758,6 +798,9 @@ absl::Status InstructionChecker::check() {
   case ALL_GATHER:
   case REDUCE_SCATTER:
     return checkGatherScatter();
+  case SEND:
+  case RECV:
+    return checkPointToPoint();
   case ADAMW: {
     BRAID_RETURN_IF_ERROR(arity(7, 7, 3));
     const Buffer &p = in(0);
@@ -882,6 +925,9 @@ absl::Status validateTraining(const Plan &plan,
       t.micro_batch_size() * t.seq_length() > (int64_t(1) << 40))
     return absl::InvalidArgumentError(
         "training: micro_batch_size x micro_batches x seq_length is too large");
+  // With a pipeline, the stages' functions make the step.
+  if (plan.pipeline().stages_size())
+    return absl::OkStatus();
   const StepFunctions &step = t.step();
   if (step.micro_step().empty())
     return absl::InvalidArgumentError(
@@ -894,6 +940,171 @@ absl::Status validateTraining(const Plan &plan,
       return absl::InvalidArgumentError(absl::StrCat(
           "training.step.", field, " names function '", name,
           "', which the plan does not have"));
+  return absl::OkStatus();
+}
+
+/// The pipeline's shape: one "pp" rank per stage, stage functions that exist
+/// and belong to one stage. Fills `stageOf` with each stage function's stage.
+absl::Status validatePipeline(const Plan &plan,
+                              const std::set<std::string> &functions,
+                              std::map<std::string, int> *stageOf) {
+  const Pipeline &p = plan.pipeline();
+  int stages = p.stages_size();
+  if (stages == 0)
+    return absl::OkStatus();
+  const Mesh &mesh = plan.mesh();
+  auto axis = std::find(mesh.axes().begin(), mesh.axes().end(), "pp");
+  if (axis == mesh.axes().end())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the pipeline has ", stages, " stages but the mesh has no axis 'pp' "
+        "(expected one of size ", stages, ")"));
+  int64_t ppSize = mesh.sizes(int(axis - mesh.axes().begin()));
+  if (ppSize != stages)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the pipeline has ", stages, " stages but mesh axis 'pp' has size ",
+        ppSize, " (expected one rank per stage)"));
+  if (!plan.has_training())
+    return absl::InvalidArgumentError(
+        "the pipeline has no training section (its micro_batches size the "
+        "stages' schedules)");
+  for (int s = 0; s < stages; ++s) {
+    const Stage &stage = p.stages(s);
+    for (auto [field, name, required] :
+         {std::tuple<const char *, const std::string &, bool>{
+              "zero_grads", stage.zero_grads(), false},
+          {"forward", stage.forward(), true},
+          {"backward", stage.backward(), true},
+          {"update", stage.update(), false}}) {
+      if (name.empty()) {
+        if (required)
+          return absl::InvalidArgumentError(absl::StrCat(
+              "pipeline stage ", s, " names no ", field, " function"));
+        continue;
+      }
+      if (!functions.count(name))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pipeline stage ", s, "'s ", field, " names function '", name,
+            "', which the plan does not have"));
+      auto [it, inserted] = stageOf->emplace(name, s);
+      if (!inserted && it->second != s)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "function '", name, "' belongs to pipeline stages ", it->second,
+            " and ", s, " (a function is the program of one stage)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+/// Buffers of the pipeline's stages: a stage's functions name only its
+/// buffers, and its slotted buffers have one copy per slot of the stage.
+absl::Status validateStageBuffers(const Plan &plan,
+                                  const std::map<std::string, int> &stageOf) {
+  const Pipeline &p = plan.pipeline();
+  if (p.stages_size() == 0)
+    return absl::OkStatus();
+  for (int s = 0; s < p.stages_size(); ++s)
+    if (p.stages(s).slots() < 1)
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline stage ", s, " has slots = ",
+                       p.stages(s).slots(), ", expected at least 1"));
+  for (int i = 0; i < plan.buffers_size(); ++i) {
+    const Buffer &b = plan.buffers(i);
+    int64_t slots = p.stages(b.stage()).slots();
+    if (b.slots() >= 2 && b.slots() != slots)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer ", i, " ('", b.name(), "') of stage ", b.stage(), " has ",
+          b.slots(), " slots but the stage has ", slots, " (expected ", slots,
+          " slots, or 0 or 1 for a single copy)"));
+  }
+  for (const Function &fn : plan.functions()) {
+    auto it = stageOf.find(fn.name());
+    if (it == stageOf.end())
+      continue;
+    int s = it->second;
+    for (int k = 0; k < fn.body_size(); ++k) {
+      const Instruction &inst = fn.body(k);
+      for (const auto *ids : {&inst.inputs(), &inst.outputs()})
+        for (int32_t id : *ids) {
+          const Buffer &b = plan.buffers(id);
+          if (b.stage() != s)
+            return absl::InvalidArgumentError(absl::StrCat(
+                "function '", fn.name(), "' instruction ", k, " (",
+                Kernel_Name(inst.kernel()),
+                inst.provenance().empty() ? "" : ", from ", inst.provenance(),
+                "): buffer ", id, " ('", b.name(), "') belongs to stage ",
+                b.stage(), ", but the function is the program of stage ", s));
+        }
+    }
+  }
+  return absl::OkStatus();
+}
+
+/// Each stage's schedule: every micro-batch of the step has one FORWARD and
+/// then one BACKWARD on the same slot, and a slot holds one micro-batch at a
+/// time (from its FORWARD to its BACKWARD). Training has been validated.
+absl::Status validateSchedules(const Plan &plan) {
+  const Pipeline &p = plan.pipeline();
+  int64_t micros = plan.training().micro_batches();
+  for (int s = 0; s < p.stages_size(); ++s) {
+    const Stage &stage = p.stages(s);
+    std::string where = absl::StrCat("pipeline stage ", s, "'s schedule");
+    if (stage.schedule_size() != 2 * micros)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " has ", stage.schedule_size(), " steps, expected ",
+          2 * micros, " (a FORWARD and a BACKWARD for each of the ", micros,
+          " micro-batches)"));
+    // Sized by the schedule's length, which is 2 x micros.
+    std::vector<int64_t> forwardSlot(micros, -1);
+    std::vector<bool> backwardDone(micros, false);
+    std::unordered_map<int64_t, int64_t> holder; // slot -> micro-batch
+    for (int i = 0; i < stage.schedule_size(); ++i) {
+      const ScheduleStep &step = stage.schedule(i);
+      std::string at = absl::StrCat(where, " step ", i, ": ");
+      bool forward = step.kind() == ScheduleStep::FORWARD;
+      if (!forward && step.kind() != ScheduleStep::BACKWARD)
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, "kind ", int(step.kind()), " is not FORWARD or BACKWARD"));
+      int64_t m = step.micro_batch(), slot = step.slot();
+      if (m < 0 || m >= micros)
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, "micro-batch ", m, " is outside [0, ", micros,
+                         ") (training.micro_batches = ", micros, ")"));
+      if (slot < 0 || slot >= stage.slots())
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, "slot ", slot, " is outside the stage's ",
+                         stage.slots(), " slots [0, ", stage.slots(), ")"));
+      if (forward) {
+        if (forwardSlot[m] >= 0)
+          return absl::InvalidArgumentError(absl::StrCat(
+              at, "a second FORWARD of micro-batch ", m,
+              " (expected one per micro-batch)"));
+        auto held = holder.find(slot);
+        if (held != holder.end())
+          return absl::InvalidArgumentError(absl::StrCat(
+              at, "the FORWARD of micro-batch ", m, " reuses slot ", slot,
+              ", which micro-batch ", held->second,
+              " holds until its BACKWARD (expected a free slot)"));
+        forwardSlot[m] = slot;
+        holder[slot] = m;
+        continue;
+      }
+      if (backwardDone[m])
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, "a second BACKWARD of micro-batch ", m,
+            " (expected one per micro-batch)"));
+      if (forwardSlot[m] < 0)
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, "the BACKWARD of micro-batch ", m,
+            " comes before its FORWARD"));
+      if (forwardSlot[m] != slot)
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, "the BACKWARD of micro-batch ", m, " uses slot ", slot,
+            " but its FORWARD used slot ", forwardSlot[m],
+            " (expected the same slot)"));
+      backwardDone[m] = true;
+      holder.erase(slot);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -944,7 +1155,9 @@ absl::Status ValidatePlan(const Plan &plan) {
     return absl::InvalidArgumentError(absl::StrCat(
         "arena_bytes = ", plan.arena_bytes(), " is outside [0, ",
         kMaxArenaBytes, "]"));
-  // Buffers: known dtype and role, sane shapes, inside the arena.
+  // Buffers: known dtype and role, sane shapes, inside the arena (every
+  // slot), of a stage of the pipeline.
+  int stages = plan.pipeline().stages_size();
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const Buffer &b = plan.buffers(i);
     std::string name = absl::StrCat("buffer ", i, " ('", b.name(), "')");
@@ -973,22 +1186,50 @@ absl::Status ValidatePlan(const Plan &plan) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, " occupies bytes [", b.offset(), ", ", b.offset() + bytes,
           ") which leave the arena of ", plan.arena_bytes(), " bytes"));
+    // Slots: copy k at offset + k x bytes, every copy inside the arena.
+    if (b.slots() < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " has slots = ", b.slots(), ", expected at least 0"));
+    if (b.slots() >= 2 && bytes > 0 &&
+        b.slots() > (plan.arena_bytes() - b.offset()) / bytes)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, "'s ", b.slots(), " slots of ", bytes, " bytes from byte ",
+          b.offset(), " leave the arena of ", plan.arena_bytes(), " bytes"));
+    if (b.stage() < 0 || b.stage() >= std::max(stages, 1))
+      return absl::InvalidArgumentError(
+          stages ? absl::StrCat(name, " belongs to stage ", b.stage(),
+                                ", outside the pipeline's ", stages,
+                                " stages [0, ", stages, ")")
+                 : absl::StrCat(name, " belongs to stage ", b.stage(),
+                                " but the plan has no pipeline (expected 0)"));
     if (b.has_shard())
       if (absl::Status s = validateShard(plan, b, name); !s.ok())
         return s;
   }
-  // Functions: unique names, valid instructions.
+  // Functions: unique names; the pipeline's stages; valid instructions,
+  // each function of a stage on that stage's buffers.
   std::set<std::string> names;
-  for (const Function &fn : plan.functions()) {
+  for (const Function &fn : plan.functions())
     if (fn.name().empty() || !names.insert(fn.name()).second)
       return absl::InvalidArgumentError(absl::StrCat(
           "function name '", fn.name(), "' is empty or repeated"));
+  std::map<std::string, int> stageOf;
+  if (absl::Status s = validatePipeline(plan, names, &stageOf); !s.ok())
+    return s;
+  for (const Function &fn : plan.functions()) {
+    auto it = stageOf.find(fn.name());
+    int stage = it == stageOf.end() ? -1 : it->second;
     for (int i = 0; i < fn.body_size(); ++i)
-      if (absl::Status s = InstructionChecker(plan, fn, i, fn.body(i)).check();
+      if (absl::Status s =
+              InstructionChecker(plan, fn, i, fn.body(i), stage).check();
           !s.ok())
         return s;
   }
-  return validateTraining(plan, names);
+  if (absl::Status s = validateStageBuffers(plan, stageOf); !s.ok())
+    return s;
+  if (absl::Status s = validateTraining(plan, names); !s.ok())
+    return s;
+  return validateSchedules(plan);
 }
 
 std::string SerializePlanFile(const Plan &plan) {

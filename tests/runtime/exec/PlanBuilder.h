@@ -5,6 +5,7 @@
 
 #include "runtime/plan/PlanLoader.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -20,8 +21,10 @@ struct PlanBuilder {
     plan.mutable_mesh()->add_axes("dp");
     plan.mutable_mesh()->add_sizes(1);
   }
+  /// A buffer of pipeline stage `stage` with `slots` copies (Buffer.slots),
+  /// each of which gets its room.
   int buffer(const char *name, plan::DType dtype, std::vector<int64_t> shape,
-             plan::BufferRole role) {
+             plan::BufferRole role, int64_t slots = 0, int32_t stage = 0) {
     plan::Buffer *b = plan.add_buffers();
     b->set_name(name);
     b->set_dtype(dtype);
@@ -32,7 +35,9 @@ struct PlanBuilder {
     }
     b->set_offset(offset);
     b->set_role(role);
-    offset += (bytes + 63) / 64 * 64;
+    b->set_slots(slots);
+    b->set_stage(stage);
+    offset += (bytes * std::max<int64_t>(slots, 1) + 63) / 64 * 64;
     plan.set_arena_bytes(offset);
     return plan.buffers_size() - 1;
   }
