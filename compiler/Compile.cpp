@@ -52,12 +52,25 @@ const PhaseInfo kPhases[] = {
        o.dp = options.parallel.dp;
        o.tp = options.parallel.tp;
        o.sp = options.parallel.sp;
+       o.pp = options.parallel.pp;
        pm.addPass(model::createModelShard(o));
      }},
+    {Phase::Partition, "partition",
+     [](OpPassManager &pm, const CompileOptions &options) {
+       model::ModelPipelinePartitionOptions o;
+       o.pp = options.parallel.pp;
+       o.stageLayers = options.parallel.stageLayers;
+       pm.addPass(model::createModelPipelinePartition(o));
+     }},
     {Phase::Plan, "plan",
-     [](OpPassManager &pm, const CompileOptions &) {
+     [](OpPassManager &pm, const CompileOptions &options) {
        pm.addPass(plan_ir::createPlanLower());
+       plan_ir::PlanScheduleOptions o;
+       o.scheme = options.parallel.schedule;
+       o.microBatches = options.parallel.microBatches;
+       pm.addPass(plan_ir::createPlanSchedule(o));
        pm.addPass(plan_ir::createPlanMemory());
+       pm.addPass(plan_ir::createPlanVerify());
      }},
 };
 

@@ -22,6 +22,7 @@ enum class Phase {
   Autodiff,  ///< forward and backward: @train_step returns loss and gradients
   Optimizer, ///< + clipping and AdamW: @train_step returns the new state
   Shard,     ///< the step of one rank of the mesh, with its collectives
+  Partition, ///< its ops assigned to pipeline stages
   Plan,      ///< the `plan` program, every buffer placed in the arena
 };
 

@@ -83,6 +83,10 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       pb->add_shape(d);
     pb->set_offset(*b.getOffset());
     pb->set_role(roleOf(b.getRole()));
+    if (std::optional<int64_t> stage = b.getStage())
+      pb->set_stage(int32_t(*stage));
+    if (std::optional<int64_t> slots = b.getSlots())
+      pb->set_slots(*slots);
     if (std::optional<StringRef> axis = b.getShard()) {
       pb->mutable_shard()->set_axis(axis->str());
       pb->mutable_shard()->set_dim(int32_t(*b.getDim()));
@@ -134,14 +138,54 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     else if (fn.getSymName() == plan_ir::kUpdateFunc)
       step->set_update(fn.getSymName().str());
   }
-  if (step->micro_step().empty())
+  // Pipeline stages, each with its schedule.
+  for (plan_ir::StageOp stage : module.getOps<plan_ir::StageOp>()) {
+    plan::Stage *ps = out.mutable_pipeline()->add_stages();
+    ps->set_first_layer(stage.getFirstLayer());
+    ps->set_num_layers(stage.getNumLayers());
+    if (std::optional<StringRef> f = stage.getZeroGrads())
+      ps->set_zero_grads(f->str());
+    ps->set_forward(stage.getForward().str());
+    ps->set_backward(stage.getBackward().str());
+    if (std::optional<StringRef> f = stage.getUpdate())
+      ps->set_update(f->str());
+    ps->set_slots(stage.getSlots().value_or(1));
+    std::optional<ArrayAttr> schedule = stage.getSchedule();
+    if (!schedule)
+      return error("pipeline stage " + llvm::Twine(stage.getIndex()) +
+                   " has no schedule: run plan-schedule first");
+    for (Attribute call : *schedule) {
+      StringRef text = cast<StringAttr>(call).getValue();
+      auto [mb, slot] = text.drop_front().split(':');
+      plan::ScheduleStep *step = ps->add_schedule();
+      step->set_kind(text.starts_with("F") ? plan::ScheduleStep::FORWARD
+                                           : plan::ScheduleStep::BACKWARD);
+      int64_t n = 0;
+      if (mb.getAsInteger(10, n))
+        return error("schedule call \"" + text + "\" is malformed");
+      step->set_micro_batch(n);
+      if (slot.getAsInteger(10, n))
+        return error("schedule call \"" + text + "\" is malformed");
+      step->set_slot(n);
+    }
+  }
+  if (out.pipeline().stages_size())
+    out.mutable_pipeline()->set_schedule(
+        module->getAttrOfType<StringAttr>("plan.schedule")
+            ? module->getAttrOfType<StringAttr>("plan.schedule").getValue().str()
+            : "");
+  if (step->micro_step().empty() && !out.pipeline().stages_size())
     return error("the module has no @" + plan_ir::kMicroStepFunc +
                  ": run plan-lower first");
   // The step loop's sizes; trainingSettings() fills them from the job.
   out.mutable_training()->set_steps(1);
-  out.mutable_training()->set_micro_batches(1);
+  // A pipeline's schedule states how many micro-batches a step has.
+  out.mutable_training()->set_micro_batches(
+      out.pipeline().stages_size()
+          ? std::max(out.pipeline().stages(0).schedule_size() / 2, 1)
+          : 1);
   for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>())
-    if (b.getName() == "tokens") {
+    if (b.getName() == "tokens" || b.getName() == "targets") {
       auto shape = cast<RankedTensorType>(b.getType()).getShape();
       if (shape.size() != 2)
         return error("the tokens buffer is not [batch, seq]");

@@ -3,6 +3,7 @@
 #include "compiler/Report.h"
 
 #include "dialects/model/ModelDialect.h"
+#include "compiler/Schedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -101,34 +102,50 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
                             {"buffer_bytes_by_role", std::move(byRole)}};
 }
 
-llvm::json::Object braid::planCommunicationReport(ModuleOp module,
-                                                  int64_t microBatches) {
+/// The communication of the functions `inStage` picks (a pipeline stage's,
+/// or all of a plan without stages).
+static llvm::json::Object
+communicationOf(ModuleOp module, int64_t microBatches,
+                llvm::function_ref<bool(StringRef fn)> inStage) {
   // Bytes each rank contributes per step, by collective kind and group: a
-  // collective in the micro-step runs once per micro-batch, the others once.
+  // collective of the micro-step (or a stage's forward or backward) counts
+  // once per micro-batch, the others once. Point-to-point sends count as
+  // "send" along their axis.
   std::map<std::string, std::map<std::string, int64_t>> bytes;
   llvm::StringMap<Operation *> buffers;
   for (Operation &op : module.getBody()->getOperations())
     if (op.getName().getStringRef() == "plan.buffer")
       buffers[cast<StringAttr>(op.getAttr("sym_name")).getValue()] = &op;
   module.walk([&](Operation *op) {
-    auto group = op->getAttrOfType<ArrayAttr>("group");
-    if (op->getName().getStringRef() != "plan.kernel" || !group)
+    if (op->getName().getStringRef() != "plan.kernel")
       return;
-    std::string axes;
-    for (Attribute axis : group)
-      axes += (axes.empty() ? "" : ",") + cast<StringAttr>(axis).getValue().str();
-    int64_t times = 1;
-    if (auto fn = op->getParentOp()->getAttrOfType<StringAttr>("sym_name"))
-      if (fn.getValue() == "micro_step")
-        times = microBatches;
+    StringRef fn;
+    if (auto name = op->getParentOp()->getAttrOfType<StringAttr>("sym_name"))
+      fn = name.getValue();
+    if (!inStage(fn))
+      return;
     std::string kind =
         StringRef(cast<StringAttr>(op->getAttr("kernel")).getValue()).lower();
-    int64_t n = 0;
+    std::string axes;
+    if (auto group = op->getAttrOfType<ArrayAttr>("group")) {
+      for (Attribute axis : group)
+        axes += (axes.empty() ? "" : ",") +
+                cast<StringAttr>(axis).getValue().str();
+    } else if (kind == "send") {
+      axes = op->getAttrOfType<StringAttr>("rank_axis").getValue().str();
+    } else {
+      return;
+    }
+    int64_t times = 1;
+    if (fn == "micro_step" || fn.ends_with("_forward") ||
+        fn.ends_with("_backward"))
+      times = microBatches;
     if (kind == "grad_norm") {
       // The norm sums one double per rank: its inputs stay local.
       bytes[kind][axes] += 8 * times;
       return;
     }
+    int64_t n = 0;
     for (Attribute ref : op->getAttrOfType<ArrayAttr>("inputs")) {
       Operation *buffer =
           buffers.lookup(cast<SymbolRefAttr>(ref).getRootReference().getValue());
@@ -145,6 +162,106 @@ llvm::json::Object braid::planCommunicationReport(ModuleOp module,
       groups[axes] = n;
     out[kind] = std::move(groups);
   }
+  return out;
+}
+
+llvm::json::Object braid::planCommunicationReport(ModuleOp module,
+                                                  int64_t microBatches) {
+  SmallVector<std::string> stages;
+  module.walk([&](Operation *op) {
+    if (op->getName().getStringRef() == "plan.stage")
+      stages.push_back("stage" +
+                       std::to_string(op->getAttrOfType<IntegerAttr>("index")
+                                          .getInt()));
+  });
+  if (stages.empty())
+    return communicationOf(module, microBatches,
+                           [](StringRef) { return true; });
+  // With pipeline stages the ranks of each stage communicate differently.
+  llvm::json::Object out;
+  for (const std::string &stage : stages)
+    out[stage] = communicationOf(module, microBatches, [&](StringRef fn) {
+      return fn.starts_with(stage + "_");
+    });
+  return out;
+}
+
+llvm::json::Object braid::planPipelineReport(ModuleOp module,
+                                             int64_t microBatches) {
+  auto costs = module->getAttrOfType<ArrayAttr>("model.pipeline");
+  SmallVector<Operation *> stages;
+  module.walk([&](Operation *op) {
+    if (op->getName().getStringRef() == "plan.stage")
+      stages.push_back(op);
+  });
+  llvm::json::Object out;
+  if (!costs || stages.empty() || costs.size() != stages.size())
+    return out;
+  std::string scheme;
+  if (auto s = module->getAttrOfType<StringAttr>("plan.schedule"))
+    scheme = s.getValue().str();
+  out["schedule"] = scheme;
+  out["micro_batches"] = microBatches;
+  int64_t p = stages.size();
+  // The cost model: a stage's forward is a third of its FLOPs, the backward
+  // two thirds (the matrix products' input and weight gradients).
+  pipeline::Costs model;
+  llvm::json::Array stageList;
+  std::map<int64_t, int64_t> paramBytes;
+  for (Operation &op : module.getBody()->getOperations())
+    if (op.getName().getStringRef() == "plan.buffer" &&
+        cast<StringAttr>(op.getAttr("role")).getValue() == "parameter") {
+      auto type = cast<RankedTensorType>(
+          cast<TypeAttr>(op.getAttr("type")).getValue());
+      auto stage = op.getAttrOfType<IntegerAttr>("stage");
+      paramBytes[stage ? stage.getInt() : 0] +=
+          type.getNumElements() * getElementBytes(type.getElementType());
+    }
+  for (int64_t s = 0; s < p; ++s) {
+    auto info = cast<DictionaryAttr>(costs[s]);
+    double flops = cast<FloatAttr>(info.get("flops")).getValueAsDouble();
+    model.forward.push_back({flops / 3});
+    model.backward.push_back({2 * flops / 3});
+    auto slots = stages[s]->getAttrOfType<IntegerAttr>("slots");
+    stageList.push_back(llvm::json::Object{
+        {"stage", s},
+        {"first_layer", cast<IntegerAttr>(info.get("first_layer")).getInt()},
+        {"num_layers", cast<IntegerAttr>(info.get("num_layers")).getInt()},
+        {"flops_per_micro_batch", flops},
+        {"parameter_bytes", paramBytes[s]},
+        {"slots", slots ? slots.getInt() : 1},
+    });
+  }
+  out["stages"] = std::move(stageList);
+  llvm::Expected<pipeline::Scheme> parsed = pipeline::parseScheme(scheme);
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return out;
+  }
+  llvm::Expected<pipeline::Schedules> schedules =
+      pipeline::makeSchedule(*parsed, p, microBatches, 1);
+  if (!schedules) {
+    llvm::consumeError(schedules.takeError());
+    return out;
+  }
+  llvm::Expected<pipeline::Timeline> timeline =
+      pipeline::simulate(*schedules, p, microBatches, 1, model);
+  if (!timeline) {
+    out["predicted"] = llvm::toString(timeline.takeError());
+    return out;
+  }
+  llvm::json::Array bubble, peak;
+  for (int64_t s = 0; s < p; ++s) {
+    bubble.push_back(timeline->bubble[s]);
+    peak.push_back(timeline->peakInFlight[s]);
+  }
+  out["predicted"] = llvm::json::Object{
+      {"unit", "FLOP of work (uncalibrated; forward 1/3, backward 2/3 of a "
+               "stage's FLOPs)"},
+      {"step_time", timeline->stepTime},
+      {"bubble_fraction", std::move(bubble)},
+      {"peak_in_flight_micro_batches", std::move(peak)},
+  };
   return out;
 }
 

@@ -63,11 +63,46 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                                   "projected separately"))
         return std::move(e);
   }
-  if (c.pp > 1)
+  if (c.pp > model.numLayers)
+    return invalid("parallel.pp = " + llvm::Twine(c.pp) + " is more than the " +
+                   llvm::Twine(model.numLayers) +
+                   " layers of the model (model.num_layers): each pipeline "
+                   "stage needs at least one layer");
+  if (c.pp > 1 && model.tieEmbeddings)
     return notYet("parallel.pp = " + llvm::Twine(c.pp) +
-                  " (pipeline parallelism)");
+                  " with tied input and output embeddings "
+                  "(model.tie_embeddings: the first and the last stage would "
+                  "share the table)");
   if (p.has_vpp() && p.vpp() != 1)
-    return notYet("parallel.vpp = " + llvm::Twine(p.vpp()));
+    return notYet("parallel.vpp = " + llvm::Twine(p.vpp()) +
+                  " (interleaved pipeline stages)");
+  if (p.stage_layers_size()) {
+    if (p.stage_layers_size() != c.pp)
+      return invalid("parallel.stage_layers lists " +
+                     llvm::Twine(p.stage_layers_size()) +
+                     " stages but parallel.pp = " + llvm::Twine(c.pp));
+    int64_t sum = 0;
+    for (int64_t n : p.stage_layers()) {
+      if (n < 1)
+        return invalid("parallel.stage_layers has a stage of " +
+                       llvm::Twine(n) + " layers: each needs at least one");
+      sum += n;
+      c.stageLayers.push_back(n);
+    }
+    if (sum != model.numLayers)
+      return invalid("parallel.stage_layers add up to " + llvm::Twine(sum) +
+                     " layers but the model has " +
+                     llvm::Twine(model.numLayers) + " (model.num_layers)");
+  }
+  if (p.has_schedule()) {
+    if (p.schedule() != "gpipe" && p.schedule() != "1f1b") {
+      if (p.schedule() == "interleaved" || p.schedule() == "zb-h1")
+        return notYet("parallel.schedule = \"" + p.schedule() + "\"");
+      return invalid("parallel.schedule = \"" + p.schedule() +
+                     "\" is not one of gpipe, 1f1b, interleaved, zb-h1");
+    }
+    c.schedule = p.schedule();
+  }
   c.sp = p.sp();
   if (c.sp && c.tp < 2)
     return invalid("parallel.sp (sequence parallelism) splits the sequence "
@@ -80,16 +115,12 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                    llvm::Twine(model.seqLength) +
                    " (sequence parallelism splits the sequence among the tp "
                    "ranks)");
-  if (p.has_schedule())
-    return notYet("parallel.schedule = \"" + p.schedule() + "\"");
   if (p.has_recompute() && p.recompute() != "none")
     return notYet("parallel.recompute = \"" + p.recompute() + "\"");
   if (p.has_zero() && p.zero() != 0)
     return notYet("parallel.zero = " + llvm::Twine(p.zero()));
   if (p.has_memory_budget_bytes())
     return notYet("parallel.memory_budget_bytes");
-  if (p.stage_layers_size())
-    return notYet("parallel.stage_layers");
 
   int64_t perStep = model.microBatchSize * c.dp;
   c.globalBatchSize = p.has_global_batch_size() ? p.global_batch_size() : perStep;

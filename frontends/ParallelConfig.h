@@ -6,6 +6,9 @@
 #include "frontends/ModelConfig.h"
 #include "frontends/spec/braid_spec.pb.h"
 
+#include <string>
+#include <vector>
+
 #include "llvm/Support/Error.h"
 
 namespace braid {
@@ -18,6 +21,10 @@ struct ParallelConfig {
   /// Sequence parallelism: the regions between tensor-parallel blocks work
   /// on sequence slices over tp.
   bool sp = false;
+  /// Pipeline parallelism: the schedule (gpipe | 1f1b) and the layers of
+  /// each stage, first to last (empty: balanced by the compiler).
+  std::string schedule = "1f1b";
+  std::vector<int64_t> stageLayers;
   /// Samples per optimizer step over all data-parallel ranks.
   int64_t globalBatchSize = 1;
   /// Micro-batches per step on each data-parallel rank (gradient

@@ -248,6 +248,20 @@ LogicalResult ModelDialect::verifyOperationAttribute(Operation *op,
     }
     return success();
   }
+  if (attr.getName() == "model.stage") {
+    // The pipeline stage that runs the op (-1: every stage, its own part).
+    auto stage = llvm::dyn_cast<IntegerAttr>(attr.getValue());
+    if (!stage || stage.getInt() < -1)
+      return op->emitOpError("model.stage must be an integer >= -1, found ")
+             << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == "model.pipeline") {
+    if (!llvm::isa<ModuleOp>(op) || !llvm::isa<ArrayAttr>(attr.getValue()))
+      return op->emitOpError(
+          "model.pipeline must be a list of stages on the module");
+    return success();
+  }
   if (attr.getName() == "model.config") {
     if (!llvm::isa<ModuleOp>(op) || !llvm::isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError(

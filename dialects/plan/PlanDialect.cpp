@@ -55,6 +55,27 @@ LogicalResult BufferOp::verify() {
           llvm::any_of(*blocks, [](int64_t n) { return n < 1; }))
         return emitOpError("blocks must be positive sizes");
   }
+  // B5: stage >= 0, slots >= 1.
+  if (getStage() && *getStage() < 0)
+    return emitOpError("stage ") << *getStage() << " is negative";
+  if (getSlots() && *getSlots() < 1)
+    return emitOpError("slots = ") << *getSlots() << " must be at least 1";
+  return success();
+}
+
+LogicalResult StageOp::verify() {
+  // ST1: counts.
+  if (getIndex() < 0 || getFirstLayer() < 0 || getNumLayers() < 0 ||
+      (getSlots() && *getSlots() < 1))
+    return emitOpError("index, first_layer and num_layers must be >= 0 and "
+                       "slots >= 1");
+  // ST2: the functions exist.
+  auto module = (*this)->getParentOfType<ModuleOp>();
+  for (std::optional<StringRef> name :
+       {getZeroGrads(), std::optional<StringRef>(getForward()),
+        std::optional<StringRef>(getBackward()), getUpdate()})
+    if (name && !module.lookupSymbol<FuncOp>(*name))
+      return emitOpError("names @") << *name << ", which is not a plan.func";
   return success();
 }
 

@@ -59,16 +59,26 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
       size.
     - B4: `shard` and `dim` are present together, `dim` is a dimension of
       the type, and `blocks`, only with them, are positive.
+    - B5: `stage` is at least 0 and `slots` at least 1.
+
+    With pipeline parallelism a buffer belongs to one `stage` (only that
+    stage's functions name it); a buffer that holds one micro-batch's value
+    from the stage's forward to its backward has `slots` copies, one per
+    micro-batch in flight (plan-lower marks it with 1, plan-schedule sets
+    the stage's count).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
                        StrAttr:$role, OptionalAttr<StrAttr>:$name,
                        OptionalAttr<I64Attr>:$offset,
                        OptionalAttr<StrAttr>:$shard,
                        OptionalAttr<I64Attr>:$dim,
-                       OptionalAttr<DenseI64ArrayAttr>:$blocks);
+                       OptionalAttr<DenseI64ArrayAttr>:$blocks,
+                       OptionalAttr<I64Attr>:$stage,
+                       OptionalAttr<I64Attr>:$slots);
   let assemblyFormat = [{
     $sym_name `:` $type `role` `=` $role (`name` `=` $name^)?
     (`shard` `=` $shard^)? (`dim` `=` $dim^)? (`blocks` `=` $blocks^)?
+    (`stage` `=` $stage^)? (`slots` `=` $slots^)?
     (`offset` `=` $offset^)? attr-dict
   }];
   let hasVerifier = 1;
@@ -126,6 +136,39 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">]> {
   let assemblyFormat = [{
     $kernel $inputs `->` $outputs $params attr-dict
   }];
+  let hasVerifier = 1;
+}
+
+def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
+  let summary = "A pipeline stage: its functions and its schedule";
+  let description = [{
+    The program of the ranks whose `pp` coordinate is `index`: each step they
+    run `zero_grads`, then `forward` and `backward` on micro-batches in the
+    order of `schedule` (`"F3:1"`: the forward of micro-batch 3 on slot 1;
+    `"B3:1"` its backward), then `update`. `plan-schedule` sets `schedule`
+    and `slots` (micro-batches in flight).
+
+    Example:
+
+    ```mlir
+    plan.stage 1 {first_layer = 2 : i64, num_layers = 2 : i64,
+                  forward = @stage1_forward, backward = @stage1_backward,
+                  slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+    ```
+
+    Constraints:
+    - ST1: `index`, `first_layer` and `num_layers` are at least 0, `slots`
+      at least 1.
+    - ST2: the functions name `plan.func` symbols of the module.
+  }];
+  let arguments = (ins I64Attr:$index, I64Attr:$first_layer,
+                       I64Attr:$num_layers,
+                       OptionalAttr<FlatSymbolRefAttr>:$zero_grads,
+                       FlatSymbolRefAttr:$forward, FlatSymbolRefAttr:$backward,
+                       OptionalAttr<FlatSymbolRefAttr>:$update,
+                       OptionalAttr<I64Attr>:$slots,
+                       OptionalAttr<StrArrayAttr>:$schedule);
+  let assemblyFormat = "$index attr-dict";
   let hasVerifier = 1;
 }
 

@@ -899,9 +899,19 @@ void ModelShardPass::runOnOperation() {
   MLIRContext *ctx = module.getContext();
   OpBuilder b(ctx);
   b.setInsertionPointToStart(module.getBody());
-  b.create<MeshOp>(module.getLoc(), b.getStringAttr(kMeshName),
-                   b.getStrArrayAttr({"dp", kTp}),
-                   b.getDenseI64ArrayAttr({dp, tp}));
+  if (pp < 1) {
+    module.emitError("model-shard: pp = ") << int64_t(pp) << " must be at least 1";
+    return signalPassFailure();
+  }
+  // Pipeline stages are the major axis: a stage's dp x tp ranks neighbour.
+  if (pp > 1)
+    b.create<MeshOp>(module.getLoc(), b.getStringAttr(kMeshName),
+                     b.getStrArrayAttr({"pp", "dp", kTp}),
+                     b.getDenseI64ArrayAttr({pp, dp, tp}));
+  else
+    b.create<MeshOp>(module.getLoc(), b.getStringAttr(kMeshName),
+                     b.getStrArrayAttr({"dp", kTp}),
+                     b.getDenseI64ArrayAttr({dp, tp}));
   auto meshRef = FlatSymbolRefAttr::get(ctx, kMeshName);
 
   // The batch dimension of the data inputs is split along dp.

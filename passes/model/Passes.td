@@ -106,7 +106,9 @@ def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
   let description = [{
     Makes `@train_step` (after `model-optimizer`) the program of one rank of
     a `dp × tp` mesh, declared as `model.mesh @mesh axes = ["dp", "tp"]`
-    (tp the minor axis: ranks `dp·tp + t`, as Megatron numbers them).
+    (tp the minor axis: ranks `dp·tp + t`, as Megatron numbers them); with
+    `pp > 1` the mesh is `["pp", "dp", "tp"]` and `model-pipeline-partition`
+    then cuts the step into stages.
 
     Data parallelism (`dp`): every rank holds the whole model and runs the
     step on its own share of the global batch.
@@ -151,12 +153,49 @@ def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
   let options = [
     Option<"dp", "dp", "int64_t", "1", "data-parallel degree">,
     Option<"tp", "tp", "int64_t", "1", "tensor-parallel degree">,
+    Option<"pp", "pp", "int64_t", "1",
+           "pipeline stages: with pp > 1 the mesh is [pp, dp, tp] (the stages "
+           "themselves are made by model-pipeline-partition)">,
     Option<"sp", "sp", "bool", "false",
            "sequence parallelism: norms, dropout and residuals on sequence "
            "slices over tp (needs tp > 1)">,
     Option<"bucketBytes", "bucket-bytes", "int64_t", "25000000",
            "most bytes of gradients one data-parallel all-reduce carries "
            "(Megatron's default bucket is 40 M parameters; 25 MB as PyTorch DDP)">
+  ];
+  let dependentDialects = ["::braid::model::ModelDialect"];
+}
+
+def ModelPipelinePartition : Pass<"model-pipeline-partition", "mlir::ModuleOp"> {
+  let summary = "Assigns the training step's ops to pipeline stages";
+  let description = [{
+    Cuts `@train_step` (after `model-shard` with `pp`) into `pp` pipeline
+    stages of consecutive transformer layers, and marks every top-level op
+    with the stage that runs it (`model.stage = s`): a forward layer and its
+    backward layer go together; the ops before the first layer (embeddings)
+    and after the backward of layer 0 (their gradients) to stage 0, those
+    between the last forward and backward layers (final norm, output layer,
+    loss and their gradients) to the last stage, each other op to the stage
+    of the layer before it; each optimizer update to its parameter's stage,
+    and the gradient sums of the step split so that each stays in one stage.
+    The clipping norm gets `model.stage = -1`: every stage computes its part
+    over its own gradients, summed over `pp` (plan-lower).
+
+    The layers per stage are `stage-layers` when given (ModelLink's uneven
+    pipeline), else the split of consecutive layers that minimises the
+    largest stage cost: a layer's cost is the FLOPs of its forward and
+    backward ops (`CostOpInterface`), the first stage also pays for the
+    embeddings and the last for the output layer and the loss. Each stage
+    gets its first layer, number of layers and cost in the module attribute
+    `model.pipeline`.
+
+    A value made on one stage and used on another is sent between them by
+    the plan (plan-lower); a parameter used on two stages is refused.
+  }];
+  let options = [
+    Option<"pp", "pp", "int64_t", "1", "pipeline stages">,
+    ListOption<"stageLayers", "stage-layers", "int64_t",
+               "layers of each stage, first to last (default: balanced)">
   ];
   let dependentDialects = ["::braid::model::ModelDialect"];
 }

@@ -48,6 +48,47 @@ def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
     buffers that are dead by then (first fit, 64-byte alignment). A kernel's
     outputs never share memory with the buffers it reads. Sets
     `plan.arena_bytes` on the module.
+
+    With pipeline stages, each stage's buffers get their own arena (they
+    live on other ranks; the plan's arena is the largest), and a buffer
+    with `slots` takes that many copies, live for the whole step.
+  }];
+}
+
+def PlanSchedule : Pass<"plan-schedule", "mlir::ModuleOp"> {
+  let summary = "Orders each pipeline stage's forward and backward calls";
+  let description = [{
+    For a plan with `plan.stage` ops (pipeline parallelism), sets each
+    stage's `schedule`, the order of its forward and backward calls on the
+    step's `micro-batches` (`scheme`: `gpipe`, all forwards then all
+    backwards; `1f1b`, Megatron's one-forward-one-backward, which keeps at
+    most `pp - s` micro-batches in flight on stage `s`), and gives each call
+    a slot: a micro-batch takes a free copy of the stage's slotted buffers
+    at its forward and frees it after its backward. Sets the stage's `slots`
+    and its buffers' `slots` to the most in flight. No-op without stages.
+  }];
+  let options = [
+    Option<"scheme", "scheme", "std::string", "\"1f1b\"",
+           "gpipe | 1f1b">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "micro-batches per step on each data-parallel rank">
+  ];
+}
+
+def PlanVerify : Pass<"plan-verify", "mlir::ModuleOp"> {
+  let summary = "Proves that a plan's ranks cannot wait on each other forever";
+  let description = [{
+    The contract of the plan phase. Ranks of one pipeline stage run the same
+    program, so their collectives (over dp and tp) come in the same order by
+    construction. Between stages, the pass runs every stage's step (zero
+    grads, its schedule's calls, update) symbolically: a SEND queues a
+    message on the channel to its peer and goes on, a RECV waits for the
+    first message of the channel from its peer, and a collective whose group
+    spans `pp` waits until every stage reaches one. The plan is refused when
+    some stage can never go on (naming the stages and the operations they
+    wait in), when a RECV gets a message of another size or type than its
+    buffer (naming both ends), when two stages meet at different
+    collectives, or when a message is never received.
   }];
 }
 

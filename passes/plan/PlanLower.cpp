@@ -22,6 +22,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <set>
+
 namespace braid::plan_ir {
 #define GEN_PASS_DEF_PLANLOWER
 #include "passes/plan/Passes.h.inc"
@@ -63,8 +65,11 @@ private:
         loc, b.getStringAttr("b" + std::to_string(counter++)),
         TypeAttr::get(type), b.getStringAttr(role),
         name.empty() ? StringAttr() : b.getStringAttr(name), IntegerAttr(),
-        StringAttr(), IntegerAttr(), DenseI64ArrayAttr());
+        StringAttr(), IntegerAttr(), DenseI64ArrayAttr(),
+        stage ? b.getI64IntegerAttr(*stage) : IntegerAttr(), IntegerAttr());
   }
+  /// The buffer of the model function's argument `arg`.
+  LogicalResult argBuffer(BlockArgument arg);
   /// Marks `buffer` as the slice of a split tensor that the argument `arg`
   /// of the model function is (its model.sharding and model.shard_blocks).
   LogicalResult setShard(BufferOp buffer, unsigned arg);
@@ -102,6 +107,12 @@ private:
   }
   LogicalResult planAccumulation(Value v, BufferOp grad, bool top);
   LogicalResult lowerBlock(Block &block, StringRef where);
+  LogicalResult runPipeline(ArrayAttr stages);
+  /// The gradients the optimizer of the ops `inStep` reads, each with its
+  /// accumulation buffer, their accumulation planned and their ZEROs in
+  /// `zeroGrads`.
+  FailureOr<SmallVector<std::pair<Value, BufferOp>>>
+  planGradients(function_ref<bool(Operation *)> inStep, FuncOp zeroGrads);
   LogicalResult lowerOp(Operation *op, StringRef where);
   LogicalResult lowerGradNorm(model::GradNormOp op, StringRef provenance);
   FailureOr<DictionaryAttr> kernelParams(Operation *op, StringAttr &rankAxis);
@@ -120,6 +131,8 @@ private:
   /// The all-reduces of gradients, run in place on the accumulated buffers.
   DenseSet<Operation *> stepReductions;
   unsigned counter = 0;
+  /// With pipeline parallelism, the stage being lowered.
+  std::optional<int64_t> stage;
 };
 
 LogicalResult Lowering::setShard(BufferOp buffer, unsigned arg) {
@@ -384,16 +397,42 @@ LogicalResult Lowering::lowerGradNorm(model::GradNormOp op,
   SmallVector<NamedAttribute> params{
       b.getNamedAttr("max_norm", op.getMaxNormAttr())};
   SmallVector<BufferOp> inputs = buffersOf(op.getGrads());
+  SmallVector<bool> replicated(inputs.size(), false);
+  if (std::optional<ArrayRef<bool>> r = op.getReplicated())
+    replicated.assign(r->begin(), r->end());
+  SmallVector<Attribute> axes;
+  if (std::optional<ArrayAttr> a = op.getAxes())
+    axes.assign(a->begin(), a->end());
+  int64_t copies = 1;
+  if (auto mesh = module.lookupSymbol<model::MeshOp>("mesh"))
+    for (Attribute axis : axes)
+      copies *= mesh.getAxisSize(cast<StringAttr>(axis).getValue()).value_or(1);
+  if (stage) {
+    // A pipeline stage's part: its own gradients (the others' have no
+    // buffer here), summed with the other stages' over pp.
+    SmallVector<BufferOp> mine;
+    SmallVector<bool> mineReplicated;
+    for (auto [buffer, isReplicated] : llvm::zip(inputs, replicated))
+      if (buffer) {
+        mine.push_back(buffer);
+        mineReplicated.push_back(isReplicated);
+      }
+    inputs = mine;
+    replicated = mineReplicated;
+    axes.insert(axes.begin(), b.getStringAttr("pp"));
+    params.push_back(
+        b.getNamedAttr("replicated_copies", b.getI64IntegerAttr(copies)));
+  }
   ArrayAttr group;
-  if (std::optional<ArrayRef<bool>> replicated = op.getReplicated()) {
+  if (!axes.empty()) {
     SmallVector<BufferOp> split, whole;
-    for (auto [buffer, isReplicated] : llvm::zip(inputs, *replicated))
+    for (auto [buffer, isReplicated] : llvm::zip(inputs, replicated))
       (isReplicated ? whole : split).push_back(buffer);
     params.push_back(
         b.getNamedAttr("split_inputs", b.getI64IntegerAttr(split.size())));
     inputs = split;
     inputs.append(whole);
-    group = *op.getAxes();
+    group = b.getArrayAttr(axes);
   }
   kernel("GRAD_NORM", inputs, buffersOf(op->getResults()),
          b.getDictionaryAttr(params), op.getLoc(), provenance, group);
@@ -407,31 +446,23 @@ LogicalResult Lowering::lowerBlock(Block &block, StringRef where) {
   return success();
 }
 
-LogicalResult Lowering::run() {
-  b.setInsertionPointToEnd(module.getBody());
-  FuncOp zeroGrads = newFunc(kZeroGradsFunc);
-  FuncOp microStep = newFunc(kMicroStepFunc);
-  FuncOp update = newFunc(kUpdateFunc);
-  firstFunc = zeroGrads;
-
-  for (BlockArgument arg : func.getArguments()) {
-    unsigned i = arg.getArgNumber();
-    if (auto p = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kParamAttrName)) {
-      if (failed(setShard(newBuffer(arg, "parameter", p.getValue()), i)))
-        return failure();
-    } else if (auto s = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kOptStateAttrName)) {
-      if (failed(setShard(newBuffer(arg, "optimizer_state", s.getValue()), i)))
-        return failure();
-    } else if (auto in = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kInputAttrName)) {
-      newBuffer(arg, "input", in.getValue());
-    } else {
-      return func.emitError("argument ") << i << " is neither a parameter, "
-                                         << "an input nor optimizer state";
-    }
+LogicalResult Lowering::argBuffer(BlockArgument arg) {
+  unsigned i = arg.getArgNumber();
+  if (auto p = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kParamAttrName))
+    return setShard(newBuffer(arg, "parameter", p.getValue()), i);
+  if (auto s = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kOptStateAttrName))
+    return setShard(newBuffer(arg, "optimizer_state", s.getValue()), i);
+  if (auto in = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kInputAttrName)) {
+    newBuffer(arg, "input", in.getValue());
+    return success();
   }
+  return func.emitError("argument ") << i << " is neither a parameter, "
+                                     << "an input nor optimizer state";
+}
 
-  // The gradients: what AdamW reads after model-optimizer, the results
-  // marked model.grad before it. Each gets its accumulation buffer.
+FailureOr<SmallVector<std::pair<Value, BufferOp>>>
+Lowering::planGradients(function_ref<bool(Operation *)> inStep,
+                        FuncOp zeroGrads) {
   Block &entry = func.getBody().front();
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
   SmallVector<std::pair<Value, BufferOp>> gradients;
@@ -445,6 +476,8 @@ LogicalResult Lowering::run() {
     gradients.push_back({grad, buffer});
   };
   for (auto adamw : entry.getOps<model::AdamWOp>()) {
+    if (!inStep(adamw))
+      continue;
     Value grad = adamw.getGrad();
     // Accumulate what is summed across ranks: the sum runs once per step.
     if (auto reduce = grad.getDefiningOp<model::AllReduceOp>()) {
@@ -454,7 +487,7 @@ LogicalResult Lowering::run() {
     BufferOp param = buffers.lookup(adamw.getParam());
     addGradient(grad, param.getName().value_or(""), param);
   }
-  if (gradients.empty())
+  if (gradients.empty() && !stage)
     for (auto [i, v] : llvm::enumerate(ret.getOperands()))
       if (auto g = func.getResultAttrOfType<StringAttr>(
               i, model::ModelDialect::kGradAttrName))
@@ -462,19 +495,228 @@ LogicalResult Lowering::run() {
   for (auto [grad, buffer] : gradients)
     if (failed(planAccumulation(grad, buffer, /*top=*/true)))
       return failure();
-
   b.setInsertionPointToEnd(&zeroGrads.getBody().front());
   for (auto [grad, buffer] : gradients)
     kernel("ZERO", {}, {buffer}, b.getDictionaryAttr({}), grad.getLoc(),
            ("zero_grads: " + *buffer.getName()).str());
+  return gradients;
+}
 
+/// The pipeline stage of a top-level op of the step (model.stage; -1: the
+/// clipping norm, which every stage computes over its own gradients).
+static int64_t stageOf(Operation *op) {
+  auto attr = op->getAttrOfType<IntegerAttr>("model.stage");
+  return attr ? attr.getInt() : 0;
+}
+
+/// With pipeline parallelism each stage gets its own functions, over its
+/// own buffers: zero_grads, forward (the ops that do not depend on the
+/// loss gradient), backward (those that do) and update (the optimizer).
+/// A value made on one stage and used on another is sent by the stage that
+/// makes it right after its op, and received by the other at the start of
+/// its function of the same phase, in the order the values are made, so
+/// both ends agree on the order of the messages.
+LogicalResult Lowering::runPipeline(ArrayAttr stages) {
+  Block &entry = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  // Ops that depend on the loss gradient make the backward.
+  DenseSet<Value> dependsOnLossGrad;
+  for (BlockArgument arg : func.getArguments())
+    if (auto in = func.getArgAttrOfType<StringAttr>(
+            arg.getArgNumber(), model::ModelDialect::kInputAttrName);
+        in && in.getValue() == "loss_grad")
+      dependsOnLossGrad.insert(arg);
+  DenseSet<Operation *> backward;
+  for (Operation &op : entry.without_terminator()) {
+    if (isOptimizerOp(&op) || stageOf(&op) < 0)
+      continue;
+    if (llvm::any_of(op.getOperands(), [&](Value v) {
+          return dependsOnLossGrad.contains(v);
+        })) {
+      backward.insert(&op);
+      for (Value r : op.getResults())
+        dependsOnLossGrad.insert(r);
+    }
+  }
+  // The stages other than its own that use a value (the optimizer's
+  // reading of its stage's gradients is not a transfer).
+  auto consumers = [&](Value v) {
+    std::set<int64_t> out;
+    for (Operation *user : v.getUsers())
+      if (!isa<func::ReturnOp>(user) && !isOptimizerOp(user) &&
+          stageOf(user) >= 0)
+        out.insert(stageOf(user));
+    return out;
+  };
+  StringAttr pp = b.getStringAttr("pp");
+
+  for (auto [index, attr] : llvm::enumerate(stages)) {
+    int64_t s = index;
+    auto info = cast<DictionaryAttr>(attr);
+    stage = s;
+    buffers.clear();
+    accumulateInto.clear();
+    addInto.clear();
+    absorbed.clear();
+    stepReductions.clear();
+    auto inStage = [&](Operation *op) { return stageOf(op) == s; };
+    auto isUpdate = [&](Operation *op) {
+      return isUpdateOp(op) || isa<model::GradNormOp>(op);
+    };
+
+    b.setInsertionPointToEnd(module.getBody());
+    std::string prefix = "stage" + std::to_string(s) + "_";
+    FuncOp zeroGrads = newFunc(prefix + "zero_grads");
+    FuncOp forwardFn = newFunc(prefix + "forward");
+    FuncOp backwardFn = newFunc(prefix + "backward");
+    FuncOp update = newFunc(prefix + "update");
+    firstFunc = zeroGrads;
+
+    for (Operation &op : entry.without_terminator())
+      if (inStage(&op))
+        for (Value operand : op.getOperands())
+          if (auto arg = dyn_cast<BlockArgument>(operand);
+              arg && arg.getOwner() == &entry && !buffers.count(arg))
+            if (failed(argBuffer(arg)))
+              return failure();
+
+    FailureOr<SmallVector<std::pair<Value, BufferOp>>> gradients =
+        planGradients(inStage, zeroGrads);
+    if (failed(gradients))
+      return failure();
+
+    for (auto [fn, isBackward] : {std::pair(forwardFn, false),
+                                  std::pair(backwardFn, true)}) {
+      b.setInsertionPointToEnd(&fn.getBody().front());
+      auto inPhase = [&](Operation *op) {
+        return !isUpdate(op) && backward.contains(op) == isBackward;
+      };
+      // Receive what other stages make in this phase for this stage.
+      for (Operation &op : entry.without_terminator()) {
+        if (inStage(&op) || !inPhase(&op) || stageOf(&op) < 0)
+          continue;
+        for (Value r : op.getResults()) {
+          if (!consumers(r).count(s))
+            continue;
+          int64_t peer = stageOf(&op) - s;
+          if (peer != 1 && peer != -1)
+            return op.emitOpError("makes a value that pipeline stage ")
+                   << s << " uses, " << std::abs(peer)
+                   << " stages away: values move between neighbouring "
+                   << "stages only";
+          BufferOp recv = newBuffer(r, "activation");
+          kernel("RECV", {}, {recv},
+                 b.getDictionaryAttr(
+                     b.getNamedAttr("peer", b.getI64IntegerAttr(peer))),
+                 op.getLoc(),
+                 "pipeline: " + std::string(isBackward ? "gradient" : "activation") +
+                     " from stage " + std::to_string(stageOf(&op)),
+                 ArrayAttr(), pp);
+        }
+      }
+      for (Operation &op : entry.without_terminator()) {
+        if (!inStage(&op) || !inPhase(&op))
+          continue;
+        if (failed(lowerOp(&op, fn.getSymName())))
+          return failure();
+        for (Value r : op.getResults())
+          for (int64_t to : consumers(r)) {
+            if (to == s)
+              continue;
+            kernel("SEND", {buffers.lookup(r)}, {},
+                   b.getDictionaryAttr(
+                       b.getNamedAttr("peer", b.getI64IntegerAttr(to - s))),
+                   op.getLoc(),
+                   "pipeline: " +
+                       std::string(isBackward ? "gradient" : "activation") +
+                       " to stage " + std::to_string(to),
+                   ArrayAttr(), pp);
+          }
+      }
+    }
+    for (auto [grad, buffer] : *gradients)
+      buffers[grad] = buffer;
+    b.setInsertionPointToEnd(&update.getBody().front());
+    for (Operation &op : entry.without_terminator())
+      if (isUpdate(&op) && (inStage(&op) || stageOf(&op) < 0) &&
+          failed(lowerOp(&op, update.getSymName())))
+        return failure();
+
+    // The loss and the norm the trainer reads.
+    if (BufferOp loss = buffers.lookup(ret.getOperand(0));
+        loss && loss.getRole() == "activation")
+      loss.setName("loss");
+    for (auto norm : entry.getOps<model::GradNormOp>())
+      if (BufferOp b = buffers.lookup(norm.getNorm()))
+        b.setName("grad_norm");
+    // What the forward keeps for the backward: one copy per micro-batch in
+    // flight (plan-schedule sets how many).
+    llvm::DenseSet<StringRef> inForward, inBackward;
+    for (auto [fn, set] : {std::pair(forwardFn, &inForward),
+                           std::pair(backwardFn, &inBackward)})
+      for (KernelOp k : fn.getBody().getOps<KernelOp>())
+        for (ArrayAttr list : {k.getInputs(), k.getOutputs()})
+          for (Attribute ref : list)
+            set->insert(cast<SymbolRefAttr>(ref).getRootReference().getValue());
+    for (BufferOp buffer : module.getOps<BufferOp>())
+      if (buffer.getStage() == std::optional<int64_t>(s) &&
+          (buffer.getRole() == "activation" || buffer.getRole() == "input") &&
+          inForward.contains(buffer.getSymName()) &&
+          inBackward.contains(buffer.getSymName()))
+        buffer.setSlotsAttr(b.getI64IntegerAttr(1));
+
+    bool hasZero = !zeroGrads.getBody().front().empty();
+    bool hasUpdate = !update.getBody().front().empty();
+    b.setInsertionPointToEnd(module.getBody());
+    b.create<StageOp>(
+        func.getLoc(), b.getI64IntegerAttr(s),
+        cast<IntegerAttr>(info.get("first_layer")),
+        cast<IntegerAttr>(info.get("num_layers")),
+        hasZero ? FlatSymbolRefAttr::get(zeroGrads.getSymNameAttr())
+                : FlatSymbolRefAttr(),
+        FlatSymbolRefAttr::get(forwardFn.getSymNameAttr()),
+        FlatSymbolRefAttr::get(backwardFn.getSymNameAttr()),
+        hasUpdate ? FlatSymbolRefAttr::get(update.getSymNameAttr())
+                  : FlatSymbolRefAttr(),
+        IntegerAttr(), ArrayAttr());
+    if (!hasZero)
+      zeroGrads.erase();
+    if (!hasUpdate)
+      update.erase();
+  }
+  func.erase();
+  return success();
+}
+
+LogicalResult Lowering::run() {
+  if (auto stages = module->getAttrOfType<ArrayAttr>("model.pipeline");
+      stages && stages.size() > 1)
+    return runPipeline(stages);
+  b.setInsertionPointToEnd(module.getBody());
+  FuncOp zeroGrads = newFunc(kZeroGradsFunc);
+  FuncOp microStep = newFunc(kMicroStepFunc);
+  FuncOp update = newFunc(kUpdateFunc);
+  firstFunc = zeroGrads;
+
+  for (BlockArgument arg : func.getArguments())
+    if (failed(argBuffer(arg)))
+      return failure();
+
+  // The gradients: what AdamW reads after model-optimizer, the results
+  // marked model.grad before it. Each gets its accumulation buffer.
+  Block &entry = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  FailureOr<SmallVector<std::pair<Value, BufferOp>>> gradients =
+      planGradients([](Operation *) { return true; }, zeroGrads);
+  if (failed(gradients))
+    return failure();
   // The micro-step is everything but the optimizer; the update reads the
   // gradients from their buffers.
   b.setInsertionPointToEnd(&microStep.getBody().front());
   for (Operation &op : entry.without_terminator())
     if (!isUpdateOp(&op) && failed(lowerOp(&op, func.getSymName())))
       return failure();
-  for (auto [grad, buffer] : gradients)
+  for (auto [grad, buffer] : *gradients)
     buffers[grad] = buffer;
   b.setInsertionPointToEnd(&update.getBody().front());
   for (Operation &op : entry.without_terminator())

@@ -9,6 +9,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <algorithm>
+#include <map>
 
 namespace braid::plan_ir {
 #define GEN_PASS_DEF_PLANMEMORY
@@ -33,14 +34,15 @@ struct PlanMemoryPass : public braid::plan_ir::impl::PlanMemoryBase<PlanMemoryPa
   void runOnOperation() override;
 };
 
-void PlanMemoryPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  SmallVector<BufferOp> all(module.getOps<BufferOp>());
+/// Places the buffers of one pipeline stage (all of them without a
+/// pipeline): returns the arena bytes they need.
+int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
   llvm::StringMap<unsigned> index;
   for (auto [i, b] : llvm::enumerate(all))
     index[b.getSymName()] = i;
 
-  // Live ranges over the kernels of all functions, in order.
+  // Live ranges over the kernels of all functions, in order (a stage's
+  // functions name only its buffers).
   const int64_t kNever = -1;
   SmallVector<int64_t> first(all.size(), kNever), last(all.size(), kNever);
   int64_t position = 0;
@@ -48,8 +50,11 @@ void PlanMemoryPass::runOnOperation() {
     for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
       for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
         for (Attribute ref : list) {
-          unsigned i = index.lookup(
+          auto it = index.find(
               cast<SymbolRefAttr>(ref).getRootReference().getValue());
+          if (it == index.end())
+            continue; // another stage's
+          unsigned i = it->second;
           if (first[i] == kNever)
             first[i] = position;
           last[i] = position;
@@ -57,14 +62,17 @@ void PlanMemoryPass::runOnOperation() {
       ++position;
     }
 
-  // Whole-program buffers first, one after the other.
+  // Whole-program buffers first, one after the other: parameters, state,
+  // inputs, named results, and what a stage keeps from a micro-batch's
+  // forward to its backward (one copy per slot).
   int64_t offset = 0;
   SmallVector<unsigned> scoped;
   for (auto [i, b] : llvm::enumerate(all)) {
-    bool persistent = b.getRole() != "activation" || b.getName().has_value();
+    bool persistent = b.getRole() != "activation" || b.getName().has_value() ||
+                      b.getSlots().has_value();
     if (persistent || first[i] == kNever) {
       b.setOffset(offset);
-      offset = alignUp(offset + bytesOf(b));
+      offset = alignUp(offset + bytesOf(b) * b.getSlots().value_or(1));
     } else {
       scoped.push_back(i);
     }
@@ -94,8 +102,21 @@ void PlanMemoryPass::runOnOperation() {
     live.push_back({at, at + size, last[i]});
     top = std::max(top, at + size);
   }
+  return top;
+}
+
+void PlanMemoryPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  // Each pipeline stage's buffers live on its own ranks: one arena each,
+  // the plan's the largest.
+  std::map<int64_t, SmallVector<BufferOp>> byStage;
+  for (BufferOp b : module.getOps<BufferOp>())
+    byStage[b.getStage().value_or(0)].push_back(b);
+  int64_t arena = 0;
+  for (auto &[stage, buffers] : byStage)
+    arena = std::max(arena, placeStage(module, buffers));
   module->setAttr("plan.arena_bytes",
-                  OpBuilder(module.getContext()).getI64IntegerAttr(top));
+                  OpBuilder(module.getContext()).getI64IntegerAttr(arena));
 }
 
 } // namespace

@@ -98,11 +98,26 @@ def main():
         ("tp2-sp", 2, "tp: 2 sp: true micro_batch_size: 4"),
         ("tp2-dp2-sp", 4, "tp: 2 dp: 2 sp: true micro_batch_size: 2"),
     ]
+    # Pipelines: a 4-layer tiny-llama (tiny-gpt2 ties its embeddings, which
+    # pipelines do not split yet), each schedule with several micro-batches
+    # in flight, with tp and dp (8 ranks), and an uneven cut.
+    pipeline_layouts = [
+        ("pp2-1f1b", 2, "pp: 2 micro_batch_size: 1 global_batch_size: 4"),
+        ("pp2-gpipe", 2, 'pp: 2 micro_batch_size: 1 global_batch_size: 4 schedule: "gpipe"'),
+        ("pp4-1f1b", 4, "pp: 4 micro_batch_size: 1 global_batch_size: 4"),
+        ("pp4-gpipe", 4, 'pp: 4 micro_batch_size: 2 global_batch_size: 4 schedule: "gpipe"'),
+        ("pp2-uneven", 2, "pp: 2 micro_batch_size: 1 global_batch_size: 4 stage_layers: 3 stage_layers: 1"),
+        ("pp2-tp2-dp2", 8, "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4"),
+        ("pp2-tp2-sp-dp2", 8, "pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4"),
+    ]
+    models = [(m, f'preset: "{m}"', layouts) for m in ("tiny-llama", "tiny-gpt2")]
+    models.append(("tiny-llama-4layers", 'preset: "tiny-llama" num_layers: 4',
+                   pipeline_layouts))
     worst_loss = worst_param = 0.0
-    for model in ("tiny-llama", "tiny-gpt2"):
+    for model, base_fields, model_layouts in models:
         for dropout in (0.0, 0.1):
             tag = f"{model}-dropout{dropout}"
-            model_fields = f'preset: "{model}" hidden_dropout: {dropout}'
+            model_fields = f"{base_fields} hidden_dropout: {dropout}"
             if model == "tiny-gpt2":
                 model_fields += f" embedding_dropout: {dropout}"
 
@@ -124,7 +139,7 @@ def main():
                 return losses, read_safetensors(params)
 
             serial_losses, serial_params = train("serial", 1, "micro_batch_size: 4")
-            for name, ranks, parallel in layouts:
+            for name, ranks, parallel in model_layouts:
                 losses, params = train(name, ranks, parallel)
                 dl = max(abs(a - s) / abs(s) for a, s in zip(losses, serial_losses))
                 dp = 0.0

@@ -21,6 +21,7 @@
 #include "runtime/plan/PlanLoader.h"
 
 #include "mlir/IR/DialectRegistry.h"
+#include "llvm/ADT/StringExtras.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -44,7 +45,7 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] "
+  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] "
                << exec::kTrainerFlagsUsage
                << "\n";
   return error.empty() ? 0 : 2;
@@ -142,6 +143,8 @@ int main(int argc, char **argv) {
   std::vector<std::string> forwarded;
   std::map<std::string, int64_t> mesh; // --dp, --tp, --pp
   bool sequenceParallel = false;        // --sp
+  std::string schedule;             // --schedule
+  std::vector<int64_t> stageLayers;     // --stage-layers
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) {
@@ -162,6 +165,21 @@ int main(int argc, char **argv) {
       value = argv[++i];
     } else {
       return usage(arg + " needs a value");
+    }
+    if (arg == "--schedule") {
+      schedule = value;
+      continue;
+    }
+    if (arg == "--stage-layers") {
+      stageLayers.clear();
+      for (llvm::StringRef part : llvm::split(value, ',')) {
+        int64_t n = 0;
+        if (part.trim().getAsInteger(10, n) || n < 1)
+          return usage("--stage-layers=" + value +
+                       " is not a list of positive layer counts");
+        stageLayers.push_back(n);
+      }
+      continue;
     }
     if (arg == "--dp" || arg == "--tp" || arg == "--pp") {
       char *end = nullptr;
@@ -187,6 +205,13 @@ int main(int argc, char **argv) {
     return fail(llvm::toString(job.takeError()));
   if (sequenceParallel)
     job->mutable_parallel()->set_sp(true);
+  if (!schedule.empty())
+    job->mutable_parallel()->set_schedule(schedule);
+  if (!stageLayers.empty()) {
+    job->mutable_parallel()->clear_stage_layers();
+    for (int64_t n : stageLayers)
+      job->mutable_parallel()->add_stage_layers(n);
+  }
   for (auto [axis, n] : mesh) {
     spec::ParallelSpec *p = job->mutable_parallel();
     if (axis == "dp")

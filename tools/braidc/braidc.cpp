@@ -82,6 +82,13 @@ static cl::opt<int64_t> tpFlag("tp",
 static cl::opt<bool> spFlag(
     "sp", cl::desc("Sequence parallelism over the tp ranks (parallel.sp)"),
     cl::cat(category));
+static cl::opt<std::string> scheduleFlag(
+    "schedule", cl::desc("Pipeline schedule: gpipe | 1f1b (parallel.schedule)"),
+    cl::cat(category));
+static cl::list<int64_t> stageLayersFlag(
+    "stage-layers",
+    cl::desc("Layers of each pipeline stage, e.g. 1,2,1 (parallel.stage_layers)"),
+    cl::CommaSeparated, cl::cat(category));
 static cl::opt<int64_t> ppFlag("pp",
                               cl::desc("Pipeline-parallel degree (parallel.pp)"),
                               cl::cat(category));
@@ -141,6 +148,13 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_parallel()->set_pp(ppFlag);
   if (spFlag.getNumOccurrences())
     job.mutable_parallel()->set_sp(spFlag);
+  if (scheduleFlag.getNumOccurrences())
+    job.mutable_parallel()->set_schedule(scheduleFlag);
+  if (stageLayersFlag.getNumOccurrences()) {
+    job.mutable_parallel()->clear_stage_layers();
+    for (int64_t n : stageLayersFlag)
+      job.mutable_parallel()->add_stage_layers(n);
+  }
   if (globalBatch.getNumOccurrences())
     job.mutable_parallel()->set_global_batch_size(globalBatch);
   if (precision.getNumOccurrences()) {
@@ -244,6 +258,10 @@ int main(int argc, char **argv) {
       json.getAsObject()->try_emplace(
           "communication_bytes_per_step",
           planCommunicationReport(*module, parallel->microBatches));
+      llvm::json::Object pipeline =
+          planPipelineReport(*module, parallel->microBatches);
+      if (!pipeline.empty())
+        json.getAsObject()->try_emplace("pipeline", std::move(pipeline));
     }
     report->os() << llvm::formatv("{0:2}", std::move(json)) << "\n";
     report->keep();

@@ -69,3 +69,25 @@ plan.func @k4_empty_rank_axis {
   // expected-error @+1 {{'plan.kernel' op rank_axis is empty}}
   plan.kernel "EMBEDDING" [@x, @x] -> [@x] {} {rank_axis = ""}
 }
+
+// -----
+
+// Tests B5: a buffer has at least one slot.
+// expected-error @+1 {{'plan.buffer' op slots = 0 must be at least 1}}
+plan.buffer @b5_slots : tensor<4xf32> role = "activation" stage = 0 slots = 0
+
+// -----
+
+// Tests ST1: a stage holds at least one slot.
+plan.func @f {
+}
+// expected-error @+1 {{'plan.stage' op index, first_layer and num_layers must be >= 0 and slots >= 1}}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @f, slots = 0 : i64}
+
+// -----
+
+// Tests ST2: a stage's functions exist.
+plan.func @f {
+}
+// expected-error @+1 {{'plan.stage' op names @missing, which is not a plan.func}}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @missing}

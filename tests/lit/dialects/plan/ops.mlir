@@ -34,3 +34,19 @@ plan.func @sliced {
   // CHECK: plan.kernel "EMBEDDING" [@qkv, @ids] -> [@e] {vocab_start_stride = 64 : i64} {rank_axis = "tp"}
   plan.kernel "EMBEDDING" [@qkv, @ids] -> [@e] {vocab_start_stride = 64 : i64} {rank_axis = "tp"}
 }
+
+// -----
+
+// Tests that a pipeline stage round-trips its functions, slots and
+// schedule, and a buffer its stage and slots.
+// CHECK: plan.buffer @saved : tensor<2x4xf32> role = "activation" stage = 1 slots = 2
+plan.buffer @saved : tensor<2x4xf32> role = "activation" stage = 1 slots = 2
+// CHECK-LABEL: plan.func @fwd
+plan.func @fwd {
+  // CHECK: plan.kernel "RECV" [] -> [@saved] {peer = -1 : i64} {rank_axis = "pp"}
+  plan.kernel "RECV" [] -> [@saved] {peer = -1 : i64} {rank_axis = "pp"}
+}
+plan.func @bwd {
+}
+// CHECK: plan.stage 1 {backward = @bwd, first_layer = 2 : i64, forward = @fwd, num_layers = 2 : i64, schedule = ["F0:0", "F1:1", "B0:0", "B1:1"], slots = 2 : i64}
+plan.stage 1 {first_layer = 2 : i64, num_layers = 2 : i64, forward = @fwd, backward = @bwd, slots = 2 : i64, schedule = ["F0:0", "F1:1", "B0:0", "B1:1"]}

@@ -1,0 +1,99 @@
+//===- PlanSchedule.cpp - Pipeline schedules of the stages ----------------===//
+//
+// Implements `plan-schedule` (see Passes.td). The orders themselves come
+// from compiler/Schedule.h, which also predicts their timelines.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/plan/Passes.h"
+
+#include "compiler/Schedule.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace braid::plan_ir {
+#define GEN_PASS_DEF_PLANSCHEDULE
+#include "passes/plan/Passes.h.inc"
+} // namespace braid::plan_ir
+
+using namespace mlir;
+using namespace braid;
+using namespace braid::plan_ir;
+
+namespace {
+
+struct PlanSchedulePass
+    : public braid::plan_ir::impl::PlanScheduleBase<PlanSchedulePass> {
+  using PlanScheduleBase::PlanScheduleBase;
+  void runOnOperation() override;
+};
+
+void PlanSchedulePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SmallVector<StageOp> stages(module.getOps<StageOp>());
+  if (stages.empty())
+    return;
+  llvm::sort(stages, [](StageOp a, StageOp c) {
+    return a.getIndex() < c.getIndex();
+  });
+  int64_t p = stages.size();
+  for (auto [i, stage] : llvm::enumerate(stages))
+    if (stage.getIndex() != int64_t(i)) {
+      stage.emitOpError("stages must be numbered 0 to ")
+          << p - 1 << " once each, found " << stage.getIndex();
+      return signalPassFailure();
+    }
+  llvm::Expected<pipeline::Scheme> parsed = pipeline::parseScheme(scheme);
+  if (!parsed) {
+    module.emitError("plan-schedule: ") << llvm::toString(parsed.takeError());
+    return signalPassFailure();
+  }
+  llvm::Expected<pipeline::Schedules> schedules =
+      pipeline::makeSchedule(*parsed, p, microBatches, /*v=*/1);
+  if (!schedules) {
+    module.emitError("plan-schedule: ") << llvm::toString(schedules.takeError());
+    return signalPassFailure();
+  }
+  OpBuilder b(module.getContext());
+  module->setAttr("plan.schedule",
+                  b.getStringAttr(pipeline::schemeName(*parsed)));
+  for (auto [stage, steps] : llvm::zip(stages, *schedules)) {
+    // A micro-batch takes the lowest free slot at its forward and gives it
+    // back after its backward.
+    SmallVector<int64_t> slotOf(microBatches, -1);
+    SmallVector<bool> busy;
+    SmallVector<Attribute> order;
+    for (const pipeline::Step &step : steps) {
+      if (step.work == pipeline::Work::Forward) {
+        auto free = llvm::find(busy, false);
+        int64_t slot = free - busy.begin();
+        if (free == busy.end())
+          busy.push_back(true);
+        else
+          *free = true;
+        slotOf[step.microBatch] = slot;
+        order.push_back(b.getStringAttr("F" + std::to_string(step.microBatch) +
+                                        ":" + std::to_string(slot)));
+      } else if (step.work == pipeline::Work::Backward) {
+        int64_t slot = slotOf[step.microBatch];
+        busy[slot] = false;
+        order.push_back(b.getStringAttr("B" + std::to_string(step.microBatch) +
+                                        ":" + std::to_string(slot)));
+      } else {
+        stage.emitOpError("the ")
+            << scheme << " schedule splits backward work, which needs "
+            << "separate input- and weight-gradient functions (not built yet)";
+        return signalPassFailure();
+      }
+    }
+    int64_t slots = std::max<int64_t>(busy.size(), 1);
+    stage.setSlotsAttr(b.getI64IntegerAttr(slots));
+    stage.setScheduleAttr(b.getArrayAttr(order));
+    for (BufferOp buffer : module.getOps<BufferOp>())
+      if (buffer.getStage() == std::optional<int64_t>(stage.getIndex()) &&
+          buffer.getSlots())
+        buffer.setSlotsAttr(b.getI64IntegerAttr(slots));
+  }
+}
+
+} // namespace

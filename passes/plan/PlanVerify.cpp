@@ -1,0 +1,206 @@
+//===- PlanVerify.cpp - No rank of a plan waits forever -------------------===//
+//
+// Implements `plan-verify` (see Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/plan/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/Sequence.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <deque>
+#include <map>
+
+namespace braid::plan_ir {
+#define GEN_PASS_DEF_PLANVERIFY
+#include "passes/plan/Passes.h.inc"
+} // namespace braid::plan_ir
+
+using namespace mlir;
+using namespace braid::plan_ir;
+
+namespace {
+
+struct PlanVerifyPass
+    : public braid::plan_ir::impl::PlanVerifyBase<PlanVerifyPass> {
+  void runOnOperation() override;
+};
+
+/// What a stage does that another stage takes part in.
+struct Event {
+  enum Kind { Send, Recv, Collective } kind;
+  mutable KernelOp op;
+  int64_t peer = 0;   // Send, Recv: the other stage
+  std::string where;  // the function and the schedule's call
+};
+
+std::string describe(const Event &e) {
+  std::string s = "'" + e.op.getKernel().str() + "'";
+  if (std::optional<StringRef> why = e.op.getProvenance())
+    s += " (" + why->str() + ")";
+  return s + " in " + e.where;
+}
+
+/// The stage's step as the events of its kernels, in the order it runs
+/// them.
+FailureOr<std::vector<Event>> eventsOf(ModuleOp module, StageOp stage) {
+  std::vector<Event> events;
+  auto add = [&](std::optional<StringRef> name,
+                 const std::string &where) -> LogicalResult {
+    if (!name)
+      return success();
+    auto fn = module.lookupSymbol<FuncOp>(*name);
+    if (!fn)
+      return stage.emitOpError("names @") << *name << ", which is not a plan.func";
+    for (KernelOp k : fn.getBody().getOps<KernelOp>()) {
+      StringRef kernel = k.getKernel();
+      if (kernel == "SEND" || kernel == "RECV") {
+        auto peer = k.getParams().getAs<IntegerAttr>("peer");
+        if (!peer)
+          return k.emitOpError("has no peer");
+        events.push_back({kernel == "SEND" ? Event::Send : Event::Recv, k,
+                          stage.getIndex() + peer.getInt(), where});
+      } else if (std::optional<ArrayAttr> group = k.getGroup()) {
+        if (llvm::any_of(*group, [](Attribute a) {
+              return cast<StringAttr>(a).getValue() == "pp";
+            }))
+          events.push_back({Event::Collective, k, 0, where});
+      }
+    }
+    return success();
+  };
+  if (failed(add(stage.getZeroGrads(), "zero_grads")))
+    return failure();
+  if (std::optional<ArrayAttr> schedule = stage.getSchedule())
+    for (Attribute call : *schedule) {
+      StringRef text = cast<StringAttr>(call).getValue();
+      bool forward = text.starts_with("F");
+      std::string where =
+          (forward ? "the forward" : "the backward") +
+          (" of micro-batch " + text.drop_front().split(':').first).str();
+      if (failed(add(forward ? stage.getForward() : stage.getBackward(),
+                     where)))
+        return failure();
+    }
+  if (failed(add(stage.getUpdate(), "update")))
+    return failure();
+  return events;
+}
+
+int64_t bytesOf(BufferOp buffer) {
+  auto type = cast<RankedTensorType>(buffer.getType());
+  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+}
+
+void PlanVerifyPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SmallVector<StageOp> stages(module.getOps<StageOp>());
+  if (stages.empty())
+    return;
+  llvm::sort(stages, [](StageOp a, StageOp c) {
+    return a.getIndex() < c.getIndex();
+  });
+  int64_t p = stages.size();
+  std::vector<std::vector<Event>> events;
+  for (StageOp stage : stages) {
+    FailureOr<std::vector<Event>> e = eventsOf(module, stage);
+    if (failed(e))
+      return signalPassFailure();
+    events.push_back(std::move(*e));
+  }
+  auto bufferOf = [&](KernelOp k, bool output) {
+    ArrayAttr list = output ? k.getOutputs() : k.getInputs();
+    return module.lookupSymbol<BufferOp>(
+        cast<SymbolRefAttr>(list[0]).getRootReference());
+  };
+  auto fail = [&](const Twine &message) {
+    module.emitError("plan-verify: ") << message;
+    signalPassFailure();
+  };
+
+  std::vector<size_t> pc(p, 0);
+  std::map<std::pair<int64_t, int64_t>, std::deque<const Event *>> channels;
+  while (true) {
+    bool progress = false;
+    for (int64_t s = 0; s < p; ++s)
+      while (pc[s] < events[s].size()) {
+        const Event &e = events[s][pc[s]];
+        if (e.kind == Event::Collective)
+          break;
+        if (e.peer < 0 || e.peer >= p)
+          return fail("stage " + Twine(s) + " has " + describe(e) +
+                      " with stage " + Twine(e.peer) + ", which is not a stage");
+        if (e.kind == Event::Send) {
+          channels[{s, e.peer}].push_back(&e);
+        } else {
+          auto &queue = channels[{e.peer, s}];
+          if (queue.empty())
+            break;
+          const Event &sent = *queue.front();
+          queue.pop_front();
+          BufferOp from = bufferOf(sent.op, false), to = bufferOf(e.op, true);
+          if (from.getType() != to.getType())
+            return fail("stage " + Twine(e.peer) + " sends " +
+                        describe(sent) + " of " + Twine(bytesOf(from)) +
+                        " bytes (" + llvm::formatv("{0}", from.getType()).str() +
+                        ") but stage " + Twine(s) + " receives it in " +
+                        describe(e) + " into " +
+                        llvm::formatv("{0}", to.getType()).str());
+        }
+        ++pc[s];
+        progress = true;
+      }
+    if (progress)
+      continue;
+    bool done = llvm::all_of(llvm::seq<int64_t>(0, p), [&](int64_t s) {
+      return pc[s] == events[s].size();
+    });
+    if (done)
+      break;
+    // Every stage that is not done waits. A collective over pp goes on when
+    // every stage is at one, the same one.
+    bool allAtCollective = llvm::all_of(llvm::seq<int64_t>(0, p), [&](int64_t s) {
+      return pc[s] < events[s].size() &&
+             events[s][pc[s]].kind == Event::Collective;
+    });
+    if (allAtCollective) {
+      const Event &first = events[0][pc[0]];
+      for (int64_t s = 1; s < p; ++s) {
+        const Event &e = events[s][pc[s]];
+        if (e.op.getKernel() != first.op.getKernel() ||
+            e.op.getGroup() != first.op.getGroup())
+          return fail("stages 0 and " + Twine(s) +
+                      " meet at different collectives: " + describe(first) +
+                      " and " + describe(e));
+      }
+      for (int64_t s = 0; s < p; ++s)
+        ++pc[s];
+      continue;
+    }
+    std::string stuck;
+    for (int64_t s = 0; s < p; ++s) {
+      if (!stuck.empty())
+        stuck += "; ";
+      if (pc[s] == events[s].size()) {
+        stuck += "stage " + std::to_string(s) + " has finished its step";
+        continue;
+      }
+      const Event &e = events[s][pc[s]];
+      stuck += "stage " + std::to_string(s) + " waits in " + describe(e);
+      if (e.kind == Event::Recv)
+        stuck += " for stage " + std::to_string(e.peer);
+      else
+        stuck += " for every stage";
+    }
+    return fail("the pipeline deadlocks: " + stuck);
+  }
+  for (auto &[ends, queue] : channels)
+    if (!queue.empty())
+      return fail("stage " + Twine(ends.first) + " sends " +
+                  describe(*queue.front()) + " that stage " +
+                  Twine(ends.second) + " never receives");
+}
+
+} // namespace

@@ -1,0 +1,40 @@
+// RUN: printf 'model { preset: "tiny-llama" num_layers: 4 }\nparallel { pp: 4 micro_batch_size: 1 global_batch_size: 6 }\ndata { seq_length: 8 }\n' > %t.job
+// RUN: braidc %t.job --compile-to=plan | FileCheck %s --check-prefix=ONEF
+// RUN: braidc %t.job --compile-to=plan --schedule gpipe | FileCheck %s --check-prefix=GPIPE
+// RUN: braidc %t.job --compile-to=plan | FileCheck %s --check-prefix=SLOTS
+
+// Tests 1F1B on 4 stages and 6 micro-batches: stage s starts with
+// min(4 - s - 1, 6) forwards, then alternates one forward and one backward,
+// then finishes the backwards; it holds at most 4 - s micro-batches, each
+// taking the lowest free slot at its forward and freeing it at its backward.
+// ONEF: plan.stage 0 {{.*}}schedule = ["F0:0", "F1:1", "F2:2", "F3:3", "B0:0", "F4:0", "B1:1", "F5:1", "B2:2", "B3:3", "B4:0", "B5:1"], slots = 4 : i64
+// ONEF: plan.stage 1 {{.*}}schedule = ["F0:0", "F1:1", "F2:2", "B0:0", "F3:0", "B1:1", "F4:1", "B2:2", "F5:2", "B3:0", "B4:1", "B5:2"], slots = 3 : i64
+// ONEF: plan.stage 2 {{.*}}schedule = ["F0:0", "F1:1", "B0:0", "F2:0", "B1:1", "F3:1", "B2:0", "F4:0", "B3:1", "F5:1", "B4:0", "B5:1"], slots = 2 : i64
+// ONEF: plan.stage 3 {{.*}}schedule = ["F0:0", "B0:0", "F1:0", "B1:0", "F2:0", "B2:0", "F3:0", "B3:0", "F4:0", "B4:0", "F5:0", "B5:0"], slots = 1 : i64
+
+// Tests GPipe: every forward, then every backward; all 6 in flight.
+// GPIPE: plan.stage 2 {{.*}}schedule = ["F0:0", "F1:1", "F2:2", "F3:3", "F4:4", "F5:5", "B0:0", "B1:1", "B2:2", "B3:3", "B4:4", "B5:5"], slots = 6 : i64
+
+// Tests that what a stage keeps from a micro-batch's forward to its backward
+// (here the tokens) has one copy per slot, and that values cross stages as
+// SEND/RECV pairs along pp.
+// SLOTS: plan.buffer @{{.+}} : tensor<1x8xi32> role = "input" name = "tokens" stage = 0 slots = 4
+// SLOTS: plan.kernel "SEND" [@{{.+}}] -> [] {peer = 1 : i64} {provenance = "pipeline: activation to stage 1", rank_axis = "pp"}
+// SLOTS: plan.kernel "RECV" [] -> [@{{.+}}] {peer = 1 : i64} {provenance = "pipeline: gradient from stage 1", rank_axis = "pp"}
+
+// Tests the report's pipeline section: each stage's layers and slots, and
+// the predicted peak micro-batches in flight of 1F1B, min(4 - s, 6).
+// RUN: braidc %t.job --compile-to=plan --report=%t.json -o /dev/null
+// RUN: FileCheck %s --check-prefix=REPORT < %t.json
+// REPORT: "pipeline": {
+// REPORT: "predicted": {
+// REPORT: "peak_in_flight_micro_batches": [
+// REPORT-NEXT: 4,
+// REPORT-NEXT: 3,
+// REPORT-NEXT: 2,
+// REPORT-NEXT: 1
+// REPORT: "schedule": "1f1b",
+// REPORT: "first_layer": 0,
+// REPORT: "num_layers": 1,
+// REPORT: "slots": 4,
+// REPORT: "stage": 0

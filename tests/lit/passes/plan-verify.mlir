@@ -1,0 +1,89 @@
+// RUN: not braid-opt %s --plan-verify -split-input-file 2>&1 | FileCheck %s
+
+// Tests that a stage waiting for a message its peer never sends is a
+// deadlock, named with both stages and the operations they wait in: stage
+// 1 receives twice in its forward, stage 0 sends once, then waits for the
+// gradient stage 1 never gets to send.
+plan.buffer @x0 : tensor<4xf32> role = "activation" stage = 0
+plan.buffer @g0 : tensor<4xf32> role = "activation" stage = 0
+plan.buffer @x1 : tensor<4xf32> role = "activation" stage = 1
+plan.buffer @y1 : tensor<4xf32> role = "activation" stage = 1
+plan.func @f0 {
+  plan.kernel "SEND" [@x0] -> [] {peer = 1 : i64} {provenance = "activation", rank_axis = "pp"}
+}
+plan.func @b0 {
+  plan.kernel "RECV" [] -> [@g0] {peer = 1 : i64} {provenance = "gradient", rank_axis = "pp"}
+}
+plan.func @f1 {
+  plan.kernel "RECV" [] -> [@x1] {peer = -1 : i64} {provenance = "activation", rank_axis = "pp"}
+  plan.kernel "RECV" [] -> [@y1] {peer = -1 : i64} {provenance = "second activation", rank_axis = "pp"}
+}
+plan.func @b1 {
+  plan.kernel "SEND" [@x1] -> [] {peer = -1 : i64} {provenance = "gradient", rank_axis = "pp"}
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f0, backward = @b0, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+plan.stage 1 {first_layer = 1 : i64, num_layers = 1 : i64, forward = @f1, backward = @b1, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+// CHECK: error: plan-verify: the pipeline deadlocks: stage 0 waits in 'RECV' (gradient) in the backward of micro-batch 0 for stage 1; stage 1 waits in 'RECV' (second activation) in the forward of micro-batch 0 for stage 0
+
+// -----
+
+// Tests that a message received into a buffer of another type is refused,
+// naming both ends.
+plan.buffer @x0 : tensor<4xf32> role = "activation" stage = 0
+plan.buffer @x1 : tensor<8xf32> role = "activation" stage = 1
+plan.func @f0 {
+  plan.kernel "SEND" [@x0] -> [] {peer = 1 : i64} {provenance = "activation", rank_axis = "pp"}
+}
+plan.func @b0 {
+}
+plan.func @f1 {
+  plan.kernel "RECV" [] -> [@x1] {peer = -1 : i64} {provenance = "activation", rank_axis = "pp"}
+}
+plan.func @b1 {
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f0, backward = @b0, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+plan.stage 1 {first_layer = 1 : i64, num_layers = 1 : i64, forward = @f1, backward = @b1, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+// CHECK: error: plan-verify: stage 0 sends 'SEND' (activation) in the forward of micro-batch 0 of 16 bytes (tensor<4xf32>) but stage 1 receives it in 'RECV' (activation) in the forward of micro-batch 0 into tensor<8xf32>
+
+// -----
+
+// Tests that two stages meeting at different collectives over pp are
+// refused, and that a message nobody receives is reported.
+plan.buffer @g0 : tensor<4xf32> role = "gradient" stage = 0
+plan.buffer @n0 : tensor<f32> role = "activation" stage = 0
+plan.buffer @s0 : tensor<f32> role = "activation" stage = 0
+plan.buffer @g1 : tensor<4xf32> role = "gradient" stage = 1
+plan.func @f0 {
+}
+plan.func @b0 {
+}
+plan.func @u0 {
+  plan.kernel "GRAD_NORM" [@g0] -> [@n0, @s0] {max_norm = 1.0 : f64, split_inputs = 1 : i64} {group = ["pp"]}
+}
+plan.func @f1 {
+}
+plan.func @b1 {
+}
+plan.func @u1 {
+  plan.kernel "ALL_REDUCE" [@g1] -> [@g1] {} {group = ["pp"]}
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f0, backward = @b0, update = @u0, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+plan.stage 1 {first_layer = 1 : i64, num_layers = 1 : i64, forward = @f1, backward = @b1, update = @u1, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+// CHECK: error: plan-verify: stages 0 and 1 meet at different collectives: 'GRAD_NORM' in update and 'ALL_REDUCE' in update
+
+// -----
+
+// Tests a message that is never received.
+plan.buffer @x0 : tensor<4xf32> role = "activation" stage = 0
+plan.func @f0 {
+  plan.kernel "SEND" [@x0] -> [] {peer = 1 : i64} {provenance = "activation", rank_axis = "pp"}
+}
+plan.func @b0 {
+}
+plan.func @f1 {
+}
+plan.func @b1 {
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f0, backward = @b0, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+plan.stage 1 {first_layer = 1 : i64, num_layers = 1 : i64, forward = @f1, backward = @b1, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
+// CHECK: error: plan-verify: stage 0 sends 'SEND' (activation) in the forward of micro-batch 0 that stage 1 never receives
