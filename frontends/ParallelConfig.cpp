@@ -68,11 +68,6 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                    llvm::Twine(model.numLayers) +
                    " layers of the model (model.num_layers): each pipeline "
                    "stage needs at least one layer");
-  if (c.pp > 1 && model.tieEmbeddings)
-    return notYet("parallel.pp = " + llvm::Twine(c.pp) +
-                  " with tied input and output embeddings "
-                  "(model.tie_embeddings: the first and the last stage would "
-                  "share the table)");
   if (p.has_vpp() && p.vpp() != 1)
     return notYet("parallel.vpp = " + llvm::Twine(p.vpp()) +
                   " (interleaved pipeline stages)");

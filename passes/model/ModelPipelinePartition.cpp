@@ -183,15 +183,10 @@ void ModelPipelinePartitionPass::runOnOperation() {
       if (auto arg = dyn_cast<BlockArgument>(operand);
           arg && func.getArgAttr(arg.getArgNumber(),
                                  ModelDialect::kParamAttrName)) {
+        // A parameter used on several stages (a tied embedding) is owned,
+        // and updated, by the first.
         auto [it, inserted] = paramStage.try_emplace(arg, current);
-        if (!inserted && it->second != current) {
-          op.emitOpError("uses parameter ")
-              << func.getArgAttr(arg.getArgNumber(),
-                                 ModelDialect::kParamAttrName)
-              << " on stage " << current << " but stage " << it->second
-              << " holds it: a parameter must live on one pipeline stage";
-          return signalPassFailure();
-        }
+        it->second = std::min(it->second, current);
       }
   }
   for (AdamWOp adamw : entry.getOps<AdamWOp>())

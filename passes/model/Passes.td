@@ -190,7 +190,8 @@ def ModelPipelinePartition : Pass<"model-pipeline-partition", "mlir::ModuleOp"> 
     `model.pipeline`.
 
     A value made on one stage and used on another is sent between them by
-    the plan (plan-lower); a parameter used on two stages is refused.
+    the plan (plan-lower); a parameter used on several stages (a tied
+    embedding) is updated by the first, as plan-lower describes.
   }];
   let options = [
     Option<"pp", "pp", "int64_t", "1", "pipeline stages">,

@@ -133,6 +133,13 @@ private:
   unsigned counter = 0;
   /// With pipeline parallelism, the stage being lowered.
   std::optional<int64_t> stage;
+  /// Pipeline: contributions to a parameter's gradient made on another
+  /// stage than the one that updates it (a tied embedding's output-layer
+  /// half), by value, with the parameter.
+  DenseMap<Value, Value> remoteContributions;
+  /// The owner stage's gradient buffers that such contributions are added
+  /// into, in update.
+  SmallVector<std::pair<Value, BufferOp>> remoteInto;
 };
 
 LogicalResult Lowering::setShard(BufferOp buffer, unsigned arg) {
@@ -264,7 +271,19 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op,
 /// down to the kernels that make it. `top` is the gradient itself, which the
 /// optimizer (or the return) reads from `grad`; every other value must have
 /// no use but the one that passes it on.
+/// The pipeline stage of a top-level op of the step (model.stage; -1: the
+/// clipping norm, which every stage computes over its own gradients).
+static int64_t stageOf(Operation *op) {
+  auto attr = op->getAttrOfType<IntegerAttr>("model.stage");
+  return attr ? attr.getInt() : 0;
+}
+
 LogicalResult Lowering::planAccumulation(Value v, BufferOp grad, bool top) {
+  if (stage && remoteContributions.count(v) &&
+      stageOf(v.getDefiningOp()) != *stage) {
+    remoteInto.push_back({v, grad}); // received and added in update
+    return success();
+  }
   Operation *def = v.getDefiningOp();
   if (!def)
     return func.emitError("the gradient of ")
@@ -502,12 +521,6 @@ Lowering::planGradients(function_ref<bool(Operation *)> inStep,
   return gradients;
 }
 
-/// The pipeline stage of a top-level op of the step (model.stage; -1: the
-/// clipping norm, which every stage computes over its own gradients).
-static int64_t stageOf(Operation *op) {
-  auto attr = op->getAttrOfType<IntegerAttr>("model.stage");
-  return attr ? attr.getInt() : 0;
-}
 
 /// With pipeline parallelism each stage gets its own functions, over its
 /// own buffers: zero_grads, forward (the ops that do not depend on the
@@ -540,8 +553,35 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
   }
   // The stages other than its own that use a value (the optimizer's
   // reading of its stage's gradients is not a transfer).
+  // Parameters used on several stages (tied embeddings) are updated by the
+  // first stage that uses them (model-pipeline-partition puts their AdamW
+  // there). Each other stage accumulates its own contribution to the
+  // gradient over the micro-batches, sends it to the owner at the start of
+  // update (before any reduction, so the owner's data-parallel sum covers
+  // both), and receives the updated parameter at the end; the owner adds the
+  // contributions, reduces, clips (counting the parameter once), updates and
+  // sends the parameter back.
+  for (auto adamw : entry.getOps<model::AdamWOp>()) {
+    Value grad = adamw.getGrad();
+    if (auto reduce = grad.getDefiningOp<model::AllReduceOp>())
+      grad = reduce.getInputs()[cast<OpResult>(grad).getResultNumber()];
+    SmallVector<Value> worklist{grad};
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      Operation *def = v.getDefiningOp();
+      if (auto sum = dyn_cast_or_null<model::AddOp>(def);
+          sum && stageOf(sum) == stageOf(adamw)) {
+        worklist.append({sum.getLhs(), sum.getRhs()});
+        continue;
+      }
+      if (def && stageOf(def) >= 0 && stageOf(def) != stageOf(adamw))
+        remoteContributions[v] = adamw.getParam();
+    }
+  }
   auto consumers = [&](Value v) {
     std::set<int64_t> out;
+    if (remoteContributions.count(v))
+      return out; // sent in update, not as a transfer
     for (Operation *user : v.getUsers())
       if (!isa<func::ReturnOp>(user) && !isOptimizerOp(user) &&
           stageOf(user) >= 0)
@@ -559,6 +599,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     addInto.clear();
     absorbed.clear();
     stepReductions.clear();
+    remoteInto.clear();
     auto inStage = [&](Operation *op) { return stageOf(op) == s; };
     auto isUpdate = [&](Operation *op) {
       return isUpdateOp(op) || isa<model::GradNormOp>(op);
@@ -584,6 +625,34 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
         planGradients(inStage, zeroGrads);
     if (failed(gradients))
       return failure();
+    // This stage's contributions to parameters another stage updates: a
+    // gradient buffer of its own each, zeroed with the others.
+    SmallVector<std::tuple<BufferOp, BufferOp, int64_t>> contributions;
+    for (auto [v, param] : remoteContributions) {
+      if (stageOf(v.getDefiningOp()) != s)
+        continue;
+      BufferOp paramBuffer = buffers.lookup(param);
+      if (!paramBuffer)
+        return v.getDefiningOp()->emitOpError(
+            "contributes to the gradient of a parameter its stage does not "
+            "hold");
+      BufferOp buffer = newBuffer(v.getLoc(), v.getType(), "gradient",
+                                  paramBuffer.getName().value_or(""));
+      buffer.setShardAttr(paramBuffer.getShardAttr());
+      buffer.setDimAttr(paramBuffer.getDimAttr());
+      buffer.setBlocksAttr(paramBuffer.getBlocksAttr());
+      if (failed(planAccumulation(v, buffer, /*top=*/false)))
+        return failure();
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToEnd(&zeroGrads.getBody().front());
+      kernel("ZERO", {}, {buffer}, b.getDictionaryAttr({}), v.getLoc(),
+             ("zero_grads: " + *buffer.getName()).str());
+      int64_t owner = -1;
+      for (auto adamw : entry.getOps<model::AdamWOp>())
+        if (adamw.getParam() == param)
+          owner = stageOf(adamw);
+      contributions.push_back({buffer, paramBuffer, owner - s});
+    }
 
     for (auto [fn, isBackward] : {std::pair(forwardFn, false),
                                   std::pair(backwardFn, true)}) {
@@ -637,10 +706,48 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     for (auto [grad, buffer] : *gradients)
       buffers[grad] = buffer;
     b.setInsertionPointToEnd(&update.getBody().front());
+    auto peerAttr = [&](int64_t peer) {
+      return b.getDictionaryAttr(
+          b.getNamedAttr("peer", b.getI64IntegerAttr(peer)));
+    };
+    // Shared parameters: contributions go to their owner first...
+    for (auto [buffer, param, peer] : contributions)
+      kernel("SEND", {buffer}, {}, peerAttr(peer), buffer.getLoc(),
+             "pipeline: this stage's part of the gradient of " +
+                 buffer.getName().value_or("").str() + " to stage " +
+                 std::to_string(s + peer) + ", which updates it",
+             ArrayAttr(), pp);
+    // ...which adds them to its own before reducing.
+    SmallVector<std::pair<BufferOp, int64_t>> shared;
+    for (auto [v, grad] : remoteInto) {
+      int64_t from = stageOf(v.getDefiningOp());
+      BufferOp part = newBuffer(v.getLoc(), v.getType(), "activation");
+      std::string name = grad.getName().value_or("").str();
+      kernel("RECV", {}, {part}, peerAttr(from - s), v.getLoc(),
+             "pipeline: stage " + std::to_string(from) +
+                 "'s part of the gradient of " + name,
+             ArrayAttr(), pp);
+      kernel("ADD", {grad, part}, {grad}, b.getDictionaryAttr({}), v.getLoc(),
+             "pipeline: the gradient of " + name + " from both stages");
+      for (auto [param, paramBuffer] : buffers)
+        if (remoteContributions.lookup(v) == param)
+          shared.push_back({paramBuffer, from});
+    }
     for (Operation &op : entry.without_terminator())
       if (isUpdate(&op) && (inStage(&op) || stageOf(&op) < 0) &&
           failed(lowerOp(&op, update.getSymName())))
         return failure();
+    // The updated shared parameters go back to the stages that use them.
+    for (auto [paramBuffer, to] : shared)
+      kernel("SEND", {paramBuffer}, {}, peerAttr(to - s), paramBuffer.getLoc(),
+             "pipeline: the updated " + paramBuffer.getName().value_or("").str() +
+                 " to stage " + std::to_string(to),
+             ArrayAttr(), pp);
+    for (auto [buffer, param, peer] : contributions)
+      kernel("RECV", {}, {param}, peerAttr(peer), param.getLoc(),
+             "pipeline: the updated " + param.getName().value_or("").str() +
+                 " from stage " + std::to_string(s + peer),
+             ArrayAttr(), pp);
 
     // The loss and the norm the trainer reads.
     if (BufferOp loss = buffers.lookup(ret.getOperand(0));

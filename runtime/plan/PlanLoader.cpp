@@ -668,20 +668,22 @@ absl::Status InstructionChecker::checkPointToPoint() {
   if (it == inst.int_attrs().end())
     return fail("lacks the integer attribute 'peer'");
   int64_t peer = it->second;
-  if (peer != 1 && peer != -1)
-    return fail(absl::StrCat("attribute 'peer' = ", peer, " is not +1 or -1 ",
-                             "(the next or the previous rank along '",
-                             inst.rank_axis(), "')"));
   if (ranks == 1)
     return fail(absl::StrCat("rank_axis '", inst.rank_axis(),
                              "' has one rank: there is no peer along it"));
+  // Neighbours exchange activations and gradients; a tied embedding's first
+  // and last stages exchange its gradient and weight.
+  if (peer == 0 || peer <= -ranks || peer >= ranks)
+    return fail(absl::StrCat("attribute 'peer' = ", peer, " is not a ",
+                             "non-zero offset to another of the ", ranks,
+                             " ranks along '", inst.rank_axis(), "'"));
   // In a stage's program the coordinate along "pp" is the stage's index, so
   // the peer must be another stage of the pipeline.
   if (stage >= 0 && inst.rank_axis() == "pp" &&
       (stage + peer < 0 || stage + peer >= ranks))
     return fail(absl::StrCat(
         send ? "sends to" : "receives from", " stage ", stage + peer,
-        " (peer ", peer > 0 ? "+1" : "-1", " of stage ", stage,
+        " (peer ", peer > 0 ? "+" : "", peer, " of stage ", stage,
         "), which the pipeline of ", ranks,
         " stages does not have (expected a peer in [0, ", ranks, "))"));
   return absl::OkStatus();

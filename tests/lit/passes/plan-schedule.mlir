@@ -38,3 +38,20 @@
 // REPORT: "num_layers": 1,
 // REPORT: "slots": 4,
 // REPORT: "stage": 0
+
+// Tests a tied embedding across stages (tiny-gpt2, 2 layers on 2 stages):
+// the last stage accumulates its output-layer half of the table's gradient
+// and sends it to stage 0 at the start of its update; stage 0 adds it to
+// its own before reducing and clipping, updates the table and sends it
+// back; the last stage receives it at the end of its update. The last
+// stage's norm does not count the table again.
+// RUN: braidc --preset tiny-gpt2 --seq-len 8 --pp 2 --compile-to=plan | FileCheck %s --check-prefix=TIED
+// TIED-LABEL: plan.func @stage0_update
+// TIED-NEXT: plan.kernel "RECV" [] -> [@[[PART:.+]]] {peer = 1 : i64} {provenance = "pipeline: stage 1's part of the gradient of transformer.wte.weight", rank_axis = "pp"}
+// TIED-NEXT: plan.kernel "ADD" [@[[G:.+]], @[[PART]]] -> [@[[G]]] {} {provenance = "pipeline: the gradient of transformer.wte.weight from both stages"}
+// TIED: plan.kernel "GRAD_NORM"
+// TIED: plan.kernel "ADAMW" [@[[W:[a-z0-9]+]], @[[G]],
+// TIED: plan.kernel "SEND" [@[[W]]] -> [] {peer = 1 : i64} {provenance = "pipeline: the updated transformer.wte.weight to stage 1", rank_axis = "pp"}
+// TIED-LABEL: plan.func @stage1_update
+// TIED-NEXT: plan.kernel "SEND" [@{{.+}}] -> [] {peer = -1 : i64} {provenance = "pipeline: this stage's part of the gradient of transformer.wte.weight to stage 0, which updates it", rank_axis = "pp"}
+// TIED: plan.kernel "RECV" [] -> [@{{.+}}] {peer = -1 : i64} {provenance = "pipeline: the updated transformer.wte.weight from stage 0", rank_axis = "pp"}

@@ -337,8 +337,8 @@ TEST(PipelineValidation, SendAndRecv) {
     (*bodyOf(plan, 2, 0)->mutable_int_attrs())["peer"] = peer;
     EXPECT_REFUSED(plan, "(RECV, from RECV): attribute 'peer' = " +
                              std::to_string(peer) +
-                             " is not +1 or -1 (the next or the previous rank "
-                             "along 'pp')");
+                             " is not a non-zero offset to another of the 2 "
+                             "ranks along 'pp'");
   }
   // The last stage has no next stage, the first no previous one.
   plan = pipelinePlan();
