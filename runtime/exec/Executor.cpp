@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
 
 namespace braid::exec {
 namespace {
@@ -43,6 +45,27 @@ int64_t groupSize(const plan::Plan &plan, const Instruction &inst) {
   for (const std::string &axis : inst.group())
     ranks *= plan::AxisSize(plan.mesh(), axis);
   return ranks;
+}
+
+/// Whether `kernel` computes a gradient of the backward pass.
+bool isGradient(plan::Kernel kernel) {
+  switch (kernel) {
+  case plan::EMBEDDING_GRAD:
+  case plan::POSITION_EMBEDDING_GRAD:
+  case plan::LINEAR_GRAD_INPUT:
+  case plan::LINEAR_GRAD_WEIGHT:
+  case plan::BIAS_GRAD:
+  case plan::RMS_NORM_GRAD:
+  case plan::LAYER_NORM_GRAD:
+  case plan::ROPE_GRAD:
+  case plan::ATTENTION_GRAD:
+  case plan::SWIGLU_GRAD:
+  case plan::GELU_GRAD:
+  case plan::CROSS_ENTROPY_GRAD:
+    return true;
+  default:
+    return false;
+  }
 }
 
 } // namespace
@@ -193,12 +216,13 @@ absl::StatusOr<std::vector<double>> Executor::Read(int id,
 
 absl::Status Executor::Run(absl::string_view name, const StepContext &context,
                           int64_t slot) {
-  const plan::Function *fn = nullptr;
-  for (const plan::Function &f : plan_.functions())
-    if (f.name() == name)
-      fn = &f;
-  if (!fn)
+  int index = -1;
+  for (int i = 0; i < plan_.functions_size(); ++i)
+    if (plan_.functions(i).name() == name)
+      index = i;
+  if (index < 0)
     return absl::NotFoundError(absl::StrCat("the plan has no function '", name, "'"));
+  const plan::Function *fn = &plan_.functions(index);
   // Every buffer it names has the slot, before anything runs.
   for (const Instruction &inst : fn->body())
     for (const auto *ids : {&inst.inputs(), &inst.outputs()})
@@ -226,19 +250,64 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context,
         plan::Kernel_Name(inst.kernel()), " on ", plan::DType_Name(dtype),
         " needs the CUDA backend"));
   };
-  for (const Instruction &inst : fn->body()) {
-    auto start = std::chrono::steady_clock::now();
+  // Kernels are timed only for a profile or a trace.
+  bool timed = !profile_.empty() || trace_;
+  for (int i = 0; i < fn->body_size(); ++i) {
+    const Instruction &inst = fn->body(i);
+    std::chrono::steady_clock::time_point start;
+    if (timed)
+      start = std::chrono::steady_clock::now();
     absl::Status s = execute(inst);
-    if (!profile_.empty())
-      profile_[inst.kernel()] += std::chrono::duration<double>(
-                                     std::chrono::steady_clock::now() - start)
-                                     .count();
+    if (timed) {
+      auto end = std::chrono::steady_clock::now();
+      if (!profile_.empty())
+        profile_[inst.kernel()] +=
+            std::chrono::duration<double>(end - start).count();
+      if (trace_)
+        trace_->AddKernel(inst, tracePhases_[index][i], start, end);
+    }
     if (!s.ok())
       return absl::Status(s.code(), absl::StrCat("function '", name, "', ",
                                                  inst.provenance(), ": ",
                                                  s.message()));
   }
   return absl::OkStatus();
+}
+
+void Executor::SetTrace(Trace *trace) {
+  trace_ = trace;
+  tracePhases_.clear();
+  if (!trace)
+    return;
+  // The functions the trainer calls, by what they compute.
+  std::map<std::string, TracePhase> roles;
+  const plan::StepFunctions &step = plan_.training().step();
+  roles[step.zero_grads()] = TracePhase::kZeroGrads;
+  roles[step.update()] = TracePhase::kUpdate;
+  for (const plan::Stage &stage : plan_.pipeline().stages()) {
+    roles[stage.zero_grads()] = TracePhase::kZeroGrads;
+    roles[stage.forward()] = TracePhase::kForward;
+    roles[stage.backward()] = TracePhase::kBackward;
+    if (!stage.backward_weight().empty())
+      roles[stage.backward_weight()] = TracePhase::kBackward;
+    roles[stage.update()] = TracePhase::kUpdate;
+  }
+  roles.erase("");
+  for (const plan::Function &fn : plan_.functions()) {
+    std::vector<TracePhase> &phases = tracePhases_.emplace_back();
+    auto role = roles.find(fn.name());
+    // micro_step: the forward pass, then the backward pass from the loss's
+    // gradient on.
+    TracePhase phase =
+        role == roles.end() ? TracePhase::kForward : role->second;
+    for (const Instruction &inst : fn.body()) {
+      if (role == roles.end() && isGradient(inst.kernel()))
+        phase = TracePhase::kBackward;
+      phases.push_back(role == roles.end() && inst.kernel() == plan::ADAMW
+                           ? TracePhase::kUpdate
+                           : phase);
+    }
+  }
 }
 
 absl::Status Executor::runPointToPoint(const Instruction &inst, int64_t slot) {

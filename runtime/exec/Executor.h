@@ -19,6 +19,7 @@
 #define BRAID_RUNTIME_EXEC_EXECUTOR_H
 
 #include "runtime/exec/Communicator.h"
+#include "runtime/exec/Trace.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/statusor.h"
@@ -81,6 +82,13 @@ public:
   void EnableProfile() { profile_.assign(plan::Kernel_ARRAYSIZE, 0.0); }
   const std::vector<double> &Profile() const { return profile_; }
 
+  /// Records every kernel that Run runs into `trace` (null: stops), in the
+  /// part of the step its function computes: the step's zero_grads and
+  /// update, a stage's forward and backward, and in micro_step (or any other
+  /// function) forward until the first gradient kernel, backward from it.
+  void SetTrace(Trace *trace);
+  Trace *trace() const { return trace_; }
+
 private:
   explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
   template <typename T>
@@ -111,6 +119,9 @@ private:
   std::vector<std::pair<int64_t, int64_t>> pendingSends_;
   Communicator *comm_ = nullptr;
   std::vector<double> profile_;
+  Trace *trace_ = nullptr;
+  /// With a trace: the phase of each instruction of each function.
+  std::vector<std::vector<TracePhase>> tracePhases_;
 };
 
 } // namespace braid::exec

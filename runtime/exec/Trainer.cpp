@@ -10,6 +10,7 @@
 #include "runtime/data/IndexedDataset.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Init.h"
+#include "runtime/exec/Trace.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/Shards.h"
 
@@ -17,12 +18,14 @@
 #include "absl/strings/str_format.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -193,12 +196,67 @@ absl::Status saveParameters(const Executor &e, const std::string &path) {
   return ckpt::WriteSafetensors(path, tensors, {});
 }
 
+/// Records, with a trace, the call of `function` that began at `begin`: named
+/// `label`, or "label mb M" for a micro-batch `micro` >= 0, with args its
+/// micro-batch, its `slot` (when >= 0) and the function.
+void traceCall(Trace *trace, const std::string &function, TracePhase phase,
+               const char *label, int64_t micro, int64_t slot,
+               Trace::Clock::time_point begin) {
+  if (!trace)
+    return;
+  std::string name = label, args;
+  if (micro >= 0) {
+    absl::StrAppend(&name, " mb ", micro);
+    absl::StrAppend(&args, "\"micro_batch\": ", micro, ", ");
+  }
+  if (slot >= 0)
+    absl::StrAppend(&args, "\"slot\": ", slot, ", ");
+  absl::StrAppend(&args, "\"function\": ", TraceQuote(function));
+  trace->Add(std::move(name), phase, TraceThread::kCalls, begin, Trace::Now(),
+             std::move(args));
+}
+
+/// Feeds micro-batch `micro` (into `slot`, when >= 0) and, with a trace,
+/// records it as "data mb M".
+template <typename Feed>
+absl::Status tracedFeed(Trace *trace, int64_t micro, int64_t slot,
+                        const Feed &feed) {
+  if (!trace)
+    return feed();
+  Trace::Clock::time_point begin = Trace::Now();
+  absl::Status s = feed();
+  std::string args = absl::StrCat("\"micro_batch\": ", micro);
+  if (slot >= 0)
+    absl::StrAppend(&args, ", \"slot\": ", slot);
+  trace->Add(absl::StrCat("data mb ", micro), TracePhase::kData,
+             TraceThread::kCalls, begin, Trace::Now(), std::move(args));
+  return s;
+}
+
+/// The trainer's own communication, `name` (ALL_REDUCE, WAIT_SENDS): runs
+/// `op` and, with a trace, records it with `why` as its provenance.
+template <typename Op>
+absl::Status tracedCommunication(Trace *trace, const char *name,
+                                 const char *why, const char *group,
+                                 const Op &op) {
+  if (!trace)
+    return op();
+  Trace::Clock::time_point begin = Trace::Now();
+  absl::Status s = op();
+  std::string args = absl::StrCat("\"provenance\": ", TraceQuote(why));
+  if (*group)
+    absl::StrAppend(&args, ", \"group\": ", TraceQuote(group));
+  trace->Add(name, TracePhase::kCommunication, TraceThread::kCommunication,
+             begin, Trace::Now(), std::move(args));
+  return s;
+}
+
 } // namespace
 
 const char kTrainerFlagsUsage[] =
     "[--data PREFIX] [--steps N] [--seed N] [--data-order shuffled|sequential] "
     "[--init-from HF_DIR] [--threads N] [--log-every N] [--metrics-out FILE] "
-    "[--save-params FILE.safetensors]";
+    "[--save-params FILE.safetensors] [--trace FILE.json]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -211,6 +269,11 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
     options->metricsOut = value;
   } else if (flag == "--save-params") {
     options->saveParams = value;
+  } else if (flag == "--trace") {
+    if (value.empty())
+      return absl::InvalidArgumentError(
+          "--trace= names no file (expected --trace FILE.json)");
+    options->trace = value;
   } else if (flag == "--data-order") {
     if (value != "shuffled" && value != "sequential")
       return absl::InvalidArgumentError(absl::StrCat(
@@ -278,24 +341,38 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
   for (const auto *s : {&lossGrad, &loss})
     if (!s->ok())
       return s->status();
-  auto run = [&](const std::string &function, int64_t micro) -> absl::Status {
-    absl::Status s = e.Run(function, {seed, uint32_t(step),
-                                      firstSample + micro * t.micro_batch_size()});
+  Trace *trace = e.trace();
+  // With a trace, the call is "label" or, for micro >= 0, "label mb micro".
+  auto run = [&](const std::string &function, int64_t micro, TracePhase phase,
+                 const char *label) -> absl::Status {
+    Trace::Clock::time_point begin;
+    if (trace)
+      begin = Trace::Now();
+    absl::Status s =
+        e.Run(function, {seed, uint32_t(step),
+                         firstSample + std::max<int64_t>(micro, 0) *
+                                           t.micro_batch_size()});
+    traceCall(trace, function, phase, label, micro, -1, begin);
     if (!s.ok())
       return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
     return s;
   };
   if (!fns.zero_grads().empty())
-    if (absl::Status s = run(fns.zero_grads(), 0); !s.ok())
+    if (absl::Status s =
+            run(fns.zero_grads(), -1, TracePhase::kZeroGrads, "zero_grads");
+        !s.ok())
       return s;
   if (absl::Status s = e.Write(*lossGrad, {1.0 / double(micros * share.ranks)});
       !s.ok())
     return s;
   double sum = 0;
   for (int64_t m = 0; m < micros; ++m) {
-    if (absl::Status s = feed(m); !s.ok())
+    if (absl::Status s = tracedFeed(trace, m, -1, [&] { return feed(m); });
+        !s.ok())
       return s;
-    if (absl::Status s = run(fns.micro_step(), m); !s.ok())
+    if (absl::Status s =
+            run(fns.micro_step(), m, TracePhase::kMicroStep, "micro_step");
+        !s.ok())
       return s;
     sum += (*e.Read(*loss))[0];
   }
@@ -303,10 +380,15 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
   if (absl::Status s = e.WaitSends(); !s.ok())
     return s;
   if (!fns.update().empty())
-    if (absl::Status s = run(fns.update(), 0); !s.ok())
+    if (absl::Status s = run(fns.update(), -1, TracePhase::kUpdate, "update");
+        !s.ok())
       return s;
   if (share.ranks > 1)
-    if (absl::Status s = e.communicator()->AllReduce({"dp"}, &sum, 1, plan::F64);
+    if (absl::Status s = tracedCommunication(
+            trace, "ALL_REDUCE", "braid-run: the step's loss over dp", "dp",
+            [&] {
+              return e.communicator()->AllReduce({"dp"}, &sum, 1, plan::F64);
+            });
         !s.ok())
       return s;
   return sum / double(micros * share.ranks);
@@ -347,31 +429,54 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
         !s.ok())
       return s;
   }
-  auto run = [&](const std::string &function, int64_t micro,
-                 int64_t slot) -> absl::Status {
-    absl::Status s =
-        e.Run(function,
-              {seed, uint32_t(step), firstSample + micro * t.micro_batch_size()},
-              slot);
+  Trace *trace = e.trace();
+  // With a trace, the call is "label" or, for micro >= 0, "label mb micro"
+  // on `slot`.
+  auto run = [&](const std::string &function, int64_t micro, int64_t slot,
+                 TracePhase phase, const char *label) -> absl::Status {
+    Trace::Clock::time_point begin;
+    if (trace)
+      begin = Trace::Now();
+    absl::Status s = e.Run(
+        function,
+        {seed, uint32_t(step),
+         firstSample + std::max<int64_t>(micro, 0) * t.micro_batch_size()},
+        std::max<int64_t>(slot, 0));
+    traceCall(trace, function, phase, label, micro, slot, begin);
     if (!s.ok())
       return absl::Status(s.code(), absl::StrCat("step ", step, ", stage ",
                                                  stage, ": ", s.message()));
     return s;
   };
   if (!program.zero_grads().empty())
-    if (absl::Status s = run(program.zero_grads(), 0, 0); !s.ok())
+    if (absl::Status s = run(program.zero_grads(), -1, -1,
+                             TracePhase::kZeroGrads, "zero_grads");
+        !s.ok())
       return s;
   double sum = 0;
   for (const plan::ScheduleStep &call : program.schedule()) {
     int64_t m = call.micro_batch(), slot = call.slot();
     if (call.kind() == plan::ScheduleStep::BACKWARD) {
-      if (absl::Status s = run(program.backward(), m, slot); !s.ok())
+      if (absl::Status s = run(program.backward(), m, slot,
+                               TracePhase::kBackward, "backward");
+          !s.ok())
         return s;
       continue;
     }
-    if (absl::Status s = feed(m, slot); !s.ok())
+    if (call.kind() == plan::ScheduleStep::BACKWARD_WEIGHT) {
+      if (absl::Status s = run(program.backward_weight(), m, slot,
+                               TracePhase::kBackward, "backward_weight");
+          !s.ok())
+        return s;
+      continue;
+    }
+    if (absl::Status s =
+            tracedFeed(trace, m, slot, [&] { return feed(m, slot); });
+        !s.ok())
       return s;
-    if (absl::Status s = run(program.forward(), m, slot); !s.ok())
+    if (absl::Status s =
+            run(program.forward(), m, slot, TracePhase::kForward, "forward");
+        !s.ok())
       return s;
     if (last) {
       absl::StatusOr<std::vector<double>> value = e.Read(loss, slot);
@@ -382,19 +487,31 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
   }
   // The update writes parameters that sends may still read (and the next
   // step's activations, buffers of this step's sends).
-  if (absl::Status s = e.WaitSends(); !s.ok())
+  if (absl::Status s = tracedCommunication(
+          trace, "WAIT_SENDS",
+          "braid-run: the stage's sends end before its update", "",
+          [&] { return e.WaitSends(); });
+      !s.ok())
     return s;
   if (!program.update().empty())
-    if (absl::Status s = run(program.update(), 0, 0); !s.ok())
-      return s;
-  if (stages > 1)
-    if (absl::Status s = e.communicator()->AllReduce({"pp"}, &sum, 1, plan::F64);
+    if (absl::Status s =
+            run(program.update(), -1, -1, TracePhase::kUpdate, "update");
         !s.ok())
       return s;
-  if (share.ranks > 1)
-    if (absl::Status s = e.communicator()->AllReduce({"dp"}, &sum, 1, plan::F64);
+  // The last stage's sum, over the stages, then over the data-parallel ranks.
+  for (auto [axis, ranks] :
+       {std::pair<const char *, int64_t>{"pp", stages}, {"dp", share.ranks}}) {
+    if (ranks <= 1)
+      continue;
+    std::string why = absl::StrCat("braid-run: the step's loss over ", axis);
+    if (absl::Status s = tracedCommunication(
+            trace, "ALL_REDUCE", why.c_str(), axis,
+            [&] {
+              return e.communicator()->AllReduce({axis}, &sum, 1, plan::F64);
+            });
         !s.ok())
       return s;
+  }
   return sum / double(micros * share.ranks);
 }
 
@@ -422,6 +539,22 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     return absl::InvalidArgumentError(absl::StrCat(
         "the mesh has an axis 'pp' of ", plan::AxisSize(plan.mesh(), "pp"),
         " ranks but the plan has no pipeline stages for them"));
+  // The trace file, opened now by rank 0 (which writes every rank's
+  // events), so that one it cannot write fails the run before it trains.
+  bool writer = !options.comm || options.comm->Rank() == 0;
+  std::ofstream traceFile;
+  std::unique_ptr<Trace> trace;
+  if (!options.trace.empty()) {
+    if (writer) {
+      errno = 0;
+      traceFile.open(options.trace, std::ios::trunc);
+      if (!traceFile)
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot write the trace to ", options.trace, ": ",
+                         errno ? std::strerror(errno) : "cannot open it"));
+    }
+    trace = std::make_unique<Trace>();
+  }
   absl::StatusOr<std::unique_ptr<Executor>> created =
       Executor::Create(plan, options.comm);
   if (!created.ok())
@@ -587,6 +720,20 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   }
   if (options.profile)
     e.EnableProfile();
+  if (trace) {
+    e.SetTrace(trace.get());
+    // A barrier: every rank's clock starts when the last one gets here, so
+    // that the ranks' timelines line up (to the all-reduce's latency).
+    if (options.comm && plan::WorldSize(plan) > 1) {
+      std::vector<std::string> axes(plan.mesh().axes().begin(),
+                                    plan.mesh().axes().end());
+      double one = 1;
+      if (absl::Status s = options.comm->AllReduce(axes, &one, 1, plan::F64);
+          !s.ok())
+        return s;
+    }
+    trace->Start();
+  }
   auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> sample;
   std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
@@ -643,6 +790,10 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     double elapsed = std::chrono::duration<double>(now - start).count();
     if (!std::isfinite(lossValue))
       return absl::InternalError(absl::StrCat("step ", s, ": the loss is ", lossValue));
+    if (trace)
+      trace->Add(absl::StrCat("step ", s), TracePhase::kStep,
+                 TraceThread::kStep, stepStart, now,
+                 absl::StrFormat("\"step\": %d, \"loss\": %.9g", s, lossValue));
     double tokensPerS = double(globalBatch * seq) / std::max(stepTime, 1e-9);
     if (records)
       records->push_back({s, lossValue, rate, norm, stepTime});
@@ -659,6 +810,18 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           "\"peak_mem_bytes\": %d}\n",
           s, lossValue, rate, norm, globalBatch * seq, stepTime, tokensPerS,
           plan.arena_bytes());
+  }
+  if (trace) {
+    e.SetTrace(nullptr);
+    if (absl::Status s = WriteTrace(*trace, plan.mesh(), options.comm,
+                                    writer ? &traceFile : nullptr);
+        !s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("writing the trace to ", options.trace,
+                                       ": ", s.message()));
+    if (options.log)
+      *options.log << "trace: " << options.trace
+                   << " (open it in ui.perfetto.dev or chrome://tracing)\n";
   }
   if (!options.saveParams.empty())
     if (absl::Status s = saveParameters(e, options.saveParams); !s.ok())

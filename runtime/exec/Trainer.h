@@ -52,6 +52,10 @@ struct TrainerOptions {
   std::ostream *log = nullptr;        ///< the human-readable lines
   /// Print, at the end, the share of step time per kernel (to `log`).
   bool profile = false;
+  /// When set, the measured timeline of the steps (every step, function
+  /// call and kernel of every rank) is written here as a Chrome trace
+  /// (Trace.h), by rank 0, which opens it before training.
+  std::string trace;
 };
 
 struct StepRecord {
@@ -61,7 +65,7 @@ struct StepRecord {
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
 /// --data-order, --init-from, --threads, --log-every, --metrics-out,
-/// --save-params. Returns true when
+/// --save-params, --trace. Returns true when
 /// `flag` (with its `value`) is one of them and sets it in `options`, false
 /// when it is not one of them, and an error naming the flag and value when
 /// the value is not allowed.
@@ -92,7 +96,9 @@ DataShare DataShareOf(const Executor &executor);
 /// gradients, summed over micro-batches and ranks, are those of the global
 /// batch's mean loss. Returns the step's loss: the mean over the global
 /// batch's micro-batches (of every data-parallel rank). A plan with pipeline
-/// stages is refused (RunPipelineStep runs it).
+/// stages is refused (RunPipelineStep runs it). With a trace on the executor
+/// (Executor::SetTrace), records each call ("zero_grads", "micro_step mb m",
+/// "update"), each micro-batch's feed and the loss's all-reduce.
 absl::StatusOr<double> RunStep(Executor &executor, uint64_t seed,
                                int64_t step, const FeedMicroBatch &feed);
 
@@ -115,7 +121,9 @@ using FeedSlot = std::function<absl::Status(int64_t micro, int64_t slot)>;
 /// data-parallel ranks), as in RunStep. Returns the step's loss, the same on
 /// every rank: the last stage's sum of the micro-batches' losses, summed
 /// over "pp" (the other stages add 0) and then over "dp", divided by
-/// micro-batches x data-parallel ranks.
+/// micro-batches x data-parallel ranks. With a trace on the executor, records
+/// each call ("zero_grads", "forward mb m", "backward mb m", "update"), each
+/// feed, the wait for the sends and the loss's all-reduces.
 absl::StatusOr<double> RunPipelineStep(Executor &executor, uint64_t seed,
                                        int64_t step, const FeedSlot &feed);
 

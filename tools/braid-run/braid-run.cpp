@@ -2,7 +2,8 @@
 //
 // braid-run job.plan [--data PREFIX] [--steps N] [--seed N]
 //                    [--data-order ORDER] [--init-from HF_DIR]
-//                    [--log-every N] [--metrics-out FILE] [--profile]
+//                    [--threads N] [--log-every N] [--metrics-out FILE]
+//                    [--save-params FILE] [--trace FILE.json] [--profile]
 //
 // A runtime tool: it links no LLVM. Bad command lines exit 2, failures 1.
 //

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""--trace under mpirun: every rank's timeline in the one file rank 0 writes.
+
+Trains tiny models for two steps under data parallelism (dp 2), a pipeline
+(pp 2, 1F1B over 4 micro-batches) and both (pp 2 x dp 2) with
+mpirun -np N braid-run --trace, and checks each trace with
+tests/lit/tools/Inputs/check_trace.py: one process per rank named by its
+coordinates, each rank's steps, calls and kernels, the collectives on the
+thread "communication", and on the pipelines each stage's SENDs and RECVs.
+The ranks' clocks start together (a barrier before the first step): the
+last stage's first RECV cannot end before the first stage's first SEND
+began (up to --skew-ms).
+
+  trace.py --bin BUILD/bin --work DIR --corpus TEXT
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "lit", "tools", "Inputs"))
+import check_trace  # noqa: E402
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def mpirun(n):
+    cmd = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--skew-ms", type=float, default=20.0)
+    args = ap.parse_args()
+    b = lambda tool: os.path.join(args.bin, tool)
+    os.makedirs(args.work, exist_ok=True)
+    w = lambda name: os.path.join(args.work, name)
+
+    with open(args.corpus, "rb") as f:
+        text = f.read(100_000)
+    with open(w("corpus.txt"), "wb") as f:
+        f.write(text)
+    run([b("braid-data"), "preprocess", "--input", w("corpus.txt"), "--output-prefix", w("data")])
+
+    # (name, ranks, model fields, parallel fields, micro-batches per rank,
+    # pipeline): global batch 4 throughout.
+    layouts = [
+        ("dp2", 2, 'preset: "tiny-llama"', "dp: 2 micro_batch_size: 1 global_batch_size: 4", 2, False),
+        ("pp2", 2, 'preset: "tiny-llama" num_layers: 2',
+         "pp: 2 micro_batch_size: 1 global_batch_size: 4", 4, True),
+        ("pp2-dp2", 4, 'preset: "tiny-llama" num_layers: 2',
+         "pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4", 2, True),
+    ]
+    for name, ranks, model, parallel, micro_batches, pipeline in layouts:
+        job = w(f"{name}.textproto")
+        with open(job, "w") as f:
+            f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
+                    "train { steps: 10 lr: 3e-3 seed: 7 }\ndata { seq_length: 32 }\n")
+        plan, trace = w(f"{name}.plan"), w(f"{name}.json")
+        run([b("braidc"), job, "--emit=plan", "-o", plan])
+        if os.path.exists(trace):
+            os.remove(trace)
+        p = run(mpirun(ranks) + [b("braid-run"), plan, "--data", w("data"), "--steps", "2",
+                                 "--trace", trace])
+        if f"trace: {trace}" not in p.stdout:
+            sys.exit(f"FAILED: {name}: no 'trace: {trace}' line in\n{p.stdout}")
+        try:
+            print(f"{name:8s} " + check_trace.check(trace, ranks, 2, micro_batches, pipeline))
+        except check_trace.TraceError as e:
+            sys.exit(f"FAILED: {name}: {trace}: {e}")
+
+        with open(trace) as f:
+            events = json.load(f)["traceEvents"]
+        names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+        if pipeline:
+            # Rank 0 is on the first stage, its peer on the second has the
+            # same other coordinates.
+            peer = [pid for pid, n in names.items() if n.endswith("(pp 1, dp 0, tp 0)")]
+            if not names[0].endswith("(pp 0, dp 0, tp 0)") or len(peer) != 1:
+                sys.exit(f"FAILED: {name}: process names {names}")
+            first = lambda pid, kind: min((e for e in events if e["pid"] == pid and
+                                           e["name"] == kind and e["ph"] == "X"),
+                                          key=lambda e: e["ts"])
+            send, recv = first(0, "SEND"), first(peer[0], "RECV")
+            gap = (recv["ts"] + recv["dur"] - send["ts"]) / 1000
+            print(f"{name:8s} stage 1's first RECV ends {gap:.3f} ms after stage 0's "
+                  "first SEND begins")
+            if gap < -args.skew_ms:
+                sys.exit(f"FAILED: {name}: a RECV ends {-gap:.3f} ms before its SEND "
+                         "begins: the ranks' clocks are not aligned")
+    print("trace: 1 passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main()
