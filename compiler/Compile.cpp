@@ -64,7 +64,9 @@ const PhaseInfo kPhases[] = {
      }},
     {Phase::Plan, "plan",
      [](OpPassManager &pm, const CompileOptions &options) {
-       pm.addPass(plan_ir::createPlanLower());
+       plan_ir::PlanLowerOptions lower;
+       lower.splitBackward = options.parallel.schedule == "zb-h1";
+       pm.addPass(plan_ir::createPlanLower(lower));
        plan_ir::PlanScheduleOptions o;
        o.scheme = options.parallel.schedule;
        o.microBatches = options.parallel.microBatches;

@@ -147,6 +147,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       ps->set_zero_grads(f->str());
     ps->set_forward(stage.getForward().str());
     ps->set_backward(stage.getBackward().str());
+    if (std::optional<StringRef> f = stage.getBackwardWeight())
+      ps->set_backward_weight(f->str());
     if (std::optional<StringRef> f = stage.getUpdate())
       ps->set_update(f->str());
     ps->set_slots(stage.getSlots().value_or(1));
@@ -158,8 +160,9 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       StringRef text = cast<StringAttr>(call).getValue();
       auto [mb, slot] = text.drop_front().split(':');
       plan::ScheduleStep *step = ps->add_schedule();
-      step->set_kind(text.starts_with("F") ? plan::ScheduleStep::FORWARD
-                                           : plan::ScheduleStep::BACKWARD);
+      step->set_kind(text.starts_with("F")   ? plan::ScheduleStep::FORWARD
+                     : text.starts_with("W") ? plan::ScheduleStep::BACKWARD_WEIGHT
+                                             : plan::ScheduleStep::BACKWARD);
       int64_t n = 0;
       if (mb.getAsInteger(10, n))
         return error("schedule call \"" + text + "\" is malformed");
@@ -182,7 +185,11 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
   // A pipeline's schedule states how many micro-batches a step has.
   out.mutable_training()->set_micro_batches(
       out.pipeline().stages_size()
-          ? std::max(out.pipeline().stages(0).schedule_size() / 2, 1)
+          ? std::max(out.pipeline().stages(0).schedule_size() /
+                         (out.pipeline().stages(0).backward_weight().empty()
+                              ? 2
+                              : 3),
+                     1)
           : 1);
   for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>())
     if (b.getName() == "tokens" || b.getName() == "targets") {

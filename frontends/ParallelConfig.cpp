@@ -90,8 +90,9 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                      llvm::Twine(model.numLayers) + " (model.num_layers)");
   }
   if (p.has_schedule()) {
-    if (p.schedule() != "gpipe" && p.schedule() != "1f1b") {
-      if (p.schedule() == "interleaved" || p.schedule() == "zb-h1")
+    if (p.schedule() != "gpipe" && p.schedule() != "1f1b" &&
+        p.schedule() != "zb-h1") {
+      if (p.schedule() == "interleaved")
         return notYet("parallel.schedule = \"" + p.schedule() + "\"");
       return invalid("parallel.schedule = \"" + p.schedule() +
                      "\" is not one of gpipe, 1f1b, interleaved, zb-h1");

@@ -73,7 +73,8 @@ LogicalResult StageOp::verify() {
   auto module = (*this)->getParentOfType<ModuleOp>();
   for (std::optional<StringRef> name :
        {getZeroGrads(), std::optional<StringRef>(getForward()),
-        std::optional<StringRef>(getBackward()), getUpdate()})
+        std::optional<StringRef>(getBackward()), getBackwardWeight(),
+        getUpdate()})
     if (name && !module.lookupSymbol<FuncOp>(*name))
       return emitOpError("names @") << *name << ", which is not a plan.func";
   return success();

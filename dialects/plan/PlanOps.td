@@ -145,7 +145,8 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
     The program of the ranks whose `pp` coordinate is `index`: each step they
     run `zero_grads`, then `forward` and `backward` on micro-batches in the
     order of `schedule` (`"F3:1"`: the forward of micro-batch 3 on slot 1;
-    `"B3:1"` its backward), then `update`. `plan-schedule` sets `schedule`
+    `"B3:1"` its backward; `"W3:1"` its `backward_weight`, the weight
+    gradients a zero-bubble schedule runs apart), then `update`. `plan-schedule` sets `schedule`
     and `slots` (micro-batches in flight).
 
     Example:
@@ -165,6 +166,7 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
                        I64Attr:$num_layers,
                        OptionalAttr<FlatSymbolRefAttr>:$zero_grads,
                        FlatSymbolRefAttr:$forward, FlatSymbolRefAttr:$backward,
+                       OptionalAttr<FlatSymbolRefAttr>:$backward_weight,
                        OptionalAttr<FlatSymbolRefAttr>:$update,
                        OptionalAttr<I64Attr>:$slots,
                        OptionalAttr<StrArrayAttr>:$schedule);

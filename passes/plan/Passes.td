@@ -37,6 +37,12 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
     - `model.adamw` updates in place: its results are its operands' buffers.
   }];
   let dependentDialects = ["::braid::plan_ir::PlanDialect"];
+  let options = [
+    Option<"splitBackward", "split-backward", "bool", "false",
+           "with pipeline stages, move the weight gradients (linear_grad_weight) "
+           "of each stage's backward into a backward_weight function, for "
+           "zero-bubble schedules">
+  ];
 }
 
 def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
@@ -62,14 +68,16 @@ def PlanSchedule : Pass<"plan-schedule", "mlir::ModuleOp"> {
     stage's `schedule`, the order of its forward and backward calls on the
     step's `micro-batches` (`scheme`: `gpipe`, all forwards then all
     backwards; `1f1b`, Megatron's one-forward-one-backward, which keeps at
-    most `pp - s` micro-batches in flight on stage `s`), and gives each call
+    most `pp - s` micro-batches in flight on stage `s`; `zb-h1`, 1F1B with
+    the weight gradients deferred into the bubbles, which needs the stages'
+    `backward_weight`), and gives each call
     a slot: a micro-batch takes a free copy of the stage's slotted buffers
-    at its forward and frees it after its backward. Sets the stage's `slots`
+    at its forward and frees it after its backward (its weight gradients). Sets the stage's `slots`
     and its buffers' `slots` to the most in flight. No-op without stages.
   }];
   let options = [
     Option<"scheme", "scheme", "std::string", "\"1f1b\"",
-           "gpipe | 1f1b">,
+           "gpipe | 1f1b | zb-h1">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "micro-batches per step on each data-parallel rank">
   ];

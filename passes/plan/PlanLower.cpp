@@ -51,8 +51,9 @@ bool isOptimizerOp(Operation *op) {
 
 class Lowering {
 public:
-  Lowering(ModuleOp module, func::FuncOp func)
-      : module(module), func(func), b(module.getContext()) {}
+  Lowering(ModuleOp module, func::FuncOp func, bool splitBackward)
+      : module(module), func(func), b(module.getContext()),
+        splitBackward(splitBackward) {}
 
   LogicalResult run();
 
@@ -133,6 +134,10 @@ private:
   unsigned counter = 0;
   /// With pipeline parallelism, the stage being lowered.
   std::optional<int64_t> stage;
+  /// Zero-bubble schedules: each stage's weight gradients go to their own
+  /// function, `weightFn` while a backward is lowered.
+  bool splitBackward;
+  FuncOp weightFn;
   /// Pipeline: contributions to a parameter's gradient made on another
   /// stage than the one that updates it (a tied embedding's output-layer
   /// half), by value, with the parameter.
@@ -323,6 +328,17 @@ LogicalResult Lowering::planAccumulation(Value v, BufferOp grad, bool top) {
 LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
   if (absorbed.contains(op))
     return success();
+  if (weightFn && isa<model::LinearGradWeightOp>(op)) {
+    // The weight gradient, which nothing in the pipeline waits for: to the
+    // stage's backward_weight function.
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(&weightFn.getBody().front());
+    FuncOp saved = weightFn;
+    weightFn = FuncOp();
+    LogicalResult result = lowerOp(op, saved.getSymName());
+    weightFn = saved;
+    return result;
+  }
   if (auto layer = dyn_cast<model::LayerOp>(op)) {
     // Inline: the body's arguments are the operands' buffers, the results
     // the yielded values' buffers.
@@ -610,6 +626,8 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     FuncOp zeroGrads = newFunc(prefix + "zero_grads");
     FuncOp forwardFn = newFunc(prefix + "forward");
     FuncOp backwardFn = newFunc(prefix + "backward");
+    FuncOp weightFnOfStage =
+        splitBackward ? newFunc(prefix + "backward_weight") : FuncOp();
     FuncOp update = newFunc(prefix + "update");
     firstFunc = zeroGrads;
 
@@ -683,6 +701,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
                  ArrayAttr(), pp);
         }
       }
+      weightFn = isBackward ? weightFnOfStage : FuncOp();
       for (Operation &op : entry.without_terminator()) {
         if (!inStage(&op) || !inPhase(&op))
           continue;
@@ -703,6 +722,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
           }
       }
     }
+    weightFn = FuncOp();
     for (auto [grad, buffer] : *gradients)
       buffers[grad] = buffer;
     b.setInsertionPointToEnd(&update.getBody().front());
@@ -756,20 +776,26 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     for (auto norm : entry.getOps<model::GradNormOp>())
       if (BufferOp b = buffers.lookup(norm.getNorm()))
         b.setName("grad_norm");
-    // What the forward keeps for the backward: one copy per micro-batch in
-    // flight (plan-schedule sets how many).
-    llvm::DenseSet<StringRef> inForward, inBackward;
-    for (auto [fn, set] : {std::pair(forwardFn, &inForward),
-                           std::pair(backwardFn, &inBackward)})
+    // What one of a micro-batch's calls keeps for another (the forward's
+    // saved activations, the backward's output gradients for the weight
+    // gradients): one copy per micro-batch in flight (plan-schedule sets
+    // how many).
+    llvm::DenseMap<StringRef, unsigned> callsUsing;
+    for (FuncOp fn : {forwardFn, backwardFn, weightFnOfStage}) {
+      if (!fn)
+        continue;
+      llvm::DenseSet<StringRef> used;
       for (KernelOp k : fn.getBody().getOps<KernelOp>())
         for (ArrayAttr list : {k.getInputs(), k.getOutputs()})
           for (Attribute ref : list)
-            set->insert(cast<SymbolRefAttr>(ref).getRootReference().getValue());
+            used.insert(cast<SymbolRefAttr>(ref).getRootReference().getValue());
+      for (StringRef name : used)
+        ++callsUsing[name];
+    }
     for (BufferOp buffer : module.getOps<BufferOp>())
       if (buffer.getStage() == std::optional<int64_t>(s) &&
           (buffer.getRole() == "activation" || buffer.getRole() == "input") &&
-          inForward.contains(buffer.getSymName()) &&
-          inBackward.contains(buffer.getSymName()))
+          callsUsing.lookup(buffer.getSymName()) >= 2)
         buffer.setSlotsAttr(b.getI64IntegerAttr(1));
 
     bool hasZero = !zeroGrads.getBody().front().empty();
@@ -783,6 +809,8 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
                 : FlatSymbolRefAttr(),
         FlatSymbolRefAttr::get(forwardFn.getSymNameAttr()),
         FlatSymbolRefAttr::get(backwardFn.getSymNameAttr()),
+        weightFnOfStage ? FlatSymbolRefAttr::get(weightFnOfStage.getSymNameAttr())
+                        : FlatSymbolRefAttr(),
         hasUpdate ? FlatSymbolRefAttr::get(update.getSymNameAttr())
                   : FlatSymbolRefAttr(),
         IntegerAttr(), ArrayAttr());
@@ -850,6 +878,7 @@ LogicalResult Lowering::run() {
 }
 
 struct PlanLowerPass : public braid::plan_ir::impl::PlanLowerBase<PlanLowerPass> {
+  using PlanLowerBase::PlanLowerBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
@@ -858,7 +887,7 @@ struct PlanLowerPass : public braid::plan_ir::impl::PlanLowerBase<PlanLowerPass>
           << funcs.size();
       return signalPassFailure();
     }
-    if (failed(Lowering(module, funcs.front()).run()))
+    if (failed(Lowering(module, funcs.front(), splitBackward).run()))
       return signalPassFailure();
     // Meshes and model attributes stay: later passes may read them.
   }

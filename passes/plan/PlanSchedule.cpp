@@ -74,16 +74,27 @@ void PlanSchedulePass::runOnOperation() {
         slotOf[step.microBatch] = slot;
         order.push_back(b.getStringAttr("F" + std::to_string(step.microBatch) +
                                         ":" + std::to_string(slot)));
-      } else if (step.work == pipeline::Work::Backward) {
-        int64_t slot = slotOf[step.microBatch];
-        busy[slot] = false;
-        order.push_back(b.getStringAttr("B" + std::to_string(step.microBatch) +
-                                        ":" + std::to_string(slot)));
       } else {
-        stage.emitOpError("the ")
-            << scheme << " schedule splits backward work, which needs "
-            << "separate input- and weight-gradient functions (not built yet)";
-        return signalPassFailure();
+        bool weight = step.work == pipeline::Work::BackwardWeight;
+        bool split = weight || step.work == pipeline::Work::BackwardInput;
+        if (split && !stage.getBackwardWeight()) {
+          stage.emitOpError("the ")
+              << scheme << " schedule splits backward work, which needs the "
+              << "stage's backward_weight (plan-lower split-backward)";
+          return signalPassFailure();
+        }
+        if (!split && stage.getBackwardWeight()) {
+          stage.emitOpError("has a backward_weight, which the ")
+              << scheme << " schedule does not run";
+          return signalPassFailure();
+        }
+        int64_t slot = slotOf[step.microBatch];
+        // The slot holds the micro-batch until its last backward call.
+        if (weight || !split)
+          busy[slot] = false;
+        order.push_back(b.getStringAttr((weight ? "W" : "B") +
+                                        std::to_string(step.microBatch) + ":" +
+                                        std::to_string(slot)));
       }
     }
     int64_t slots = std::max<int64_t>(busy.size(), 1);

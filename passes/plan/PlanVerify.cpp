@@ -76,12 +76,20 @@ FailureOr<std::vector<Event>> eventsOf(ModuleOp module, StageOp stage) {
   if (std::optional<ArrayAttr> schedule = stage.getSchedule())
     for (Attribute call : *schedule) {
       StringRef text = cast<StringAttr>(call).getValue();
-      bool forward = text.starts_with("F");
+      char kind = text.empty() ? '?' : text.front();
       std::string where =
-          (forward ? "the forward" : "the backward") +
+          (kind == 'F'   ? "the forward"
+           : kind == 'B' ? "the backward"
+                         : "the weight gradients") +
           (" of micro-batch " + text.drop_front().split(':').first).str();
-      if (failed(add(forward ? stage.getForward() : stage.getBackward(),
-                     where)))
+      std::optional<StringRef> fn =
+          kind == 'F'   ? std::optional<StringRef>(stage.getForward())
+          : kind == 'B' ? std::optional<StringRef>(stage.getBackward())
+                        : stage.getBackwardWeight();
+      if (kind != 'F' && kind != 'B' && (kind != 'W' || !fn))
+        return stage.emitOpError("schedule call \"")
+               << text << "\" is not F, B or W (W needs a backward_weight)";
+      if (failed(add(fn, where)))
         return failure();
     }
   if (failed(add(stage.getUpdate(), "update")))

@@ -976,6 +976,7 @@ absl::Status validatePipeline(const Plan &plan,
               "zero_grads", stage.zero_grads(), false},
           {"forward", stage.forward(), true},
           {"backward", stage.backward(), true},
+          {"backward_weight", stage.backward_weight(), false},
           {"update", stage.update(), false}}) {
       if (name.empty()) {
         if (required)
@@ -1041,31 +1042,41 @@ absl::Status validateStageBuffers(const Plan &plan,
   return absl::OkStatus();
 }
 
-/// Each stage's schedule: every micro-batch of the step has one FORWARD and
-/// then one BACKWARD on the same slot, and a slot holds one micro-batch at a
-/// time (from its FORWARD to its BACKWARD). Training has been validated.
+/// Each stage's schedule: every micro-batch of the step has one FORWARD,
+/// then one BACKWARD (then one BACKWARD_WEIGHT when the stage has a
+/// backward_weight function), all on one slot, and a slot holds one
+/// micro-batch at a time (from its FORWARD to its last backward step).
+/// Training has been validated.
 absl::Status validateSchedules(const Plan &plan) {
   const Pipeline &p = plan.pipeline();
   int64_t micros = plan.training().micro_batches();
   for (int s = 0; s < p.stages_size(); ++s) {
     const Stage &stage = p.stages(s);
+    bool split = !stage.backward_weight().empty();
+    int64_t perMicro = split ? 3 : 2;
     std::string where = absl::StrCat("pipeline stage ", s, "'s schedule");
-    if (stage.schedule_size() != 2 * micros)
+    if (stage.schedule_size() != perMicro * micros)
       return absl::InvalidArgumentError(absl::StrCat(
           where, " has ", stage.schedule_size(), " steps, expected ",
-          2 * micros, " (a FORWARD and a BACKWARD for each of the ", micros,
-          " micro-batches)"));
-    // Sized by the schedule's length, which is 2 x micros.
+          perMicro * micros,
+          split ? " (a FORWARD, a BACKWARD and a BACKWARD_WEIGHT"
+                : " (a FORWARD and a BACKWARD",
+          " for each of the ", micros, " micro-batches)"));
+    // Sized by the schedule's length, which is perMicro x micros.
     std::vector<int64_t> forwardSlot(micros, -1);
-    std::vector<bool> backwardDone(micros, false);
+    std::vector<bool> backwardDone(micros, false), weightDone(micros, false);
     std::unordered_map<int64_t, int64_t> holder; // slot -> micro-batch
     for (int i = 0; i < stage.schedule_size(); ++i) {
       const ScheduleStep &step = stage.schedule(i);
       std::string at = absl::StrCat(where, " step ", i, ": ");
-      bool forward = step.kind() == ScheduleStep::FORWARD;
-      if (!forward && step.kind() != ScheduleStep::BACKWARD)
+      ScheduleStep::Kind kind = step.kind();
+      if (kind != ScheduleStep::FORWARD && kind != ScheduleStep::BACKWARD &&
+          !(split && kind == ScheduleStep::BACKWARD_WEIGHT))
         return absl::InvalidArgumentError(absl::StrCat(
-            at, "kind ", int(step.kind()), " is not FORWARD or BACKWARD"));
+            at, "kind ", int(kind),
+            split ? " is not FORWARD, BACKWARD or BACKWARD_WEIGHT"
+                  : " is not FORWARD or BACKWARD (BACKWARD_WEIGHT needs the "
+                    "stage's backward_weight function)"));
       int64_t m = step.micro_batch(), slot = step.slot();
       if (m < 0 || m >= micros)
         return absl::InvalidArgumentError(
@@ -1075,7 +1086,7 @@ absl::Status validateSchedules(const Plan &plan) {
         return absl::InvalidArgumentError(
             absl::StrCat(at, "slot ", slot, " is outside the stage's ",
                          stage.slots(), " slots [0, ", stage.slots(), ")"));
-      if (forward) {
+      if (kind == ScheduleStep::FORWARD) {
         if (forwardSlot[m] >= 0)
           return absl::InvalidArgumentError(absl::StrCat(
               at, "a second FORWARD of micro-batch ", m,
@@ -1084,27 +1095,31 @@ absl::Status validateSchedules(const Plan &plan) {
         if (held != holder.end())
           return absl::InvalidArgumentError(absl::StrCat(
               at, "the FORWARD of micro-batch ", m, " reuses slot ", slot,
-              ", which micro-batch ", held->second,
-              " holds until its BACKWARD (expected a free slot)"));
+              ", which micro-batch ", held->second, " holds until its ",
+              split ? "BACKWARD_WEIGHT" : "BACKWARD",
+              " (expected a free slot)"));
         forwardSlot[m] = slot;
         holder[slot] = m;
         continue;
       }
-      if (backwardDone[m])
+      bool weight = kind == ScheduleStep::BACKWARD_WEIGHT;
+      const char *name = weight ? "BACKWARD_WEIGHT" : "BACKWARD";
+      if (weight ? weightDone[m] : backwardDone[m])
         return absl::InvalidArgumentError(absl::StrCat(
-            at, "a second BACKWARD of micro-batch ", m,
+            at, "a second ", name, " of micro-batch ", m,
             " (expected one per micro-batch)"));
-      if (forwardSlot[m] < 0)
+      if (forwardSlot[m] < 0 || (weight && !backwardDone[m]))
         return absl::InvalidArgumentError(absl::StrCat(
-            at, "the BACKWARD of micro-batch ", m,
-            " comes before its FORWARD"));
+            at, "the ", name, " of micro-batch ", m, " comes before its ",
+            weight ? "BACKWARD" : "FORWARD"));
       if (forwardSlot[m] != slot)
         return absl::InvalidArgumentError(absl::StrCat(
-            at, "the BACKWARD of micro-batch ", m, " uses slot ", slot,
+            at, "the ", name, " of micro-batch ", m, " uses slot ", slot,
             " but its FORWARD used slot ", forwardSlot[m],
             " (expected the same slot)"));
-      backwardDone[m] = true;
-      holder.erase(slot);
+      (weight ? weightDone : backwardDone)[m] = true;
+      if (weight || !split)
+        holder.erase(slot);
     }
   }
   return absl::OkStatus();

@@ -55,3 +55,13 @@
 // TIED-LABEL: plan.func @stage1_update
 // TIED-NEXT: plan.kernel "SEND" [@{{.+}}] -> [] {peer = -1 : i64} {provenance = "pipeline: this stage's part of the gradient of transformer.wte.weight to stage 0, which updates it", rank_axis = "pp"}
 // TIED: plan.kernel "RECV" [] -> [@{{.+}}] {peer = -1 : i64} {provenance = "pipeline: the updated transformer.wte.weight from stage 0", rank_axis = "pp"}
+
+// Tests ZB-H1: each backward is split into B (what the previous stage waits
+// for) and W (the weight gradients, in @stageN_backward_weight); W follows
+// its B except on stage s, which defers the W of its first s micro-batches
+// into its cooldown bubble. A micro-batch keeps its slot until its W.
+// RUN: braidc %t.job --compile-to=plan --schedule zb-h1 | FileCheck %s --check-prefix=ZB
+// ZB: plan.func @stage0_backward_weight
+// ZB: plan.kernel "LINEAR_GRAD_WEIGHT"
+// ZB: plan.stage 0 {backward = @stage0_backward, backward_weight = @stage0_backward_weight, {{.*}}schedule = ["F0:0", "F1:1", "F2:2", "F3:3", "B0:0", "W0:0", "F4:0", "B1:1", "W1:1", "F5:1", "B2:2", "W2:2", "B3:3", "W3:3", "B4:0", "W4:0", "B5:1", "W5:1"]
+// ZB: plan.stage 3 {{.*}}schedule = ["F0:0", "B0:0", "F1:1", "B1:1", "F2:2", "B2:2", "F3:3", "B3:3", "W3:3", "F4:3", "B4:3", "W4:3", "F5:3", "B5:3", "W5:3", "W0:0", "W1:1", "W2:2"], slots = 4

@@ -246,7 +246,8 @@ TEST(PipelineValidation, Schedules) {
   plan = pipelinePlan();
   stepOf(plan, 0, 0)->set_kind(ScheduleStep::KIND_UNSPECIFIED);
   EXPECT_EQ(errorOf(plan), "p.plan: pipeline stage 0's schedule step 0: kind "
-                           "0 is not FORWARD or BACKWARD");
+                           "0 is not FORWARD or BACKWARD (BACKWARD_WEIGHT "
+                           "needs the stage's backward_weight function)");
   plan = pipelinePlan();
   stepOf(plan, 1, 2)->set_micro_batch(2);
   EXPECT_EQ(errorOf(plan),
@@ -393,3 +394,48 @@ TEST(PipelineValidation, GradNormReplicatedCopies) {
 }
 
 } // namespace
+
+// A stage with a backward_weight function (zero-bubble): every micro-batch
+// has a FORWARD, a BACKWARD and then a BACKWARD_WEIGHT on one slot, which
+// it holds until the BACKWARD_WEIGHT.
+TEST(PipelineValidation, SplitBackwardSchedules) {
+  // Stage 1 of pipelinePlan() runs F0 B0 F1 B1 on slot 0: give it a weight
+  // function (its backward's, for the test) and W steps.
+  auto split = [](std::vector<std::pair<ScheduleStep::Kind, int64_t>> order) {
+    Plan plan = pipelinePlan();
+    Stage *stage = plan.mutable_pipeline()->mutable_stages(1);
+    stage->set_backward_weight(stage->backward());
+    stage->clear_schedule();
+    for (auto [kind, m] : order) {
+      ScheduleStep *step = stage->add_schedule();
+      step->set_kind(kind);
+      step->set_micro_batch(m);
+      step->set_slot(0);
+    }
+    return plan;
+  };
+  const auto F = ScheduleStep::FORWARD, B = ScheduleStep::BACKWARD,
+             W = ScheduleStep::BACKWARD_WEIGHT;
+  EXPECT_EQ(errorOf(split({{F, 0}, {B, 0}, {W, 0}, {F, 1}, {B, 1}, {W, 1}})),
+            "");
+  EXPECT_EQ(errorOf(split({{F, 0}, {B, 0}, {F, 1}, {B, 1}})),
+            "p.plan: pipeline stage 1's schedule has 4 steps, expected 6 (a "
+            "FORWARD, a BACKWARD and a BACKWARD_WEIGHT for each of the 2 "
+            "micro-batches)");
+  EXPECT_EQ(errorOf(split({{F, 0}, {W, 0}, {B, 0}, {F, 1}, {B, 1}, {W, 1}})),
+            "p.plan: pipeline stage 1's schedule step 1: the BACKWARD_WEIGHT "
+            "of micro-batch 0 comes before its BACKWARD");
+  // The slot stays held from B0 until W0.
+  EXPECT_EQ(errorOf(split({{F, 0}, {B, 0}, {F, 1}, {W, 0}, {B, 1}, {W, 1}})),
+            "p.plan: pipeline stage 1's schedule step 2: the FORWARD of "
+            "micro-batch 1 reuses slot 0, which micro-batch 0 holds until its "
+            "BACKWARD_WEIGHT (expected a free slot)");
+  EXPECT_EQ(errorOf(split({{F, 0}, {B, 0}, {W, 0}, {W, 0}, {F, 1}, {B, 1}})),
+            "p.plan: pipeline stage 1's schedule step 3: a second "
+            "BACKWARD_WEIGHT of micro-batch 0 (expected one per micro-batch)");
+  // Without a backward_weight function there are no W steps.
+  Plan plan = pipelinePlan();
+  stepOf(plan, 1, 1)->set_kind(W);
+  EXPECT_REFUSED(plan, "kind 3 is not FORWARD or BACKWARD (BACKWARD_WEIGHT "
+                       "needs the stage's backward_weight function)");
+}
