@@ -110,3 +110,11 @@ LogicalResult KernelOp::verify() {
     return emitOpError("rank_axis is empty");
   return success();
 }
+
+SmallVector<StageOp> braid::plan_ir::getStages(ModuleOp module) {
+  SmallVector<StageOp> stages(module.getOps<StageOp>());
+  llvm::sort(stages, [](StageOp a, StageOp c) {
+    return a.getIndex() < c.getIndex();
+  });
+  return stages;
+}

@@ -15,4 +15,12 @@
 #define GET_OP_CLASSES
 #include "dialects/plan/PlanOps.h.inc"
 
+namespace braid::plan_ir {
+
+/// The pipeline stages of a plan module, by index (empty without a
+/// pipeline).
+llvm::SmallVector<StageOp> getStages(mlir::ModuleOp module);
+
+} // namespace braid::plan_ir
+
 #endif // BRAID_DIALECTS_PLAN_PLANDIALECT_H

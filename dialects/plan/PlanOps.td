@@ -82,6 +82,13 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
     (`offset` `=` $offset^)? attr-dict
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The bytes of one copy (a slotted buffer has `slots` of them).
+    int64_t getBytes() {
+      auto type = ::llvm::cast<::mlir::RankedTensorType>(getType());
+      return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+    }
+  }];
 }
 
 def Plan_FuncOp : Plan_Op<"func", [Symbol, SingleBlock, NoTerminator]> {

@@ -23,11 +23,6 @@ namespace {
 
 constexpr int64_t kAlign = 64;
 
-int64_t bytesOf(BufferOp buffer) {
-  auto type = cast<RankedTensorType>(buffer.getType());
-  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
-}
-
 int64_t alignUp(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 struct PlanMemoryPass : public braid::plan_ir::impl::PlanMemoryBase<PlanMemoryPass> {
@@ -72,7 +67,7 @@ int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
                       b.getSlots().has_value();
     if (persistent || first[i] == kNever) {
       b.setOffset(offset);
-      offset = alignUp(offset + bytesOf(b) * b.getSlots().value_or(1));
+      offset = alignUp(offset + b.getBytes() * b.getSlots().value_or(1));
     } else {
       scoped.push_back(i);
     }
@@ -91,7 +86,7 @@ int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
     llvm::erase_if(live, [&](const Placed &p) { return p.last < first[i]; });
     std::sort(live.begin(), live.end(),
               [](const Placed &a, const Placed &c) { return a.begin < c.begin; });
-    int64_t size = alignUp(bytesOf(all[i]));
+    int64_t size = alignUp(all[i].getBytes());
     int64_t at = base;
     for (const Placed &p : live) {
       if (p.begin - at >= size)

@@ -30,12 +30,9 @@ struct PlanSchedulePass
 
 void PlanSchedulePass::runOnOperation() {
   ModuleOp module = getOperation();
-  SmallVector<StageOp> stages(module.getOps<StageOp>());
+  SmallVector<StageOp> stages = getStages(module);
   if (stages.empty())
     return;
-  llvm::sort(stages, [](StageOp a, StageOp c) {
-    return a.getIndex() < c.getIndex();
-  });
   int64_t p = stages.size();
   for (auto [i, stage] : llvm::enumerate(stages))
     if (stage.getIndex() != int64_t(i)) {

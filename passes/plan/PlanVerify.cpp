@@ -97,19 +97,11 @@ FailureOr<std::vector<Event>> eventsOf(ModuleOp module, StageOp stage) {
   return events;
 }
 
-int64_t bytesOf(BufferOp buffer) {
-  auto type = cast<RankedTensorType>(buffer.getType());
-  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
-}
-
 void PlanVerifyPass::runOnOperation() {
   ModuleOp module = getOperation();
-  SmallVector<StageOp> stages(module.getOps<StageOp>());
+  SmallVector<StageOp> stages = getStages(module);
   if (stages.empty())
     return;
-  llvm::sort(stages, [](StageOp a, StageOp c) {
-    return a.getIndex() < c.getIndex();
-  });
   int64_t p = stages.size();
   std::vector<std::vector<Event>> events;
   for (StageOp stage : stages) {
@@ -151,7 +143,7 @@ void PlanVerifyPass::runOnOperation() {
           BufferOp from = bufferOf(sent.op, false), to = bufferOf(e.op, true);
           if (from.getType() != to.getType())
             return fail("stage " + Twine(e.peer) + " sends " +
-                        describe(sent) + " of " + Twine(bytesOf(from)) +
+                        describe(sent) + " of " + Twine(from.getBytes()) +
                         " bytes (" + llvm::formatv("{0}", from.getType()).str() +
                         ") but stage " + Twine(s) + " receives it in " +
                         describe(e) + " into " +
