@@ -1,5 +1,11 @@
 //===- braid.cpp - The braid command ---------------------------------------===//
 //
+// braid view PLAN -o FILE.html
+//
+// Draws the plan's optimizer step as a self-contained HTML page: one
+// swimlane per pipeline stage along the predicted time
+// (compiler/ScheduleView.h).
+//
 // braid train JOB.textproto [--dp N] [--tp N] [--sp] [--data PREFIX] [--steps N] [--seed N]
 //                           [--data-order ORDER] [--init-from HF_DIR]
 //                           [--log-every N] [--metrics-out FILE]
@@ -14,6 +20,7 @@
 #include "compiler/Compile.h"
 #include "compiler/PlanExport.h"
 #include "compiler/Registration.h"
+#include "compiler/ScheduleView.h"
 #include "frontends/ModelBuilder.h"
 #include "frontends/Spec.h"
 #include "runtime/data/Preprocess.h"
@@ -47,8 +54,55 @@ int usage(const std::string &error) {
     llvm::errs() << "braid: error: " << error << "\n";
   llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] "
                << exec::kTrainerFlagsUsage
-               << "\n";
+               << "\n"
+               << "       braid view PLAN -o FILE.html\n";
   return error.empty() ? 0 : 2;
+}
+
+/// braid view PLAN -o FILE.html: the plan's schedule as an HTML page.
+int view(int argc, char **argv) {
+  std::string planPath, outPath;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-o" || arg == "--output") {
+      if (i + 1 == argc)
+        return usage(arg + " needs a value (the HTML file to write)");
+      outPath = argv[++i];
+    } else if (arg.rfind("-o=", 0) == 0 || arg.rfind("--output=", 0) == 0) {
+      outPath = arg.substr(arg.find('=') + 1);
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      return usage("unknown flag " + arg +
+                   " for braid view (expected -o FILE.html)");
+    } else if (!planPath.empty()) {
+      return usage("more than one plan: " + planPath + " and " + arg);
+    } else {
+      planPath = arg;
+    }
+  }
+  if (planPath.empty())
+    return usage("no plan file given (braid view PLAN -o FILE.html)");
+  if (outPath.empty())
+    return usage("no output file given, expected -o FILE.html");
+  absl::StatusOr<plan::Plan> plan = plan::LoadPlanFile(planPath);
+  if (!plan.ok())
+    return fail(std::string(plan.status().message()));
+  ScheduleViewOptions options;
+  options.source = llvm::sys::path::filename(planPath).str();
+  llvm::Expected<std::string> page = renderScheduleView(*plan, options);
+  if (!page)
+    return fail(planPath + ": " + llvm::toString(page.takeError()));
+  std::error_code ec;
+  llvm::raw_fd_ostream os(outPath, ec, llvm::sys::fs::OF_Text);
+  if (ec)
+    return fail("cannot write " + outPath + ": " + ec.message());
+  os << *page;
+  os.close();
+  if (os.has_error()) {
+    std::string message = os.error().message();
+    os.clear_error();
+    return fail("cannot write " + outPath + ": " + message);
+  }
+  return 0;
 }
 
 /// Tokenizes data.corpus into data.path unless the dataset exists.
@@ -130,10 +184,13 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
 
 int main(int argc, char **argv) {
   if (argc < 2)
-    return usage("no command (try: braid train JOB.textproto)");
+    return usage("no command (try: braid train JOB.textproto or braid view "
+                 "PLAN -o FILE.html)");
   std::string command = argv[1];
   if (command == "--help" || command == "-h")
     return usage("");
+  if (command == "view")
+    return view(argc, argv);
   if (command != "train")
     return usage("unknown command '" + command + "'");
   std::string jobPath;
