@@ -8,7 +8,8 @@
 #     (defaults: gpt2-mid 2 4 dp)
 # MODEL: tiny-gpt2, or gpt2-mid (12 layers, hidden 768, 12 heads, vocab
 # 50304, seq 256, global batch 8). LAYOUT: dp (data parallelism), tp
-# (tensor parallelism) or tp-sp (tensor with sequence parallelism).
+# (tensor parallelism), tp-sp (tensor with sequence parallelism), or pp
+# (1F1B pipeline, micro-batches of 1; tiny-gpt2 then has 4 layers).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BRAID_BUILD_DIR:-$root/build}"
@@ -34,12 +35,19 @@ case "$layout" in
       fi ;;
   tp) flags=(--tp "$n"); micro=$global ;;
   tp-sp) flags=(--tp "$n" --sp); micro=$global ;;
-  *) echo "cpu_parallel: unknown layout $layout (dp | tp | tp-sp)" >&2; exit 2 ;;
+  pp) flags=(--pp "$n"); micro=1
+      if [[ $model == tiny-gpt2 ]]; then spec='preset: "tiny-gpt2" num_layers: 4'; fi ;;
+  *) echo "cpu_parallel: unknown layout $layout (dp | tp | tp-sp | pp)" >&2; exit 2 ;;
 esac
 for ranks in 1 "$n"; do
   run_flags=("${flags[@]}")
   mb=$micro
-  if (( ranks == 1 )); then run_flags=(); mb=$global; fi
+  # The baseline: one rank, the whole batch at once (a pipeline's baseline
+  # keeps its micro-batches, so the ratio is the pipeline's alone).
+  if (( ranks == 1 )); then
+    run_flags=()
+    [[ $layout == pp ]] || mb=$global
+  fi
   cat > "$out/$layout$ranks.textproto" <<JOB
 model { $spec }
 parallel { micro_batch_size: $mb global_batch_size: $global }
