@@ -2,6 +2,9 @@
 
 #include "runtime/comm/MpiCommunicator.h"
 
+#include <cstring>
+#include <memory>
+
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
@@ -95,6 +98,8 @@ absl::StatusOr<Call> prepare(absl::StatusOr<void *> group, plan::DType dtype) {
 
 struct MpiCommunicator::Requests {
   std::vector<MPI_Request> requests;
+  /// The copies the sends read until WaitSends.
+  std::vector<std::unique_ptr<char[]>> copies;
 };
 
 MpiCommunicator::MpiCommunicator() : pendingSends_(new Requests) {}
@@ -291,8 +296,12 @@ absl::Status MpiCommunicator::Send(absl::string_view axis, int64_t peerOffset,
   if (!type.ok())
     return type.status();
   MPI_Comm comm = static_cast<MPI_Comm>(to->first);
-  const char *p = static_cast<const char *>(data);
   int64_t bytes = plan::DTypeBytes(dtype);
+  // The message is a copy, so that the caller may write `data` at once.
+  auto copy = std::make_unique<char[]>(std::max<int64_t>(count * bytes, 1));
+  std::memcpy(copy.get(), data, count * bytes);
+  const char *p = copy.get();
+  pendingSends_->copies.push_back(std::move(copy));
   // One piece even when empty, so that the receiver's piece matches.
   for (int64_t done = 0; done == 0 || done < count; done += kMaxMessageCount) {
     int n = int(std::min(kMaxMessageCount, count - done));
@@ -350,6 +359,7 @@ absl::Status MpiCommunicator::WaitSends() {
   int rc = MPI_Waitall(int(requests.size()), requests.data(),
                        MPI_STATUSES_IGNORE);
   requests.clear();
+  pendingSends_->copies.clear();
   if (rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Waitall");
   return absl::OkStatus();

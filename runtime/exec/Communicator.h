@@ -58,8 +58,11 @@ public:
   /// Messages between two ranks are received in the order they were sent.
   ///
   /// Starts sending `count` elements of `dtype` at `data` and returns without
-  /// waiting for the peer: `data` must stay alive and unchanged until
-  /// WaitSends returns.
+  /// waiting for the peer. The message is a copy: `data` may be written as
+  /// soon as Send returns. (Waiting for the peer before reusing the bytes
+  /// could deadlock two ranks that each wait for the other to receive, as
+  /// interleaved pipeline stages do.) WaitSends waits until the messages
+  /// have left.
   virtual absl::Status Send(absl::string_view axis, int64_t peerOffset,
                             const void *data, int64_t count,
                             plan::DType dtype) {

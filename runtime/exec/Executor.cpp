@@ -103,9 +103,8 @@ Executor::Create(plan::Plan plan, Communicator *comm) {
 }
 
 Executor::~Executor() {
-  // Sends in flight read the arena, which is about to go.
-  if (!pendingSends_.empty())
-    (void)WaitSends();
+  // Messages still leaving: finish them while the communicator is there.
+  (void)WaitSends();
 }
 
 int Executor::FindBuffer(absl::string_view name) const {
@@ -132,19 +131,7 @@ absl::Status Executor::checkSlot(int id, int64_t slot) const {
   return absl::OkStatus();
 }
 
-absl::Status Executor::beforeWrite(int id, int64_t slot) {
-  if (pendingSends_.empty() || bytes_[id] == 0)
-    return absl::OkStatus();
-  int64_t begin = static_cast<uint8_t *>(address(id, slot)) - arena_.get();
-  int64_t end = begin + bytes_[id];
-  for (auto [sendBegin, sendEnd] : pendingSends_)
-    if (begin < sendEnd && sendBegin < end)
-      return WaitSends();
-  return absl::OkStatus();
-}
-
 absl::Status Executor::WaitSends() {
-  pendingSends_.clear();
   if (!comm_)
     return absl::OkStatus();
   return comm_->WaitSends();
@@ -160,8 +147,6 @@ absl::Status Executor::Write(int id, absl::Span<const double> values,
         "buffer '", b.name(), "' holds ", numel(b), " elements, not ",
         values.size()));
   if (absl::Status s = checkSlot(id, slot); !s.ok())
-    return s;
-  if (absl::Status s = beforeWrite(id, slot); !s.ok())
     return s;
   void *p = address(id, slot);
   switch (b.dtype()) {
@@ -231,10 +216,6 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context,
           return absl::Status(s.code(), absl::StrCat("function '", name,
                                                      "': ", s.message()));
   auto execute = [&](const Instruction &inst) -> absl::Status {
-    // Outputs that a send in flight reads wait for it.
-    for (int32_t id : inst.outputs())
-      if (absl::Status s = beforeWrite(id, slot); !s.ok())
-        return s;
     if (inst.kernel() == plan::SEND || inst.kernel() == plan::RECV)
       return runPointToPoint(inst, slot);
     // The float dtype of the instruction: its first float operand's.
@@ -290,6 +271,11 @@ void Executor::SetTrace(Trace *trace) {
     roles[stage.backward()] = TracePhase::kBackward;
     if (!stage.backward_weight().empty())
       roles[stage.backward_weight()] = TracePhase::kBackward;
+    for (const plan::Chunk &chunk : stage.chunks()) {
+      roles[chunk.forward()] = TracePhase::kForward;
+      roles[chunk.backward()] = TracePhase::kBackward;
+      roles[chunk.backward_weight()] = TracePhase::kBackward;
+    }
     roles[stage.update()] = TracePhase::kUpdate;
   }
   roles.erase("");
@@ -323,13 +309,8 @@ absl::Status Executor::runPointToPoint(const Instruction &inst, int64_t slot) {
   void *p = address(id, slot);
   if (!send)
     return comm_->Recv(inst.rank_axis(), peer, p, numel(b), b.dtype());
-  if (absl::Status s =
-          comm_->Send(inst.rank_axis(), peer, p, numel(b), b.dtype());
-      !s.ok())
-    return s;
-  int64_t begin = static_cast<uint8_t *>(p) - arena_.get();
-  pendingSends_.push_back({begin, begin + bytes_[id]});
-  return absl::OkStatus();
+  // The communicator copies the message: the buffer may be written at once.
+  return comm_->Send(inst.rank_axis(), peer, p, numel(b), b.dtype());
 }
 
 int64_t Executor::rankCoordinate(const Instruction &inst) const {

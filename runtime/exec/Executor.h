@@ -9,9 +9,10 @@
 // A buffer with slots >= 2 (Buffer.slots) has one copy per micro-batch in
 // flight on a pipeline stage: a function run on slot k reads and writes copy
 // k of such buffers, at offset + k x the buffer's bytes, and the single copy
-// of the others. SEND does not wait for its receiver: the executor waits for
-// the sends in flight (Communicator::WaitSends) before an instruction or a
-// Write changes bytes that one of them is reading.
+// of the others. SEND does not wait for its receiver, and the communicator
+// sends a copy, so nothing waits before the sent bytes are written again
+// (two ranks waiting for each other to receive could deadlock); the trainer
+// waits for the messages to leave (WaitSends) before a stage's update.
 //
 //===----------------------------------------------------------------------===//
 
@@ -73,8 +74,8 @@ public:
   absl::Status Run(absl::string_view name, const StepContext &context,
                    int64_t slot = 0);
 
-  /// Waits until the plan's SENDs have completed (their buffers may then be
-  /// written again); nothing to do without a communicator.
+  /// Waits until the messages of the plan's SENDs have left; nothing to do
+  /// without a communicator.
   absl::Status WaitSends();
 
   /// Seconds spent in each kernel since profiling was enabled (indexed by
@@ -104,9 +105,6 @@ private:
   /// Whether `slot` is a copy of buffer `id`: any slot >= 0 of a buffer of
   /// one copy, [0, slots) of a slotted one.
   absl::Status checkSlot(int id, int64_t slot) const;
-  /// Waits for the sends in flight when one of them reads bytes of copy
-  /// `slot` of buffer `id`, which are about to be written.
-  absl::Status beforeWrite(int id, int64_t slot);
   /// This rank's coordinate along the instruction's rank_axis (0 without
   /// one, or without other ranks).
   int64_t rankCoordinate(const plan::Instruction &inst) const;
@@ -115,8 +113,6 @@ private:
   std::unique_ptr<uint8_t[]> arena_;
   /// Bytes of one copy of each buffer.
   std::vector<int64_t> bytes_;
-  /// The arena bytes [begin, end) that sends in flight read.
-  std::vector<std::pair<int64_t, int64_t>> pendingSends_;
   Communicator *comm_ = nullptr;
   std::vector<double> profile_;
   Trace *trace_ = nullptr;

@@ -218,8 +218,8 @@ public:
     return exchange.reduceScatter(rank, in, out, countPerRank, dtype);
   }
 
-  /// Notes the send; its data is read when this rank next calls the
-  /// communicator.
+  /// Posts a copy of the message (the contract: the caller may write the
+  /// bytes at once).
   absl::Status Send(absl::string_view axis, int64_t peerOffset,
                     const void *data, int64_t count,
                     plan::DType dtype) override {
@@ -227,7 +227,9 @@ public:
     if (!to.ok())
       return to.status();
     ++sends;
-    pending.push_back({*to, data, count, dtype});
+    const char *p = static_cast<const char *>(data);
+    exchange.post(*to, {std::string(p, p + count * plan::DTypeBytes(dtype)),
+                        count, dtype});
     return absl::OkStatus();
   }
   absl::Status Recv(absl::string_view axis, int64_t peerOffset, void *data,
@@ -257,7 +259,7 @@ public:
   /// The sends not yet delivered.
   struct PendingSend {
     int to;
-    const void *data;
+    std::string bytes;
     int64_t count;
     plan::DType dtype;
   };
@@ -279,12 +281,8 @@ private:
   }
   /// Reads the pending sends' data and posts it, in order.
   absl::Status deliver() {
-    for (const PendingSend &send : pending) {
-      const char *p = static_cast<const char *>(send.data);
-      exchange.post(send.to,
-                    {std::string(p, p + send.count * plan::DTypeBytes(send.dtype)),
-                     send.count, send.dtype});
-    }
+    for (const PendingSend &send : pending)
+      exchange.post(send.to, {send.bytes, send.count, send.dtype});
     pending.clear();
     return absl::OkStatus();
   }
