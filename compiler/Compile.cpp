@@ -60,6 +60,7 @@ const PhaseInfo kPhases[] = {
        model::ModelPipelinePartitionOptions o;
        o.pp = options.parallel.pp;
        o.stageLayers = options.parallel.stageLayers;
+       o.vpp = options.parallel.vpp;
        pm.addPass(model::createModelPipelinePartition(o));
      }},
     {Phase::Plan, "plan",

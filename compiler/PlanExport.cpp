@@ -156,9 +156,20 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     if (!schedule)
       return error("pipeline stage " + llvm::Twine(stage.getIndex()) +
                    " has no schedule: run plan-schedule first");
+    if (std::optional<ArrayAttr> chunks = stage.getChunks())
+      for (Attribute chunk : *chunks) {
+        auto fns = cast<DictionaryAttr>(chunk);
+        plan::Chunk *pc = ps->add_chunks();
+        pc->set_forward(fns.getAs<FlatSymbolRefAttr>("forward").getValue().str());
+        pc->set_backward(
+            fns.getAs<FlatSymbolRefAttr>("backward").getValue().str());
+        if (auto w = fns.getAs<FlatSymbolRefAttr>("backward_weight"))
+          pc->set_backward_weight(w.getValue().str());
+      }
     for (Attribute call : *schedule) {
       StringRef text = cast<StringAttr>(call).getValue();
-      auto [mb, slot] = text.drop_front().split(':');
+      auto [mbChunk, slot] = text.drop_front().split(':');
+      auto [mb, chunkText] = mbChunk.split('.');
       plan::ScheduleStep *step = ps->add_schedule();
       step->set_kind(text.starts_with("F")   ? plan::ScheduleStep::FORWARD
                      : text.starts_with("W") ? plan::ScheduleStep::BACKWARD_WEIGHT
@@ -170,6 +181,11 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       if (slot.getAsInteger(10, n))
         return error("schedule call \"" + text + "\" is malformed");
       step->set_slot(n);
+      if (!chunkText.empty()) {
+        if (chunkText.getAsInteger(10, n))
+          return error("schedule call \"" + text + "\" is malformed");
+        step->set_chunk(n);
+      }
     }
   }
   if (out.pipeline().stages_size())
@@ -186,9 +202,10 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
   out.mutable_training()->set_micro_batches(
       out.pipeline().stages_size()
           ? std::max(out.pipeline().stages(0).schedule_size() /
-                         (out.pipeline().stages(0).backward_weight().empty()
-                              ? 2
-                              : 3),
+                         ((out.pipeline().stages(0).backward_weight().empty()
+                               ? 2
+                               : 3) *
+                          (1 + out.pipeline().stages(0).chunks_size())),
                      1)
           : 1);
   for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>())

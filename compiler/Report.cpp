@@ -195,8 +195,11 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
       stages.push_back(op);
   });
   llvm::json::Object out;
-  if (!costs || stages.empty() || costs.size() != stages.size())
+  // With the interleaved schedule each rank holds v chunks: the model's
+  // stage c is rank c % p's chunk c / p.
+  if (!costs || stages.empty() || costs.size() % stages.size() != 0)
     return out;
+  int64_t v = costs.size() / stages.size();
   std::string scheme;
   if (auto s = module->getAttrOfType<StringAttr>("plan.schedule"))
     scheme = s.getValue().str();
@@ -217,20 +220,26 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
       paramBytes[stage ? stage.getInt() : 0] +=
           type.getNumElements() * getElementBytes(type.getElementType());
     }
-  for (int64_t s = 0; s < p; ++s) {
-    auto info = cast<DictionaryAttr>(costs[s]);
+  model.forward.assign(p, std::vector<double>(v, 0));
+  model.backward.assign(p, std::vector<double>(v, 0));
+  for (int64_t c = 0; c < int64_t(costs.size()); ++c) {
+    int64_t s = c % p, k = c / p;
+    auto info = cast<DictionaryAttr>(costs[c]);
     double flops = cast<FloatAttr>(info.get("flops")).getValueAsDouble();
-    model.forward.push_back({flops / 3});
-    model.backward.push_back({2 * flops / 3});
+    model.forward[s][k] = flops / 3;
+    model.backward[s][k] = 2 * flops / 3;
     auto slots = stages[s]->getAttrOfType<IntegerAttr>("slots");
-    stageList.push_back(llvm::json::Object{
+    llvm::json::Object entry{
         {"stage", s},
         {"first_layer", cast<IntegerAttr>(info.get("first_layer")).getInt()},
         {"num_layers", cast<IntegerAttr>(info.get("num_layers")).getInt()},
         {"flops_per_micro_batch", flops},
         {"parameter_bytes", paramBytes[s]},
         {"slots", slots ? slots.getInt() : 1},
-    });
+    };
+    if (v > 1)
+      entry["chunk"] = k;
+    stageList.push_back(std::move(entry));
   }
   out["stages"] = std::move(stageList);
   llvm::Expected<pipeline::Scheme> parsed = pipeline::parseScheme(scheme);
@@ -239,13 +248,13 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
     return out;
   }
   llvm::Expected<pipeline::Schedules> schedules =
-      pipeline::makeSchedule(*parsed, p, microBatches, 1);
+      pipeline::makeSchedule(*parsed, p, microBatches, v);
   if (!schedules) {
     llvm::consumeError(schedules.takeError());
     return out;
   }
   llvm::Expected<pipeline::Timeline> timeline =
-      pipeline::simulate(*schedules, p, microBatches, 1, model);
+      pipeline::simulate(*schedules, p, microBatches, v, model);
   if (!timeline) {
     out["predicted"] = llvm::toString(timeline.takeError());
     return out;

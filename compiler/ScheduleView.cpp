@@ -275,6 +275,12 @@ llvm::Expected<View> readView(const bp::Plan &plan) {
 
   if (view.pipelined) {
     view.scheme = pipe.schedule();
+    for (int s = 0; s < pipe.stages_size(); ++s)
+      if (pipe.stages(s).chunks_size())
+        return error("pipeline stage " + llvm::Twine(s) + " holds " +
+                     llvm::Twine(pipe.stages(s).chunks_size() + 1) +
+                     " model chunks (the interleaved schedule), which the "
+                     "view does not draw yet");
     for (int s = 0; s < pipe.stages_size(); ++s) {
       const bp::Stage &stage = pipe.stages(s);
       std::string where = "pipeline stage " + std::to_string(s);

@@ -68,9 +68,31 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                    llvm::Twine(model.numLayers) +
                    " layers of the model (model.num_layers): each pipeline "
                    "stage needs at least one layer");
-  if (p.has_vpp() && p.vpp() != 1)
-    return notYet("parallel.vpp = " + llvm::Twine(p.vpp()) +
-                  " (interleaved pipeline stages)");
+  c.vpp = p.has_vpp() ? p.vpp() : 1;
+  if (c.vpp < 1 || c.vpp > (int64_t(1) << 20))
+    return invalid("parallel.vpp = " + llvm::Twine(c.vpp) +
+                   " must be in [1, 2^20]");
+  if (c.vpp > 1) {
+    // Megatron's interleaving: each rank holds vpp chunks of equal layers.
+    if (c.pp < 2)
+      return invalid("parallel.vpp = " + llvm::Twine(c.vpp) +
+                     " (model chunks per pipeline rank) needs parallel.pp > "
+                     "1, found pp = " +
+                     llvm::Twine(c.pp));
+    if (model.numLayers % (c.pp * c.vpp) != 0)
+      return invalid("parallel.vpp = " + llvm::Twine(c.vpp) +
+                     " does not divide the " +
+                     llvm::Twine(model.numLayers / c.pp) +
+                     " layers per pipeline rank (model.num_layers = " +
+                     llvm::Twine(model.numLayers) + ", parallel.pp = " +
+                     llvm::Twine(c.pp) +
+                     "): each rank holds vpp chunks of equal layers");
+    if (p.stage_layers_size())
+      return invalid("parallel.stage_layers cannot be given with "
+                     "parallel.vpp = " +
+                     llvm::Twine(c.vpp) + " (chunks are of equal layers)");
+    c.schedule = "interleaved";
+  }
   if (p.stage_layers_size()) {
     if (p.stage_layers_size() != c.pp)
       return invalid("parallel.stage_layers lists " +
@@ -91,12 +113,13 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
   }
   if (p.has_schedule()) {
     if (p.schedule() != "gpipe" && p.schedule() != "1f1b" &&
-        p.schedule() != "zb-h1") {
-      if (p.schedule() == "interleaved")
-        return notYet("parallel.schedule = \"" + p.schedule() + "\"");
+        p.schedule() != "zb-h1" && p.schedule() != "interleaved")
       return invalid("parallel.schedule = \"" + p.schedule() +
                      "\" is not one of gpipe, 1f1b, interleaved, zb-h1");
-    }
+    if ((p.schedule() == "interleaved") != (c.vpp > 1))
+      return invalid("parallel.schedule = \"" + p.schedule() +
+                     "\" with parallel.vpp = " + llvm::Twine(c.vpp) +
+                     ": the interleaved schedule is the one for vpp > 1");
     c.schedule = p.schedule();
   }
   c.sp = p.sp();
@@ -130,5 +153,12 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                    llvm::Twine(model.microBatchSize) + " x " +
                    llvm::Twine(c.dp) + " = " + llvm::Twine(perStep));
   c.microBatches = c.globalBatchSize / perStep;
+  if (c.vpp > 1 && c.microBatches % c.pp != 0)
+    return invalid("the interleaved schedule (parallel.vpp = " +
+                   llvm::Twine(c.vpp) + ") needs micro-batches per step (" +
+                   llvm::Twine(c.microBatches) +
+                   " = global_batch_size / (micro_batch_size x dp)) to be a "
+                   "multiple of parallel.pp = " +
+                   llvm::Twine(c.pp));
   return c;
 }

@@ -24,6 +24,9 @@ struct ParallelConfig {
   /// Pipeline parallelism: the schedule (gpipe | 1f1b) and the layers of
   /// each stage, first to last (empty: balanced by the compiler).
   std::string schedule = "1f1b";
+  /// Model chunks per pipeline rank (Megatron's virtual stages, the
+  /// interleaved schedule): 1 without.
+  int64_t vpp = 1;
   std::vector<int64_t> stageLayers;
   /// Samples per optimizer step over all data-parallel ranks.
   int64_t globalBatchSize = 1;

@@ -77,6 +77,15 @@ LogicalResult StageOp::verify() {
         getUpdate()})
     if (name && !module.lookupSymbol<FuncOp>(*name))
       return emitOpError("names @") << *name << ", which is not a plan.func";
+  if (std::optional<ArrayAttr> chunks = getChunks())
+    for (Attribute chunk : *chunks)
+      for (NamedAttribute fn : cast<DictionaryAttr>(chunk)) {
+        auto ref = dyn_cast<FlatSymbolRefAttr>(fn.getValue());
+        if (!ref || !module.lookupSymbol<FuncOp>(ref.getValue()))
+          return emitOpError("chunk function ")
+                 << fn.getName() << " = " << fn.getValue()
+                 << " is not a plan.func";
+      }
   return success();
 }
 

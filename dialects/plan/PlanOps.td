@@ -153,7 +153,12 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
     run `zero_grads`, then `forward` and `backward` on micro-batches in the
     order of `schedule` (`"F3:1"`: the forward of micro-batch 3 on slot 1;
     `"B3:1"` its backward; `"W3:1"` its `backward_weight`, the weight
-    gradients a zero-bubble schedule runs apart), then `update`. `plan-schedule` sets `schedule`
+    gradients a zero-bubble schedule runs apart), then `update`. With the
+    interleaved schedule the rank holds several model chunks: `forward` and
+    `backward` are chunk 0's, `chunks` lists the functions of chunks 1, 2,
+    ... (`{forward, backward[, backward_weight]}`), and a call names its
+    chunk after the micro-batch (`"F3.1:2"`: chunk 1's forward of
+    micro-batch 3 on slot 2). `plan-schedule` sets `schedule`
     and `slots` (micro-batches in flight).
 
     Example:
@@ -167,7 +172,8 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
     Constraints:
     - ST1: `index`, `first_layer` and `num_layers` are at least 0, `slots`
       at least 1.
-    - ST2: the functions name `plan.func` symbols of the module.
+    - ST2: the functions (the chunks' too) name `plan.func` symbols of the
+      module.
   }];
   let arguments = (ins I64Attr:$index, I64Attr:$first_layer,
                        I64Attr:$num_layers,
@@ -176,7 +182,8 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<FlatSymbolRefAttr>:$backward_weight,
                        OptionalAttr<FlatSymbolRefAttr>:$update,
                        OptionalAttr<I64Attr>:$slots,
-                       OptionalAttr<StrArrayAttr>:$schedule);
+                       OptionalAttr<StrArrayAttr>:$schedule,
+                       OptionalAttr<DictArrayAttr>:$chunks);
   let assemblyFormat = "$index attr-dict";
   let hasVerifier = 1;
 }

@@ -102,6 +102,20 @@ void ModelPipelinePartitionPass::runOnOperation() {
   for (LayerOp layer : entry.getOps<LayerOp>())
     (layer.getBackward() ? backward : forward).push_back(layer);
   int64_t numLayers = forward.size();
+  if (vpp < 1) {
+    module.emitError("model-pipeline-partition: vpp = ")
+        << int64_t(vpp) << " must be at least 1";
+    return signalPassFailure();
+  }
+  // The stages: pp x vpp virtual stages, stage c on rank c % pp.
+  const int64_t ranks = pp;
+  const int64_t stagesCount = pp * vpp;
+  if (stagesCount > numLayers) {
+    func.emitError("model-pipeline-partition: pp x vpp = ")
+        << stagesCount << " is more than the " << numLayers
+        << " layers: each stage needs at least one";
+    return signalPassFailure();
+  }
   if (pp > numLayers) {
     func.emitError("model-pipeline-partition: pp = ")
         << int64_t(pp) << " is more than the " << numLayers
@@ -129,7 +143,7 @@ void ModelPipelinePartitionPass::runOnOperation() {
   }
   SmallVector<int64_t> layers(stageLayers.begin(), stageLayers.end());
   if (layers.empty()) {
-    layers = balance(layerCost, pp, firstCost, lastCost);
+    layers = balance(layerCost, stagesCount, firstCost, lastCost);
   } else {
     int64_t sum = 0;
     for (int64_t n : layers) {
@@ -140,15 +154,15 @@ void ModelPipelinePartitionPass::runOnOperation() {
       }
       sum += n;
     }
-    if (int64_t(layers.size()) != pp || sum != numLayers) {
+    if (int64_t(layers.size()) != stagesCount || sum != numLayers) {
       func.emitError("model-pipeline-partition: stage-layers lists ")
           << layers.size() << " stages of " << sum << " layers but there are "
-          << int64_t(pp) << " stages and " << numLayers << " layers";
+          << stagesCount << " stages and " << numLayers << " layers";
       return signalPassFailure();
     }
   }
   SmallVector<int64_t> stageOf(numLayers);
-  for (int64_t s = 0, l = 0; s < pp; ++s)
+  for (int64_t s = 0, l = 0; s < stagesCount; ++s)
     for (int64_t k = 0; k < layers[s]; ++k)
       stageOf[l++] = s;
 
@@ -226,14 +240,17 @@ void ModelPipelinePartitionPass::runOnOperation() {
 
   // The stages, for the report and the plan.
   SmallVector<Attribute> stages;
-  for (int64_t s = 0, l = 0; s < pp; ++s) {
-    double cost = (s == 0 ? firstCost : 0) + (s == pp - 1 ? lastCost : 0);
+  for (int64_t s = 0, l = 0; s < stagesCount; ++s) {
+    double cost =
+        (s == 0 ? firstCost : 0) + (s == stagesCount - 1 ? lastCost : 0);
     for (int64_t k = 0; k < layers[s]; ++k)
       cost += layerCost[l + k];
     stages.push_back(b.getDictionaryAttr(
         {b.getNamedAttr("first_layer", b.getI64IntegerAttr(l)),
          b.getNamedAttr("num_layers", b.getI64IntegerAttr(layers[s])),
-         b.getNamedAttr("flops", b.getF64FloatAttr(cost))}));
+         b.getNamedAttr("flops", b.getF64FloatAttr(cost)),
+         b.getNamedAttr("rank", b.getI64IntegerAttr(s % ranks)),
+         b.getNamedAttr("chunk", b.getI64IntegerAttr(s / ranks))}));
     l += layers[s];
   }
   module->setAttr("model.pipeline", b.getArrayAttr(stages));

@@ -169,9 +169,11 @@ def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
 def ModelPipelinePartition : Pass<"model-pipeline-partition", "mlir::ModuleOp"> {
   let summary = "Assigns the training step's ops to pipeline stages";
   let description = [{
-    Cuts `@train_step` (after `model-shard` with `pp`) into `pp` pipeline
-    stages of consecutive transformer layers, and marks every top-level op
-    with the stage that runs it (`model.stage = s`): a forward layer and its
+    Cuts `@train_step` (after `model-shard` with `pp`) into `pp × vpp`
+    pipeline stages of consecutive transformer layers (with `vpp > 1`,
+    Megatron's virtual stages: stage `c` runs on pipeline rank `c % pp` as
+    its chunk `c / pp`), and marks every top-level op with the stage that
+    runs it (`model.stage = s`): a forward layer and its
     backward layer go together; the ops before the first layer (embeddings)
     and after the backward of layer 0 (their gradients) to stage 0, those
     between the last forward and backward layers (final norm, output layer,
@@ -195,6 +197,9 @@ def ModelPipelinePartition : Pass<"model-pipeline-partition", "mlir::ModuleOp"> 
   }];
   let options = [
     Option<"pp", "pp", "int64_t", "1", "pipeline stages">,
+    Option<"vpp", "vpp", "int64_t", "1",
+           "model chunks per pipeline rank (interleaved schedule): the "
+           "layers are cut into pp x vpp chunks, chunk c on rank c % pp">,
     ListOption<"stageLayers", "stage-layers", "int64_t",
                "layers of each stage, first to last (default: balanced)">
   ];

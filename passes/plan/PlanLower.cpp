@@ -22,6 +22,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <map>
 #include <set>
 
 namespace braid::plan_ir {
@@ -132,8 +133,14 @@ private:
   /// The all-reduces of gradients, run in place on the accumulated buffers.
   DenseSet<Operation *> stepReductions;
   unsigned counter = 0;
-  /// With pipeline parallelism, the stage being lowered.
+  /// With pipeline parallelism, the pipeline rank being lowered (the
+  /// buffers' stage), and the rank of each of the model's stages (virtual
+  /// stages, with the interleaved schedule).
   std::optional<int64_t> stage;
+  SmallVector<int64_t> rankOfStage;
+  int64_t rankOf(int64_t virtualStage) const {
+    return virtualStage < 0 ? -1 : rankOfStage[virtualStage];
+  }
   /// Zero-bubble schedules: each stage's weight gradients go to their own
   /// function, `weightFn` while a backward is lowered.
   bool splitBackward;
@@ -285,7 +292,7 @@ static int64_t stageOf(Operation *op) {
 
 LogicalResult Lowering::planAccumulation(Value v, BufferOp grad, bool top) {
   if (stage && remoteContributions.count(v) &&
-      stageOf(v.getDefiningOp()) != *stage) {
+      rankOf(stageOf(v.getDefiningOp())) != *stage) {
     remoteInto.push_back({v, grad}); // received and added in update
     return success();
   }
@@ -606,9 +613,24 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
   };
   StringAttr pp = b.getStringAttr("pp");
 
-  for (auto [index, attr] : llvm::enumerate(stages)) {
-    int64_t s = index;
+  // The model's stages (virtual stages) by pipeline rank: rank r runs the
+  // stages whose "rank" is r, as its chunks 0, 1, ... in order.
+  int64_t ranks = 0;
+  std::map<int64_t, std::map<int64_t, int64_t>> chunksOfRank;
+  rankOfStage.clear();
+  for (auto [c, attr] : llvm::enumerate(stages)) {
     auto info = cast<DictionaryAttr>(attr);
+    auto rank = info.getAs<IntegerAttr>("rank");
+    auto chunk = info.getAs<IntegerAttr>("chunk");
+    int64_t r = rank ? rank.getInt() : int64_t(c);
+    rankOfStage.push_back(r);
+    chunksOfRank[r][chunk ? chunk.getInt() : 0] = c;
+    ranks = std::max(ranks, r + 1);
+  }
+
+  for (int64_t s = 0; s < ranks; ++s) {
+    const std::map<int64_t, int64_t> &myChunks = chunksOfRank[s];
+    auto info = cast<DictionaryAttr>(stages[myChunks.begin()->second]);
     stage = s;
     buffers.clear();
     accumulateInto.clear();
@@ -616,7 +638,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     absorbed.clear();
     stepReductions.clear();
     remoteInto.clear();
-    auto inStage = [&](Operation *op) { return stageOf(op) == s; };
+    auto inStage = [&](Operation *op) { return rankOf(stageOf(op)) == s; };
     auto isUpdate = [&](Operation *op) {
       return isUpdateOp(op) || isa<model::GradNormOp>(op);
     };
@@ -624,10 +646,22 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     b.setInsertionPointToEnd(module.getBody());
     std::string prefix = "stage" + std::to_string(s) + "_";
     FuncOp zeroGrads = newFunc(prefix + "zero_grads");
-    FuncOp forwardFn = newFunc(prefix + "forward");
-    FuncOp backwardFn = newFunc(prefix + "backward");
-    FuncOp weightFnOfStage =
-        splitBackward ? newFunc(prefix + "backward_weight") : FuncOp();
+    // Each chunk's forward, backward (and weight gradients).
+    struct ChunkFns {
+      int64_t virtualStage;
+      FuncOp forward, backward, weight;
+    };
+    SmallVector<ChunkFns> chunkFns;
+    for (auto [k, c] : myChunks) {
+      std::string chunkPrefix =
+          k == 0 ? prefix : prefix + "chunk" + std::to_string(k) + "_";
+      chunkFns.push_back(
+          {c, newFunc(chunkPrefix + "forward"), newFunc(chunkPrefix + "backward"),
+           splitBackward ? newFunc(chunkPrefix + "backward_weight") : FuncOp()});
+    }
+    FuncOp forwardFn = chunkFns.front().forward;
+    FuncOp backwardFn = chunkFns.front().backward;
+    FuncOp weightFnOfStage = chunkFns.front().weight;
     FuncOp update = newFunc(prefix + "update");
     firstFunc = zeroGrads;
 
@@ -647,7 +681,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     // gradient buffer of its own each, zeroed with the others.
     SmallVector<std::tuple<BufferOp, BufferOp, int64_t>> contributions;
     for (auto [v, param] : remoteContributions) {
-      if (stageOf(v.getDefiningOp()) != s)
+      if (rankOf(stageOf(v.getDefiningOp())) != s)
         continue;
       BufferOp paramBuffer = buffers.lookup(param);
       if (!paramBuffer)
@@ -668,60 +702,62 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
       int64_t owner = -1;
       for (auto adamw : entry.getOps<model::AdamWOp>())
         if (adamw.getParam() == param)
-          owner = stageOf(adamw);
+          owner = rankOf(stageOf(adamw));
       contributions.push_back({buffer, paramBuffer, owner - s});
     }
 
-    for (auto [fn, isBackward] : {std::pair(forwardFn, false),
-                                  std::pair(backwardFn, true)}) {
-      b.setInsertionPointToEnd(&fn.getBody().front());
-      auto inPhase = [&](Operation *op) {
-        return !isUpdate(op) && backward.contains(op) == isBackward;
-      };
-      // Receive what other stages make in this phase for this stage.
-      for (Operation &op : entry.without_terminator()) {
-        if (inStage(&op) || !inPhase(&op) || stageOf(&op) < 0)
-          continue;
-        for (Value r : op.getResults()) {
-          if (!consumers(r).count(s))
+    for (ChunkFns chunk : chunkFns)
+      for (auto [fn, isBackward] : {std::pair(chunk.forward, false),
+                                    std::pair(chunk.backward, true)}) {
+        int64_t c = chunk.virtualStage;
+        b.setInsertionPointToEnd(&fn.getBody().front());
+        auto inPhase = [&](Operation *op) {
+          return !isUpdate(op) && backward.contains(op) == isBackward;
+        };
+        // Receive what other stages make in this phase for this one.
+        for (Operation &op : entry.without_terminator()) {
+          if (stageOf(&op) == c || !inPhase(&op) || stageOf(&op) < 0)
             continue;
-          int64_t peer = stageOf(&op) - s;
-          if (peer != 1 && peer != -1)
-            return op.emitOpError("makes a value that pipeline stage ")
-                   << s << " uses, " << std::abs(peer)
-                   << " stages away: values move between neighbouring "
-                   << "stages only";
-          BufferOp recv = newBuffer(r, "activation");
-          kernel("RECV", {}, {recv},
-                 b.getDictionaryAttr(
-                     b.getNamedAttr("peer", b.getI64IntegerAttr(peer))),
-                 op.getLoc(),
-                 "pipeline: " + std::string(isBackward ? "gradient" : "activation") +
-                     " from stage " + std::to_string(stageOf(&op)),
-                 ArrayAttr(), pp);
-        }
-      }
-      weightFn = isBackward ? weightFnOfStage : FuncOp();
-      for (Operation &op : entry.without_terminator()) {
-        if (!inStage(&op) || !inPhase(&op))
-          continue;
-        if (failed(lowerOp(&op, fn.getSymName())))
-          return failure();
-        for (Value r : op.getResults())
-          for (int64_t to : consumers(r)) {
-            if (to == s)
+          for (Value r : op.getResults()) {
+            if (!consumers(r).count(c))
               continue;
-            kernel("SEND", {buffers.lookup(r)}, {},
-                   b.getDictionaryAttr(
-                       b.getNamedAttr("peer", b.getI64IntegerAttr(to - s))),
+            if (std::abs(stageOf(&op) - c) != 1)
+              return op.emitOpError("makes a value that pipeline stage ")
+                     << c << " uses, " << std::abs(stageOf(&op) - c)
+                     << " stages away: values move between neighbouring "
+                     << "stages only";
+            BufferOp recv = newBuffer(r, "activation");
+            kernel("RECV", {}, {recv},
+                   b.getDictionaryAttr(b.getNamedAttr(
+                       "peer", b.getI64IntegerAttr(rankOf(stageOf(&op)) - s))),
                    op.getLoc(),
                    "pipeline: " +
                        std::string(isBackward ? "gradient" : "activation") +
-                       " to stage " + std::to_string(to),
+                       " from stage " + std::to_string(stageOf(&op)),
                    ArrayAttr(), pp);
           }
+        }
+        weightFn = isBackward ? chunk.weight : FuncOp();
+        for (Operation &op : entry.without_terminator()) {
+          if (stageOf(&op) != c || !inPhase(&op))
+            continue;
+          if (failed(lowerOp(&op, fn.getSymName())))
+            return failure();
+          for (Value r : op.getResults())
+            for (int64_t to : consumers(r)) {
+              if (to == c)
+                continue;
+              kernel("SEND", {buffers.lookup(r)}, {},
+                     b.getDictionaryAttr(b.getNamedAttr(
+                         "peer", b.getI64IntegerAttr(rankOf(to) - s))),
+                     op.getLoc(),
+                     "pipeline: " +
+                         std::string(isBackward ? "gradient" : "activation") +
+                         " to stage " + std::to_string(to),
+                     ArrayAttr(), pp);
+            }
+        }
       }
-    }
     weightFn = FuncOp();
     for (auto [grad, buffer] : *gradients)
       buffers[grad] = buffer;
@@ -740,7 +776,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     // ...which adds them to its own before reducing.
     SmallVector<std::pair<BufferOp, int64_t>> shared;
     for (auto [v, grad] : remoteInto) {
-      int64_t from = stageOf(v.getDefiningOp());
+      int64_t from = rankOf(stageOf(v.getDefiningOp()));
       BufferOp part = newBuffer(v.getLoc(), v.getType(), "activation");
       std::string name = grad.getName().value_or("").str();
       kernel("RECV", {}, {part}, peerAttr(from - s), v.getLoc(),
@@ -781,7 +817,10 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     // gradients): one copy per micro-batch in flight (plan-schedule sets
     // how many).
     llvm::DenseMap<StringRef, unsigned> callsUsing;
-    for (FuncOp fn : {forwardFn, backwardFn, weightFnOfStage}) {
+    SmallVector<FuncOp> calls;
+    for (ChunkFns chunk : chunkFns)
+      calls.append({chunk.forward, chunk.backward, chunk.weight});
+    for (FuncOp fn : calls) {
       if (!fn)
         continue;
       llvm::DenseSet<StringRef> used;
@@ -801,10 +840,29 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     bool hasZero = !zeroGrads.getBody().front().empty();
     bool hasUpdate = !update.getBody().front().empty();
     b.setInsertionPointToEnd(module.getBody());
-    b.create<StageOp>(
+    // The further chunks' functions (interleaved schedule).
+    SmallVector<Attribute> more;
+    for (ChunkFns chunk : ArrayRef(chunkFns).drop_front()) {
+      SmallVector<NamedAttribute> fns{
+          b.getNamedAttr("forward",
+                         FlatSymbolRefAttr::get(chunk.forward.getSymNameAttr())),
+          b.getNamedAttr("backward", FlatSymbolRefAttr::get(
+                                         chunk.backward.getSymNameAttr()))};
+      if (chunk.weight)
+        fns.push_back(b.getNamedAttr(
+            "backward_weight",
+            FlatSymbolRefAttr::get(chunk.weight.getSymNameAttr())));
+      more.push_back(b.getDictionaryAttr(fns));
+    }
+    int64_t layersOfRank = 0;
+    for (auto [k, c] : myChunks)
+      layersOfRank += cast<IntegerAttr>(
+                          cast<DictionaryAttr>(stages[c]).get("num_layers"))
+                          .getInt();
+    auto stageOp = b.create<StageOp>(
         func.getLoc(), b.getI64IntegerAttr(s),
         cast<IntegerAttr>(info.get("first_layer")),
-        cast<IntegerAttr>(info.get("num_layers")),
+        b.getI64IntegerAttr(layersOfRank),
         hasZero ? FlatSymbolRefAttr::get(zeroGrads.getSymNameAttr())
                 : FlatSymbolRefAttr(),
         FlatSymbolRefAttr::get(forwardFn.getSymNameAttr()),
@@ -813,7 +871,9 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
                         : FlatSymbolRefAttr(),
         hasUpdate ? FlatSymbolRefAttr::get(update.getSymNameAttr())
                   : FlatSymbolRefAttr(),
-        IntegerAttr(), ArrayAttr());
+        IntegerAttr(), ArrayAttr(), ArrayAttr());
+    if (!more.empty())
+      stageOp.setChunksAttr(b.getArrayAttr(more));
     if (!hasZero)
       zeroGrads.erase();
     if (!hasUpdate)

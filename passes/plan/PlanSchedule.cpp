@@ -11,6 +11,8 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <map>
+
 namespace braid::plan_ir {
 #define GEN_PASS_DEF_PLANSCHEDULE
 #include "passes/plan/Passes.h.inc"
@@ -45,8 +47,19 @@ void PlanSchedulePass::runOnOperation() {
     module.emitError("plan-schedule: ") << llvm::toString(parsed.takeError());
     return signalPassFailure();
   }
+  // Model chunks per rank (the interleaved schedule's virtual stages).
+  int64_t v = 1;
+  for (StageOp stage : stages) {
+    int64_t chunks = 1 + (stage.getChunks() ? stage.getChunks()->size() : 0);
+    if (stage.getIndex() > 0 && chunks != v) {
+      stage.emitOpError("has ") << chunks << " model chunks but stage 0 has "
+                                << v;
+      return signalPassFailure();
+    }
+    v = chunks;
+  }
   llvm::Expected<pipeline::Schedules> schedules =
-      pipeline::makeSchedule(*parsed, p, microBatches, /*v=*/1);
+      pipeline::makeSchedule(*parsed, p, microBatches, v);
   if (!schedules) {
     module.emitError("plan-schedule: ") << llvm::toString(schedules.takeError());
     return signalPassFailure();
@@ -57,7 +70,14 @@ void PlanSchedulePass::runOnOperation() {
   for (auto [stage, steps] : llvm::zip(stages, *schedules)) {
     // A micro-batch takes the lowest free slot at its forward and gives it
     // back after its backward.
-    SmallVector<int64_t> slotOf(microBatches, -1);
+    // Slots are the rank's, whichever chunk a micro-batch is in.
+    std::map<std::pair<int64_t, int64_t>, int64_t> slotOf;
+    auto call = [&](char kind, const pipeline::Step &step, int64_t slot) {
+      std::string text = kind + std::to_string(step.microBatch);
+      if (v > 1 && step.chunk > 0)
+        text += "." + std::to_string(step.chunk);
+      return b.getStringAttr(text + ":" + std::to_string(slot));
+    };
     SmallVector<bool> busy;
     SmallVector<Attribute> order;
     for (const pipeline::Step &step : steps) {
@@ -68,9 +88,8 @@ void PlanSchedulePass::runOnOperation() {
           busy.push_back(true);
         else
           *free = true;
-        slotOf[step.microBatch] = slot;
-        order.push_back(b.getStringAttr("F" + std::to_string(step.microBatch) +
-                                        ":" + std::to_string(slot)));
+        slotOf[{step.microBatch, step.chunk}] = slot;
+        order.push_back(call('F', step, slot));
       } else {
         bool weight = step.work == pipeline::Work::BackwardWeight;
         bool split = weight || step.work == pipeline::Work::BackwardInput;
@@ -85,13 +104,11 @@ void PlanSchedulePass::runOnOperation() {
               << scheme << " schedule does not run";
           return signalPassFailure();
         }
-        int64_t slot = slotOf[step.microBatch];
+        int64_t slot = slotOf[{step.microBatch, step.chunk}];
         // The slot holds the micro-batch until its last backward call.
         if (weight || !split)
           busy[slot] = false;
-        order.push_back(b.getStringAttr((weight ? "W" : "B") +
-                                        std::to_string(step.microBatch) + ":" +
-                                        std::to_string(slot)));
+        order.push_back(call(weight ? 'W' : 'B', step, slot));
       }
     }
     int64_t slots = std::max<int64_t>(busy.size(), 1);

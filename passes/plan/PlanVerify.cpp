@@ -77,15 +77,32 @@ FailureOr<std::vector<Event>> eventsOf(ModuleOp module, StageOp stage) {
     for (Attribute call : *schedule) {
       StringRef text = cast<StringAttr>(call).getValue();
       char kind = text.empty() ? '?' : text.front();
+      auto [mb, chunkText] = text.drop_front().split(':').first.split('.');
+      int64_t chunk = 0;
+      if (!chunkText.empty() && chunkText.getAsInteger(10, chunk))
+        return stage.emitOpError("schedule call \"") << text << "\" is malformed";
       std::string where =
           (kind == 'F'   ? "the forward"
            : kind == 'B' ? "the backward"
                          : "the weight gradients") +
-          (" of micro-batch " + text.drop_front().split(':').first).str();
+          (" of micro-batch " + mb).str() +
+          (chunk ? " on chunk " + std::to_string(chunk) : std::string());
       std::optional<StringRef> fn =
           kind == 'F'   ? std::optional<StringRef>(stage.getForward())
           : kind == 'B' ? std::optional<StringRef>(stage.getBackward())
                         : stage.getBackwardWeight();
+      if (chunk > 0) {
+        std::optional<ArrayAttr> chunks = stage.getChunks();
+        if (!chunks || chunk > int64_t(chunks->size()))
+          return stage.emitOpError("schedule call \"")
+                 << text << "\" names a chunk the stage does not have";
+        auto fns = cast<DictionaryAttr>((*chunks)[chunk - 1]);
+        StringRef key = kind == 'F'   ? "forward"
+                        : kind == 'B' ? "backward"
+                                      : "backward_weight";
+        auto ref = fns.getAs<FlatSymbolRefAttr>(key);
+        fn = ref ? std::optional<StringRef>(ref.getValue()) : std::nullopt;
+      }
       if (kind != 'F' && kind != 'B' && (kind != 'W' || !fn))
         return stage.emitOpError("schedule call \"")
                << text << "\" is not F, B or W (W needs a backward_weight)";

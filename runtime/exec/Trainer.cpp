@@ -454,17 +454,30 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
         !s.ok())
       return s;
   double sum = 0;
+  // The functions of the calls' model chunk (the interleaved schedule's
+  // further chunks are Stage.chunks; the loader checked the indices).
+  auto functionOf = [&](const plan::ScheduleStep &call) -> const std::string & {
+    if (call.chunk() == 0)
+      return call.kind() == plan::ScheduleStep::FORWARD    ? program.forward()
+             : call.kind() == plan::ScheduleStep::BACKWARD ? program.backward()
+                                                           : program.backward_weight();
+    const plan::Chunk &chunk = program.chunks(int(call.chunk() - 1));
+    return call.kind() == plan::ScheduleStep::FORWARD    ? chunk.forward()
+           : call.kind() == plan::ScheduleStep::BACKWARD ? chunk.backward()
+                                                         : chunk.backward_weight();
+  };
+  const int64_t lastChunk = program.chunks_size();
   for (const plan::ScheduleStep &call : program.schedule()) {
     int64_t m = call.micro_batch(), slot = call.slot();
     if (call.kind() == plan::ScheduleStep::BACKWARD) {
-      if (absl::Status s = run(program.backward(), m, slot,
+      if (absl::Status s = run(functionOf(call), m, slot,
                                TracePhase::kBackward, "backward");
           !s.ok())
         return s;
       continue;
     }
     if (call.kind() == plan::ScheduleStep::BACKWARD_WEIGHT) {
-      if (absl::Status s = run(program.backward_weight(), m, slot,
+      if (absl::Status s = run(functionOf(call), m, slot,
                                TracePhase::kBackward, "backward_weight");
           !s.ok())
         return s;
@@ -475,10 +488,11 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
         !s.ok())
       return s;
     if (absl::Status s =
-            run(program.forward(), m, slot, TracePhase::kForward, "forward");
+            run(functionOf(call), m, slot, TracePhase::kForward, "forward");
         !s.ok())
       return s;
-    if (last) {
+    // The loss is the last stage's last chunk's.
+    if (last && call.chunk() == lastChunk) {
       absl::StatusOr<std::vector<double>> value = e.Read(loss, slot);
       if (!value.ok())
         return value.status();

@@ -971,13 +971,34 @@ absl::Status validatePipeline(const Plan &plan,
         "stages' schedules)");
   for (int s = 0; s < stages; ++s) {
     const Stage &stage = p.stages(s);
-    for (auto [field, name, required] :
-         {std::tuple<const char *, const std::string &, bool>{
-              "zero_grads", stage.zero_grads(), false},
-          {"forward", stage.forward(), true},
-          {"backward", stage.backward(), true},
-          {"backward_weight", stage.backward_weight(), false},
-          {"update", stage.update(), false}}) {
+    if (stage.chunks_size() != p.stages(0).chunks_size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline stage ", s, " has ", stage.chunks_size() + 1,
+          " model chunks but stage 0 has ", p.stages(0).chunks_size() + 1,
+          " (expected the same on every stage)"));
+    std::vector<std::tuple<std::string, const std::string &, bool>> fields{
+        {"zero_grads", stage.zero_grads(), false},
+        {"forward", stage.forward(), true},
+        {"backward", stage.backward(), true},
+        {"backward_weight", stage.backward_weight(), false},
+        {"update", stage.update(), false}};
+    for (int k = 0; k < stage.chunks_size(); ++k) {
+      const Chunk &chunk = stage.chunks(k);
+      std::string at = absl::StrCat("chunk ", k + 1, "'s ");
+      fields.push_back({at + "forward", chunk.forward(), true});
+      fields.push_back({at + "backward", chunk.backward(), true});
+      // A chunk splits its backward exactly when chunk 0 does.
+      fields.push_back({at + "backward_weight", chunk.backward_weight(),
+                        !stage.backward_weight().empty()});
+      if (stage.backward_weight().empty() != chunk.backward_weight().empty())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pipeline stage ", s, "'s chunk ", k + 1,
+            stage.backward_weight().empty() ? " has" : " has no",
+            " backward_weight function but chunk 0 ",
+            stage.backward_weight().empty() ? "has none" : "has one",
+            " (expected every chunk to split its backward alike)"));
+    }
+    for (const auto &[field, name, required] : fields) {
       if (name.empty()) {
         if (required)
           return absl::InvalidArgumentError(absl::StrCat(
@@ -1054,17 +1075,23 @@ absl::Status validateSchedules(const Plan &plan) {
     const Stage &stage = p.stages(s);
     bool split = !stage.backward_weight().empty();
     int64_t perMicro = split ? 3 : 2;
+    int64_t chunks = 1 + stage.chunks_size();
     std::string where = absl::StrCat("pipeline stage ", s, "'s schedule");
-    if (stage.schedule_size() != perMicro * micros)
+    if (stage.schedule_size() != perMicro * micros * chunks)
       return absl::InvalidArgumentError(absl::StrCat(
           where, " has ", stage.schedule_size(), " steps, expected ",
-          perMicro * micros,
+          perMicro * micros * chunks,
           split ? " (a FORWARD, a BACKWARD and a BACKWARD_WEIGHT"
                 : " (a FORWARD and a BACKWARD",
-          " for each of the ", micros, " micro-batches)"));
-    // Sized by the schedule's length, which is perMicro x micros.
-    std::vector<int64_t> forwardSlot(micros, -1);
-    std::vector<bool> backwardDone(micros, false), weightDone(micros, false);
+          " for each of the ", micros, " micro-batches",
+          chunks > 1 ? absl::StrCat(" on each of the ", chunks, " chunks")
+                     : std::string(),
+          ")"));
+    // Per (micro-batch, chunk), as micro-batch x chunks + chunk; sized by
+    // the schedule's length, which is perMicro x micros x chunks.
+    std::vector<int64_t> forwardSlot(micros * chunks, -1);
+    std::vector<bool> backwardDone(micros * chunks, false),
+        weightDone(micros * chunks, false);
     std::unordered_map<int64_t, int64_t> holder; // slot -> micro-batch
     for (int i = 0; i < stage.schedule_size(); ++i) {
       const ScheduleStep &step = stage.schedule(i);
@@ -1077,11 +1104,21 @@ absl::Status validateSchedules(const Plan &plan) {
             split ? " is not FORWARD, BACKWARD or BACKWARD_WEIGHT"
                   : " is not FORWARD or BACKWARD (BACKWARD_WEIGHT needs the "
                     "stage's backward_weight function)"));
-      int64_t m = step.micro_batch(), slot = step.slot();
-      if (m < 0 || m >= micros)
+      int64_t mb = step.micro_batch(), slot = step.slot();
+      if (mb < 0 || mb >= micros)
         return absl::InvalidArgumentError(
-            absl::StrCat(at, "micro-batch ", m, " is outside [0, ", micros,
+            absl::StrCat(at, "micro-batch ", mb, " is outside [0, ", micros,
                          ") (training.micro_batches = ", micros, ")"));
+      if (step.chunk() < 0 || step.chunk() >= chunks)
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, "chunk ", step.chunk(), " is outside the stage's ",
+                         chunks, " model chunks [0, ", chunks, ")"));
+      int64_t m = mb * chunks + step.chunk();
+      // A (micro-batch, chunk) in words.
+      auto name = [&](int64_t id) {
+        return chunks > 1 ? absl::StrCat(id / chunks, " on chunk ", id % chunks)
+                          : absl::StrCat(id);
+      };
       if (slot < 0 || slot >= stage.slots())
         return absl::InvalidArgumentError(
             absl::StrCat(at, "slot ", slot, " is outside the stage's ",
@@ -1089,13 +1126,13 @@ absl::Status validateSchedules(const Plan &plan) {
       if (kind == ScheduleStep::FORWARD) {
         if (forwardSlot[m] >= 0)
           return absl::InvalidArgumentError(absl::StrCat(
-              at, "a second FORWARD of micro-batch ", m,
+              at, "a second FORWARD of micro-batch ", name(m),
               " (expected one per micro-batch)"));
         auto held = holder.find(slot);
         if (held != holder.end())
           return absl::InvalidArgumentError(absl::StrCat(
-              at, "the FORWARD of micro-batch ", m, " reuses slot ", slot,
-              ", which micro-batch ", held->second, " holds until its ",
+              at, "the FORWARD of micro-batch ", name(m), " reuses slot ", slot,
+              ", which micro-batch ", name(held->second), " holds until its ",
               split ? "BACKWARD_WEIGHT" : "BACKWARD",
               " (expected a free slot)"));
         forwardSlot[m] = slot;
@@ -1103,18 +1140,18 @@ absl::Status validateSchedules(const Plan &plan) {
         continue;
       }
       bool weight = kind == ScheduleStep::BACKWARD_WEIGHT;
-      const char *name = weight ? "BACKWARD_WEIGHT" : "BACKWARD";
+      const char *kindName = weight ? "BACKWARD_WEIGHT" : "BACKWARD";
       if (weight ? weightDone[m] : backwardDone[m])
         return absl::InvalidArgumentError(absl::StrCat(
-            at, "a second ", name, " of micro-batch ", m,
+            at, "a second ", kindName, " of micro-batch ", name(m),
             " (expected one per micro-batch)"));
       if (forwardSlot[m] < 0 || (weight && !backwardDone[m]))
         return absl::InvalidArgumentError(absl::StrCat(
-            at, "the ", name, " of micro-batch ", m, " comes before its ",
+            at, "the ", kindName, " of micro-batch ", name(m), " comes before its ",
             weight ? "BACKWARD" : "FORWARD"));
       if (forwardSlot[m] != slot)
         return absl::InvalidArgumentError(absl::StrCat(
-            at, "the ", name, " of micro-batch ", m, " uses slot ", slot,
+            at, "the ", kindName, " of micro-batch ", name(m), " uses slot ", slot,
             " but its FORWARD used slot ", forwardSlot[m],
             " (expected the same slot)"));
       (weight ? weightDone : backwardDone)[m] = true;

@@ -108,6 +108,7 @@ def main():
         ("pp4-gpipe", 4, 'pp: 4 micro_batch_size: 2 global_batch_size: 4 schedule: "gpipe"'),
         ("pp2-zbh1", 2, 'pp: 2 micro_batch_size: 1 global_batch_size: 4 schedule: "zb-h1"'),
         ("pp4-zbh1", 4, 'pp: 4 micro_batch_size: 1 global_batch_size: 4 schedule: "zb-h1"'),
+        ("pp2-vpp2", 2, "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4"),
         ("pp2-uneven", 2, "pp: 2 micro_batch_size: 1 global_batch_size: 4 stage_layers: 3 stage_layers: 1"),
         ("pp2-tp2-dp2", 8, "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4"),
         ("pp2-tp2-sp-dp2", 8, "pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4"),

@@ -65,3 +65,16 @@
 // ZB: plan.kernel "LINEAR_GRAD_WEIGHT"
 // ZB: plan.stage 0 {backward = @stage0_backward, backward_weight = @stage0_backward_weight, {{.*}}schedule = ["F0:0", "F1:1", "F2:2", "F3:3", "B0:0", "W0:0", "F4:0", "B1:1", "W1:1", "F5:1", "B2:2", "W2:2", "B3:3", "W3:3", "B4:0", "W4:0", "B5:1", "W5:1"]
 // ZB: plan.stage 3 {{.*}}schedule = ["F0:0", "B0:0", "F1:1", "B1:1", "F2:2", "B2:2", "F3:3", "B3:3", "W3:3", "F4:3", "B4:3", "W4:3", "F5:3", "B5:3", "W5:3", "W0:0", "W1:1", "W2:2"], slots = 4
+
+// Tests the interleaved schedule (Megatron's virtual stages): 4 layers on 2
+// ranks as 4 chunks of one layer, chunk c on rank c % 2, so rank 0 holds
+// layers 0 and 2 and rank 1 layers 1 and 3; 4 micro-batches. Rank 0 warms
+// up with (2 - 0 - 1)·2 + (2 - 1)·2 = 4 forwards in Megatron's order
+// (micro-batches 0, 1 on chunk 0, then 0, 1 on chunk 1, then 2 on chunk 0),
+// rank 1 with 2; "F0.1:2" is chunk 1's forward of micro-batch 0 on slot 2.
+// Chunk 1's functions are listed in `chunks`; the last chunk of the last rank
+// sends to the first rank's next chunk (peer -1 on 2 ranks).
+// RUN: printf 'model { preset: "tiny-llama" num_layers: 4 }\nparallel { pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4 }\ndata { seq_length: 8 }\n' > %t.vpp.job
+// RUN: braidc %t.vpp.job --compile-to=plan | FileCheck %s --check-prefix=VPP
+// VPP: plan.stage 0 {backward = @stage0_backward, chunks = [{backward = @stage0_chunk1_backward, forward = @stage0_chunk1_forward}], first_layer = 0 : i64, forward = @stage0_forward, num_layers = 2 : i64, schedule = ["F0:0", "F1:1", "F0.1:2", "F1.1:3", "F2:4",
+// VPP: plan.stage 1 {{.*}}schedule = ["F0:0", "F1:1", "F0.1:2", "B0.1:2",

@@ -439,3 +439,26 @@ TEST(PipelineValidation, SplitBackwardSchedules) {
   EXPECT_REFUSED(plan, "kind 3 is not FORWARD or BACKWARD (BACKWARD_WEIGHT "
                        "needs the stage's backward_weight function)");
 }
+
+// Interleaved stages: a step's chunk is one of the stage's, every stage has
+// as many chunks, and each chunk's functions exist.
+TEST(PipelineValidation, Chunks) {
+  Plan plan = pipelinePlan();
+  stepOf(plan, 0, 0)->set_chunk(1);
+  EXPECT_REFUSED(plan, "pipeline stage 0's schedule step 0: chunk 1 is "
+                       "outside the stage's 1 model chunks [0, 1)");
+  plan = pipelinePlan();
+  Chunk *chunk = plan.mutable_pipeline()->mutable_stages(1)->add_chunks();
+  chunk->set_forward(plan.pipeline().stages(1).forward());
+  chunk->set_backward(plan.pipeline().stages(1).backward());
+  EXPECT_REFUSED(plan, "pipeline stage 1 has 2 model chunks but stage 0 has "
+                       "1 (expected the same on every stage)");
+  plan = pipelinePlan();
+  for (int s = 0; s < 2; ++s) {
+    Chunk *c = plan.mutable_pipeline()->mutable_stages(s)->add_chunks();
+    c->set_forward("nowhere");
+    c->set_backward(plan.pipeline().stages(s).backward());
+  }
+  EXPECT_REFUSED(plan, "pipeline stage 0's chunk 1's forward names function "
+                       "'nowhere', which the plan does not have");
+}
