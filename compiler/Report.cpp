@@ -229,6 +229,7 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
     model.forward[s][k] = flops / 3;
     model.backward[s][k] = 2 * flops / 3;
     auto slots = stages[s]->getAttrOfType<IntegerAttr>("slots");
+    auto arena = stages[s]->getAttrOfType<IntegerAttr>("plan.arena_bytes");
     llvm::json::Object entry{
         {"stage", s},
         {"first_layer", cast<IntegerAttr>(info.get("first_layer")).getInt()},
@@ -236,6 +237,7 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
         {"flops_per_micro_batch", flops},
         {"parameter_bytes", paramBytes[s]},
         {"slots", slots ? slots.getInt() : 1},
+        {"rank_arena_bytes", arena ? arena.getInt() : 0},
     };
     if (v > 1)
       entry["chunk"] = k;
@@ -259,15 +261,17 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
     out["predicted"] = llvm::toString(timeline.takeError());
     return out;
   }
-  llvm::json::Array bubble, peak;
+  llvm::json::Array bubble, peak, busy;
   for (int64_t s = 0; s < p; ++s) {
     bubble.push_back(timeline->bubble[s]);
     peak.push_back(timeline->peakInFlight[s]);
+    busy.push_back(timeline->busy[s]);
   }
   out["predicted"] = llvm::json::Object{
       {"unit", "FLOP of work (uncalibrated; forward 1/3, backward 2/3 of a "
                "stage's FLOPs)"},
       {"step_time", timeline->stepTime},
+      {"busy_time", std::move(busy)},
       {"bubble_fraction", std::move(bubble)},
       {"peak_in_flight_micro_batches", std::move(peak)},
   };

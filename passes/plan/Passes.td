@@ -56,8 +56,9 @@ def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
     `plan.arena_bytes` on the module.
 
     With pipeline stages, each stage's buffers get their own arena (they
-    live on other ranks; the plan's arena is the largest), and a buffer
-    with `slots` takes that many copies, live for the whole step.
+    live on other ranks; the plan's arena is the largest, and each
+    `plan.stage` gets its own as `plan.arena_bytes`), and a buffer with
+    `slots` takes that many copies, live for the whole step.
   }];
 }
 

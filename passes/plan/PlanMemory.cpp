@@ -108,8 +108,16 @@ void PlanMemoryPass::runOnOperation() {
   for (BufferOp b : module.getOps<BufferOp>())
     byStage[b.getStage().value_or(0)].push_back(b);
   int64_t arena = 0;
-  for (auto &[stage, buffers] : byStage)
-    arena = std::max(arena, placeStage(module, buffers));
+  OpBuilder b(module.getContext());
+  std::map<int64_t, int64_t> stageArena;
+  for (auto &[stage, buffers] : byStage) {
+    stageArena[stage] = placeStage(module, buffers);
+    arena = std::max(arena, stageArena[stage]);
+  }
+  // Each pipeline stage's own arena, for the report.
+  for (StageOp stage : module.getOps<StageOp>())
+    stage->setAttr("plan.arena_bytes",
+                   b.getI64IntegerAttr(stageArena[stage.getIndex()]));
   module->setAttr("plan.arena_bytes",
                   OpBuilder(module.getContext()).getI64IntegerAttr(arena));
 }

@@ -36,6 +36,7 @@
 // REPORT: "schedule": "1f1b",
 // REPORT: "first_layer": 0,
 // REPORT: "num_layers": 1,
+// REPORT: "rank_arena_bytes": {{[1-9][0-9]*}},
 // REPORT: "slots": 4,
 // REPORT: "stage": 0
 
