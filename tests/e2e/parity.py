@@ -117,6 +117,10 @@ def main():
     for m in ("tiny-llama", "tiny-gpt2"):
         models.append((f"{m}-4layers", f'preset: "{m}" num_layers: 4',
                        pipeline_layouts))
+    # Interleaved on 4 ranks: 2 chunks each need 8 layers.
+    for m in ("tiny-llama", "tiny-gpt2"):
+        models.append((f"{m}-8layers", f'preset: "{m}" num_layers: 8',
+                       [("pp4-vpp2", 4, "pp: 4 vpp: 2 micro_batch_size: 1 global_batch_size: 4")]))
     worst_loss = worst_param = 0.0
     for model, base_fields, model_layouts in models:
         for dropout in (0.0, 0.1):
