@@ -237,7 +237,7 @@ TEST(PipelineExecutor, SendsFromSlots) {
   ASSERT_TRUE(e0.Write(h, {5, 6}, 0).ok());
   ASSERT_TRUE(e0.Write(h, {7, 8}, 1).ok());
   EXPECT_EQ(ranks.comm0.waits, 0); // the message is a copy
-  ASSERT_TRUE(e0.WaitSends().ok()); // posts it to the receiver
+  ASSERT_TRUE(e0.WaitSends().ok());
   receiver.join();
   EXPECT_EQ(*e1.Read(got), std::vector<double>({3, 4}));
 }

@@ -190,8 +190,6 @@ public:
                          int64_t count, plan::DType dtype,
                          exec::Reduction op) override {
     calls.push_back({{axes.begin(), axes.end()}, count, dtype, op});
-    if (absl::Status s = deliver(); !s.ok())
-      return s;
     return exchange.reduce(rank, data, count, dtype, op);
   }
   absl::Status AllGather(absl::Span<const std::string> axes, const void *in,
@@ -201,8 +199,6 @@ public:
                      dtype,
                      exec::Reduction::kSum,
                      "all-gather"});
-    if (absl::Status s = deliver(); !s.ok())
-      return s;
     return exchange.gather(rank, in, out, count, dtype);
   }
   absl::Status ReduceScatter(absl::Span<const std::string> axes, const void *in,
@@ -213,8 +209,6 @@ public:
                      dtype,
                      exec::Reduction::kSum,
                      "reduce-scatter"});
-    if (absl::Status s = deliver(); !s.ok())
-      return s;
     return exchange.reduceScatter(rank, in, out, countPerRank, dtype);
   }
 
@@ -238,8 +232,6 @@ public:
     if (!from.ok())
       return from.status();
     ++receives;
-    if (absl::Status s = deliver(); !s.ok())
-      return s;
     absl::StatusOr<PairExchange::Message> message = exchange.take(rank);
     if (!message.ok())
       return message.status();
@@ -253,22 +245,13 @@ public:
   }
   absl::Status WaitSends() override {
     ++waits;
-    return deliver();
+    return absl::OkStatus();
   }
-
-  /// The sends not yet delivered.
-  struct PendingSend {
-    int to;
-    std::string bytes;
-    int64_t count;
-    plan::DType dtype;
-  };
 
   PairExchange &exchange;
   int rank;
   std::vector<int64_t> coords;
   std::vector<Call> calls;
-  std::vector<PendingSend> pending;
   int sends = 0, receives = 0, waits = 0;
 
 private:
@@ -278,13 +261,6 @@ private:
           "no rank at offset ", offset, " along '", axis, "' from rank ", rank,
           " of 2"));
     return int(rank + offset);
-  }
-  /// Reads the pending sends' data and posts it, in order.
-  absl::Status deliver() {
-    for (const PendingSend &send : pending)
-      exchange.post(send.to, {send.bytes, send.count, send.dtype});
-    pending.clear();
-    return absl::OkStatus();
   }
 };
 
