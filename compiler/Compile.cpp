@@ -2,9 +2,12 @@
 
 #include "compiler/Compile.h"
 
+#include "dialects/plan/PlanDialect.h"
 #include "passes/model/Passes.h"
+#include "passes/model/Recompute.h"
 #include "passes/plan/Passes.h"
 
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/STLExtras.h"
@@ -13,6 +16,9 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <set>
 
 using namespace mlir;
 using namespace braid;
@@ -62,6 +68,14 @@ const PhaseInfo kPhases[] = {
        o.stageLayers = options.parallel.stageLayers;
        o.vpp = options.parallel.vpp;
        pm.addPass(model::createModelPipelinePartition(o));
+     }},
+    {Phase::Recompute, "recompute",
+     [](OpPassManager &pm, const CompileOptions &options) {
+       model::ModelRecomputeOptions o;
+       o.mode = options.parallel.recompute == "auto" ? "levels"
+                                                     : options.parallel.recompute;
+       o.levels = options.recomputeLevels;
+       pm.addPass(model::createModelRecompute(o));
      }},
     {Phase::Plan, "plan",
      [](OpPassManager &pm, const CompileOptions &options) {
@@ -130,6 +144,220 @@ std::vector<std::string> braid::phaseNames() {
   return names;
 }
 
+namespace {
+
+/// Adds the passes of the phases from `from` to `to` (inclusive) to `pm`;
+/// returns how many passes it added.
+unsigned addPhases(PassManager &pm, const CompileOptions &options, Phase from,
+                   Phase to) {
+  unsigned before = pm.size();
+  for (const PhaseInfo &info : kPhases) {
+    if (info.phase < from)
+      continue;
+    info.addPasses(pm, options);
+    if (info.phase == to)
+      break;
+  }
+  return pm.size() - before;
+}
+
+/// Each pipeline rank's arena bytes and slots (micro-batches in flight) in a
+/// compiled plan; rank 0 only without a pipeline.
+struct RankMemory {
+  int64_t arenaBytes = 0, slots = 1;
+};
+std::map<int64_t, RankMemory> rankMemory(ModuleOp module) {
+  std::map<int64_t, RankMemory> out;
+  for (auto stage : module.getOps<plan_ir::StageOp>()) {
+    RankMemory &m = out[stage.getIndex()];
+    if (auto arena = stage->getAttrOfType<IntegerAttr>("plan.arena_bytes"))
+      m.arenaBytes = arena.getInt();
+    m.slots = stage.getSlots().value_or(1);
+  }
+  if (out.empty())
+    if (auto arena = module->getAttrOfType<IntegerAttr>("plan.arena_bytes"))
+      out[0].arenaBytes = arena.getInt();
+  return out;
+}
+
+/// The refusal of a plan over the budget, naming the rank.
+llvm::Error checkBudget(ModuleOp module, const ParallelConfig &parallel) {
+  if (parallel.memoryBudgetBytes <= 0)
+    return llvm::Error::success();
+  for (auto [rank, m] : rankMemory(module))
+    if (m.arenaBytes > parallel.memoryBudgetBytes)
+      return error(llvm::formatv(
+          "the plan needs {0} bytes on pipeline rank {1}, more than "
+          "parallel.memory_budget_bytes = {2} (with parallel.recompute = "
+          "\"{3}\"); recompute more (--recompute selective | full | auto) or "
+          "split the model further",
+          m.arenaBytes, rank, parallel.memoryBudgetBytes, parallel.recompute));
+  return llvm::Error::success();
+}
+
+/// The levels of each layer that fit every rank's arena in the budget with
+/// the fewest recompute FLOPs (see runPhases). `module` is partitioned.
+llvm::Expected<std::vector<int64_t>>
+searchRecompute(ModuleOp module, const CompileOptions &options,
+                DictionaryAttr &summary) {
+  FailureOr<std::vector<model::LayerRecompute>> layers =
+      model::analyzeRecompute(module);
+  if (failed(layers))
+    return error("recompute: the step's layers cannot be analysed (see the "
+                 "diagnostics above)");
+  const int64_t budget = options.parallel.memoryBudgetBytes;
+  auto compileWith = [&](const std::vector<int64_t> &levels)
+      -> llvm::Expected<std::map<int64_t, RankMemory>> {
+    OwningOpRef<ModuleOp> clone(cast<ModuleOp>(module->clone()));
+    CompileOptions o = options;
+    o.recomputeLevels = levels;
+    PassManager pm(module->getContext());
+    addPhases(pm, o, Phase::Recompute, Phase::Plan);
+    if (failed(pm.run(*clone)))
+      return error("recompute auto: compiling a candidate failed (see the "
+                   "diagnostics above)");
+    return rankMemory(*clone);
+  };
+  auto largest = [](const std::map<int64_t, RankMemory> &m) {
+    int64_t most = 0, at = 0;
+    for (auto [rank, r] : m)
+      if (r.arenaBytes > most) {
+        most = r.arenaBytes;
+        at = rank;
+      }
+    return std::pair(most, at);
+  };
+  std::vector<int64_t> none(layers->size(), 0), full;
+  for (const model::LayerRecompute &l : *layers)
+    full.push_back(int64_t(l.levels.size()) - 1);
+  llvm::Expected<std::map<int64_t, RankMemory>> atFull = compileWith(full);
+  if (!atFull)
+    return atFull.takeError();
+  llvm::Expected<std::map<int64_t, RankMemory>> atNone = compileWith(none);
+  if (!atNone)
+    return atNone.takeError();
+  auto [fullBytes, fullRank] = largest(*atFull);
+  int64_t noneBytes = largest(*atNone).first;
+  Builder b(module.getContext());
+  auto record = [&](int64_t chosen, int64_t tries) {
+    summary = b.getDictionaryAttr(
+        {b.getNamedAttr("budget_bytes", b.getI64IntegerAttr(budget)),
+         b.getNamedAttr("none_bytes", b.getI64IntegerAttr(noneBytes)),
+         b.getNamedAttr("full_bytes", b.getI64IntegerAttr(fullBytes)),
+         b.getNamedAttr("chosen_bytes", b.getI64IntegerAttr(chosen)),
+         b.getNamedAttr("candidates_compiled", b.getI64IntegerAttr(tries))});
+  };
+  if (fullBytes > budget)
+    return error(llvm::formatv(
+        "parallel.memory_budget_bytes = {0}: no recompute choice fits. The "
+        "least any choice needs is {1} bytes per device (full recompute, "
+        "pipeline rank {2}); without recompute the plan needs {3}",
+        budget, fullBytes, fullRank, noneBytes));
+  if (noneBytes <= budget) {
+    record(noneBytes, 2);
+    return none;
+  }
+
+  // Each layer's rank, and each rank's room over full recompute.
+  std::map<int64_t, int64_t> rankOfStage;
+  if (auto stages = module->getAttrOfType<ArrayAttr>("model.pipeline"))
+    for (auto [c, attr] : llvm::enumerate(stages))
+      if (auto rank = cast<DictionaryAttr>(attr).getAs<IntegerAttr>("rank"))
+        rankOfStage[c] = rank.getInt();
+  std::map<int64_t, std::vector<size_t>> layersOfRank;
+  for (auto [i, l] : llvm::enumerate(*layers))
+    layersOfRank[l.stage < 0 ? 0 : rankOfStage[l.stage]].push_back(i);
+  std::map<int64_t, int64_t> room;
+  for (auto [rank, m] : *atFull)
+    room[rank] = budget - m.arenaBytes;
+
+  // Per rank, a multiple-choice knapsack over its layers: a level's weight is
+  // what its kept bytes add over full recompute, times the micro-batches the
+  // rank holds at once; its cost the FLOPs it recomputes. The room is cut
+  // into at most 4096 units, weights rounded up.
+  std::vector<int64_t> levels = full;
+  auto choose = [&](int64_t rank) {
+    const std::vector<size_t> &mine = layersOfRank[rank];
+    int64_t capacity = std::max<int64_t>(room[rank], 0);
+    int64_t unit = std::max<int64_t>(1, (capacity + 4095) / 4096);
+    int64_t units = capacity / unit;
+    int64_t slots = (*atFull)[rank].slots;
+    const double kInf = std::numeric_limits<double>::infinity();
+    std::vector<double> cost(units + 1, kInf);
+    cost[0] = 0;
+    std::vector<std::vector<int64_t>> pick(mine.size(),
+                                           std::vector<int64_t>(units + 1, -1));
+    for (auto [k, i] : llvm::enumerate(mine)) {
+      const model::LayerRecompute &l = (*layers)[i];
+      std::vector<double> next(units + 1, kInf);
+      for (int64_t c = 0; c <= units; ++c) {
+        if (cost[c] == kInf)
+          continue;
+        for (auto [j, level] : llvm::enumerate(l.levels)) {
+          int64_t extra = slots * (level.keptBytes - l.levels.back().keptBytes);
+          int64_t w = (extra + unit - 1) / unit;
+          if (c + w > units || cost[c] + level.flops >= next[c + w])
+            continue;
+          next[c + w] = cost[c] + level.flops;
+          pick[k][c + w] = int64_t(j);
+        }
+      }
+      cost = std::move(next);
+    }
+    int64_t at = 0;
+    for (int64_t c = 1; c <= units; ++c)
+      if (cost[c] < cost[at])
+        at = c;
+    for (size_t k = mine.size(); k-- > 0;) {
+      int64_t j = pick[k][at];
+      const model::LayerRecompute &l = (*layers)[mine[k]];
+      levels[mine[k]] = j;
+      int64_t extra = slots * (l.levels[j].keptBytes - l.levels.back().keptBytes);
+      at -= (extra + unit - 1) / unit;
+    }
+  };
+  // The knapsack counts kept activations as if all were alive at once,
+  // with the temporaries of full recompute; the compiled arena peaks at one
+  // moment, with its own temporaries. So compile each choice: a rank over
+  // the budget loses what it is over from its room, a rank under it gains
+  // its slack, and the cheapest choice that fits is kept.
+  auto flopsOf = [&](const std::vector<int64_t> &levels) {
+    double sum = 0;
+    for (auto [i, l] : llvm::enumerate(*layers))
+      sum += l.levels[levels[i]].flops;
+    return sum;
+  };
+  std::vector<int64_t> best = full;
+  double bestFlops = flopsOf(full);
+  int64_t bestBytes = fullBytes;
+  std::set<std::vector<int64_t>> seen;
+  int tries = 2;
+  for (int t = 0; t < 16; ++t) {
+    for (auto &[rank, _] : layersOfRank)
+      choose(rank);
+    if (!seen.insert(levels).second)
+      break; // the rooms lead back to a choice already compiled
+    llvm::Expected<std::map<int64_t, RankMemory>> got = compileWith(levels);
+    if (!got)
+      return got.takeError();
+    ++tries;
+    bool fits = true;
+    for (auto [rank, m] : *got)
+      fits &= m.arenaBytes <= budget;
+    if (fits && flopsOf(levels) < bestFlops) {
+      best = levels;
+      bestFlops = flopsOf(levels);
+      bestBytes = largest(*got).first;
+    }
+    for (auto [rank, m] : *got)
+      room[rank] += budget - m.arenaBytes + (m.arenaBytes > budget ? -64 : 0);
+  }
+  record(bestBytes, tries);
+  return best;
+}
+
+} // namespace
+
 llvm::Error braid::runPhases(ModuleOp module, const CompileOptions &options) {
   PassManager pm(module->getContext());
   if (!options.dumpIrDir.empty()) {
@@ -150,12 +378,32 @@ llvm::Error braid::runPhases(ModuleOp module, const CompileOptions &options) {
     pm.enableIRPrinting(
         std::make_unique<DumpToDirectory>(options.dumpIrDir, 1));
   }
-  for (const PhaseInfo &info : kPhases) {
-    info.addPasses(pm, options);
-    if (info.phase == options.compileTo)
-      break;
-  }
+  bool search = options.parallel.recompute == "auto" &&
+                options.recomputeLevels.empty() &&
+                options.compileTo >= Phase::Recompute;
+  addPhases(pm, options, Phase::Model,
+            search ? Phase::Partition : options.compileTo);
   if (failed(pm.run(module)))
     return error("compilation failed (see the diagnostics above)");
+  if (search) {
+    unsigned done = pm.size();
+    DictionaryAttr summary;
+    llvm::Expected<std::vector<int64_t>> levels =
+        searchRecompute(module, options, summary);
+    if (!levels)
+      return levels.takeError();
+    CompileOptions rest = options;
+    rest.recomputeLevels = *levels;
+    PassManager after(module->getContext());
+    if (!options.dumpIrDir.empty())
+      after.enableIRPrinting(
+          std::make_unique<DumpToDirectory>(options.dumpIrDir, 1 + done));
+    addPhases(after, rest, Phase::Recompute, options.compileTo);
+    if (failed(after.run(module)))
+      return error("compilation failed (see the diagnostics above)");
+    module->setAttr("model.recompute_budget", summary);
+  }
+  if (options.compileTo == Phase::Plan)
+    return checkBudget(module, options.parallel);
   return llvm::Error::success();
 }

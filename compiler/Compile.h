@@ -23,6 +23,7 @@ enum class Phase {
   Optimizer, ///< + clipping and AdamW: @train_step returns the new state
   Shard,     ///< the step of one rank of the mesh, with its collectives
   Partition, ///< its ops assigned to pipeline stages
+  Recompute, ///< saved activations dropped and recomputed in backward
   Plan,      ///< the `plan` program, every buffer placed in the arena
 };
 
@@ -39,11 +40,23 @@ struct CompileOptions {
   TrainConfig train;
   /// The mesh (the job's `parallel` section).
   ParallelConfig parallel;
+  /// With parallel.recompute = auto: the model-recompute level of each layer
+  /// (set by the search in runPhases).
+  std::vector<int64_t> recomputeLevels;
 };
 
 /// Runs the passes of every phase up to `options.compileTo` on `module`.
 /// Diagnostics go to the context's handler; the returned error says which
 /// phase failed.
+///
+/// With `parallel.recompute = auto` the recompute phase is a search: the
+/// plan is compiled with full recompute and with none (each rank's arena
+/// measured by plan-memory), then with the per-layer levels of
+/// model-recompute that cost the fewest recompute FLOPs while every rank's
+/// predicted growth over full recompute fits the budget (a multiple-choice
+/// knapsack per rank), and tightened until the compiled arenas fit. A
+/// budget that full recompute does not meet is an error that states what
+/// full recompute needs.
 llvm::Error runPhases(mlir::ModuleOp module, const CompileOptions &options);
 
 } // namespace braid

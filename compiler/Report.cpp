@@ -84,6 +84,59 @@ FlopCount braid::countFlops(ModuleOp module) {
   return count;
 }
 
+llvm::json::Object braid::recomputeReport(ModuleOp module,
+                                          int64_t microBatches) {
+  llvm::json::Object out;
+  auto layers = module->getAttrOfType<ArrayAttr>("model.recompute");
+  if (!layers)
+    return out;
+  auto strings = [](DictionaryAttr d, StringRef key) {
+    llvm::json::Array list;
+    if (auto a = d.getAs<ArrayAttr>(key))
+      for (Attribute s : a)
+        list.push_back(cast<StringAttr>(s).getValue().str());
+    return list;
+  };
+  llvm::json::Array list;
+  double flops = 0;
+  int64_t kept = 0, saved = 0;
+  for (Attribute attr : layers) {
+    auto d = cast<DictionaryAttr>(attr);
+    auto integer = [&](StringRef key) {
+      return d.getAs<IntegerAttr>(key).getInt();
+    };
+    double f = d.getAs<FloatAttr>("recompute_flops").getValueAsDouble();
+    flops += f;
+    kept += integer("input_bytes") + integer("kept_bytes");
+    saved += integer("input_bytes") + integer("saved_bytes");
+    list.push_back(llvm::json::Object{
+        {"layer", integer("layer")},
+        {"choice", d.getAs<StringAttr>("choice").getValue().str()},
+        {"input_bytes", integer("input_bytes")},
+        {"kept_bytes", integer("kept_bytes")},
+        {"activation_bytes", integer("input_bytes") + integer("kept_bytes")},
+        {"without_recompute_bytes",
+         integer("input_bytes") + integer("saved_bytes")},
+        {"recompute_flops", f},
+        {"kept", strings(d, "kept")},
+        {"recomputed", strings(d, "recomputed")},
+    });
+  }
+  out["layers"] = std::move(list);
+  out["activation_bytes_per_micro_batch"] = kept;
+  out["without_recompute_bytes_per_micro_batch"] = saved;
+  out["recompute_flops_per_micro_batch"] = flops;
+  out["recompute_flops_per_step"] = flops * double(microBatches);
+  if (auto budget = module->getAttrOfType<DictionaryAttr>("model.recompute_budget")) {
+    llvm::json::Object search;
+    for (NamedAttribute entry : budget)
+      search[entry.getName().getValue()] =
+          cast<IntegerAttr>(entry.getValue()).getInt();
+    out["budget_search"] = std::move(search);
+  }
+  return out;
+}
+
 llvm::json::Object braid::planMemoryReport(ModuleOp module) {
   llvm::json::Object byRole;
   std::map<std::string, int64_t> bytes;
@@ -226,8 +279,11 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
     int64_t s = c % p, k = c / p;
     auto info = cast<DictionaryAttr>(costs[c]);
     double flops = cast<FloatAttr>(info.get("flops")).getValueAsDouble();
+    double recompute = 0;
+    if (auto r = info.getAs<FloatAttr>("recompute_flops"))
+      recompute = r.getValueAsDouble();
     model.forward[s][k] = flops / 3;
-    model.backward[s][k] = 2 * flops / 3;
+    model.backward[s][k] = 2 * flops / 3 + recompute;
     auto slots = stages[s]->getAttrOfType<IntegerAttr>("slots");
     auto arena = stages[s]->getAttrOfType<IntegerAttr>("plan.arena_bytes");
     llvm::json::Object entry{
@@ -235,6 +291,7 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
         {"first_layer", cast<IntegerAttr>(info.get("first_layer")).getInt()},
         {"num_layers", cast<IntegerAttr>(info.get("num_layers")).getInt()},
         {"flops_per_micro_batch", flops},
+        {"recompute_flops_per_micro_batch", recompute},
         {"parameter_bytes", paramBytes[s]},
         {"slots", slots ? slots.getInt() : 1},
         {"rank_arena_bytes", arena ? arena.getInt() : 0},
@@ -269,7 +326,7 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
   }
   out["predicted"] = llvm::json::Object{
       {"unit", "FLOP of work (uncalibrated; forward 1/3, backward 2/3 of a "
-               "stage's FLOPs)"},
+               "stage's FLOPs, plus what its backward recomputes)"},
       {"step_time", timeline->stepTime},
       {"busy_time", std::move(busy)},
       {"bubble_fraction", std::move(bubble)},

@@ -50,6 +50,13 @@ FlopCount countFlops(mlir::ModuleOp module);
 /// from the `model` IR of a compile.
 llvm::json::Value buildReport(mlir::ModuleOp module, const ModelConfig &config);
 
+/// model-recompute's choices (module attribute model.recompute): per layer
+/// the choice, the bytes of activations it keeps per micro-batch (its
+/// inputs and kept saved values) against keeping everything, the FLOPs it
+/// recomputes and which values; with `--recompute auto`, the budget search.
+/// Empty before the recompute phase.
+llvm::json::Object recomputeReport(mlir::ModuleOp module, int64_t microBatches);
+
 /// The memory plan of a module after plan-memory: the arena size and the
 /// bytes of its buffers by role.
 llvm::json::Object planMemoryReport(mlir::ModuleOp module);

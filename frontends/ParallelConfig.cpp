@@ -134,12 +134,26 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                    llvm::Twine(model.seqLength) +
                    " (sequence parallelism splits the sequence among the tp "
                    "ranks)");
-  if (p.has_recompute() && p.recompute() != "none")
-    return notYet("parallel.recompute = \"" + p.recompute() + "\"");
+  if (p.has_recompute()) {
+    if (p.recompute() != "none" && p.recompute() != "selective" &&
+        p.recompute() != "full" && p.recompute() != "auto")
+      return invalid("parallel.recompute = \"" + p.recompute() +
+                     "\" is not one of none, selective, full, auto");
+    c.recompute = p.recompute();
+  }
+  if (p.has_memory_budget_bytes()) {
+    if (p.memory_budget_bytes() < 1)
+      return invalid("parallel.memory_budget_bytes = " +
+                     llvm::Twine(p.memory_budget_bytes()) +
+                     " must be at least 1 (bytes per device)");
+    c.memoryBudgetBytes = p.memory_budget_bytes();
+  }
+  if (c.recompute == "auto" && c.memoryBudgetBytes == 0)
+    return invalid("parallel.recompute = \"auto\" chooses what to recompute "
+                   "to fit a memory budget: give parallel.memory_budget_bytes "
+                   "(--memory-budget BYTES)");
   if (p.has_zero() && p.zero() != 0)
     return notYet("parallel.zero = " + llvm::Twine(p.zero()));
-  if (p.has_memory_budget_bytes())
-    return notYet("parallel.memory_budget_bytes");
 
   int64_t perStep = model.microBatchSize * c.dp;
   c.globalBatchSize = p.has_global_batch_size() ? p.global_batch_size() : perStep;

@@ -34,6 +34,13 @@ struct ParallelConfig {
   /// accumulation steps).
   int64_t microBatches = 1;
 
+  /// Activation recomputation (model-recompute): none | selective | full |
+  /// auto (the least recomputation whose plan fits memoryBudgetBytes).
+  std::string recompute = "none";
+  /// The most arena bytes any rank may use (0: no budget). With recompute
+  /// auto it steers the choice; otherwise a plan over it is refused.
+  int64_t memoryBudgetBytes = 0;
+
   int64_t worldSize() const { return tp * pp * dp; }
 };
 

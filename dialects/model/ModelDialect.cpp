@@ -262,6 +262,26 @@ LogicalResult ModelDialect::verifyOperationAttribute(Operation *op,
           "model.pipeline must be a list of stages on the module");
     return success();
   }
+  if (attr.getName() == "model.recomputed") {
+    // A forward op cloned into a backward layer by model-recompute.
+    if (!llvm::isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError("model.recomputed must be a unit attribute");
+    return success();
+  }
+  if (attr.getName() == "model.recompute_budget") {
+    // braidc --recompute auto's search: the budget and what it found.
+    if (!llvm::isa<ModuleOp>(op) || !llvm::isa<DictionaryAttr>(attr.getValue()))
+      return op->emitOpError(
+          "model.recompute_budget must be a dictionary on the module");
+    return success();
+  }
+  if (attr.getName() == "model.recompute") {
+    // model-recompute's choice per layer, for the report.
+    if (!llvm::isa<ModuleOp>(op) || !llvm::isa<ArrayAttr>(attr.getValue()))
+      return op->emitOpError(
+          "model.recompute must be a list of layers on the module");
+    return success();
+  }
   if (attr.getName() == "model.config") {
     if (!llvm::isa<ModuleOp>(op) || !llvm::isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError(

@@ -206,4 +206,50 @@ def ModelPipelinePartition : Pass<"model-pipeline-partition", "mlir::ModuleOp"> 
   let dependentDialects = ["::braid::model::ModelDialect"];
 }
 
+def ModelRecompute : Pass<"model-recompute", "mlir::ModuleOp"> {
+  let summary = "Recomputes saved activations in backward instead of keeping them";
+  let description = [{
+    Each forward layer of `@train_step` keeps, for its backward layer, its
+    inputs (the residual stream, the parameters) and the values autodiff
+    saved (its extra results). This pass drops some saved values: the forward
+    ops that make a dropped value from the layer's inputs and the saved
+    values still kept are cloned at the start of the backward layer (marked
+    `model.recomputed`), so the value lives only while the backward needs it.
+
+    `mode`:
+    - `none`: keep everything;
+    - `selective`: drop each saved value whose recomputation needs no matrix
+      product and no collective (norm outputs, activation functions, rotary
+      embeddings of kept inputs, ...). The attention core of Korthikanti et
+      al. 2022 (scores, softmax, dropout of the probabilities) is never kept:
+      `model.attention` recomputes it in `model.attention_grad`, as flash
+      attention does.
+    - `full`: drop every saved value (Megatron's full recompute: only the
+      layer's inputs are kept);
+    - `levels`: layer `i` (in layer order) takes level `levels[i]` of its
+      nested choices (Recompute.h): level 0 keeps everything, the last keeps
+      nothing, each level in between drops one more value, the one whose
+      recomputation costs the fewest FLOPs per byte freed. `braidc
+      --recompute auto` picks the levels that fit a memory budget.
+
+    Dropout recomputes the same mask: it is keyed by the seed, the step,
+    the op's `rng_id` and the element's index, never by how often it ran.
+    Recomputed collectives (tensor and sequence parallelism) run again on
+    every rank of their group, so the ranks stay in step.
+
+    The module gets `model.recompute`, one entry per layer: the choice, the
+    bytes of its inputs, the saved bytes it keeps, the FLOPs it recomputes,
+    and which saved values (by the op that makes them) it keeps and
+    recomputes. With a pipeline, each stage's `flops` in `model.pipeline`
+    grows by its recomputation.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", "\"none\"",
+           "none | selective | full | levels">,
+    ListOption<"levels", "levels", "int64_t",
+               "with mode=levels: the level of each layer, in layer order">
+  ];
+  let dependentDialects = ["::braid::model::ModelDialect"];
+}
+
 #endif // BRAID_PASSES_MODEL_PASSES_TD

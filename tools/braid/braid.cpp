@@ -52,7 +52,7 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] "
+  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] "
                << exec::kTrainerFlagsUsage
                << "\n"
                << "       braid view PLAN -o FILE.html\n";
@@ -201,6 +201,8 @@ int main(int argc, char **argv) {
   std::map<std::string, int64_t> mesh; // --dp, --tp, --pp
   bool sequenceParallel = false;        // --sp
   std::string schedule;             // --schedule
+  std::string recompute;            // --recompute
+  int64_t memoryBudget = 0;         // --memory-budget
   std::vector<int64_t> stageLayers;     // --stage-layers
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -225,6 +227,19 @@ int main(int argc, char **argv) {
     }
     if (arg == "--schedule") {
       schedule = value;
+      continue;
+    }
+    if (arg == "--recompute") {
+      recompute = value;
+      continue;
+    }
+    if (arg == "--memory-budget") {
+      char *end = nullptr;
+      long long n = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 1)
+        return usage("--memory-budget=" + value +
+                     " is not a positive number of bytes");
+      memoryBudget = n;
       continue;
     }
     if (arg == "--stage-layers") {
@@ -264,6 +279,10 @@ int main(int argc, char **argv) {
     job->mutable_parallel()->set_sp(true);
   if (!schedule.empty())
     job->mutable_parallel()->set_schedule(schedule);
+  if (!recompute.empty())
+    job->mutable_parallel()->set_recompute(recompute);
+  if (memoryBudget > 0)
+    job->mutable_parallel()->set_memory_budget_bytes(memoryBudget);
   if (!stageLayers.empty()) {
     job->mutable_parallel()->clear_stage_layers();
     for (int64_t n : stageLayers)

@@ -92,6 +92,16 @@ static cl::list<int64_t> stageLayersFlag(
 static cl::opt<int64_t> ppFlag("pp",
                               cl::desc("Pipeline-parallel degree (parallel.pp)"),
                               cl::cat(category));
+static cl::opt<std::string> recomputeFlag(
+    "recompute",
+    cl::desc("Activation recomputation: none | selective | full | auto "
+             "(parallel.recompute)"),
+    cl::cat(category));
+static cl::opt<int64_t> memoryBudget(
+    "memory-budget",
+    cl::desc("Most arena bytes per device; recompute auto fits it "
+             "(parallel.memory_budget_bytes)"),
+    cl::cat(category));
 static cl::opt<int64_t> globalBatch(
     "global-batch-size",
     cl::desc("Samples per optimizer step (parallel.global_batch_size)"),
@@ -155,6 +165,10 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     for (int64_t n : stageLayersFlag)
       job.mutable_parallel()->add_stage_layers(n);
   }
+  if (recomputeFlag.getNumOccurrences())
+    job.mutable_parallel()->set_recompute(recomputeFlag);
+  if (memoryBudget.getNumOccurrences())
+    job.mutable_parallel()->set_memory_budget_bytes(memoryBudget);
   if (globalBatch.getNumOccurrences())
     job.mutable_parallel()->set_global_batch_size(globalBatch);
   if (precision.getNumOccurrences()) {
@@ -253,6 +267,10 @@ int main(int argc, char **argv) {
     if (!report)
       return fail(errorMessage);
     llvm::json::Value json = buildReport(*graph, *config);
+    llvm::json::Object recompute =
+        recomputeReport(*module, parallel->microBatches);
+    if (!recompute.empty())
+      json.getAsObject()->try_emplace("recompute", std::move(recompute));
     if ((*module)->hasAttr("plan.arena_bytes")) {
       json.getAsObject()->try_emplace("memory", planMemoryReport(*module));
       json.getAsObject()->try_emplace(
