@@ -13,6 +13,7 @@ does not match the plan and of a rank that dies mid-run.
 
 import argparse
 import json
+import re
 import math
 import os
 import signal
@@ -74,6 +75,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--loss-rtol", type=float, default=1e-5)
     ap.add_argument("--param-rtol", type=float, default=1e-4)
+    ap.add_argument("--only", default="",
+                    help="run only the layouts whose name matches this regular expression")
     args = ap.parse_args()
     b = lambda tool: os.path.join(args.bin, tool)
     os.makedirs(args.work, exist_ok=True)
@@ -112,6 +115,15 @@ def main():
         ("pp2-uneven", 2, "pp: 2 micro_batch_size: 1 global_batch_size: 4 stage_layers: 3 stage_layers: 1"),
         ("pp2-tp2-dp2", 8, "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4"),
         ("pp2-tp2-sp-dp2", 8, "pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4"),
+        # Recomputation: each mode on tp 2 x pp 2 x dp 2; auto with a budget
+        # halfway between what full recompute and none need ({budget}).
+        ("pp2-tp2-dp2-selective", 8,
+         'pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 recompute: "selective"'),
+        ("pp2-tp2-dp2-full", 8,
+         'pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 recompute: "full"'),
+        ("pp2-tp2-sp-dp2-auto", 8,
+         'pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4 '
+         'recompute: "auto" memory_budget_bytes: {budget}'),
     ]
     models = [(m, f'preset: "{m}"', layouts) for m in ("tiny-llama", "tiny-gpt2")]
     for m in ("tiny-llama", "tiny-gpt2"):
@@ -129,7 +141,25 @@ def main():
             if model.startswith("tiny-gpt2"):
                 model_fields += f" embedding_dropout: {dropout}"
 
+            def largest_arena(name, parallel):
+                """The largest rank's arena of the plan `parallel` makes."""
+                job, report = w(f"{tag}-{name}.textproto"), w(f"{tag}-{name}.json")
+                with open(job, "w") as f:
+                    f.write(f"model {{ {model_fields} }}\nparallel {{ {parallel} }}\n"
+                            f"data {{ seq_length: 32 }}\n")
+                run([b("braidc"), job, "--emit=plan", "-o", w(f"{tag}-{name}.plan"),
+                     "--report", report])
+                with open(report) as f:
+                    r = json.load(f)
+                stages = r.get("pipeline", {}).get("stages", [])
+                return max([s["rank_arena_bytes"] for s in stages] or [r["memory"]["arena_bytes"]])
+
             def train(name, ranks, parallel):
+                if "{budget}" in parallel:
+                    base = parallel.split("recompute:")[0]
+                    low = largest_arena(name + "-full", base + 'recompute: "full"')
+                    high = largest_arena(name + "-none", base)
+                    parallel = parallel.replace("{budget}", str((low + high) // 2))
                 job = w(f"{tag}-{name}.textproto")
                 with open(job, "w") as f:
                     f.write(f"model {{ {model_fields} }}\n"
@@ -146,8 +176,11 @@ def main():
                 assert len(losses) == args.steps, (name, len(losses))
                 return losses, read_safetensors(params)
 
+            chosen = [l for l in model_layouts if re.search(args.only, l[0])]
+            if not chosen:
+                continue
             serial_losses, serial_params = train("serial", 1, "micro_batch_size: 4")
-            for name, ranks, parallel in model_layouts:
+            for name, ranks, parallel in chosen:
                 losses, params = train(name, ranks, parallel)
                 dl = max(abs(a - s) / abs(s) for a, s in zip(losses, serial_losses))
                 dp = 0.0
@@ -169,6 +202,8 @@ def main():
     print(f"largest loss difference {worst_loss:.2e} (limit {args.loss_rtol}), "
           f"largest parameter difference {worst_param:.2e} (limit {args.param_rtol})")
 
+    if args.only:
+        return  # the checks below use the dp2 plan of the whole run
     # A job whose size does not match the plan is refused, naming both.
     plan = w("tiny-llama-dropout0.0-dp2.plan")
     p = subprocess.run(mpirun(3) + [b("braid-run"), plan, "--data", w("data")],
