@@ -152,6 +152,12 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     if (std::optional<StringRef> f = stage.getUpdate())
       ps->set_update(f->str());
     ps->set_slots(stage.getSlots().value_or(1));
+    // The stage's own arena: its ranks allocate this, not the largest one.
+    auto stageArena = stage->getAttrOfType<IntegerAttr>("plan.arena_bytes");
+    if (!stageArena)
+      return error("pipeline stage " + llvm::Twine(stage.getIndex()) +
+                   " has no plan.arena_bytes: run plan-memory first");
+    ps->set_arena_bytes(stageArena.getInt());
     std::optional<ArrayAttr> schedule = stage.getSchedule();
     if (!schedule)
       return error("pipeline stage " + llvm::Twine(stage.getIndex()) +

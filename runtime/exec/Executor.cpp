@@ -11,11 +11,15 @@
 #include "absl/strings/str_join.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace braid::exec {
 namespace {
@@ -91,20 +95,76 @@ Executor::Create(plan::Plan plan, Communicator *comm) {
   executor->comm_ = comm;
   for (const Buffer &b : executor->plan_.buffers())
     executor->bytes_.push_back(numel(b) * plan::DTypeBytes(b.dtype()));
-  // One allocation for the whole run; zeroed so that a buffer read before it
-  // is written holds zeros, not garbage.
-  executor->arena_.reset(new (std::nothrow)
-                             uint8_t[std::max<int64_t>(executor->plan_.arena_bytes(), 1)]());
-  if (!executor->arena_)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate the plan's arena of ", executor->plan_.arena_bytes(),
-        " bytes"));
+  // The rank's arena: its stage's (the loader checked that the stage's
+  // buffers lie inside it), or the plan's.
+  const plan::Plan &p = executor->plan_;
+  executor->arenaBytes_ = p.arena_bytes();
+  if (p.pipeline().stages_size() > 0) {
+    if (comm)
+      for (int i = 0; i < p.mesh().axes_size(); ++i)
+        if (p.mesh().axes(i) == "pp")
+          executor->stage_ = comm->Coordinates()[i];
+    executor->arenaBytes_ =
+        p.pipeline().stages(int(executor->stage_)).arena_bytes();
+  }
+  // One anonymous private mapping for the whole run. The kernel gives a
+  // page, zeroed, when it is first touched: a buffer read before it is
+  // written holds zeros, nothing is touched here, and TouchedArenaBytes
+  // counts the pages the run used. No transparent huge pages: one touch
+  // would make 2 MiB resident, and the count would be the kernel's
+  // allocation grain rather than the run's use.
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  executor->mapped_ =
+      std::max<size_t>((size_t(executor->arenaBytes_) + page - 1) / page, 1) *
+      page;
+  void *arena = mmap(nullptr, executor->mapped_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (arena == MAP_FAILED)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map the rank's arena of ", executor->arenaBytes_,
+                     " bytes: ", std::strerror(errno)));
+  executor->arena_ = static_cast<uint8_t *>(arena);
+#ifdef MADV_NOHUGEPAGE
+  (void)madvise(arena, executor->mapped_, MADV_NOHUGEPAGE);
+#endif
   return executor;
 }
 
 Executor::~Executor() {
-  // Messages still leaving: finish them while the communicator is there.
+  // Messages still leaving: finish them while the communicator is there
+  // (and before the arena they may have been sent from goes).
   (void)WaitSends();
+  if (arena_)
+    munmap(arena_, mapped_);
+}
+
+int64_t Executor::TouchedArenaBytes() const {
+  // The operating system's count of the arena's pages that are mapped in,
+  // which is the pages the run has read or written: it does not look at the
+  // plan's offsets, so a buffer planned but never touched, or bytes touched
+  // outside any buffer, show up as a difference from ArenaBytes.
+  if (arenaBytes_ == 0)
+    return 0;
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident(mapped_ / page);
+  if (mincore(arena_, mapped_, resident.data()) != 0)
+    return -1;
+  int64_t touched = 0;
+  for (size_t i = 0; i < resident.size(); ++i)
+    if (resident[i] & 1)
+      touched +=
+          std::min<int64_t>(int64_t(page), arenaBytes_ - int64_t(i * page));
+  return touched;
+}
+
+absl::Status Executor::checkOwned(int id) const {
+  const Buffer &b = plan_.buffers(id);
+  if (plan_.pipeline().stages_size() == 0 || b.stage() == stage_)
+    return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("buffer '", b.name(), "' belongs to pipeline stage ",
+                   b.stage(), ", which other ranks run; this rank runs stage ",
+                   stage_, " and holds only its arena"));
 }
 
 int Executor::FindBuffer(absl::string_view name) const {
@@ -146,6 +206,8 @@ absl::Status Executor::Write(int id, absl::Span<const double> values,
     return absl::InvalidArgumentError(absl::StrCat(
         "buffer '", b.name(), "' holds ", numel(b), " elements, not ",
         values.size()));
+  if (absl::Status s = checkOwned(id); !s.ok())
+    return s;
   if (absl::Status s = checkSlot(id, slot); !s.ok())
     return s;
   void *p = address(id, slot);
@@ -174,6 +236,8 @@ absl::StatusOr<std::vector<double>> Executor::Read(int id,
   if (id < 0 || id >= plan_.buffers_size())
     return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
   const Buffer &b = plan_.buffers(id);
+  if (absl::Status s = checkOwned(id); !s.ok())
+    return s;
   if (absl::Status s = checkSlot(id, slot); !s.ok())
     return s;
   std::vector<double> out(numel(b));
@@ -208,13 +272,18 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context,
   if (index < 0)
     return absl::NotFoundError(absl::StrCat("the plan has no function '", name, "'"));
   const plan::Function *fn = &plan_.functions(index);
-  // Every buffer it names has the slot, before anything runs.
+  // Every buffer it names is in this rank's arena and has the slot, before
+  // anything runs.
   for (const Instruction &inst : fn->body())
     for (const auto *ids : {&inst.inputs(), &inst.outputs()})
-      for (int32_t id : *ids)
-        if (absl::Status s = checkSlot(id, slot); !s.ok())
+      for (int32_t id : *ids) {
+        absl::Status s = checkOwned(id);
+        if (s.ok())
+          s = checkSlot(id, slot);
+        if (!s.ok())
           return absl::Status(s.code(), absl::StrCat("function '", name,
                                                      "': ", s.message()));
+      }
   auto execute = [&](const Instruction &inst) -> absl::Status {
     if (inst.kernel() == plan::SEND || inst.kernel() == plan::RECV)
       return runPointToPoint(inst, slot);

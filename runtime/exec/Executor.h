@@ -1,10 +1,17 @@
 //===- Executor.h - Runs the functions of a plan on the CPU -----*- C++ -*-===//
 //
 // The executor owns one arena per rank, allocated once at the size the plan
-// states, and runs a plan function by calling one CPU kernel per instruction
-// on arena addresses. Every size a kernel uses is derived from buffer shapes
-// that the plan loader has validated, so a plan that loads cannot make the
-// executor touch memory outside the arena.
+// states for the rank (its pipeline stage's Stage.arena_bytes, or
+// Plan.arena_bytes without a pipeline), and runs a plan function by calling
+// one CPU kernel per instruction on arena addresses. Every size a kernel uses
+// is derived from buffer shapes that the plan loader has validated, so a plan
+// that loads cannot make the executor touch memory outside the arena; the
+// buffers of other pipeline stages, which lie outside it, are refused.
+//
+// The arena is an anonymous private mapping: the kernel hands out zeroed
+// pages when they are first touched, so nothing is touched at start-up and
+// TouchedArenaBytes can count, independently of the plan's offsets, how much
+// of the predicted arena the run really used.
 //
 // A buffer with slots >= 2 (Buffer.slots) has one copy per micro-batch in
 // flight on a pipeline stage: a function run on slot k reads and writes copy
@@ -46,6 +53,8 @@ struct StepContext {
 class Executor {
 public:
   ~Executor();
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
 
   /// Validates `plan` (as the loader does) and allocates its arena. `comm`
   /// runs the plan's collectives; without one, a collective whose group is a
@@ -78,6 +87,23 @@ public:
   /// without a communicator.
   absl::Status WaitSends();
 
+  /// The pipeline stage whose program this rank runs: its coordinate along
+  /// the mesh axis "pp" (0 without a pipeline or without a communicator).
+  int64_t Stage() const { return stage_; }
+
+  /// Bytes of this rank's arena: what the plan predicts and the executor
+  /// allocated (the stage's Stage.arena_bytes with a pipeline, else
+  /// Plan.arena_bytes).
+  int64_t ArenaBytes() const { return arenaBytes_; }
+  /// Bytes of the arena the run has touched so far, as the operating system
+  /// counts them: the arena's resident pages (mincore) times the page size,
+  /// the last page counted only up to the arena's end. A page counts once
+  /// anything on it has been read or written (a page that is only read maps
+  /// the kernel's shared zero page, which costs no memory but is counted
+  /// here); pages are never given back, so this is the peak so far. -1 when
+  /// the system cannot tell (mincore fails; errno says why).
+  int64_t TouchedArenaBytes() const;
+
   /// Seconds spent in each kernel since profiling was enabled (indexed by
   /// plan::Kernel); empty while profiling is off.
   void EnableProfile() { profile_.assign(plan::Kernel_ARRAYSIZE, 0.0); }
@@ -92,6 +118,9 @@ public:
 
 private:
   explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
+  /// Whether buffer `id` is in this rank's arena: every buffer without a
+  /// pipeline, the stage's own with one.
+  absl::Status checkOwned(int id) const;
   template <typename T>
   absl::Status runInstruction(const plan::Instruction &inst,
                               const StepContext &context, int64_t slot);
@@ -100,7 +129,7 @@ private:
   /// Copy `slot` of buffer `id` (a validated slot, or any for one copy).
   void *address(int id, int64_t slot) const {
     const plan::Buffer &b = plan_.buffers(id);
-    return arena_.get() + b.offset() + (b.slots() >= 2 ? slot * bytes_[id] : 0);
+    return arena_ + b.offset() + (b.slots() >= 2 ? slot * bytes_[id] : 0);
   }
   /// Whether `slot` is a copy of buffer `id`: any slot >= 0 of a buffer of
   /// one copy, [0, slots) of a slotted one.
@@ -110,7 +139,12 @@ private:
   int64_t rankCoordinate(const plan::Instruction &inst) const;
 
   plan::Plan plan_;
-  std::unique_ptr<uint8_t[]> arena_;
+  /// The rank's arena: `mapped_` bytes mapped at `arena_` (at least one page
+  /// even for an empty arena), of which the first arenaBytes_ are the plan's.
+  uint8_t *arena_ = nullptr;
+  int64_t arenaBytes_ = 0;
+  size_t mapped_ = 0;
+  int64_t stage_ = 0;
   /// Bytes of one copy of each buffer.
   std::vector<int64_t> bytes_;
   Communicator *comm_ = nullptr;

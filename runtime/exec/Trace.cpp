@@ -198,10 +198,15 @@ std::string Trace::EventsJson(int64_t rank,
 }
 
 std::string TraceProcessName(const plan::Mesh &mesh, const Communicator *comm) {
+  return RankName(mesh, comm ? comm->Rank() : 0,
+                  comm ? absl::Span<const int64_t>(comm->Coordinates())
+                       : absl::Span<const int64_t>());
+}
+
+std::string RankName(const plan::Mesh &mesh, int64_t rank,
+                     absl::Span<const int64_t> coordinates) {
   auto coordinate = [&](int axis) -> int64_t {
-    if (!comm || axis >= int(comm->Coordinates().size()))
-      return 0;
-    return comm->Coordinates()[axis];
+    return axis < int(coordinates.size()) ? coordinates[axis] : 0;
   };
   std::vector<std::string> parts;
   for (const char *axis : {"pp", "dp", "tp"}) {
@@ -214,8 +219,7 @@ std::string TraceProcessName(const plan::Mesh &mesh, const Communicator *comm) {
   for (int i = 0; i < mesh.axes_size(); ++i)
     if (mesh.axes(i) != "pp" && mesh.axes(i) != "dp" && mesh.axes(i) != "tp")
       parts.push_back(absl::StrCat(mesh.axes(i), " ", coordinate(i)));
-  return absl::StrCat("rank ", comm ? comm->Rank() : 0, " (",
-                      absl::StrJoin(parts, ", "), ")");
+  return absl::StrCat("rank ", rank, " (", absl::StrJoin(parts, ", "), ")");
 }
 
 absl::Status WriteTrace(const Trace &trace, const plan::Mesh &mesh,

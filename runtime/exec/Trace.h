@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 #include <chrono>
 #include <cstdint>
@@ -107,6 +108,11 @@ private:
 /// coordinates along the mesh's axes pp, dp and tp (0 along those the mesh
 /// lacks) and then any other axis of the mesh; rank 0 without `comm`.
 std::string TraceProcessName(const plan::Mesh &mesh, const Communicator *comm);
+
+/// The same name for rank `rank` at `coordinates` (one per mesh axis, in its
+/// order; missing ones are 0), for a rank that reports on the others.
+std::string RankName(const plan::Mesh &mesh, int64_t rank,
+                     absl::Span<const int64_t> coordinates);
 
 /// Every rank of the job calls it once, at the same point: gathers the
 /// ranks' events to rank 0 (with `comm`, over every axis of `mesh`) and

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -251,6 +252,50 @@ absl::Status tracedCommunication(Trace *trace, const char *name,
   return s;
 }
 
+/// Every rank's arena, predicted (what the rank allocated, as the plan sized
+/// it) and touched (the operating system's count of the pages the run used),
+/// gathered onto rank 0, which writes one line per rank to `log`.
+absl::Status reportMemory(const Executor &e, std::ostream *log) {
+  const plan::Plan &plan = e.plan();
+  Communicator *comm = e.communicator();
+  int64_t ranks = plan::WorldSize(plan);
+  int64_t touched = e.TouchedArenaBytes();
+  if (touched < 0)
+    return absl::InternalError(
+        absl::StrCat("cannot count the arena's touched pages (mincore): ",
+                     std::strerror(errno)));
+  std::vector<double> mine = {double(e.ArenaBytes()), double(touched)};
+  std::vector<double> all = mine;
+  if (comm && ranks > 1) {
+    std::vector<std::string> axes(plan.mesh().axes().begin(),
+                                  plan.mesh().axes().end());
+    all.resize(2 * ranks);
+    if (absl::Status s =
+            comm->AllGather(axes, mine.data(), all.data(), 2, plan::F64);
+        !s.ok())
+      return absl::Status(s.code(), absl::StrCat("gathering the ranks' arena "
+                                                 "bytes: ",
+                                                 s.message()));
+  } else {
+    ranks = 1;
+  }
+  if (!log)
+    return absl::OkStatus();
+  // The all-gather over every axis orders the ranks row-major over the
+  // mesh's axes: place r is rank r.
+  for (int64_t r = 0; r < ranks; ++r) {
+    int64_t predicted = int64_t(all[2 * r]), used = int64_t(all[2 * r + 1]);
+    *log << absl::StrFormat(
+        "memory: %s: predicted %d B, touched %d B (%s)\n",
+        RankName(plan.mesh(), r, plan::MeshCoordinates(plan.mesh(), r)),
+        predicted, used,
+        predicted > 0 ? absl::StrFormat("%.2f %%", 100.0 * double(used) /
+                                                       double(predicted))
+                      : std::string("nothing predicted"));
+  }
+  return absl::OkStatus();
+}
+
 } // namespace
 
 const char kTrainerFlagsUsage[] =
@@ -314,12 +359,7 @@ DataShare DataShareOf(const Executor &e) {
   return share;
 }
 
-int64_t StageOf(const Executor &e) {
-  int pp = axisIndex(e.plan().mesh(), "pp");
-  if (pp < 0 || !e.communicator())
-    return 0;
-  return e.communicator()->Coordinates()[pp];
-}
+int64_t StageOf(const Executor &e) { return e.Stage(); }
 
 absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
                                const FeedMicroBatch &feed) {
@@ -748,6 +788,32 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     }
     trace->Start();
   }
+  // The arena's bytes after a step: this rank's allocation (the plan's
+  // prediction) and what the run has touched of it (the operating system's
+  // count), each the largest over the job's ranks.
+  std::vector<std::string> allAxes(plan.mesh().axes().begin(),
+                                   plan.mesh().axes().end());
+  bool severalRanks = options.comm && plan::WorldSize(plan) > 1;
+  auto arenaBytes = [&](double bytes[2]) -> absl::Status {
+    int64_t touched = e.TouchedArenaBytes();
+    if (touched < 0)
+      return absl::InternalError(
+          absl::StrCat("cannot count the arena's touched pages (mincore): ",
+                       std::strerror(errno)));
+    bytes[0] = double(e.ArenaBytes());
+    bytes[1] = double(touched);
+    if (!severalRanks)
+      return absl::OkStatus();
+    std::string group = absl::StrJoin(allAxes, ",");
+    return tracedCommunication(
+        e.trace(), "ALL_REDUCE",
+        "braid-run: the arena's predicted and touched bytes, the largest "
+        "over the ranks",
+        group.c_str(), [&] {
+          return options.comm->AllReduce(allAxes, bytes, 2, plan::F64,
+                                         Reduction::kMax);
+        });
+  };
   auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> sample;
   std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
@@ -809,8 +875,12 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
                  TraceThread::kStep, stepStart, now,
                  absl::StrFormat("\"step\": %d, \"loss\": %.9g", s, lossValue));
     double tokensPerS = double(globalBatch * seq) / std::max(stepTime, 1e-9);
+    double memory[2];
+    if (absl::Status st = arenaBytes(memory); !st.ok())
+      return st;
     if (records)
-      records->push_back({s, lossValue, rate, norm, stepTime});
+      records->push_back({s, lossValue, rate, norm, stepTime,
+                          int64_t(memory[0]), int64_t(memory[1])});
     if (options.log && (s % std::max<int64_t>(options.logEvery, 1) == 0 || s == steps))
       *options.log << absl::StrFormat(
           "step %*d/%d  loss %.4f  lr %.3e  grad norm %.3f  %.0f tokens/s  "
@@ -821,9 +891,9 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       metrics << absl::StrFormat(
           "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
           "\"tokens\": %d, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, "
-          "\"peak_mem_bytes\": %d}\n",
+          "\"predicted_mem_bytes\": %d, \"peak_mem_bytes\": %d}\n",
           s, lossValue, rate, norm, globalBatch * seq, stepTime, tokensPerS,
-          plan.arena_bytes());
+          int64_t(memory[0]), int64_t(memory[1]));
   }
   if (trace) {
     e.SetTrace(nullptr);
@@ -840,6 +910,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (!options.saveParams.empty())
     if (absl::Status s = saveParameters(e, options.saveParams); !s.ok())
       return s;
+  if (absl::Status s = reportMemory(e, options.log); !s.ok())
+    return s;
   if (options.profile && options.log) {
     const std::vector<double> &p = e.Profile();
     double total = 0, gemm = 0;

@@ -61,6 +61,10 @@ struct TrainerOptions {
 struct StepRecord {
   int64_t step;
   double loss, lr, gradNorm, stepTimeS;
+  /// The arena after the step, the largest over the job's ranks: the bytes
+  /// the plan gives a rank (Executor::ArenaBytes) and the bytes the run has
+  /// touched (Executor::TouchedArenaBytes, the operating system's count).
+  int64_t predictedMemBytes = 0, peakMemBytes = 0;
 };
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
@@ -102,8 +106,9 @@ DataShare DataShareOf(const Executor &executor);
 absl::StatusOr<double> RunStep(Executor &executor, uint64_t seed,
                                int64_t step, const FeedMicroBatch &feed);
 
-/// The pipeline stage of the rank that runs `executor`: its coordinate along
-/// the mesh axis "pp" (0 without one or without other ranks).
+/// The pipeline stage of the rank that runs `executor` (Executor::Stage): its
+/// coordinate along the mesh axis "pp" (0 without a pipeline or without
+/// other ranks).
 int64_t StageOf(const Executor &executor);
 
 /// Writes the inputs of micro-batch `micro` (0-based) of the current step
@@ -127,7 +132,10 @@ using FeedSlot = std::function<absl::Status(int64_t micro, int64_t slot)>;
 absl::StatusOr<double> RunPipelineStep(Executor &executor, uint64_t seed,
                                        int64_t step, const FeedSlot &feed);
 
-/// Trains; returns the per-step records through `records` when given.
+/// Trains; returns the per-step records through `records` when given. At the
+/// end, rank 0 writes to `log` one line per rank of its arena: the bytes
+/// predicted (allocated) and touched, e.g. "memory: rank 1 (pp 1, dp 0,
+/// tp 0): predicted 1234567 B, touched 1234000 B (99.95 %)".
 absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
                    std::vector<StepRecord> *records = nullptr);
 

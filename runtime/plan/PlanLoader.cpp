@@ -1020,25 +1020,51 @@ absl::Status validatePipeline(const Plan &plan,
 }
 
 /// Buffers of the pipeline's stages: a stage's functions name only its
-/// buffers, and its slotted buffers have one copy per slot of the stage.
+/// buffers, its slotted buffers have one copy per slot of the stage, and
+/// every copy lies inside the stage's own arena (Stage.arena_bytes, which
+/// is what its ranks allocate). The buffers have been validated against
+/// Plan.arena_bytes, so their ends cannot overflow.
 absl::Status validateStageBuffers(const Plan &plan,
                                   const std::map<std::string, int> &stageOf) {
   const Pipeline &p = plan.pipeline();
   if (p.stages_size() == 0)
     return absl::OkStatus();
-  for (int s = 0; s < p.stages_size(); ++s)
+  for (int s = 0; s < p.stages_size(); ++s) {
     if (p.stages(s).slots() < 1)
       return absl::InvalidArgumentError(
           absl::StrCat("pipeline stage ", s, " has slots = ",
                        p.stages(s).slots(), ", expected at least 1"));
+    int64_t arena = p.stages(s).arena_bytes();
+    if (arena < 0 || arena > plan.arena_bytes())
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline stage ", s, " has arena_bytes = ", arena,
+                       ", outside [0, ", plan.arena_bytes(),
+                       "] (the plan's arena_bytes, the largest stage's)"));
+  }
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const Buffer &b = plan.buffers(i);
-    int64_t slots = p.stages(b.stage()).slots();
+    const Stage &stage = p.stages(b.stage());
+    int64_t slots = stage.slots();
     if (b.slots() >= 2 && b.slots() != slots)
       return absl::InvalidArgumentError(absl::StrCat(
           "buffer ", i, " ('", b.name(), "') of stage ", b.stage(), " has ",
           b.slots(), " slots but the stage has ", slots, " (expected ", slots,
           " slots, or 0 or 1 for a single copy)"));
+    int64_t bytes = numel(b) * DTypeBytes(b.dtype());
+    int64_t copies = std::max<int64_t>(b.slots(), 1);
+    int64_t end = b.offset() + bytes * copies;
+    if (end > stage.arena_bytes())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer ", i, " ('", b.name(), "') of stage ", b.stage(),
+          " occupies bytes [", b.offset(), ", ", end, ")",
+          copies > 1
+              ? absl::StrCat(" (", copies, " slots of ", bytes, " bytes)")
+              : "",
+          ", which leave stage ", b.stage(), "'s arena of ",
+          stage.arena_bytes(), " bytes",
+          stage.arena_bytes() == 0
+              ? " (the stage states no arena_bytes: compile the plan again)"
+              : ""));
   }
   for (const Function &fn : plan.functions()) {
     auto it = stageOf.find(fn.name());

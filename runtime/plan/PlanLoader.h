@@ -12,9 +12,11 @@
 // different, shorter program.
 //
 // Validation guarantees what the executor relies on to never touch memory
-// outside the arena: every buffer lies inside it, every instruction names
-// existing buffers, and every kernel's operands have the shapes, dtypes and
-// attributes the kernel derives its extents from.
+// outside the arena: every buffer lies inside it (with pipeline stages,
+// inside its stage's arena, Stage.arena_bytes, which is all its ranks
+// allocate), every instruction names existing buffers, and every kernel's
+// operands have the shapes, dtypes and attributes the kernel derives its
+// extents from.
 //
 //===----------------------------------------------------------------------===//
 

@@ -11,7 +11,6 @@ does not match the plan and of a rank that dies mid-run.
   parity.py --bin BUILD/bin --work DIR --corpus TEXT [--steps N]
 """
 
-import argparse
 import json
 import re
 import math
@@ -22,19 +21,11 @@ import subprocess
 import sys
 import time
 
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return p
+from harness import Setup, mpirun, run
 
 
-def mpirun(n):
-    cmd = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd
+
+
 
 
 def read_safetensors(path):
@@ -68,26 +59,16 @@ def noise_only(name, values):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--corpus", required=True)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--loss-rtol", type=float, default=1e-5)
-    ap.add_argument("--param-rtol", type=float, default=1e-4)
-    ap.add_argument("--only", default="",
-                    help="run only the layouts whose name matches this regular expression")
-    args = ap.parse_args()
-    b = lambda tool: os.path.join(args.bin, tool)
-    os.makedirs(args.work, exist_ok=True)
-    w = lambda name: os.path.join(args.work, name)
-
+    def options(ap):
+        ap.add_argument("--steps", type=int, default=20)
+        ap.add_argument("--loss-rtol", type=float, default=1e-5)
+        ap.add_argument("--param-rtol", type=float, default=1e-4)
+        ap.add_argument("--only", default="",
+                        help="run only the layouts whose name matches this regular expression")
+    setup = Setup(options)
+    args, b, w = setup.args, setup.b, setup.w
     # 200 KB of real text, bytes as tokens.
-    with open(args.corpus, "rb") as f:
-        text = f.read(200_000)
-    with open(w("corpus.txt"), "wb") as f:
-        f.write(text)
-    run([b("braid-data"), "preprocess", "--input", w("corpus.txt"), "--output-prefix", w("data")])
+    setup.dataset(200_000)
 
     # (name, mpirun ranks, extra parallel fields): global batch 4 throughout.
     layouts = [

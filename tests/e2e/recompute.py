@@ -33,40 +33,24 @@
   recompute.py --bin BUILD/bin --work DIR --corpus TEXT
 """
 
-import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return p
+from harness import Setup, mpirun, run
 
 
-def mpirun(n):
-    cmd = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd
+
+
 
 
 MEMORY_LINE = re.compile(r"^memory: rank (\d+) \([^)]*\): predicted (\d+) B, touched (\d+) B")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--corpus", required=True)
-    args = ap.parse_args()
-    b = lambda tool: os.path.join(args.bin, tool)
-    os.makedirs(args.work, exist_ok=True)
-    w = lambda name: os.path.join(args.work, name)
+    setup = Setup()
+    b, w = setup.b, setup.w
 
     def compile_job(name, text, *flags):
         job, plan, report = w(name + ".textproto"), w(name + ".plan"), w(name + ".json")
@@ -109,11 +93,7 @@ def main():
         sys.exit("FAILED: " + "; ".join(failures))
 
     # 2. --recompute auto under budgets.
-    with open(args.corpus, "rb") as f:
-        text = f.read(100_000)
-    with open(w("corpus.txt"), "wb") as f:
-        f.write(text)
-    run([b("braid-data"), "preprocess", "--input", w("corpus.txt"), "--output-prefix", w("data")])
+    setup.dataset(100_000)
     llama = ('model { preset: "tiny-llama" num_layers: 4 hidden_dropout: 0.1 }\n'
              "train { steps: 3 lr: 3e-3 warmup_steps: 1 seed: 7 }\n"
              "data { seq_length: 32 }\n")

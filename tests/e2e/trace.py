@@ -14,47 +14,24 @@ began (up to --skew-ms).
   trace.py --bin BUILD/bin --work DIR --corpus TEXT
 """
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "lit", "tools", "Inputs"))
 import check_trace  # noqa: E402
+from harness import Setup, mpirun, run  # noqa: E402
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return p
 
 
-def mpirun(n):
-    cmd = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--corpus", required=True)
-    ap.add_argument("--skew-ms", type=float, default=20.0)
-    args = ap.parse_args()
-    b = lambda tool: os.path.join(args.bin, tool)
-    os.makedirs(args.work, exist_ok=True)
-    w = lambda name: os.path.join(args.work, name)
-
-    with open(args.corpus, "rb") as f:
-        text = f.read(100_000)
-    with open(w("corpus.txt"), "wb") as f:
-        f.write(text)
-    run([b("braid-data"), "preprocess", "--input", w("corpus.txt"), "--output-prefix", w("data")])
+    setup = Setup(lambda ap: ap.add_argument("--skew-ms", type=float, default=20.0))
+    args, b, w = setup.args, setup.b, setup.w
+    setup.dataset(100_000)
 
     # (name, ranks, model fields, parallel fields, micro-batches per rank,
     # pipeline): global batch 4 throughout.

@@ -142,6 +142,8 @@ void addStage(plan::Plan &p, int s, int stages,
     stage->set_backward_weight(weight->name());
   stage->set_update(update->name());
   stage->set_slots(slots);
+  // Its buffers end where the plan's arena now ends.
+  stage->set_arena_bytes(p.arena_bytes());
   std::map<int64_t, int64_t> slotOf;
   std::vector<bool> busy(slots, false);
   for (const pipeline::Step &from : order) {

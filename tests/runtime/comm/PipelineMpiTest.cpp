@@ -187,6 +187,9 @@ TEST(PipelineMpi, ExecutorRunsAPipelinePlan) {
     stage->set_backward(prefix + "backward");
     stage->set_update(prefix + "update");
     stage->set_slots(2);
+    // The buffers are laid out one after the other over both stages: each
+    // stage's arena ends with its last buffer.
+    stage->set_arena_bytes(b.offset);
     for (int64_t m : {0, 1})
       addCall(stage, ScheduleStep::FORWARD, m, m);
     for (int64_t m : {0, 1})

@@ -12,12 +12,15 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
 
+#include "PipelinePlans.h"
 #include "PlanBuilder.h"
 
 #include "gtest/gtest.h"
 
 #include <cmath>
 #include <random>
+
+#include <unistd.h>
 
 using namespace braid;
 using namespace braid::plan;
@@ -134,6 +137,66 @@ TEST(Executor, RefusesBadTokensAndUnsupportedDtypes) {
   ASSERT_TRUE(e16.ok());
   s = (*e16)->Run("f", {});
   EXPECT_NE(s.message().find("needs the CUDA backend"), absl::string_view::npos) << s;
+}
+
+// The arena is allocated untouched, and TouchedArenaBytes counts the pages
+// the run has read or written (the operating system's count), the last page
+// only up to the arena's end: three buffers of a page each, then one of 64
+// bytes on a fourth page.
+TEST(Executor, TouchedArenaBytesCountsThePagesTheRunUsed) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  Builder b;
+  int x = b.buffer("x", F32, {page / 4}, INPUT);
+  int y = b.buffer("y", F32, {page / 4}, ACTIVATION);
+  int z = b.buffer("z", F32, {page / 4}, ACTIVATION);
+  int t = b.buffer("t", F32, {16}, ACTIVATION);
+  ASSERT_EQ(b.plan.arena_bytes(), 3 * page + 64);
+  Function *fn = b.function("f");
+  b.add(fn, ADD, {x, y}, {z});
+  b.add(fn, ZERO, {}, {t});
+  auto created = exec::Executor::Create(b.plan);
+  ASSERT_TRUE(created.ok()) << created.status();
+  exec::Executor &e = **created;
+  EXPECT_EQ(e.ArenaBytes(), 3 * page + 64);
+  EXPECT_EQ(e.TouchedArenaBytes(), 0);
+  ASSERT_TRUE(e.Write(x, std::vector<double>(page / 4, 1.0)).ok());
+  EXPECT_EQ(e.TouchedArenaBytes(), page);
+  // A page that is only read counts too (it maps the zero page).
+  EXPECT_EQ((*e.Read(y))[0], 0.0);
+  EXPECT_EQ(e.TouchedArenaBytes(), 2 * page);
+  // z = x + y and t = 0 write the last two pages, the last one counted only
+  // up to the arena's end.
+  ASSERT_TRUE(e.Run("f", {}).ok());
+  EXPECT_EQ(e.TouchedArenaBytes(), 3 * page + 64);
+  EXPECT_EQ((*e.Read(z))[page / 4 - 1], 1.0);
+}
+
+// With pipeline stages, a rank allocates its own stage's arena and refuses
+// the buffers and functions of the other stages, which lie outside it.
+TEST(Executor, ARankHoldsItsStagesArena) {
+  exec_test::TinyModel model;
+  Plan plan = exec_test::tinyPipelinePlan(model, "1f1b");
+  ASSERT_NE(plan.pipeline().stages(0).arena_bytes(),
+            plan.pipeline().stages(1).arena_bytes());
+  auto created = exec::Executor::Create(plan); // no other ranks: stage 0
+  ASSERT_TRUE(created.ok()) << created.status();
+  exec::Executor &e = **created;
+  EXPECT_EQ(e.Stage(), 0);
+  EXPECT_EQ(e.ArenaBytes(), plan.pipeline().stages(0).arena_bytes());
+  int head = e.FindBuffer("lm_head.weight", 1);
+  ASSERT_GE(head, 0);
+  absl::Status s =
+      e.Write(head, std::vector<double>(model.vocab * model.hidden));
+  EXPECT_EQ(s.message(),
+            "buffer 'lm_head.weight' belongs to pipeline stage 1, which other "
+            "ranks run; this rank runs stage 0 and holds only its arena");
+  EXPECT_FALSE(e.Read(head).ok());
+  s = e.Run("s1.zero_grads", {});
+  EXPECT_EQ(s.message(),
+            "function 's1.zero_grads': buffer 'lm_head.weight.grad' belongs to "
+            "pipeline stage 1, which other ranks run; this rank runs stage 0 "
+            "and holds only its arena");
+  EXPECT_TRUE(e.Run("s0.zero_grads", {}).ok());
 }
 
 } // namespace

@@ -142,7 +142,7 @@ inline plan::Plan tinySerialPlan(const TinyModel &m) {
 /// compute the same). `schedule` is "gpipe" (every forward, then every
 /// backward: stage 0 and 1 hold all micro-batches, one slot each) or "1f1b"
 /// (stage 0 holds 2 micro-batches, stage 1 one). The stages' buffers share
-/// the arena's bytes: each starts at 0.
+/// the arena's bytes: each starts at 0, and each has its own arena.
 inline plan::Plan tinyPipelinePlan(const TinyModel &m,
                                    const std::string &schedule,
                                    const std::string &extraAxis = "",
@@ -227,7 +227,8 @@ inline plan::Plan tinyPipelinePlan(const TinyModel &m,
   p2p(b.add(f, SEND, {dh1}, {}), -1);
   f = b.function("s1.update");
   addUpdate(b, f, {head}, {dhead}, moments1, lr, step, norm, scale, "pp");
-  b.plan.set_arena_bytes(std::max(arena0, b.offset));
+  int64_t arena1 = b.offset;
+  b.plan.set_arena_bytes(std::max(arena0, arena1));
   setMaxNorm(b.plan, m.maxNorm);
 
   *b.plan.mutable_training() = tinyTraining(m);
@@ -251,6 +252,7 @@ inline plan::Plan tinyPipelinePlan(const TinyModel &m,
     stage->set_update(prefix + "update");
     int64_t slots = s ? slots1 : slots0;
     stage->set_slots(slots);
+    stage->set_arena_bytes(s ? arena1 : arena0);
     if (gpipe) {
       for (int64_t k = 0; k < m.micros; ++k)
         call(stage, ScheduleStep::FORWARD, k, k);

@@ -414,6 +414,19 @@ TEST_P(PipelineTrainer, TrainsLikeTheWholeModel) {
     // Both ranks report the same values.
     EXPECT_EQ(got[r].records[2].loss, got[0].records[2].loss);
     EXPECT_EQ(got[r].records[2].gradNorm, got[0].records[2].gradNorm);
+    // The arena, the largest over the ranks: the largest stage's, touched
+    // whole (each stage's fits in one page).
+    EXPECT_EQ(got[r].records[2].predictedMemBytes, pipelined.arena_bytes());
+    EXPECT_EQ(got[r].records[2].peakMemBytes, pipelined.arena_bytes());
+  }
+  // Rank 0 reports every rank's own arena.
+  for (int s = 0; s < 2; ++s) {
+    std::string bytes =
+        std::to_string(pipelined.pipeline().stages(s).arena_bytes());
+    std::string line = "memory: rank " + std::to_string(s) + " (pp " +
+                       std::to_string(s) + ", dp 0, tp 0): predicted " + bytes +
+                       " B, touched " + bytes + " B (100.00 %)\n";
+    EXPECT_NE(got[0].log.find(line), std::string::npos) << got[0].log;
   }
   // The norm was clipped, and training moved the loss.
   EXPECT_GT(want.records[0].gradNorm, model.maxNorm);

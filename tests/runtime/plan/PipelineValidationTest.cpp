@@ -2,7 +2,8 @@
 //
 // The loader's checks of pipeline parallelism: the "pp" axis of the mesh and
 // the stages' functions, buffers of a stage and their slots (inside the
-// arena, one per slot of the stage), each stage's schedule, the
+// arena and the stage's own, one per slot of the stage), each stage's
+// arena, each stage's schedule, the
 // point-to-point kernels, and GRAD_NORM's replicated_copies. Every refusal
 // names what it found and what it expected.
 //
@@ -64,6 +65,7 @@ Plan pipelinePlan() {
   int scale = b.buffer("scale", F32, {}, WORKSPACE, 0, 1);
   // No padding after the last buffer: the arena ends with it.
   b.plan.set_arena_bytes(b.plan.buffers(scale).offset() + 4);
+  int64_t arena0 = b.plan.buffers(h1).offset();
   auto p2p = [](Instruction *inst, int64_t peer) {
     inst->set_rank_axis("pp");
     (*inst->mutable_int_attrs())["peer"] = peer;
@@ -97,6 +99,7 @@ Plan pipelinePlan() {
   s0->set_forward("s0.forward");
   s0->set_backward("s0.backward");
   s0->set_slots(2);
+  s0->set_arena_bytes(arena0);
   addStep(s0, ScheduleStep::FORWARD, 0, 0);
   addStep(s0, ScheduleStep::FORWARD, 1, 1);
   addStep(s0, ScheduleStep::BACKWARD, 0, 0);
@@ -106,6 +109,8 @@ Plan pipelinePlan() {
   s1->set_backward("s1.backward");
   s1->set_update("s1.update");
   s1->set_slots(1);
+  // Stage 1's buffers come after stage 0's (they could start at 0).
+  s1->set_arena_bytes(b.plan.arena_bytes());
   for (int64_t m : {0, 1}) {
     addStep(s1, ScheduleStep::FORWARD, m, 0);
     addStep(s1, ScheduleStep::BACKWARD, m, 0);
@@ -232,6 +237,55 @@ TEST(PipelineValidation, Slots) {
   // One copy (slots 0 or 1) is allowed on a stage of any number of slots.
   plan = pipelinePlan();
   plan.mutable_buffers(1)->set_slots(1);
+  EXPECT_EQ(errorOf(plan), "");
+}
+
+// Each stage's own arena (what its ranks allocate): inside [0, the plan's
+// arena], and every copy of every buffer of the stage inside it. Stage 0's
+// buffers end at byte 320 (dw0, [256, 320)); dh's two slots are [192, 224)
+// and [224, 256).
+TEST(PipelineValidation, StageArenas) {
+  Plan plan = pipelinePlan();
+  ASSERT_EQ(plan.pipeline().stages(0).arena_bytes(), 320);
+  int64_t arena = plan.arena_bytes();
+  plan.mutable_pipeline()->mutable_stages(1)->set_arena_bytes(-1);
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: pipeline stage 1 has arena_bytes = -1, outside [0, " +
+                std::to_string(arena) +
+                "] (the plan's arena_bytes, the largest stage's)");
+  plan = pipelinePlan();
+  plan.mutable_pipeline()->mutable_stages(0)->set_arena_bytes(arena + 1);
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: pipeline stage 0 has arena_bytes = " +
+                std::to_string(arena + 1) + ", outside [0, " +
+                std::to_string(arena) +
+                "] (the plan's arena_bytes, the largest stage's)");
+  // A buffer that ends after its stage's arena.
+  plan = pipelinePlan();
+  plan.mutable_pipeline()->mutable_stages(0)->set_arena_bytes(319);
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: buffer 4 ('dw0') of stage 0 occupies bytes [256, 320), "
+            "which leave stage 0's arena of 319 bytes");
+  // Every slot counts: dh's second copy ends at 256.
+  plan = pipelinePlan();
+  plan.mutable_pipeline()->mutable_stages(0)->set_arena_bytes(255);
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: buffer 3 ('dh') of stage 0 occupies bytes [192, 256) (2 "
+            "slots of 32 bytes), which leave stage 0's arena of 255 bytes");
+  // A plan whose stages state no arena (one from before Stage.arena_bytes)
+  // is refused with a hint, not run in the wrong arena.
+  plan = pipelinePlan();
+  for (Stage &stage : *plan.mutable_pipeline()->mutable_stages())
+    stage.clear_arena_bytes();
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: buffer 0 ('x') of stage 0 occupies bytes [0, 64) (2 slots "
+            "of 32 bytes), which leave stage 0's arena of 0 bytes (the stage "
+            "states no arena_bytes: compile the plan again)");
+  // A stage may have more than it needs, and the plan's arena more than the
+  // largest stage's.
+  plan = pipelinePlan();
+  plan.set_arena_bytes(arena + 64);
+  plan.mutable_pipeline()->mutable_stages(0)->set_arena_bytes(arena + 64);
   EXPECT_EQ(errorOf(plan), "");
 }
 
