@@ -81,6 +81,8 @@ const PhaseInfo kPhases[] = {
      [](OpPassManager &pm, const CompileOptions &options) {
        plan_ir::PlanLowerOptions lower;
        lower.splitBackward = options.parallel.schedule == "zb-h1";
+       lower.zero = options.parallel.zero;
+       lower.zeroBucketBytes = options.parallel.zeroBucketBytes;
        pm.addPass(plan_ir::createPlanLower(lower));
        plan_ir::PlanScheduleOptions o;
        o.scheme = options.parallel.schedule;
@@ -162,9 +164,11 @@ unsigned addPhases(PassManager &pm, const CompileOptions &options, Phase from,
 }
 
 /// Each pipeline rank's arena bytes and slots (micro-batches in flight) in a
-/// compiled plan; rank 0 only without a pipeline.
+/// compiled plan, with model chunks each chunk's (chunk_slots; `slots` is
+/// the largest); rank 0 only without a pipeline.
 struct RankMemory {
   int64_t arenaBytes = 0, slots = 1;
+  std::vector<int64_t> chunkSlots;
 };
 std::map<int64_t, RankMemory> rankMemory(ModuleOp module) {
   std::map<int64_t, RankMemory> out;
@@ -173,6 +177,8 @@ std::map<int64_t, RankMemory> rankMemory(ModuleOp module) {
     if (auto arena = stage->getAttrOfType<IntegerAttr>("plan.arena_bytes"))
       m.arenaBytes = arena.getInt();
     m.slots = stage.getSlots().value_or(1);
+    if (std::optional<ArrayRef<int64_t>> pools = stage.getChunkSlots())
+      m.chunkSlots.assign(pools->begin(), pools->end());
   }
   if (out.empty())
     if (auto arena = module->getAttrOfType<IntegerAttr>("plan.arena_bytes"))
@@ -259,11 +265,14 @@ searchRecompute(ModuleOp module, const CompileOptions &options,
   }
 
   // Each layer's rank, and each rank's room over full recompute.
-  std::map<int64_t, int64_t> rankOfStage;
+  std::map<int64_t, int64_t> rankOfStage, chunkOfStage;
   if (auto stages = module->getAttrOfType<ArrayAttr>("model.pipeline"))
-    for (auto [c, attr] : llvm::enumerate(stages))
+    for (auto [c, attr] : llvm::enumerate(stages)) {
       if (auto rank = cast<DictionaryAttr>(attr).getAs<IntegerAttr>("rank"))
         rankOfStage[c] = rank.getInt();
+      if (auto chunk = cast<DictionaryAttr>(attr).getAs<IntegerAttr>("chunk"))
+        chunkOfStage[c] = chunk.getInt();
+    }
   std::map<int64_t, std::vector<size_t>> layersOfRank;
   for (auto [i, l] : llvm::enumerate(*layers))
     layersOfRank[l.stage < 0 ? 0 : rankOfStage[l.stage]].push_back(i);
@@ -273,7 +282,8 @@ searchRecompute(ModuleOp module, const CompileOptions &options,
 
   // Per rank, a multiple-choice knapsack over its layers: a level's weight is
   // what its kept bytes add over full recompute, times the micro-batches the
-  // rank holds at once; its cost the FLOPs it recomputes. The room is cut
+  // layer's chunk holds at once (its slots); its cost the FLOPs it
+  // recomputes. The room is cut
   // into at most 4096 units, weights rounded up.
   std::vector<int64_t> levels = full;
   auto choose = [&](int64_t rank) {
@@ -281,7 +291,12 @@ searchRecompute(ModuleOp module, const CompileOptions &options,
     int64_t capacity = std::max<int64_t>(room[rank], 0);
     int64_t unit = std::max<int64_t>(1, (capacity + 4095) / 4096);
     int64_t units = capacity / unit;
-    int64_t slots = (*atFull)[rank].slots;
+    const RankMemory &memory = (*atFull)[rank];
+    auto slotsOf = [&](const model::LayerRecompute &l) {
+      size_t chunk = l.stage < 0 ? 0 : size_t(chunkOfStage[l.stage]);
+      return chunk < memory.chunkSlots.size() ? memory.chunkSlots[chunk]
+                                              : memory.slots;
+    };
     const double kInf = std::numeric_limits<double>::infinity();
     std::vector<double> cost(units + 1, kInf);
     cost[0] = 0;
@@ -294,7 +309,8 @@ searchRecompute(ModuleOp module, const CompileOptions &options,
         if (cost[c] == kInf)
           continue;
         for (auto [j, level] : llvm::enumerate(l.levels)) {
-          int64_t extra = slots * (level.keptBytes - l.levels.back().keptBytes);
+          int64_t extra =
+              slotsOf(l) * (level.keptBytes - l.levels.back().keptBytes);
           int64_t w = (extra + unit - 1) / unit;
           if (c + w > units || cost[c] + level.flops >= next[c + w])
             continue;
@@ -312,7 +328,8 @@ searchRecompute(ModuleOp module, const CompileOptions &options,
       int64_t j = pick[k][at];
       const model::LayerRecompute &l = (*layers)[mine[k]];
       levels[mine[k]] = j;
-      int64_t extra = slots * (l.levels[j].keptBytes - l.levels.back().keptBytes);
+      int64_t extra =
+          slotsOf(l) * (l.levels[j].keptBytes - l.levels.back().keptBytes);
       at -= (extra + unit - 1) / unit;
     }
   };

@@ -43,6 +43,7 @@ plan::BufferRole roleOf(StringRef role) {
       .Case("activation", plan::ACTIVATION)
       .Case("input", plan::INPUT)
       .Case("workspace", plan::WORKSPACE)
+      .Case("bucket", plan::BUCKET)
       .Default(plan::ROLE_UNSPECIFIED);
 }
 
@@ -152,6 +153,9 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     if (std::optional<StringRef> f = stage.getUpdate())
       ps->set_update(f->str());
     ps->set_slots(stage.getSlots().value_or(1));
+    if (std::optional<ArrayRef<int64_t>> pools = stage.getChunkSlots())
+      for (int64_t n : *pools)
+        ps->add_chunk_slots(n);
     // The stage's own arena: its ranks allocate this, not the largest one.
     auto stageArena = stage->getAttrOfType<IntegerAttr>("plan.arena_bytes");
     if (!stageArena)

@@ -7,6 +7,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <limits>
 #include <map>
@@ -138,21 +139,113 @@ llvm::json::Object braid::recomputeReport(ModuleOp module,
 }
 
 llvm::json::Object braid::planMemoryReport(ModuleOp module) {
-  llvm::json::Object byRole;
-  std::map<std::string, int64_t> bytes;
-  for (Operation &op : module.getBody()->getOperations()) {
-    if (op.getName().getStringRef() != "plan.buffer")
+  // A bucket's bytes are its members': each view lies in one, so count the
+  // buckets by their members' role and leave the views out.
+  llvm::StringMap<std::string> bucketRole;
+  SmallVector<Operation *> buffers;
+  for (Operation &op : module.getBody()->getOperations())
+    if (op.getName().getStringRef() == "plan.buffer")
+      buffers.push_back(&op);
+  auto roleOf = [](Operation *op) {
+    return cast<StringAttr>(op->getAttr("role")).getValue().str();
+  };
+  for (Operation *op : buffers)
+    if (auto parent = op->getAttrOfType<FlatSymbolRefAttr>("view_of"))
+      bucketRole[parent.getValue()] = roleOf(op);
+  auto bytesOf = [](Operation *op) {
+    auto type = cast<RankedTensorType>(cast<TypeAttr>(op->getAttr("type")).getValue());
+    int64_t slots = 1;
+    if (auto s = op->getAttrOfType<IntegerAttr>("slots"))
+      slots = std::max<int64_t>(s.getInt(), 1);
+    return type.getNumElements() * getElementBytes(type.getElementType()) * slots;
+  };
+  // Parameters some ADAMW of the rank updates (directly or in a bucket);
+  // the others are copies another stage updates (a tied embedding).
+  llvm::StringSet<> updated;
+  module.walk([&](Operation *op) {
+    if (op->getName().getStringRef() == "plan.kernel" &&
+        cast<StringAttr>(op->getAttr("kernel")).getValue() == "ADAMW")
+      if (auto inputs = op->getAttrOfType<ArrayAttr>("inputs"); inputs && !inputs.empty())
+        updated.insert(cast<SymbolRefAttr>(inputs[0]).getRootReference().getValue());
+  });
+  // Gradients kept whole for the step: not views of a temporary (ZeRO-2
+  // reduce-scatters those in backward and keeps a block), by parameter name.
+  llvm::StringMap<Operation *> bySymbol;
+  for (Operation *op : buffers)
+    bySymbol[cast<StringAttr>(op->getAttr("sym_name")).getValue()] = op;
+  std::map<int64_t, llvm::StringSet<>> wholeGradients;
+  for (Operation *op : buffers) {
+    auto name = op->getAttrOfType<StringAttr>("name");
+    if (roleOf(op) != "gradient" || !name)
       continue;
-    auto type = cast<RankedTensorType>(
-        cast<TypeAttr>(op.getAttr("type")).getValue());
-    bytes[cast<StringAttr>(op.getAttr("role")).getValue().str()] +=
-        type.getNumElements() * getElementBytes(type.getElementType());
+    auto parent = op->getAttrOfType<FlatSymbolRefAttr>("view_of");
+    if (parent && roleOf(bySymbol.lookup(parent.getValue())) != "bucket")
+      continue;
+    int64_t stage = 0;
+    if (auto s = op->getAttrOfType<IntegerAttr>("stage"))
+      stage = s.getInt();
+    wholeGradients[stage].insert(name.getValue());
   }
+  std::map<int64_t, int64_t> whole;
+  std::map<std::string, int64_t> bytes;
+  std::map<int64_t, int64_t> copies;
+  // Per pipeline rank: the persistent bytes by role and the parameters held.
+  std::map<int64_t, std::map<std::string, int64_t>> persistent;
+  std::map<int64_t, int64_t> parameters;
+  for (Operation *op : buffers) {
+    if (op->getAttr("view_of") && roleOf(op) != "parameter")
+      continue;
+    int64_t stage = 0;
+    if (auto s = op->getAttrOfType<IntegerAttr>("stage"))
+      stage = s.getInt();
+    if (roleOf(op) == "parameter") {
+      auto type = cast<RankedTensorType>(cast<TypeAttr>(op->getAttr("type")).getValue());
+      parameters[stage] += type.getNumElements();
+      if (auto name = op->getAttrOfType<StringAttr>("name");
+          name && wholeGradients[stage].contains(name.getValue()))
+        whole[stage] += type.getNumElements();
+      StringRef self = cast<StringAttr>(op->getAttr("sym_name")).getValue();
+      auto parent = op->getAttrOfType<FlatSymbolRefAttr>("view_of");
+      if (!updated.contains(self) &&
+          !(parent && updated.contains(parent.getValue())))
+        copies[stage] += type.getNumElements();
+      if (op->getAttr("view_of"))
+        continue;
+    }
+    std::string role = roleOf(op);
+    if (role == "bucket") {
+      auto it = bucketRole.find(cast<StringAttr>(op->getAttr("sym_name")).getValue());
+      if (it == bucketRole.end())
+        continue;
+      role = it->second;
+    }
+    bytes[role] += bytesOf(op);
+    if (role == "parameter" || role == "gradient" || role == "optimizer_state")
+      persistent[stage][role] += bytesOf(op);
+  }
+  llvm::json::Object byRole;
   for (auto &[role, n] : bytes)
     byRole[role] = n;
+  llvm::json::Array ranks;
+  for (auto &[stage, roles] : persistent) {
+    llvm::json::Object entry{{"pipeline_rank", stage},
+                             {"parameters", parameters[stage]},
+                             {"parameters_updated_elsewhere", copies[stage]},
+                             {"parameters_with_whole_gradients", whole[stage]}};
+    int64_t total = 0;
+    for (auto &[role, n] : roles) {
+      entry[role + "_bytes"] = n;
+      total += n;
+    }
+    entry["persistent_bytes"] = total;
+    entry["persistent_bytes_per_parameter"] =
+        parameters[stage] ? double(total) / double(parameters[stage]) : 0.0;
+    ranks.push_back(std::move(entry));
+  }
   auto arena = module->getAttrOfType<IntegerAttr>("plan.arena_bytes");
   return llvm::json::Object{{"arena_bytes", arena ? arena.getInt() : 0},
-                            {"buffer_bytes_by_role", std::move(byRole)}};
+                            {"buffer_bytes_by_role", std::move(byRole)},
+                            {"persistent_by_rank", std::move(ranks)}};
 }
 
 /// The communication of the functions `inStage` picks (a pipeline stage's,
@@ -284,7 +377,12 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
       recompute = r.getValueAsDouble();
     model.forward[s][k] = flops / 3;
     model.backward[s][k] = 2 * flops / 3 + recompute;
+    // The chunk's own slots (each chunk of a rank has its own).
     auto slots = stages[s]->getAttrOfType<IntegerAttr>("slots");
+    int64_t chunkSlots = slots ? slots.getInt() : 1;
+    if (auto pools = stages[s]->getAttrOfType<DenseI64ArrayAttr>("chunk_slots"))
+      if (k < int64_t(pools.size()))
+        chunkSlots = pools[k];
     auto arena = stages[s]->getAttrOfType<IntegerAttr>("plan.arena_bytes");
     llvm::json::Object entry{
         {"stage", s},
@@ -293,7 +391,7 @@ llvm::json::Object braid::planPipelineReport(ModuleOp module,
         {"flops_per_micro_batch", flops},
         {"recompute_flops_per_micro_batch", recompute},
         {"parameter_bytes", paramBytes[s]},
-        {"slots", slots ? slots.getInt() : 1},
+        {"slots", chunkSlots},
         {"rank_arena_bytes", arena ? arena.getInt() : 0},
     };
     if (v > 1)

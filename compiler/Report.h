@@ -65,7 +65,8 @@ llvm::json::Object planMemoryReport(mlir::ModuleOp module);
 /// rank: bytes each rank contributes, by collective kind (`all_reduce`, ...)
 /// and group (its mesh axes, comma-joined). Collectives of `micro_step` count
 /// once per micro-batch.
-/// With pipeline stages: each stage's layers, FLOPs, parameters and slots,
+/// With pipeline stages: each stage's layers, FLOPs, parameters and slots
+/// (with model chunks, the chunk's own),
 /// and the predicted timeline of the step's schedule (bubble fraction and
 /// peak micro-batches in flight per stage). Empty without stages.
 llvm::json::Object planPipelineReport(mlir::ModuleOp module,

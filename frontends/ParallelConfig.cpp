@@ -152,8 +152,19 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
     return invalid("parallel.recompute = \"auto\" chooses what to recompute "
                    "to fit a memory budget: give parallel.memory_budget_bytes "
                    "(--memory-budget BYTES)");
-  if (p.has_zero() && p.zero() != 0)
-    return notYet("parallel.zero = " + llvm::Twine(p.zero()));
+  if (p.has_zero()) {
+    if (p.zero() < 0 || p.zero() > 3)
+      return invalid("parallel.zero = " + llvm::Twine(p.zero()) +
+                     " is not a ZeRO stage (0, 1, 2 or 3)");
+    if (p.zero() > 2)
+      return notYet("parallel.zero = " + llvm::Twine(p.zero()));
+    if (p.zero() > 0 && c.dp < 2)
+      return invalid("parallel.zero = " + llvm::Twine(p.zero()) +
+                     " shards the optimizer over the data-parallel ranks: it "
+                     "needs parallel.dp > 1, found dp = " +
+                     llvm::Twine(c.dp));
+    c.zero = p.zero();
+  }
 
   int64_t perStep = model.microBatchSize * c.dp;
   c.globalBatchSize = p.has_global_batch_size() ? p.global_batch_size() : perStep;

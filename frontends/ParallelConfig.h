@@ -40,6 +40,10 @@ struct ParallelConfig {
   /// The most arena bytes any rank may use (0: no budget). With recompute
   /// auto it steers the choice; otherwise a plan over it is refused.
   int64_t memoryBudgetBytes = 0;
+  /// ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too.
+  int64_t zero = 0;
+  /// Most gradient bytes in one ZeRO bucket (braidc --zero-bucket-bytes).
+  int64_t zeroBucketBytes = 25000000;
 
   int64_t worldSize() const { return tp * pp * dp; }
 };

@@ -24,11 +24,11 @@ void PlanDialect::initialize() {
 LogicalResult BufferOp::verify() {
   // B1: a known role.
   if (!llvm::is_contained({"parameter", "gradient", "optimizer_state",
-                           "activation", "input", "workspace"},
+                           "activation", "input", "workspace", "bucket"},
                           getRole()))
     return emitOpError("role \"") << getRole() << "\" is not one of parameter, "
                                   << "gradient, optimizer_state, activation, "
-                                  << "input, workspace";
+                                  << "input, workspace, bucket";
   // B2: a statically shaped tensor.
   auto type = dyn_cast<RankedTensorType>(getType());
   if (!type || !type.hasStaticShape())
@@ -55,6 +55,18 @@ LogicalResult BufferOp::verify() {
           llvm::any_of(*blocks, [](int64_t n) { return n < 1; }))
         return emitOpError("blocks must be positive sizes");
   }
+  // B6: a view names its bucket and where in it it lies.
+  if (bool(getViewOf()) != bool(getViewOffset()))
+    return emitOpError("view_of and view_offset must be given together");
+  if (std::optional<int64_t> at = getViewOffset()) {
+    int64_t align = (type.getElementTypeBitWidth() + 7) / 8;
+    if (*at < 0 || *at % align != 0)
+      return emitOpError("view_offset ")
+             << *at << " is negative or not a multiple of the element size "
+             << align;
+    if (getSlots() || getRole() == "bucket")
+      return emitOpError("a view has no slots and is not a bucket");
+  }
   // B5: stage >= 0, slots >= 1.
   if (getStage() && *getStage() < 0)
     return emitOpError("stage ") << *getStage() << " is negative";
@@ -69,6 +81,16 @@ LogicalResult StageOp::verify() {
       (getSlots() && *getSlots() < 1))
     return emitOpError("index, first_layer and num_layers must be >= 0 and "
                        "slots >= 1");
+  if (std::optional<ArrayRef<int64_t>> pools = getChunkSlots()) {
+    size_t chunks = 1 + (getChunks() ? getChunks()->size() : 0);
+    int64_t slots = getSlots().value_or(1);
+    if (pools->size() != chunks ||
+        llvm::any_of(*pools, [](int64_t n) { return n < 1; }) ||
+        *std::max_element(pools->begin(), pools->end()) != slots)
+      return emitOpError("chunk_slots must have one entry of at least 1 per "
+                         "chunk (")
+             << chunks << "), the largest equal to slots = " << slots;
+  }
   // ST2: the functions exist.
   auto module = (*this)->getParentOfType<ModuleOp>();
   for (std::optional<StringRef> name :

@@ -53,19 +53,33 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
 
     Constraints:
     - B1: `role` is one of parameter, gradient, optimizer_state, activation,
-      input, workspace.
+      input, workspace, bucket.
     - B2: the type is a statically shaped tensor.
     - B3: `offset`, when present, is a non-negative multiple of the element
       size.
     - B4: `shard` and `dim` are present together, `dim` is a dimension of
       the type, and `blocks`, only with them, are positive.
     - B5: `stage` is at least 0 and `slots` at least 1.
+    - B6: `view_of` and `view_offset` are present together, the offset a
+      non-negative multiple of the element size; a view has no `slots`
+      and is not a `bucket`.
+
+    A `bucket` (ZeRO's flat gradients, parameters) is one run of bytes for a
+    single collective: the buffers of its members are views of it
+    (`view_of`), `view_offset` bytes from its start, and plan-memory places
+    them there.
+
+    ```mlir
+    plan.buffer @flat : tensor<8192xf32> role = "bucket"
+    plan.buffer @g0 : tensor<64x64xf32> role = "gradient" name = "w"
+        view_of = @flat view_offset = 0
+    ```
 
     With pipeline parallelism a buffer belongs to one `stage` (only that
     stage's functions name it); a buffer that holds one micro-batch's value
     from the stage's forward to its backward has `slots` copies, one per
     micro-batch in flight (plan-lower marks it with 1, plan-schedule sets
-    the stage's count).
+    the count of the stage's chunk whose functions name it).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
                        StrAttr:$role, OptionalAttr<StrAttr>:$name,
@@ -74,11 +88,14 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
                        OptionalAttr<I64Attr>:$dim,
                        OptionalAttr<DenseI64ArrayAttr>:$blocks,
                        OptionalAttr<I64Attr>:$stage,
-                       OptionalAttr<I64Attr>:$slots);
+                       OptionalAttr<I64Attr>:$slots,
+                       OptionalAttr<FlatSymbolRefAttr>:$view_of,
+                       OptionalAttr<I64Attr>:$view_offset);
   let assemblyFormat = [{
     $sym_name `:` $type `role` `=` $role (`name` `=` $name^)?
     (`shard` `=` $shard^)? (`dim` `=` $dim^)? (`blocks` `=` $blocks^)?
     (`stage` `=` $stage^)? (`slots` `=` $slots^)?
+    (`view_of` `=` $view_of^)? (`view_offset` `=` $view_offset^)?
     (`offset` `=` $offset^)? attr-dict
   }];
   let hasVerifier = 1;
@@ -158,8 +175,10 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
     `backward` are chunk 0's, `chunks` lists the functions of chunks 1, 2,
     ... (`{forward, backward[, backward_weight]}`), and a call names its
     chunk after the micro-batch (`"F3.1:2"`: chunk 1's forward of
-    micro-batch 3 on slot 2). `plan-schedule` sets `schedule`
-    and `slots` (micro-batches in flight).
+    micro-batch 3 on slot 2). `plan-schedule` sets `schedule` and `slots`
+    (micro-batches in flight). Each chunk has slots of its own (chunk 1's
+    slot 2 is not chunk 0's): with several chunks `chunk_slots` says how
+    many each has, chunk 0 first, and `slots` is the largest of them.
 
     Example:
 
@@ -171,7 +190,8 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
 
     Constraints:
     - ST1: `index`, `first_layer` and `num_layers` are at least 0, `slots`
-      at least 1.
+      at least 1; `chunk_slots`, when present, has one entry per chunk
+      (1 + `chunks`), each at least 1, the largest equal to `slots`.
     - ST2: the functions (the chunks' too) name `plan.func` symbols of the
       module.
   }];
@@ -183,7 +203,8 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<FlatSymbolRefAttr>:$update,
                        OptionalAttr<I64Attr>:$slots,
                        OptionalAttr<StrArrayAttr>:$schedule,
-                       OptionalAttr<DictArrayAttr>:$chunks);
+                       OptionalAttr<DictArrayAttr>:$chunks,
+                       OptionalAttr<DenseI64ArrayAttr>:$chunk_slots);
   let assemblyFormat = "$index attr-dict";
   let hasVerifier = 1;
 }

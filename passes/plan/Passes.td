@@ -35,13 +35,31 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
     - A collective keeps its mesh axes as the kernel's `group` and its
       reason as the provenance.
     - `model.adamw` updates in place: its results are its operands' buffers.
+
+    With `zero = 1` (and a dp axis), each rank's gradients that are summed
+    over dp are grouped into buckets of one kind (the same reduction axes,
+    weight decay, and replication over tp), at most `zero-bucket-bytes`
+    each. A bucket's gradients and its parameters are views of two flat
+    `bucket` buffers (contiguous, padded to a multiple of dp x 16
+    elements), and `update` runs per bucket: a reduce-scatter over dp of
+    the flat gradients (after their all-reduce over tp when they are
+    partial over tp), the clipping norm over the ranks' blocks, AdamW on
+    this rank's block of the flat parameters with moments that hold only
+    that block, and an all-gather of the parameters in place. Each rank
+    keeps 4 + 4 + 8/dp bytes per fp32 parameter instead of 16.
   }];
   let dependentDialects = ["::braid::plan_ir::PlanDialect"];
   let options = [
     Option<"splitBackward", "split-backward", "bool", "false",
            "with pipeline stages, move the weight gradients (linear_grad_weight) "
            "of each stage's backward into a backward_weight function, for "
-           "zero-bubble schedules">
+           "zero-bubble schedules">,
+    Option<"zero", "zero", "int64_t", "0",
+           "ZeRO stage: 1 shards the optimizer state over dp (Megatron's "
+           "distributed optimizer)">,
+    Option<"zeroBucketBytes", "zero-bucket-bytes", "int64_t", "25000000",
+           "most bytes of gradients in one ZeRO bucket (one reduce-scatter, "
+           "one all-gather)">
   ];
 }
 
@@ -71,10 +89,13 @@ def PlanSchedule : Pass<"plan-schedule", "mlir::ModuleOp"> {
     backwards; `1f1b`, Megatron's one-forward-one-backward, which keeps at
     most `pp - s` micro-batches in flight on stage `s`; `zb-h1`, 1F1B with
     the weight gradients deferred into the bubbles, which needs the stages'
-    `backward_weight`), and gives each call
-    a slot: a micro-batch takes a free copy of the stage's slotted buffers
-    at its forward and frees it after its backward (its weight gradients). Sets the stage's `slots`
-    and its buffers' `slots` to the most in flight. No-op without stages.
+    `backward_weight`; `interleaved`, Megatron's over the stage's
+    `chunks`), and gives each call a slot: a micro-batch takes a free copy
+    of its chunk's slotted buffers at its forward on the chunk and frees it
+    after its backward there (its weight gradients). Each chunk has slots of
+    its own, as many as it holds micro-batches at once: they size the
+    slotted buffers its functions name, the stage's `chunk_slots` (with
+    several chunks) and, the largest, its `slots`. No-op without stages.
   }];
   let options = [
     Option<"scheme", "scheme", "std::string", "\"1f1b\"",

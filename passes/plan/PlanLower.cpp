@@ -52,9 +52,11 @@ bool isOptimizerOp(Operation *op) {
 
 class Lowering {
 public:
-  Lowering(ModuleOp module, func::FuncOp func, bool splitBackward)
+  Lowering(ModuleOp module, func::FuncOp func, bool splitBackward,
+           int64_t zero, int64_t zeroBucketBytes)
       : module(module), func(func), b(module.getContext()),
-        splitBackward(splitBackward) {}
+        splitBackward(splitBackward), zero(zero),
+        zeroBucketBytes(zeroBucketBytes) {}
 
   LogicalResult run();
 
@@ -68,7 +70,8 @@ private:
         TypeAttr::get(type), b.getStringAttr(role),
         name.empty() ? StringAttr() : b.getStringAttr(name), IntegerAttr(),
         StringAttr(), IntegerAttr(), DenseI64ArrayAttr(),
-        stage ? b.getI64IntegerAttr(*stage) : IntegerAttr(), IntegerAttr());
+        stage ? b.getI64IntegerAttr(*stage) : IntegerAttr(), IntegerAttr(),
+        FlatSymbolRefAttr(), IntegerAttr());
   }
   /// The buffer of the model function's argument `arg`.
   LogicalResult argBuffer(BlockArgument arg);
@@ -118,6 +121,10 @@ private:
   LogicalResult lowerOp(Operation *op, StringRef where);
   LogicalResult lowerGradNorm(model::GradNormOp op, StringRef provenance);
   FailureOr<DictionaryAttr> kernelParams(Operation *op, StringAttr &rankAxis);
+  /// The optimizer of the ops `inStep` under ZeRO (see Passes.td): buckets,
+  /// reduce-scatter, norm, sharded AdamW, all-gather, at the insertion
+  /// point (the update function).
+  LogicalResult lowerZeroUpdate(function_ref<bool(Operation *)> inStep);
 
   ModuleOp module;
   func::FuncOp func;
@@ -144,6 +151,8 @@ private:
   /// Zero-bubble schedules: each stage's weight gradients go to their own
   /// function, `weightFn` while a backward is lowered.
   bool splitBackward;
+  /// ZeRO stage (0: none) and its bucket size.
+  int64_t zero, zeroBucketBytes;
   FuncOp weightFn;
   /// Pipeline: contributions to a parameter's gradient made on another
   /// stage than the one that updates it (a tied embedding's output-layer
@@ -481,6 +490,344 @@ LogicalResult Lowering::lowerGradNorm(model::GradNormOp op,
   return success();
 }
 
+LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) {
+  Block &entry = func.getBody().front();
+  auto mesh = module.lookupSymbol<model::MeshOp>("mesh");
+  auto sizeOf = [&](StringRef axis) -> int64_t {
+    return mesh ? mesh.getAxisSize(axis).value_or(1) : 1;
+  };
+  const int64_t d = sizeOf("dp");
+  auto norms = entry.getOps<model::GradNormOp>();
+  if (norms.empty())
+    return func.emitError("zero: the step has no model.grad_norm");
+  model::GradNormOp norm = *norms.begin();
+  DenseMap<Value, bool> replicatedOf;
+  std::optional<ArrayRef<bool>> replicated = norm.getReplicated();
+  for (auto [i, g] : llvm::enumerate(norm.getGrads()))
+    replicatedOf[g] = replicated && i < replicated->size() && (*replicated)[i];
+
+  // The members of each kind of bucket, in the optimizer's order.
+  struct Member {
+    mutable model::AdamWOp op;
+    mutable BufferOp param, grad;
+  };
+  struct Kind {
+    SmallVector<std::string> axes;
+    double decay;
+    bool replicated;
+    bool operator==(const Kind &o) const {
+      return axes == o.axes && decay == o.decay && replicated == o.replicated;
+    }
+  };
+  SmallVector<std::pair<Kind, SmallVector<Member>>> kinds;
+  for (auto adamw : entry.getOps<model::AdamWOp>()) {
+    if (!inStep(adamw))
+      continue;
+    Value g = adamw.getGrad();
+    auto reduce = g.getDefiningOp<model::AllReduceOp>();
+    BufferOp param = buffers.lookup(adamw.getParam());
+    if (!reduce || !llvm::is_contained(
+                       llvm::map_range(reduce.getAxes().getAsRange<StringAttr>(),
+                                       [](StringAttr a) { return a.getValue(); }),
+                       "dp"))
+      return adamw.emitOpError("zero: the gradient of ")
+             << param.getName().value_or("?")
+             << " is not summed over dp: ZeRO shards over the data-parallel "
+                "ranks";
+    Kind kind;
+    for (StringAttr a : reduce.getAxes().getAsRange<StringAttr>())
+      kind.axes.push_back(a.getValue().str());
+    kind.decay = adamw.getWeightDecay().convertToDouble();
+    kind.replicated = replicatedOf.lookup(g);
+    BufferOp grad = buffers.lookup(
+        reduce.getInputs()[cast<OpResult>(g).getResultNumber()]);
+    if (!param || !grad)
+      return adamw.emitOpError("zero: no buffer for the parameter or gradient");
+    auto *it = llvm::find_if(kinds, [&](auto &k) { return k.first == kind; });
+    if (it == kinds.end()) {
+      kinds.push_back({kind, {}});
+      it = std::prev(kinds.end());
+    }
+    it->second.push_back({adamw, param, grad});
+  }
+
+  // Where each gradient is complete: the function and kernel that write it
+  // last (its micro-batch's backward). With ZeRO-2 its bucket is
+  // reduce-scattered right there, once per micro-batch, into a block that
+  // accumulates; a gradient that another stage adds to in update (a tied
+  // embedding) waits for update as with ZeRO-1.
+  llvm::DenseSet<Operation *> sharedGrads;
+  for (auto [v, grad] : remoteInto)
+    sharedGrads.insert(grad);
+  llvm::StringMap<BufferOp> bySymbol;
+  for (BufferOp buffer : module.getOps<BufferOp>())
+    bySymbol[buffer.getSymName()] = buffer;
+  auto bufferOf = [&](Attribute ref) -> Operation * {
+    return bySymbol.lookup(cast<SymbolRefAttr>(ref).getRootReference().getValue());
+  };
+  DenseMap<Operation *, KernelOp> lastWrite;
+  DenseMap<Operation *, std::pair<int64_t, int64_t>> kernelPosition;
+  for (auto [f, fn] : llvm::enumerate(module.getOps<FuncOp>())) {
+    int64_t at = 0;
+    for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+      kernelPosition[kernel] = {int64_t(f), at++};
+      for (Attribute ref : kernel.getOutputs())
+        if (Operation *buffer = bufferOf(ref))
+          lastWrite[buffer] = kernel;
+    }
+  }
+  auto early = [&](const Member &member) -> KernelOp {
+    if (zero < 2 || sharedGrads.contains(member.grad))
+      return KernelOp();
+    return lastWrite.lookup(member.grad);
+  };
+
+  // Buckets of one kind (and, when reduced in backward, one function), at
+  // most zeroBucketBytes (a larger tensor alone), in the order the
+  // gradients are complete.
+  struct Bucket {
+    const Kind *kind;
+    SmallVector<Member> members;
+    BufferOp flatGrad, flatParam, m, v, block, accumulated;
+    /// ZeRO-2: the last kernel writing its gradients, and the first kernel
+    /// of its reduction (placed right after it).
+    KernelOp last, start;
+  };
+  SmallVector<Bucket> buckets;
+  for (auto &[kind, members] : kinds) {
+    SmallVector<Member> order(members.begin(), members.end());
+    // (function, kernel) of the last write; (-1, 0) for update.
+    auto position = [&](const Member &m) -> std::pair<int64_t, int64_t> {
+      KernelOp k = early(m);
+      return k ? kernelPosition.lookup(k) : std::pair<int64_t, int64_t>(-1, 0);
+    };
+    llvm::stable_sort(order, [&](const Member &a, const Member &c) {
+      return position(a) < position(c);
+    });
+    int64_t bytes = 0;
+    for (const Member &member : order) {
+      int64_t size = member.grad.getBytes();
+      KernelOp mine = early(member);
+      Operation *where = mine ? mine->getParentOp() : nullptr;
+      if (buckets.empty() || buckets.back().kind != &kind ||
+          (buckets.back().last ? buckets.back().last->getParentOp() : nullptr) !=
+              where ||
+          bytes + size > zeroBucketBytes) {
+        buckets.push_back({&kind, {}, {}, {}, {}, {}, {}, {}, {}, {}});
+        bytes = 0;
+      }
+      buckets.back().members.push_back(member);
+      if (KernelOp k = early(member);
+          k && (!buckets.back().last ||
+                buckets.back().last->isBeforeInBlock(k)))
+        buckets.back().last = k;
+      bytes += size;
+    }
+  }
+  auto describe = [](const Bucket &bucket) {
+    std::string s = bucket.members.front().param.getName().value_or("?").str();
+    if (bucket.members.size() > 1)
+      s += " .. " + bucket.members.back().param.getName().value_or("?").str() +
+           " (" + std::to_string(bucket.members.size()) + " tensors)";
+    return s;
+  };
+  StringAttr dpAxis = b.getStringAttr("dp");
+  ArrayAttr dpGroup = b.getStrArrayAttr({"dp"});
+  auto dim0 = b.getDictionaryAttr(b.getNamedAttr("dim", b.getI64IntegerAttr(0)));
+  // Gradients partial over tp are summed over tp first, the whole bucket at
+  // once, at the insertion point.
+  auto sumOverTp = [&](const Bucket &bucket) {
+    if (llvm::is_contained(bucket.kind->axes, "tp"))
+      kernel("ALL_REDUCE", {bucket.flatGrad}, {bucket.flatGrad},
+             b.getDictionaryAttr({}), bucket.members.front().op.getLoc(),
+             "zero: tensor-parallel sum of the gradients of " +
+                 describe(bucket) + " (partial over tp)",
+             b.getStrArrayAttr({"tp"}));
+  };
+  OpBuilder::InsertPoint updateAt = b.saveInsertionPoint();
+  FuncOp zeroGradsFn = module.lookupSymbol<FuncOp>(
+      stage ? "stage" + std::to_string(*stage) + "_zero_grads"
+            : std::string(kZeroGradsFunc));
+  for (auto [k, bucket] : llvm::enumerate(buckets)) {
+    Location loc = bucket.members.front().op.getLoc();
+    auto gradType = cast<RankedTensorType>(bucket.members.front().grad.getType());
+    Type element = gradType.getElementType();
+    int64_t elementBytes = (gradType.getElementTypeBitWidth() + 7) / 8;
+    int64_t total = 0;
+    for (const Member &member : bucket.members)
+      total += cast<RankedTensorType>(member.grad.getType()).getNumElements();
+    int64_t quantum = d * 16;
+    int64_t padded = (total + quantum - 1) / quantum * quantum;
+    auto flat = RankedTensorType::get({padded}, element);
+    auto shard = RankedTensorType::get({padded / d}, element);
+    std::string name = "zero bucket " + std::to_string(k);
+    // With ZeRO-2 the flat gradients live through one micro-batch's
+    // backward; the rank keeps only its accumulated block.
+    bucket.flatGrad = newBuffer(loc, flat, bucket.last ? "activation" : "bucket");
+    bucket.flatParam = newBuffer(loc, flat, "bucket");
+    bucket.m = newBuffer(loc, shard, "optimizer_state", "exp_avg:" + name);
+    bucket.v = newBuffer(loc, shard, "optimizer_state", "exp_avg_sq:" + name);
+    bucket.block = newBuffer(loc, shard, "activation");
+    int64_t at = 0;
+    for (const Member &member : bucket.members) {
+      member.grad.setViewOfAttr(
+          FlatSymbolRefAttr::get(bucket.flatGrad.getSymNameAttr()));
+      member.grad.setViewOffsetAttr(b.getI64IntegerAttr(at * elementBytes));
+      member.param.setViewOfAttr(
+          FlatSymbolRefAttr::get(bucket.flatParam.getSymNameAttr()));
+      member.param.setViewOffsetAttr(b.getI64IntegerAttr(at * elementBytes));
+      at += cast<RankedTensorType>(member.grad.getType()).getNumElements();
+    }
+    std::string reason = "zero: data-parallel sum of the gradients of " +
+                         describe(bucket) + ", each rank keeping its block of " +
+                         std::to_string(padded) + " elements";
+    if (bucket.last) {
+      // Zeroed before the micro-batch's first contribution instead of once
+      // per step; reduce-scattered as soon as the last one is written.
+      llvm::DenseSet<Operation *> views;
+      for (const Member &member : bucket.members)
+        views.insert(member.grad);
+      if (zeroGradsFn)
+        for (KernelOp z : llvm::make_early_inc_range(
+                 zeroGradsFn.getBody().getOps<KernelOp>()))
+          if (z.getOutputs().size() == 1 &&
+              views.contains(bufferOf(z.getOutputs()[0])))
+            z.erase();
+      auto fn = cast<FuncOp>(bucket.last->getParentOp());
+      KernelOp firstTouch;
+      for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+        for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
+          for (Attribute ref : list)
+            if (views.contains(bufferOf(ref)))
+              firstTouch = firstTouch ? firstTouch : kernel;
+        if (firstTouch)
+          break;
+      }
+      b.setInsertionPoint(firstTouch);
+      kernel("ZERO", {}, {bucket.flatGrad}, b.getDictionaryAttr({}), loc,
+             "zero: the gradients of " + describe(bucket) +
+                 " start from zero each micro-batch");
+      b.setInsertionPointAfter(bucket.last);
+      sumOverTp(bucket);
+      kernel("REDUCE_SCATTER", {bucket.flatGrad}, {bucket.block},
+             b.getDictionaryAttr({b.getNamedAttr("dim", b.getI64IntegerAttr(0)),
+                                  b.getNamedAttr("async", b.getI64IntegerAttr(1))}),
+             loc,
+             reason + " (started as soon as its last gradient is written, "
+                      "overlapping the rest of backward)",
+             dpGroup);
+      bucket.start = cast<KernelOp>(&*std::prev(b.getInsertionPoint()));
+      bucket.accumulated = newBuffer(loc, shard, "gradient", "grad:" + name);
+      if (zeroGradsFn) {
+        b.setInsertionPointToEnd(&zeroGradsFn.getBody().front());
+        kernel("ZERO", {}, {bucket.accumulated}, b.getDictionaryAttr({}), loc,
+               "zero_grads: " + name);
+      }
+      continue;
+    }
+    b.restoreInsertionPoint(updateAt);
+    sumOverTp(bucket);
+    kernel("REDUCE_SCATTER", {bucket.flatGrad}, {bucket.block}, dim0, loc,
+           reason, dpGroup);
+    updateAt = b.saveInsertionPoint();
+  }
+  // ZeRO-2: each bucket's reduce-scatter runs while the backward goes on,
+  // until the next bucket of its function is about to start (one in flight
+  // at a time, so at most two buckets' flat gradients are alive), or the
+  // function's end; then its block accumulates over the micro-batches.
+  for (auto [k, bucket] : llvm::enumerate(buckets)) {
+    if (!bucket.start)
+      continue;
+    Operation *fn = bucket.start->getParentOp();
+    KernelOp next;
+    for (const Bucket &later : ArrayRef(buckets).drop_front(k + 1))
+      if (later.start && later.start->getParentOp() == fn &&
+          bucket.start->isBeforeInBlock(later.start) &&
+          (!next || later.start->isBeforeInBlock(next)))
+        next = later.start;
+    if (next)
+      b.setInsertionPoint(next);
+    else
+      b.setInsertionPointToEnd(&cast<FuncOp>(fn).getBody().front());
+    Location loc = bucket.members.front().op.getLoc();
+    kernel("WAIT", {bucket.flatGrad, bucket.block}, {}, b.getDictionaryAttr({}),
+           loc, "zero: the reduce-scatter of " + describe(bucket) + " is done");
+    kernel("ADD", {bucket.accumulated, bucket.block}, {bucket.accumulated},
+           b.getDictionaryAttr({}), loc,
+           "zero: accumulate this micro-batch's block of " + describe(bucket));
+  }
+  b.restoreInsertionPoint(updateAt);
+  // What the optimizer reads: the accumulated block (ZeRO-2) or this step's.
+  for (Bucket &bucket : buckets)
+    if (bucket.accumulated)
+      bucket.block = bucket.accumulated;
+
+  // The clipping norm over the ranks' blocks: split over dp (and over the
+  // norm's axes unless replicated there), each replicated block counted once.
+  SmallVector<BufferOp> split, whole;
+  for (const Bucket &bucket : buckets)
+    (bucket.kind->replicated ? whole : split).push_back(bucket.block);
+  SmallVector<Attribute> group;
+  if (stage)
+    group.push_back(b.getStringAttr("pp"));
+  group.push_back(dpAxis);
+  int64_t copies = 1;
+  if (std::optional<ArrayAttr> axes = norm.getAxes())
+    for (Attribute axis : *axes)
+      if (cast<StringAttr>(axis).getValue() != "dp" &&
+          cast<StringAttr>(axis).getValue() != "pp") {
+        group.push_back(axis);
+        copies *= sizeOf(cast<StringAttr>(axis).getValue());
+      }
+  BufferOp normBuffer = newBuffer(norm.getNorm(), "activation");
+  BufferOp scale = newBuffer(norm.getScale(), "activation");
+  SmallVector<BufferOp> normInputs = split;
+  normInputs.append(whole);
+  kernel("GRAD_NORM", normInputs, {normBuffer, scale},
+         b.getDictionaryAttr(
+             {b.getNamedAttr("max_norm", norm.getMaxNormAttr()),
+              b.getNamedAttr("split_inputs", b.getI64IntegerAttr(split.size())),
+              b.getNamedAttr("replicated_copies", b.getI64IntegerAttr(copies))}),
+         norm.getLoc(),
+         "zero: gradient norm over the data-parallel ranks' blocks",
+         b.getArrayAttr(group));
+
+  // AdamW on this rank's block, then every rank's blocks gathered back.
+  for (Bucket &bucket : buckets) {
+    model::AdamWOp first = bucket.members.front().op;
+    StringAttr none;
+    FailureOr<DictionaryAttr> params = kernelParams(first, none);
+    if (failed(params))
+      return failure();
+    kernel("ADAMW",
+           {bucket.flatParam, bucket.block, bucket.m, bucket.v,
+            buffers.lookup(first.getLr()), buffers.lookup(first.getStep()), scale},
+           {bucket.flatParam, bucket.m, bucket.v}, *params, first.getLoc(),
+           "zero: AdamW on this rank's block of " + describe(bucket), ArrayAttr(),
+           dpAxis);
+  }
+  for (Bucket &bucket : buckets)
+    kernel("ALL_GATHER", {bucket.flatParam}, {bucket.flatParam}, dim0,
+           bucket.members.front().op.getLoc(),
+           "zero: the updated parameters " + describe(bucket) +
+               " from every data-parallel rank",
+           dpGroup);
+
+  // The per-parameter moments are gone; the step's results are the views.
+  for (Bucket &bucket : buckets)
+    for (const Member &member : bucket.members) {
+      for (Value state : {member.op.getM(), member.op.getV()})
+        if (BufferOp old = buffers.lookup(state)) {
+          buffers.erase(state);
+          old.erase();
+        }
+      buffers[member.op.getNewParam()] = member.param;
+      buffers[member.op.getNewM()] = bucket.m;
+      buffers[member.op.getNewV()] = bucket.v;
+    }
+  return success();
+}
+
 LogicalResult Lowering::lowerBlock(Block &block, StringRef where) {
   for (Operation &op : block.without_terminator())
     if (failed(lowerOp(&op, where)))
@@ -789,10 +1136,15 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
         if (remoteContributions.lookup(v) == param)
           shared.push_back({paramBuffer, from});
     }
-    for (Operation &op : entry.without_terminator())
-      if (isUpdate(&op) && (inStage(&op) || stageOf(&op) < 0) &&
-          failed(lowerOp(&op, update.getSymName())))
+    if (zero > 0) {
+      if (failed(lowerZeroUpdate(inStage)))
         return failure();
+    } else {
+      for (Operation &op : entry.without_terminator())
+        if (isUpdate(&op) && (inStage(&op) || stageOf(&op) < 0) &&
+            failed(lowerOp(&op, update.getSymName())))
+          return failure();
+    }
     // The updated shared parameters go back to the stages that use them.
     for (auto [paramBuffer, to] : shared)
       kernel("SEND", {paramBuffer}, {}, peerAttr(to - s), paramBuffer.getLoc(),
@@ -871,7 +1223,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
                         : FlatSymbolRefAttr(),
         hasUpdate ? FlatSymbolRefAttr::get(update.getSymNameAttr())
                   : FlatSymbolRefAttr(),
-        IntegerAttr(), ArrayAttr(), ArrayAttr());
+        IntegerAttr(), ArrayAttr(), ArrayAttr(), DenseI64ArrayAttr());
     if (!more.empty())
       stageOp.setChunksAttr(b.getArrayAttr(more));
     if (!hasZero)
@@ -914,9 +1266,14 @@ LogicalResult Lowering::run() {
   for (auto [grad, buffer] : *gradients)
     buffers[grad] = buffer;
   b.setInsertionPointToEnd(&update.getBody().front());
-  for (Operation &op : entry.without_terminator())
-    if (isUpdateOp(&op) && failed(lowerOp(&op, func.getSymName())))
+  if (zero > 0) {
+    if (failed(lowerZeroUpdate([](Operation *) { return true; })))
       return failure();
+  } else {
+    for (Operation &op : entry.without_terminator())
+      if (isUpdateOp(&op) && failed(lowerOp(&op, func.getSymName())))
+        return failure();
+  }
 
   // Name the results.
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
@@ -947,7 +1304,7 @@ struct PlanLowerPass : public braid::plan_ir::impl::PlanLowerBase<PlanLowerPass>
           << funcs.size();
       return signalPassFailure();
     }
-    if (failed(Lowering(module, funcs.front(), splitBackward).run()))
+    if (failed(Lowering(module, funcs.front(), splitBackward, zero, zeroBucketBytes).run()))
       return signalPassFailure();
     // Meshes and model attributes stay: later passes may read them.
   }

@@ -35,6 +35,12 @@ int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
   llvm::StringMap<unsigned> index;
   for (auto [i, b] : llvm::enumerate(all))
     index[b.getSymName()] = i;
+  // A view lives where its bucket is: its uses are the bucket's, and it is
+  // placed with it.
+  for (BufferOp b : all)
+    if (std::optional<StringRef> parent = b.getViewOf())
+      if (auto it = index.find(*parent); it != index.end())
+        index[b.getSymName()] = it->second;
 
   // Live ranges over the kernels of all functions, in order (a stage's
   // functions name only its buffers).
@@ -63,6 +69,8 @@ int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
   int64_t offset = 0;
   SmallVector<unsigned> scoped;
   for (auto [i, b] : llvm::enumerate(all)) {
+    if (b.getViewOf())
+      continue;
     bool persistent = b.getRole() != "activation" || b.getName().has_value() ||
                       b.getSlots().has_value();
     if (persistent || first[i] == kNever) {
@@ -97,11 +105,30 @@ int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
     live.push_back({at, at + size, last[i]});
     top = std::max(top, at + size);
   }
+  for (BufferOp b : all)
+    if (std::optional<StringRef> parent = b.getViewOf())
+      b.setOffset(*all[index[*parent]].getOffset() + *b.getViewOffset());
   return top;
 }
 
 void PlanMemoryPass::runOnOperation() {
   ModuleOp module = getOperation();
+  // Each view lies inside a bucket of its stage.
+  for (BufferOp b : module.getOps<BufferOp>()) {
+    std::optional<StringRef> parent = b.getViewOf();
+    if (!parent)
+      continue;
+    auto bucket = module.lookupSymbol<BufferOp>(*parent);
+    if (!bucket ||
+        (bucket.getRole() != "bucket" && bucket.getRole() != "activation") ||
+        bucket.getStage() != b.getStage() ||
+        *b.getViewOffset() + b.getBytes() > bucket.getBytes()) {
+      b.emitOpError("is a view of @")
+          << *parent
+          << ", which is not a bucket (or temporary) of its stage it fits in";
+      return signalPassFailure();
+    }
+  }
   // Each pipeline stage's buffers live on its own ranks: one arena each,
   // the plan's the largest.
   std::map<int64_t, SmallVector<BufferOp>> byStage;

@@ -3,6 +3,7 @@
 #include "runtime/comm/MpiCommunicator.h"
 
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include "runtime/plan/PlanLoader.h"
@@ -100,9 +101,12 @@ struct MpiCommunicator::Requests {
   std::vector<MPI_Request> requests;
   /// The copies the sends read until WaitSends.
   std::vector<std::unique_ptr<char[]>> copies;
+  /// Started collectives by handle.
+  std::map<int64_t, MPI_Request> byHandle;
 };
 
-MpiCommunicator::MpiCommunicator() : pendingSends_(new Requests) {}
+MpiCommunicator::MpiCommunicator()
+    : pendingSends_(new Requests), started_(new Requests) {}
 
 bool LaunchedByMpi() {
   return envOf({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) != nullptr;
@@ -181,8 +185,11 @@ absl::Status MpiCommunicator::addGroup(const std::vector<std::string> &axes) {
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  // Sends still in flight read memory their owner is about to free.
+  // Sends and collectives still in flight read memory their owner is about
+  // to free.
   (void)WaitSends();
+  for (auto &[handle, request] : started_->byHandle)
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
   for (auto &[key, group] : groups_) {
     MPI_Comm c = static_cast<MPI_Comm>(group);
     MPI_Comm_free(&c);
@@ -215,10 +222,68 @@ absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
     return call.status();
   if (count > (int64_t(1) << 30))
     return absl::UnimplementedError("an all-gather of more than 2^30 elements");
+  // In place when `in` is this rank's block of `out`.
+  int place = 0, size = 0;
+  MPI_Comm_rank(call->comm, &place);
+  MPI_Type_size(call->type, &size);
+  if (in == static_cast<const char *>(out) + int64_t(place) * count * size)
+    in = MPI_IN_PLACE;
   if (int rc = MPI_Allgather(in, int(count), call->type, out, int(count),
                              call->type, call->comm);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Allgather");
+  return absl::OkStatus();
+}
+
+/// MPI counts are ints: a reduce-scatter moves at most 2^30 per rank here.
+static absl::Status checkScatterCount(int64_t countPerRank) {
+  if (countPerRank > (int64_t(1) << 30))
+    return absl::UnimplementedError(
+        absl::StrCat("a reduce-scatter of ", countPerRank,
+                     " elements per rank (MPI takes at most 2^30)"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> MpiCommunicator::StartReduceScatter(
+    absl::Span<const std::string> axes, const void *in, void *out,
+    int64_t countPerRank, plan::DType dtype) {
+  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+  if (!call.ok())
+    return call.status();
+  if (absl::Status s = checkScatterCount(countPerRank); !s.ok())
+    return s;
+  MPI_Request request;
+  if (int rc = MPI_Ireduce_scatter_block(in, out, int(countPerRank),
+                                         call->type, MPI_SUM, call->comm,
+                                         &request);
+      rc != MPI_SUCCESS)
+    return mpiError(rc, "MPI_Ireduce_scatter_block");
+  int64_t handle = nextHandle_++;
+  started_->byHandle[handle] = request;
+  return handle;
+}
+
+absl::StatusOr<bool> MpiCommunicator::Test(int64_t handle) {
+  auto it = started_->byHandle.find(handle);
+  if (it == started_->byHandle.end())
+    return true;
+  int done = 0;
+  if (int rc = MPI_Test(&it->second, &done, MPI_STATUS_IGNORE);
+      rc != MPI_SUCCESS)
+    return mpiError(rc, "MPI_Test");
+  if (done)
+    started_->byHandle.erase(it);
+  return done != 0;
+}
+
+absl::Status MpiCommunicator::Wait(int64_t handle) {
+  auto it = started_->byHandle.find(handle);
+  if (it == started_->byHandle.end())
+    return absl::OkStatus();
+  int rc = MPI_Wait(&it->second, MPI_STATUS_IGNORE);
+  started_->byHandle.erase(it);
+  if (rc != MPI_SUCCESS)
+    return mpiError(rc, "MPI_Wait");
   return absl::OkStatus();
 }
 
@@ -229,10 +294,8 @@ absl::Status MpiCommunicator::ReduceScatter(absl::Span<const std::string> axes,
   absl::StatusOr<Call> call = prepare(group(axes), dtype);
   if (!call.ok())
     return call.status();
-  if (countPerRank > (int64_t(1) << 30))
-    return absl::UnimplementedError(
-        absl::StrCat("a reduce-scatter of ", countPerRank,
-                     " elements per rank (MPI takes at most 2^30)"));
+  if (absl::Status s = checkScatterCount(countPerRank); !s.ok())
+    return s;
   if (int rc = MPI_Reduce_scatter_block(in, out, int(countPerRank), call->type,
                                         MPI_SUM, call->comm);
       rc != MPI_SUCCESS)

@@ -60,6 +60,12 @@ public:
                     int64_t count, plan::DType dtype) override;
   /// MPI_Waitall on the requests of every Send since the last call.
   absl::Status WaitSends() override;
+  absl::StatusOr<int64_t>
+  StartReduceScatter(absl::Span<const std::string> axes, const void *in,
+                     void *out, int64_t countPerRank,
+                     plan::DType dtype) override;
+  absl::StatusOr<bool> Test(int64_t handle) override;
+  absl::Status Wait(int64_t handle) override;
 
   /// Ends every rank of the job with `code`, so that none of them waits
   /// forever in a collective for this one (after an error here).
@@ -84,6 +90,9 @@ private:
   /// of this header like every MPI type).
   struct Requests;
   std::unique_ptr<Requests> pendingSends_;
+  /// Collectives started and not yet found complete, by handle.
+  std::unique_ptr<Requests> started_;
+  int64_t nextHandle_ = 0;
 };
 
 } // namespace braid::comm

@@ -13,6 +13,7 @@
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -39,7 +40,8 @@ public:
                                  Reduction op = Reduction::kSum) = 0;
   /// Gathers `count` elements of `dtype` from every rank of the group along
   /// `axes` into `out` (group size x count), in the ranks' order along the
-  /// axes (row-major over them).
+  /// axes (row-major over them). `in` may be this rank's own block of `out`
+  /// (in place); otherwise they do not overlap.
   virtual absl::Status AllGather(absl::Span<const std::string> axes,
                                  const void *in, void *out, int64_t count,
                                  plan::DType dtype) = 0;
@@ -51,6 +53,23 @@ public:
                                      const void *in, void *out,
                                      int64_t countPerRank,
                                      plan::DType dtype) = 0;
+
+  /// Starts ReduceScatter and returns at once with a handle for Test and
+  /// Wait; `in` and `out` stay untouched by the caller until it completes.
+  /// The default runs it to completion (handle -1, complete).
+  virtual absl::StatusOr<int64_t>
+  StartReduceScatter(absl::Span<const std::string> axes, const void *in,
+                     void *out, int64_t countPerRank, plan::DType dtype) {
+    if (absl::Status s = ReduceScatter(axes, in, out, countPerRank, dtype);
+        !s.ok())
+      return s;
+    return -1;
+  }
+  /// Whether the collective `handle` has completed (moving it along);
+  /// a completed handle is spent.
+  virtual absl::StatusOr<bool> Test(int64_t handle) { return true; }
+  /// Waits for the collective `handle`; the handle is spent.
+  virtual absl::Status Wait(int64_t handle) { return absl::OkStatus(); }
 
   /// Point to point along one mesh axis: the peer is the rank whose
   /// coordinate along `axis` is this rank's + `peerOffset`, every other

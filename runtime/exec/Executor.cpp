@@ -287,6 +287,8 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context,
   auto execute = [&](const Instruction &inst) -> absl::Status {
     if (inst.kernel() == plan::SEND || inst.kernel() == plan::RECV)
       return runPointToPoint(inst, slot);
+    if (inst.kernel() == plan::WAIT)
+      return finishInFlight(&inst);
     // The float dtype of the instruction: its first float operand's.
     plan::DType dtype = plan::DTYPE_UNSPECIFIED;
     for (int32_t id : inst.outputs())
@@ -307,19 +309,66 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context,
     std::chrono::steady_clock::time_point start;
     if (timed)
       start = std::chrono::steady_clock::now();
+    size_t started = inFlight_.size();
+    currentPhase_ = trace_ ? tracePhases_[index][i] : TracePhase::kStep;
     absl::Status s = execute(inst);
+    bool async = inFlight_.size() > started;
     if (timed) {
       auto end = std::chrono::steady_clock::now();
       if (!profile_.empty())
         profile_[inst.kernel()] +=
             std::chrono::duration<double>(end - start).count();
-      if (trace_)
+      // A collective in flight is traced when it completes.
+      if (trace_ && !async)
         trace_->AddKernel(inst, tracePhases_[index][i], start, end);
     }
+    if (s.ok() && !inFlight_.empty())
+      s = pollInFlight();
     if (!s.ok())
       return absl::Status(s.code(), absl::StrCat("function '", name, "', ",
                                                  inst.provenance(), ": ",
                                                  s.message()));
+  }
+  // A function leaves nothing in flight (plans WAIT before the end).
+  if (absl::Status s = finishInFlight(nullptr); !s.ok())
+    return absl::Status(s.code(), absl::StrCat("function '", name,
+                                               "': ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::Status Executor::pollInFlight() {
+  for (InFlight &f : inFlight_) {
+    if (f.done)
+      continue;
+    absl::StatusOr<bool> done = comm_->Test(f.handle);
+    if (!done.ok())
+      return done.status();
+    if (*done) {
+      f.done = true;
+      f.end = std::chrono::steady_clock::now();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::finishInFlight(const Instruction *wait) {
+  for (auto it = inFlight_.begin(); it != inFlight_.end();) {
+    bool named = !wait;
+    if (wait)
+      for (int32_t id : wait->inputs())
+        named |= std::find(it->buffers.begin(), it->buffers.end(), id) != it->buffers.end();
+    if (!named) {
+      ++it;
+      continue;
+    }
+    if (!it->done) {
+      if (absl::Status s = comm_->Wait(it->handle); !s.ok())
+        return s;
+      it->end = std::chrono::steady_clock::now();
+    }
+    if (trace_)
+      trace_->AddKernel(*it->inst, it->phase, it->start, it->end);
+    it = inFlight_.erase(it);
   }
   return absl::OkStatus();
 }
@@ -380,6 +429,20 @@ absl::Status Executor::runPointToPoint(const Instruction &inst, int64_t slot) {
     return comm_->Recv(inst.rank_axis(), peer, p, numel(b), b.dtype());
   // The communicator copies the message: the buffer may be written at once.
   return comm_->Send(inst.rank_axis(), peer, p, numel(b), b.dtype());
+}
+
+int64_t Executor::groupPlace(const Instruction &inst) const {
+  // Row-major over the group's axes, as the communicator orders its ranks.
+  int64_t place = 0;
+  for (const std::string &axis : inst.group()) {
+    int64_t size = plan::AxisSize(plan_.mesh(), axis);
+    int64_t c = 0;
+    for (int i = 0; i < plan_.mesh().axes_size(); ++i)
+      if (plan_.mesh().axes(i) == axis)
+        c = comm_->Coordinates()[i];
+    place = place * size + c;
+  }
+  return place;
 }
 
 int64_t Executor::rankCoordinate(const Instruction &inst) const {
@@ -478,6 +541,13 @@ absl::Status Executor::runInstruction(const Instruction &inst,
           gather ? "an all-gather" : "a reduce-scatter", " over ", ranks,
           " ranks needs the job's other ranks (run the plan under mpirun)"));
     std::vector<std::string> group(inst.group().begin(), inst.group().end());
+    if (gather && inst.inputs(0) == inst.outputs(0)) {
+      // In place (ZeRO's parameters): this rank's block of the flat buffer
+      // is already there, at its place in the group.
+      int64_t block = numel(out(0)) / ranks;
+      return comm_->AllGather(group, y(0) + groupPlace(inst) * block, y(0),
+                              block, out(0).dtype());
+    }
     // Buffers of a plan may share arena bytes; a collective's in and out
     // must not.
     const char *xb = static_cast<const char *>(address(inst.inputs(0), slot));
@@ -500,6 +570,23 @@ absl::Status Executor::runInstruction(const Instruction &inst,
         for (int64_t k = 0; k < ranks; ++k)
           std::copy_n(scratch.data() + (k * outer + o) * chunk, chunk,
                       dst + (o * ranks + k) * chunk);
+      return absl::OkStatus();
+    }
+    if (direct && inst.int_attrs().count("async") &&
+        inst.int_attrs().at("async") == 1) {
+      // Started here, finished by a WAIT naming x or y (ZeRO-2's buckets,
+      // overlapping the rest of backward).
+      absl::StatusOr<int64_t> handle = comm_->StartReduceScatter(
+          group, x(0), y(0), count, out(0).dtype());
+      if (!handle.ok())
+        return handle.status();
+      inFlight_.push_back({*handle,
+                           {inst.inputs(0), inst.outputs(0)},
+                           &inst,
+                           std::chrono::steady_clock::now(),
+                           {},
+                           currentPhase_,
+                           false});
       return absl::OkStatus();
     }
     if (direct)
@@ -834,8 +921,11 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     c.weightDecay = floatAttr(inst, "weight_decay");
     int64_t step =
         *static_cast<const int64_t *>(address(inst.inputs(5), slot));
-    return cpu::adamwStep<T>(y(0), x(1), y(1), y(2), numel(in(0)), c, *x(4),
-                             step, *x(6));
+    // With a rank_axis (ZeRO) the gradient and moments are this rank's
+    // block of the flat parameters: block c of the axis' ranks.
+    int64_t n = numel(in(2));
+    T *param = y(0) + (inst.rank_axis().empty() ? 0 : rankCoordinate(inst) * n);
+    return cpu::adamwStep<T>(param, x(1), y(1), y(2), n, c, *x(4), step, *x(6));
   }
   default:
     return absl::UnimplementedError(

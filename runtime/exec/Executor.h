@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -134,11 +135,31 @@ private:
   /// Whether `slot` is a copy of buffer `id`: any slot >= 0 of a buffer of
   /// one copy, [0, slots) of a slotted one.
   absl::Status checkSlot(int id, int64_t slot) const;
+  /// Moves the collectives in flight along, noting those that completed.
+  absl::Status pollInFlight();
+  /// Finishes the collectives in flight on the buffers `wait` names (all of
+  /// them when null), tracing each from its start to its completion.
+  absl::Status finishInFlight(const plan::Instruction *wait);
+  /// This rank's place in the group of a collective instruction, in the
+  /// communicator's order (row-major over the group's axes).
+  int64_t groupPlace(const plan::Instruction &inst) const;
   /// This rank's coordinate along the instruction's rank_axis (0 without
   /// one, or without other ranks).
   int64_t rankCoordinate(const plan::Instruction &inst) const;
 
   plan::Plan plan_;
+  /// Collectives started (REDUCE_SCATTER with async) and not yet finished.
+  struct InFlight {
+    int64_t handle;
+    std::vector<int32_t> buffers; // the buffers it reads and writes
+    const plan::Instruction *inst;
+    std::chrono::steady_clock::time_point start, end;
+    TracePhase phase;
+    bool done; // completed (end set), not yet finished by a WAIT
+  };
+  std::vector<InFlight> inFlight_;
+  /// The trace phase of the instruction running.
+  TracePhase currentPhase_ = TracePhase::kStep;
   /// The rank's arena: `mapped_` bytes mapped at `arena_` (at least one page
   /// even for an empty arena), of which the first arenaBytes_ are the plan's.
   uint8_t *arena_ = nullptr;

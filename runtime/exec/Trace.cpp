@@ -113,6 +113,7 @@ bool IsCommunication(const plan::Instruction &inst) {
   case plan::REDUCE_SCATTER:
   case plan::SEND:
   case plan::RECV:
+  case plan::WAIT:
     return true;
   case plan::GRAD_NORM:
     return inst.group_size() > 0;

@@ -296,6 +296,38 @@ absl::Status reportMemory(const Executor &e, std::ostream *log) {
   return absl::OkStatus();
 }
 
+/// Per model chunk of stage `stage` (`program`): whether its FORWARDs feed
+/// the micro-batch's tokens and targets. Each chunk has slots of its own
+/// (Stage.chunk_slots), so only the chunk whose calls read them writes them;
+/// another chunk's slot k is not theirs. With one chunk, every FORWARD feeds.
+std::vector<bool> feedingChunks(const Executor &e, const plan::Stage &program,
+                                int64_t stage) {
+  std::vector<bool> feeds(1 + program.chunks_size(),
+                          program.chunks_size() == 0);
+  if (program.chunks_size() == 0)
+    return feeds;
+  std::set<int> inputs;
+  for (const char *name : {"tokens", "targets"})
+    if (int id = e.FindBuffer(name, stage); id >= 0)
+      inputs.insert(id);
+  for (int k = 0; k <= program.chunks_size(); ++k) {
+    const plan::Chunk *chunk = k ? &program.chunks(k - 1) : nullptr;
+    std::set<std::string> calls =
+        chunk ? std::set<std::string>{chunk->forward(), chunk->backward(),
+                                      chunk->backward_weight()}
+              : std::set<std::string>{program.forward(), program.backward(),
+                                      program.backward_weight()};
+    for (const plan::Function &fn : e.plan().functions())
+      if (calls.count(fn.name()))
+        for (const plan::Instruction &inst : fn.body())
+          for (const auto *ids : {&inst.inputs(), &inst.outputs()})
+            for (int32_t id : *ids)
+              if (inputs.count(id))
+                feeds[k] = true;
+  }
+  return feeds;
+}
+
 } // namespace
 
 const char kTrainerFlagsUsage[] =
@@ -507,6 +539,7 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
                                                          : chunk.backward_weight();
   };
   const int64_t lastChunk = program.chunks_size();
+  const std::vector<bool> feeds = feedingChunks(e, program, stage);
   for (const plan::ScheduleStep &call : program.schedule()) {
     int64_t m = call.micro_batch(), slot = call.slot();
     if (call.kind() == plan::ScheduleStep::BACKWARD) {
@@ -523,10 +556,11 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
         return s;
       continue;
     }
-    if (absl::Status s =
-            tracedFeed(trace, m, slot, [&] { return feed(m, slot); });
-        !s.ok())
-      return s;
+    if (feeds[call.chunk()])
+      if (absl::Status s =
+              tracedFeed(trace, m, slot, [&] { return feed(m, slot); });
+          !s.ok())
+        return s;
     if (absl::Status s =
             run(functionOf(call), m, slot, TracePhase::kForward, "forward");
         !s.ok())

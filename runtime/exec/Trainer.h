@@ -118,8 +118,10 @@ using FeedSlot = std::function<absl::Status(int64_t micro, int64_t slot)>;
 
 /// Runs one optimizer step of a plan with pipeline stages, as the rank's
 /// stage (StageOf): the stage's zero_grads; its schedule, where a FORWARD of
-/// micro-batch m on slot k is `feed(m, k)` then the forward function on slot
-/// k (on the last stage, then reading the slot's "loss"), and a BACKWARD the
+/// micro-batch m on slot k is `feed(m, k)` (with model chunks, only on the
+/// chunk whose calls name "tokens" or "targets": each chunk has slots of its
+/// own) then the forward function on slot k (on the last stage, then
+/// reading the slot's "loss"), and a BACKWARD the
 /// backward function on the slot, both with micro-batch m's StepContext as
 /// RunStep gives it; then the wait for the stage's sends and its update. The
 /// last stage's "loss_grad" (every copy) is 1 / (micro-batches x

@@ -480,11 +480,29 @@ InstructionChecker::checkRankSlice(absl::string_view strideAttr, int64_t local,
 absl::Status InstructionChecker::checkGatherScatter() {
   bool gather = inst.kernel() == ALL_GATHER;
   BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
+  if (inst.int_attrs().count("async")) {
+    // Only a reduce-scatter starts and returns (a WAIT finishes it).
+    if (gather)
+      return fail("an all-gather has no async attribute");
+    BRAID_RETURN_IF_ERROR(intAttr("async", 0, 1).status());
+  }
   BRAID_RETURN_IF_ERROR(dtypes());
   const Buffer &x = in(0), &y = out(0);
-  if (inst.inputs(0) == inst.outputs(0))
-    return fail(absl::StrCat("x and y are both buffer '", x.name(),
-                             "', expected different buffers"));
+  if (inst.inputs(0) == inst.outputs(0)) {
+    // An all-gather in place (ZeRO's flat parameters): each rank's block of
+    // the one-dimensional buffer is already there.
+    if (!gather || x.shape_size() != 1)
+      return fail(absl::StrCat(
+          "x and y are both buffer '", x.name(),
+          "': only an all-gather of a one-dimensional buffer runs in place"));
+    BRAID_ASSIGN_OR_RETURN(dim, intAttr("dim", 0, 0));
+    (void)dim;
+    if (x.shape(0) % groupSize() != 0)
+      return fail(absl::StrCat("x '", x.name(), "' ", shapeStr(x),
+                               " does not split evenly over the group's ",
+                               groupSize(), " ranks"));
+    return absl::OkStatus();
+  }
   BRAID_RETURN_IF_ERROR(minRank(x, 1, "x"));
   BRAID_ASSIGN_OR_RETURN(dim, intAttr("dim", 0, x.shape_size() - 1));
   int64_t ranks = groupSize();
@@ -803,13 +821,31 @@ absl::Status InstructionChecker::check() {
   case SEND:
   case RECV:
     return checkPointToPoint();
+  case WAIT:
+    // Finishes what was started on its buffers: at least one, no results.
+    return arity(1, INT32_MAX, 0);
   case ADAMW: {
     BRAID_RETURN_IF_ERROR(arity(7, 7, 3));
     const Buffer &p = in(0);
     if (!isFloat(p.dtype()))
       return fail(absl::StrCat("parameter '", p.name(), "' must be a float type"));
-    for (int i : {1, 2, 3})
-      BRAID_RETURN_IF_ERROR(same(in(i), p, "gradient or moment"));
+    if (inst.rank_axis().empty()) {
+      for (int i : {1, 2, 3})
+        BRAID_RETURN_IF_ERROR(same(in(i), p, "gradient or moment"));
+    } else {
+      // ZeRO: the gradient and moments are one-dimensional, this rank's block
+      // of the flat parameters, one block per rank of the rank_axis.
+      const Buffer &m = in(2);
+      BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+      for (int i : {1, 3})
+        BRAID_RETURN_IF_ERROR(same(in(i), m, "gradient or moment"));
+      if (m.shape_size() != 1 || p.shape_size() != 1 || m.dtype() != p.dtype() ||
+          p.shape(0) != m.shape(0) * ranks)
+        return fail(absl::StrCat(
+            "parameters '", p.name(), "' ", shapeStr(p), " are not ",
+            ranks, " blocks of the moments '", m.name(), "' ",
+            shapeStr(m), " (one per rank of '", inst.rank_axis(), "')"));
+    }
     for (int i : {4, 6}) {
       BRAID_RETURN_IF_ERROR(shape(in(i), {}, i == 4 ? "lr" : "scale"));
       if (in(i).dtype() != p.dtype())
@@ -1019,21 +1055,60 @@ absl::Status validatePipeline(const Plan &plan,
   return absl::OkStatus();
 }
 
+/// The slots of model chunk `chunk` of `stage` (validated chunk_slots).
+int64_t chunkSlots(const Stage &stage, int64_t chunk) {
+  return stage.chunk_slots_size() ? stage.chunk_slots(int(chunk))
+                                  : stage.slots();
+}
+
+/// The functions of model chunk `chunk`'s calls on `stage` (those it has).
+std::vector<const std::string *> chunkCalls(const Stage &stage, int chunk) {
+  if (chunk == 0)
+    return {&stage.forward(), &stage.backward(), &stage.backward_weight()};
+  const Chunk &c = stage.chunks(chunk - 1);
+  return {&c.forward(), &c.backward(), &c.backward_weight()};
+}
+
 /// Buffers of the pipeline's stages: a stage's functions name only its
-/// buffers, its slotted buffers have one copy per slot of the stage, and
-/// every copy lies inside the stage's own arena (Stage.arena_bytes, which
-/// is what its ranks allocate). The buffers have been validated against
-/// Plan.arena_bytes, so their ends cannot overflow.
+/// buffers; each chunk has its own slots (Stage.chunk_slots), a slotted
+/// buffer is named by the calls of one chunk and has one copy per slot of
+/// it; every copy lies inside the stage's own arena (Stage.arena_bytes,
+/// which is what its ranks allocate). The buffers have been validated
+/// against Plan.arena_bytes, so their ends cannot overflow.
 absl::Status validateStageBuffers(const Plan &plan,
                                   const std::map<std::string, int> &stageOf) {
   const Pipeline &p = plan.pipeline();
   if (p.stages_size() == 0)
     return absl::OkStatus();
   for (int s = 0; s < p.stages_size(); ++s) {
-    if (p.stages(s).slots() < 1)
+    const Stage &stage = p.stages(s);
+    if (stage.slots() < 1)
       return absl::InvalidArgumentError(
           absl::StrCat("pipeline stage ", s, " has slots = ",
-                       p.stages(s).slots(), ", expected at least 1"));
+                       stage.slots(), ", expected at least 1"));
+    int chunks = 1 + stage.chunks_size();
+    if (chunks > 1 && stage.chunk_slots_size() != chunks)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline stage ", s, " has ", chunks, " model chunks but ",
+          stage.chunk_slots_size(), " chunk_slots (expected the slots of "
+          "each chunk)"));
+    if (chunks == 1 && stage.chunk_slots_size() > 1)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline stage ", s, " has one model chunk but ",
+          stage.chunk_slots_size(), " chunk_slots (expected at most one)"));
+    int64_t most = 0;
+    for (int k = 0; k < stage.chunk_slots_size(); ++k) {
+      if (stage.chunk_slots(k) < 1)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pipeline stage ", s, "'s chunk ", k, " has chunk_slots = ",
+            stage.chunk_slots(k), ", expected at least 1"));
+      most = std::max(most, stage.chunk_slots(k));
+    }
+    if (stage.chunk_slots_size() && most != stage.slots())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline stage ", s, " has slots = ", stage.slots(),
+          " but the largest of its chunk_slots is ", most,
+          " (expected them equal)"));
     int64_t arena = p.stages(s).arena_bytes();
     if (arena < 0 || arena > plan.arena_bytes())
       return absl::InvalidArgumentError(
@@ -1044,12 +1119,6 @@ absl::Status validateStageBuffers(const Plan &plan,
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const Buffer &b = plan.buffers(i);
     const Stage &stage = p.stages(b.stage());
-    int64_t slots = stage.slots();
-    if (b.slots() >= 2 && b.slots() != slots)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "buffer ", i, " ('", b.name(), "') of stage ", b.stage(), " has ",
-          b.slots(), " slots but the stage has ", slots, " (expected ", slots,
-          " slots, or 0 or 1 for a single copy)"));
     int64_t bytes = numel(b) * DTypeBytes(b.dtype());
     int64_t copies = std::max<int64_t>(b.slots(), 1);
     int64_t end = b.offset() + bytes * copies;
@@ -1086,13 +1155,59 @@ absl::Status validateStageBuffers(const Plan &plan,
         }
     }
   }
+  // The chunk whose calls name each slotted buffer (-1: none).
+  std::map<std::string, const Function *> functions;
+  for (const Function &fn : plan.functions())
+    functions[fn.name()] = &fn;
+  std::vector<int> chunkOf(plan.buffers_size(), -1);
+  for (int s = 0; s < p.stages_size(); ++s) {
+    const Stage &stage = p.stages(s);
+    for (int k = 0; k <= stage.chunks_size(); ++k)
+      for (const std::string *name : chunkCalls(stage, k)) {
+        auto fn = functions.find(*name);
+        if (fn == functions.end())
+          continue;
+        for (const Instruction &inst : fn->second->body())
+          for (const auto *ids : {&inst.inputs(), &inst.outputs()})
+            for (int32_t id : *ids) {
+              const Buffer &b = plan.buffers(id);
+              if (b.slots() < 2 || chunkOf[id] == k)
+                continue;
+              if (chunkOf[id] >= 0)
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "buffer ", id, " ('", b.name(), "') of stage ", s,
+                    " has ", b.slots(), " slots and is named by the calls of "
+                    "chunks ", chunkOf[id], " and ", k, " (function '", *name,
+                    "'), but each chunk has slots of its own (expected one "
+                    "chunk, or 0 or 1 for a single copy)"));
+              chunkOf[id] = k;
+            }
+      }
+  }
+  for (int i = 0; i < plan.buffers_size(); ++i) {
+    const Buffer &b = plan.buffers(i);
+    const Stage &stage = p.stages(b.stage());
+    int k = chunkOf[i];
+    int64_t slots = k >= 0 ? chunkSlots(stage, k) : stage.slots();
+    if (b.slots() >= 2 && b.slots() != slots)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer ", i, " ('", b.name(), "') of stage ", b.stage(), " has ",
+          b.slots(), " slots but ",
+          k >= 0 && stage.chunks_size()
+              ? absl::StrCat("chunk ", k, " of the stage, whose calls name "
+                             "it, has ")
+              : std::string("the stage has "),
+          slots, " (expected ", slots,
+          " slots, or 0 or 1 for a single copy)"));
+  }
   return absl::OkStatus();
 }
 
 /// Each stage's schedule: every micro-batch of the step has one FORWARD,
 /// then one BACKWARD (then one BACKWARD_WEIGHT when the stage has a
-/// backward_weight function), all on one slot, and a slot holds one
-/// micro-batch at a time (from its FORWARD to its last backward step).
+/// backward_weight function), all on one slot of its chunk (below the
+/// chunk's slots), and a slot of a chunk holds one micro-batch at a time
+/// (from its FORWARD to its last backward step on the chunk).
 /// Training has been validated.
 absl::Status validateSchedules(const Plan &plan) {
   const Pipeline &p = plan.pipeline();
@@ -1118,7 +1233,8 @@ absl::Status validateSchedules(const Plan &plan) {
     std::vector<int64_t> forwardSlot(micros * chunks, -1);
     std::vector<bool> backwardDone(micros * chunks, false),
         weightDone(micros * chunks, false);
-    std::unordered_map<int64_t, int64_t> holder; // slot -> micro-batch
+    // (chunk, slot) -> micro-batch: each chunk has slots of its own.
+    std::map<std::pair<int64_t, int64_t>, int64_t> holder;
     for (int i = 0; i < stage.schedule_size(); ++i) {
       const ScheduleStep &step = stage.schedule(i);
       std::string at = absl::StrCat(where, " step ", i, ": ");
@@ -1145,16 +1261,19 @@ absl::Status validateSchedules(const Plan &plan) {
         return chunks > 1 ? absl::StrCat(id / chunks, " on chunk ", id % chunks)
                           : absl::StrCat(id);
       };
-      if (slot < 0 || slot >= stage.slots())
-        return absl::InvalidArgumentError(
-            absl::StrCat(at, "slot ", slot, " is outside the stage's ",
-                         stage.slots(), " slots [0, ", stage.slots(), ")"));
+      int64_t slots = chunkSlots(stage, step.chunk());
+      if (slot < 0 || slot >= slots)
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, "slot ", slot, " is outside ",
+            chunks > 1 ? absl::StrCat("chunk ", step.chunk(), "'s ")
+                       : std::string("the stage's "),
+            slots, " slots [0, ", slots, ")"));
       if (kind == ScheduleStep::FORWARD) {
         if (forwardSlot[m] >= 0)
           return absl::InvalidArgumentError(absl::StrCat(
               at, "a second FORWARD of micro-batch ", name(m),
               " (expected one per micro-batch)"));
-        auto held = holder.find(slot);
+        auto held = holder.find({step.chunk(), slot});
         if (held != holder.end())
           return absl::InvalidArgumentError(absl::StrCat(
               at, "the FORWARD of micro-batch ", name(m), " reuses slot ", slot,
@@ -1162,7 +1281,7 @@ absl::Status validateSchedules(const Plan &plan) {
               split ? "BACKWARD_WEIGHT" : "BACKWARD",
               " (expected a free slot)"));
         forwardSlot[m] = slot;
-        holder[slot] = m;
+        holder[{step.chunk(), slot}] = m;
         continue;
       }
       bool weight = kind == ScheduleStep::BACKWARD_WEIGHT;
@@ -1182,7 +1301,7 @@ absl::Status validateSchedules(const Plan &plan) {
             " (expected the same slot)"));
       (weight ? weightDone : backwardDone)[m] = true;
       if (weight || !split)
-        holder.erase(slot);
+        holder.erase({step.chunk(), slot});
     }
   }
   return absl::OkStatus();

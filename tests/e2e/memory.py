@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The memory the compiler predicts is the memory the run uses, per rank.
+"""The memory the compiler predicts is the memory the run uses, per rank;
+persistent bytes per parameter against the closed form for each ZeRO stage.
 
 Compiles tiny models in several parallel layouts (braidc --report) and runs
 each for a few steps (mpirun -np N braid-run). braid-run allocates each
@@ -59,7 +60,9 @@ def main():
     # 100 KB of real text, bytes as tokens.
     setup.dataset(100_000)
 
-    # (name, mpirun ranks, parallel fields): global batch 4 throughout.
+    # (name, mpirun ranks, parallel fields[, model fields]): global batch 4
+    # throughout. The interleaved schedule (vpp) cuts the layers into pp x vpp
+    # model stages of equal layers: 8 layers, as in parity.py.
     layouts = [
         ("serial", 1, "micro_batch_size: 4"),
         ("tp2", 2, "tp: 2 micro_batch_size: 4"),
@@ -71,14 +74,26 @@ def main():
         ("selective", 1, 'micro_batch_size: 4 recompute: "selective"'),
         ("tp2-sp-full", 2, 'tp: 2 sp: true micro_batch_size: 4 recompute: "full"'),
         ("pp2-full", 2, 'pp: 2 micro_batch_size: 1 global_batch_size: 4 recompute: "full"'),
+        ("pp2-vpp2", 2, "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4",
+         "num_layers: 8"),
+        ("pp4-vpp2", 4, "pp: 4 vpp: 2 micro_batch_size: 1 global_batch_size: 4",
+         "num_layers: 8"),
+        ("dp2-zero1", 2, "dp: 2 micro_batch_size: 2 zero: 1"),
+        ("dp4-zero1", 4, "dp: 4 micro_batch_size: 1 zero: 1"),
+        ("tp2-pp2-dp2-zero1", 8,
+         "tp: 2 pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1"),
+        ("dp2-zero2", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2"),
+        ("dp4-zero2", 4, "dp: 4 micro_batch_size: 1 zero: 2"),
+        ("tp2-pp2-dp2-zero2", 8,
+         "tp: 2 pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2"),
     ]
-    rows, failures = [], []
+    rows, failures, closed = [], [], []
     for model in ("tiny-llama", "tiny-gpt2"):
-        for name, ranks, parallel in layouts:
+        for name, ranks, parallel, *model_fields in layouts:
             tag = f"{model}-{name}"
             job = w(f"{tag}.textproto")
             with open(job, "w") as f:
-                f.write(f'model {{ preset: "{model}" }}\n'
+                f.write(f'model {{ preset: "{model}" {" ".join(model_fields)}}}\n'
                         f"parallel {{ {parallel} }}\n"
                         f"train {{ steps: {args.steps} lr: 3e-3 seed: 7 }}\n"
                         f"data {{ seq_length: 32 }}\n")
@@ -86,6 +101,28 @@ def main():
             run([b("braidc"), job, "--emit=plan", "-o", plan, f"--report={report}"])
             with open(report) as f:
                 report = json.load(f)
+            # Persistent bytes per fp32 parameter with Adam, d = dp: params 4,
+            # gradients 4, moments 8; ZeRO-1 shards the moments over d
+            # (8 + 8/d), ZeRO-2 the gradients too (4 + 12/d). Buckets pad to a
+            # multiple of 16 d elements: at most 1 % here.
+            d = int(re.search(r"dp: (\d+)", parallel).group(1)) if "dp:" in parallel else 1
+            zero = int(re.search(r"zero: (\d)", parallel).group(1)) if "zero:" in parallel else 0
+            for entry in report["memory"]["persistent_by_rank"]:
+                got = entry["persistent_bytes_per_parameter"]
+                want = {0: 16, 1: 8 + 8 / d, 2: 4 + 12 / d}[zero]
+                if zero == 2:
+                    # A gradient another stage adds to in update (a tied
+                    # embedding's) stays whole until then: 4 - 4/d more each.
+                    want += (4 - 4 / d) * entry["parameters_with_whole_gradients"] / entry["parameters"]
+                if entry["parameters_updated_elsewhere"]:
+                    # A tied embedding's copy on the last stage: its
+                    # parameter and gradient, the moments on the first stage.
+                    continue
+                closed.append((tag, entry["pipeline_rank"], got, want))
+                if not want <= got <= want * 1.01:
+                    failures.append(f"{tag} pipeline rank {entry['pipeline_rank']}: "
+                                    f"{got:.4f} persistent bytes per parameter, "
+                                    f"the closed form gives {want:.4f}")
             cmd = [b("braid-run"), plan, "--data", w("data"), "--metrics-out", metrics,
                    "--log-every", "1000"]
             out = run((mpirun(ranks) if ranks > 1 else []) + cmd).stdout
@@ -129,6 +166,9 @@ def main():
     for tag, rank, where, compiled, predicted, touched, ratio in rows:
         print(f"{tag:22s} {rank:4d}  {where:22s} {compiled:10d} {predicted:11d} "
               f"{touched:10d} {100 * ratio:7.2f}%")
+    print(f"{'layout':22s} {'pp rank':>7s} {'bytes/param':>11s} {'closed form':>11s}")
+    for tag, rank, got, want in closed:
+        print(f"{tag:22s} {rank:7d} {got:11.4f} {want:11.4f}")
     if failures:
         sys.exit("FAILED:\n  " + "\n  ".join(failures))
     print(f"memory: {len(rows)} ranks of {len({r[0] for r in rows})} runs touched "

@@ -81,6 +81,12 @@ def main():
         ("tp2-dp2", 4, "tp: 2 dp: 2 micro_batch_size: 2"),
         ("tp2-sp", 2, "tp: 2 sp: true micro_batch_size: 4"),
         ("tp2-dp2-sp", 4, "tp: 2 dp: 2 sp: true micro_batch_size: 2"),
+        # ZeRO-1: the optimizer state sharded over dp.
+        ("dp2-zero1", 2, "dp: 2 micro_batch_size: 2 zero: 1"),
+        ("tp4-dp2-zero1", 8, "tp: 4 dp: 2 micro_batch_size: 2 zero: 1"),
+        # ZeRO-2: gradients too, reduce-scattered during backward.
+        ("dp2-accumulate2-zero2", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2"),
+        ("tp4-dp2-zero2", 8, "tp: 4 dp: 2 micro_batch_size: 2 zero: 2"),
     ]
     # Pipelines, on 4-layer models: each schedule with several micro-batches
     # in flight, with tp and dp (8 ranks), and an uneven cut. tiny-gpt2 ties
@@ -105,6 +111,17 @@ def main():
         ("pp2-tp2-sp-dp2-auto", 8,
          'pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4 '
          'recompute: "auto" memory_budget_bytes: {budget}'),
+        # ZeRO-1 on tp 2 x pp 2 x dp 2, alone and with full recompute.
+        ("pp2-tp2-dp2-zero1", 8,
+         "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1"),
+        ("pp2-tp2-sp-dp2-full-zero1", 8,
+         'pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4 '
+         'recompute: "full" zero: 1'),
+        ("pp2-tp2-dp2-zero2", 8,
+         "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2"),
+        ("pp2-tp2-dp2-zbh1-selective-zero2", 8,
+         'pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 '
+         'schedule: "zb-h1" recompute: "selective" zero: 2'),
     ]
     models = [(m, f'preset: "{m}"', layouts) for m in ("tiny-llama", "tiny-gpt2")]
     for m in ("tiny-llama", "tiny-gpt2"):

@@ -41,14 +41,19 @@ def main():
          "pp: 2 micro_batch_size: 1 global_batch_size: 4", 4, True),
         ("pp2-dp2", 4, 'preset: "tiny-llama" num_layers: 2',
          "pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4", 2, True),
+        # ZeRO-2 with small buckets: each bucket's reduce-scatter starts when
+        # its last gradient is written and runs while backward goes on.
+        ("dp2-zero2", 2, 'preset: "tiny-llama"',
+         "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2", 2, False),
     ]
+    flags = {"dp2-zero2": ["--zero-bucket-bytes", "40000"]}
     for name, ranks, model, parallel, micro_batches, pipeline in layouts:
         job = w(f"{name}.textproto")
         with open(job, "w") as f:
             f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
                     "train { steps: 10 lr: 3e-3 seed: 7 }\ndata { seq_length: 32 }\n")
         plan, trace = w(f"{name}.plan"), w(f"{name}.json")
-        run([b("braidc"), job, "--emit=plan", "-o", plan])
+        run([b("braidc"), job, "--emit=plan", "-o", plan, *flags.get(name, [])])
         if os.path.exists(trace):
             os.remove(trace)
         p = run(mpirun(ranks) + [b("braid-run"), plan, "--data", w("data"), "--steps", "2",
@@ -63,6 +68,25 @@ def main():
         with open(trace) as f:
             events = json.load(f)["traceEvents"]
         names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+        if "zero2" in name:
+            # Every rank: each reduce-scatter started in backward (traced from
+            # its start to its completion) contains whole backward compute
+            # kernels that ran meanwhile, all but the last bucket's of each
+            # micro-batch (nothing of the backward is left after it).
+            for pid in names:
+                spans = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
+                started = [e for e in spans if e["name"] == "REDUCE_SCATTER" and
+                           "overlapping the rest of backward" in e["args"]["provenance"]]
+                compute = [e for e in spans if e["tid"] == 2 and e["cat"] == "backward"]
+                overlapped = [rs for rs in started if any(
+                    rs["ts"] <= k["ts"] and k["ts"] + k["dur"] <= rs["ts"] + rs["dur"]
+                    for k in compute)]
+                print(f"{name:8s} rank {pid}: {len(overlapped)} of {len(started)} "
+                      "reduce-scatters overlap backward kernels")
+                calls = 2 * micro_batches  # 2 steps
+                if not started or len(overlapped) < len(started) - calls:
+                    sys.exit(f"FAILED: {name}: rank {pid}: {len(overlapped)} of "
+                             f"{len(started)} reduce-scatters overlap backward compute")
         if pipeline:
             # Rank 0 is on the first stage, its peer on the second has the
             # same other coordinates.

@@ -52,7 +52,7 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] "
+  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] [--zero 0|1|2] "
                << exec::kTrainerFlagsUsage
                << "\n"
                << "       braid view PLAN -o FILE.html\n";
@@ -203,6 +203,7 @@ int main(int argc, char **argv) {
   std::string schedule;             // --schedule
   std::string recompute;            // --recompute
   int64_t memoryBudget = 0;         // --memory-budget
+  int zero = -1;                    // --zero
   std::vector<int64_t> stageLayers;     // --stage-layers
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -253,6 +254,12 @@ int main(int argc, char **argv) {
       }
       continue;
     }
+    if (arg == "--zero") {
+      if (value != "0" && value != "1" && value != "2" && value != "3")
+        return usage("--zero=" + value + " is not a ZeRO stage (0, 1, 2, 3)");
+      zero = std::stoi(value);
+      continue;
+    }
     if (arg == "--dp" || arg == "--tp" || arg == "--pp") {
       char *end = nullptr;
       long long n = std::strtoll(value.c_str(), &end, 10);
@@ -283,6 +290,8 @@ int main(int argc, char **argv) {
     job->mutable_parallel()->set_recompute(recompute);
   if (memoryBudget > 0)
     job->mutable_parallel()->set_memory_budget_bytes(memoryBudget);
+  if (zero >= 0)
+    job->mutable_parallel()->set_zero(zero);
   if (!stageLayers.empty()) {
     job->mutable_parallel()->clear_stage_layers();
     for (int64_t n : stageLayers)

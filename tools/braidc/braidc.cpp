@@ -97,6 +97,14 @@ static cl::opt<std::string> recomputeFlag(
     cl::desc("Activation recomputation: none | selective | full | auto "
              "(parallel.recompute)"),
     cl::cat(category));
+static cl::opt<int64_t> zeroFlag(
+    "zero", cl::desc("ZeRO stage: 1 shards the optimizer state over dp, 2 "
+                     "the gradients too (parallel.zero)"),
+    cl::cat(category));
+static cl::opt<int64_t> zeroBucketBytes(
+    "zero-bucket-bytes",
+    cl::desc("Most gradient bytes in one ZeRO bucket (default 25000000)"),
+    cl::init(25000000), cl::cat(category));
 static cl::opt<int64_t> memoryBudget(
     "memory-budget",
     cl::desc("Most arena bytes per device; recompute auto fits it "
@@ -167,6 +175,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
   }
   if (recomputeFlag.getNumOccurrences())
     job.mutable_parallel()->set_recompute(recomputeFlag);
+  if (zeroFlag.getNumOccurrences())
+    job.mutable_parallel()->set_zero(zeroFlag);
   if (memoryBudget.getNumOccurrences())
     job.mutable_parallel()->set_memory_budget_bytes(memoryBudget);
   if (globalBatch.getNumOccurrences())
@@ -225,6 +235,11 @@ int main(int argc, char **argv) {
   // The report describes the model graph; a clone keeps it when the phases
   // lower the module to a plan.
   mlir::OwningOpRef<mlir::ModuleOp> graph = module->clone();
+
+  if (zeroBucketBytes < 1)
+    return fail("--zero-bucket-bytes=" + llvm::Twine(zeroBucketBytes) +
+                " must be at least 1");
+  parallel->zeroBucketBytes = zeroBucketBytes;
 
   CompileOptions options;
   options.compileTo = *phase;

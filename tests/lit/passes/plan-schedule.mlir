@@ -69,13 +69,59 @@
 
 // Tests the interleaved schedule (Megatron's virtual stages): 4 layers on 2
 // ranks as 4 chunks of one layer, chunk c on rank c % 2, so rank 0 holds
-// layers 0 and 2 and rank 1 layers 1 and 3; 4 micro-batches. Rank 0 warms
-// up with (2 - 0 - 1)·2 + (2 - 1)·2 = 4 forwards in Megatron's order
-// (micro-batches 0, 1 on chunk 0, then 0, 1 on chunk 1, then 2 on chunk 0),
-// rank 1 with 2; "F0.1:2" is chunk 1's forward of micro-batch 0 on slot 2.
-// Chunk 1's functions are listed in `chunks`; the last chunk of the last rank
-// sends to the first rank's next chunk (peer -1 on 2 ranks).
+// layers 0 and 2 and rank 1 layers 1 and 3; 4 micro-batches. Rank r warms
+// up with (2 - r - 1)·2 + (2 - 1)·2 forwards in Megatron's order (the k-th
+// forward runs micro-batch (k / 4)·2 + k % 2 on chunk (k % 4) / 2: 0, 1 on
+// chunk 0, then 0, 1 on chunk 1, then 2, 3 on chunk 0, ...; the backwards
+// the same micro-batches on the chunks in reverse), then alternates one
+// forward and one backward, then finishes the backwards:
+//   rank 0: F0 F1 F0.1 F1.1 | F2 B0.1 | F3 B1.1 | F2.1 B0 | F3.1 B1 |
+//           B2.1 B3.1 B2 B3
+//   rank 1: F0 F1 | F0.1 B0.1 | F1.1 B1.1 | F2 B0 | F3 B1 | F2.1 B2.1 |
+//           F3.1 B3.1 | B2 B3
+// Each chunk has slots of its own ("F0.1:0": chunk 1's forward of
+// micro-batch 0 on chunk 1's slot 0, not chunk 0's): a micro-batch takes its
+// chunk's lowest free slot at its forward there and frees it at its
+// backward there.
+//   rank 0, chunk 0: F0, F1, F2, F3 take 0, 1, 2, 3 before B0 frees one:
+//           4 slots. Chunk 1: F0.1, F1.1 take 0, 1; B0.1, B1.1 free them
+//           before F2.1, F3.1 take 0, 1 again: 2 slots.
+//   rank 1, chunk 0: F0, F1, F2 take 0, 1, 2; B0 frees 0 for F3; B1 frees
+//           1: 3 slots. Chunk 1: each forward is followed by its backward:
+//           1 slot.
+// So chunk_slots = [4, 2] and slots = 4 on rank 0, [3, 1] and 3 on rank 1
+// (one pool for the rank would need 5 and 3, for every chunk). Chunk 1's
+// functions are listed in `chunks`; the last chunk of the last rank sends
+// to the first rank's next chunk (peer -1 on 2 ranks).
 // RUN: printf 'model { preset: "tiny-llama" num_layers: 4 }\nparallel { pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4 }\ndata { seq_length: 8 }\n' > %t.vpp.job
 // RUN: braidc %t.vpp.job --compile-to=plan | FileCheck %s --check-prefix=VPP
-// VPP: plan.stage 0 {backward = @stage0_backward, chunks = [{backward = @stage0_chunk1_backward, forward = @stage0_chunk1_forward}], first_layer = 0 : i64, forward = @stage0_forward, num_layers = 2 : i64, {{.*}}schedule = ["F0:0", "F1:1", "F0.1:2", "F1.1:3", "F2:4",
-// VPP: plan.stage 1 {{.*}}schedule = ["F0:0", "F1:1", "F0.1:2", "B0.1:2",
+// The tokens are chunk 0's on rank 0 (4 copies), chunk 1's buffers there
+// have 2, the targets are chunk 1's on rank 1 (one copy; each rank's
+// buffers come before its stage).
+// VPP: plan.buffer @{{.+}} : tensor<1x8xi32> role = "input" name = "tokens" stage = 0 slots = 4
+// VPP: plan.buffer @{{.+}} role = "activation" stage = 0 slots = 2
+// VPP: plan.stage 0 {backward = @stage0_backward, chunk_slots = array<i64: 4, 2>, chunks = [{backward = @stage0_chunk1_backward, forward = @stage0_chunk1_forward}], first_layer = 0 : i64, forward = @stage0_forward, num_layers = 2 : i64, {{.*}}schedule = ["F0:0", "F1:1", "F0.1:0", "F1.1:1", "F2:2", "B0.1:0", "F3:3", "B1.1:1", "F2.1:0", "B0:0", "F3.1:1", "B1:1", "B2.1:0", "B3.1:1", "B2:2", "B3:3"], slots = 4 : i64
+// VPP: plan.buffer @{{.+}} : tensor<1x8xi32> role = "input" name = "targets" stage = 1 slots = 1
+// VPP: plan.stage 1 {{.*}}chunk_slots = array<i64: 3, 1>, {{.*}}schedule = ["F0:0", "F1:1", "F0.1:0", "B0.1:0", "F1.1:0", "B1.1:0", "F2:2", "B0:0", "F3:0", "B1:1", "F2.1:0", "B2.1:0", "F3.1:0", "B3.1:0", "B2:2", "B3:0"], slots = 3 : i64
+
+// Tests the report's slots of each model stage: its chunk's own (model
+// stage c is rank c % 2's chunk c / 2), and the peak of (micro-batch,
+// chunk) pairs in flight on each rank, counted from the orders above: 5 on
+// rank 0 (F0 F1 F0.1 F1.1 F2 before B0.1), 3 on rank 1 (F0 F1 F0.1).
+// RUN: braidc %t.vpp.job --compile-to=plan --report=%t.vpp.json -o /dev/null
+// RUN: FileCheck %s --check-prefix=VREPORT < %t.vpp.json
+// VREPORT: "peak_in_flight_micro_batches": [
+// VREPORT-NEXT: 5,
+// VREPORT-NEXT: 3
+// VREPORT: "chunk": 0,
+// VREPORT: "slots": 4,
+// VREPORT-NEXT: "stage": 0
+// VREPORT: "chunk": 0,
+// VREPORT: "slots": 3,
+// VREPORT-NEXT: "stage": 1
+// VREPORT: "chunk": 1,
+// VREPORT: "slots": 2,
+// VREPORT-NEXT: "stage": 0
+// VREPORT: "chunk": 1,
+// VREPORT: "slots": 1,
+// VREPORT-NEXT: "stage": 1

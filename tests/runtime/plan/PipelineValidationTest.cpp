@@ -2,7 +2,8 @@
 //
 // The loader's checks of pipeline parallelism: the "pp" axis of the mesh and
 // the stages' functions, buffers of a stage and their slots (inside the
-// arena and the stage's own, one per slot of the stage), each stage's
+// arena and the stage's own, one per slot of the chunk whose calls name
+// them, each chunk with slots of its own), each stage's
 // arena, each stage's schedule, the
 // point-to-point kernels, and GRAD_NORM's replicated_copies. Every refusal
 // names what it found and what it expected.
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace braid::plan;
@@ -515,4 +517,125 @@ TEST(PipelineValidation, Chunks) {
   }
   EXPECT_REFUSED(plan, "pipeline stage 0's chunk 1's forward names function "
                        "'nowhere', which the plan does not have");
+}
+
+namespace {
+
+// Two stages of two model chunks each (the interleaved schedule), two
+// micro-batches. Stage s has buffers 3s "a0.s" (chunk 0's, 2 slots), 3s + 1
+// "a1.s" (chunk 1's, one copy) and 3s + 2 "w.s" (a workspace); functions
+// "sS.forward" and "sS.backward" (chunk 0) and "sS.c1.forward" and
+// "sS.c1.backward" (chunk 1), each an ADD of its chunk's buffer into w.
+// Each stage runs F0 F1 F0.1 B0.1 F1.1 B1.1 B0 B1: chunk 0 holds both
+// micro-batches at once (slots 0 and 1), chunk 1 one at a time (slot 0,
+// while micro-batch 0 holds chunk 0's slot 0), so chunk_slots = [2, 1].
+Plan interleavedPlan() {
+  braid::exec_test::PlanBuilder b;
+  b.plan.mutable_mesh()->set_axes(0, "pp");
+  b.plan.mutable_mesh()->set_sizes(0, 2);
+  Training *t = b.plan.mutable_training();
+  t->set_steps(1);
+  t->set_micro_batch_size(2);
+  t->set_seq_length(4);
+  t->set_micro_batches(2);
+  Pipeline *p = b.plan.mutable_pipeline();
+  p->set_schedule("interleaved");
+  for (int s = 0; s < 2; ++s) {
+    std::string n = std::to_string(s);
+    int a0 = b.buffer(("a0." + n).c_str(), F32, {2, 4}, ACTIVATION, 2, s);
+    int a1 = b.buffer(("a1." + n).c_str(), F32, {2, 4}, ACTIVATION, 1, s);
+    int w = b.buffer(("w." + n).c_str(), F32, {2, 4}, WORKSPACE, 0, s);
+    for (auto [name, a] : {std::pair<std::string, int>{"forward", a0},
+                           {"backward", a0},
+                           {"c1.forward", a1},
+                           {"c1.backward", a1}})
+      b.add(b.function(("s" + n + "." + name).c_str()), ADD, {a, a}, {w});
+    Stage *stage = p->add_stages();
+    stage->set_forward("s" + n + ".forward");
+    stage->set_backward("s" + n + ".backward");
+    Chunk *chunk = stage->add_chunks();
+    chunk->set_forward("s" + n + ".c1.forward");
+    chunk->set_backward("s" + n + ".c1.backward");
+    stage->set_slots(2);
+    stage->add_chunk_slots(2);
+    stage->add_chunk_slots(1);
+    for (auto [kind, micro, k, slot] :
+         {std::tuple<ScheduleStep::Kind, int64_t, int64_t, int64_t>{
+              ScheduleStep::FORWARD, 0, 0, 0},
+          {ScheduleStep::FORWARD, 1, 0, 1},
+          {ScheduleStep::FORWARD, 0, 1, 0},
+          {ScheduleStep::BACKWARD, 0, 1, 0},
+          {ScheduleStep::FORWARD, 1, 1, 0},
+          {ScheduleStep::BACKWARD, 1, 1, 0},
+          {ScheduleStep::BACKWARD, 0, 0, 0},
+          {ScheduleStep::BACKWARD, 1, 0, 1}}) {
+      addStep(stage, kind, micro, slot);
+      stage->mutable_schedule(stage->schedule_size() - 1)->set_chunk(k);
+    }
+  }
+  for (int s = 0; s < 2; ++s)
+    p->mutable_stages(s)->set_arena_bytes(b.plan.arena_bytes());
+  return b.plan;
+}
+
+} // namespace
+
+// Each model chunk has slots of its own: chunk_slots gives each chunk's
+// count (the stage's slots is the largest), a slotted buffer has the count
+// of the one chunk whose calls name it, and a step's slot is below its
+// chunk's count and free in its chunk (another chunk's same slot number is
+// not the same slot).
+TEST(PipelineValidation, ChunkSlots) {
+  Plan plan = interleavedPlan();
+  EXPECT_EQ(errorOf(plan), "");
+  // Each chunk states its count.
+  plan = interleavedPlan();
+  plan.mutable_pipeline()->mutable_stages(0)->clear_chunk_slots();
+  EXPECT_EQ(errorOf(plan), "p.plan: pipeline stage 0 has 2 model chunks but "
+                           "0 chunk_slots (expected the slots of each chunk)");
+  plan = interleavedPlan();
+  plan.mutable_pipeline()->mutable_stages(1)->set_chunk_slots(1, 0);
+  EXPECT_EQ(errorOf(plan), "p.plan: pipeline stage 1's chunk 1 has "
+                           "chunk_slots = 0, expected at least 1");
+  plan = interleavedPlan();
+  plan.mutable_pipeline()->mutable_stages(0)->set_slots(3);
+  EXPECT_EQ(errorOf(plan), "p.plan: pipeline stage 0 has slots = 3 but the "
+                           "largest of its chunk_slots is 2 (expected them "
+                           "equal)");
+  plan = pipelinePlan();
+  plan.mutable_pipeline()->mutable_stages(0)->add_chunk_slots(2);
+  EXPECT_EQ(errorOf(plan), ""); // one chunk may state its count
+  plan.mutable_pipeline()->mutable_stages(0)->add_chunk_slots(2);
+  EXPECT_EQ(errorOf(plan), "p.plan: pipeline stage 0 has one model chunk but "
+                           "2 chunk_slots (expected at most one)");
+  // A slotted buffer has its chunk's count, not the stage's largest.
+  plan = interleavedPlan();
+  plan.mutable_pipeline()->mutable_stages(0)->set_chunk_slots(0, 1);
+  plan.mutable_pipeline()->mutable_stages(0)->set_chunk_slots(1, 2);
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: buffer 0 ('a0.0') of stage 0 has 2 slots but chunk 0 of "
+            "the stage, whose calls name it, has 1 (expected 1 slots, or 0 or "
+            "1 for a single copy)");
+  // ... and is named by the calls of one chunk only.
+  plan = interleavedPlan();
+  bodyOf(plan, 2, 0)->set_inputs(1, 0); // chunk 1's forward reads a0.0
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: buffer 0 ('a0.0') of stage 0 has 2 slots and is named by "
+            "the calls of chunks 0 and 1 (function 's0.c1.forward'), but each "
+            "chunk has slots of its own (expected one chunk, or 0 or 1 for a "
+            "single copy)");
+  // A step's slot is below its chunk's count.
+  plan = interleavedPlan();
+  stepOf(plan, 1, 2)->set_slot(1);
+  stepOf(plan, 1, 3)->set_slot(1);
+  EXPECT_EQ(errorOf(plan), "p.plan: pipeline stage 1's schedule step 2: slot "
+                           "1 is outside chunk 1's 1 slots [0, 1)");
+  // Within a chunk, a held slot is not free.
+  plan = interleavedPlan();
+  stepOf(plan, 0, 1)->set_slot(0);
+  stepOf(plan, 0, 7)->set_slot(0);
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: pipeline stage 0's schedule step 1: the FORWARD of "
+            "micro-batch 1 on chunk 0 reuses slot 0, which micro-batch 0 on "
+            "chunk 0 holds until its BACKWARD (expected a free slot)");
 }

@@ -13,6 +13,38 @@ using namespace braid::plan;
 
 namespace {
 
+/// Appends an instruction of `kernel` on buffers `ins` -> `outs` to `fn`.
+Instruction *addInstruction(Function *fn, Kernel kernel,
+                            const std::vector<int> &ins,
+                            const std::vector<int> &outs) {
+  Instruction *inst = fn->add_body();
+  inst->set_kernel(kernel);
+  for (int i : ins)
+    inst->add_inputs(i);
+  for (int o : outs)
+    inst->add_outputs(o);
+  return inst;
+}
+
+/// Appends a buffer at `offset` (then moved past it, 8-byte aligned so that
+/// F64 buffers stay aligned) and returns its index.
+int addBuffer(Plan &plan, int64_t &offset, const char *name, DType dtype,
+              const std::vector<int64_t> &shape, BufferRole role) {
+  Buffer *b = plan.add_buffers();
+  b->set_name(name);
+  b->set_dtype(dtype);
+  int64_t bytes = DTypeBytes(dtype);
+  for (int64_t d : shape) {
+    b->add_shape(d);
+    bytes *= d;
+  }
+  b->set_offset(offset);
+  b->set_role(role);
+  offset += (bytes + 7) / 8 * 8;
+  return plan.buffers_size() - 1;
+}
+
+
 /// A valid two-instruction plan: y = x·Wᵀ, loss = cross_entropy(y, t).
 Plan validPlan() {
   Plan plan;
@@ -22,18 +54,7 @@ Plan validPlan() {
   int64_t offset = 0;
   auto buffer = [&](const char *name, DType dtype, std::vector<int64_t> shape,
                     BufferRole role) {
-    Buffer *b = plan.add_buffers();
-    b->set_name(name);
-    b->set_dtype(dtype);
-    int64_t bytes = DTypeBytes(dtype);
-    for (int64_t d : shape) {
-      b->add_shape(d);
-      bytes *= d;
-    }
-    b->set_offset(offset);
-    b->set_role(role);
-    offset += bytes;
-    return plan.buffers_size() - 1;
+    return addBuffer(plan, offset, name, dtype, shape, role);
   };
   int x = buffer("x", F32, {2, 3, 8}, ACTIVATION);
   int w = buffer("w", F32, {16, 8}, PARAMETER);
@@ -310,18 +331,7 @@ Plan vocabParallelPlan() {
   int64_t offset = 0;
   auto buffer = [&](const char *name, DType dtype, std::vector<int64_t> shape,
                     BufferRole role) {
-    Buffer *b = plan.add_buffers();
-    b->set_name(name);
-    b->set_dtype(dtype);
-    int64_t bytes = DTypeBytes(dtype);
-    for (int64_t d : shape) {
-      b->add_shape(d);
-      bytes *= d;
-    }
-    b->set_offset(offset);
-    b->set_role(role);
-    offset += bytes;
-    return plan.buffers_size() - 1;
+    return addBuffer(plan, offset, name, dtype, shape, role);
   };
   int logits = buffer("logits", F32, {2, 3, 4}, ACTIVATION);   // 0
   int targets = buffer("targets", I32, {2, 3}, INPUT);         // 1
@@ -340,13 +350,7 @@ Plan vocabParallelPlan() {
   Function *fn = plan.add_functions();
   fn->set_name("f");
   auto add = [&](Kernel kernel, std::vector<int> ins, std::vector<int> outs) {
-    Instruction *inst = fn->add_body();
-    inst->set_kernel(kernel);
-    for (int i : ins)
-      inst->add_inputs(i);
-    for (int o : outs)
-      inst->add_outputs(o);
-    return inst;
+    return addInstruction(fn, kernel, ins, outs);
   };
   auto slice = [](Instruction *inst) {
     inst->set_rank_axis("tp");
@@ -585,18 +589,7 @@ Plan sequenceParallelPlan() {
   int64_t offset = 0;
   auto buffer = [&](const char *name, DType dtype, std::vector<int64_t> shape,
                     BufferRole role) {
-    Buffer *b = plan.add_buffers();
-    b->set_name(name);
-    b->set_dtype(dtype);
-    int64_t bytes = DTypeBytes(dtype);
-    for (int64_t d : shape) {
-      b->add_shape(d);
-      bytes *= d;
-    }
-    b->set_offset(offset);
-    b->set_role(role);
-    offset += (bytes + 7) / 8 * 8; // F64 buffers need 8-byte offsets
-    return plan.buffers_size() - 1;
+    return addBuffer(plan, offset, name, dtype, shape, role);
   };
   int x = buffer("x", F32, {2, 3, 4}, ACTIVATION);             // 0
   int y = buffer("y", F32, {2, 6, 4}, ACTIVATION);             // 1
@@ -612,13 +605,7 @@ Plan sequenceParallelPlan() {
   Function *fn = plan.add_functions();
   fn->set_name("f");
   auto add = [&](Kernel kernel, std::vector<int> ins, std::vector<int> outs) {
-    Instruction *inst = fn->add_body();
-    inst->set_kernel(kernel);
-    for (int i : ins)
-      inst->add_inputs(i);
-    for (int o : outs)
-      inst->add_outputs(o);
-    return inst;
+    return addInstruction(fn, kernel, ins, outs);
   };
   Instruction *gather = add(ALL_GATHER, {x}, {y}); // 0
   gather->add_group("tp");
@@ -677,7 +664,8 @@ TEST(PlanValidation, GatherAndScatter) {
     bodyOf(plan, i)->set_outputs(0, bodyOf(plan, i)->inputs(0));
     EXPECT_REFUSED(plan, absl::StrCat(kernel, "x and y are both buffer '",
                                       i ? "y" : "x",
-                                      "', expected different buffers"));
+                                      "': only an all-gather of a "
+                                      "one-dimensional buffer runs in place"));
     plan = sequenceParallelPlan();
     bodyOf(plan, i)->set_inputs(0, 8);
     EXPECT_REFUSED(plan, "x 'scalar' has rank 0, expected at least 1");
@@ -770,6 +758,85 @@ TEST(PlanValidation, GatherAndScatter) {
 // POSITION_EMBEDDING and its gradient on a slice of the sequence: the
 // stride is required with a rank_axis and keeps every rank's positions
 // inside the table (and, forward, inside the tokens' sequence).
+/// A valid plan of ZeRO's kernels on a (dp 2, tp 1) mesh: a flat bucket of 8
+/// parameters, each rank's block of 4 (gradient, moments), an async
+/// reduce-scatter finished by a WAIT, AdamW on the block, an all-gather in
+/// place.
+Plan zeroPlan() {
+  Plan plan;
+  plan.set_version(SCHEMA_VERSION_CURRENT);
+  plan.mutable_mesh()->add_axes("dp");
+  plan.mutable_mesh()->add_sizes(2);
+  plan.mutable_mesh()->add_axes("tp");
+  plan.mutable_mesh()->add_sizes(1);
+  int64_t offset = 0;
+  auto buffer = [&](const char *name, DType dtype, std::vector<int64_t> shape,
+                    BufferRole role) {
+    return addBuffer(plan, offset, name, dtype, shape, role);
+  };
+  int params = buffer("params", F32, {8}, BUCKET);          // 0
+  int grads = buffer("grads", F32, {8}, BUCKET);            // 1
+  int block = buffer("block", F32, {4}, ACTIVATION);        // 2
+  int m = buffer("m", F32, {4}, OPTIMIZER_STATE);           // 3
+  int v = buffer("v", F32, {4}, OPTIMIZER_STATE);           // 4
+  int lr = buffer("lr", F32, {}, INPUT);                    // 5
+  int step = buffer("step", I64, {}, INPUT);                // 6
+  int scale = buffer("scale", F32, {}, ACTIVATION);         // 7
+  plan.set_arena_bytes(offset);
+  Function *fn = plan.add_functions();
+  fn->set_name("f");
+  auto add = [&](Kernel kernel, std::vector<int> ins, std::vector<int> outs) {
+    return addInstruction(fn, kernel, ins, outs);
+  };
+  Instruction *scatter = add(REDUCE_SCATTER, {grads}, {block}); // 0
+  scatter->add_group("dp");
+  (*scatter->mutable_int_attrs())["dim"] = 0;
+  (*scatter->mutable_int_attrs())["async"] = 1;
+  add(WAIT, {grads, block}, {}); // 1
+  Instruction *adamw =
+      add(ADAMW, {params, block, m, v, lr, step, scale}, {params, m, v}); // 2
+  adamw->set_rank_axis("dp");
+  for (const char *attr : {"beta1", "beta2", "eps", "weight_decay"})
+    (*adamw->mutable_float_attrs())[attr] = 0.01;
+  Instruction *gather = add(ALL_GATHER, {params}, {params}); // 3
+  gather->add_group("dp");
+  (*gather->mutable_int_attrs())["dim"] = 0;
+  return plan;
+}
+
+// ZeRO: async only on a reduce-scatter and 0 or 1; a WAIT names buffers
+// and makes none; AdamW with a rank_axis updates its rank's block of flat
+// parameters; an all-gather in place is of a flat buffer that splits evenly.
+TEST(PlanValidation, ZeroKernels) {
+  EXPECT_EQ(errorOf(zeroPlan()), "");
+  Plan plan = zeroPlan();
+  (*bodyOf(plan, 0)->mutable_int_attrs())["async"] = 2;
+  EXPECT_REFUSED(plan, "attribute 'async' = 2 is outside [0, 1]");
+  plan = zeroPlan();
+  (*bodyOf(plan, 3)->mutable_int_attrs())["async"] = 1;
+  EXPECT_REFUSED(plan, "(ALL_GATHER): an all-gather has no async attribute");
+  plan = zeroPlan();
+  bodyOf(plan, 1)->clear_inputs();
+  EXPECT_REFUSED(plan, "(WAIT): has 0 inputs and 0 outputs");
+  plan = zeroPlan();
+  bodyOf(plan, 1)->add_outputs(2);
+  EXPECT_REFUSED(plan, "(WAIT): has 2 inputs and 1 outputs");
+  plan = zeroPlan();
+  plan.mutable_buffers(3)->set_shape(0, 3); // m of 3: not a block of 8
+  EXPECT_REFUSED(plan, "(ADAMW): gradient or moment 'block' is [4], expected [3]");
+  plan = zeroPlan();
+  plan.mutable_buffers(1)->set_shape(0, 4); // gradients of 4 in blocks of 2
+  for (int b : {2, 3, 4})
+    plan.mutable_buffers(b)->set_shape(0, 2); // 2 x 2 != 8 parameters
+  EXPECT_REFUSED(plan, "(ADAMW): parameters 'params' [8] are not 2 blocks of "
+                       "the moments 'm' [2] (one per rank of 'dp')");
+  plan = zeroPlan();
+  plan.mutable_mesh()->set_sizes(0, 3);
+  plan.mutable_functions(0)->mutable_body()->DeleteSubrange(0, 3);
+  EXPECT_REFUSED(plan, "(ALL_GATHER): x 'params' [8] does not split evenly over "
+                       "the group's 3 ranks");
+}
+
 TEST(PlanValidation, PositionEmbeddingSequenceSlices) {
   for (int i : {2, 3}) {
     SCOPED_TRACE(i == 2 ? "POSITION_EMBEDDING" : "POSITION_EMBEDDING_GRAD");

@@ -1,7 +1,7 @@
 // RUN: braid-opt %s -split-input-file -verify-diagnostics
 
 // Tests B1: an unknown role is refused.
-// expected-error @+1 {{'plan.buffer' op role "scratchpad" is not one of parameter, gradient, optimizer_state, activation, input, workspace}}
+// expected-error @+1 {{'plan.buffer' op role "scratchpad" is not one of parameter, gradient, optimizer_state, activation, input, workspace, bucket}}
 plan.buffer @b1_role : tensor<4xf32> role = "scratchpad"
 
 // -----
@@ -78,11 +78,56 @@ plan.buffer @b5_slots : tensor<4xf32> role = "activation" stage = 0 slots = 0
 
 // -----
 
+// Tests B6: a view names its bucket and its offset together.
+plan.buffer @b6_bucket : tensor<64xf32> role = "bucket"
+// expected-error @+1 {{'plan.buffer' op view_of and view_offset must be given together}}
+plan.buffer @b6_view : tensor<4xf32> role = "gradient" view_of = @b6_bucket
+
+// -----
+
+// Tests B6: a view's offset is a multiple of its element size.
+plan.buffer @b6_bucket : tensor<64xf32> role = "bucket"
+// expected-error @+1 {{'plan.buffer' op view_offset 6 is negative or not a multiple of the element size 4}}
+plan.buffer @b6_view : tensor<4xf32> role = "gradient" view_of = @b6_bucket view_offset = 6
+
+// -----
+
+// Tests B6: a view has no slots.
+plan.buffer @b6_bucket : tensor<64xf32> role = "bucket"
+// expected-error @+1 {{'plan.buffer' op a view has no slots and is not a bucket}}
+plan.buffer @b6_view : tensor<4xf32> role = "activation" stage = 0 slots = 2 view_of = @b6_bucket view_offset = 0
+
+// -----
+
 // Tests ST1: a stage holds at least one slot.
 plan.func @f {
 }
 // expected-error @+1 {{'plan.stage' op index, first_layer and num_layers must be >= 0 and slots >= 1}}
 plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @f, slots = 0 : i64}
+
+// -----
+
+// Tests ST1: chunk_slots has one count per chunk.
+plan.func @f {
+}
+// expected-error @+1 {{'plan.stage' op chunk_slots must have one entry of at least 1 per chunk (2), the largest equal to slots = 2}}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @f, chunks = [{forward = @f, backward = @f}], slots = 2 : i64, chunk_slots = array<i64: 2>}
+
+// -----
+
+// Tests ST1: each chunk's count is at least 1.
+plan.func @f {
+}
+// expected-error @+1 {{'plan.stage' op chunk_slots must have one entry of at least 1 per chunk (2), the largest equal to slots = 2}}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @f, chunks = [{forward = @f, backward = @f}], slots = 2 : i64, chunk_slots = array<i64: 2, 0>}
+
+// -----
+
+// Tests ST1: the stage's slots is the largest chunk's.
+plan.func @f {
+}
+// expected-error @+1 {{'plan.stage' op chunk_slots must have one entry of at least 1 per chunk (2), the largest equal to slots = 3}}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @f, chunks = [{forward = @f, backward = @f}], slots = 3 : i64, chunk_slots = array<i64: 2, 1>}
 
 // -----
 

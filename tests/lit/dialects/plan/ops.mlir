@@ -50,3 +50,18 @@ plan.func @bwd {
 }
 // CHECK: plan.stage 1 {backward = @bwd, first_layer = 2 : i64, forward = @fwd, num_layers = 2 : i64, schedule = ["F0:0", "F1:1", "B0:0", "B1:1"], slots = 2 : i64}
 plan.stage 1 {first_layer = 2 : i64, num_layers = 2 : i64, forward = @fwd, backward = @bwd, slots = 2 : i64, schedule = ["F0:0", "F1:1", "B0:0", "B1:1"]}
+
+// -----
+
+// Tests that an interleaved stage round-trips its chunks and each chunk's
+// slots (chunk 1's slot 0 is not chunk 0's).
+plan.func @f0 {
+}
+plan.func @b0 {
+}
+plan.func @f1 {
+}
+plan.func @b1 {
+}
+// CHECK: plan.stage 0 {backward = @b0, chunk_slots = array<i64: 2, 1>, chunks = [{backward = @b1, forward = @f1}], first_layer = 0 : i64, forward = @f0, num_layers = 2 : i64, schedule = ["F0:0", "F1:1", "F0.1:0", "B0.1:0", "F1.1:0", "B1.1:0", "B0:0", "B1:1"], slots = 2 : i64}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 2 : i64, forward = @f0, backward = @b0, chunks = [{forward = @f1, backward = @b1}], slots = 2 : i64, chunk_slots = array<i64: 2, 1>, schedule = ["F0:0", "F1:1", "F0.1:0", "B0.1:0", "F1.1:0", "B1.1:0", "B0:0", "B1:1"]}

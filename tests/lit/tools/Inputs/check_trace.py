@@ -22,7 +22,7 @@ import sys
 
 THREADS = {0: "step", 1: "calls", 2: "compute", 3: "communication"}
 COMMUNICATION = {"ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "GRAD_NORM",
-                 "SEND", "RECV", "WAIT_SENDS"}
+                 "SEND", "RECV", "WAIT_SENDS", "WAIT"}
 # A call's category -> the categories of the kernels it may run.
 KERNEL_CATEGORIES = {
     "zero_grads": {"zero_grads"},
