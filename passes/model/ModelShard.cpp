@@ -583,7 +583,9 @@ LogicalResult TensorParallel::visit(Operation *op) {
     Block &body = layer.getBody().front();
     for (auto [arg, input] : llvm::zip(body.getArguments(), layer.getInputs())) {
       arg.setType(input.getType());
-      layouts[arg] = layouts[input];
+      // Copied first: inserting arg may grow the map and move input's entry.
+      Layout l = layouts.lookup(input);
+      layouts[arg] = l;
       if (BlockArgument p = paramOf(input)) {
         params[arg] = p;
         bound[p].push_back(arg);
@@ -594,7 +596,8 @@ LogicalResult TensorParallel::visit(Operation *op) {
     for (auto [result, yielded] :
          llvm::zip(layer.getResults(), body.getTerminator()->getOperands())) {
       result.setType(yielded.getType());
-      layouts[result] = layouts[yielded];
+      Layout l = layouts.lookup(yielded);
+      layouts[result] = l;
     }
     return success();
   }

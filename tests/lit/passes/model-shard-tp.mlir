@@ -210,6 +210,7 @@
 // all-reduce.
 // RUN: braidc --preset tiny-llama --seq-len 8 --tp 2 --sp --micro-batch-size 1 --global-batch-size 2 --compile-to=plan --report=%tsp.json -o /dev/null
 // RUN: FileCheck %s --check-prefix=SPREPORT < %tsp.json
+// RUN: braidc --preset llama2-7b --seq-len 8 --tp 2 --compile-to=shard | FileCheck %s --check-prefix=DEEP
 // SPREPORT: "communication_bytes_per_step": {
 // SPREPORT-NEXT: "all_gather": {
 // SPREPORT-NEXT: "tp": 28672
@@ -222,3 +223,8 @@
 // SPREPORT-NEXT: },
 // SPREPORT-NEXT: "reduce_scatter": {
 // SPREPORT-NEXT: "tp": 40960
+
+// A deep model (llama2-7b's 32 layers, more values than the layout map
+// first holds): layer 31's q, k and v projections are column-parallel,
+// 4096 / 2 rows each (32 heads of 128, halved).
+// DEEP: model.layer 31({{.*}}) : (tensor<1x8x4096xf32>, tensor<4096xf32>, tensor<2048x4096xf32>, tensor<2048x4096xf32>, tensor<2048x4096xf32>,
