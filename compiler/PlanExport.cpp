@@ -68,6 +68,10 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
   out.set_arena_bytes(arena.getInt());
 
   llvm::StringMap<int> index;
+  // Views name buffers that may come later: every buffer's index first.
+  llvm::StringMap<int> indexOf;
+  for (auto [i, b] : llvm::enumerate(module.getOps<plan_ir::BufferOp>()))
+    indexOf[b.getSymName()] = int(i);
   for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>()) {
     auto type = cast<RankedTensorType>(b.getType());
     std::optional<plan::DType> dtype = dtypeOf(type.getElementType());
@@ -88,6 +92,12 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       pb->set_stage(int32_t(*stage));
     if (std::optional<int64_t> slots = b.getSlots())
       pb->set_slots(*slots);
+    if (std::optional<StringRef> parent = b.getViewOf()) {
+      pb->set_view_of(int32_t(indexOf.lookup(*parent)) + 1);
+      pb->set_view_offset(*b.getViewOffset());
+    }
+    if (std::optional<StringRef> whole = b.getBlockOf())
+      pb->set_block_of(int32_t(indexOf.lookup(*whole)) + 1);
     if (std::optional<StringRef> axis = b.getShard()) {
       pb->mutable_shard()->set_axis(axis->str());
       pb->mutable_shard()->set_dim(int32_t(*b.getDim()));

@@ -187,6 +187,12 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
     wholeGradients[stage].insert(name.getValue());
   }
   std::map<int64_t, int64_t> whole;
+  std::map<int64_t, llvm::StringSet<>> counted;
+  // ZeRO-3: updating a block updates the flat parameters it is a block of.
+  for (Operation *op : buffers)
+    if (auto whole = op->getAttrOfType<FlatSymbolRefAttr>("block_of"))
+      if (updated.contains(cast<StringAttr>(op->getAttr("sym_name")).getValue()))
+        updated.insert(whole.getValue());
   std::map<std::string, int64_t> bytes;
   std::map<int64_t, int64_t> copies;
   // Per pipeline rank: the persistent bytes by role and the parameters held.
@@ -198,8 +204,12 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
     int64_t stage = 0;
     if (auto s = op->getAttrOfType<IntegerAttr>("stage"))
       stage = s.getInt();
-    if (roleOf(op) == "parameter") {
+    if (roleOf(op) == "parameter" && !op->getAttr("block_of")) {
       auto type = cast<RankedTensorType>(cast<TypeAttr>(op->getAttr("type")).getValue());
+      // Once per name: ZeRO-3 gathers a parameter into a copy per use.
+      auto name = op->getAttrOfType<StringAttr>("name");
+      if (name && !counted[stage].insert(name.getValue()).second)
+        continue;
       parameters[stage] += type.getNumElements();
       if (auto name = op->getAttrOfType<StringAttr>("name");
           name && wholeGradients[stage].contains(name.getValue()))

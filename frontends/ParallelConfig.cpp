@@ -27,11 +27,6 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
     if (value < 1 || value > (int64_t(1) << 20))
       return invalid(llvm::Twine("parallel.") + field + " = " +
                      llvm::Twine(value) + " must be in [1, 2^20]");
-  // Refused by name until the passes that implement them exist; a job that
-  // asks for them must not silently train without them.
-  auto notYet = [](const llvm::Twine &what) {
-    return invalid(what + " is not supported yet");
-  };
   if (c.tp > 1) {
     // Megatron's split: heads, the feed-forward width and the (padded)
     // vocabulary are divided among the tp ranks.
@@ -156,8 +151,6 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
     if (p.zero() < 0 || p.zero() > 3)
       return invalid("parallel.zero = " + llvm::Twine(p.zero()) +
                      " is not a ZeRO stage (0, 1, 2 or 3)");
-    if (p.zero() > 2)
-      return notYet("parallel.zero = " + llvm::Twine(p.zero()));
     if (p.zero() > 0 && c.dp < 2)
       return invalid("parallel.zero = " + llvm::Twine(p.zero()) +
                      " shards the optimizer over the data-parallel ranks: it "

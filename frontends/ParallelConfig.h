@@ -40,7 +40,8 @@ struct ParallelConfig {
   /// The most arena bytes any rank may use (0: no budget). With recompute
   /// auto it steers the choice; otherwise a plan over it is refused.
   int64_t memoryBudgetBytes = 0;
-  /// ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too.
+  /// ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too,
+  /// 3 the parameters too.
   int64_t zero = 0;
   /// Most gradient bytes in one ZeRO bucket (braidc --zero-bucket-bytes).
   int64_t zeroBucketBytes = 25000000;

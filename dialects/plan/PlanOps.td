@@ -64,6 +64,11 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
       non-negative multiple of the element size; a view has no `slots`
       and is not a `bucket`.
 
+    With ZeRO-3 a rank keeps only its block of a bucket's flat parameters:
+    a one-dimensional `parameter` buffer with `block_of` naming the flat
+    buffer (a temporary the parameters are gathered into before use) whose
+    block, along the mesh axis dp, it is.
+
     A `bucket` (ZeRO's flat gradients, parameters) is one run of bytes for a
     single collective: the buffers of its members are views of it
     (`view_of`), `view_offset` bytes from its start, and plan-memory places
@@ -90,12 +95,14 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
                        OptionalAttr<I64Attr>:$stage,
                        OptionalAttr<I64Attr>:$slots,
                        OptionalAttr<FlatSymbolRefAttr>:$view_of,
-                       OptionalAttr<I64Attr>:$view_offset);
+                       OptionalAttr<I64Attr>:$view_offset,
+                       OptionalAttr<FlatSymbolRefAttr>:$block_of);
   let assemblyFormat = [{
     $sym_name `:` $type `role` `=` $role (`name` `=` $name^)?
     (`shard` `=` $shard^)? (`dim` `=` $dim^)? (`blocks` `=` $blocks^)?
     (`stage` `=` $stage^)? (`slots` `=` $slots^)?
     (`view_of` `=` $view_of^)? (`view_offset` `=` $view_offset^)?
+    (`block_of` `=` $block_of^)?
     (`offset` `=` $offset^)? attr-dict
   }];
   let hasVerifier = 1;

@@ -47,6 +47,17 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
     this rank's block of the flat parameters with moments that hold only
     that block, and an all-gather of the parameters in place. Each rank
     keeps 4 + 4 + 8/dp bytes per fp32 parameter instead of 16.
+
+    With `zero = 2` the flat gradients are a temporary of each
+    micro-batch's backward: zeroed before their first contribution,
+    reduce-scattered (async) as soon as the last one is written, finished
+    (WAIT) just before the next bucket's starts, the rank's block added to
+    an accumulated block (4 + 12/dp bytes per parameter). With `zero = 3`
+    the rank keeps only its block of the parameters too (`block_of`), and
+    each part of a function that reads a bucket's parameters gathers them
+    into a temporary of its own, started one part ahead (16/dp). A
+    gradient another pipeline stage adds to in update (a tied embedding)
+    is handled as with zero = 1.
   }];
   let dependentDialects = ["::braid::plan_ir::PlanDialect"];
   let options = [
@@ -56,7 +67,7 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
            "zero-bubble schedules">,
     Option<"zero", "zero", "int64_t", "0",
            "ZeRO stage: 1 shards the optimizer state over dp (Megatron's "
-           "distributed optimizer)">,
+           "distributed optimizer), 2 the gradients too, 3 the parameters too">,
     Option<"zeroBucketBytes", "zero-bucket-bytes", "int64_t", "25000000",
            "most bytes of gradients in one ZeRO bucket (one reduce-scatter, "
            "one all-gather)">

@@ -71,7 +71,7 @@ private:
         name.empty() ? StringAttr() : b.getStringAttr(name), IntegerAttr(),
         StringAttr(), IntegerAttr(), DenseI64ArrayAttr(),
         stage ? b.getI64IntegerAttr(*stage) : IntegerAttr(), IntegerAttr(),
-        FlatSymbolRefAttr(), IntegerAttr());
+        FlatSymbolRefAttr(), IntegerAttr(), FlatSymbolRefAttr());
   }
   /// The buffer of the model function's argument `arg`.
   LogicalResult argBuffer(BlockArgument arg);
@@ -792,26 +792,144 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
          "zero: gradient norm over the data-parallel ranks' blocks",
          b.getArrayAttr(group));
 
-  // AdamW on this rank's block, then every rank's blocks gathered back.
+  // ZeRO-3: a bucket reduced in backward keeps only its block of the
+  // parameters. Each part of a function that reads its parameters (a
+  // function's forward and backward halves apart: those of a micro-step are
+  // split at the first kernel reading the loss gradient) gathers them
+  // first into a temporary flat buffer of its own, whose views stand for
+  // the parameters there.
+  DenseMap<Operation *, BufferOp> paramBlock;
+  struct Gather {
+    std::pair<int64_t, int64_t> where; // (function, half)
+    KernelOp firstUse;
+    BufferOp gathered, block;
+    std::string what;
+    Location loc;
+  };
+  SmallVector<Gather> gathers;
+  if (zero >= 3) {
+    Operation *updateFn = b.getInsertionBlock()->getParentOp();
+    BufferOp lossGrad;
+    for (auto [v, buffer] : buffers)
+      if (buffer.getRole() == "input" && buffer.getName() == "loss_grad")
+        lossGrad = buffer;
+    for (auto [k, bucket] : llvm::enumerate(buckets)) {
+      if (!bucket.last)
+        continue; // a tied embedding's: whole until update, as ZeRO-1
+      Location loc = bucket.members.front().op.getLoc();
+      auto shard = cast<RankedTensorType>(bucket.m.getType());
+      BufferOp blockOfParams = newBuffer(loc, shard, "parameter",
+                                         "zero bucket " + std::to_string(k));
+      blockOfParams.setBlockOfAttr(
+          FlatSymbolRefAttr::get(bucket.flatParam.getSymNameAttr()));
+      bucket.flatParam.setRole("activation");
+      paramBlock[bucket.flatParam] = blockOfParams;
+      llvm::DenseSet<Operation *> members;
+      for (const Member &member : bucket.members)
+        members.insert(member.param);
+      // The kernels reading the bucket's parameters, by (function, half).
+      std::map<std::pair<int64_t, int64_t>, SmallVector<KernelOp>> parts;
+      for (auto [f, fn] : llvm::enumerate(module.getOps<FuncOp>())) {
+        int64_t half = 0;
+        for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+          for (Attribute ref : kernel.getInputs())
+            if (lossGrad && bufferOf(ref) == lossGrad.getOperation())
+              half = 1;
+          bool reads = false;
+          for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
+            for (Attribute ref : list)
+              reads |= members.contains(bufferOf(ref));
+          if (reads && fn.getOperation() != updateFn)
+            parts[{int64_t(f), half}].push_back(kernel);
+        }
+      }
+      bool firstPart = true;
+      for (auto &[where, kernels] : parts) {
+        BufferOp gathered = bucket.flatParam;
+        DenseMap<Operation *, BufferOp> viewOf;
+        if (!firstPart) {
+          gathered = newBuffer(loc, bucket.flatParam.getType(), "activation");
+          for (const Member &member : bucket.members) {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointAfter(member.param);
+            auto copy = cast<BufferOp>(b.clone(*member.param));
+            copy.setSymNameAttr(b.getStringAttr("b" + std::to_string(counter++)));
+            copy.setViewOfAttr(FlatSymbolRefAttr::get(gathered.getSymNameAttr()));
+            viewOf[member.param] = copy;
+          }
+          for (KernelOp kernel : kernels)
+            for (bool outputs : {false, true}) {
+              SmallVector<Attribute> refs;
+              for (Attribute ref : outputs ? kernel.getOutputs() : kernel.getInputs()) {
+                BufferOp to = viewOf.lookup(bufferOf(ref));
+                refs.push_back(to ? FlatSymbolRefAttr::get(to.getSymNameAttr()) : ref);
+              }
+              if (outputs)
+                kernel.setOutputsAttr(b.getArrayAttr(refs));
+              else
+                kernel.setInputsAttr(b.getArrayAttr(refs));
+            }
+        }
+        firstPart = false;
+        gathers.push_back({where, kernels.front(), gathered, blockOfParams,
+                           describe(bucket), loc});
+      }
+    }
+    // Each part's gather starts (async) where the part before it in its
+    // function's half first uses its own parameters, so it runs while that
+    // part computes (the first part of a half gathers just before its use);
+    // a WAIT finishes it right before its own first use.
+    llvm::stable_sort(gathers, [](const Gather &x, const Gather &y) {
+      return x.where != y.where ? x.where < y.where
+                                : x.firstUse->isBeforeInBlock(y.firstUse);
+    });
+    for (auto [i, g] : llvm::enumerate(gathers)) {
+      KernelOp start = i > 0 && gathers[i - 1].where == g.where
+                           ? gathers[i - 1].firstUse
+                           : g.firstUse;
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(start);
+      kernel("COPY", {g.block}, {g.gathered}, b.getDictionaryAttr({}), g.loc,
+             "zero: this rank's block of the parameters " + g.what, ArrayAttr(),
+             dpAxis);
+      kernel("ALL_GATHER", {g.gathered}, {g.gathered},
+             b.getDictionaryAttr({b.getNamedAttr("dim", b.getI64IntegerAttr(0)),
+                                  b.getNamedAttr("async", b.getI64IntegerAttr(1))}),
+             g.loc,
+             "zero: the parameters " + g.what +
+                 " from every data-parallel rank (started one part ahead of "
+                 "their first use here)",
+             dpGroup);
+      b.setInsertionPoint(g.firstUse);
+      kernel("WAIT", {g.gathered}, {}, b.getDictionaryAttr({}), g.loc,
+             "zero: the parameters " + g.what + " are gathered");
+    }
+  }
+
+  // AdamW on this rank's block, then every rank's blocks gathered back
+  // (ZeRO-3: the block is the parameters the rank keeps).
   for (Bucket &bucket : buckets) {
     model::AdamWOp first = bucket.members.front().op;
     StringAttr none;
     FailureOr<DictionaryAttr> params = kernelParams(first, none);
     if (failed(params))
       return failure();
+    BufferOp kept = paramBlock.lookup(bucket.flatParam);
+    BufferOp target = kept ? kept : bucket.flatParam;
     kernel("ADAMW",
-           {bucket.flatParam, bucket.block, bucket.m, bucket.v,
+           {target, bucket.block, bucket.m, bucket.v,
             buffers.lookup(first.getLr()), buffers.lookup(first.getStep()), scale},
-           {bucket.flatParam, bucket.m, bucket.v}, *params, first.getLoc(),
+           {target, bucket.m, bucket.v}, *params, first.getLoc(),
            "zero: AdamW on this rank's block of " + describe(bucket), ArrayAttr(),
-           dpAxis);
+           kept ? StringAttr() : dpAxis);
   }
   for (Bucket &bucket : buckets)
-    kernel("ALL_GATHER", {bucket.flatParam}, {bucket.flatParam}, dim0,
-           bucket.members.front().op.getLoc(),
-           "zero: the updated parameters " + describe(bucket) +
-               " from every data-parallel rank",
-           dpGroup);
+    if (!paramBlock.count(bucket.flatParam))
+      kernel("ALL_GATHER", {bucket.flatParam}, {bucket.flatParam}, dim0,
+             bucket.members.front().op.getLoc(),
+             "zero: the updated parameters " + describe(bucket) +
+                 " from every data-parallel rank",
+             dpGroup);
 
   // The per-parameter moments are gone; the step's results are the views.
   for (Bucket &bucket : buckets)

@@ -214,20 +214,30 @@ MpiCommunicator::group(absl::Span<const std::string> axes) {
   return it->second;
 }
 
-absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
-                                        const void *in, void *out,
-                                        int64_t count, plan::DType dtype) {
-  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+/// An all-gather's group and type; `in` becomes MPI_IN_PLACE when it is this
+/// rank's block of `out` (in place).
+static absl::StatusOr<Call> prepareGather(absl::StatusOr<void *> group,
+                                          const void *&in, void *out,
+                                          int64_t count, plan::DType dtype) {
+  absl::StatusOr<Call> call = prepare(group, dtype);
   if (!call.ok())
     return call.status();
   if (count > (int64_t(1) << 30))
     return absl::UnimplementedError("an all-gather of more than 2^30 elements");
-  // In place when `in` is this rank's block of `out`.
   int place = 0, size = 0;
   MPI_Comm_rank(call->comm, &place);
   MPI_Type_size(call->type, &size);
   if (in == static_cast<const char *>(out) + int64_t(place) * count * size)
     in = MPI_IN_PLACE;
+  return call;
+}
+
+absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
+                                        const void *in, void *out,
+                                        int64_t count, plan::DType dtype) {
+  absl::StatusOr<Call> call = prepareGather(group(axes), in, out, count, dtype);
+  if (!call.ok())
+    return call.status();
   if (int rc = MPI_Allgather(in, int(count), call->type, out, int(count),
                              call->type, call->comm);
       rc != MPI_SUCCESS)
@@ -258,6 +268,23 @@ absl::StatusOr<int64_t> MpiCommunicator::StartReduceScatter(
                                          &request);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Ireduce_scatter_block");
+  int64_t handle = nextHandle_++;
+  started_->byHandle[handle] = request;
+  return handle;
+}
+
+absl::StatusOr<int64_t>
+MpiCommunicator::StartAllGather(absl::Span<const std::string> axes,
+                                const void *in, void *out, int64_t count,
+                                plan::DType dtype) {
+  absl::StatusOr<Call> call = prepareGather(group(axes), in, out, count, dtype);
+  if (!call.ok())
+    return call.status();
+  MPI_Request request;
+  if (int rc = MPI_Iallgather(in, int(count), call->type, out, int(count),
+                              call->type, call->comm, &request);
+      rc != MPI_SUCCESS)
+    return mpiError(rc, "MPI_Iallgather");
   int64_t handle = nextHandle_++;
   started_->byHandle[handle] = request;
   return handle;

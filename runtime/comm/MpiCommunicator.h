@@ -64,6 +64,10 @@ public:
   StartReduceScatter(absl::Span<const std::string> axes, const void *in,
                      void *out, int64_t countPerRank,
                      plan::DType dtype) override;
+  absl::StatusOr<int64_t> StartAllGather(absl::Span<const std::string> axes,
+                                         const void *in, void *out,
+                                         int64_t count,
+                                         plan::DType dtype) override;
   absl::StatusOr<bool> Test(int64_t handle) override;
   absl::Status Wait(int64_t handle) override;
 

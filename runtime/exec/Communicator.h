@@ -65,6 +65,15 @@ public:
       return s;
     return -1;
   }
+  /// Starts AllGather (`in` may be this rank's block of `out`) and returns
+  /// at once with a handle for Test and Wait, as StartReduceScatter.
+  virtual absl::StatusOr<int64_t>
+  StartAllGather(absl::Span<const std::string> axes, const void *in, void *out,
+                 int64_t count, plan::DType dtype) {
+    if (absl::Status s = AllGather(axes, in, out, count, dtype); !s.ok())
+      return s;
+    return -1;
+  }
   /// Whether the collective `handle` has completed (moving it along);
   /// a completed handle is spent.
   virtual absl::StatusOr<bool> Test(int64_t handle) { return true; }

@@ -541,12 +541,23 @@ absl::Status Executor::runInstruction(const Instruction &inst,
           gather ? "an all-gather" : "a reduce-scatter", " over ", ranks,
           " ranks needs the job's other ranks (run the plan under mpirun)"));
     std::vector<std::string> group(inst.group().begin(), inst.group().end());
+    bool async = inst.int_attrs().count("async") && inst.int_attrs().at("async") == 1;
     if (gather && inst.inputs(0) == inst.outputs(0)) {
       // In place (ZeRO's parameters): this rank's block of the flat buffer
-      // is already there, at its place in the group.
+      // is already there, at its place in the group. With async it starts
+      // here and a WAIT naming the buffer finishes it (ZeRO-3's prefetch).
       int64_t block = numel(out(0)) / ranks;
-      return comm_->AllGather(group, y(0) + groupPlace(inst) * block, y(0),
-                              block, out(0).dtype());
+      T *own = y(0) + groupPlace(inst) * block;
+      if (!async)
+        return comm_->AllGather(group, own, y(0), block, out(0).dtype());
+      absl::StatusOr<int64_t> handle =
+          comm_->StartAllGather(group, own, y(0), block, out(0).dtype());
+      if (!handle.ok())
+        return handle.status();
+      inFlight_.push_back({*handle, {inst.outputs(0)}, &inst,
+                           std::chrono::steady_clock::now(), {}, currentPhase_,
+                           false});
+      return absl::OkStatus();
     }
     // Buffers of a plan may share arena bytes; a collective's in and out
     // must not.
@@ -572,8 +583,7 @@ absl::Status Executor::runInstruction(const Instruction &inst,
                       dst + (o * ranks + k) * chunk);
       return absl::OkStatus();
     }
-    if (direct && inst.int_attrs().count("async") &&
-        inst.int_attrs().at("async") == 1) {
+    if (direct && async) {
       // Started here, finished by a WAIT naming x or y (ZeRO-2's buckets,
       // overlapping the rest of backward).
       absl::StatusOr<int64_t> handle = comm_->StartReduceScatter(
@@ -911,6 +921,14 @@ absl::Status Executor::runInstruction(const Instruction &inst,
       return clip.status();
     *y(0) = T(clip->norm);
     *y(1) = T(clip->scale);
+    return absl::OkStatus();
+  }
+  case plan::COPY: {
+    // With a rank_axis x goes to this rank's block of y (ZeRO-3: the rank's
+    // parameters into the flat buffer they are gathered in).
+    int64_t n = numel(in(0));
+    int64_t at = inst.rank_axis().empty() ? 0 : rankCoordinate(inst) * n;
+    std::memmove(y(0) + at, x(0), n * sizeof(T));
     return absl::OkStatus();
   }
   case plan::ADAMW: {

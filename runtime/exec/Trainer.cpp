@@ -88,6 +88,90 @@ int64_t shardCoordinate(const Executor &e, const plan::Buffer &b) {
   return 0;
 }
 
+/// ZeRO-3: where a parameter buffer's elements live on this rank. A view of
+/// a flat buffer that has a block (Buffer.block_of) is written and read
+/// through the block; a view of a temporary without one is a gathered copy,
+/// not the parameter's home. Returns the block's index (-1: none) and the
+/// view's first element in the flat buffer.
+struct ParameterHome {
+  int block = -1;
+  int64_t flatOffset = 0;
+  bool copy = false; // a gathered copy: nothing to write or read
+};
+ParameterHome homeOf(const plan::Plan &plan, int id) {
+  ParameterHome home;
+  const plan::Buffer &b = plan.buffers(id);
+  if (b.view_of() <= 0)
+    return home;
+  int parent = b.view_of() - 1;
+  for (int j = 0; j < plan.buffers_size(); ++j)
+    if (plan.buffers(j).block_of() == parent + 1)
+      home.block = j;
+  home.flatOffset = b.view_offset() / plan::DTypeBytes(b.dtype());
+  home.copy = home.block < 0 &&
+              plan.buffers(parent).role() == plan::ACTIVATION;
+  return home;
+}
+
+/// This rank's coordinate along "dp" (0 without one).
+int64_t dpCoordinate(const Executor &e) {
+  int a = axisIndex(e.plan().mesh(), "dp");
+  Communicator *comm = e.communicator();
+  return a < 0 || !comm ? 0 : comm->Coordinates()[a];
+}
+
+/// Writes parameter buffer `id` (its values on this rank), into its ZeRO-3
+/// block when it has one.
+absl::Status writeParameter(Executor &e, int id, const std::vector<double> &values) {
+  ParameterHome home = homeOf(e.plan(), id);
+  if (home.copy)
+    return absl::OkStatus();
+  if (home.block < 0)
+    return e.Write(id, values);
+  absl::StatusOr<std::vector<double>> block = e.Read(home.block);
+  if (!block.ok())
+    return block.status();
+  int64_t n = int64_t(block->size()), first = dpCoordinate(e) * n;
+  for (int64_t k = 0; k < int64_t(values.size()); ++k)
+    if (int64_t g = home.flatOffset + k; g >= first && g < first + n)
+      (*block)[g - first] = values[k];
+  return e.Write(home.block, *block);
+}
+
+/// Reads parameter buffer `id` (its values on this rank), from every
+/// data-parallel rank's ZeRO-3 block when it has one (a collective over dp:
+/// every rank reads the same parameters in the same order).
+absl::StatusOr<std::vector<double>> readParameter(const Executor &e, int id) {
+  ParameterHome home = homeOf(e.plan(), id);
+  if (home.block < 0)
+    return e.Read(id);
+  absl::StatusOr<std::vector<double>> block = e.Read(home.block);
+  if (!block.ok())
+    return block.status();
+  int64_t n = int64_t(block->size());
+  int64_t dp = plan::AxisSize(e.plan().mesh(), "dp");
+  std::vector<double> flat(n * dp);
+  if (dp > 1) {
+    Communicator *comm = e.communicator();
+    if (!comm)
+      return absl::FailedPreconditionError(
+          "ZeRO-3 parameters are on the data-parallel ranks: run the plan under "
+          "mpirun");
+    if (absl::Status s =
+            comm->AllGather({"dp"}, block->data(), flat.data(), n, plan::F64);
+        !s.ok())
+      return s;
+  } else {
+    flat = *block;
+  }
+  const plan::Buffer &b = e.plan().buffers(id);
+  int64_t count = 1;
+  for (int64_t d : b.shape())
+    count *= d;
+  return std::vector<double>(flat.begin() + home.flatOffset,
+                             flat.begin() + home.flatOffset + count);
+}
+
 /// Writes every parameter of the plan, whole and as float32, to a
 /// safetensors file. Every rank must call it: the slices of split parameters
 /// are gathered onto every rank of their stage; with pipeline stages, the
@@ -109,6 +193,7 @@ absl::Status saveParameters(const Executor &e, const std::string &path) {
   std::set<std::string> names;
   for (int i = 0; i < plan.buffers_size(); ++i)
     saved[i] = plan.buffers(i).role() == plan::PARAMETER &&
+               plan.buffers(i).block_of() == 0 &&
                names.insert(plan.buffers(i).name()).second;
   // The whole tensors, by buffer index (the plan's order).
   std::map<int, std::vector<float>> values;
@@ -116,7 +201,7 @@ absl::Status saveParameters(const Executor &e, const std::string &path) {
     const plan::Buffer &b = plan.buffers(i);
     if (!saved[i] || b.stage() != stage)
       continue;
-    absl::StatusOr<std::vector<double>> read = e.Read(i);
+    absl::StatusOr<std::vector<double>> read = readParameter(e, i);
     if (!read.ok())
       return read.status();
     std::vector<int64_t> shape = plan::GlobalShape(b, plan.mesh());
@@ -667,8 +752,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     std::map<std::string, size_t> byName;
     for (int i = 0; i < plan.buffers_size(); ++i) {
       const plan::Buffer &b = plan.buffers(i);
-      if (b.role() != plan::PARAMETER)
-        continue;
+      if (b.role() != plan::PARAMETER || b.block_of() > 0)
+        continue; // a ZeRO-3 block is written through its parameters
       std::vector<int64_t> shape = plan::GlobalShape(b, plan.mesh());
       auto [it, fresh] = byName.emplace(b.name(), specs.size());
       if (fresh) {
@@ -710,7 +795,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
              plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
           std::copy_n(values[k].begin() + run.global, run.length,
                       local.begin() + run.local);
-        if (absl::Status s = e.Write(id, local); !s.ok())
+        if (absl::Status s = writeParameter(e, id, local); !s.ok())
           return s;
       }
   }
@@ -718,8 +803,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
                   std::max<int64_t>(t.num_layers(), 1), t.scaled_residual_init()};
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
-    if (b.role() != plan::PARAMETER || b.stage() != stage ||
-        !options.initFrom.empty())
+    if (b.role() != plan::PARAMETER || b.block_of() > 0 ||
+        b.stage() != stage || !options.initFrom.empty())
       continue;
     // Values by global element index: a slice holds what the whole tensor
     // holds there.
@@ -731,7 +816,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
                                          values.data() + run.local);
           !s.ok())
         return s;
-    if (absl::Status s = e.Write(i, std::vector<double>(values.begin(), values.end()));
+    if (absl::Status s = writeParameter(
+            e, i, std::vector<double>(values.begin(), values.end()));
         !s.ok())
       return s;
   }

@@ -481,9 +481,10 @@ absl::Status InstructionChecker::checkGatherScatter() {
   bool gather = inst.kernel() == ALL_GATHER;
   BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
   if (inst.int_attrs().count("async")) {
-    // Only a reduce-scatter starts and returns (a WAIT finishes it).
-    if (gather)
-      return fail("an all-gather has no async attribute");
+    // A reduce-scatter, or an all-gather in place, starts and returns (a
+    // WAIT finishes it).
+    if (gather && inst.inputs(0) != inst.outputs(0))
+      return fail("only an all-gather in place has an async attribute");
     BRAID_RETURN_IF_ERROR(intAttr("async", 0, 1).status());
   }
   BRAID_RETURN_IF_ERROR(dtypes());
@@ -824,6 +825,21 @@ absl::Status InstructionChecker::check() {
   case WAIT:
     // Finishes what was started on its buffers: at least one, no results.
     return arity(1, INT32_MAX, 0);
+  case COPY: {
+    // With a rank_axis, x goes to the rank's block of y.
+    BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
+    BRAID_RETURN_IF_ERROR(dtypes());
+    if (inst.rank_axis().empty())
+      return same(out(0), in(0), "y");
+    BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+    if (in(0).shape_size() != 1 ||
+        out(0).shape_size() != 1 || out(0).shape(0) != in(0).shape(0) * ranks)
+      return fail(absl::StrCat("y '", out(0).name(), "' ", shapeStr(out(0)),
+                               " is not ", ranks, " blocks of x '", in(0).name(),
+                               "' ", shapeStr(in(0)), " (one per rank of '",
+                               inst.rank_axis(), "')"));
+    return absl::OkStatus();
+  }
   case ADAMW: {
     BRAID_RETURN_IF_ERROR(arity(7, 7, 3));
     const Buffer &p = in(0);
@@ -1404,6 +1420,54 @@ absl::Status ValidatePlan(const Plan &plan) {
     if (b.has_shard())
       if (absl::Status s = validateShard(plan, b, name); !s.ok())
         return s;
+  }
+  // Views lie inside their bucket, of their stage, at the place they say;
+  // a ZeRO-3 block is the dp-th part of a one-dimensional flat buffer.
+  auto bytesOf = [&](const Buffer &b) {
+    int64_t n = DTypeBytes(b.dtype());
+    for (int64_t d : b.shape())
+      n *= d;
+    return n;
+  };
+  for (int i = 0; i < plan.buffers_size(); ++i) {
+    const Buffer &b = plan.buffers(i);
+    std::string name = absl::StrCat("buffer ", i, " ('", b.name(), "')");
+    if (b.view_of() < 0 || b.view_of() > plan.buffers_size() ||
+        b.view_of() == i + 1 || b.block_of() < 0 ||
+        b.block_of() > plan.buffers_size() || b.block_of() == i + 1)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " has view_of = ", b.view_of(), " and block_of = ",
+          b.block_of(), ": each is 0 or 1 + the index of another buffer of the ",
+          plan.buffers_size()));
+    if (b.view_of() > 0) {
+      const Buffer &parent = plan.buffers(b.view_of() - 1);
+      if (b.view_offset() < 0 || b.slots() >= 2 || parent.slots() >= 2 ||
+          parent.stage() != b.stage() ||
+          b.offset() != parent.offset() + b.view_offset() ||
+          b.view_offset() > bytesOf(parent) - bytesOf(b))
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " is a view of buffer ", b.view_of() - 1, " ('", parent.name(),
+            "', ", bytesOf(parent), " bytes at ", parent.offset(), ") at ",
+            b.view_offset(), " bytes in, but occupies ", bytesOf(b),
+            " bytes at ", b.offset(),
+            " (expected inside it, at its offset + view_offset, one copy, "
+            "one stage)"));
+    } else if (b.view_offset() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has a view_offset but is not a view"));
+    }
+    if (b.block_of() > 0) {
+      const Buffer &whole = plan.buffers(b.block_of() - 1);
+      int64_t dp = AxisSize(plan.mesh(), "dp");
+      if (b.role() != PARAMETER || b.shape_size() != 1 ||
+          whole.shape_size() != 1 || whole.dtype() != b.dtype() ||
+          whole.stage() != b.stage() || dp < 1 ||
+          whole.shape(0) != b.shape(0) * dp)
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " is a block of buffer ", b.block_of() - 1, " ('",
+            whole.name(), "' ", shapeStr(whole), ") but is ", shapeStr(b),
+            " (expected one-dimensional parameters, 1/dp of it)"));
+    }
   }
   // Functions: unique names; the pipeline's stages; valid instructions,
   // each function of a stage on that stage's buffers.

@@ -86,6 +86,10 @@ def main():
         ("dp4-zero2", 4, "dp: 4 micro_batch_size: 1 zero: 2"),
         ("tp2-pp2-dp2-zero2", 8,
          "tp: 2 pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2"),
+        ("dp2-zero3", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+        ("dp4-zero3", 4, "dp: 4 micro_batch_size: 1 zero: 3"),
+        ("tp2-pp2-dp2-zero3", 8,
+         "tp: 2 pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
     ]
     rows, failures, closed = [], [], []
     for model in ("tiny-llama", "tiny-gpt2"):
@@ -103,17 +107,20 @@ def main():
                 report = json.load(f)
             # Persistent bytes per fp32 parameter with Adam, d = dp: params 4,
             # gradients 4, moments 8; ZeRO-1 shards the moments over d
-            # (8 + 8/d), ZeRO-2 the gradients too (4 + 12/d). Buckets pad to a
-            # multiple of 16 d elements: at most 1 % here.
+            # (8 + 8/d), ZeRO-2 the gradients too (4 + 12/d), ZeRO-3 the
+            # parameters too (16/d). Buckets pad to a multiple of 16 d
+            # elements: at most 1 % here.
             d = int(re.search(r"dp: (\d+)", parallel).group(1)) if "dp:" in parallel else 1
             zero = int(re.search(r"zero: (\d)", parallel).group(1)) if "zero:" in parallel else 0
             for entry in report["memory"]["persistent_by_rank"]:
                 got = entry["persistent_bytes_per_parameter"]
-                want = {0: 16, 1: 8 + 8 / d, 2: 4 + 12 / d}[zero]
-                if zero == 2:
+                want = {0: 16, 1: 8 + 8 / d, 2: 4 + 12 / d, 3: 16 / d}[zero]
+                if zero >= 2:
                     # A gradient another stage adds to in update (a tied
-                    # embedding's) stays whole until then: 4 - 4/d more each.
-                    want += (4 - 4 / d) * entry["parameters_with_whole_gradients"] / entry["parameters"]
+                    # embedding's) stays whole until then, with its
+                    # parameter as under ZeRO-1: 8 + 8/d in all.
+                    whole = entry["parameters_with_whole_gradients"] / entry["parameters"]
+                    want += (8 + 8 / d - want) * whole
                 if entry["parameters_updated_elsewhere"]:
                     # A tied embedding's copy on the last stage: its
                     # parameter and gradient, the moments on the first stage.

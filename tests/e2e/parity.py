@@ -87,6 +87,9 @@ def main():
         # ZeRO-2: gradients too, reduce-scattered during backward.
         ("dp2-accumulate2-zero2", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2"),
         ("tp4-dp2-zero2", 8, "tp: 4 dp: 2 micro_batch_size: 2 zero: 2"),
+        # ZeRO-3: parameters too, gathered before each use.
+        ("dp2-accumulate2-zero3", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+        ("tp4-dp2-zero3", 8, "tp: 4 dp: 2 micro_batch_size: 2 zero: 3"),
     ]
     # Pipelines, on 4-layer models: each schedule with several micro-batches
     # in flight, with tp and dp (8 ranks), and an uneven cut. tiny-gpt2 ties
@@ -122,6 +125,11 @@ def main():
         ("pp2-tp2-dp2-zbh1-selective-zero2", 8,
          'pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 '
          'schedule: "zb-h1" recompute: "selective" zero: 2'),
+        ("pp2-tp2-dp2-zero3", 8,
+         "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+        ("pp2-tp2-sp-dp2-full-zero3", 8,
+         'pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4 '
+         'recompute: "full" zero: 3'),
     ]
     models = [(m, f'preset: "{m}"', layouts) for m in ("tiny-llama", "tiny-gpt2")]
     for m in ("tiny-llama", "tiny-gpt2"):

@@ -45,8 +45,13 @@ def main():
         # its last gradient is written and runs while backward goes on.
         ("dp2-zero2", 2, 'preset: "tiny-llama"',
          "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2", 2, False),
+        # ZeRO-3: each part's parameters are gathered while the part before
+        # it computes.
+        ("dp2-zero3", 2, 'preset: "tiny-llama"',
+         "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3", 2, False),
     ]
-    flags = {"dp2-zero2": ["--zero-bucket-bytes", "40000"]}
+    flags = {"dp2-zero2": ["--zero-bucket-bytes", "40000"],
+             "dp2-zero3": ["--zero-bucket-bytes", "40000"]}
     for name, ranks, model, parallel, micro_batches, pipeline in layouts:
         job = w(f"{name}.textproto")
         with open(job, "w") as f:
@@ -68,6 +73,24 @@ def main():
         with open(trace) as f:
             events = json.load(f)["traceEvents"]
         names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+        if "zero3" in name:
+            # Every rank: most parameter gathers (all but where two parts'
+            # first uses are next to each other, or a part is its half's
+            # first) contain compute kernels that ran while they were in
+            # flight.
+            for pid in names:
+                spans = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
+                started = [e for e in spans if e["name"] == "ALL_GATHER" and
+                           "one part ahead" in e["args"]["provenance"]]
+                compute = [e for e in spans if e["tid"] == 2]
+                overlapped = [g for g in started if any(
+                    g["ts"] <= k["ts"] and k["ts"] + k["dur"] <= g["ts"] + g["dur"]
+                    for k in compute)]
+                print(f"{name:8s} rank {pid}: {len(overlapped)} of {len(started)} "
+                      "parameter gathers overlap compute kernels")
+                if not started or 2 * len(overlapped) < len(started):
+                    sys.exit(f"FAILED: {name}: rank {pid}: {len(overlapped)} of "
+                             f"{len(started)} parameter gathers overlap compute")
         if "zero2" in name:
             # Every rank: each reduce-scatter started in backward (traced from
             # its start to its completion) contains whole backward compute

@@ -52,7 +52,7 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] [--zero 0|1|2] "
+  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] [--zero 0|1|2|3] "
                << exec::kTrainerFlagsUsage
                << "\n"
                << "       braid view PLAN -o FILE.html\n";

@@ -99,7 +99,7 @@ static cl::opt<std::string> recomputeFlag(
     cl::cat(category));
 static cl::opt<int64_t> zeroFlag(
     "zero", cl::desc("ZeRO stage: 1 shards the optimizer state over dp, 2 "
-                     "the gradients too (parallel.zero)"),
+                     "the gradients too, 3 the parameters too (parallel.zero)"),
     cl::cat(category));
 static cl::opt<int64_t> zeroBucketBytes(
     "zero-bucket-bytes",

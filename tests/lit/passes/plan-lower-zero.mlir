@@ -2,7 +2,7 @@
 // RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 2 --compile-to=plan | FileCheck %s --check-prefix=ZERO2
 // RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 2 --zero-bucket-bytes 40000 --compile-to=plan | FileCheck %s --check-prefix=SMALL
 // RUN: not braidc --preset tiny-llama --seq-len 8 --zero 1 2>&1 | FileCheck %s --check-prefix=NODP
-// RUN: not braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 3 2>&1 | FileCheck %s --check-prefix=THREE
+// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 3 --compile-to=plan | FileCheck %s --check-prefix=ZERO3
 // RUN: not braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 5 2>&1 | FileCheck %s --check-prefix=FIVE
 
 // tiny-llama: hidden 64, ffn 176, vocabulary 512, 2 layers, 2 kv heads of
@@ -67,5 +67,27 @@
 // SMALL-NEXT: plan.kernel "REDUCE_SCATTER" {{.*}} {async = 1
 
 // NODP: braidc: error: parallel.zero = 1 shards the optimizer over the data-parallel ranks: it needs parallel.dp > 1, found dp = 1
-// THREE: braidc: error: parallel.zero = 3 is not supported yet
 // FIVE: braidc: error: parallel.zero = 5 is not a ZeRO stage (0, 1, 2 or 3)
+
+// ZeRO-3: the rank keeps only its blocks of the flat parameters (78848 and
+// 160 elements, block_of the flat buffers they are gathered into). The
+// micro-step's forward half gathers each bucket (this rank's block copied
+// to its place, an all-gather in place, started one bucket ahead, waited
+// for before the first use); the backward half gathers again into flat
+// buffers of its own, whose views stand for the parameters there. AdamW
+// updates the blocks; update gathers nothing.
+// ZERO3-DAG: plan.buffer @[[P0:b[0-9]+]] : tensor<78848xf32> role = "parameter" name = "zero bucket 0" block_of = @[[F0:b[0-9]+]]
+// ZERO3-DAG: plan.buffer @[[F0]] : tensor<157696xf32> role = "activation"
+// ZERO3-DAG: plan.buffer @{{b[0-9]+}} : tensor<512x64xf32> role = "parameter" name = "lm_head.weight" view_of = @[[F0]]
+// ZERO3-DAG: plan.buffer @{{b[0-9]+}} : tensor<512x64xf32> role = "parameter" name = "lm_head.weight" view_of = @[[B0:b[0-9]+]]
+// ZERO3-LABEL: plan.func @micro_step
+// ZERO3: plan.kernel "COPY" [@[[P0]]] -> [@[[F0]]] {} {{{.*}}rank_axis = "dp"}
+// ZERO3-NEXT: plan.kernel "ALL_GATHER" [@[[F0]]] -> [@[[F0]]] {async = 1 : i64, dim = 0 : i64} {group = ["dp"]
+// ZERO3: plan.kernel "WAIT" [@[[F0]]] -> []
+// ZERO3: plan.kernel "COPY" [@[[P0]]] -> [@[[B0]]]
+// ZERO3-NEXT: plan.kernel "ALL_GATHER" [@[[B0]]] -> [@[[B0]]] {async = 1
+// ZERO3: plan.kernel "WAIT" [@[[B0]]] -> []
+// ZERO3-LABEL: plan.func @update
+// ZERO3: plan.kernel "ADAMW" [@[[P0]], {{.*}}] -> [@[[P0]], {{.*}}] {{.*}} {provenance = "zero: AdamW on this rank's block of {{[^"]*}}"}{{$}}
+// ZERO3-NOT: ALL_GATHER
+// ZERO3: }

@@ -782,6 +782,12 @@ Plan zeroPlan() {
   int lr = buffer("lr", F32, {}, INPUT);                    // 5
   int step = buffer("step", I64, {}, INPUT);                // 6
   int scale = buffer("scale", F32, {}, ACTIVATION);         // 7
+  int w = buffer("w", F32, {2, 2}, PARAMETER);              // 8: a view
+  plan.mutable_buffers(w)->set_view_of(params + 1);
+  plan.mutable_buffers(w)->set_view_offset(8);
+  plan.mutable_buffers(w)->set_offset(plan.buffers(params).offset() + 8);
+  int kept = buffer("kept", F32, {4}, PARAMETER);           // 9: a block
+  plan.mutable_buffers(kept)->set_block_of(params + 1);
   plan.set_arena_bytes(offset);
   Function *fn = plan.add_functions();
   fn->set_name("f");
@@ -801,6 +807,7 @@ Plan zeroPlan() {
   Instruction *gather = add(ALL_GATHER, {params}, {params}); // 3
   gather->add_group("dp");
   (*gather->mutable_int_attrs())["dim"] = 0;
+  add(COPY, {kept}, {params})->set_rank_axis("dp"); // 4
   return plan;
 }
 
@@ -813,8 +820,12 @@ TEST(PlanValidation, ZeroKernels) {
   (*bodyOf(plan, 0)->mutable_int_attrs())["async"] = 2;
   EXPECT_REFUSED(plan, "attribute 'async' = 2 is outside [0, 1]");
   plan = zeroPlan();
-  (*bodyOf(plan, 3)->mutable_int_attrs())["async"] = 1;
-  EXPECT_REFUSED(plan, "(ALL_GATHER): an all-gather has no async attribute");
+  (*bodyOf(plan, 3)->mutable_int_attrs())["async"] = 1; // in place: allowed
+  EXPECT_EQ(errorOf(plan), "");
+  plan = sequenceParallelPlan();
+  (*bodyOf(plan, 0)->mutable_int_attrs())["async"] = 1;
+  EXPECT_REFUSED(plan,
+                 "(ALL_GATHER): only an all-gather in place has an async attribute");
   plan = zeroPlan();
   bodyOf(plan, 1)->clear_inputs();
   EXPECT_REFUSED(plan, "(WAIT): has 0 inputs and 0 outputs");
@@ -830,9 +841,44 @@ TEST(PlanValidation, ZeroKernels) {
     plan.mutable_buffers(b)->set_shape(0, 2); // 2 x 2 != 8 parameters
   EXPECT_REFUSED(plan, "(ADAMW): parameters 'params' [8] are not 2 blocks of "
                        "the moments 'm' [2] (one per rank of 'dp')");
+  // Views and blocks.
+  plan = zeroPlan();
+  plan.mutable_buffers(8)->set_view_of(9);
+  EXPECT_REFUSED(plan, "buffer 8 ('w') has view_of = 9 and block_of = 0: each "
+                       "is 0 or 1 + the index of another buffer of the 10");
+  plan = zeroPlan();
+  plan.mutable_buffers(8)->set_offset(plan.buffers(8).offset() + 4);
+  EXPECT_REFUSED(plan, "buffer 8 ('w') is a view of buffer 0 ('params', 32 "
+                       "bytes at 0) at 8 bytes in, but occupies 16 bytes at 12");
+  plan = zeroPlan();
+  plan.mutable_buffers(8)->set_view_offset(20);
+  plan.mutable_buffers(8)->set_offset(20);
+  EXPECT_REFUSED(plan, "at 20 bytes in, but occupies 16 bytes at 20 (expected "
+                       "inside it");
+  plan = zeroPlan();
+  plan.mutable_buffers(8)->set_view_of(0);
+  EXPECT_REFUSED(plan, "buffer 8 ('w') has a view_offset but is not a view");
+  plan = zeroPlan();
+  plan.mutable_buffers(9)->set_shape(0, 3);
+  EXPECT_REFUSED(plan, "buffer 9 ('kept') is a block of buffer 0 ('params' [8]) "
+                       "but is [3] (expected one-dimensional parameters, 1/dp "
+                       "of it)");
+  plan = zeroPlan();
+  plan.mutable_buffers(9)->set_role(OPTIMIZER_STATE);
+  EXPECT_REFUSED(plan, "buffer 9 ('kept') is a block of buffer 0");
+  // COPY: into the rank's block of y with a rank_axis, else the same shape.
+  plan = zeroPlan();
+  bodyOf(plan, 4)->clear_rank_axis();
+  EXPECT_REFUSED(plan, "(COPY): y 'params' is [8], expected [4]");
+  plan = zeroPlan();
+  bodyOf(plan, 4)->set_inputs(0, 8);
+  EXPECT_REFUSED(plan, "(COPY): y 'params' [8] is not 2 blocks of x 'w' [2, 2] "
+                       "(one per rank of 'dp')");
   plan = zeroPlan();
   plan.mutable_mesh()->set_sizes(0, 3);
+  plan.mutable_buffers(9)->clear_block_of();
   plan.mutable_functions(0)->mutable_body()->DeleteSubrange(0, 3);
+  plan.mutable_functions(0)->mutable_body()->RemoveLast();
   EXPECT_REFUSED(plan, "(ALL_GATHER): x 'params' [8] does not split evenly over "
                        "the group's 3 ranks");
 }
