@@ -74,6 +74,8 @@ def main():
         ("selective", 1, 'micro_batch_size: 4 recompute: "selective"'),
         ("tp2-sp-full", 2, 'tp: 2 sp: true micro_batch_size: 4 recompute: "full"'),
         ("pp2-full", 2, 'pp: 2 micro_batch_size: 1 global_batch_size: 4 recompute: "full"'),
+        # Between full recompute's and none's arena for both models here.
+        ("auto", 1, 'micro_batch_size: 4 recompute: "auto" memory_budget_bytes: 3700000'),
         ("pp2-vpp2", 2, "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4",
          "num_layers: 8"),
         ("pp4-vpp2", 4, "pp: 4 vpp: 2 micro_batch_size: 1 global_batch_size: 4",
