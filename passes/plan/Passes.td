@@ -110,7 +110,7 @@ def PlanSchedule : Pass<"plan-schedule", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"scheme", "scheme", "std::string", "\"1f1b\"",
-           "gpipe | 1f1b | zb-h1">,
+           "gpipe | 1f1b | interleaved | zb-h1">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "micro-batches per step on each data-parallel rank">
   ];

@@ -334,6 +334,8 @@ int main(int argc, char **argv) {
       trainingSettings(*config, *train, *parallel, job->data()));
   std::cout << "braid: " << config->source << ", " << plan->buffers_size()
             << " buffers in a " << plan->arena_bytes() << "-byte arena"
+            << (plan->pipeline().stages_size() > 1 ? " (the largest stage's)"
+                                                    : "")
             << std::endl;
 
   // Data, then training.

@@ -83,7 +83,9 @@ static cl::opt<bool> spFlag(
     "sp", cl::desc("Sequence parallelism over the tp ranks (parallel.sp)"),
     cl::cat(category));
 static cl::opt<std::string> scheduleFlag(
-    "schedule", cl::desc("Pipeline schedule: gpipe | 1f1b (parallel.schedule)"),
+    "schedule",
+    cl::desc("Pipeline schedule: gpipe | 1f1b | interleaved | zb-h1 "
+             "(parallel.schedule)"),
     cl::cat(category));
 static cl::list<int64_t> stageLayersFlag(
     "stage-layers",
