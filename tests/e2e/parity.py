@@ -130,6 +130,8 @@ def main():
         ("pp2-tp2-sp-dp2-full-zero3", 8,
          'pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4 '
          'recompute: "full" zero: 3'),
+        ("pp2-vpp2-dp2-zero3", 4,
+         "pp: 2 vpp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
     ]
     models = [(m, f'preset: "{m}"', layouts) for m in ("tiny-llama", "tiny-gpt2")]
     for m in ("tiny-llama", "tiny-gpt2"):
