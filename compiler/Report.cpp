@@ -198,6 +198,30 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
   // Per pipeline rank: the persistent bytes by role and the parameters held.
   std::map<int64_t, std::map<std::string, int64_t>> persistent;
   std::map<int64_t, int64_t> parameters;
+  // What plan-memory places for the whole run (every role but activation,
+  // named results, what a micro-batch keeps across calls), 64-byte aligned
+  // as it places them: the arena's base; temporaries live above it.
+  std::map<int64_t, int64_t> wholeRun, kept;
+  for (Operation *op : buffers) {
+    if (op->getAttr("view_of"))
+      continue;
+    int64_t stage = 0;
+    if (auto s = op->getAttrOfType<IntegerAttr>("stage"))
+      stage = s.getInt();
+    bool slotted = bool(op->getAttr("slots"));
+    if (roleOf(op) != "activation" || op->getAttr("name") || slotted)
+      wholeRun[stage] += (bytesOf(op) + 63) / 64 * 64;
+    if (slotted)
+      kept[stage] += bytesOf(op);
+  }
+  std::map<int64_t, int64_t> rankArena;
+  for (Operation &op : module.getBody()->getOperations())
+    if (op.getName().getStringRef() == "plan.stage")
+      if (auto a = op.getAttrOfType<IntegerAttr>("plan.arena_bytes"))
+        rankArena[cast<IntegerAttr>(op.getAttr("index")).getInt()] = a.getInt();
+  if (rankArena.empty())
+    if (auto a = module->getAttrOfType<IntegerAttr>("plan.arena_bytes"))
+      rankArena[0] = a.getInt();
   for (Operation *op : buffers) {
     if (op->getAttr("view_of") && roleOf(op) != "parameter")
       continue;
@@ -248,6 +272,13 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
       total += n;
     }
     entry["persistent_bytes"] = total;
+    // The rank's arena, parted: persistent, kept activations (one copy per
+    // micro-batch in flight), the rest of what lives the whole run (inputs,
+    // named results, alignment), and the temporaries' peak above it.
+    entry["arena_bytes"] = rankArena[stage];
+    entry["kept_activation_bytes"] = kept[stage];
+    entry["other_whole_run_bytes"] = wholeRun[stage] - total - kept[stage];
+    entry["temporary_peak_bytes"] = rankArena[stage] - wholeRun[stage];
     entry["persistent_bytes_per_parameter"] =
         parameters[stage] ? double(total) / double(parameters[stage]) : 0.0;
     ranks.push_back(std::move(entry));

@@ -151,6 +151,15 @@ def main():
             for rank in range(ranks):
                 where, coords, predicted, touched = seen[rank]
                 compiled = predicted_by_report(report, coords)
+                # The breakdown's rank arena is the same, its parts
+                # non-negative.
+                part = [e for e in report["memory"]["persistent_by_rank"]
+                        if e["pipeline_rank"] == coords.get("pp", 0)]
+                if (len(part) != 1 or part[0]["arena_bytes"] != predicted or
+                        part[0]["temporary_peak_bytes"] < 0 or
+                        part[0]["other_whole_run_bytes"] < 0):
+                    failures.append(f"{tag} rank {rank}: the report's breakdown "
+                                    f"{part} does not part the {predicted}-byte arena")
                 ratio = touched / predicted if predicted else float("nan")
                 rows.append((tag, rank, where, compiled, predicted, touched, ratio))
                 if predicted != compiled:
