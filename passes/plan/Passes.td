@@ -88,6 +88,12 @@ def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
     live on other ranks; the plan's arena is the largest, and each
     `plan.stage` gets its own as `plan.arena_bytes`), and a buffer with
     `slots` takes that many copies, live for the whole step.
+
+    A view (`view_of`, ZeRO's buckets) takes no space of its own: it lies
+    `view_offset` bytes into its bucket, and its uses count as the
+    bucket's, so a temporary bucket lives from the first use of any of its
+    views to the last. A view must fit inside a bucket (or temporary) of
+    its stage.
   }];
 }
 

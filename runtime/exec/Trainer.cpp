@@ -476,6 +476,17 @@ DataShare DataShareOf(const Executor &e) {
   return share;
 }
 
+/// This rank's share of the batch, refused when the plan splits it over
+/// ranks this process cannot reach.
+static absl::StatusOr<DataShare> RunnableDataShare(const Executor &e) {
+  DataShare share = DataShareOf(e);
+  if (share.ranks > 1 && !e.communicator())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan splits the batch over ", share.ranks,
+        " data-parallel ranks: run it under mpirun"));
+  return share;
+}
+
 int64_t StageOf(const Executor &e) { return e.Stage(); }
 
 absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
@@ -487,13 +498,11 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
   const plan::Training &t = e.plan().training();
   const plan::StepFunctions &fns = t.step();
   int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
-  DataShare share = DataShareOf(e);
-  if (share.ranks > 1 && !e.communicator())
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the plan splits the batch over ", share.ranks,
-        " data-parallel ranks: run it under mpirun"));
+  absl::StatusOr<DataShare> share = RunnableDataShare(e);
+  if (!share.ok())
+    return share.status();
   // This rank's samples start at its slice of the global batch.
-  int64_t firstSample = share.rank * micros * t.micro_batch_size();
+  int64_t firstSample = share->rank * micros * t.micro_batch_size();
   absl::StatusOr<int> lossGrad = need(e, "loss_grad"), loss = need(e, "loss");
   for (const auto *s : {&lossGrad, &loss})
     if (!s->ok())
@@ -519,7 +528,7 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
             run(fns.zero_grads(), -1, TracePhase::kZeroGrads, "zero_grads");
         !s.ok())
       return s;
-  if (absl::Status s = e.Write(*lossGrad, {1.0 / double(micros * share.ranks)});
+  if (absl::Status s = e.Write(*lossGrad, {1.0 / double(micros * share->ranks)});
       !s.ok())
     return s;
   double sum = 0;
@@ -540,7 +549,7 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
     if (absl::Status s = run(fns.update(), -1, TracePhase::kUpdate, "update");
         !s.ok())
       return s;
-  if (share.ranks > 1)
+  if (share->ranks > 1)
     if (absl::Status s = tracedCommunication(
             trace, "ALL_REDUCE", "braid-run: the step's loss over dp", "dp",
             [&] {
@@ -548,7 +557,7 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
             });
         !s.ok())
       return s;
-  return sum / double(micros * share.ranks);
+  return sum / double(micros * share->ranks);
 }
 
 absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
@@ -560,11 +569,9 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
     return absl::FailedPreconditionError(
         "the plan has no pipeline stages: RunStep runs its steps");
   int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
-  DataShare share = DataShareOf(e);
-  if (share.ranks > 1 && !e.communicator())
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the plan splits the batch over ", share.ranks,
-        " data-parallel ranks: run it under mpirun"));
+  absl::StatusOr<DataShare> share = RunnableDataShare(e);
+  if (!share.ok())
+    return share.status();
   if (stages > 1 && !e.communicator())
     return absl::FailedPreconditionError(absl::StrCat(
         "the plan's pipeline has ", stages,
@@ -572,7 +579,7 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
   int64_t stage = StageOf(e);
   const plan::Stage &program = plan.pipeline().stages(int(stage));
   bool last = stage == stages - 1;
-  int64_t firstSample = share.rank * micros * t.micro_batch_size();
+  int64_t firstSample = share->rank * micros * t.micro_batch_size();
   int loss = -1;
   if (last) {
     absl::StatusOr<int> lossGrad = needInStage(e, "loss_grad", stage),
@@ -582,7 +589,7 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
         return s->status();
     loss = *lossId;
     if (absl::Status s = writeEveryCopy(
-            e, *lossGrad, {1.0 / double(micros * share.ranks)});
+            e, *lossGrad, {1.0 / double(micros * share->ranks)});
         !s.ok())
       return s;
   }
@@ -673,7 +680,7 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
       return s;
   // The last stage's sum, over the stages, then over the data-parallel ranks.
   for (auto [axis, ranks] :
-       {std::pair<const char *, int64_t>{"pp", stages}, {"dp", share.ranks}}) {
+       {std::pair<const char *, int64_t>{"pp", stages}, {"dp", share->ranks}}) {
     if (ranks <= 1)
       continue;
     std::string why = absl::StrCat("braid-run: the step's loss over ", axis);
@@ -685,7 +692,7 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
         !s.ok())
       return s;
   }
-  return sum / double(micros * share.ranks);
+  return sum / double(micros * share->ranks);
 }
 
 absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,

@@ -36,6 +36,8 @@ using namespace braid::plan;
 
 namespace {
 
+using braid::exec_test::values;
+
 std::unique_ptr<comm::MpiCommunicator> theComm;
 
 /// The job's mesh; its one instruction makes the communicator create the
@@ -51,15 +53,6 @@ Plan meshPlan() {
   sum->add_group("pp");
   sum->add_group("tp");
   return b.plan;
-}
-
-std::vector<double> values(int64_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> u(-2, 2);
-  std::vector<double> v(n);
-  for (double &x : v)
-    x = u(gen);
-  return v;
 }
 
 // Stage 0's rank (0, t) sends three messages to stage 1's rank (1, t), which

@@ -21,10 +21,21 @@
 
 #include "absl/status/status.h"
 
+#include <random>
 #include <string>
 #include <vector>
 
 namespace braid::exec_test {
+
+/// n values in [-2, 2), the same for the same seed.
+inline std::vector<double> values(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::vector<double> v(n);
+  for (double &x : v)
+    x = u(gen);
+  return v;
+}
 
 struct TinyModel {
   int64_t vocab = 8, hidden = 4, batch = 2, seq = 4, micros = 4;

@@ -35,19 +35,12 @@ using namespace braid::plan;
 
 namespace {
 
+using braid::exec_test::values;
+
 using exec_test::PairCommunicator;
 using exec_test::PairExchange;
 using exec_test::PlanBuilder;
 using exec_test::TwoRanks;
-
-std::vector<double> values(int64_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> u(-2, 2);
-  std::vector<double> v(n);
-  for (double &x : v)
-    x = u(gen);
-  return v;
-}
 
 /// A mesh of one axis "pp" of 2 ranks (no pipeline: the functions below
 /// belong to no stage).
