@@ -27,6 +27,7 @@ struct Naming {
   const char *embed, *positions, *embedNorm, *layerPrefix;
   const char *norm1, *qkv, *q, *k, *v, *out, *norm2;
   const char *gate, *up, *down; // SwiGLU MLP; up/down also name a GeLU MLP
+  const char *gateUp;           // SwiGLU's fused gate/up projection
   const char *finalNorm;
 };
 
@@ -34,19 +35,19 @@ const Naming &namingFor(spec::Family family) {
   static const Naming gpt2 = {
       "transformer.wte", "transformer.wpe", nullptr, "transformer.h.",
       "ln_1", "attn.c_attn", nullptr, nullptr, nullptr, "attn.c_proj", "ln_2",
-      nullptr, "mlp.c_fc", "mlp.c_proj", "transformer.ln_f"};
+      nullptr, "mlp.c_fc", "mlp.c_proj", nullptr, "transformer.ln_f"};
   static const Naming bloom = {
       "transformer.word_embeddings", nullptr,
       "transformer.word_embeddings_layernorm", "transformer.h.",
       "input_layernorm", "self_attention.query_key_value", nullptr, nullptr,
       nullptr, "self_attention.dense", "post_attention_layernorm", nullptr,
-      "mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "transformer.ln_f"};
+      "mlp.dense_h_to_4h", "mlp.dense_4h_to_h", nullptr, "transformer.ln_f"};
   static const Naming llama = {
       "model.embed_tokens", nullptr, nullptr, "model.layers.",
       "input_layernorm", "self_attn.W_pack", "self_attn.q_proj",
       "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
       "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
-      "mlp.down_proj", "model.norm"};
+      "mlp.down_proj", "mlp.gate_up_proj", "model.norm"};
   switch (family) {
   case spec::GPT2: return gpt2;
   case spec::BLOOM: return bloom;
@@ -163,9 +164,13 @@ void ForwardBuilder::declareParams() {
     }
     linearParams(list, i, naming.out, qCols, h, c.attentionBias);
     normParams(list, layerName(i, naming.norm2));
-    if (c.activation == spec::SWIGLU)
-      linearParams(list, i, naming.gate, h, c.ffnHiddenSize, c.mlpBias);
-    linearParams(list, i, naming.up, h, c.ffnHiddenSize, c.mlpBias);
+    if (c.fuseMlp) {
+      linearParams(list, i, naming.gateUp, h, 2 * c.ffnHiddenSize, c.mlpBias);
+    } else {
+      if (c.activation == spec::SWIGLU)
+        linearParams(list, i, naming.gate, h, c.ffnHiddenSize, c.mlpBias);
+      linearParams(list, i, naming.up, h, c.ffnHiddenSize, c.mlpBias);
+    }
     linearParams(list, i, naming.down, c.ffnHiddenSize, h, c.mlpBias);
   }
   finalNormW = next();
@@ -245,7 +250,10 @@ Value ForwardBuilder::emitLayer(OpBuilder &ob, int64_t index, Value hidden,
   Value n2w = take(), n2b = ln ? take() : Value();
   Value n2 = emitNorm(lb, x, n2w, n2b);
   Value act;
-  if (c.activation == spec::SWIGLU) {
+  if (c.fuseMlp) {
+    auto [w, bias] = takeLinear(c.mlpBias);
+    act = lb.create<SwigluOp>(loc, emitLinear(lb, n2, w, bias), Value());
+  } else if (c.activation == spec::SWIGLU) {
     auto [wg, bg] = takeLinear(c.mlpBias);
     auto [wu, bu] = takeLinear(c.mlpBias);
     Value gate = emitLinear(lb, n2, wg, bg);

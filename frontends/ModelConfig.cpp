@@ -182,6 +182,11 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
   c.mlpBias = m.has_mlp_bias() ? m.mlp_bias() : gpt;
   c.embeddingNorm =
       m.has_embedding_norm() ? m.embedding_norm() : c.family == spec::BLOOM;
+  c.fuseMlp = m.fuse_mlp();
+  if (c.fuseMlp && c.activation != spec::SWIGLU)
+    return invalid("model.fuse_mlp fuses SwiGLU's gate and up projections, "
+                   "but model.activation = " +
+                   activationName(c.activation) + " has one projection");
   c.initStd = m.has_init_std() ? m.init_std() : 0.02;
   if (!(c.initStd > 0))
     return invalid("model.init_std = " + str(c.initStd) + " must be > 0");

@@ -29,6 +29,7 @@ struct ModelConfig {
   double ropeTheta = 0;
   bool tieEmbeddings = false, attentionBias = false, mlpBias = false;
   bool embeddingNorm = false;
+  bool fuseMlp = false; ///< one gate/up projection (SwiGLU only)
   double initStd = 0, hiddenDropout = 0, attentionDropout = 0;
   double embeddingDropout = 0;
 

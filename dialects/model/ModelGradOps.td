@@ -320,22 +320,30 @@ def Model_QkvConcatOp : Model_ComputeOp<"qkv_concat"> {
 def Model_SwigluGradOp : Model_ComputeOp<"swiglu_grad"> {
   let summary = "Gradients of SwiGLU with respect to gate and up";
   let description = [{
+    With `up`, the gradients of gate and up; without, of the packed
+    `[gate | up]` operand, in one tensor of its type.
+
     Example:
 
     ```mlir
     %dg, %du = model.swiglu_grad %gate, %up, %dy
         : (tensor<2x16x176xf32>, tensor<2x16x176xf32>, tensor<2x16x176xf32>)
         -> (tensor<2x16x176xf32>, tensor<2x16x176xf32>)
+    %dgu = model.swiglu_grad %gate_up, %dy
+        : (tensor<2x16x352xf32>, tensor<2x16x176xf32>) -> tensor<2x16x352xf32>
     ```
 
     Constraints:
-    - SWG1: the operands and the results have one type.
+    - SWG1: with `up`, the operands and the results have one type.
+    - SWG2: without, one result of `gate`'s type, and `dy` is that type with
+      the last dimension halved.
   }];
-  let arguments = (ins Model_FloatTensor:$gate, Model_FloatTensor:$up,
-                       Model_FloatTensor:$dy);
-  let results = (outs Model_FloatTensor:$dgate, Model_FloatTensor:$dup);
+  let arguments = (ins Model_FloatTensor:$gate,
+                       Optional<Model_FloatTensor>:$up, Model_FloatTensor:$dy);
+  let results = (outs Model_FloatTensor:$dgate,
+                      Optional<Model_FloatTensor>:$dup);
   let assemblyFormat = [{
-    $gate `,` $up `,` $dy attr-dict `:` functional-type(operands, results)
+    operands attr-dict `:` functional-type(operands, results)
   }];
 }
 

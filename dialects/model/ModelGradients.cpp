@@ -98,9 +98,11 @@ LogicalResult RopeOp::buildGradients(OpBuilder &b, ValueRange dy,
 
 LogicalResult SwigluOp::buildGradients(OpBuilder &b, ValueRange dy,
                                        SmallVectorImpl<Value> &grads) {
-  auto grad = b.create<SwigluGradOp>(
-      getLoc(), TypeRange{getGate().getType(), getUp().getType()}, getGate(),
-      getUp(), dy[0]);
+  SmallVector<Type, 2> types = {getGate().getType()};
+  if (getUp())
+    types.push_back(getUp().getType());
+  auto grad = b.create<SwigluGradOp>(getLoc(), types, getGate(), getUp(),
+                                     dy[0]);
   grads.assign(grad.getResults().begin(), grad.getResults().end());
   return success();
 }

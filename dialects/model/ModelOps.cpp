@@ -743,12 +743,33 @@ int64_t RopeOp::getVectorFlops() { return product({3, numel(getX())}); }
 // Elementwise ops
 //===----------------------------------------------------------------------===//
 
+/// The type of packed `[gate | up]` with the last dimension halved, or null
+/// when it is not a ranked tensor with an even last dimension.
+static RankedTensorType unpackedType(Type packed) {
+  auto type = dyn_cast<RankedTensorType>(packed);
+  if (!type || type.getRank() < 1 || type.getShape().back() % 2 != 0)
+    return {};
+  SmallVector<int64_t> shape(type.getShape());
+  shape.back() /= 2;
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
 void SwigluOp::build(OpBuilder &builder, OperationState &state, Value gate,
                      Value up) {
-  build(builder, state, gate.getType(), gate, up);
+  Type result = up ? gate.getType() : Type(unpackedType(gate.getType()));
+  build(builder, state, result, gate, up);
 }
 
 LogicalResult SwigluOp::verify() {
+  if (isPacked()) {
+    // SW2: the result is gate's type with the last dimension halved.
+    RankedTensorType half = unpackedType(getGate().getType());
+    if (!half)
+      return emitOpError("packed [gate | up] operand ")
+             << getGate().getType() << " needs an even last dimension";
+    return verifySameType(*this, getResult(), half,
+                          "the packed operand's type halved");
+  }
   // SW1: gate, up and the result have one type.
   if (getUp().getType() != getGate().getType())
     return emitOpError("up is ") << getUp().getType() << " but gate is "
@@ -1203,8 +1224,23 @@ LogicalResult QkvConcatOp::verify() {
 int64_t QkvConcatOp::getVectorFlops() { return 0; }
 
 LogicalResult SwigluGradOp::verify() {
-  // SWG1: one type for operands and results.
   Type type = getGate().getType();
+  if (!getUp()) {
+    // SWG2: one result of the packed type; dy is it halved.
+    if (getDup())
+      return emitOpError("with a packed operand has one result, not two");
+    RankedTensorType half = unpackedType(type);
+    if (!half)
+      return emitOpError("packed [gate | up] operand ")
+             << type << " needs an even last dimension";
+    if (getDy().getType() != half)
+      return emitOpError("dy is ") << getDy().getType() << " but must be "
+                                   << half;
+    return verifySameType(*this, getDgate(), type, "the packed operand's type");
+  }
+  // SWG1: one type for operands and results.
+  if (!getDup())
+    return emitOpError("with gate and up apart has two results");
   for (Value v : {getUp(), getDy(), getDgate(), getDup()})
     if (v.getType() != type)
       return emitOpError("operands and results must all be ")

@@ -495,24 +495,37 @@ def Model_RopeOp : Model_ForwardOp<"rope"> {
 def Model_SwigluOp : Model_ForwardOp<"swiglu"> {
   let summary = "SwiGLU gating: silu(gate) · up";
   let description = [{
-    `gate / (1 + exp(-gate)) · up`, LLaMA's MLP activation.
+    `gate / (1 + exp(-gate)) · up`, LLaMA's MLP activation. With one
+    operand, gate and up are packed in it: its last dimension is
+    `[gate | up]`, twice the result's (the output of a fused gate/up
+    projection, `--fuse-mlp`; under tensor parallelism each rank's slice is
+    its gate columns then its up columns).
 
     Example:
 
     ```mlir
     %a = model.swiglu %gate, %up
         : (tensor<2x16x176xf32>, tensor<2x16x176xf32>) -> tensor<2x16x176xf32>
+    %b = model.swiglu %gate_up
+        : (tensor<2x16x352xf32>) -> tensor<2x16x176xf32>
     ```
 
     Constraints:
-    - SW1: `gate`, `up` and the result have one type.
+    - SW1: with two operands, `gate`, `up` and the result have one type.
+    - SW2: with one, the result is `gate`'s type with the last dimension
+      halved (an even last dimension).
   }];
-  let arguments = (ins Model_FloatTensor:$gate, Model_FloatTensor:$up);
+  let arguments = (ins Model_FloatTensor:$gate,
+                       Optional<Model_FloatTensor>:$up);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $gate `,` $up attr-dict `:` functional-type(operands, results)
+    operands attr-dict `:` functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$gate, "::mlir::Value":$up)>];
+  let extraClassDeclaration = [{
+    /// True when gate and up are packed in one operand.
+    bool isPacked() { return !getUp(); }
+  }];
 }
 
 def Model_GeluOp : Model_ForwardOp<"gelu"> {

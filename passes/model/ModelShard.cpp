@@ -327,6 +327,11 @@ void TensorParallel::reduceNow(Value v, Operation *op) {
 }
 
 /// True when `v` (through rope) is the keys or values of an attention whose
+/// Whether `l` is split as a packed [gate | up]: two blocks of one size.
+bool isGateUp(const Layout &l) {
+  return l.isSplit() && l.blocks.size() == 2 && l.blocks[0] == l.blocks[1];
+}
+
 /// kv heads do not divide by `tp`, which then keeps them whole on every rank.
 bool feedsReplicatedKv(Value v, int64_t tp) {
   for (OpOperand &use : v.getUses()) {
@@ -366,6 +371,16 @@ LogicalResult TensorParallel::visitLinear(LinearOp op) {
             if (split.getLayout() == QkvLayout::grouped)
               blocks = {split.getNumHeadsAttr().getInt() * hd, kv * hd,
                         kv * hd};
+          }
+        for (Operation *user : y.getUsers())
+          if (auto swiglu = dyn_cast<SwigluOp>(user);
+              swiglu && swiglu.isPacked()) {
+            // A fused gate/up projection (its output is also kept for the
+            // backward): each rank takes its columns of the gate block and
+            // of the up block.
+            int64_t f =
+                cast<RankedTensorType>(swiglu.getType()).getShape().back();
+            blocks = {f, f};
           }
         weight = Layout::split(outAxis, blocks);
       }
@@ -750,6 +765,33 @@ LogicalResult TensorParallel::visit(Operation *op) {
       concat.setNumKvHeadsAttr(b.getI64IntegerAttr(kv / tp));
       return setLayout(concat.getResult(), Layout::split(l.dim, blocks), op);
     }
+  }
+  if (auto swiglu = dyn_cast<SwigluOp>(op); swiglu && swiglu.isPacked()) {
+    // [gate | up] split as two blocks: each rank's slice is its gate
+    // columns then its up columns, and the result is split plainly.
+    resolveOperands(op);
+    Layout l = layouts[swiglu.getGate()];
+    if (l.isSplit()) {
+      int64_t last = cast<RankedTensorType>(swiglu.getType()).getRank() - 1;
+      if (l.dim != last || !isGateUp(l))
+        return unsupported(op, "its packed [gate | up] operand is not split "
+                               "as two blocks of its last dimension");
+      return setLayout(swiglu.getResult(), Layout::split(last), op);
+    }
+    return setLayout(swiglu.getResult(), l, op);
+  }
+  if (auto grad = dyn_cast<SwigluGradOp>(op); grad && !grad.getUp()) {
+    resolveOperands(op);
+    Layout x = layouts[grad.getGate()], dy = layouts[grad.getDy()];
+    if (x.isReplicated() && dy.isReplicated())
+      return setLayout(grad.getDgate(), x, op);
+    // (dy's type is already this rank's.)
+    int64_t last = cast<RankedTensorType>(grad.getDy().getType()).getRank() - 1;
+    if (!x.isSplit() || x.dim != last || !isGateUp(x) ||
+        !dy.sameAs(Layout::split(last)))
+      return unsupported(op, "its packed [gate | up] operand and dy are not "
+                             "split alike over the last dimension");
+    return setLayout(grad.getDgate(), x, op);
   }
   if (isa<SwigluOp, SwigluGradOp, GeluOp, GeluGradOp, QkvSplitOp, QkvConcatOp>(
           op)) {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -259,13 +260,42 @@ absl::StatusOr<HFCheckpoint> OpenHFCheckpoint(const std::string &dir) {
 // LoadParameters
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// Where (part of) a parameter's values are stored: a checkpoint tensor, or
+/// row block `part` of `parts` equal blocks of its first dimension.
+struct Piece {
+  std::string name;
+  int64_t part = -1; ///< -1: the whole tensor
+  int64_t parts = 1;
+};
+
+/// "P" and "S" of a name "P<middle>S", or nullopt.
+std::optional<std::pair<std::string, std::string>>
+around(absl::string_view name, absl::string_view middle) {
+  size_t at = name.rfind(middle);
+  if (at == absl::string_view::npos)
+    return std::nullopt;
+  return std::make_pair(std::string(name.substr(0, at)),
+                        std::string(name.substr(at + middle.size())));
+}
+
+constexpr absl::string_view kGateUp = "mlp.gate_up_proj.";
+constexpr absl::string_view kGate = "mlp.gate_proj.";
+constexpr absl::string_view kUp = "mlp.up_proj.";
+
+} // namespace
+
 absl::Status LoadParameters(
     const HFCheckpoint &checkpoint, const std::vector<ParamSpec> &expected,
     const std::function<float *(size_t index)> &destination) {
   const std::string where = absl::StrCat("checkpoint ", checkpoint.dir(), ": ");
 
-  // The checkpoint name of each expected parameter ("" when missing).
-  std::vector<std::string> stored(expected.size());
+  // Where each expected parameter is stored (empty when missing): one
+  // tensor of its name, or for a SwiGLU MLP stored the other way, fused
+  // gate/up rows from the separate gate and up projections, or a separate
+  // projection from its half of the fused one.
+  std::vector<std::vector<Piece>> stored(expected.size());
   std::set<std::string, std::less<>> expectedNames;
   std::set<std::string, std::less<>> used;
   std::vector<std::string> missing;
@@ -287,10 +317,33 @@ absl::Status LoadParameters(
       candidates.push_back(absl::StrCat(kGpt2Prefix, spec.name));
     for (const std::string &candidate : candidates)
       if (checkpoint.contains(candidate) && !used.count(candidate)) {
-        stored[i] = candidate;
+        stored[i] = {Piece{candidate}};
         used.insert(candidate);
         break;
       }
+    if (stored[i].empty()) {
+      if (auto fused = around(spec.name, kGateUp)) {
+        std::string gate = absl::StrCat(fused->first, kGate, fused->second);
+        std::string up = absl::StrCat(fused->first, kUp, fused->second);
+        if (checkpoint.contains(gate) && checkpoint.contains(up) &&
+            !used.count(gate) && !used.count(up)) {
+          stored[i] = {Piece{gate}, Piece{up}};
+          used.insert(gate);
+          used.insert(up);
+        }
+      } else {
+        for (auto [middle, part] : {std::pair{kGate, 0}, std::pair{kUp, 1}})
+          if (auto separate = around(spec.name, middle)) {
+            std::string name =
+                absl::StrCat(separate->first, kGateUp, separate->second);
+            if (checkpoint.contains(name)) {
+              stored[i] = {Piece{name, part, 2}};
+              used.insert(name);
+            }
+            break;
+          }
+      }
+    }
     if (stored[i].empty())
       missing.push_back(spec.name);
   }
@@ -310,13 +363,14 @@ absl::Status LoadParameters(
       const absl::Span<const uint8_t> headBytes = *head->Bytes(name);
       bool tied = false;
       for (size_t i = 0; i < expected.size() && !tied; ++i) {
-        if (stored[i].empty())
+        if (stored[i].size() != 1 || stored[i][0].part >= 0)
           continue;
-        const SafetensorsFile *file = *checkpoint.fileOf(stored[i]);
-        const TensorInfo info = *file->Info(stored[i]);
+        const std::string &storedName = stored[i][0].name;
+        const SafetensorsFile *file = *checkpoint.fileOf(storedName);
+        const TensorInfo info = *file->Info(storedName);
         if (info.dtype != headInfo.dtype || info.shape != headInfo.shape)
           continue;
-        const absl::Span<const uint8_t> bytes = *file->Bytes(stored[i]);
+        const absl::Span<const uint8_t> bytes = *file->Bytes(storedName);
         tied = bytes.size() == headBytes.size() &&
                (bytes.empty() ||
                 std::memcmp(bytes.data(), headBytes.data(), bytes.size()) == 0);
@@ -346,39 +400,92 @@ absl::Status LoadParameters(
         absl::StrCat(where, absl::StrJoin(parts, "; ")));
   }
 
+  // The shape the pieces make: row blocks stacked on the first dimension.
   std::vector<std::string> mismatches;
   for (size_t i = 0; i < expected.size(); ++i) {
-    const SafetensorsFile *file = *checkpoint.fileOf(stored[i]);
-    const TensorInfo info = *file->Info(stored[i]);
+    std::vector<std::string> names, notFloat;
+    std::vector<int64_t> shape;
+    bool stacks = true;
+    for (const Piece &piece : stored[i]) {
+      const SafetensorsFile *file = *checkpoint.fileOf(piece.name);
+      const TensorInfo info = *file->Info(piece.name);
+      std::vector<int64_t> pieceShape = info.shape;
+      if (piece.part >= 0) {
+        if (pieceShape.empty() || pieceShape[0] % piece.parts != 0) {
+          stacks = false;
+        } else {
+          pieceShape[0] /= piece.parts;
+        }
+      }
+      names.push_back(piece.part < 0
+                          ? piece.name
+                          : absl::StrCat(piece.part == 0 ? "first" : "second",
+                                         " half of ", piece.name));
+      if (!isConvertibleToFloat(info.dtype))
+        notFloat.push_back(std::string(dtypeName(info.dtype)));
+      if (shape.empty()) {
+        shape = pieceShape;
+      } else if (pieceShape.size() != shape.size() || shape.empty() ||
+                 !std::equal(shape.begin() + 1, shape.end(),
+                             pieceShape.begin() + 1)) {
+        stacks = false;
+      } else {
+        shape[0] += pieceShape[0];
+      }
+    }
     const std::string storedAs =
-        stored[i] == expected[i].name
+        names.size() == 1 && names[0] == expected[i].name
             ? std::string()
-            : absl::StrCat(" (stored as ", stored[i], ")");
-    if (info.shape != expected[i].shape)
-      mismatches.push_back(absl::StrCat(
-          "tensor ", expected[i].name, storedAs, ": checkpoint has shape ",
-          shapeToString(info.shape), " but the model expects ",
-          shapeToString(expected[i].shape)));
-    else if (!isConvertibleToFloat(info.dtype))
+            : absl::StrCat(" (stored as ", absl::StrJoin(names, " and "), ")");
+    if (!notFloat.empty()) {
       mismatches.push_back(absl::StrCat(
           "tensor ", expected[i].name, storedAs, ": checkpoint stores it as ",
-          dtypeName(info.dtype), ", not a float dtype (F16, BF16, F32, F64)"));
+          absl::StrJoin(notFloat, " and "),
+          ", not a float dtype (F16, BF16, F32, F64)"));
+    } else if (!stacks || shape != expected[i].shape) {
+      std::vector<std::string> shapes;
+      for (const Piece &piece : stored[i])
+        shapes.push_back(
+            shapeToString((*checkpoint.fileOf(piece.name))->Info(piece.name)->shape));
+      mismatches.push_back(absl::StrCat(
+          "tensor ", expected[i].name, storedAs, ": checkpoint has shape ",
+          absl::StrJoin(shapes, " and "), " but the model expects ",
+          shapeToString(expected[i].shape)));
+    }
   }
   if (!mismatches.empty())
     return absl::InvalidArgumentError(
         absl::StrCat(where, listNames(mismatches, "; ")));
 
   for (size_t i = 0; i < expected.size(); ++i) {
-    const SafetensorsFile *file = *checkpoint.fileOf(stored[i]);
-    const TensorInfo info = *file->Info(stored[i]);
+    int64_t count = 1;
+    for (int64_t d : expected[i].shape)
+      count *= d;
     float *out = destination(i);
-    if (out == nullptr && info.numElements > 0)
+    if (out == nullptr && count > 0)
       return absl::InvalidArgumentError(absl::StrCat(
           "no destination (null) for parameter \"", expected[i].name, "\""));
-    if (absl::Status s = file->ReadAsFloat32(
-            stored[i], absl::Span<float>(out, info.numElements));
-        !s.ok())
-      return s;
+    int64_t at = 0;
+    for (const Piece &piece : stored[i]) {
+      const SafetensorsFile *file = *checkpoint.fileOf(piece.name);
+      const TensorInfo info = *file->Info(piece.name);
+      if (piece.part < 0) {
+        if (absl::Status s = file->ReadAsFloat32(
+                piece.name, absl::Span<float>(out + at, info.numElements));
+            !s.ok())
+          return s;
+        at += info.numElements;
+        continue;
+      }
+      std::vector<float> whole(info.numElements);
+      if (absl::Status s = file->ReadAsFloat32(piece.name, absl::Span<float>(whole));
+          !s.ok())
+        return s;
+      int64_t block = info.numElements / piece.parts;
+      std::copy(whole.begin() + piece.part * block,
+                whole.begin() + (piece.part + 1) * block, out + at);
+      at += block;
+    }
   }
   return absl::OkStatus();
 }

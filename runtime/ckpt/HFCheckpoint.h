@@ -90,6 +90,11 @@ struct ParamSpec {
 ///     checkpoints lack the "transformer." prefix ("h.0.attn.c_attn.weight",
 ///     "wte.weight"), a name with the prefix is also looked up without it and
 ///     a name without it also with it;
+///   - a SwiGLU MLP's projections may be stored fused or apart, whichever
+///     way the model has them: an expected "P.mlp.gate_up_proj.S" that the
+///     checkpoint lacks is the rows of "P.mlp.gate_proj.S" then those of
+///     "P.mlp.up_proj.S", and an expected "P.mlp.gate_proj.S" (or up_proj)
+///     the first (second) half of the rows of "P.mlp.gate_up_proj.S";
 ///   - missing parameters (all of them, the first 10 named) and checkpoint
 ///     tensors that are not parameters (likewise) are one InvalidArgument;
 ///   - a shape that differs is InvalidArgument "tensor NAME: checkpoint has

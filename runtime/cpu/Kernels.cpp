@@ -432,26 +432,65 @@ void attentionBackward(const T *q, const T *k, const T *v, const T *out,
 
 //===-- Elementwise -------------------------------------------------------===//
 
+// SwiGLU over rows of `cols` outputs whose gate and up rows are `stride`
+// apart (stride = cols: separate tensors seen as one row; 2·cols: packed
+// [gate | up] rows, up at +cols).
+template <typename T>
+void swigluRows(const T *gate, const T *up, int64_t rows, int64_t cols,
+                int64_t stride, T *y) {
+  auto block = [&](int64_t i0, int64_t i1) {
+    int64_t row = i0 / cols, col = i0 % cols;
+    for (int64_t i = i0; i < i1; ++i) {
+      int64_t at = row * stride + col;
+      y[i] = T(gate[at] * sigmoid(gate[at]) * up[at]);
+      if (++col == cols) {
+        col = 0;
+        ++row;
+      }
+    }
+  };
+  parallelBlocks(rows * cols, kElementBlock, kTranscendentalCost, block);
+}
+
+template <typename T>
+void swigluRowsBackward(const T *gate, const T *up, const T *dy, int64_t rows,
+                        int64_t cols, int64_t stride, T *dgate, T *dup) {
+  auto block = [&](int64_t i0, int64_t i1) {
+    int64_t row = i0 / cols, col = i0 % cols;
+    for (int64_t i = i0; i < i1; ++i) {
+      int64_t at = row * stride + col;
+      double g = gate[at], sg = sigmoid(g);
+      dup[at] = T(dy[i] * g * sg);
+      dgate[at] = T(dy[i] * up[at] * sg * (1.0 + g * (1.0 - sg)));
+      if (++col == cols) {
+        col = 0;
+        ++row;
+      }
+    }
+  };
+  parallelBlocks(rows * cols, kElementBlock, kTranscendentalCost, block);
+}
+
 template <typename T>
 void swigluForward(const T *gate, const T *up, int64_t n, T *y) {
-  auto block = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i)
-      y[i] = T(gate[i] * sigmoid(gate[i]) * up[i]);
-  };
-  parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
+  swigluRows(gate, up, 1, n, n, y);
 }
 
 template <typename T>
 void swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
                     T *dgate, T *dup) {
-  auto block = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      double g = gate[i], sg = sigmoid(g);
-      dup[i] = T(dy[i] * g * sg);
-      dgate[i] = T(dy[i] * up[i] * sg * (1.0 + g * (1.0 - sg)));
-    }
-  };
-  parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
+  swigluRowsBackward(gate, up, dy, 1, n, n, dgate, dup);
+}
+
+template <typename T>
+void swigluPackedForward(const T *x, int64_t rows, int64_t f, T *y) {
+  swigluRows(x, x + f, rows, f, 2 * f, y);
+}
+
+template <typename T>
+void swigluPackedBackward(const T *x, const T *dy, int64_t rows, int64_t f,
+                          T *dx) {
+  swigluRowsBackward(x, x + f, dy, rows, f, 2 * f, dx, dx + f);
 }
 
 template <typename T>
@@ -658,6 +697,9 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
                                      const T *, const T *, const T *,          \
                                      const AttentionShape &, T *, T *, T *);   \
   template void swigluForward<T>(const T *, const T *, int64_t, T *);          \
+  template void swigluPackedForward<T>(const T *, int64_t, int64_t, T *);     \
+  template void swigluPackedBackward<T>(const T *, const T *, int64_t,        \
+                                        int64_t, T *);                        \
   template void swigluBackward<T>(const T *, const T *, const T *, int64_t,    \
                                   T *, T *);                                   \
   template void geluForward<T>(const T *, int64_t, bool, T *);                 \

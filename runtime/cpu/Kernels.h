@@ -150,6 +150,13 @@ void swigluForward(const T *gate, const T *up, int64_t n, T *y);
 template <typename T>
 void swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
                     T *dgate, T *dup);
+/// The same with gate and up packed in one tensor of `rows` rows of
+/// [gate (f) | up (f)]: y and dy are rows × f, dx is packed like x.
+template <typename T>
+void swigluPackedForward(const T *x, int64_t rows, int64_t f, T *y);
+template <typename T>
+void swigluPackedBackward(const T *x, const T *dy, int64_t rows, int64_t f,
+                          T *dx);
 
 /// GeLU, exact (erf) or with the tanh approximation.
 template <typename T>

@@ -777,10 +777,23 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     return absl::OkStatus();
   }
   case plan::SWIGLU:
-    cpu::swigluForward(x(0), x(1), numel(in(0)), y(0));
+    if (inst.inputs_size() == 1) { // packed [gate | up]
+      int64_t f = last(out(0));
+      cpu::swigluPackedForward(x(0), numel(out(0)) / std::max<int64_t>(f, 1),
+                               f, y(0));
+    } else {
+      cpu::swigluForward(x(0), x(1), numel(in(0)), y(0));
+    }
     return absl::OkStatus();
   case plan::SWIGLU_GRAD:
-    cpu::swigluBackward(x(0), x(1), x(2), numel(in(0)), y(0), y(1));
+    if (inst.inputs_size() == 2) { // packed [gate | up], dy
+      int64_t f = last(in(1));
+      cpu::swigluPackedBackward(x(0), x(1),
+                                numel(in(1)) / std::max<int64_t>(f, 1), f,
+                                y(0));
+    } else {
+      cpu::swigluBackward(x(0), x(1), x(2), numel(in(0)), y(0), y(1));
+    }
     return absl::OkStatus();
   case plan::GELU:
     cpu::geluForward(x(0), numel(in(0)), bool(intAttr(inst, "tanh")), y(0));

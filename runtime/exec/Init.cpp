@@ -7,7 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace braid::exec {
 namespace {
@@ -72,6 +74,36 @@ absl::Status initParameter(absl::string_view name, int64_t rank,
     double angle = 2.0 * M_PI * u2;
     double z = (index & 1) ? radius * std::sin(angle) : radius * std::cos(angle);
     out[i] = float(z * std);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status initParameterOfShape(absl::string_view name,
+                                  absl::Span<const int64_t> shape,
+                                  const InitConfig &c, uint64_t begin,
+                                  uint64_t count, float *out) {
+  constexpr absl::string_view kFused = "mlp.gate_up_proj.";
+  size_t at = name.rfind(kFused);
+  if (at == absl::string_view::npos || shape.empty() || shape[0] % 2 != 0)
+    return initParameter(name, int64_t(shape.size()), c, begin, count, out);
+  uint64_t half = 1;
+  for (int64_t d : shape)
+    half *= uint64_t(d);
+  half /= 2;
+  std::string prefix(name.substr(0, at)), suffix(name.substr(at + kFused.size()));
+  std::string gate = absl::StrCat(prefix, "mlp.gate_proj.", suffix);
+  std::string up = absl::StrCat(prefix, "mlp.up_proj.", suffix);
+  uint64_t end = begin + count;
+  if (begin < half) {
+    uint64_t n = std::min(end, half) - begin;
+    if (absl::Status s = initParameter(gate, int64_t(shape.size()), c, begin, n, out);
+        !s.ok())
+      return s;
+  }
+  if (end > half) {
+    uint64_t from = std::max(begin, half);
+    return initParameter(up, int64_t(shape.size()), c, from - half, end - from,
+                         out + (from - begin));
   }
   return absl::OkStatus();
 }

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 #include <cstdint>
 
@@ -42,6 +43,16 @@ double initStd(absl::string_view name, int64_t rank, const InitConfig &config);
 absl::Status initParameter(absl::string_view name, int64_t rank,
                            const InitConfig &config, uint64_t begin,
                            uint64_t count, float *out);
+
+/// As initParameter, for a parameter of global shape `shape`. A SwiGLU
+/// projection stored fused, "P.mlp.gate_up_proj.S" ([gate; up] rows), takes
+/// its first half of rows from "P.mlp.gate_proj.S" and its second from
+/// "P.mlp.up_proj.S": a model with the MLP fused starts from the weights of
+/// the same model without.
+absl::Status initParameterOfShape(absl::string_view name,
+                                  absl::Span<const int64_t> shape,
+                                  const InitConfig &config, uint64_t begin,
+                                  uint64_t count, float *out);
 
 } // namespace braid::exec
 

@@ -816,11 +816,13 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     // Values by global element index: a slice holds what the whole tensor
     // holds there.
     std::vector<float> values(numel(b));
+    const std::vector<int64_t> shape = plan::GlobalShape(b, plan.mesh());
     for (const plan::ShardRun &run :
          plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
-      if (absl::Status s = initParameter(b.name(), b.shape_size(), init,
-                                         uint64_t(run.global), uint64_t(run.length),
-                                         values.data() + run.local);
+      if (absl::Status s = initParameterOfShape(
+              b.name(), shape, init,
+              uint64_t(run.global), uint64_t(run.length),
+              values.data() + run.local);
           !s.ok())
         return s;
     if (absl::Status s = writeParameter(

@@ -180,6 +180,7 @@ private:
   absl::Status checkRope();
   absl::Status checkAttention(bool grad);
   absl::Status checkQkv(bool split);
+  absl::Status checkPackedSwiglu();
   absl::Status checkCrossEntropy();
   absl::Status checkGradNorm();
   absl::Status checkGroup();
@@ -373,6 +374,26 @@ absl::Status InstructionChecker::checkAttention(bool grad) {
   BRAID_RETURN_IF_ERROR(same(out(0), q, "dq"));
   BRAID_RETURN_IF_ERROR(same(out(1), k, "dk"));
   return same(out(2), v, "dv");
+}
+
+/// SWIGLU (x) -> y and SWIGLU_GRAD (x, dy) -> dx with gate and up packed in
+/// x: x's last dimension is [gate | up], twice y's (and dy's).
+absl::Status InstructionChecker::checkPackedSwiglu() {
+  bool grad = inst.kernel() == SWIGLU_GRAD;
+  BRAID_RETURN_IF_ERROR(arity(grad ? 2 : 1, grad ? 2 : 1, 1));
+  BRAID_RETURN_IF_ERROR(dtypes());
+  const Buffer &x = in(0);
+  BRAID_RETURN_IF_ERROR(minRank(x, 1, "packed [gate | up] operand"));
+  if (x.shape(x.shape_size() - 1) % 2 != 0)
+    return fail(absl::StrCat("packed [gate | up] operand '", x.name(), "' is ",
+                             shapeStr(x), ": its last dimension is odd"));
+  std::vector<int64_t> half(x.shape().begin(), x.shape().end());
+  half.back() /= 2;
+  if (grad) {
+    BRAID_RETURN_IF_ERROR(shape(in(1), half, "dy"));
+    return same(out(0), x, "result");
+  }
+  return shape(out(0), half, "result");
 }
 
 absl::Status InstructionChecker::checkQkv(bool split) {
@@ -768,6 +789,9 @@ absl::Status InstructionChecker::check() {
     return checkQkv(false);
   case SWIGLU:
   case SWIGLU_GRAD:
+    if (inst.inputs_size() == (inst.kernel() == SWIGLU ? 1 : 2))
+      return checkPackedSwiglu();
+    [[fallthrough]];
   case GELU:
   case GELU_GRAD:
   case ADD:

@@ -95,10 +95,14 @@ def main():
         ("dp4-zero3", 4, "dp: 4 micro_batch_size: 1 zero: 3"),
         ("tp2-pp2-dp2-zero3", 8,
          "tp: 2 pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+        # The fused gate/up projection (SwiGLU models only).
+        ("tp2-sp-fuse-mlp", 2, "tp: 2 sp: true micro_batch_size: 4", "fuse_mlp: true"),
     ]
     rows, failures, closed = [], [], []
     for model in ("tiny-llama", "tiny-gpt2"):
         for name, ranks, parallel, *model_fields in layouts:
+            if model == "tiny-gpt2" and "fuse_mlp: true" in model_fields:
+                continue  # a GeLU MLP: nothing to fuse
             tag = f"{model}-{name}"
             job = w(f"{tag}.textproto")
             with open(job, "w") as f:

@@ -58,6 +58,23 @@ def noise_only(name, values):
     return None
 
 
+def unfuse_mlp(params, reference):
+    """`params` with each fused "P.mlp.gate_up_proj.S" ([gate; up] rows) as
+    the "P.mlp.gate_proj.S" and "P.mlp.up_proj.S" that `reference` has."""
+    out = {}
+    for name, values in params.items():
+        if ".mlp.gate_up_proj." not in name:
+            out[name] = values
+            continue
+        gate = name.replace(".mlp.gate_up_proj.", ".mlp.gate_proj.")
+        up = name.replace(".mlp.gate_up_proj.", ".mlp.up_proj.")
+        half = len(values) // 2
+        assert len(reference[gate]) == half and len(reference[up]) == half, name
+        out[gate], out[up] = values[:half], values[half:]
+    assert out.keys() == reference.keys(), sorted(out.keys() ^ reference.keys())
+    return out
+
+
 def main():
     def options(ap):
         ap.add_argument("--steps", type=int, default=20)
@@ -90,6 +107,13 @@ def main():
         # ZeRO-3: parameters too, gathered before each use.
         ("dp2-accumulate2-zero3", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
         ("tp4-dp2-zero3", 8, "tp: 4 dp: 2 micro_batch_size: 2 zero: 3"),
+        # SwiGLU's gate and up projections fused (model.fuse_mlp), against the
+        # serial run of the model without: the fused weight starts as, and
+        # must stay, the gate rows over the up rows.
+        ("fuse-mlp", 1, "micro_batch_size: 4", "fuse_mlp: true"),
+        ("tp2-fuse-mlp", 2, "tp: 2 micro_batch_size: 4", "fuse_mlp: true"),
+        ("tp2-dp2-sp-zero2-fuse-mlp", 4,
+         "tp: 2 dp: 2 sp: true micro_batch_size: 2 zero: 2", "fuse_mlp: true"),
     ]
     # Pipelines, on 4-layer models: each schedule with several micro-batches
     # in flight, with tp and dp (8 ranks), and an uneven cut. tiny-gpt2 ties
@@ -132,6 +156,9 @@ def main():
          'recompute: "full" zero: 3'),
         ("pp2-vpp2-dp2-zero3", 4,
          "pp: 2 vpp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+        ("pp2-tp2-dp2-zero3-fuse-mlp", 8,
+         "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3",
+         "fuse_mlp: true"),
     ]
     models = [(m, f'preset: "{m}"', layouts) for m in ("tiny-llama", "tiny-gpt2")]
     for m in ("tiny-llama", "tiny-gpt2"):
@@ -162,7 +189,7 @@ def main():
                 stages = r.get("pipeline", {}).get("stages", [])
                 return max([s["rank_arena_bytes"] for s in stages] or [r["memory"]["arena_bytes"]])
 
-            def train(name, ranks, parallel):
+            def train(name, ranks, parallel, extra_model_fields=""):
                 if "{budget}" in parallel:
                     base = parallel.split("recompute:")[0]
                     low = largest_arena(name + "-full", base + 'recompute: "full"')
@@ -170,7 +197,7 @@ def main():
                     parallel = parallel.replace("{budget}", str((low + high) // 2))
                 job = w(f"{tag}-{name}.textproto")
                 with open(job, "w") as f:
-                    f.write(f"model {{ {model_fields} }}\n"
+                    f.write(f"model {{ {model_fields} {extra_model_fields} }}\n"
                             f"parallel {{ {parallel} }}\n"
                             f"train {{ steps: {args.steps} lr: 3e-3 warmup_steps: 2 seed: 7 }}\n"
                             f"data {{ seq_length: 32 }}\n")
@@ -185,11 +212,14 @@ def main():
                 return losses, read_safetensors(params)
 
             chosen = [l for l in model_layouts if re.search(args.only, l[0])]
+            if model.startswith("tiny-gpt2"):  # a GeLU MLP: nothing to fuse
+                chosen = [l for l in chosen if "fuse_mlp" not in "".join(l[3:])]
             if not chosen:
                 continue
             serial_losses, serial_params = train("serial", 1, "micro_batch_size: 4")
-            for name, ranks, parallel in chosen:
-                losses, params = train(name, ranks, parallel)
+            for name, ranks, parallel, *extra in chosen:
+                losses, params = train(name, ranks, parallel, *extra)
+                params = unfuse_mlp(params, serial_params)
                 dl = max(abs(a - s) / abs(s) for a, s in zip(losses, serial_losses))
                 dp = 0.0
                 for pname, ref in serial_params.items():

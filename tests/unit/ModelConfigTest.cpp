@@ -173,6 +173,20 @@ TEST(Errors, KvHeadsNotDividingHeads) {
                             "model.num_heads = 4"));
 }
 
+TEST(Errors, FuseMlpWithoutSwiglu) {
+  spec::JobSpec job = presetJob("tiny-gpt2");
+  job.mutable_model()->set_fuse_mlp(true);
+  EXPECT_TRUE(errorContains(resolveError(job),
+                            "model.fuse_mlp fuses SwiGLU's gate and up "
+                            "projections, but model.activation = gelu_tanh "
+                            "has one projection"));
+  job = presetJob("tiny-llama");
+  job.mutable_model()->set_fuse_mlp(true);
+  llvm::Expected<ModelConfig> config = resolveModel(job);
+  ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
+  EXPECT_TRUE(config->fuseMlp);
+}
+
 TEST(Errors, UnknownPreset) {
   EXPECT_TRUE(errorContains(resolveError(presetJob("llama3-8b")),
                             "model.preset = \"llama3-8b\" is not a known "

@@ -153,8 +153,13 @@ bool Evaluator::step(Operation *op) {
         return true;
       })
       .Case([&](SwigluOp s) {
-        swigluForward(in(s.getGate()).data(), in(s.getUp()).data(),
-                      size(s.getGate()), out(s.getResult()).data());
+        if (s.isPacked())
+          swigluPackedForward(in(s.getGate()).data(),
+                              size(s.getResult()) / last(s.getResult()),
+                              last(s.getResult()), out(s.getResult()).data());
+        else
+          swigluForward(in(s.getGate()).data(), in(s.getUp()).data(),
+                        size(s.getGate()), out(s.getResult()).data());
         return true;
       })
       .Case([&](GeluOp g) {
@@ -267,9 +272,14 @@ bool Evaluator::step(Operation *op) {
         return true;
       })
       .Case([&](SwigluGradOp s) {
-        swigluBackward(in(s.getGate()).data(), in(s.getUp()).data(),
-                       in(s.getDy()).data(), size(s.getDy()),
-                       out(s.getDgate()).data(), out(s.getDup()).data());
+        if (!s.getUp())
+          swigluPackedBackward(in(s.getGate()).data(), in(s.getDy()).data(),
+                               size(s.getDy()) / last(s.getDy()), last(s.getDy()),
+                               out(s.getDgate()).data());
+        else
+          swigluBackward(in(s.getGate()).data(), in(s.getUp()).data(),
+                         in(s.getDy()).data(), size(s.getDy()),
+                         out(s.getDgate()).data(), out(s.getDup()).data());
         return true;
       })
       .Case([&](GeluGradOp g) {

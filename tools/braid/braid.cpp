@@ -52,7 +52,7 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] [--zero 0|1|2|3] "
+  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--fuse-mlp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] [--zero 0|1|2|3] "
                << exec::kTrainerFlagsUsage
                << "\n"
                << "       braid view PLAN -o FILE.html\n";
@@ -200,6 +200,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> forwarded;
   std::map<std::string, int64_t> mesh; // --dp, --tp, --pp
   bool sequenceParallel = false;        // --sp
+  bool fuseMlp = false;                 // --fuse-mlp
   std::string schedule;             // --schedule
   std::string recompute;            // --recompute
   int64_t memoryBudget = 0;         // --memory-budget
@@ -215,6 +216,10 @@ int main(int argc, char **argv) {
     }
     if (arg == "--sp") { // a switch: sequence parallelism over tp
       sequenceParallel = true;
+      continue;
+    }
+    if (arg == "--fuse-mlp") { // a switch: one gate/up projection
+      fuseMlp = true;
       continue;
     }
     std::string value;
@@ -284,6 +289,8 @@ int main(int argc, char **argv) {
     return fail(llvm::toString(job.takeError()));
   if (sequenceParallel)
     job->mutable_parallel()->set_sp(true);
+  if (fuseMlp)
+    job->mutable_model()->set_fuse_mlp(true);
   if (!schedule.empty())
     job->mutable_parallel()->set_schedule(schedule);
   if (!recompute.empty())

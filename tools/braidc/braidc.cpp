@@ -112,6 +112,10 @@ static cl::opt<int64_t> memoryBudget(
     cl::desc("Most arena bytes per device; recompute auto fits it "
              "(parallel.memory_budget_bytes)"),
     cl::cat(category));
+static cl::opt<bool> fuseMlpFlag(
+    "fuse-mlp",
+    cl::desc("One fused gate/up projection in SwiGLU MLPs (model.fuse_mlp)"),
+    cl::cat(category));
 static cl::opt<int64_t> globalBatch(
     "global-batch-size",
     cl::desc("Samples per optimizer step (parallel.global_batch_size)"),
@@ -183,6 +187,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_parallel()->set_memory_budget_bytes(memoryBudget);
   if (globalBatch.getNumOccurrences())
     job.mutable_parallel()->set_global_batch_size(globalBatch);
+  if (fuseMlpFlag.getNumOccurrences())
+    model->set_fuse_mlp(fuseMlpFlag);
   if (precision.getNumOccurrences()) {
     spec::DType dtype;
     std::string upper = llvm::StringRef(precision).upper();

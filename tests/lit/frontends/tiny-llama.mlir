@@ -1,5 +1,6 @@
 // RUN: braidc --preset tiny-llama --seq-len 16 --micro-batch-size 2 | FileCheck %s
 // RUN: braidc --preset tiny-llama --seq-len 16 --micro-batch-size 2 | FileCheck %s --check-prefix=PARAMS
+// RUN: braidc --preset tiny-llama --seq-len 16 --micro-batch-size 2 --fuse-mlp | FileCheck %s --check-prefix=FUSED
 
 // Tests the whole forward graph that the LLaMA frontend builds for the
 // tiny-llama preset, against the layout of a Hugging Face LlamaForCausalLM
@@ -99,3 +100,15 @@
 // CHECK-NEXT: return %[[LOSS]] : tensor<f32>
 // CHECK-NEXT: }
 
+
+// Tests the fused MLP (--fuse-mlp): one gate_up_proj [gate; up] of 2 x 176
+// rows in place of gate_proj and up_proj, one linear, and a SwiGLU on its
+// packed output.
+// FUSED-LABEL: func.func @forward(
+// FUSED-SAME: {model.param = "model.layers.0.post_attention_layernorm.weight"}, %[[WGU:[^:]+]]: tensor<352x64xf32> {model.param = "model.layers.0.mlp.gate_up_proj.weight"}, %{{[^:]+}}: tensor<64x176xf32> {model.param = "model.layers.0.mlp.down_proj.weight"}
+// FUSED-NOT: gate_proj
+// FUSED: %[[M:.+]] = model.rms_norm
+// FUSED: %[[M2:.+]] = model.rms_norm
+// FUSED-NEXT: %[[GU:.+]] = model.linear %[[M2]], %{{.+}} transpose_w : (tensor<2x16x64xf32>, tensor<352x64xf32>) -> tensor<2x16x352xf32>
+// FUSED-NEXT: %[[S:.+]] = model.swiglu %[[GU]] : (tensor<2x16x352xf32>) -> tensor<2x16x176xf32>
+// FUSED-NEXT: model.linear %[[S]], %{{.+}} transpose_w : (tensor<2x16x176xf32>, tensor<64x176xf32>) -> tensor<2x16x64xf32>

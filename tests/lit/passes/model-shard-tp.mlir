@@ -2,6 +2,7 @@
 // RUN: braidc --preset tiny-llama --seq-len 8 --tp 4 --compile-to=shard | FileCheck %s --check-prefix=KVREP
 // RUN: braidc --preset tiny-gpt2 --seq-len 8 --tp 2 --compile-to=shard | FileCheck %s --check-prefix=GPT2
 // RUN: braidc --preset tiny-llama --seq-len 8 --tp 2 --dp 2 --compile-to=shard | FileCheck %s --check-prefix=MESH
+// RUN: braidc --preset tiny-llama --seq-len 8 --tp 2 --fuse-mlp --compile-to=shard | FileCheck %s --check-prefix=FUSED
 
 // Tests tensor parallelism on one LLaMA block (tiny-llama: hidden 64, 4
 // heads of 16, 2 kv heads, ffn 176, vocab 512; micro-batch 1 x 8 tokens) at
@@ -228,3 +229,15 @@
 // first holds): layer 31's q, k and v projections are column-parallel,
 // 4096 / 2 rows each (32 heads of 128, halved).
 // DEEP: model.layer 31({{.*}}) : (tensor<1x8x4096xf32>, tensor<4096xf32>, tensor<2048x4096xf32>, tensor<2048x4096xf32>, tensor<2048x4096xf32>,
+
+// Tests the fused gate/up projection (--fuse-mlp) at tp = 2: the weight
+// [gate; up] (352 x 64) is column-parallel in two blocks of 176 rows, each
+// rank holding 88 gate rows then 88 up rows (176 x 64); the packed SwiGLU
+// reads its 176 columns and makes this rank's 88; its gradient is one packed
+// tensor; down_proj stays row-parallel.
+// FUSED-LABEL: func.func @train_step(
+// FUSED-SAME: tensor<176x64xf32> {model.param = "model.layers.0.mlp.gate_up_proj.weight", model.shard_blocks = array<i64: 176, 176>, model.sharding = #model.sharding<@mesh, [{"tp"}, {}]>}
+// FUSED-SAME: tensor<64x88xf32> {model.param = "model.layers.0.mlp.down_proj.weight", model.sharding = #model.sharding<@mesh, [{}, {"tp"}]>}
+// FUSED: %[[GU:.+]] = model.linear {{.*}} : (tensor<1x8x64xf32>, tensor<176x64xf32>) -> tensor<1x8x176xf32>
+// FUSED-NEXT: model.swiglu %[[GU]] : (tensor<1x8x176xf32>) -> tensor<1x8x88xf32>
+// FUSED: model.swiglu_grad %{{.+}}, %{{.+}} : (tensor<1x8x176xf32>, tensor<1x8x88xf32>) -> tensor<1x8x176xf32>

@@ -345,3 +345,52 @@ TEST_F(HFCheckpointTest, RefusesBadExpectations) {
 }
 
 } // namespace
+
+// A SwiGLU MLP loads whichever way the checkpoint stores it: a fused
+// gate_up_proj from separate gate_proj and up_proj (their rows stacked), and
+// separate projections from a fused one (its halves).
+TEST_F(HFCheckpointTest, FusedAndSeparateMlpProjections) {
+  writeBytes(dir_.file("model.safetensors"),
+             f32File({{"model.layers.0.mlp.gate_proj.weight", {2, 3},
+                       {1, 2, 3, 4, 5, 6}},
+                      {"model.layers.0.mlp.up_proj.weight", {2, 3},
+                       {7, 8, 9, 10, 11, 12}},
+                      {"model.layers.1.mlp.gate_up_proj.weight", {4, 2},
+                       {1, 2, 3, 4, 5, 6, 7, 8}}}));
+  absl::Status s = load({{"model.layers.0.mlp.gate_up_proj.weight", {4, 3}},
+                         {"model.layers.1.mlp.gate_proj.weight", {2, 2}},
+                         {"model.layers.1.mlp.up_proj.weight", {2, 2}}});
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(buffers_[0],
+            (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(buffers_[1], (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(buffers_[2], (std::vector<float>{5, 6, 7, 8}));
+}
+
+TEST_F(HFCheckpointTest, FusedMlpShapeMismatchNamesTheParts) {
+  writeBytes(dir_.file("model.safetensors"),
+             f32File({{"model.layers.0.mlp.gate_proj.weight", {2, 3},
+                       {1, 2, 3, 4, 5, 6}},
+                      {"model.layers.0.mlp.up_proj.weight", {1, 3},
+                       {7, 8, 9}}}));
+  absl::Status s = load({{"model.layers.0.mlp.gate_up_proj.weight", {4, 3}}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            where() + "tensor model.layers.0.mlp.gate_up_proj.weight (stored "
+                      "as model.layers.0.mlp.gate_proj.weight and "
+                      "model.layers.0.mlp.up_proj.weight): checkpoint has "
+                      "shape [2, 3] and [1, 3] but the model expects [4, 3]");
+  EXPECT_TRUE(untouched());
+  // Half of a fused tensor with an odd row count is no projection.
+  writeBytes(dir_.file("model.safetensors"),
+             f32File({{"model.layers.0.mlp.gate_up_proj.weight", {3, 1},
+                       {1, 2, 3}}}));
+  s = load({{"model.layers.0.mlp.gate_proj.weight", {1, 1}},
+            {"model.layers.0.mlp.up_proj.weight", {1, 1}}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(
+      s.message(), "tensor model.layers.0.mlp.gate_proj.weight (stored as "
+                   "first half of model.layers.0.mlp.gate_up_proj.weight): "
+                   "checkpoint has shape [3, 1] but the model expects [1, 1]"))
+      << s;
+}

@@ -229,6 +229,37 @@ TEST(KernelGrad, Swiglu) {
   EXPECT_LT(gradError(u, du, loss), kTol);
 }
 
+// Packed [gate | up] rows: the same values as the separate kernels on the
+// rows' halves, and a gradient that matches finite differences.
+TEST(KernelGrad, SwigluPacked) {
+  const int64_t rows = 3, f = 4;
+  Vec x = randomVec(rows * 2 * f, 73, 3.0), r = randomVec(rows * f, 74),
+      y(rows * f);
+  Vec gate(rows * f), up(rows * f), ySeparate(rows * f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < f; ++c) {
+      gate[i * f + c] = x[i * 2 * f + c];
+      up[i * f + c] = x[i * 2 * f + f + c];
+    }
+  swigluPackedForward(x.data(), rows, f, y.data());
+  swigluForward(gate.data(), up.data(), rows * f, ySeparate.data());
+  EXPECT_EQ(y, ySeparate);
+  auto loss = [&] {
+    swigluPackedForward(x.data(), rows, f, y.data());
+    return dot(y, r);
+  };
+  Vec dx(rows * 2 * f), dg(rows * f), du(rows * f);
+  swigluPackedBackward(x.data(), r.data(), rows, f, dx.data());
+  EXPECT_LT(gradError(x, dx, loss), kTol);
+  swigluBackward(gate.data(), up.data(), r.data(), rows * f, dg.data(),
+                 du.data());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < f; ++c) {
+      EXPECT_EQ(dx[i * 2 * f + c], dg[i * f + c]);
+      EXPECT_EQ(dx[i * 2 * f + f + c], du[i * f + c]);
+    }
+}
+
 TEST(KernelGrad, Gelu) {
   for (bool tanhApprox : {false, true}) {
     Vec x = randomVec(12, 80, 3.0), r = randomVec(12, 81), y(12);

@@ -88,6 +88,36 @@ TEST(Init, ValuesDependOnSeedAndNameButNotOnSharding) {
   EXPECT_NE(whole, b); // another seed
 }
 
+// A fused gate_up_proj starts as gate_proj's rows over up_proj's, in any
+// slice: the fused model starts from the weights of the model without.
+TEST(Init, FusedMlpProjectionIsGateOverUp) {
+  InitConfig c{7, 0.02, 2, false};
+  const int64_t f = 6, h = 5, n = f * h;
+  std::vector<float> gate(n), up(n), fused(2 * n);
+  ASSERT_TRUE(initParameter("model.layers.1.mlp.gate_proj.weight", 2, c, 0, n,
+                            gate.data()).ok());
+  ASSERT_TRUE(initParameter("model.layers.1.mlp.up_proj.weight", 2, c, 0, n,
+                            up.data()).ok());
+  const std::vector<int64_t> shape = {2 * f, h};
+  ASSERT_TRUE(initParameterOfShape("model.layers.1.mlp.gate_up_proj.weight",
+                                   shape, c, 0, 2 * n, fused.data()).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(fused[i], gate[i]);
+    EXPECT_EQ(fused[n + i], up[i]);
+  }
+  // A slice across the boundary between the halves.
+  std::vector<float> slice(9);
+  ASSERT_TRUE(initParameterOfShape("model.layers.1.mlp.gate_up_proj.weight",
+                                   shape, c, n - 4, 9, slice.data()).ok());
+  for (int64_t i = 0; i < 9; ++i)
+    EXPECT_EQ(slice[i], fused[n - 4 + i]);
+  // Any other parameter is initParameter's.
+  std::vector<float> other(n);
+  ASSERT_TRUE(initParameterOfShape("model.layers.1.mlp.gate_proj.weight",
+                                   {f, h}, c, 0, n, other.data()).ok());
+  EXPECT_EQ(other, gate);
+}
+
 TEST(Init, RefusesBadConfigs) {
   float x;
   EXPECT_FALSE(initParameter("w", 2, InitConfig{0, 0.0, 1, false}, 0, 1, &x).ok());

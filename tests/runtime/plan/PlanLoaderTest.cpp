@@ -1011,3 +1011,50 @@ TEST(PlanFile, WritesAndLoads) {
 }
 
 } // namespace
+
+namespace {
+
+/// SWIGLU and SWIGLU_GRAD on a packed [gate | up] operand (rows of 2 x 4).
+Plan packedSwigluPlan() {
+  Plan plan;
+  plan.set_version(SCHEMA_VERSION_CURRENT);
+  plan.mutable_mesh()->add_axes("dp");
+  plan.mutable_mesh()->add_sizes(1);
+  int64_t offset = 0;
+  int x = addBuffer(plan, offset, "gate_up", F32, {2, 3, 8}, ACTIVATION);
+  int y = addBuffer(plan, offset, "y", F32, {2, 3, 4}, ACTIVATION);
+  int dy = addBuffer(plan, offset, "dy", F32, {2, 3, 4}, ACTIVATION);
+  int dx = addBuffer(plan, offset, "dgate_up", F32, {2, 3, 8}, ACTIVATION);
+  addBuffer(plan, offset, "odd", F32, {2, 3, 7}, ACTIVATION);
+  plan.set_arena_bytes(offset);
+  Function *fn = plan.add_functions();
+  fn->set_name("f");
+  addInstruction(fn, SWIGLU, {x}, {y});
+  addInstruction(fn, SWIGLU_GRAD, {x, dy}, {dx});
+  return plan;
+}
+
+} // namespace
+
+TEST(PlanValidation, PackedSwiglu) {
+  EXPECT_EQ(errorOf(packedSwigluPlan()), "");
+  Plan plan = packedSwigluPlan();
+  bodyOf(plan, 0)->set_outputs(0, 3); // a result as wide as the operand
+  EXPECT_REFUSED(plan, "(SWIGLU): result 'dgate_up' is [2, 3, 8], expected "
+                       "[2, 3, 4]");
+  plan = packedSwigluPlan();
+  bodyOf(plan, 0)->set_inputs(0, 4);
+  EXPECT_REFUSED(plan, "packed [gate | up] operand 'odd' is [2, 3, 7]: its "
+                       "last dimension is odd");
+  plan = packedSwigluPlan();
+  bodyOf(plan, 1)->set_inputs(1, 0); // dy as wide as the operand
+  EXPECT_REFUSED(plan, "(SWIGLU_GRAD): dy 'gate_up' is [2, 3, 8], expected "
+                       "[2, 3, 4]");
+  plan = packedSwigluPlan();
+  bodyOf(plan, 1)->add_outputs(3);
+  EXPECT_REFUSED(plan, "(SWIGLU_GRAD): has 2 inputs and 2 outputs; the kernel "
+                       "takes 2 inputs and 1 outputs");
+  plan = packedSwigluPlan();
+  bodyOf(plan, 1)->set_outputs(0, 1);
+  EXPECT_REFUSED(plan, "result 'y' is [2, 3, 4], expected [2, 3, 8]");
+}

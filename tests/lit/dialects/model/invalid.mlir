@@ -369,6 +369,24 @@ func.func @sw1_operand_type_mismatch(%gate: tensor<2x16x176xf32>, %up: tensor<2x
 
 // -----
 
+// Tests SW2: a packed [gate | up] operand has an even last dimension.
+func.func @sw2_odd(%x: tensor<2x16x351xf32>) -> tensor<2x16x175xf32> {
+  // expected-error @+1 {{'model.swiglu' op packed [gate | up] operand 'tensor<2x16x351xf32>' needs an even last dimension}}
+  %a = model.swiglu %x : (tensor<2x16x351xf32>) -> tensor<2x16x175xf32>
+  return %a : tensor<2x16x175xf32>
+}
+
+// -----
+
+// Tests SW2: the result of a packed swiglu is half its operand.
+func.func @sw2_result(%x: tensor<2x16x352xf32>) -> tensor<2x16x352xf32> {
+  // expected-error @+1 {{'model.swiglu' op result is 'tensor<2x16x352xf32>' but must be the packed operand's type halved 'tensor<2x16x176xf32>'}}
+  %a = model.swiglu %x : (tensor<2x16x352xf32>) -> tensor<2x16x352xf32>
+  return %a : tensor<2x16x352xf32>
+}
+
+// -----
+
 // Tests G1: the gelu result has x's type.
 func.func @g1_result_type(%x: tensor<2x16x256xf32>) -> tensor<2x16x256xbf16> {
   // expected-error @+1 {{'model.gelu' op result is 'tensor<2x16x256xbf16>' but must be x's type 'tensor<2x16x256xf32>'}}
@@ -923,6 +941,25 @@ func.func @swg1_result_type(%gate: tensor<2x16x176xf32>, %up: tensor<2x16x176xf3
   // expected-error @+1 {{'model.swiglu_grad' op operands and results must all be 'tensor<2x16x176xf32>', found 'tensor<2x16x88xf32>'}}
   %dg, %du = model.swiglu_grad %gate, %up, %dy : (tensor<2x16x176xf32>, tensor<2x16x176xf32>, tensor<2x16x176xf32>) -> (tensor<2x16x176xf32>, tensor<2x16x88xf32>)
   return %dg, %du : tensor<2x16x176xf32>, tensor<2x16x88xf32>
+}
+
+// -----
+
+// Tests SWG2: the packed gradient's dy is the operand with the last
+// dimension halved.
+func.func @swg2_dy(%x: tensor<2x16x352xf32>, %dy: tensor<2x16x352xf32>) -> tensor<2x16x352xf32> {
+  // expected-error @+1 {{'model.swiglu_grad' op dy is 'tensor<2x16x352xf32>' but must be 'tensor<2x16x176xf32>'}}
+  %dx = model.swiglu_grad %x, %dy : (tensor<2x16x352xf32>, tensor<2x16x352xf32>) -> tensor<2x16x352xf32>
+  return %dx : tensor<2x16x352xf32>
+}
+
+// -----
+
+// Tests SWG2: a packed operand has one gradient.
+func.func @swg2_two_results(%x: tensor<2x16x352xf32>, %dy: tensor<2x16x176xf32>) -> (tensor<2x16x352xf32>, tensor<2x16x352xf32>) {
+  // expected-error @+1 {{'model.swiglu_grad' op with a packed operand has one result, not two}}
+  %a, %b = model.swiglu_grad %x, %dy : (tensor<2x16x352xf32>, tensor<2x16x176xf32>) -> (tensor<2x16x352xf32>, tensor<2x16x352xf32>)
+  return %a, %b : tensor<2x16x352xf32>, tensor<2x16x352xf32>
 }
 
 // -----

@@ -613,6 +613,29 @@ func.func @qkv_concat_per_head(%q: tensor<2x16x64xbf16>, %k: tensor<2x16x64xbf16
 
 // -----
 
+// Tests that model.swiglu round-trips one packed [gate | up] operand, the
+// result half its last dimension.
+// CHECK-LABEL: func.func @swiglu_packed
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x352xf32>)
+func.func @swiglu_packed(%x: tensor<2x16x352xf32>) -> tensor<2x16x176xf32> {
+  // CHECK: %[[A:.+]] = model.swiglu %[[X]] : (tensor<2x16x352xf32>) -> tensor<2x16x176xf32>
+  %a = model.swiglu %x : (tensor<2x16x352xf32>) -> tensor<2x16x176xf32>
+  return %a : tensor<2x16x176xf32>
+}
+
+// -----
+
+// Tests that model.swiglu_grad of a packed operand round-trips, with one
+// packed gradient.
+// CHECK-LABEL: func.func @swiglu_grad_packed
+func.func @swiglu_grad_packed(%x: tensor<2x16x352xf32>, %dy: tensor<2x16x176xf32>) -> tensor<2x16x352xf32> {
+  // CHECK: model.swiglu_grad %{{.+}}, %{{.+}} : (tensor<2x16x352xf32>, tensor<2x16x176xf32>) -> tensor<2x16x352xf32>
+  %dx = model.swiglu_grad %x, %dy : (tensor<2x16x352xf32>, tensor<2x16x176xf32>) -> tensor<2x16x352xf32>
+  return %dx : tensor<2x16x352xf32>
+}
+
+// -----
+
 // Tests that model.swiglu_grad round-trips its operands and both gradients.
 // CHECK-LABEL: func.func @swiglu_grad
 // CHECK-SAME: (%[[GATE:.+]]: tensor<2x16x176xf32>, %[[UP:.+]]: tensor<2x16x176xf32>, %[[DY:.+]]: tensor<2x16x176xf32>)
