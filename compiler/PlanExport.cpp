@@ -2,6 +2,8 @@
 
 #include "compiler/PlanExport.h"
 
+#include <google/protobuf/text_format.h>
+
 #include "dialects/model/ModelDialect.h"
 #include "dialects/plan/PlanDialect.h"
 #include "passes/plan/Passes.h"
@@ -261,5 +263,8 @@ plan::Training braid::trainingSettings(const ModelConfig &model,
   t.set_num_layers(model.numLayers);
   t.set_data_path(data.path());
   t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
+  std::string spec;
+  google::protobuf::TextFormat::PrintToString(inlineModelSpec(model), &spec);
+  t.set_model_spec(spec);
   return t;
 }

@@ -226,6 +226,37 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
   return c;
 }
 
+spec::ModelSpec braid::inlineModelSpec(const ModelConfig &c) {
+  spec::ModelSpec m;
+  m.set_family(c.family);
+  m.set_num_layers(c.numLayers);
+  m.set_hidden_size(c.hiddenSize);
+  m.set_num_heads(c.numHeads);
+  m.set_num_kv_heads(c.numKvHeads);
+  m.set_ffn_hidden_size(c.ffnHiddenSize);
+  m.set_vocab_size(c.vocabSize);
+  // The padded rows as a divisor only when they are not the vocabulary:
+  // resolving rounds vocab_size up to a multiple of it, which gives them.
+  m.set_make_vocab_size_divisible_by(
+      c.paddedVocabSize == c.vocabSize ? 1 : c.paddedVocabSize);
+  m.set_max_seq_len(c.maxSeqLen);
+  m.set_norm(c.norm);
+  m.set_norm_eps(c.normEps);
+  m.set_activation(c.activation);
+  m.set_position_embedding(c.positionEmbedding);
+  m.set_rope_theta(c.ropeTheta);
+  m.set_tie_embeddings(c.tieEmbeddings);
+  m.set_attention_bias(c.attentionBias);
+  m.set_mlp_bias(c.mlpBias);
+  m.set_embedding_norm(c.embeddingNorm);
+  m.set_init_std(c.initStd);
+  m.set_hidden_dropout(c.hiddenDropout);
+  m.set_attention_dropout(c.attentionDropout);
+  m.set_embedding_dropout(c.embeddingDropout);
+  m.set_fuse_mlp(c.fuseMlp);
+  return m;
+}
+
 std::string braid::familyName(spec::Family family) {
   switch (family) {
   case spec::GPT2: return "gpt2";

@@ -46,6 +46,11 @@ struct ModelConfig {
 /// `model.num_heads`), its value and what is allowed.
 llvm::Expected<ModelConfig> resolveModel(const spec::JobSpec &job);
 
+/// `config`'s architecture as a job's inline model fields, every one set
+/// (no preset, no config.json): resolveModel() of a job with it gives back
+/// `config`'s architecture.
+spec::ModelSpec inlineModelSpec(const ModelConfig &config);
+
 /// Lower-case names used in reports and messages.
 std::string familyName(spec::Family family);
 std::string normName(spec::Norm norm);

@@ -13,7 +13,7 @@ build="${BRAID_BUILD_DIR:-$root/build}"
 packages=(
   build-essential cmake ninja-build ccache pkg-config python3
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
-  libabsl-dev libprotobuf-dev protobuf-compiler
+  libabsl-dev libprotobuf-dev protobuf-compiler zlib1g-dev
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libopenblas0-openmp

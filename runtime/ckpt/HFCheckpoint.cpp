@@ -2,6 +2,8 @@
 
 #include "runtime/ckpt/HFCheckpoint.h"
 
+#include "runtime/common/MappedFile.h"
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -29,17 +31,6 @@ using google::protobuf::Value;
 constexpr size_t kMaxNamesListed = 10;
 constexpr absl::string_view kGpt2Prefix = "transformer.";
 
-/// Reads a whole file; NotFound when it does not exist.
-absl::StatusOr<std::string> readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  if (in.bad())
-    return absl::DataLossError(absl::StrCat("error reading ", path));
-  return text;
-}
 
 /// Parses `text` (the contents of `path`) as a JSON object.
 absl::StatusOr<Struct> parseJsonObject(const std::string &path,
@@ -133,7 +124,7 @@ absl::StatusOr<HFCheckpoint> OpenHFCheckpoint(const std::string &dir) {
         "checkpoint ", dir,
         " has no config.json (a Hugging Face checkpoint directory holds "
         "config.json next to its *.safetensors files)"));
-  absl::StatusOr<std::string> config = readFile(configPath);
+  absl::StatusOr<std::string> config = common::readWholeFile(configPath);
   if (!config.ok())
     return config.status();
   if (absl::StatusOr<Struct> parsed = parseJsonObject(configPath, *config);
@@ -159,7 +150,7 @@ absl::StatusOr<HFCheckpoint> OpenHFCheckpoint(const std::string &dir) {
       (root / "model.safetensors.index.json").string();
   const std::string singlePath = (root / "model.safetensors").string();
   if (isRegularFile(indexPath)) {
-    absl::StatusOr<std::string> text = readFile(indexPath);
+    absl::StatusOr<std::string> text = common::readWholeFile(indexPath);
     if (!text.ok())
       return text.status();
     absl::StatusOr<Struct> index = parseJsonObject(indexPath, *text);

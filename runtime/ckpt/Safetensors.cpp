@@ -20,6 +20,7 @@
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -573,9 +574,13 @@ absl::Status SafetensorsFile::ReadAsFloat64(absl::string_view name,
 // Writer
 //===----------------------------------------------------------------------===//
 
+uint32_t Crc32(absl::Span<const uint8_t> bytes, uint32_t crc) {
+  return uint32_t(crc32_z(crc, bytes.data(), bytes.size()));
+}
+
 absl::Status WriteSafetensors(
     const std::string &path, absl::Span<const TensorToWrite> tensors,
-    const std::map<std::string, std::string> &metadata) {
+    const std::map<std::string, std::string> &metadata, WrittenFile *written) {
   const std::string where = absl::StrCat("cannot write ", path, ": ");
   std::vector<const TensorToWrite *> order;
   for (const TensorToWrite &t : tensors) {
@@ -665,10 +670,24 @@ absl::Status WriteSafetensors(
   if (std::fwrite(&n, 8, 1, f) != 1 ||
       std::fwrite(header.data(), 1, header.size(), f) != header.size())
     return fail(errno);
-  for (const TensorToWrite *t : order)
+  uint32_t crc = 0;
+  if (written) {
+    crc = Crc32(absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t *>(&n), 8));
+    crc = Crc32(absl::Span<const uint8_t>(
+                    reinterpret_cast<const uint8_t *>(header.data()),
+                    header.size()),
+                crc);
+  }
+  for (const TensorToWrite *t : order) {
     if (!t->data.empty() &&
         std::fwrite(t->data.data(), 1, t->data.size(), f) != t->data.size())
       return fail(errno);
+    if (written)
+      crc = Crc32(t->data, crc);
+  }
+  if (written)
+    *written = {8 + n + offset, crc};
   if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0)
     return fail(errno);
   if (std::fclose(f) != 0) {

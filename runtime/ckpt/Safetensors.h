@@ -171,9 +171,18 @@ struct TensorToWrite {
 /// never leaves a PATH that looks complete. InvalidArgument (and nothing
 /// written) for a duplicate or reserved ("__metadata__") name, a negative
 /// dimension, or data whose size does not match the shape and dtype.
+/// `written`, when given, receives the file's size and CRC-32.
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
 absl::Status WriteSafetensors(const std::string &path,
                               absl::Span<const TensorToWrite> tensors,
-                              const std::map<std::string, std::string> &metadata);
+                              const std::map<std::string, std::string> &metadata,
+                              WrittenFile *written = nullptr);
+
+/// The CRC-32 (zlib's, as Python's zlib.crc32) of `bytes`, continuing `crc`.
+uint32_t Crc32(absl::Span<const uint8_t> bytes, uint32_t crc = 0);
 
 } // namespace braid::ckpt
 

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 
 #include <cerrno>
+#include <fstream>
+#include <iterator>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -49,6 +51,17 @@ absl::Status mapFile(const std::string &path, const uint8_t **data,
 void unmapFile(const uint8_t *data, size_t size) {
   if (data)
     ::munmap(const_cast<uint8_t *>(data), size);
+}
+
+absl::StatusOr<std::string> readWholeFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  if (in.bad())
+    return absl::DataLossError(absl::StrCat("error reading ", path));
+  return text;
 }
 
 } // namespace braid::common

@@ -10,6 +10,7 @@
 #define BRAID_RUNTIME_COMMON_MAPPEDFILE_H
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,11 @@ absl::Status mapFile(const std::string &path, const uint8_t **data,
 
 /// Undoes mapFile (a null `data` is a no-op).
 void unmapFile(const uint8_t *data, size_t size);
+
+/// Reads the whole of a small file (a JSON header, index or manifest):
+/// NotFound naming `path` when it cannot be opened, DataLoss on a read
+/// error.
+absl::StatusOr<std::string> readWholeFile(const std::string &path);
 
 } // namespace braid::common
 

@@ -167,6 +167,17 @@ absl::Status Executor::checkOwned(int id) const {
                    stage_, " and holds only its arena"));
 }
 
+absl::StatusOr<absl::Span<uint8_t>> Executor::Bytes(int id) {
+  if (id < 0 || id >= plan_.buffers_size())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "buffer ", id, " does not exist (the plan has ", plan_.buffers_size(),
+        ")"));
+  if (absl::Status s = checkOwned(id); !s.ok())
+    return s;
+  return absl::Span<uint8_t>(static_cast<uint8_t *>(address(id, 0)),
+                             size_t(bytes_[id]));
+}
+
 int Executor::FindBuffer(absl::string_view name) const {
   for (int i = 0; i < plan_.buffers_size(); ++i)
     if (plan_.buffers(i).name() == name)

@@ -78,6 +78,10 @@ public:
                      int64_t slot = 0);
   /// The contents of copy `slot` of buffer `id`, converted to double.
   absl::StatusOr<std::vector<double>> Read(int id, int64_t slot = 0) const;
+  /// The bytes of (the first copy of) buffer `id` in this rank's arena, to
+  /// read or write in place (checkpoints); FailedPrecondition for a buffer
+  /// of another pipeline stage.
+  absl::StatusOr<absl::Span<uint8_t>> Bytes(int id);
 
   /// Runs function `name` once, on slot `slot` of the slotted buffers it
   /// names (which must have that slot).

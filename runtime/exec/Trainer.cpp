@@ -2,12 +2,15 @@
 
 #include "runtime/exec/Trainer.h"
 
+#include "runtime/exec/Checkpointing.h"
+
 #include "runtime/ckpt/HFCheckpoint.h"
 #include "runtime/ckpt/Safetensors.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/data/GptSamples.h"
 #include "runtime/data/IndexedDataset.h"
+#include "runtime/exec/Checkpointing.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Init.h"
 #include "runtime/exec/Trace.h"
@@ -27,6 +30,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -417,8 +421,9 @@ std::vector<bool> feedingChunks(const Executor &e, const plan::Stage &program,
 
 const char kTrainerFlagsUsage[] =
     "[--data PREFIX] [--steps N] [--seed N] [--data-order shuffled|sequential] "
-    "[--init-from HF_DIR] [--threads N] [--log-every N] [--metrics-out FILE] "
-    "[--save-params FILE.safetensors] [--trace FILE.json]";
+    "[--init-from HF_DIR|CHECKPOINT] [--load CHECKPOINT] [--save DIR] "
+    "[--save-every N] [--keep-last K] [--threads N] [--log-every N] "
+    "[--metrics-out FILE] [--save-params FILE.safetensors] [--trace FILE.json]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -427,6 +432,11 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
     options->dataPrefix = value;
   } else if (flag == "--init-from") {
     options->initFrom = value;
+  } else if (flag == "--load" || flag == "--save") {
+    if (value.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "= names no directory"));
+    (flag == "--load" ? options->load : options->save) = value;
   } else if (flag == "--metrics-out") {
     options->metricsOut = value;
   } else if (flag == "--save-params") {
@@ -442,21 +452,27 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
           "--data-order=", value, " is not one of shuffled, sequential"));
     options->dataOrder = value;
   } else if (flag == "--steps" || flag == "--seed" || flag == "--log-every" ||
-             flag == "--threads") {
-    bool seed = flag == "--seed";
+             flag == "--threads" || flag == "--save-every" ||
+             flag == "--keep-last") {
+    // --steps 0 saves what it loads or initialises, without training.
+    bool nonNegative = flag == "--seed" || flag == "--steps";
     char *end = nullptr;
     errno = 0;
     long long n = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || errno != 0 || n < (seed ? 0 : 1))
+    if (value.empty() || *end != '\0' || errno != 0 || n < (nonNegative ? 0 : 1))
       return absl::InvalidArgumentError(
           absl::StrCat(flag, "=", value, " is not a ",
-                       seed ? "non-negative" : "positive", " integer"));
+                       nonNegative ? "non-negative" : "positive", " integer"));
     if (flag == "--steps")
       options->steps = n;
-    else if (seed)
+    else if (flag == "--seed")
       options->seed = uint64_t(n);
     else if (flag == "--threads")
       options->threads = n;
+    else if (flag == "--save-every")
+      options->saveEvery = n;
+    else if (flag == "--keep-last")
+      options->keepLast = n;
     else
       options->logEvery = n;
   } else {
@@ -702,9 +718,19 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   uint64_t seed = options.seed.value_or(t.seed());
   std::string dataPath = options.dataPrefix.empty() ? t.data_path()
                                                     : options.dataPrefix;
-  if (steps < 1)
-    return absl::InvalidArgumentError(absl::StrCat("steps = ", steps, " must be >= 1"));
-  if (dataPath.empty())
+  if (steps < 0 || (steps == 0 && options.save.empty() &&
+                    options.saveParams.empty()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "steps = ", steps,
+        " must be >= 1 (0 only to convert: with --save or --save-params)"));
+  if ((options.saveEvery > 0 || options.keepLast > 0) && options.save.empty())
+    return absl::InvalidArgumentError(
+        "--save-every and --keep-last need --save DIR");
+  if (!options.load.empty() && !options.initFrom.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--load ", options.load, " resumes a run and --init-from ",
+        options.initFrom, " starts one: give one of them"));
+  if (dataPath.empty() && steps > 0)
     return absl::InvalidArgumentError(
         "no data: give --data PREFIX (a .bin/.idx pair) or data.path in the job");
   if (options.threads > 0)
@@ -744,8 +770,42 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   // loads only that stage's buffers.
   int64_t stage = StageOf(e);
 
-  // Initial weights: a checkpoint, or the family's seeded scheme.
-  if (!options.initFrom.empty()) {
+  // Initial weights: a run to resume (--load), a checkpoint of any layout
+  // (--init-from a Braid checkpoint: its parameters only), a Hugging Face
+  // checkpoint, or the family's seeded scheme.
+  RunState resumed;
+  bool fromCheckpoint = !options.load.empty() ||
+                        (!options.initFrom.empty() &&
+                         IsBraidCheckpoint(options.initFrom));
+  if (fromCheckpoint) {
+    bool resume = !options.load.empty();
+    absl::StatusOr<RunState> loaded = LoadCheckpoint(
+        e, resume ? options.load : options.initFrom, /*optimizer=*/resume);
+    if (!loaded.ok())
+      return loaded.status();
+    if (resume) {
+      resumed = *loaded;
+      if (options.seed && *options.seed != resumed.seed)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--seed ", *options.seed, ": the run in ", options.load,
+            " has seed ", resumed.seed,
+            " (resuming keeps its seed: dropout and the data order)"));
+      seed = resumed.seed;
+      if (resumed.step > steps)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the checkpoint in ", options.load, " is at step ", resumed.step,
+            ", past this run's ", steps, " steps"));
+      if (options.log) {
+        *options.log << "resumed from " << options.load << " at step "
+                     << resumed.step << " (" << resumed.consumedSamples
+                     << " samples consumed)\n";
+        if (resumed.plannedSteps != steps)
+          *options.log << "note: the saving run planned " << resumed.plannedSteps
+                       << " steps and this one " << steps
+                       << ": the learning-rate schedule differs from it\n";
+      }
+    }
+  } else if (!options.initFrom.empty()) {
     absl::StatusOr<ckpt::HFCheckpoint> checkpoint =
         ckpt::OpenHFCheckpoint(options.initFrom);
     if (!checkpoint.ok())
@@ -811,7 +871,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
     if (b.role() != plan::PARAMETER || b.block_of() > 0 ||
-        b.stage() != stage || !options.initFrom.empty())
+        b.stage() != stage || !options.initFrom.empty() || fromCheckpoint)
       continue;
     // Values by global element index: a slice holds what the whole tensor
     // holds there.
@@ -831,37 +891,50 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       return s;
   }
 
-  // Data.
-  absl::StatusOr<data::IndexedDataset> dataset = data::IndexedDataset::Open(dataPath);
-  if (!dataset.ok())
-    return dataset.status();
+  // Data: the run continues the data order where the resumed run left it.
   int64_t batch = t.micro_batch_size(), seq = t.seq_length();
   int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
   DataShare share = DataShareOf(e);
   int64_t globalBatch = batch * micros * share.ranks;
-  data::GptSampleOptions sampleOptions;
-  sampleOptions.seqLength = seq;
-  sampleOptions.numSamples = uint64_t(steps * globalBatch);
-  sampleOptions.seed = seed;
+  int64_t firstStep = resumed.step + 1;
   std::string order = options.dataOrder.empty() ? t.data_order() : options.dataOrder;
   if (order.empty())
     order = "shuffled";
   if (order != "shuffled" && order != "sequential")
     return absl::InvalidArgumentError(absl::StrCat(
         "data order \"", order, "\" is not one of shuffled, sequential"));
-  sampleOptions.order = order == "sequential" ? data::SampleOrder::kSequential
-                                              : data::SampleOrder::kShuffled;
-  absl::StatusOr<data::GptSamples> samples =
-      data::GptSamples::Create(&*dataset, sampleOptions);
-  if (!samples.ok())
-    return samples.status();
+  if (!options.load.empty() && !resumed.dataOrder.empty() &&
+      resumed.dataOrder != order && options.log)
+    *options.log << "note: the saving run read its data " << resumed.dataOrder
+                 << " and this one reads it " << order << "\n";
+  std::optional<data::IndexedDataset> dataset;
+  std::optional<data::GptSamples> samples;
+  if (firstStep <= steps) {
+    absl::StatusOr<data::IndexedDataset> opened =
+        data::IndexedDataset::Open(dataPath);
+    if (!opened.ok())
+      return opened.status();
+    dataset.emplace(std::move(*opened));
+    data::GptSampleOptions sampleOptions;
+    sampleOptions.seqLength = seq;
+    sampleOptions.numSamples = uint64_t(resumed.consumedSamples +
+                                        (steps - resumed.step) * globalBatch);
+    sampleOptions.seed = seed;
+    sampleOptions.order = order == "sequential" ? data::SampleOrder::kSequential
+                                                : data::SampleOrder::kShuffled;
+    absl::StatusOr<data::GptSamples> created =
+        data::GptSamples::Create(&*dataset, sampleOptions);
+    if (!created.ok())
+      return created.status();
+    samples.emplace(std::move(*created));
+  }
 
   // The schedule.
   cpu::LrScheduleConfig lrConfig;
   lrConfig.lr = t.lr();
   lrConfig.minLr = t.min_lr();
   lrConfig.warmupSteps = t.warmup_steps();
-  lrConfig.decaySteps = steps;
+  lrConfig.decaySteps = std::max<int64_t>(steps, 1); // (0 steps: nothing to train)
   absl::StatusOr<cpu::LrDecayStyle> style =
       cpu::parseLrDecayStyle(t.lr_decay().empty() ? "constant" : t.lr_decay());
   if (!style.ok())
@@ -946,7 +1019,35 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> sample;
   std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
-  for (int64_t s = 1; s <= steps; ++s) {
+  // A checkpoint after step `s` (or of the state loaded, at `s` = the
+  // first step - 1, when there is nothing to train).
+  auto save = [&](int64_t s) -> absl::Status {
+    RunState state;
+    state.step = s;
+    state.consumedSamples =
+        resumed.consumedSamples + (s - resumed.step) * globalBatch;
+    state.plannedSteps = steps;
+    state.globalBatch = globalBatch;
+    state.seed = seed;
+    state.dataOrder = order;
+    absl::StatusOr<SaveReport> saved =
+        SaveCheckpoint(e, options.save, state, options.keepLast);
+    if (!saved.ok())
+      return absl::Status(saved.status().code(),
+                          absl::StrCat("saving the checkpoint of step ", s,
+                                       " in ", options.save, ": ",
+                                       saved.status().message()));
+    if (options.log)
+      *options.log << absl::StrFormat(
+          "checkpoint: step %d saved to %s (%.1f MB in %.2f s, %.0f MB/s)\n",
+          s, saved->dir, saved->bytes / 1e6, saved->seconds,
+          saved->bytes / 1e6 / std::max(saved->seconds, 1e-9));
+    return absl::OkStatus();
+  };
+  if (firstStep > steps && !options.save.empty())
+    if (absl::Status st = save(resumed.step); !st.ok())
+      return st;
+  for (int64_t s = firstStep; s <= steps; ++s) {
     auto stepStart = std::chrono::steady_clock::now();
     double rate = schedule->lrForUpdate(s);
     for (auto [id, values] :
@@ -959,7 +1060,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     // stages).
     auto fill = [&](int64_t m) -> absl::Status {
       for (int64_t b = 0; b < batch; ++b) {
-        uint64_t index = uint64_t((s - 1) * globalBatch +
+        uint64_t index = uint64_t(resumed.consumedSamples +
+                                  (s - firstStep) * globalBatch +
                                   share.rank * micros * batch + m * batch + b);
         if (absl::Status st = samples->GetSample(index, &sample); !st.ok())
           return st;
@@ -1015,7 +1117,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           "step %*d/%d  loss %.4f  lr %.3e  grad norm %.3f  %.0f tokens/s  "
           "elapsed %.1fs  eta %.1fs\n",
           int(std::to_string(steps).size()), s, steps, lossValue, rate, norm,
-          tokensPerS, elapsed, elapsed / s * (steps - s));
+          tokensPerS, elapsed,
+          elapsed / double(s - firstStep + 1) * double(steps - s));
     if (metrics)
       metrics << absl::StrFormat(
           "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
@@ -1023,6 +1126,10 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           "\"predicted_mem_bytes\": %d, \"peak_mem_bytes\": %d}\n",
           s, lossValue, rate, norm, globalBatch * seq, stepTime, tokensPerS,
           int64_t(memory[0]), int64_t(memory[1]));
+    if (!options.save.empty() &&
+        ((options.saveEvery > 0 && s % options.saveEvery == 0) || s == steps))
+      if (absl::Status st = save(s); !st.ok())
+        return st;
   }
   if (trace) {
     e.SetTrace(nullptr);

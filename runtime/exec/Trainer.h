@@ -38,9 +38,18 @@ struct TrainerOptions {
   /// The other ranks of the job, when the plan is for several; null for a
   /// plan of one rank.
   Communicator *comm = nullptr;
-  /// A Hugging Face checkpoint directory (config.json + *.safetensors) to
-  /// start from instead of the seeded initialisation.
+  /// A Hugging Face checkpoint directory (config.json + *.safetensors), or
+  /// a Braid checkpoint of any layout (its parameters only), to start from
+  /// instead of the seeded initialisation.
   std::string initFrom;
+  /// A Braid checkpoint (or checkpoint root) to resume: parameters, AdamW
+  /// moments, step, data position and seed (Checkpointing.h).
+  std::string load;
+  /// A checkpoint root to save to: after every `saveEvery` steps (0: only
+  /// at the end) and at the end, keeping the newest `keepLast` (0: all).
+  std::string save;
+  int64_t saveEvery = 0;
+  int64_t keepLast = 0;
   /// Threads of the CPU kernels and GEMM; 0 keeps the default (every core,
   /// or OMP_NUM_THREADS).
   int64_t threads = 0;
@@ -68,8 +77,8 @@ struct StepRecord {
 };
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
-/// --data-order, --init-from, --threads, --log-every, --metrics-out,
-/// --save-params, --trace. Returns true when
+/// --data-order, --init-from, --load, --save, --save-every, --keep-last,
+/// --threads, --log-every, --metrics-out, --save-params, --trace. Returns true when
 /// `flag` (with its `value`) is one of them and sets it in `options`, false
 /// when it is not one of them, and an error naming the flag and value when
 /// the value is not allowed.

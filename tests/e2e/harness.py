@@ -3,7 +3,9 @@ line (--bin, --work, --corpus) and a byte-tokenized dataset from the corpus.
 """
 
 import argparse
+import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -55,3 +57,20 @@ class Setup:
         run([self.b("braid-data"), "preprocess", "--input", self.w("corpus.txt"),
              "--output-prefix", self.w("data")])
         return self.w("data")
+
+
+def read_safetensors(path):
+    """name -> list of floats (F32 only), read from the published layout."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", (name, info["dtype"])
+        begin, end = info["data_offsets"]
+        out[name] = struct.unpack(f"<{(end - begin) // 4}f", data[base + begin : base + end])
+    return out

@@ -16,33 +16,15 @@ import re
 import math
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
 
-from harness import Setup, mpirun, run
+from harness import Setup, mpirun, read_safetensors, run
 
 
 
 
-
-
-def read_safetensors(path):
-    """name -> list of floats (F32 only), read from the published layout."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        begin, end = info["data_offsets"]
-        out[name] = struct.unpack(f"<{(end - begin) // 4}f", data[base + begin : base + end])
-    return out
 
 
 def noise_only(name, values):

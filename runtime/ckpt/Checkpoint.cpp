@@ -1,0 +1,553 @@
+//===- Checkpoint.cpp - Braid checkpoint directories ----------------------===//
+
+#include "runtime/ckpt/Checkpoint.h"
+
+#include "runtime/common/MappedFile.h"
+#include "runtime/plan/Shards.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <system_error>
+#include <unistd.h>
+
+namespace braid::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status errnoStatus(int err, absl::string_view what) {
+  return absl::ErrnoToStatus(err, what);
+}
+
+/// fsync of a directory (its entries: a rename into it is durable after).
+absl::Status syncDir(const std::string &dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0)
+    return errnoStatus(errno, absl::StrCat("cannot open directory ", dir));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0)
+    return errnoStatus(err, absl::StrCat("cannot sync directory ", dir));
+  return absl::OkStatus();
+}
+
+/// Writes `text` to PATH by way of PATH.tmp, synced and renamed.
+absl::Status writeFileAtomically(const std::string &path,
+                                 absl::string_view text) {
+  const std::string tmp = path + ".tmp";
+  std::FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f)
+    return errnoStatus(errno, absl::StrCat("cannot create ", tmp));
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
+            std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  int err = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    return errnoStatus(err, absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    std::remove(tmp.c_str());
+    return errnoStatus(err, absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+
+bool isDir(const std::string &path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+bool isFile(const std::string &path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
+/// The step of a directory name "step-N", or -1.
+int64_t stepOfName(absl::string_view name) {
+  int64_t step = -1;
+  if (!absl::ConsumePrefix(&name, "step-") || name.empty() ||
+      !absl::SimpleAtoi(name, &step) || step < 0)
+    return -1;
+  return step;
+}
+
+int64_t product(const google::protobuf::RepeatedField<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+/// The number of elements of one rank's slice of `t` in a mesh whose
+/// `t.sharding().axis()` has `ranks` ranks.
+int64_t sliceElements(const Tensor &t, int64_t ranks) {
+  return product(t.shape()) / std::max<int64_t>(ranks, 1);
+}
+
+int64_t axisSize(const Mesh &mesh, absl::string_view axis) {
+  for (int i = 0; i < mesh.axes_size() && i < mesh.sizes_size(); ++i)
+    if (mesh.axes(i) == axis)
+      return mesh.sizes(i);
+  return 0;
+}
+
+bool isState(absl::string_view state) {
+  return state == "param" || state == "exp_avg" || state == "exp_avg_sq";
+}
+
+} // namespace
+
+std::string StepDirName(int64_t step) {
+  return absl::StrFormat("step-%08d", step);
+}
+
+std::string TempDirOf(const std::string &root, int64_t step) {
+  return (fs::path(root) / absl::StrCat(".", StepDirName(step), ".tmp")).string();
+}
+
+std::string RankFileName(int64_t rank) {
+  return absl::StrFormat("rank-%05d.safetensors", rank);
+}
+
+std::string CrcHex(uint32_t crc) { return absl::StrFormat("%08x", crc); }
+
+std::vector<std::pair<int64_t, int64_t>>
+SliceRuns(const std::vector<int64_t> &shape, const Sharding &sharding,
+          int64_t axisSize, int64_t coordinate, int64_t begin, int64_t end) {
+  plan::Buffer buffer;
+  plan::Mesh mesh;
+  for (int64_t d : shape)
+    buffer.add_shape(d);
+  if (!sharding.axis().empty()) {
+    buffer.mutable_shard()->set_axis(sharding.axis());
+    buffer.mutable_shard()->set_dim(sharding.dim());
+    for (int64_t b : sharding.blocks())
+      buffer.mutable_shard()->add_blocks(b);
+    buffer.set_shape(sharding.dim(), shape[sharding.dim()] / axisSize);
+    mesh.add_axes(sharding.axis());
+    mesh.add_sizes(axisSize);
+  }
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const plan::ShardRun &run : plan::ShardRuns(buffer, mesh, coordinate)) {
+    int64_t lo = std::max(begin, run.local);
+    int64_t hi = std::min(end, run.local + run.length);
+    if (lo < hi)
+      out.push_back({run.global + (lo - run.local), hi - lo});
+  }
+  return out;
+}
+
+absl::StatusOr<Manifest> ReadManifest(const std::string &dir) {
+  const std::string path = (fs::path(dir) / kManifestFile).string();
+  absl::StatusOr<std::string> text = common::readWholeFile(path);
+  if (!text.ok())
+    return absl::NotFoundError(absl::StrCat(
+        path, " does not exist: ", dir,
+        " is not a complete Braid checkpoint"));
+  Manifest m;
+  google::protobuf::util::JsonParseOptions options;
+  auto parsed = google::protobuf::util::JsonStringToMessage(*text, &m, options);
+  if (!parsed.ok())
+    return absl::DataLossError(absl::StrCat(
+        path, ": not a checkpoint manifest: ",
+        absl::string_view(parsed.message().data(), parsed.message().size())));
+  auto bad = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(path, ": ", what));
+  };
+  if (m.format() != kCheckpointFormat)
+    return bad(absl::StrCat("format \"", m.format(), "\" is not \"",
+                            kCheckpointFormat, "\""));
+  if (m.version() != kCheckpointVersion)
+    return bad(absl::StrCat("version ", m.version(), " is not ",
+                            kCheckpointVersion, ", the one this build reads"));
+  if (m.step() < 0 || m.consumed_samples() < 0)
+    return bad("a negative step or sample count");
+  if (m.mesh().axes_size() != m.mesh().sizes_size())
+    return bad("the mesh's axes and sizes differ in number");
+  for (int64_t size : m.mesh().sizes())
+    if (size < 1)
+      return bad("a mesh axis of no ranks");
+  std::set<std::string> files;
+  for (const File &f : m.files()) {
+    if (f.name().empty() || absl::StrContains(f.name(), "/") ||
+        f.name() == "." || f.name() == "..")
+      return bad(absl::StrCat("file name \"", f.name(),
+                              "\" is not a name inside the directory"));
+    if (!files.insert(f.name()).second)
+      return bad(absl::StrCat("file ", f.name(), " is listed twice"));
+  }
+  std::set<std::string> names;
+  for (const Tensor &t : m.tensors()) {
+    auto badTensor = [&](absl::string_view what) {
+      return bad(absl::StrCat("tensor ", t.name(), ": ", what));
+    };
+    if (!names.insert(t.name()).second)
+      return badTensor("listed twice");
+    if (t.dtype() != "F32")
+      return badTensor(absl::StrCat("dtype \"", t.dtype(), "\" is not F32"));
+    for (int64_t d : t.shape())
+      if (d < 0)
+        return badTensor("a negative dimension");
+    int64_t ranks = 1;
+    if (!t.sharding().axis().empty()) {
+      ranks = axisSize(m.mesh(), t.sharding().axis());
+      int dim = t.sharding().dim();
+      if (ranks < 1)
+        return badTensor(absl::StrCat("split over \"", t.sharding().axis(),
+                                      "\", which is no axis of the mesh"));
+      if (dim < 0 || dim >= t.shape_size())
+        return badTensor(absl::StrCat("split on dimension ", dim,
+                                      ", which it does not have"));
+      int64_t total = 0;
+      for (int64_t b : t.sharding().blocks()) {
+        if (b < 0 || b % ranks != 0)
+          return badTensor("a block that does not split evenly");
+        total += b;
+      }
+      if (t.shape(dim) % ranks != 0 ||
+          (t.sharding().blocks_size() && total != t.shape(dim)))
+        return badTensor("its split dimension does not divide evenly");
+    }
+    int64_t slice = sliceElements(t, ranks);
+    for (const Piece &p : t.pieces()) {
+      if (!isState(p.state()))
+        return badTensor(absl::StrCat("state \"", p.state(),
+                                      "\" is not param, exp_avg or exp_avg_sq"));
+      if (!files.count(p.file()))
+        return badTensor(absl::StrCat("a piece is in file ", p.file(),
+                                      ", which the manifest does not list"));
+      if (p.coordinate() < 0 || p.coordinate() >= ranks || p.begin() < 0 ||
+          p.begin() > p.end() || p.end() > slice)
+        return badTensor(absl::StrCat("piece ", p.key(), " of ", p.file(),
+                                      " lies outside the tensor"));
+    }
+  }
+  return m;
+}
+
+absl::Status WriteManifest(const std::string &dir, const Manifest &manifest) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  auto printed =
+      google::protobuf::util::MessageToJsonString(manifest, &json, options);
+  if (!printed.ok())
+    return absl::InternalError(absl::StrCat(
+        "cannot print the manifest: ",
+        absl::string_view(printed.message().data(), printed.message().size())));
+  return writeFileAtomically((fs::path(dir) / kManifestFile).string(), json);
+}
+
+std::vector<int64_t> ListCheckpoints(const std::string &root) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const fs::directory_entry &entry : fs::directory_iterator(root, ec)) {
+    int64_t step = stepOfName(entry.path().filename().string());
+    if (step >= 0 && isFile((entry.path() / kManifestFile).string()))
+      steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string &dir) {
+  if (isFile((fs::path(dir) / kManifestFile).string()))
+    return dir;
+  if (!isDir(dir))
+    return absl::NotFoundError(absl::StrCat("checkpoint ", dir,
+                                            " does not exist"));
+  const std::string latest = (fs::path(dir) / kLatestFile).string();
+  if (!isFile(latest))
+    return absl::NotFoundError(absl::StrCat(
+        dir, " is no checkpoint: it has neither a ", kManifestFile,
+        " nor a ", kLatestFile, " file naming one"));
+  absl::StatusOr<std::string> text = common::readWholeFile(latest);
+  if (!text.ok())
+    return text.status();
+  std::string name(absl::StripAsciiWhitespace(*text));
+  if (stepOfName(name) < 0)
+    return absl::DataLossError(absl::StrCat(
+        latest, " holds \"", name, "\", not the name of a step directory"));
+  const std::string resolved = (fs::path(dir) / name).string();
+  if (!isFile((fs::path(resolved) / kManifestFile).string()))
+    return absl::DataLossError(absl::StrCat(
+        latest, " names ", name, ", which is not a complete checkpoint"));
+  return resolved;
+}
+
+absl::Status PrepareTempDir(const std::string &root, int64_t step) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create the checkpoint directory ", root, ": ", ec.message()));
+  const std::string tmp = TempDirOf(root, step);
+  fs::remove_all(tmp, ec);
+  if (ec)
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot remove ", tmp, ": ", ec.message()));
+  fs::create_directory(tmp, ec);
+  if (ec)
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status CommitCheckpoint(const std::string &root, int64_t step) {
+  const std::string tmp = TempDirOf(root, step);
+  if (absl::Status s = syncDir(tmp); !s.ok())
+    return s;
+  const std::string dest = (fs::path(root) / StepDirName(step)).string();
+  std::error_code ec;
+  if (fs::exists(dest, ec)) {
+    // A checkpoint of this step from an earlier run: replaced, after it
+    // stops being `latest`'s (a crash in between leaves the new one in
+    // place of nothing).
+    const std::string old = dest + ".old";
+    fs::remove_all(old, ec);
+    fs::rename(dest, old, ec);
+    if (ec)
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot move aside ", dest, ": ", ec.message()));
+    fs::rename(tmp, dest, ec);
+    if (ec)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot rename ", tmp, " to ", dest, ": ", ec.message()));
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, dest, ec);
+    if (ec)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot rename ", tmp, " to ", dest, ": ", ec.message()));
+  }
+  if (absl::Status s = syncDir(root); !s.ok())
+    return s;
+  if (absl::Status s = writeFileAtomically(
+          (fs::path(root) / kLatestFile).string(),
+          absl::StrCat(StepDirName(step), "\n"));
+      !s.ok())
+    return s;
+  return syncDir(root);
+}
+
+absl::Status PruneCheckpoints(const std::string &root, int64_t keep) {
+  if (keep < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("keeping ", keep, " checkpoints: keep at least 1"));
+  std::vector<int64_t> steps = ListCheckpoints(root);
+  if (steps.empty())
+    return absl::OkStatus();
+  int64_t newest = steps.back();
+  std::error_code ec;
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    fs::remove_all(fs::path(root) / StepDirName(steps[i]), ec);
+    if (ec)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot remove ", (fs::path(root) / StepDirName(steps[i])).string(),
+          ": ", ec.message()));
+  }
+  // Temporaries of crashed saves older than the newest checkpoint.
+  for (const fs::directory_entry &entry : fs::directory_iterator(root, ec)) {
+    std::string name = entry.path().filename().string();
+    absl::string_view rest = name;
+    if (absl::ConsumePrefix(&rest, ".") && absl::ConsumeSuffix(&rest, ".tmp")) {
+      int64_t step = stepOfName(rest);
+      if (step >= 0 && step < newest)
+        fs::remove_all(entry.path(), ec);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VerifyCheckpoint(const std::string &dir, const Manifest &m) {
+  std::map<std::string, std::vector<std::pair<const Tensor *, const Piece *>>>
+      byFile;
+  for (const Tensor &t : m.tensors())
+    for (const Piece &p : t.pieces())
+      byFile[p.file()].push_back({&t, &p});
+  for (const File &f : m.files()) {
+    const std::string path = (fs::path(dir) / f.name()).string();
+    if (!isFile(path))
+      return absl::DataLossError(absl::StrCat(
+          path, " is missing (written by rank ", f.rank(), ")"));
+    absl::StatusOr<std::string> bytes = common::readWholeFile(path);
+    if (!bytes.ok())
+      return bytes.status();
+    if (int64_t(bytes->size()) != f.bytes())
+      return absl::DataLossError(absl::StrCat(
+          path, " has ", bytes->size(), " bytes, but the manifest says ",
+          f.bytes(), " (truncated or replaced)"));
+    // The pieces first, so that a corrupt value is named by its tensor; the
+    // whole file's CRC-32 then covers the header and padding too.
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+    if (!file.ok())
+      return file.status();
+    for (auto [t, p] : byFile[f.name()]) {
+      absl::StatusOr<TensorInfo> info = file->Info(p->key());
+      if (!info.ok())
+        return absl::DataLossError(absl::StrCat(
+            path, " lacks ", p->key(), " (", p->state(), " of tensor ",
+            t->name(), ")"));
+      if (info->dtype != Dtype::kF32 ||
+          int64_t(info->numElements) != p->end() - p->begin())
+        return absl::DataLossError(absl::StrCat(
+            path, ": ", p->key(), " (", p->state(), " of tensor ", t->name(),
+            ") is not ", p->end() - p->begin(), " F32 elements"));
+      absl::Span<const uint8_t> data = *file->Bytes(p->key());
+      if (CrcHex(Crc32(data)) != p->crc32())
+        return absl::DataLossError(absl::StrCat(
+            path, ": ", p->key(), " (", p->state(), " of tensor ", t->name(),
+            ") does not match its CRC-32 (corrupt)"));
+    }
+    uint32_t crc = Crc32(absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t *>(bytes->data()), bytes->size()));
+    if (CrcHex(crc) != f.crc32())
+      return absl::DataLossError(absl::StrCat(
+          path, ": CRC-32 ", CrcHex(crc), " does not match the manifest's ",
+          f.crc32(), " (the file is corrupt)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>>
+CheckpointReader::Open(const std::string &dir) {
+  absl::StatusOr<Manifest> manifest = ReadManifest(dir);
+  if (!manifest.ok())
+    return manifest.status();
+  std::unique_ptr<CheckpointReader> r(new CheckpointReader());
+  r->dir_ = dir;
+  r->manifest_ = std::move(*manifest);
+  for (const Tensor &t : r->manifest_.tensors()) {
+    r->byName_[t.name()] = &t;
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    int64_t ranks = t.sharding().axis().empty()
+                        ? 1
+                        : axisSize(r->manifest_.mesh(), t.sharding().axis());
+    for (const Piece &p : t.pieces()) {
+      int index = int(r->pieces_.size());
+      r->pieces_.push_back({&t, &p});
+      std::vector<Segment> &segments =
+          r->segments_[absl::StrCat(p.state(), "/", t.name())];
+      int64_t offset = 0;
+      for (auto [global, length] : SliceRuns(shape, t.sharding(), ranks,
+                                             p.coordinate(), p.begin(),
+                                             p.end())) {
+        segments.push_back({global, length, index, offset});
+        offset += length;
+      }
+    }
+  }
+  for (auto &[key, segments] : r->segments_)
+    std::sort(segments.begin(), segments.end(),
+              [](const Segment &a, const Segment &b) {
+                return a.global < b.global;
+              });
+  return r;
+}
+
+const Tensor *CheckpointReader::Find(absl::string_view name) const {
+  auto it = byName_.find(name);
+  return it == byName_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<const SafetensorsFile *>
+CheckpointReader::fileOf(const std::string &name) {
+  auto it = files_.find(name);
+  if (it != files_.end())
+    return &it->second;
+  const std::string path = (fs::path(dir_) / name).string();
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  if (!file.ok())
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir_, ": ",
+                                            file.status().message()));
+  for (const File &f : manifest_.files())
+    if (f.name() == name && int64_t(std::filesystem::file_size(path)) != f.bytes())
+      return absl::DataLossError(absl::StrCat(
+          path, " has ", std::filesystem::file_size(path),
+          " bytes, but the manifest says ", f.bytes(),
+          " (truncated or replaced)"));
+  return &files_.emplace(name, std::move(*file)).first->second;
+}
+
+absl::Status CheckpointReader::checkPiece(PieceRef &ref,
+                                          absl::Span<const uint8_t> bytes) {
+  if (ref.checked)
+    return absl::OkStatus();
+  if (CrcHex(Crc32(bytes)) != ref.piece->crc32())
+    return absl::DataLossError(absl::StrCat(
+        (fs::path(dir_) / ref.piece->file()).string(), ": ", ref.piece->key(),
+        " (", ref.piece->state(), " of tensor ", ref.tensor->name(),
+        ") does not match its CRC-32 (corrupt)"));
+  ref.checked = true;
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::Read(absl::string_view name,
+                                    absl::string_view state, int64_t begin,
+                                    int64_t count, float *out) {
+  auto it = segments_.find(absl::StrCat(state, "/", name));
+  if (it == segments_.end())
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint ", dir_, " has no ", state, " of tensor ", name));
+  const std::vector<Segment> &segments = it->second;
+  int64_t at = begin, end = begin + count;
+  // The last segment that starts at or before `at`.
+  auto next = std::upper_bound(
+      segments.begin(), segments.end(), at,
+      [](int64_t g, const Segment &s) { return g < s.global; });
+  if (next != segments.begin())
+    --next;
+  while (at < end) {
+    while (next != segments.end() && next->global + next->length <= at)
+      ++next;
+    if (next == segments.end() || next->global > at)
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", dir_, ": element ", at, " of ", state, " of tensor ",
+          name, " is in no piece (a shard file or piece is missing)"));
+    PieceRef &ref = pieces_[next->piece];
+    absl::StatusOr<const SafetensorsFile *> file = fileOf(ref.piece->file());
+    if (!file.ok())
+      return file.status();
+    absl::StatusOr<TensorInfo> info = (*file)->Info(ref.piece->key());
+    if (!info.ok() || info->dtype != Dtype::kF32 ||
+        int64_t(info->numElements) != ref.piece->end() - ref.piece->begin())
+      return absl::DataLossError(absl::StrCat(
+          (*file)->path(), " lacks ", ref.piece->key(), " (", state,
+          " of tensor ", name, ") as ",
+          ref.piece->end() - ref.piece->begin(), " F32 elements"));
+    absl::Span<const uint8_t> bytes = *(*file)->Bytes(ref.piece->key());
+    if (absl::Status s = checkPiece(ref, bytes); !s.ok())
+      return s;
+    int64_t from = at - next->global;
+    int64_t n = std::min(end, next->global + next->length) - at;
+    std::memcpy(out + (at - begin),
+                bytes.data() + (next->offset + from) * sizeof(float),
+                n * sizeof(float));
+    at += n;
+  }
+  return absl::OkStatus();
+}
+
+} // namespace braid::ckpt

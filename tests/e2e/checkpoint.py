@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""Checkpoints: exact resume, resharding, Hugging Face export, crashes and
+corrupt files.
+
+1. Resume: for several layouts, a run of 20 steps that saves at step 10, and
+   a second run that loads that checkpoint and runs steps 11-20: every loss
+   of the second run (as printed, 9 digits) and every final parameter (bit
+   for bit) equals the first run's. The first run's losses also equal those
+   of a run that never saves (saving changes nothing).
+2. Resharding: a checkpoint saved under one layout (tp 2 x pp 2, and
+   tp 2 x dp 2 with ZeRO-1) loads under others (tp 1 x dp 4, tp 4, pp 2 x
+   dp 2 with ZeRO-3); 5 more steps match the saving run's own steps 11-15
+   within 1e-5 relative.
+3. Hugging Face: a LLaMA checkpoint made here (float32 safetensors and
+   config.json) is imported (--init-from, --steps 0 --save) and exported
+   (braid-ckpt export): the exported tensors are byte-identical to the
+   imported ones, and the config reads back as the same model. A trained
+   tiny-llama (tp 2), exported, gives the loss of its own checkpoint on a
+   fixed batch.
+4. A crash during a save (kill -9 of a rank while the save's temporary
+   directory is being written): the previous checkpoint stays `latest`,
+   verifies, and resumes; the partial one is never picked.
+5. Corrupt or mismatched checkpoints are refused, naming the file and the
+   tensor: a flipped byte, a truncated file, a missing shard file, another
+   model.
+
+  checkpoint.py --bin BUILD/bin --work DIR --corpus TEXT
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+from harness import Setup, mpirun, read_safetensors, run
+
+
+def raw_tensors(path):
+    """name -> (dtype, shape, bytes) of a safetensors file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        out[name] = (info["dtype"], info["shape"], data[8 + n + begin : 8 + n + end])
+    return out
+
+
+def write_safetensors(path, tensors):
+    """Writes name -> (shape, list of floats) as F32, in the published layout."""
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        shape, values = tensors[name]
+        blob = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def fail(message):
+    sys.exit(f"FAILED: {message}")
+
+
+def main():
+    setup = Setup()
+    b, w = setup.b, setup.w
+    data = setup.dataset(200_000)
+
+    def job(name, model, parallel, steps=20, warmup=2):
+        path = w(name + ".textproto")
+        with open(path, "w") as f:
+            f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
+                    f"train {{ steps: {steps} lr: 3e-3 warmup_steps: {warmup} seed: 7 }}\n"
+                    f"data {{ seq_length: 32 }}\n")
+        plan = w(name + ".plan")
+        run([b("braidc"), path, "--emit=plan", "-o", plan])
+        return plan
+
+    def train(name, plan, ranks, *flags, check=True):
+        metrics = w(name + ".jsonl")
+        cmd = (mpirun(ranks) if ranks > 1 else []) + [
+            b("braid-run"), plan, "--data", data, "--metrics-out", metrics,
+            "--log-every", "1000", *flags]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if check and p.returncode != 0:
+            fail(f"{' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+        losses = {}
+        if os.path.exists(metrics):
+            for line in open(metrics):
+                row = json.loads(line)
+                losses[row["step"]] = row["loss"]
+        return losses, p
+
+    def fresh(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    llama4 = 'preset: "tiny-llama" num_layers: 4 hidden_dropout: 0.1'
+
+    # 1. Resume, bit for bit.
+    resume_layouts = [
+        ("tp2-dp2", 4, "tp: 2 dp: 2 micro_batch_size: 2"),
+        ("pp2", 2, "pp: 2 micro_batch_size: 1 global_batch_size: 4"),
+        ("dp2-zero1", 2, "dp: 2 micro_batch_size: 2 zero: 1"),
+        ("pp2-tp2-dp2-zero3", 8,
+         "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+    ]
+    for name, ranks, parallel in resume_layouts:
+        plan = job(f"resume-{name}", llama4, parallel)
+        root = fresh(w(f"resume-{name}-ckpt"))
+        plain, _ = train(f"resume-{name}-plain", plan, ranks)
+        straight, _ = train(f"resume-{name}-straight", plan, ranks, "--save", root,
+                            "--save-every", "10",
+                            "--save-params", w(f"resume-{name}-straight.safetensors"))
+        resumed, p = train(f"resume-{name}-resumed", plan, ranks, "--load",
+                           os.path.join(root, "step-00000010"),
+                           "--save-params", w(f"resume-{name}-resumed.safetensors"))
+        if plain != straight:
+            fail(f"{name}: saving changed the losses")
+        if sorted(resumed) != list(range(11, 21)):
+            fail(f"{name}: the resumed run ran steps {sorted(resumed)}\n{p.stdout}")
+        diffs = [s for s in resumed if resumed[s] != straight[s]]
+        if diffs:
+            fail(f"{name}: resumed losses differ at steps {diffs}: "
+                 f"{[(resumed[s], straight[s]) for s in diffs]}")
+        a = raw_tensors(w(f"resume-{name}-straight.safetensors"))
+        c = raw_tensors(w(f"resume-{name}-resumed.safetensors"))
+        if a != c:
+            fail(f"{name}: the resumed run's final parameters differ: "
+                 f"{[k for k in a if a[k] != c.get(k)][:5]}")
+        print(f"resume {name:20s} steps 11-20 identical to the uninterrupted run "
+              f"(losses and {len(a)} parameters bit for bit)")
+
+    # 2. Resharding.
+    reshards = [
+        ("tp2-pp2", 4, "tp: 2 pp: 2 micro_batch_size: 1 global_batch_size: 4",
+         [("tp1-dp4", 4, "dp: 4 micro_batch_size: 1"),
+          ("tp4", 4, "tp: 4 micro_batch_size: 4")]),
+        ("tp2-dp2-zero1", 4, "tp: 2 dp: 2 micro_batch_size: 2 zero: 1",
+         [("pp2-dp2-zero3", 4, "pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+          ("serial", 1, "micro_batch_size: 4")]),
+    ]
+    worst = 0.0
+    for name, ranks, parallel, targets in reshards:
+        plan = job(f"reshard-{name}", llama4, parallel, steps=15)
+        root = fresh(w(f"reshard-{name}-ckpt"))
+        original, _ = train(f"reshard-{name}", plan, ranks, "--save", root,
+                            "--save-every", "10")
+        for target, tranks, tparallel in targets:
+            tplan = job(f"reshard-{name}-to-{target}", llama4, tparallel, steps=15)
+            losses, p = train(f"reshard-{name}-to-{target}", tplan, tranks, "--load",
+                              os.path.join(root, "step-00000010"))
+            if sorted(losses) != list(range(11, 16)):
+                fail(f"reshard {name} -> {target}: ran steps {sorted(losses)}\n{p.stdout}")
+            d = max(abs(losses[s] - original[s]) / abs(original[s]) for s in losses)
+            worst = max(worst, d)
+            print(f"reshard {name} -> {target}: steps 11-15, largest loss difference {d:.2e}")
+            if d > 1e-5:
+                fail(f"reshard {name} -> {target}: losses differ by {d:.2e} (limit 1e-5)")
+
+    # 3. Hugging Face: import, export, byte-identical; a trained model's loss.
+    hf = fresh(w("hf-in"))
+    os.makedirs(hf)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+              "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 512,
+              "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+              "rope_theta": 10000.0, "tie_word_embeddings": False,
+              "hidden_act": "silu", "torch_dtype": "float32"}
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(config, f)
+    rng = random.Random(11)
+    h, ffn, kv = 64, 176, 32
+    shapes = {"model.embed_tokens.weight": [512, h], "model.norm.weight": [h],
+              "lm_head.weight": [512, h]}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": [h],
+                       p + "post_attention_layernorm.weight": [h],
+                       p + "self_attn.q_proj.weight": [h, h],
+                       p + "self_attn.k_proj.weight": [kv, h],
+                       p + "self_attn.v_proj.weight": [kv, h],
+                       p + "self_attn.o_proj.weight": [h, h],
+                       p + "mlp.gate_proj.weight": [ffn, h],
+                       p + "mlp.up_proj.weight": [ffn, h],
+                       p + "mlp.down_proj.weight": [h, ffn]})
+    tensors = {}
+    for name, shape in shapes.items():
+        n = 1
+        for d in shape:
+            n *= d
+        tensors[name] = (shape, [rng.gauss(0, 0.02) for _ in range(n)])
+    write_safetensors(os.path.join(hf, "model.safetensors"), tensors)
+    for fused in (False, True):
+        tag = "hf-fused" if fused else "hf"
+        hf_job = w(tag + ".textproto")
+        with open(hf_job, "w") as f:
+            f.write(f'model {{ hf_config: "{os.path.join(hf, "config.json")}" '
+                    f'{"fuse_mlp: true" if fused else ""} }}\n'
+                    "parallel { tp: 2 micro_batch_size: 4 }\n"
+                    "train { steps: 10 lr: 3e-3 seed: 7 }\ndata { seq_length: 32 }\n")
+        hf_plan = w(tag + ".plan")
+        run([b("braidc"), hf_job, "--emit=plan", "-o", hf_plan])
+        root = fresh(w(tag + "-imported"))
+        train(tag + "-import", hf_plan, 2, "--init-from", hf, "--steps", "0", "--save", root)
+        out = fresh(w(tag + "-out"))
+        run([b("braid-ckpt"), "export", root, "--hf", out])
+        got, want = raw_tensors(os.path.join(out, "model.safetensors")), raw_tensors(
+            os.path.join(hf, "model.safetensors"))
+        if got != want:
+            fail(f"{tag}: export after import differs: "
+                 f"{sorted(set(got) ^ set(want)) or [k for k in want if got[k] != want[k]][:5]}")
+        exported = json.load(open(os.path.join(out, "config.json")))
+        for key, value in config.items():
+            if key in exported and exported[key] != value:
+                fail(f"{tag}: exported config.json has {key} = {exported[key]}, not {value}")
+        print(f"{tag}: import then export gives the {len(want)} tensors byte for byte")
+
+    # A trained model, exported, evaluates like its checkpoint.
+    trained_plan = job("trained", 'preset: "tiny-llama"', "tp: 2 micro_batch_size: 4", steps=10)
+    root = fresh(w("trained-ckpt"))
+    train("trained", trained_plan, 2, "--save", root)
+    out = fresh(w("trained-hf"))
+    run([b("braid-ckpt"), "export", root, "--hf", out])
+    eval_job = w("eval-hf.textproto")
+    with open(eval_job, "w") as f:
+        f.write(f'model {{ hf_config: "{os.path.join(out, "config.json")}" }}\n'
+                "parallel { micro_batch_size: 4 }\n"
+                "train { steps: 1 lr: 3e-3 seed: 7 }\ndata { seq_length: 32 }\n")
+    eval_plan = w("eval-hf.plan")
+    run([b("braidc"), eval_job, "--emit=plan", "-o", eval_plan])
+    from_hf, _ = train("eval-from-hf", eval_plan, 1, "--init-from", out)
+    serial_plan = job("eval-braid", 'preset: "tiny-llama"', "micro_batch_size: 4", steps=1,
+                      warmup=0)
+    from_ckpt, _ = train("eval-from-ckpt", serial_plan, 1, "--init-from", root)
+    if from_hf[1] != from_ckpt[1]:
+        fail(f"the exported model's loss {from_hf[1]} is not its checkpoint's {from_ckpt[1]}")
+    print(f"trained tiny-llama exported: loss {from_hf[1]} on the fixed batch, as its checkpoint")
+
+    # 4. A crash during a save.
+    big = 'family: LLAMA num_layers: 2 hidden_size: 512 num_heads: 8 ffn_hidden_size: 1408 vocab_size: 257'
+    crash_plan = job("crash", big, "dp: 2 micro_batch_size: 1", steps=1000)
+    root = fresh(w("crash-ckpt"))
+    log = open(w("crash.log"), "w")
+    proc = subprocess.Popen(mpirun(2) + [b("braid-run"), crash_plan, "--data", data,
+                                         "--save", root, "--save-every", "1",
+                                         "--log-every", "1"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    killed_in = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and killed_in is None and proc.poll() is None:
+        try:
+            names = os.listdir(root)
+        except FileNotFoundError:
+            names = []
+        committed = [n for n in names if n.startswith("step-")]
+        for n in names:
+            # A save in progress, after a complete one exists: some rank's
+            # file is being written into the temporary directory.
+            if n.startswith(".step-") and n.endswith(".tmp") and committed:
+                tmp = os.path.join(root, n)
+                try:
+                    busy = any(f.endswith(".tmp") or f.endswith(".safetensors")
+                               for f in os.listdir(tmp))
+                except FileNotFoundError:
+                    busy = False
+                if busy:
+                    ranks = subprocess.run(["pgrep", "-f", f"braid-run {crash_plan}"],
+                                           capture_output=True, text=True).stdout.split()
+                    ranks = [r for r in ranks if int(r) != proc.pid]
+                    if ranks:
+                        os.kill(int(ranks[-1]), signal.SIGKILL)
+                        killed_in = n
+                    break
+        time.sleep(0.001)
+    if killed_in is None:
+        proc.kill()
+        fail("no save was caught in progress to kill a rank in")
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        fail("the job still runs 60 s after one of its ranks was killed during a save")
+    latest = open(os.path.join(root, "latest")).read().strip()
+    killed_step = int(killed_in[len(".step-"):-len(".tmp")])
+    if int(latest[len("step-"):]) >= killed_step:
+        fail(f"latest names {latest} although the save of step {killed_step} was killed")
+    p = subprocess.run([b("braid-ckpt"), "inspect", root], capture_output=True, text=True)
+    if p.returncode != 0 or "verified:" not in p.stdout or f"checkpoint {os.path.join(root, latest)}" not in p.stdout:
+        fail(f"the checkpoint before the crash does not verify:\n{p.stdout}\n{p.stderr}")
+    last = int(latest[len("step-"):])
+    resumed, p = train("crash-resume", crash_plan, 2, "--load", root, "--steps", str(last + 1))
+    if sorted(resumed) != [last + 1]:
+        fail(f"resuming after the crash ran {sorted(resumed)}\n{p.stdout}\n{p.stderr}")
+    partial = os.path.exists(os.path.join(root, killed_in))
+    print(f"crash: a rank killed while saving step {killed_step} ({killed_in} "
+          f"{'left behind' if partial else 'gone'}); latest is {latest}, which verifies "
+          f"and resumes")
+
+    # 5. Corrupt and mismatched checkpoints.
+    good = os.path.join(w("resume-tp2-dp2-ckpt"), "step-00000010")
+    plan = w("resume-tp2-dp2.plan")
+
+    def refused(what, directory, *needles, ranks=4, load_plan=plan):
+        p = subprocess.run([b("braid-ckpt"), "inspect", directory], capture_output=True,
+                           text=True)
+        _, q = train("refused", load_plan, ranks, "--load", directory, check=False)
+        for proc_, tool in ((p, "braid-ckpt inspect"), (q, "braid-run --load")):
+            if proc_.returncode == 0:
+                fail(f"{what}: {tool} accepted it")
+            for needle in needles:
+                if needle not in proc_.stderr:
+                    fail(f"{what}: {tool}'s error does not name {needle!r}:\n{proc_.stderr}")
+        print(f"{what}: refused ({p.stderr.strip().splitlines()[-1]}; braid-run: "
+              f"{next(l for l in q.stderr.splitlines() if needles[0] in l)})")
+
+    manifest = json.load(open(os.path.join(good, "manifest.json")))
+    victim = next(t for t in manifest["tensors"] if t["name"] == "model.norm.weight")
+    piece = victim["pieces"][0]
+    bad = fresh(w("corrupt-flip"))
+    shutil.copytree(good, bad)
+    path = os.path.join(bad, piece["file"])
+    blob = bytearray(open(path, "rb").read())
+    header_len = struct.unpack("<Q", blob[:8])[0]
+    offsets = json.loads(blob[8 : 8 + header_len])[piece["key"]]["data_offsets"]
+    blob[8 + header_len + offsets[0] + 1] ^= 0x40
+    open(path, "wb").write(bytes(blob))
+    refused("a flipped byte", bad, piece["file"], "model.norm.weight")
+
+    bad = fresh(w("corrupt-truncated"))
+    shutil.copytree(good, bad)
+    path = os.path.join(bad, "rank-00001.safetensors")
+    blob = open(path, "rb").read()
+    open(path, "wb").write(blob[: len(blob) - 100])
+    refused("a truncated file", bad, "rank-00001.safetensors")
+
+    bad = fresh(w("corrupt-missing"))
+    shutil.copytree(good, bad)
+    os.remove(os.path.join(bad, "rank-00002.safetensors"))
+    refused("a missing shard file", bad, "rank-00002.safetensors")
+
+    other = job("other-model", 'preset: "tiny-gpt2"', "tp: 2 dp: 2 micro_batch_size: 2")
+    _, q = train("refused", other, 4, "--load", good, check=False)
+    if q.returncode == 0 or "is of another model" not in q.stderr:
+        fail(f"another model's checkpoint was not refused:\n{q.stderr}")
+    print(f"another model: refused "
+          f"({next(l for l in q.stderr.splitlines() if 'another model' in l)[:200]})")
+    print("checkpoint: 1 passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+//===- braid-ckpt.cpp - Inspect, verify and export checkpoints ------------===//
+//
+//   braid-ckpt inspect CHECKPOINT [--no-verify]
+//   braid-ckpt export CHECKPOINT --hf OUT
+//
+// CHECKPOINT is a checkpoint directory (step-N) or a root whose `latest`
+// names one (runtime/ckpt/Checkpoint.h). Exit codes: 0 success, 1 the
+// checkpoint is refused or the work failed, 2 a bad command line.
+//
+//===----------------------------------------------------------------------===//
+
+#include "frontends/HFConfig.h"
+#include "frontends/ModelConfig.h"
+#include "runtime/ckpt/Checkpoint.h"
+#include "runtime/ckpt/Safetensors.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+#include "llvm/Support/Error.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace braid;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kUsage[] = R"(usage:
+  braid-ckpt inspect CHECKPOINT [--no-verify]
+  braid-ckpt export CHECKPOINT --hf OUT
+
+CHECKPOINT: a checkpoint directory (ROOT/step-N) or a root (braid-run --save
+ROOT), whose latest checkpoint is used.
+
+inspect lists the run's step, layout and model, every file with its size and
+CRC-32, and every tensor with its shape, how the saving layout split it and
+its pieces; then it verifies every file and piece against the manifest's
+CRC-32s (unless --no-verify) and exits 1 on the first mismatch.
+
+export writes OUT/config.json and OUT/model.safetensors in the Hugging Face
+layout of the model's family (float32; SwiGLU's fused gate/up projection
+split into gate_proj and up_proj). OUT must not exist or be empty.
+)";
+
+int usageError(const std::string &message) {
+  std::fprintf(stderr, "braid-ckpt: error: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+int fail(const std::string &message) {
+  std::fprintf(stderr, "braid-ckpt: error: %s\n", message.c_str());
+  return 1;
+}
+
+std::string shapeString(const google::protobuf::RepeatedField<int64_t> &shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string shardingString(const ckpt::Tensor &t) {
+  if (t.sharding().axis().empty())
+    return "whole";
+  std::string s = absl::StrCat("dim ", t.sharding().dim(), " over ",
+                               t.sharding().axis());
+  if (t.sharding().blocks_size())
+    absl::StrAppend(&s, " in blocks [",
+                    absl::StrJoin(t.sharding().blocks(), ", "), "]");
+  return s;
+}
+
+/// The model of a manifest, resolved.
+llvm::Expected<ModelConfig> modelOf(const ckpt::Manifest &m) {
+  if (m.model_spec().empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the manifest does not record the model");
+  spec::JobSpec job;
+  if (!google::protobuf::TextFormat::ParseFromString(m.model_spec(),
+                                                     job.mutable_model()))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "the manifest's model_spec is not a model spec in text format");
+  return resolveModel(job);
+}
+
+int inspect(const std::string &dir, bool verify) {
+  absl::StatusOr<std::string> resolved = ckpt::ResolveCheckpoint(dir);
+  if (!resolved.ok())
+    return fail(std::string(resolved.status().message()));
+  absl::StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(*resolved);
+  if (!m.ok())
+    return fail(std::string(m.status().message()));
+  std::printf("checkpoint %s\n", resolved->c_str());
+  std::printf("step %lld of %lld, %lld samples consumed (global batch %lld), "
+              "seed %llu, data %s\n",
+              (long long)m->step(), (long long)m->planned_steps(),
+              (long long)m->consumed_samples(),
+              (long long)m->global_batch_size(),
+              (unsigned long long)m->seed(), m->data_order().c_str());
+  std::printf("saved by: %s\n", m->layout().c_str());
+  if (llvm::Expected<ModelConfig> model = modelOf(*m))
+    std::printf("model: %s, %lld layers, hidden %lld, %lld heads (%lld kv), "
+                "ffn %lld, vocab %lld\n",
+                familyName(model->family).c_str(),
+                (long long)model->numLayers, (long long)model->hiddenSize,
+                (long long)model->numHeads, (long long)model->numKvHeads,
+                (long long)model->ffnHiddenSize,
+                (long long)model->paddedVocabSize);
+  else
+    std::printf("model: unknown (%s)\n",
+                llvm::toString(model.takeError()).c_str());
+  int64_t total = 0;
+  std::printf("%zu files:\n", size_t(m->files_size()));
+  for (const ckpt::File &f : m->files()) {
+    std::printf("  %-24s rank %-4lld %12lld bytes  crc32 %s\n",
+                f.name().c_str(), (long long)f.rank(), (long long)f.bytes(),
+                f.crc32().c_str());
+    total += f.bytes();
+  }
+  std::printf("%zu tensors (%.1f MB in all files):\n",
+              size_t(m->tensors_size()), total / 1e6);
+  for (const ckpt::Tensor &t : m->tensors()) {
+    std::map<std::string, int> pieces;
+    for (const ckpt::Piece &p : t.pieces())
+      ++pieces[p.state()];
+    std::vector<std::string> counts;
+    for (const auto &[state, n] : pieces)
+      counts.push_back(absl::StrCat(state, " ", n));
+    std::printf("  %-52s %-14s %s %-28s pieces: %s\n", t.name().c_str(),
+                shapeString(t.shape()).c_str(), t.dtype().c_str(),
+                shardingString(t).c_str(),
+                absl::StrJoin(counts, ", ").c_str());
+  }
+  if (!verify)
+    return 0;
+  if (absl::Status s = ckpt::VerifyCheckpoint(*resolved, *m); !s.ok())
+    return fail(absl::StrCat("verification failed: ", s.message()));
+  size_t pieceCount = 0;
+  for (const ckpt::Tensor &t : m->tensors())
+    pieceCount += t.pieces_size();
+  std::printf("verified: %zu files and %zu pieces match their CRC-32s\n",
+              size_t(m->files_size()), pieceCount);
+  return 0;
+}
+
+int exportHF(const std::string &dir, const std::string &out) {
+  absl::StatusOr<std::string> resolved = ckpt::ResolveCheckpoint(dir);
+  if (!resolved.ok())
+    return fail(std::string(resolved.status().message()));
+  absl::StatusOr<std::unique_ptr<ckpt::CheckpointReader>> reader =
+      ckpt::CheckpointReader::Open(*resolved);
+  if (!reader.ok())
+    return fail(std::string(reader.status().message()));
+  const ckpt::Manifest &m = (*reader)->manifest();
+  llvm::Expected<ModelConfig> model = modelOf(m);
+  if (!model)
+    return fail(absl::StrCat("cannot export ", *resolved, ": ",
+                             llvm::toString(model.takeError())));
+  llvm::Expected<std::string> config = exportHFConfig(*model);
+  if (!config)
+    return fail(absl::StrCat("cannot export ", *resolved, ": ",
+                             llvm::toString(config.takeError())));
+  std::error_code ec;
+  if (fs::exists(out, ec) &&
+      (!fs::is_directory(out, ec) || !fs::is_empty(out, ec)))
+    return fail(absl::StrCat(out, " exists and is not an empty directory: "
+                                  "export writes into a new one"));
+  fs::create_directories(out, ec);
+  if (ec)
+    return fail(absl::StrCat("cannot create ", out, ": ", ec.message()));
+
+  // Every parameter, whole; a fused gate/up projection as its two halves.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> names;
+  std::vector<std::vector<float>> values;
+  for (const ckpt::Tensor &t : m.tensors()) {
+    int64_t n = 1;
+    for (int64_t d : t.shape())
+      n *= d;
+    std::vector<float> v(n);
+    if (absl::Status s = (*reader)->Read(t.name(), "param", 0, n, v.data());
+        !s.ok())
+      return fail(std::string(s.message()));
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    size_t at = t.name().rfind("mlp.gate_up_proj.");
+    if (at == std::string::npos) {
+      names.push_back({t.name(), shape});
+      values.push_back(std::move(v));
+      continue;
+    }
+    std::string prefix = t.name().substr(0, at);
+    std::string suffix = t.name().substr(at + std::string("mlp.gate_up_proj.").size());
+    shape[0] /= 2;
+    names.push_back({absl::StrCat(prefix, "mlp.gate_proj.", suffix), shape});
+    values.emplace_back(v.begin(), v.begin() + n / 2);
+    names.push_back({absl::StrCat(prefix, "mlp.up_proj.", suffix), shape});
+    values.emplace_back(v.begin() + n / 2, v.end());
+  }
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (size_t i = 0; i < names.size(); ++i)
+    tensors.push_back({names[i].first, ckpt::Dtype::kF32, names[i].second,
+                       absl::Span<const uint8_t>(
+                           reinterpret_cast<const uint8_t *>(values[i].data()),
+                           values[i].size() * sizeof(float))});
+  if (absl::Status s = ckpt::WriteSafetensors(
+          (fs::path(out) / "model.safetensors").string(), tensors,
+          {{"format", "pt"}});
+      !s.ok())
+    return fail(std::string(s.message()));
+  std::ofstream configFile(fs::path(out) / "config.json");
+  configFile << *config;
+  configFile.close();
+  if (!configFile)
+    return fail(absl::StrCat("cannot write ",
+                             (fs::path(out) / "config.json").string()));
+  std::printf("exported %s (step %lld) to %s: config.json, model.safetensors "
+              "(%zu tensors)\n",
+              resolved->c_str(), (long long)m.step(), out.c_str(),
+              tensors.size());
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::printf("%s", kUsage);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  std::string dir, hf;
+  bool verify = true;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    if (a == "--no-verify" && command == "inspect") {
+      verify = false;
+    } else if ((a == "--hf" || absl::StartsWith(a, "--hf=")) &&
+               command == "export") {
+      if (a == "--hf") {
+        if (i + 1 == args.size())
+          return usageError("--hf needs a directory");
+        hf = args[++i];
+      } else {
+        hf = a.substr(5);
+      }
+    } else if (absl::StartsWith(a, "--")) {
+      return usageError(absl::StrCat("unknown flag ", a, " for ", command));
+    } else if (dir.empty()) {
+      dir = a;
+    } else {
+      return usageError(absl::StrCat("more than one checkpoint: ", dir,
+                                     " and ", a));
+    }
+  }
+  if (command != "inspect" && command != "export")
+    return usageError(absl::StrCat("unknown command '", command, "'"));
+  if (dir.empty())
+    return usageError("no checkpoint given");
+  if (command == "inspect")
+    return inspect(dir, verify);
+  if (hf.empty())
+    return usageError("export needs --hf OUT");
+  return exportHF(dir, hf);
+}
