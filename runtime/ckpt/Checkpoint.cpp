@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <stdio.h> // renameat2
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -82,11 +83,14 @@ bool isFile(const std::string &path) {
   return fs::is_regular_file(path, ec);
 }
 
-/// The step of a directory name "step-N", or -1.
+/// The step of a directory name as StepDirName writes it ("step-00000010"),
+/// or -1 for any other name.
 int64_t stepOfName(absl::string_view name) {
+  absl::string_view digits = name;
   int64_t step = -1;
-  if (!absl::ConsumePrefix(&name, "step-") || name.empty() ||
-      !absl::SimpleAtoi(name, &step) || step < 0)
+  if (!absl::ConsumePrefix(&digits, "step-") || digits.empty() ||
+      !absl::SimpleAtoi(digits, &step) || step < 0 ||
+      StepDirName(step) != name)
     return -1;
   return step;
 }
@@ -229,6 +233,10 @@ absl::StatusOr<Manifest> ReadManifest(const std::string &dir) {
         return badTensor("its split dimension does not divide evenly");
     }
     int64_t slice = sliceElements(t, ranks);
+    // (state, coordinate) -> [begin, end) of its pieces, for overlaps.
+    std::map<std::pair<std::string, int64_t>,
+             std::vector<std::pair<int64_t, int64_t>>>
+        ranges;
     for (const Piece &p : t.pieces()) {
       if (!isState(p.state()))
         return badTensor(absl::StrCat("state \"", p.state(),
@@ -240,6 +248,17 @@ absl::StatusOr<Manifest> ReadManifest(const std::string &dir) {
           p.begin() > p.end() || p.end() > slice)
         return badTensor(absl::StrCat("piece ", p.key(), " of ", p.file(),
                                       " lies outside the tensor"));
+      ranges[{p.state(), p.coordinate()}].push_back({p.begin(), p.end()});
+    }
+    for (auto &[key, list] : ranges) {
+      std::sort(list.begin(), list.end());
+      for (size_t i = 1; i < list.size(); ++i)
+        if (list[i].first < list[i - 1].second)
+          return badTensor(absl::StrCat(
+              "pieces of ", key.first, " of slice ", key.second,
+              " overlap: elements [", list[i - 1].first, ", ",
+              list[i - 1].second, ") and [", list[i].first, ", ",
+              list[i].second, ")"));
     }
   }
   return m;
@@ -322,20 +341,19 @@ absl::Status CommitCheckpoint(const std::string &root, int64_t step) {
   const std::string dest = (fs::path(root) / StepDirName(step)).string();
   std::error_code ec;
   if (fs::exists(dest, ec)) {
-    // A checkpoint of this step from an earlier run: replaced, after it
-    // stops being `latest`'s (a crash in between leaves the new one in
-    // place of nothing).
-    const std::string old = dest + ".old";
-    fs::remove_all(old, ec);
-    fs::rename(dest, old, ec);
-    if (ec)
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot move aside ", dest, ": ", ec.message()));
-    fs::rename(tmp, dest, ec);
+    // A checkpoint of this step from an earlier run (which `latest` may
+    // name): the two directories trade places in one atomic rename, so
+    // dest is a complete checkpoint at every instant; the old one, now at
+    // tmp, is removed after.
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dest.c_str(),
+                    RENAME_EXCHANGE) != 0)
+      return errnoStatus(errno, absl::StrCat("cannot replace ", dest,
+                                             " with ", tmp));
+    fs::remove_all(tmp, ec);
     if (ec)
       return absl::FailedPreconditionError(absl::StrCat(
-          "cannot rename ", tmp, " to ", dest, ": ", ec.message()));
-    fs::remove_all(old, ec);
+          "cannot remove the replaced checkpoint, now ", tmp, ": ",
+          ec.message()));
   } else {
     fs::rename(tmp, dest, ec);
     if (ec)
@@ -529,7 +547,9 @@ absl::Status CheckpointReader::Read(absl::string_view name,
     PieceRef &ref = pieces_[next->piece];
     absl::StatusOr<const SafetensorsFile *> file = fileOf(ref.piece->file());
     if (!file.ok())
-      return file.status();
+      return absl::Status(file.status().code(),
+                          absl::StrCat("reading ", state, " of tensor ", name,
+                                       ": ", file.status().message()));
     absl::StatusOr<TensorInfo> info = (*file)->Info(ref.piece->key());
     if (!info.ok() || info->dtype != Dtype::kF32 ||
         int64_t(info->numElements) != ref.piece->end() - ref.piece->begin())

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include <google/protobuf/text_format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -359,6 +361,10 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Executor &e, const std::string &root,
     m.set_global_batch_size(state.globalBatch);
     m.set_data_order(state.dataOrder);
     m.set_model_spec(plan.training().model_spec());
+    plan::Training training = plan.training();
+    training.clear_model_spec();
+    google::protobuf::TextFormat::PrintToString(training,
+                                                m.mutable_training());
     for (int a = 0; a < plan.mesh().axes_size(); ++a) {
       m.mutable_mesh()->add_axes(plan.mesh().axes(a));
       m.mutable_mesh()->add_sizes(plan.mesh().sizes(a));
