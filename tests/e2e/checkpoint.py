@@ -16,7 +16,7 @@ corrupt files.
    (braid-ckpt export): the exported tensors are byte-identical to the
    imported ones, and the config reads back as the same model. A trained
    tiny-llama (tp 2), exported, gives the loss of its own checkpoint on a
-   fixed batch.
+   fixed batch, and so do trained GPT-2, Bloom and fused-MLP LLaMA models.
 4. A crash during a save (kill -9 of a rank while the save's temporary
    directory is being written): the previous checkpoint stays `latest`,
    verifies, and resumes; the partial one is never picked.
@@ -230,26 +230,38 @@ def main():
                 fail(f"{tag}: exported config.json has {key} = {exported[key]}, not {value}")
         print(f"{tag}: import then export gives the {len(want)} tensors byte for byte")
 
-    # A trained model, exported, evaluates like its checkpoint.
-    trained_plan = job("trained", 'preset: "tiny-llama"', "tp: 2 micro_batch_size: 4", steps=10)
-    root = fresh(w("trained-ckpt"))
-    train("trained", trained_plan, 2, "--save", root)
-    out = fresh(w("trained-hf"))
-    run([b("braid-ckpt"), "export", root, "--hf", out])
-    eval_job = w("eval-hf.textproto")
-    with open(eval_job, "w") as f:
-        f.write(f'model {{ hf_config: "{os.path.join(out, "config.json")}" }}\n'
-                "parallel { micro_batch_size: 4 }\n"
-                "train { steps: 1 lr: 3e-3 seed: 7 }\ndata { seq_length: 32 }\n")
-    eval_plan = w("eval-hf.plan")
-    run([b("braidc"), eval_job, "--emit=plan", "-o", eval_plan])
-    from_hf, _ = train("eval-from-hf", eval_plan, 1, "--init-from", out)
-    serial_plan = job("eval-braid", 'preset: "tiny-llama"', "micro_batch_size: 4", steps=1,
-                      warmup=0)
-    from_ckpt, _ = train("eval-from-ckpt", serial_plan, 1, "--init-from", root)
-    if from_hf[1] != from_ckpt[1]:
-        fail(f"the exported model's loss {from_hf[1]} is not its checkpoint's {from_ckpt[1]}")
-    print(f"trained tiny-llama exported: loss {from_hf[1]} on the fixed batch, as its checkpoint")
+    # A trained model, exported, evaluates like its checkpoint: LLaMA (and
+    # with its MLP fused, exported split), GPT-2 (Conv1D weights) and Bloom.
+    trained = [
+        ("tiny-llama", 'preset: "tiny-llama"', 2, "tp: 2 micro_batch_size: 4"),
+        ("tiny-llama-fused", 'preset: "tiny-llama" fuse_mlp: true', 2,
+         "tp: 2 micro_batch_size: 4"),
+        ("tiny-gpt2", 'preset: "tiny-gpt2"', 2, "pp: 2 micro_batch_size: 2 global_batch_size: 4"),
+        ("tiny-bloom", "family: BLOOM num_layers: 2 hidden_size: 64 num_heads: 4 vocab_size: 512",
+         2, "dp: 2 micro_batch_size: 2 zero: 1"),
+    ]
+    for tag, model, ranks, parallel in trained:
+        trained_plan = job(f"trained-{tag}", model, parallel, steps=10)
+        root = fresh(w(f"trained-{tag}-ckpt"))
+        train(f"trained-{tag}", trained_plan, ranks, "--save", root)
+        out = fresh(w(f"trained-{tag}-hf"))
+        run([b("braid-ckpt"), "export", root, "--hf", out])
+        eval_job = w(f"eval-{tag}-hf.textproto")
+        with open(eval_job, "w") as f:
+            f.write(f'model {{ hf_config: "{os.path.join(out, "config.json")}" }}\n'
+                    "parallel { micro_batch_size: 4 }\n"
+                    "train { steps: 1 lr: 3e-3 seed: 7 }\ndata { seq_length: 32 }\n")
+        eval_plan = w(f"eval-{tag}-hf.plan")
+        run([b("braidc"), eval_job, "--emit=plan", "-o", eval_plan])
+        from_hf, _ = train(f"eval-{tag}-from-hf", eval_plan, 1, "--init-from", out)
+        serial_plan = job(f"eval-{tag}-braid", model, "micro_batch_size: 4", steps=1, warmup=0)
+        from_ckpt, _ = train(f"eval-{tag}-from-ckpt", serial_plan, 1, "--init-from", root)
+        d = abs(from_hf[1] - from_ckpt[1]) / abs(from_ckpt[1])
+        if d > 1e-6:
+            fail(f"{tag}: the exported model's loss {from_hf[1]} is not its checkpoint's "
+                 f"{from_ckpt[1]}")
+        print(f"trained {tag} exported: loss {from_hf[1]} on a fixed batch, its checkpoint's "
+              f"{from_ckpt[1]}")
 
     # 4. A crash during a save.
     big = 'family: LLAMA num_layers: 2 hidden_size: 512 num_heads: 8 ffn_hidden_size: 1408 vocab_size: 257'
