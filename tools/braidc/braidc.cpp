@@ -6,9 +6,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Compile.h"
+#include "compiler/CostModel.h"
 #include "compiler/PlanExport.h"
 #include "compiler/Registration.h"
 #include "compiler/Report.h"
+#include "compiler/Search.h"
 #include "frontends/ModelBuilder.h"
 #include "frontends/ParallelConfig.h"
 #include "frontends/Spec.h"
@@ -28,6 +30,8 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <optional>
 
 namespace cl = llvm::cl;
 using namespace braid;
@@ -112,6 +116,30 @@ static cl::opt<int64_t> memoryBudget(
     cl::desc("Most arena bytes per device; recompute auto fits it "
              "(parallel.memory_budget_bytes)"),
     cl::cat(category));
+static cl::opt<std::string> clusterFlag(
+    "cluster",
+    cl::desc("Price the plan on this cluster: a preset (dgx-h100, dgx-a100) "
+             "or a cluster file (braid calibrate writes one); the report's "
+             "predicted_step"),
+    cl::cat(category));
+static cl::opt<int64_t> nodesFlag(
+    "nodes", cl::desc("Nodes of the --cluster (overrides its count)"),
+    cl::init(0), cl::cat(category));
+static cl::opt<bool> autoFlag(
+    "auto",
+    cl::desc("Choose the layout (tp, pp, vpp, dp, sp, micro-batch, schedule, "
+             "recompute, zero) that the cost model finds fastest among those "
+             "that fit the --cluster, and compile it"),
+    cl::cat(category));
+static cl::opt<int64_t> topFlag(
+    "top", cl::desc("With --auto: print the best K layouts (and why others "
+                    "were rejected)"),
+    cl::init(0), cl::cat(category));
+static cl::opt<int64_t> maxCompilesFlag(
+    "max-compiles",
+    cl::desc("With --auto: compile at most N candidates, the least memory "
+             "first (0: all)"),
+    cl::init(0), cl::cat(category));
 static cl::opt<bool> fuseMlpFlag(
     "fuse-mlp",
     cl::desc("One fused gate/up projection in SwiGLU MLPs (model.fuse_mlp)"),
@@ -223,6 +251,56 @@ int main(int argc, char **argv) {
   llvm::Expected<spec::JobSpec> job = loadJob();
   if (!job)
     return fail(job.takeError());
+
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  mlir::MLIRContext context(registry);
+
+  if (autoFlag) {
+    if (clusterFlag.empty())
+      return fail("--auto plans for a cluster: give --cluster PRESET|FILE");
+    if (!emitPlan)
+      return fail("--auto compiles the layout it picks: give --emit=plan");
+    llvm::Expected<spec::Cluster> cluster = loadCluster(clusterFlag, nodesFlag);
+    if (!cluster)
+      return fail(cluster.takeError());
+    SearchOptions search;
+    search.cluster = *cluster;
+    search.maxCompiles = maxCompilesFlag;
+    llvm::Expected<std::vector<Candidate>> candidates =
+        searchLayouts(*job, search, context);
+    if (!candidates)
+      return fail(candidates.takeError());
+    llvm::raw_ostream &os = outputFile == "-" ? llvm::errs() : llvm::outs();
+    if (topFlag > 0)
+      os << candidateTable(*candidates, topFlag);
+    if (candidates->empty() || !candidates->front().feasible) {
+      const Candidate *least = nullptr;
+      for (const Candidate &c : *candidates)
+        if (c.compiled && (!least || c.peakBytes < least->peakBytes))
+          least = &c;
+      if (!least)
+        return fail("no layout of the model fits " + cluster->name() +
+                    ": " + (candidates->empty()
+                                ? std::string("none was found")
+                                : candidates->front().rejected));
+      return fail(llvm::formatv(
+                      "no layout fits {0} x {1} devices of {2} B: the least "
+                      "memory any layout needs is {3} B per device ({4})",
+                      cluster->nodes(), cluster->devices_per_node(),
+                      cluster->memory_bytes(), least->peakBytes, least->layout)
+                      .str());
+    }
+    const Candidate &best = candidates->front();
+    os << "auto: " << best.layout << ", predicted "
+       << llvm::formatv("{0:F4}", best.prediction.stepTime) << " s per step, "
+       << best.peakBytes << " B per device (of "
+       << llvm::count_if(*candidates,
+                         [](const Candidate &c) { return c.feasible; })
+       << " layouts that fit, " << candidates->size() << " considered)\n";
+    *job->mutable_parallel() = best.parallel;
+  }
+
   llvm::Expected<ModelConfig> config = resolveModel(*job);
   if (!config)
     return fail(config.takeError());
@@ -230,9 +308,6 @@ int main(int argc, char **argv) {
   if (!parallel)
     return fail(parallel.takeError());
 
-  mlir::DialectRegistry registry;
-  registerDialects(registry);
-  mlir::MLIRContext context(registry);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       buildForwardModule(context, *config);
 
@@ -257,6 +332,11 @@ int main(int argc, char **argv) {
   if (llvm::Error error = runPhases(*module, options))
     return fail(std::move(error));
 
+  if (!clusterFlag.empty() && !emitPlan)
+    return fail("--cluster prices a plan: give --emit=plan (or plan-text)");
+  if (nodesFlag.getNumOccurrences() && clusterFlag.empty())
+    return fail("--nodes=" + llvm::Twine(nodesFlag) + " needs --cluster");
+  std::optional<llvm::json::Object> predicted;
   std::string errorMessage;
   if (emitPlan) {
     llvm::Expected<plan::Plan> exported = exportPlan(*module);
@@ -264,6 +344,22 @@ int main(int argc, char **argv) {
       return fail(exported.takeError());
     exported->mutable_training()->MergeFrom(
         trainingSettings(*config, *train, *parallel, job->data()));
+    if (!clusterFlag.empty()) {
+      llvm::Expected<spec::Cluster> cluster = loadCluster(clusterFlag, nodesFlag);
+      if (!cluster)
+        return fail(cluster.takeError());
+      llvm::Expected<StepPrediction> prediction = predictStep(*exported, *cluster);
+      if (!prediction)
+        return fail(prediction.takeError());
+      exported->mutable_training()->set_predicted_step_time_s(
+          prediction->stepTime);
+      exported->mutable_training()->set_predicted_cluster(cluster->name());
+      FlopCount flops = countFlops(*graph);
+      double perStep = flops.trainingPerToken() * double(config->microBatchSize) *
+                       double(config->seqLength) *
+                       double(parallel->microBatches) * double(parallel->dp);
+      predicted = predictionReport(*prediction, *cluster, *exported, perStep);
+    }
     if (emit == "plan") {
       if (absl::Status s = plan::WritePlanFile(*exported, outputFile); !s.ok())
         return fail(std::string(s.message()));
@@ -304,6 +400,8 @@ int main(int argc, char **argv) {
       if (!pipeline.empty())
         json.getAsObject()->try_emplace("pipeline", std::move(pipeline));
     }
+    if (predicted)
+      json.getAsObject()->try_emplace("predicted_step", std::move(*predicted));
     report->os() << llvm::formatv("{0:2}", std::move(json)) << "\n";
     report->keep();
   }

@@ -1,0 +1,513 @@
+//===- CostModel.cpp - Predicted step time of a plan on a cluster ---------===//
+
+#include "compiler/CostModel.h"
+
+#include "compiler/Schedule.h"
+#include "runtime/plan/PlanLoader.h"
+#include "runtime/plan/Work.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+using namespace braid;
+
+namespace {
+
+llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// DGX H100: 8 H100 SXM5 80 GB per node. Peaks from NVIDIA's data sheet
+/// (dense bf16 989 TFLOP/s, fp32 67 TFLOP/s, HBM3 3.35 TB/s); links as
+/// NCCL's all-reduce bus bandwidth reaches them (NVLink 4: 900 GB/s both
+/// ways, about 360 GB/s of bus bandwidth; 8 x 400 Gb/s InfiniBand per node,
+/// about 45 GB/s per GPU).
+spec::Cluster dgxH100() {
+  spec::Cluster c;
+  c.set_name("dgx-h100");
+  c.set_nodes(1);
+  c.set_devices_per_node(8);
+  c.set_memory_bytes(int64_t(80 * kGiB));
+  c.set_peak_flops_bf16(989e12);
+  c.set_peak_flops_fp32(67e12);
+  c.set_memory_bandwidth(3.35e12);
+  c.mutable_intra_node()->set_bandwidth(360e9);
+  c.mutable_intra_node()->set_latency(5e-6);
+  c.mutable_inter_node()->set_bandwidth(45e9);
+  c.mutable_inter_node()->set_latency(10e-6);
+  c.set_matmul_efficiency(0.6);
+  c.set_vector_efficiency(0.7);
+  c.set_kernel_overhead_s(4e-6);
+  return c;
+}
+
+/// DGX A100: 8 A100 SXM4 80 GB per node (dense bf16 312 TFLOP/s, fp32
+/// 19.5 TFLOP/s, HBM2e 2.04 TB/s; NVLink 3 600 GB/s both ways, about
+/// 230 GB/s of bus bandwidth; 8 x 200 Gb/s HDR InfiniBand, about 22 GB/s per
+/// GPU).
+spec::Cluster dgxA100() {
+  spec::Cluster c;
+  c.set_name("dgx-a100");
+  c.set_nodes(1);
+  c.set_devices_per_node(8);
+  c.set_memory_bytes(int64_t(80 * kGiB));
+  c.set_peak_flops_bf16(312e12);
+  c.set_peak_flops_fp32(19.5e12);
+  c.set_memory_bandwidth(2.04e12);
+  c.mutable_intra_node()->set_bandwidth(230e9);
+  c.mutable_intra_node()->set_latency(6e-6);
+  c.mutable_inter_node()->set_bandwidth(22e9);
+  c.mutable_inter_node()->set_latency(12e-6);
+  c.set_matmul_efficiency(0.6);
+  c.set_vector_efficiency(0.7);
+  c.set_kernel_overhead_s(5e-6);
+  return c;
+}
+
+bool isMatmul(plan::Kernel k) {
+  return k == plan::LINEAR || k == plan::LINEAR_GRAD_INPUT ||
+         k == plan::LINEAR_GRAD_WEIGHT || k == plan::ATTENTION ||
+         k == plan::ATTENTION_GRAD;
+}
+
+/// Prices instructions on one cluster for one plan.
+class Pricer {
+public:
+  Pricer(const plan::Plan &plan, const spec::Cluster &cluster)
+      : plan(plan), cluster(cluster) {
+    int64_t world = plan::WorldSize(plan);
+    int64_t perNode = std::max<int64_t>(cluster.devices_per_node(), 1);
+    ranksPerNode = std::min(world, perNode);
+    // The calibration for as many ranks per node as the plan has (else the
+    // nearest, by ratio).
+    for (const spec::Calibration &c : cluster.calibrations())
+      if (!calibration ||
+          std::abs(std::log(double(c.ranks_per_node()) / ranksPerNode)) <
+              std::abs(std::log(double(calibration->ranks_per_node()) /
+                                ranksPerNode)))
+        calibration = &c;
+  }
+
+  /// Seconds of a compute kernel.
+  double compute(const plan::Instruction &inst) const {
+    plan::Work w = plan::InstructionWork(plan, inst);
+    if (calibration) {
+      const spec::KernelRate *rate = nullptr, *fallback = nullptr;
+      std::string name = plan::Kernel_Name(inst.kernel());
+      for (const spec::KernelRate &r : calibration->kernels()) {
+        if (r.kernel() == name)
+          rate = &r;
+        if (r.kernel() == "default")
+          fallback = &r;
+      }
+      if (!rate)
+        rate = fallback;
+      if (rate) {
+        double t = 0;
+        if (rate->flops_per_s() > 0)
+          t = std::max(t, w.flops / rate->flops_per_s());
+        if (rate->bytes_per_s() > 0)
+          t = std::max(t, w.bytes / rate->bytes_per_s());
+        return rate->overhead_s() + t;
+      }
+    }
+    bool low = false;
+    for (int32_t id : inst.inputs())
+      low = low || plan.buffers(id).dtype() == plan::BF16 ||
+            plan.buffers(id).dtype() == plan::F16;
+    double peak = low ? cluster.peak_flops_bf16() : cluster.peak_flops_fp32();
+    double t = 0;
+    if (isMatmul(inst.kernel()) && peak > 0)
+      t = w.flops / (peak * efficiency(cluster.matmul_efficiency(), 0.6));
+    if (cluster.memory_bandwidth() > 0)
+      t = std::max(t, w.bytes / (cluster.memory_bandwidth() *
+                                 efficiency(cluster.vector_efficiency(), 0.7)));
+    return cluster.kernel_overhead_s() + t;
+  }
+
+  /// Seconds of a communication instruction run by the rank at `coords`.
+  double communicate(const plan::Instruction &inst,
+                     const std::vector<int64_t> &coords) const {
+    plan::Work w = plan::InstructionWork(plan, inst);
+    std::vector<std::string> axes(inst.group().begin(), inst.group().end());
+    if (inst.kernel() == plan::SEND || inst.kernel() == plan::RECV)
+      axes = {inst.rank_axis()};
+    const spec::LinkClass &link = linkOf(axes, coords);
+    double bw = link.bandwidth() > 0 ? link.bandwidth() : 1e30;
+    double n = double(std::max<int64_t>(w.groupSize, 1));
+    switch (inst.kernel()) {
+    case plan::SEND:
+    case plan::RECV:
+      return link.latency() + w.messageBytes / bw;
+    case plan::ALL_REDUCE:
+    case plan::GRAD_NORM:
+      if (n <= 1)
+        return 0;
+      return 2 * (n - 1) / n * w.messageBytes / bw + 2 * (n - 1) * link.latency();
+    case plan::ALL_GATHER:
+      if (n <= 1)
+        return 0;
+      return (n - 1) * w.messageBytes / bw + (n - 1) * link.latency();
+    case plan::REDUCE_SCATTER:
+      if (n <= 1)
+        return 0;
+      return (n - 1) / n * w.messageBytes / bw + (n - 1) * link.latency();
+    default:
+      return link.latency() + w.messageBytes / bw;
+    }
+  }
+
+  int64_t ranksPerNode = 1;
+
+private:
+  static double efficiency(double given, double fallback) {
+    return given > 0 ? given : fallback;
+  }
+
+  /// The link class of a group along `axes` of the rank at `coords`: within
+  /// a node when the group's first and last ranks are on one node.
+  const spec::LinkClass &linkOf(const std::vector<std::string> &axes,
+                                const std::vector<int64_t> &coords) const {
+    const plan::Mesh &mesh = plan.mesh();
+    int64_t rank = 0, span = 0, stride = 1;
+    std::vector<int64_t> strides(mesh.sizes_size());
+    for (int a = mesh.sizes_size() - 1; a >= 0; --a) {
+      strides[a] = stride;
+      stride *= mesh.sizes(a);
+    }
+    for (int a = 0; a < mesh.axes_size(); ++a) {
+      bool in = std::find(axes.begin(), axes.end(), mesh.axes(a)) != axes.end();
+      if (in)
+        span += (mesh.sizes(a) - 1) * strides[a];
+      else
+        rank += coords[a] * strides[a];
+    }
+    int64_t perNode = std::max<int64_t>(cluster.devices_per_node(), 1);
+    bool intra = rank / perNode == (rank + span) / perNode;
+    if (intra && calibration && calibration->has_intra_node())
+      return calibration->intra_node();
+    return intra ? cluster.intra_node() : cluster.inter_node();
+  }
+
+  const plan::Plan &plan;
+  const spec::Cluster &cluster;
+  const spec::Calibration *calibration = nullptr;
+};
+
+/// One function's run on one rank.
+struct FunctionTime {
+  double total = 0, compute = 0, hidden = 0;
+  std::map<std::string, double> communication;
+  /// Of the transfers between stages (SEND/RECV): the largest, priced
+  /// apart (the schedule's simulation places them).
+  double transfer = 0;
+};
+
+std::string axesLabel(const plan::Instruction &inst) {
+  if (inst.kernel() == plan::SEND || inst.kernel() == plan::RECV)
+    return inst.rank_axis();
+  return llvm::join(inst.group().begin(), inst.group().end(), ",");
+}
+
+FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
+                           const std::vector<int64_t> &coords) {
+  FunctionTime t;
+  double now = 0, stream = 0;
+  // Per buffer of a collective in flight: when it ends, and its axes.
+  std::map<int32_t, std::pair<double, std::string>> pending;
+  auto expose = [&](double until, const std::string &axes) {
+    if (until > now) {
+      t.communication[axes] += until - now;
+      t.hidden -= until - now;
+      now = until;
+    }
+  };
+  for (const plan::Instruction &inst : fn.body()) {
+    plan::Kernel k = inst.kernel();
+    if (k == plan::WAIT) {
+      // The compute stream waits for the collectives on these buffers.
+      double until = now;
+      std::string axes;
+      for (int32_t id : inst.inputs())
+        if (auto it = pending.find(id); it != pending.end()) {
+          if (it->second.first > until) {
+            until = it->second.first;
+            axes = it->second.second;
+          }
+          pending.erase(it);
+        }
+      expose(until, axes);
+      continue;
+    }
+    if (k == plan::SEND || k == plan::RECV) {
+      // Placed by the schedule's simulation (Costs::transfer).
+      t.transfer = std::max(t.transfer, pricer.communicate(inst, coords));
+      continue;
+    }
+    bool comm = plan::IsCommunication(k) ||
+                (k == plan::GRAD_NORM && inst.group_size() > 0);
+    if (!comm) {
+      double d = pricer.compute(inst);
+      now += d;
+      t.compute += d;
+      continue;
+    }
+    if (k == plan::GRAD_NORM) { // its sums, then the all-reduce
+      double c = pricer.compute(inst);
+      now += c;
+      t.compute += c;
+    }
+    double d = pricer.communicate(inst, coords);
+    auto async = inst.int_attrs().find("async");
+    if (async != inst.int_attrs().end() && async->second != 0) {
+      // On the second stream, after what it already carries.
+      stream = std::max(now, stream) + d;
+      for (int32_t id : inst.outputs())
+        pending[id] = {stream, axesLabel(inst)};
+      for (int32_t id : inst.inputs())
+        pending[id] = {stream, axesLabel(inst)};
+      t.hidden += d;
+      continue;
+    }
+    now += d;
+    t.communication[axesLabel(inst)] += d;
+  }
+  // What is still in flight ends the function.
+  for (auto &[id, end] : pending)
+    expose(end.first, end.second);
+  t.total = now;
+  return t;
+}
+
+const plan::Function *findFunction(const plan::Plan &plan,
+                                   const std::string &name) {
+  for (const plan::Function &fn : plan.functions())
+    if (fn.name() == name)
+      return &fn;
+  return nullptr;
+}
+
+} // namespace
+
+std::vector<std::string> braid::clusterPresets() {
+  return {"dgx-h100", "dgx-a100"};
+}
+
+llvm::Expected<spec::Cluster> braid::loadCluster(llvm::StringRef nameOrPath,
+                                                 int64_t nodes) {
+  spec::Cluster c;
+  if (nameOrPath == "dgx-h100") {
+    c = dgxH100();
+  } else if (nameOrPath == "dgx-a100") {
+    c = dgxA100();
+  } else {
+    auto buffer = llvm::MemoryBuffer::getFile(nameOrPath);
+    if (!buffer)
+      return error("--cluster " + nameOrPath +
+                   " is neither a preset (" +
+                   llvm::join(clusterPresets(), ", ") +
+                   ") nor a readable cluster file: " +
+                   buffer.getError().message());
+    if (!google::protobuf::TextFormat::ParseFromString(
+            (*buffer)->getBuffer().str(), &c))
+      return error(nameOrPath +
+                   ": not a cluster description (text format of "
+                   "braid.spec.Cluster)");
+  }
+  if (nodes > 0)
+    c.set_nodes(nodes);
+  if (c.nodes() < 1 || c.devices_per_node() < 1)
+    return error("cluster " + c.name() + ": nodes = " + llvm::Twine(c.nodes()) +
+                 " and devices_per_node = " +
+                 llvm::Twine(c.devices_per_node()) + " must be >= 1");
+  if (c.memory_bytes() < 1)
+    return error("cluster " + c.name() + ": memory_bytes must be >= 1");
+  return c;
+}
+
+llvm::Expected<StepPrediction> braid::predictStep(const plan::Plan &plan,
+                                                  const spec::Cluster &cluster) {
+  int64_t world = plan::WorldSize(plan);
+  if (world > cluster.nodes() * cluster.devices_per_node())
+    return error("the plan has " + llvm::Twine(world) + " ranks but cluster " +
+                 cluster.name() + " has " +
+                 llvm::Twine(cluster.nodes() * cluster.devices_per_node()) +
+                 " devices");
+  Pricer pricer(plan, cluster);
+  const plan::Mesh &mesh = plan.mesh();
+  auto coordsOfStage = [&](int64_t stage) {
+    std::vector<int64_t> coords(mesh.axes_size(), 0);
+    for (int a = 0; a < mesh.axes_size(); ++a)
+      if (mesh.axes(a) == "pp")
+        coords[a] = stage;
+    return coords;
+  };
+  auto price = [&](const std::string &name, int64_t stage,
+                   StepPrediction &into, double times) -> llvm::Expected<double> {
+    if (name.empty())
+      return 0.0;
+    const plan::Function *fn = findFunction(plan, name);
+    if (!fn)
+      return error("the plan names function '" + name + "', which it lacks");
+    FunctionTime t = priceFunction(pricer, *fn, coordsOfStage(stage));
+    into.compute += times * t.compute;
+    into.hiddenCommunication += times * t.hidden;
+    for (auto &[axes, s] : t.communication)
+      into.communication[axes] += times * s;
+    return t.total + t.transfer;
+  };
+
+  StepPrediction out;
+  const plan::Training &training = plan.training();
+  int64_t micro = std::max<int64_t>(training.micro_batches(), 1);
+  if (plan.pipeline().stages_size() == 0) {
+    const plan::StepFunctions &fns = training.step();
+    double total = 0;
+    for (auto [name, times] : {std::pair<std::string, double>{fns.zero_grads(), 1},
+                               {fns.micro_step(), double(micro)},
+                               {fns.update(), 1}}) {
+      llvm::Expected<double> t = price(name, 0, out, times);
+      if (!t)
+        return t.takeError();
+      total += times * *t;
+    }
+    out.stepTime = total;
+    out.stageBusy = {total};
+    return out;
+  }
+
+  // A pipeline: each stage's functions, then the schedule's simulation.
+  const plan::Pipeline &pipe = plan.pipeline();
+  int64_t p = pipe.stages_size();
+  int64_t v = 1 + pipe.stages(0).chunks_size();
+  bool split = !pipe.stages(0).backward_weight().empty();
+  pipeline::Costs costs;
+  costs.forward.assign(p, std::vector<double>(v, 0));
+  if (split) {
+    costs.backwardInput.assign(p, std::vector<double>(v, 0));
+    costs.backwardWeight.assign(p, std::vector<double>(v, 0));
+  } else {
+    costs.backward.assign(p, std::vector<double>(v, 0));
+  }
+  std::vector<StepPrediction> perStage(p);
+  std::vector<double> fixed(p, 0); // zero_grads + update
+  double transfer = 0;
+  for (int64_t s = 0; s < p; ++s) {
+    const plan::Stage &stage = pipe.stages(s);
+    StepPrediction &acc = perStage[s];
+    for (int64_t k = 0; k < v; ++k) {
+      std::string fwd = k == 0 ? stage.forward() : stage.chunks(k - 1).forward();
+      std::string bwd = k == 0 ? stage.backward() : stage.chunks(k - 1).backward();
+      std::string bw = k == 0 ? stage.backward_weight()
+                              : stage.chunks(k - 1).backward_weight();
+      for (auto [name, table] :
+           {std::pair<std::string, std::vector<std::vector<double>> *>{
+                fwd, &costs.forward},
+            {bwd, split ? &costs.backwardInput : &costs.backward},
+            {bw, split ? &costs.backwardWeight : nullptr}}) {
+        if (!table)
+          continue;
+        const plan::Function *fn = findFunction(plan, name);
+        if (!fn)
+          return error("stage " + llvm::Twine(s) + " names function '" + name +
+                       "', which the plan lacks");
+        FunctionTime t = priceFunction(pricer, *fn, coordsOfStage(s));
+        (*table)[s][k] = t.total;
+        transfer = std::max(transfer, t.transfer);
+        acc.compute += double(micro) * t.compute;
+        acc.hiddenCommunication += double(micro) * t.hidden;
+        for (auto &[axes, sec] : t.communication)
+          acc.communication[axes] += double(micro) * sec;
+      }
+    }
+    for (const std::string &name : {stage.zero_grads(), stage.update()}) {
+      llvm::Expected<double> t = price(name, s, acc, 1);
+      if (!t)
+        return t.takeError();
+      fixed[s] += *t;
+    }
+  }
+  costs.transfer = transfer;
+  // The plan's own order of work on each stage.
+  pipeline::Schedules schedules(p);
+  for (int64_t s = 0; s < p; ++s)
+    for (const plan::ScheduleStep &step : pipe.stages(s).schedule()) {
+      pipeline::Work work =
+          step.kind() == plan::ScheduleStep::FORWARD ? pipeline::Work::Forward
+          : step.kind() == plan::ScheduleStep::BACKWARD_WEIGHT
+              ? pipeline::Work::BackwardWeight
+          : split ? pipeline::Work::BackwardInput
+                  : pipeline::Work::Backward;
+      schedules[s].push_back({work, step.micro_batch(), step.chunk()});
+    }
+  llvm::Expected<pipeline::Timeline> timeline =
+      pipeline::simulate(schedules, p, micro, v, costs);
+  if (!timeline)
+    return timeline.takeError();
+  int64_t slowest = 0;
+  double step = 0;
+  for (int64_t s = 0; s < p; ++s) {
+    double end = timeline->ranks[s].empty() ? 0 : timeline->ranks[s].back().end;
+    double total = end + fixed[s];
+    if (total > step) {
+      step = total;
+      slowest = s;
+    }
+    out.stageBusy.push_back(timeline->busy[s] + fixed[s]);
+  }
+  out.stepTime = step;
+  out.compute = perStage[slowest].compute;
+  out.communication = perStage[slowest].communication;
+  out.hiddenCommunication = perStage[slowest].hiddenCommunication;
+  out.communication["pp"] += double(micro) * 2 * transfer;
+  out.bubble = std::max(0.0, step - out.stageBusy[slowest]);
+  return out;
+}
+
+llvm::json::Object braid::predictionReport(const StepPrediction &prediction,
+                                           const spec::Cluster &cluster,
+                                           const plan::Plan &plan,
+                                           double trainingFlopsPerStep) {
+  const plan::Training &t = plan.training();
+  int64_t world = plan::WorldSize(plan);
+  double tokens = double(t.micro_batch_size()) * double(t.seq_length()) *
+                  double(std::max<int64_t>(t.micro_batches(), 1)) *
+                  double(plan::AxisSize(plan.mesh(), "dp"));
+  double step = prediction.stepTime;
+  llvm::json::Object comm;
+  double exposed = 0;
+  for (const auto &[axes, seconds] : prediction.communication) {
+    comm[axes.empty() ? "local" : axes] = seconds;
+    exposed += seconds;
+  }
+  llvm::json::Array stages;
+  for (double busy : prediction.stageBusy)
+    stages.push_back(busy);
+  bool low = false;
+  for (const plan::Buffer &b : plan.buffers())
+    low = low || (b.role() == plan::PARAMETER &&
+                  (b.dtype() == plan::BF16 || b.dtype() == plan::F16));
+  double peak = low ? cluster.peak_flops_bf16() : cluster.peak_flops_fp32();
+  double perDevice = step > 0 ? trainingFlopsPerStep / step / world : 0;
+  return llvm::json::Object{
+      {"cluster", cluster.name()},
+      {"step_time_s", step},
+      {"tokens_per_s", step > 0 ? tokens / step : 0.0},
+      {"compute_s", prediction.compute},
+      {"exposed_communication_s", std::move(comm)},
+      {"exposed_communication_total_s", exposed},
+      {"hidden_communication_s", prediction.hiddenCommunication},
+      {"bubble_s", prediction.bubble},
+      {"stage_busy_s", std::move(stages)},
+      {"model_tflops_per_device", perDevice / 1e12},
+      {"mfu", peak > 0 ? perDevice / peak : 0.0},
+  };
+}

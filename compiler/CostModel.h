@@ -1,0 +1,80 @@
+//===- CostModel.h - Predicted step time of a plan on a cluster -*- C++ -*-===//
+//
+// Prices a compiled plan (the plan file's message) on a cluster
+// (frontends/spec/cluster.proto):
+//   - each kernel call: overhead + max(FLOPs / FLOP rate, bytes / byte
+//     rate), the rates measured (a calibration for the plan's ranks per
+//     node) or from the roofline (peak x efficiency);
+//   - each collective: ring costs over its group, 2 (n-1)/n bytes / bus
+//     bandwidth + 2 (n-1) latency for an all-reduce, half that for an
+//     all-gather or reduce-scatter, on the link class its group spans
+//     (within a node when every rank of the group is on one node: ranks are
+//     numbered row-major over the mesh axes and filled node by node);
+//   - each function of a rank: its instructions in order, asynchronous
+//     collectives on a second stream that a WAIT joins;
+//   - the step: zero_grads, the micro-batches (or the pipeline schedule,
+//     simulated by compiler/Schedule.h with the stages' function times and
+//     the transfers between stages), then update, on the slowest stage.
+// Ranks of one stage run the same program on the same shapes, so one rank
+// per stage is priced: collectives find their group ready.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_COMPILER_COSTMODEL_H
+#define BRAID_COMPILER_COSTMODEL_H
+
+#include "frontends/spec/cluster.pb.h"
+#include "runtime/plan/plan.pb.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+/// The cluster `nameOrPath` names: a preset (dgx-h100, dgx-a100) or a text
+/// proto file (a `braid calibrate` profile). `nodes` > 0 overrides its node
+/// count. Errors name the file or list the presets.
+llvm::Expected<spec::Cluster> loadCluster(llvm::StringRef nameOrPath,
+                                          int64_t nodes = 0);
+
+/// The preset names.
+std::vector<std::string> clusterPresets();
+
+/// Where a step's time goes, in seconds (one rank of the slowest stage).
+struct StepPrediction {
+  double stepTime = 0;
+  /// Kernel time other than communication, over the step (the stage's).
+  double compute = 0;
+  /// Communication time by mesh axes ("tp", "dp", "tp,dp", "pp" for
+  /// transfers between stages), exposed on the compute stream.
+  std::map<std::string, double> communication;
+  /// Communication that ran on the second stream, hidden behind compute.
+  double hiddenCommunication = 0;
+  /// The pipeline's idle time on the slowest stage.
+  double bubble = 0;
+  /// Per pipeline stage: one step's busy time.
+  std::vector<double> stageBusy;
+};
+
+/// The prediction as the compile report's `predicted_step` (docs/report.md):
+/// seconds and where they go, tokens/s, and with `trainingFlopsPerStep`
+/// (model FLOPs of one step) TFLOP/s per device and MFU.
+llvm::json::Object predictionReport(const StepPrediction &prediction,
+                                    const spec::Cluster &cluster,
+                                    const plan::Plan &plan,
+                                    double trainingFlopsPerStep);
+
+/// The predicted step of `plan` on `cluster`. Errors: a plan the model
+/// cannot follow (a function the schedule names that does not exist), a
+/// plan that needs more devices than the cluster has.
+llvm::Expected<StepPrediction> predictStep(const plan::Plan &plan,
+                                           const spec::Cluster &cluster);
+
+} // namespace braid
+
+#endif // BRAID_COMPILER_COSTMODEL_H

@@ -1,0 +1,314 @@
+//===- Search.cpp - The fastest layout that fits --------------------------===//
+
+#include "compiler/Search.h"
+
+#include "compiler/Compile.h"
+#include "compiler/PlanExport.h"
+#include "compiler/Report.h"
+#include "frontends/ModelBuilder.h"
+#include "frontends/ParallelConfig.h"
+#include "frontends/TrainConfig.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+
+using namespace braid;
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0)
+      out.push_back(d);
+  return out;
+}
+
+std::string layoutName(const spec::ParallelSpec &p) {
+  std::string s = llvm::formatv("tp {0} x pp {1} x dp {2}", p.tp(), p.pp(),
+                                p.dp());
+  if (p.vpp() > 1)
+    s += llvm::formatv(" x vpp {0}", p.vpp());
+  if (p.sp())
+    s += ", sp";
+  s += llvm::formatv(", mb {0}", p.micro_batch_size());
+  if (p.pp() > 1)
+    s += ", " + p.schedule();
+  if (p.recompute() != "none")
+    s += ", " + p.recompute();
+  if (p.zero() > 0)
+    s += llvm::formatv(", zero {0}", p.zero());
+  return s;
+}
+
+/// Bytes per parameter that stay for the whole run: fp32 parameter,
+/// gradient and the two AdamW moments, the ZeRO stage sharding them over dp
+/// (docs/memory.md).
+double persistentBytesPerParameter(int64_t zero, int64_t dp) {
+  double d = double(dp);
+  switch (zero) {
+  case 1: return 8 + 8 / d;
+  case 2: return 4 + 12 / d;
+  case 3: return 16 / d;
+  default: return 16;
+  }
+}
+
+} // namespace
+
+llvm::Expected<std::vector<Candidate>>
+braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
+                     mlir::MLIRContext &context) {
+  const spec::Cluster &cluster = options.cluster;
+  int64_t world = cluster.nodes() * cluster.devices_per_node();
+  llvm::Expected<ModelConfig> model = resolveModel(job);
+  if (!model)
+    return model.takeError();
+  llvm::Expected<ParallelConfig> given = resolveParallel(job, *model);
+  if (!given)
+    return given.takeError();
+  llvm::Expected<TrainConfig> train = resolveTrain(job);
+  if (!train)
+    return train.takeError();
+  int64_t globalBatch = given->globalBatchSize;
+  int64_t parameters = 0;
+  {
+    mlir::OwningOpRef<mlir::ModuleOp> forward =
+        buildForwardModule(context, *model);
+    parameters = countParameters(*forward).total;
+  }
+
+  // The layouts: structures (tp, pp, dp, vpp, micro-batch, schedule, sp),
+  // each with its memory ladder.
+  std::vector<Candidate> all;
+  size_t structures = 0;
+  for (int64_t tp : divisors(world)) {
+    if (tp > cluster.devices_per_node() || model->numHeads % tp != 0)
+      continue;
+    for (int64_t pp : divisors(world / tp)) {
+      if (pp > model->numLayers || model->numLayers % pp != 0)
+        continue;
+      int64_t dp = world / tp / pp;
+      if (globalBatch % dp != 0)
+        continue;
+      int64_t perRank = globalBatch / dp;
+      for (int64_t vpp : {int64_t(1), int64_t(2)}) {
+        if (vpp > 1 && (pp == 1 || model->numLayers % (pp * vpp) != 0))
+          continue;
+        std::vector<std::string> schedules = {"1f1b"};
+        if (pp > 1)
+          schedules = vpp > 1 ? std::vector<std::string>{"interleaved"}
+                              : std::vector<std::string>{"1f1b", "zb-h1"};
+        for (int64_t mb : divisors(perRank)) {
+          int64_t micro = perRank / mb;
+          if (vpp > 1 && micro % pp != 0)
+            continue;
+          for (const std::string &schedule : schedules)
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1)
+                continue;
+              // The memory ladder: recompute and ZeRO stages from the
+              // cheapest in time to the most frugal; the search stops at
+              // the first rung whose plan fits.
+              std::vector<std::pair<const char *, int64_t>> ladder =
+                  dp > 1 ? std::vector<std::pair<const char *, int64_t>>{
+                               {"none", 0},      {"none", 1},
+                               {"selective", 1}, {"none", 2},
+                               {"selective", 2}, {"full", 2},
+                               {"selective", 3}, {"full", 3}}
+                         : std::vector<std::pair<const char *, int64_t>>{
+                               {"none", 0}, {"selective", 0}, {"full", 0}};
+              int64_t rung = 0;
+              for (auto [recompute, zero] : ladder) {
+                  Candidate c;
+                  c.structure = int64_t(structures);
+                  c.rung = rung++;
+                  spec::ParallelSpec &p = c.parallel;
+                  p.set_tp(tp);
+                  p.set_pp(pp);
+                  p.set_dp(dp);
+                  p.set_vpp(vpp);
+                  p.set_sp(sp);
+                  p.set_schedule(schedule);
+                  p.set_micro_batch_size(mb);
+                  p.set_global_batch_size(globalBatch);
+                  p.set_recompute(recompute);
+                  p.set_zero(zero);
+                  c.layout = layoutName(p);
+                  all.push_back(std::move(c));
+              }
+              ++structures;
+            }
+        }
+      }
+    }
+  }
+  if (all.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("no layout of {0} devices suits the model and the "
+                      "global batch of {1}: tp must divide the {2} heads and "
+                      "fit a node of {3}, pp the {4} layers, dp the batch",
+                      world, globalBatch, model->numHeads,
+                      cluster.devices_per_node(), model->numLayers)
+            .str());
+
+  // The bound: parameters, gradients and optimizer state alone.
+  std::vector<double> bound(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const spec::ParallelSpec &p = all[i].parallel;
+    bound[i] = persistentBytesPerParameter(p.zero(), p.dp()) *
+               double(parameters) / double(p.tp() * p.pp());
+    if (bound[i] > double(cluster.memory_bytes()))
+      all[i].rejected = llvm::formatv(
+          "out of memory: parameters, gradients and optimizer state alone "
+          "need at least {0:F2} GB per device",
+          bound[i] / 1e9);
+  }
+  std::vector<size_t> order;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].rejected.empty())
+      order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bound[a] < bound[b]; });
+  if (options.maxCompiles > 0 && int64_t(order.size()) > options.maxCompiles) {
+    for (size_t k = options.maxCompiles; k < order.size(); ++k)
+      all[order[k]].rejected = "not compiled (--auto compiles at most " +
+                               std::to_string(options.maxCompiles) +
+                               " candidates, the least memory first)";
+    order.resize(options.maxCompiles);
+  }
+
+  // In ladder order within each structure (the order of `all`), the
+  // candidates the bound and the cap leave.
+  std::vector<bool> chosen(all.size(), false);
+  for (size_t i : order)
+    chosen[i] = true;
+  std::vector<bool> fitted(structures, false);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!chosen[i])
+      continue;
+    Candidate &c = all[i];
+    if (fitted[c.structure]) {
+      c.skipped = true;
+      continue;
+    }
+    spec::JobSpec candidateJob = job;
+    *candidateJob.mutable_parallel() = c.parallel;
+    // Diagnostics of a candidate that does not compile become its reason.
+    std::string diagnostics;
+    mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+      if (diagnostics.empty())
+        diagnostics = d.str();
+      return mlir::success();
+    });
+    llvm::Expected<ModelConfig> m = resolveModel(candidateJob);
+    if (!m) {
+      c.rejected = llvm::toString(m.takeError());
+      continue;
+    }
+    llvm::Expected<ParallelConfig> parallel = resolveParallel(candidateJob, *m);
+    if (!parallel) {
+      c.rejected = llvm::toString(parallel.takeError());
+      continue;
+    }
+    parallel->zeroBucketBytes = given->zeroBucketBytes;
+    mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *m);
+    mlir::OwningOpRef<mlir::ModuleOp> graph = module->clone();
+    CompileOptions compile;
+    compile.compileTo = Phase::Plan;
+    compile.train = *train;
+    compile.parallel = *parallel;
+    if (llvm::Error e = runPhases(*module, compile)) {
+      c.rejected = llvm::toString(std::move(e)) +
+                   (diagnostics.empty() ? "" : ": " + diagnostics);
+      continue;
+    }
+    llvm::Expected<plan::Plan> plan = exportPlan(*module);
+    if (!plan) {
+      c.rejected = llvm::toString(plan.takeError());
+      continue;
+    }
+    plan->mutable_training()->MergeFrom(
+        trainingSettings(*m, *train, *parallel, candidateJob.data()));
+    int64_t peak = plan->arena_bytes();
+    for (const plan::Stage &s : plan->pipeline().stages())
+      peak = std::max(peak, s.arena_bytes());
+    c.peakBytes = peak;
+    c.compiled = true;
+    llvm::Expected<StepPrediction> prediction = predictStep(*plan, cluster);
+    if (!prediction) {
+      c.rejected = llvm::toString(prediction.takeError());
+      continue;
+    }
+    c.prediction = *prediction;
+    FlopCount flops = countFlops(*graph);
+    double perStep = flops.trainingPerToken() * double(m->microBatchSize) *
+                     double(m->seqLength) * double(parallel->microBatches) *
+                     double(parallel->dp);
+    llvm::json::Object report =
+        predictionReport(*prediction, cluster, *plan, perStep);
+    c.tokensPerS = *report.getNumber("tokens_per_s");
+    c.tflopsPerDevice = *report.getNumber("model_tflops_per_device");
+    c.mfu = *report.getNumber("mfu");
+    if (peak > cluster.memory_bytes()) {
+      c.rejected = llvm::formatv("out of memory by {0:F3} GB ({1} B needed, "
+                                 "{2} B per device)",
+                                 (peak - cluster.memory_bytes()) / 1e9, peak,
+                                 cluster.memory_bytes());
+      continue;
+    }
+    c.feasible = true;
+    fitted[c.structure] = true;
+  }
+  // Rungs above one that fits are not candidates (slower by construction).
+  llvm::erase_if(all, [](const Candidate &c) { return c.skipped; });
+  for (Candidate &c : all)
+    if (!c.feasible && c.rejected.empty())
+      c.rejected = "not compiled";
+
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Candidate &a, const Candidate &b) {
+                     if (a.feasible != b.feasible)
+                       return a.feasible;
+                     if (a.feasible)
+                       return a.prediction.stepTime < b.prediction.stepTime;
+                     if (a.compiled != b.compiled)
+                       return a.compiled;
+                     return a.peakBytes < b.peakBytes;
+                   });
+  return all;
+}
+
+std::string braid::candidateTable(const std::vector<Candidate> &candidates,
+                                  int64_t top) {
+  std::string out = llvm::formatv(
+      "{0,-4} {1,-58} {2,12} {3,12} {4,10} {5,7} {6,14}  {7}\n", "#",
+      "layout", "step (ms)", "tokens/s", "TFLOP/s", "MFU", "peak (B)",
+      "compute / exposed comm / bubble (ms)");
+  int64_t shown = 0;
+  for (const Candidate &c : candidates) {
+    if (shown == top)
+      break;
+    ++shown;
+    if (!c.feasible) {
+      out += llvm::formatv("{0,-4} {1,-58} {2}\n", shown, c.layout,
+                           "rejected: " + c.rejected);
+      continue;
+    }
+    double exposed = 0;
+    for (const auto &[axes, s] : c.prediction.communication)
+      exposed += s;
+    out += llvm::formatv(
+        "{0,-4} {1,-58} {2,12:F3} {3,12:F1} {4,10:F3} {5,7:P1} {6,14}  "
+        "{7:F3} / {8:F3} / {9:F3}\n",
+        shown, c.layout, 1e3 * c.prediction.stepTime, c.tokensPerS,
+        c.tflopsPerDevice, c.mfu, c.peakBytes, 1e3 * c.prediction.compute,
+        1e3 * exposed, 1e3 * c.prediction.bubble);
+  }
+  if (int64_t(candidates.size()) > shown)
+    out += llvm::formatv("... and {0} more\n", candidates.size() - shown);
+  return out;
+}

@@ -1,0 +1,72 @@
+//===- Search.h - The fastest layout that fits ------------------*- C++ -*-===//
+//
+// braidc --auto: enumerates the layouts of a job on a cluster — tp within a
+// node and dividing the heads, pp dividing the layers (balanced stages),
+// vpp 2 where the layers allow, dp from the rest and dividing the global
+// batch, sp with tp, every micro-batch size that divides the batch, the
+// pipeline schedules — and for each climbs a ladder of recompute (none,
+// selective, full) and ZeRO stages (0-3 with dp), cheapest in time first:
+// each rung that a cheap bound does not rule out (its parameters, gradients
+// and optimizer state alone exceed a device's memory) is compiled, its exact
+// peak arena taken from plan-memory and its step time from the cost model,
+// until one fits. The fastest that fits over all structures wins.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_COMPILER_SEARCH_H
+#define BRAID_COMPILER_SEARCH_H
+
+#include "compiler/CostModel.h"
+#include "frontends/spec/braid_spec.pb.h"
+#include "frontends/spec/cluster.pb.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace braid {
+
+struct Candidate {
+  /// The layout, as a job's parallel fields.
+  spec::ParallelSpec parallel;
+  /// "tp 2 x pp 2 x dp 2, sp, mb 1, 1f1b, selective, zero 1".
+  std::string layout;
+  /// Compiled, fits and priced.
+  bool feasible = false;
+  /// Why not: out of memory by how much, indivisible, a compile error.
+  std::string rejected;
+  /// Compiled: the largest rank's arena, and the prediction.
+  int64_t peakBytes = 0;
+  bool compiled = false;
+  StepPrediction prediction;
+  double tokensPerS = 0, tflopsPerDevice = 0, mfu = 0;
+  /// Its structure (tp, pp, dp, vpp, micro-batch, schedule, sp) and its
+  /// rung on that structure's memory ladder (recompute, ZeRO).
+  int64_t structure = 0, rung = 0;
+  /// A lower rung of its structure fits: not a candidate.
+  bool skipped = false;
+};
+
+struct SearchOptions {
+  spec::Cluster cluster;
+  /// Most candidates to compile (the cheapest by the memory bound first);
+  /// 0: all.
+  int64_t maxCompiles = 0;
+};
+
+/// Every layout of `job` (its model, train, data; its parallel section
+/// gives the global batch size and is otherwise replaced) on the cluster,
+/// the feasible first, fastest first; then those rejected.
+llvm::Expected<std::vector<Candidate>>
+searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
+              mlir::MLIRContext &context);
+
+/// A table of the first `top` candidates (and how many more there were).
+std::string candidateTable(const std::vector<Candidate> &candidates,
+                           int64_t top);
+
+} // namespace braid
+
+#endif // BRAID_COMPILER_SEARCH_H

@@ -1,0 +1,177 @@
+//===- CostModelTest.cpp - The cost model against hand counts -------------===//
+//
+// Each test prices a compiled tiny-llama plan on a cluster where only one
+// kind of work costs anything, so the prediction can be checked against a
+// count made here from the model's dimensions.
+
+#include "compiler/CostModel.h"
+
+#include "compiler/Compile.h"
+#include "compiler/PlanExport.h"
+#include "compiler/Registration.h"
+#include "runtime/plan/Work.h"
+
+#include "TestUtil.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include "gtest/gtest.h"
+
+#include <cstdio>
+
+using namespace braid;
+using namespace braid::test;
+
+namespace {
+
+plan::Plan compilePlan(spec::JobSpec job) {
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  mlir::MLIRContext context(registry);
+  ModelConfig config;
+  TrainConfig train;
+  ParallelConfig parallel;
+  auto module = compileTo(context, job, Phase::Plan, &config, &train, &parallel);
+  llvm::Expected<plan::Plan> plan = exportPlan(*module);
+  EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  plan->mutable_training()->MergeFrom(
+      trainingSettings(config, train, parallel, job.data()));
+  return *plan;
+}
+
+/// One node of `devices`, one calibration for that many ranks in which
+/// every kernel is free unless `rates` says otherwise.
+spec::Cluster freeCluster(int64_t devices) {
+  spec::Cluster c;
+  c.set_name("test");
+  c.set_nodes(1);
+  c.set_devices_per_node(devices);
+  c.set_memory_bytes(int64_t(1) << 40);
+  spec::Calibration *cal = c.add_calibrations();
+  cal->set_ranks_per_node(devices);
+  spec::KernelRate *free = cal->add_kernels();
+  free->set_kernel("default"); // no rates, no overhead: 0 s
+  cal->mutable_intra_node()->set_bandwidth(1e30);
+  return c;
+}
+
+// tiny-llama: hidden 64, 4 heads, 2 kv heads of 16, ffn 176, 2 layers,
+// vocab 512, untied, no biases. Its linears' in x out, per layer: q 64x64,
+// k 64x32, v 64x32, o 64x64, gate, up 64x176, down 176x64; lm_head 64x512.
+constexpr double kLayerInOut =
+    64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 176;
+constexpr double kInOut = 2 * kLayerInOut + 64 * 512;
+// Parameters: embedding, per layer two norms and the linears, final norm,
+// lm_head.
+constexpr double kParameters = 512 * 64 + 2 * (2 * 64 + kLayerInOut) + 64 +
+                               64 * 512;
+
+TEST(CostModel, MatrixProductsAtMeasuredRates) {
+  // Serial, 2 sequences of 16 tokens: each linear runs once forward, and
+  // once for its input gradient and once for its weight gradient.
+  plan::Plan plan = compilePlan(presetJob("tiny-llama", 16, 2));
+  spec::Cluster cluster = freeCluster(1);
+  spec::Calibration *cal = cluster.mutable_calibrations(0);
+  for (auto [kernel, rate] : {std::pair<const char *, double>{"LINEAR", 1e9},
+                              {"LINEAR_GRAD_INPUT", 2e9},
+                              {"LINEAR_GRAD_WEIGHT", 4e9}}) {
+    spec::KernelRate *r = cal->add_kernels();
+    r->set_kernel(kernel);
+    r->set_flops_per_s(rate);
+  }
+  llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  double flops = 2.0 * (2 * 16) * kInOut;
+  double want = flops / 1e9 + flops / 2e9 + flops / 4e9;
+  EXPECT_NEAR(p->stepTime, want, 1e-12 * want);
+  EXPECT_NEAR(p->compute, want, 1e-12 * want);
+  EXPECT_TRUE(p->communication.empty());
+}
+
+TEST(CostModel, GradientAllReduceOnARing) {
+  // dp 2: the gradients (4 bytes per parameter) are all-reduced over dp, in
+  // buckets; a ring of n = 2 moves 2 (n-1)/n of them and pays 2 (n-1)
+  // latencies per all-reduce.
+  spec::JobSpec job = presetJob("tiny-llama", 16, 2);
+  job.mutable_parallel()->set_dp(2);
+  plan::Plan plan = compilePlan(job);
+  spec::Cluster cluster = freeCluster(2);
+  spec::LinkClass *link = cluster.mutable_calibrations(0)->mutable_intra_node();
+  link->set_bandwidth(1e9);
+  link->set_latency(1e-3);
+  double bytes = 0, calls = 0;
+  for (const plan::Function &fn : plan.functions())
+    for (const plan::Instruction &inst : fn.body())
+      if (inst.kernel() == plan::ALL_REDUCE) {
+        bytes += plan::InstructionWork(plan, inst).messageBytes;
+        ++calls;
+      }
+  ASSERT_GT(calls, 0);
+  EXPECT_EQ(bytes, 4 * kParameters);
+  llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  double want = 4 * kParameters / 1e9 + calls * 2 * 1e-3;
+  EXPECT_NEAR(p->stepTime, want, 1e-9 * want);
+  EXPECT_NEAR(p->communication["dp"], want, 1e-9 * want);
+  EXPECT_EQ(p->compute, 0);
+}
+
+TEST(CostModel, AcrossNodesTheInterNodeLinkPrices) {
+  // The same dp 2 plan on two nodes of one device: the ring crosses nodes.
+  spec::JobSpec job = presetJob("tiny-llama", 16, 2);
+  job.mutable_parallel()->set_dp(2);
+  plan::Plan plan = compilePlan(job);
+  spec::Cluster cluster = freeCluster(1);
+  cluster.set_nodes(2);
+  cluster.mutable_calibrations(0)->clear_intra_node();
+  cluster.mutable_inter_node()->set_bandwidth(1e8);
+  cluster.mutable_intra_node()->set_bandwidth(1e30);
+  llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_NEAR(p->stepTime, 4 * kParameters / 1e8, 1e-9 * p->stepTime);
+}
+
+TEST(CostModel, RefusesAPlanLargerThanTheCluster) {
+  spec::JobSpec job = presetJob("tiny-llama", 16, 2);
+  job.mutable_parallel()->set_dp(2);
+  llvm::Expected<StepPrediction> p =
+      predictStep(compilePlan(job), freeCluster(1));
+  ASSERT_FALSE(bool(p));
+  EXPECT_EQ(llvm::toString(p.takeError()),
+            "the plan has 2 ranks but cluster test has 1 devices");
+}
+
+TEST(CostModel, ClusterPresetsAndFiles) {
+  for (const std::string &name : clusterPresets()) {
+    llvm::Expected<spec::Cluster> c = loadCluster(name, 16);
+    ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+    EXPECT_EQ(c->name(), name);
+    EXPECT_EQ(c->nodes(), 16);
+    EXPECT_EQ(c->devices_per_node(), 8);
+  }
+  llvm::Expected<spec::Cluster> missing = loadCluster("dgx-z100");
+  ASSERT_FALSE(bool(missing));
+  EXPECT_NE(llvm::toString(missing.takeError())
+                .find("--cluster dgx-z100 is neither a preset (dgx-h100, "
+                      "dgx-a100) nor a readable cluster file"),
+            std::string::npos);
+  std::string path = ::testing::TempDir() + "/cluster.textproto";
+  std::FILE *f = std::fopen(path.c_str(), "w");
+  std::fputs("name: \"two\" nodes: 1 devices_per_node: 0 memory_bytes: 1\n", f);
+  std::fclose(f);
+  llvm::Expected<spec::Cluster> bad = loadCluster(path);
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "cluster two: nodes = 1 and devices_per_node = 0 must be >= 1");
+  f = std::fopen(path.c_str(), "w");
+  std::fputs("name: \"two\" nodes: one\n", f);
+  std::fclose(f);
+  llvm::Expected<spec::Cluster> syntax = loadCluster(path);
+  ASSERT_FALSE(bool(syntax));
+  EXPECT_EQ(llvm::toString(syntax.takeError()),
+            path + ": not a cluster description (text format of "
+                   "braid.spec.Cluster)");
+}
+
+} // namespace
