@@ -2,6 +2,8 @@
 
 #include "runtime/plan/PlanLoader.h"
 
+#include "PlanBuilders.h"
+
 #include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
@@ -10,39 +12,10 @@
 #include <vector>
 
 using namespace braid::plan;
+using namespace braid::plan::testing;
 
 namespace {
 
-/// Appends an instruction of `kernel` on buffers `ins` -> `outs` to `fn`.
-Instruction *addInstruction(Function *fn, Kernel kernel,
-                            const std::vector<int> &ins,
-                            const std::vector<int> &outs) {
-  Instruction *inst = fn->add_body();
-  inst->set_kernel(kernel);
-  for (int i : ins)
-    inst->add_inputs(i);
-  for (int o : outs)
-    inst->add_outputs(o);
-  return inst;
-}
-
-/// Appends a buffer at `offset` (then moved past it, 8-byte aligned so that
-/// F64 buffers stay aligned) and returns its index.
-int addBuffer(Plan &plan, int64_t &offset, const char *name, DType dtype,
-              const std::vector<int64_t> &shape, BufferRole role) {
-  Buffer *b = plan.add_buffers();
-  b->set_name(name);
-  b->set_dtype(dtype);
-  int64_t bytes = DTypeBytes(dtype);
-  for (int64_t d : shape) {
-    b->add_shape(d);
-    bytes *= d;
-  }
-  b->set_offset(offset);
-  b->set_role(role);
-  offset += (bytes + 7) / 8 * 8;
-  return plan.buffers_size() - 1;
-}
 
 
 /// A valid two-instruction plan: y = x·Wᵀ, loss = cross_entropy(y, t).

@@ -8,6 +8,8 @@
 
 #include "runtime/plan/Work.h"
 
+#include "PlanBuilders.h"
+
 #include "runtime/plan/PlanLoader.h"
 
 #include "gtest/gtest.h"
@@ -37,31 +39,15 @@ struct PlanBuilder {
   int addBuffer(const char *name, DType dtype,
                 const std::vector<int64_t> &shape,
                 BufferRole role = ACTIVATION) {
-    Buffer *b = plan.add_buffers();
-    b->set_name(name);
-    b->set_dtype(dtype);
-    int64_t bytes = DTypeBytes(dtype);
-    for (int64_t d : shape) {
-      b->add_shape(d);
-      bytes *= d;
-    }
-    b->set_offset(offset);
-    b->set_role(role);
-    offset += (bytes + 7) / 8 * 8;
+    int id = braid::plan::testing::addBuffer(plan, offset, name, dtype, shape, role);
     plan.set_arena_bytes(offset);
-    return plan.buffers_size() - 1;
+    return id;
   }
 
   /// Appends an instruction of `kernel` on `ins` -> `outs`.
   Instruction *addInstruction(Kernel kernel, const std::vector<int> &ins,
                               const std::vector<int> &outs) {
-    Instruction *inst = fn->add_body();
-    inst->set_kernel(kernel);
-    for (int i : ins)
-      inst->add_inputs(i);
-    for (int o : outs)
-      inst->add_outputs(o);
-    return inst;
+    return braid::plan::testing::addInstruction(fn, kernel, ins, outs);
   }
 
   /// The work of `inst`, after checking that the loader accepts the plan.
