@@ -81,18 +81,22 @@ bool isMatmul(plan::Kernel k) {
 /// Prices instructions on one cluster for one plan.
 class Pricer {
 public:
-  Pricer(const plan::Plan &plan, const spec::Cluster &cluster)
+  /// `busyRanks`: how many of a node's ranks compute at once (they share
+  /// its cores when calibrated; 0: all of them).
+  Pricer(const plan::Plan &plan, const spec::Cluster &cluster,
+         double busyRanks = 0)
       : plan(plan), cluster(cluster) {
     int64_t world = plan::WorldSize(plan);
     int64_t perNode = std::max<int64_t>(cluster.devices_per_node(), 1);
     ranksPerNode = std::min(world, perNode);
-    // The calibration for as many ranks per node as the plan has (else the
+    double sharing = busyRanks > 0 ? busyRanks : double(ranksPerNode);
+    // The calibration for as many ranks computing at once (else the
     // nearest, by ratio).
     for (const spec::Calibration &c : cluster.calibrations())
       if (!calibration ||
-          std::abs(std::log(double(c.ranks_per_node()) / ranksPerNode)) <
+          std::abs(std::log(double(c.ranks_per_node()) / sharing)) <
               std::abs(std::log(double(calibration->ranks_per_node()) /
-                                ranksPerNode)))
+                                sharing)))
         calibration = &c;
   }
 
@@ -333,6 +337,15 @@ llvm::Expected<spec::Cluster> braid::loadCluster(llvm::StringRef nameOrPath,
   return c;
 }
 
+namespace {
+
+/// The step priced with the speeds of `busyRanks` ranks computing at once.
+llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
+                                           const spec::Cluster &cluster,
+                                           double busyRanks);
+
+} // namespace
+
 llvm::Expected<StepPrediction> braid::predictStep(const plan::Plan &plan,
                                                   const spec::Cluster &cluster) {
   int64_t world = plan::WorldSize(plan);
@@ -341,7 +354,36 @@ llvm::Expected<StepPrediction> braid::predictStep(const plan::Plan &plan,
                  cluster.name() + " has " +
                  llvm::Twine(cluster.nodes() * cluster.devices_per_node()) +
                  " devices");
-  Pricer pricer(plan, cluster);
+  llvm::Expected<StepPrediction> p = predictWith(plan, cluster, 0);
+  if (!p || cluster.calibrations_size() == 0)
+    return p;
+  // Calibrated CPU ranks share their node's cores: a rank that waits (a
+  // pipeline bubble) leaves them to the others, which then compute at the
+  // speed of fewer ranks. A fixed point over the share of ranks computing
+  // at once, from the busy times of the stages (each stage has world / pp
+  // ranks).
+  int64_t perNode = std::min<int64_t>(world, cluster.devices_per_node());
+  int64_t stages = std::max<int64_t>(plan.pipeline().stages_size(), 1);
+  for (int iteration = 0; iteration < 4; ++iteration) {
+    double busy = 0;
+    for (double b : p->stageBusy)
+      busy += b;
+    double share = p->stepTime > 0 ? busy / (p->stepTime * double(stages)) : 1;
+    double busyRanks = std::max(1.0, std::min(1.0, share) * double(perNode));
+    llvm::Expected<StepPrediction> next = predictWith(plan, cluster, busyRanks);
+    if (!next)
+      return next.takeError();
+    *p = *next;
+  }
+  return p;
+}
+
+namespace {
+
+llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
+                                           const spec::Cluster &cluster,
+                                           double busyRanks) {
+  Pricer pricer(plan, cluster, busyRanks);
   const plan::Mesh &mesh = plan.mesh();
   auto coordsOfStage = [&](int64_t stage) {
     std::vector<int64_t> coords(mesh.axes_size(), 0);
@@ -471,6 +513,8 @@ llvm::Expected<StepPrediction> braid::predictStep(const plan::Plan &plan,
   out.bubble = std::max(0.0, step - out.stageBusy[slowest]);
   return out;
 }
+
+} // namespace
 
 llvm::json::Object braid::predictionReport(const StepPrediction &prediction,
                                            const spec::Cluster &cluster,

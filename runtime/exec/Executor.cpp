@@ -6,6 +6,7 @@
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/cpu/VocabParallel.h"
 #include "runtime/plan/PlanLoader.h"
+#include "runtime/plan/Work.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -326,9 +327,15 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context,
     bool async = inFlight_.size() > started;
     if (timed) {
       auto end = std::chrono::steady_clock::now();
-      if (!profile_.empty())
-        profile_[inst.kernel()] +=
-            std::chrono::duration<double>(end - start).count();
+      if (!profile_.empty()) {
+        double seconds = std::chrono::duration<double>(end - start).count();
+        profile_[inst.kernel()] += seconds;
+        KernelProfile &k = kernelProfiles_[inst.kernel()];
+        k.seconds += seconds;
+        k.calls += 1;
+        k.flops += work_[index][i].first;
+        k.bytes += work_[index][i].second;
+      }
       // A collective in flight is traced when it completes.
       if (trace_ && !async)
         trace_->AddKernel(inst, tracePhases_[index][i], start, end);
@@ -345,6 +352,28 @@ absl::Status Executor::Run(absl::string_view name, const StepContext &context,
     return absl::Status(s.code(), absl::StrCat("function '", name,
                                                "': ", s.message()));
   return absl::OkStatus();
+}
+
+void Executor::EnableProfile() {
+  profile_.assign(plan::Kernel_ARRAYSIZE, 0.0);
+  kernelProfiles_.assign(plan::Kernel_ARRAYSIZE, KernelProfile());
+  // The work of an instruction depends only on the plan, so it is computed
+  // once here rather than on every call of a kernel that takes microseconds.
+  work_.clear();
+  for (const plan::Function &fn : plan_.functions()) {
+    std::vector<std::pair<double, double>> &work = work_.emplace_back();
+    for (const Instruction &inst : fn.body()) {
+      plan::Work w = plan::InstructionWork(plan_, inst);
+      work.push_back({w.flops, w.bytes});
+    }
+  }
+}
+
+void Executor::ResetProfile() {
+  if (profile_.empty())
+    return; // not profiling: nothing to reset, and no work to count with
+  profile_.assign(plan::Kernel_ARRAYSIZE, 0.0);
+  kernelProfiles_.assign(plan::Kernel_ARRAYSIZE, KernelProfile());
 }
 
 absl::Status Executor::pollInFlight() {

@@ -109,10 +109,31 @@ public:
   /// the system cannot tell (mincore fails; errno says why).
   int64_t TouchedArenaBytes() const;
 
-  /// Seconds spent in each kernel since profiling was enabled (indexed by
-  /// plan::Kernel); empty while profiling is off.
-  void EnableProfile() { profile_.assign(plan::Kernel_ARRAYSIZE, 0.0); }
+  /// What the calls of one kernel kind ran since profiling was enabled (or
+  /// last reset): their seconds, their number, and the work they did as
+  /// runtime/plan/Work.h counts it (the cost model's units, so that `braid
+  /// calibrate` can turn the profile into rates).
+  struct KernelProfile {
+    double seconds = 0;
+    int64_t calls = 0;
+    double flops = 0;
+    double bytes = 0;
+  };
+
+  /// Starts (or restarts from zero) timing every kernel Run runs. The work
+  /// of each instruction is computed here, once, not per call.
+  void EnableProfile();
+  /// Zeroes the profile and keeps profiling (after a warm-up step); nothing
+  /// while profiling is off.
+  void ResetProfile();
+  /// Seconds spent in each kernel since profiling was enabled or reset
+  /// (indexed by plan::Kernel); empty while profiling is off.
   const std::vector<double> &Profile() const { return profile_; }
+  /// Per kernel kind (indexed by plan::Kernel), as Profile; empty while
+  /// profiling is off.
+  const std::vector<KernelProfile> &KernelProfiles() const {
+    return kernelProfiles_;
+  }
 
   /// Records every kernel that Run runs into `trace` (null: stops), in the
   /// part of the step its function computes: the step's zero_grads and
@@ -174,6 +195,10 @@ private:
   std::vector<int64_t> bytes_;
   Communicator *comm_ = nullptr;
   std::vector<double> profile_;
+  std::vector<KernelProfile> kernelProfiles_;
+  /// With a profile: the FLOPs and bytes of each instruction of each
+  /// function (plan::InstructionWork), by function and instruction index.
+  std::vector<std::vector<std::pair<double, double>>> work_;
   Trace *trace_ = nullptr;
   /// With a trace: the phase of each instruction of each function.
   std::vector<std::vector<TracePhase>> tracePhases_;

@@ -385,6 +385,79 @@ absl::Status reportMemory(const Executor &e, std::ostream *log) {
   return absl::OkStatus();
 }
 
+/// The kernel profile of every rank (Executor::KernelProfiles), gathered
+/// onto rank 0, which writes it to `out` (null on the other ranks) with the
+/// step times `stepTimes` (rank 0's, of the profiled steps) as one JSON
+/// object:
+///   {"world_size": W, "threads": T, "steps": N, "step_time_s": [...],
+///    "ranks": [{"rank": r, "kernels": {"LINEAR": {"seconds": s,
+///    "calls": c, "flops": f, "bytes": b}, ...}}, ...]}
+/// with only the kernels a rank called. Every rank must call it.
+absl::Status writeProfile(const Executor &e,
+                          const std::vector<double> &stepTimes,
+                          Communicator *comm, std::ostream *out) {
+  const plan::Plan &plan = e.plan();
+  const std::vector<Executor::KernelProfile> &profile = e.KernelProfiles();
+  constexpr int kFields = 4;
+  const int kinds = plan::Kernel_ARRAYSIZE;
+  std::vector<double> mine(kinds * kFields, 0.0);
+  for (int k = 0; k < int(profile.size()) && k < kinds; ++k) {
+    mine[k * kFields + 0] = profile[k].seconds;
+    mine[k * kFields + 1] = double(profile[k].calls);
+    mine[k * kFields + 2] = profile[k].flops;
+    mine[k * kFields + 3] = profile[k].bytes;
+  }
+  int64_t ranks = plan::WorldSize(plan);
+  std::vector<double> all = mine;
+  if (comm && ranks > 1) {
+    // Over every axis, in the mesh's order: place r is rank r.
+    std::vector<std::string> axes(plan.mesh().axes().begin(),
+                                  plan.mesh().axes().end());
+    all.resize(size_t(ranks) * mine.size());
+    if (absl::Status s = comm->AllGather(axes, mine.data(), all.data(),
+                                         int64_t(mine.size()), plan::F64);
+        !s.ok())
+      return absl::Status(s.code(), absl::StrCat("gathering the ranks' "
+                                                 "profiles: ",
+                                                 s.message()));
+  } else {
+    ranks = 1;
+  }
+  if (!out)
+    return absl::OkStatus();
+  std::string json = absl::StrFormat(
+      "{\"world_size\": %d, \"threads\": %d, \"steps\": %d, "
+      "\"step_time_s\": [%s],\n \"ranks\": [",
+      ranks, cpu::numThreads(), int64_t(stepTimes.size()),
+      absl::StrJoin(stepTimes, ", ", [](std::string *o, double t) {
+        absl::StrAppend(o, absl::StrFormat("%.9g", t));
+      }));
+  for (int64_t r = 0; r < ranks; ++r) {
+    absl::StrAppend(&json, r ? ",\n  " : "\n  ", "{\"rank\": ", r,
+                    ", \"kernels\": {");
+    bool first = true;
+    for (int k = 0; k < kinds; ++k) {
+      const double *f = &all[size_t(r) * mine.size() + size_t(k) * kFields];
+      if (f[1] <= 0 || !plan::Kernel_IsValid(k))
+        continue;
+      absl::StrAppend(
+          &json, first ? "" : ", ",
+          absl::StrFormat("\"%s\": {\"seconds\": %.9g, \"calls\": %d, "
+                          "\"flops\": %.9g, \"bytes\": %.9g}",
+                          plan::Kernel_Name(plan::Kernel(k)), f[0],
+                          int64_t(f[1]), f[2], f[3]));
+      first = false;
+    }
+    absl::StrAppend(&json, "}}");
+  }
+  absl::StrAppend(&json, "\n]}\n");
+  *out << json;
+  out->flush();
+  if (!*out)
+    return absl::InternalError("the file cannot be written");
+  return absl::OkStatus();
+}
+
 /// Per model chunk of stage `stage` (`program`): whether its FORWARDs feed
 /// the micro-batch's tokens and targets. Each chunk has slots of its own
 /// (Stage.chunk_slots), so only the chunk whose calls read them writes them;
@@ -423,7 +496,8 @@ const char kTrainerFlagsUsage[] =
     "[--data PREFIX] [--steps N] [--seed N] [--data-order shuffled|sequential] "
     "[--init-from HF_DIR|CHECKPOINT] [--load CHECKPOINT] [--save DIR] "
     "[--save-every N] [--keep-last K] [--threads N] [--log-every N] "
-    "[--metrics-out FILE] [--save-params FILE.safetensors] [--trace FILE.json]";
+    "[--metrics-out FILE] [--save-params FILE.safetensors] [--trace FILE.json] "
+    "[--profile-out FILE.json]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -446,6 +520,11 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
       return absl::InvalidArgumentError(
           "--trace= names no file (expected --trace FILE.json)");
     options->trace = value;
+  } else if (flag == "--profile-out") {
+    if (value.empty())
+      return absl::InvalidArgumentError(
+          "--profile-out= names no file (expected --profile-out FILE.json)");
+    options->profileOut = value;
   } else if (flag == "--data-order") {
     if (value != "shuffled" && value != "sequential")
       return absl::InvalidArgumentError(absl::StrCat(
@@ -761,6 +840,16 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     }
     trace = std::make_unique<Trace>();
   }
+  // Likewise the profile, which rank 0 writes for every rank.
+  std::ofstream profileFile;
+  if (!options.profileOut.empty() && writer) {
+    errno = 0;
+    profileFile.open(options.profileOut, std::ios::trunc);
+    if (!profileFile)
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write the profile to ", options.profileOut,
+                       ": ", errno ? std::strerror(errno) : "cannot open it"));
+  }
   absl::StatusOr<std::unique_ptr<Executor>> created =
       Executor::Create(plan, options.comm);
   if (!created.ok())
@@ -974,7 +1063,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     if (!metrics)
       return absl::InternalError(absl::StrCat("cannot write ", options.metricsOut));
   }
-  if (options.profile)
+  if (options.profile || !options.profileOut.empty())
     e.EnableProfile();
   if (trace) {
     e.SetTrace(trace.get());
@@ -1047,6 +1136,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (firstStep > steps && !options.save.empty())
     if (absl::Status st = save(resumed.step); !st.ok())
       return st;
+  std::vector<double> stepTimes;
   for (int64_t s = firstStep; s <= steps; ++s) {
     auto stepStart = std::chrono::steady_clock::now();
     double rate = schedule->lrForUpdate(s);
@@ -1105,6 +1195,11 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       trace->Add(absl::StrCat("step ", s), TracePhase::kStep,
                  TraceThread::kStep, stepStart, now,
                  absl::StrFormat("\"step\": %d, \"loss\": %.9g", s, lossValue));
+    stepTimes.push_back(stepTime);
+    // The first step touches the arena's pages for the first time and warms
+    // the caches: the profile keeps the steps after it (when there are any).
+    if (s == firstStep && steps > firstStep)
+      e.ResetProfile();
     double tokensPerS = double(globalBatch * seq) / std::max(stepTime, 1e-9);
     double memory[2];
     if (absl::Status st = arenaBytes(memory); !st.ok())
@@ -1146,8 +1241,37 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (!options.saveParams.empty())
     if (absl::Status s = saveParameters(e, options.saveParams); !s.ok())
       return s;
+  // Measured against predicted: the median step after the first (which
+  // pays for first touches of the arena and warm-up).
+  if (options.log && t.predicted_step_time_s() > 0 && !stepTimes.empty()) {
+    std::vector<double> steady(stepTimes.begin() + (stepTimes.size() > 1),
+                               stepTimes.end());
+    std::sort(steady.begin(), steady.end());
+    double measured = steady[steady.size() / 2];
+    double predicted = t.predicted_step_time_s();
+    *options.log << absl::StrFormat(
+        "step time: measured %.4g s (median of %d steps), predicted %.4g s on "
+        "%s (%+.1f %%)\n",
+        measured, int(steady.size()), predicted, t.predicted_cluster(),
+        100 * (predicted - measured) / measured);
+  }
   if (absl::Status s = reportMemory(e, options.log); !s.ok())
     return s;
+  if (!options.profileOut.empty()) {
+    std::vector<double> measured(stepTimes.begin() + (stepTimes.size() > 1),
+                                 stepTimes.end());
+    if (absl::Status s = writeProfile(e, measured, options.comm,
+                                      writer ? &profileFile : nullptr);
+        !s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("writing the profile to ",
+                                       options.profileOut, ": ", s.message()));
+    if (options.log)
+      *options.log << absl::StrFormat(
+          "profile: %s (kernels of every rank over %d step%s)\n",
+          options.profileOut, int64_t(measured.size()),
+          measured.size() == 1 ? "" : "s");
+  }
   if (options.profile && options.log) {
     const std::vector<double> &p = e.Profile();
     double total = 0, gemm = 0;
@@ -1157,8 +1281,12 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           k == plan::LINEAR_GRAD_WEIGHT)
         gemm += p[k];
     }
-    *options.log << absl::StrFormat("profile: %.3f s in kernels, GEMM %.1f %%\n",
-                                    total, total > 0 ? 100 * gemm / total : 0.0);
+    int64_t profiled = int64_t(stepTimes.size()) - (stepTimes.size() > 1);
+    *options.log << absl::StrFormat(
+        "profile: %.3f s in kernels over %d step%s%s, GEMM %.1f %%\n", total,
+        profiled, profiled == 1 ? "" : "s",
+        stepTimes.size() > 1 ? " (the first left out)" : "",
+        total > 0 ? 100 * gemm / total : 0.0);
     std::vector<std::pair<double, int>> order;
     for (int k = 0; k < int(p.size()); ++k)
       if (p[k] > 0)

@@ -61,6 +61,12 @@ struct TrainerOptions {
   std::ostream *log = nullptr;        ///< the human-readable lines
   /// Print, at the end, the share of step time per kernel (to `log`).
   bool profile = false;
+  /// When set, every rank's kernel profile (per kernel kind: seconds,
+  /// calls, FLOPs and bytes as runtime/plan/Work.h counts them) and the step
+  /// times are gathered onto rank 0, which writes them here as one JSON
+  /// object (`braid calibrate` reads it). Both leave out the first step when
+  /// there are several: it touches the arena's pages for the first time.
+  std::string profileOut;
   /// When set, the measured timeline of the steps (every step, function
   /// call and kernel of every rank) is written here as a Chrome trace
   /// (Trace.h), by rank 0, which opens it before training.
@@ -78,10 +84,10 @@ struct StepRecord {
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
 /// --data-order, --init-from, --load, --save, --save-every, --keep-last,
-/// --threads, --log-every, --metrics-out, --save-params, --trace. Returns true when
-/// `flag` (with its `value`) is one of them and sets it in `options`, false
-/// when it is not one of them, and an error naming the flag and value when
-/// the value is not allowed.
+/// --threads, --log-every, --metrics-out, --save-params, --trace,
+/// --profile-out. Returns true when `flag` (with its `value`) is one of them
+/// and sets it in `options`, false when it is not one of them, and an error
+/// naming the flag and value when the value is not allowed.
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
                                       TrainerOptions *options);

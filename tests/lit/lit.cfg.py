@@ -16,6 +16,11 @@ config.test_exec_root = config.braid_obj_root
 
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
 config.substitutions.append(("%braid_src", config.braid_src_root))
+# mpirun for ranks on this machine, whatever its cores (as tests/e2e does).
+mpirun = "mpirun --oversubscribe --bind-to none"
+if os.geteuid() == 0:
+    mpirun += " --allow-run-as-root"
+config.substitutions.append(("%mpirun", mpirun))
 
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()

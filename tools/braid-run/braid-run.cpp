@@ -4,16 +4,26 @@
 //                    [--data-order ORDER] [--init-from HF_DIR]
 //                    [--threads N] [--log-every N] [--metrics-out FILE]
 //                    [--save-params FILE] [--trace FILE.json] [--profile]
+//                    [--profile-out FILE.json]
+// mpirun -np N braid-run job.plan --bench-collectives FILE.json
+//
+// The second form trains nothing: it times the collectives over the plan's
+// "dp" axis (runtime/exec/BenchCollectives.h) and rank 0 writes them to
+// FILE.json, for `braid calibrate`.
 //
 // A runtime tool: it links no LLVM. Bad command lines exit 2, failures 1.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/MpiCommunicator.h"
+#include "runtime/exec/BenchCollectives.h"
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -24,14 +34,54 @@ int usage(const std::string &error) {
   if (!error.empty())
     std::cerr << "braid-run: error: " << error << "\n";
   std::cerr << "usage: braid-run PLAN " << braid::exec::kTrainerFlagsUsage
-            << " [--profile]\n";
+            << " [--profile]\n"
+            << "       mpirun -np N braid-run PLAN --bench-collectives "
+               "FILE.json\n";
   return error.empty() ? 0 : 2;
+}
+
+/// --bench-collectives: times the collectives over "dp" on every rank; rank
+/// 0 writes them to `path`. Returns the exit code.
+int benchCollectives(braid::comm::MpiCommunicator &comm,
+                     const braid::plan::Plan &plan, const std::string &path) {
+  // Rank 0 opens the file first, so that one it cannot write ends the job
+  // before the minutes of timing.
+  std::ofstream out;
+  if (comm.Rank() == 0) {
+    errno = 0;
+    out.open(path, std::ios::trunc);
+    if (!out) {
+      std::cerr << "braid-run: error: cannot write " << path << ": "
+                << (errno ? std::strerror(errno) : "cannot open it") << "\n";
+      comm.Abort(1);
+    }
+  }
+  absl::StatusOr<braid::exec::CollectiveBench> bench =
+      braid::exec::BenchCollectives(comm,
+                                    braid::plan::AxisSize(plan.mesh(), "dp"));
+  if (!bench.ok()) {
+    std::cerr << "braid-run: error: rank " << comm.Rank() << ": "
+              << bench.status().message() << "\n";
+    comm.Abort(1);
+  }
+  if (comm.Rank() != 0)
+    return 0;
+  braid::exec::WriteCollectiveBench(*bench, out);
+  out.flush();
+  if (!out) {
+    std::cerr << "braid-run: error: cannot write " << path << "\n";
+    return 1;
+  }
+  std::cout << "collectives: " << bench->ranks << " ranks over 'dp', "
+            << bench->allReduce.size() << " sizes each, in " << path << "\n";
+  return 0;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
   std::string planPath;
+  std::string benchOut; // --bench-collectives
   braid::exec::TrainerOptions options;
   options.log = &std::cout;
   for (int i = 1; i < argc; ++i) {
@@ -58,6 +108,13 @@ int main(int argc, char **argv) {
         return usage(arg + " needs a value");
       value = argv[++i];
     }
+    if (arg == "--bench-collectives") {
+      if (value.empty())
+        return usage("--bench-collectives= names no file (expected "
+                     "--bench-collectives FILE.json)");
+      benchOut = value;
+      continue;
+    }
     absl::StatusOr<bool> known =
         braid::exec::ParseTrainerFlag(arg, value, &options);
     if (!known.ok())
@@ -70,6 +127,13 @@ int main(int argc, char **argv) {
   absl::StatusOr<braid::plan::Plan> plan = braid::plan::LoadPlanFile(planPath);
   if (!plan.ok()) {
     std::cerr << "braid-run: error: " << plan.status().message() << "\n";
+    return 1;
+  }
+  if (!benchOut.empty() && braid::plan::AxisSize(plan->mesh(), "dp") < 2) {
+    std::cerr << "braid-run: error: --bench-collectives times the "
+                 "collectives over the plan's 'dp' axis, which has "
+              << braid::plan::AxisSize(plan->mesh(), "dp")
+              << " rank: compile the plan with dp >= 2\n";
     return 1;
   }
   // A plan for several ranks runs as one rank of an MPI job; so does a
@@ -92,7 +156,10 @@ int main(int argc, char **argv) {
     }
     comm = std::move(*created);
     options.comm = comm.get();
-    // Rank 0 speaks for the job.
+    if (!benchOut.empty())
+      return benchCollectives(*comm, *plan, benchOut);
+    // Rank 0 speaks for the job. (Every rank profiles for --profile-out:
+    // rank 0 gathers their profiles.)
     if (comm->Rank() != 0) {
       options.log = nullptr;
       options.metricsOut.clear();

@@ -15,9 +15,22 @@
 // this machine (as braid-run does; under mpirun, one braid-run per rank, when
 // the plan is for several ranks).
 //
+// braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--corpus FILE]
+//                 [-o FILE]
+//
+// Measures this machine's CPU ranks and writes a cluster file for the cost
+// model (braidc --cluster FILE, frontends/spec/cluster.proto): for each
+// number of ranks n, two small LLaMA-shaped models trained data-parallel over
+// n ranks (braid-run --profile-out), whose kernel times give each kernel
+// kind's rate and per-call overhead (compiler/CalibrationFit.h), and for
+// n > 1 the all-reduce times over the n ranks (braid-run
+// --bench-collectives), which give the link's bandwidth and latency.
+//
 //===----------------------------------------------------------------------===//
 
+#include "compiler/CalibrationFit.h"
 #include "compiler/Compile.h"
+#include "compiler/CostModel.h"
 #include "compiler/PlanExport.h"
 #include "compiler/Registration.h"
 #include "compiler/ScheduleView.h"
@@ -28,15 +41,26 @@
 #include "runtime/plan/PlanLoader.h"
 
 #include "mlir/IR/DialectRegistry.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <map>
+#include <set>
+#include <thread>
 #include <unistd.h>
 #include <iostream>
 
@@ -55,7 +79,9 @@ int usage(const std::string &error) {
   llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--fuse-mlp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] [--zero 0|1|2|3] "
                << exec::kTrainerFlagsUsage
                << "\n"
-               << "       braid view PLAN -o FILE.html\n";
+               << "       braid view PLAN -o FILE.html\n"
+               << "       braid calibrate [--ranks 1,2,4] [--threads T] "
+                  "[--steps N] [--corpus FILE] [-o FILE]\n";
   return error.empty() ? 0 : 2;
 }
 
@@ -103,6 +129,38 @@ int view(int argc, char **argv) {
     return fail("cannot write " + outPath + ": " + message);
   }
   return 0;
+}
+
+/// The plan of `job`, compiled in-process as braidc --emit=plan compiles it;
+/// `configOut`, when given, receives the resolved model.
+llvm::Expected<plan::Plan> compileJob(const spec::JobSpec &job,
+                                      mlir::MLIRContext &context,
+                                      ModelConfig *configOut = nullptr) {
+  llvm::Expected<ModelConfig> config = resolveModel(job);
+  if (!config)
+    return config.takeError();
+  llvm::Expected<TrainConfig> train = resolveTrain(job);
+  if (!train)
+    return train.takeError();
+  llvm::Expected<ParallelConfig> parallel = resolveParallel(job, *config);
+  if (!parallel)
+    return parallel.takeError();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      buildForwardModule(context, *config);
+  CompileOptions compile;
+  compile.compileTo = Phase::Plan;
+  compile.train = *train;
+  compile.parallel = *parallel;
+  if (llvm::Error error = runPhases(*module, compile))
+    return std::move(error);
+  llvm::Expected<plan::Plan> plan = exportPlan(*module);
+  if (!plan)
+    return plan.takeError();
+  plan->mutable_training()->MergeFrom(
+      trainingSettings(*config, *train, *parallel, job.data()));
+  if (configOut)
+    *configOut = *config;
+  return plan;
 }
 
 /// Tokenizes data.corpus into data.path unless the dataset exists.
@@ -180,17 +238,490 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
   return rc;
 }
 
+//===----------------------------------------------------------------------===//
+// braid calibrate
+//===----------------------------------------------------------------------===//
+
+/// One of braid calibrate's two models: LLaMA-shaped (the preset
+/// tiny-llama's layers), 2 layers, the byte vocabulary. The small one has
+/// tiny-llama's sizes; the mid one's calls do about 8 (element-wise
+/// kernels) to 32 (matrix products) times its work, so that the two runs
+/// tell each kernel's per-call overhead from its rate.
+struct CalibrationModel {
+  const char *name;
+  int64_t hidden, heads, ffn, seq, microBatch;
+};
+constexpr CalibrationModel kCalibrationModels[2] = {
+    {"small", 64, 4, 176, 64, 2},
+    {"mid", 256, 4, 704, 128, 4},
+};
+
+/// Seconds a calibration run may take before it counts as hung.
+constexpr unsigned kRunTimeoutSeconds = 1800;
+
+/// The job of `model` trained data-parallel over `ranks` ranks (one
+/// micro-batch per rank and step).
+spec::JobSpec calibrationJob(const CalibrationModel &model, int64_t ranks) {
+  spec::JobSpec job;
+  spec::ModelSpec *m = job.mutable_model();
+  m->set_preset("tiny-llama");
+  m->set_num_layers(2);
+  m->set_hidden_size(model.hidden);
+  m->set_num_heads(model.heads);
+  m->set_num_kv_heads(model.heads);
+  m->set_ffn_hidden_size(model.ffn);
+  m->set_vocab_size(257); // the byte tokenizer's: 256 bytes and EOD
+  m->set_make_vocab_size_divisible_by(1);
+  m->set_max_seq_len(model.seq);
+  spec::ParallelSpec *p = job.mutable_parallel();
+  p->set_dp(ranks);
+  p->set_micro_batch_size(model.microBatch);
+  p->set_global_batch_size(model.microBatch * ranks);
+  job.mutable_data()->set_seq_length(model.seq);
+  job.mutable_train()->set_seed(1);
+  return job;
+}
+
+/// The last `limit` bytes of the file at `path` (a command's output).
+std::string tailOfFile(const std::string &path, size_t limit = 4000) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return "";
+  llvm::StringRef text = (*buffer)->getBuffer();
+  if (text.size() > limit)
+    return "...\n" + text.take_back(limit).str();
+  return text.str();
+}
+
+/// Runs `args` (args[0] the program) with its output in `logPath`. Errors
+/// name the command and show its output.
+llvm::Error runLogged(const std::vector<std::string> &args,
+                      const std::string &logPath) {
+  std::vector<llvm::StringRef> refs(args.begin(), args.end());
+  std::optional<llvm::StringRef> redirects[] = {
+      llvm::StringRef(""), llvm::StringRef(logPath), llvm::StringRef(logPath)};
+  std::string message;
+  int rc = llvm::sys::ExecuteAndWait(args[0], refs, std::nullopt, redirects,
+                                     kRunTimeoutSeconds, 0, &message);
+  if (rc == 0)
+    return llvm::Error::success();
+  std::string what =
+      rc == -1   ? "could not be started: " + message
+      : rc == -2 ? "crashed or ran past " + std::to_string(kRunTimeoutSeconds) +
+                       " s" + (message.empty() ? "" : ": " + message)
+                 : "exited with " + std::to_string(rc);
+  std::string output = tailOfFile(logPath);
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "`" + llvm::join(args, " ") + "` " + what +
+          (output.empty() ? std::string(" (no output)")
+                          : ", its output:\n" + output));
+}
+
+/// The file at `path`, whole; an error naming it.
+llvm::Expected<std::string> readFile(const std::string &path) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return llvm::createStringError(buffer.getError(), "cannot read " + path +
+                                                          ": " +
+                                                          buffer.getError()
+                                                              .message());
+  return (*buffer)->getBuffer().str();
+}
+
+/// The machine's memory (MemTotal), in bytes.
+int64_t machineMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  while (meminfo >> key) {
+    if (key == "MemTotal:" && meminfo >> kib)
+      return kib * 1024;
+    meminfo.ignore(1 << 20, '\n');
+  }
+  // Without /proc (not Linux): the pages the system reports.
+  return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string formatRate(const spec::KernelRate &r) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  if (r.flops_per_s() > 0)
+    os << llvm::format("%.2f GFLOP/s", r.flops_per_s() / 1e9);
+  if (r.flops_per_s() > 0 && r.bytes_per_s() > 0)
+    os << ", ";
+  if (r.bytes_per_s() > 0)
+    os << llvm::format("%.2f GB/s", r.bytes_per_s() / 1e9);
+  return out;
+}
+
+/// What one number of ranks measured.
+struct RankCalibration {
+  int64_t ranks = 0, threads = 0;
+  calibration::KernelSamples samples[2]; // small, mid
+  std::vector<double> stepTimes[2];
+  plan::Plan plans[2];
+  std::vector<spec::KernelRate> rates;
+  std::optional<spec::LinkClass> link;
+  size_t linkSizes = 0;
+};
+
+/// braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--corpus FILE]
+/// [-o FILE]: measures this machine's CPU ranks, writes a cluster file.
+int calibrate(int argc, char **argv) {
+  std::vector<int64_t> rankCounts = {1, 2, 4};
+  int64_t threads = 0; // 0: the cores shared out among the ranks
+  int64_t steps = 5;
+  std::string outPath = "local-cpu.textproto";
+  std::string corpus = BRAID_DEFAULT_CORPUS;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg.rfind("-", 0) != 0)
+      return usage("braid calibrate takes no positional argument (got " + arg +
+                   ")");
+    bool inlineValue = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      inlineValue = true;
+    }
+    if (arg != "--ranks" && arg != "--threads" && arg != "--steps" &&
+        arg != "-o" && arg != "--output" && arg != "--corpus")
+      return usage("unknown flag " + arg + " for braid calibrate");
+    if (!inlineValue) {
+      if (i + 1 == argc)
+        return usage(arg + " needs a value");
+      value = argv[++i];
+    }
+    auto positive = [&](int64_t least, int64_t &out) -> bool {
+      long long n = 0;
+      if (llvm::StringRef(value).getAsInteger(10, n) || n < least)
+        return false;
+      out = n;
+      return true;
+    };
+    if (arg == "--ranks") {
+      rankCounts.clear();
+      std::set<int64_t> seen;
+      for (llvm::StringRef part : llvm::split(value, ',')) {
+        int64_t n = 0;
+        if (part.trim().getAsInteger(10, n) || n < 1)
+          return usage("--ranks=" + value +
+                       " is not a list of positive rank counts (e.g. 1,2,4)");
+        if (!seen.insert(n).second)
+          return usage("--ranks=" + value + " names " + std::to_string(n) +
+                       " twice");
+        rankCounts.push_back(n);
+      }
+      std::sort(rankCounts.begin(), rankCounts.end());
+    } else if (arg == "--threads") {
+      if (!positive(1, threads))
+        return usage("--threads=" + value + " is not a positive integer");
+    } else if (arg == "--steps") {
+      // The first step is left out (it touches the arena's pages first).
+      if (!positive(2, steps))
+        return usage("--steps=" + value +
+                     " is not an integer >= 2 (the first step warms up and "
+                     "is not measured)");
+    } else if (arg == "-o" || arg == "--output") {
+      if (value.empty())
+        return usage(arg + "= names no file");
+      outPath = value;
+    } else { // --corpus
+      corpus = value;
+    }
+  }
+
+  // The tools it runs: mpirun and braid-run (next to this program).
+  llvm::ErrorOr<std::string> mpirun = llvm::sys::findProgramByName("mpirun");
+  if (!mpirun)
+    return fail("braid calibrate runs every measurement under mpirun, which is "
+                "not on the PATH (scripts/setup.sh installs Open MPI)");
+  std::string self = llvm::sys::fs::getMainExecutable(
+      argv[0], reinterpret_cast<void *>(&calibrate));
+  llvm::SmallString<256> runner(llvm::sys::path::parent_path(self));
+  llvm::sys::path::append(runner, "braid-run");
+  if (!llvm::sys::fs::can_execute(runner))
+    return fail("no braid-run next to braid (" + std::string(runner) + ")");
+  if (!llvm::sys::fs::exists(corpus))
+    return fail("no corpus at " + corpus +
+                ": give --corpus FILE (any text file of some 100 KB)");
+  // Fail on an unwritable output now, not after minutes of measuring (and
+  // without creating it: a failed calibration leaves no file).
+  {
+    llvm::SmallString<256> dir(outPath);
+    llvm::sys::path::remove_filename(dir);
+    if (dir.empty())
+      dir = ".";
+    bool exists = llvm::sys::fs::exists(outPath);
+    if (std::error_code ec = llvm::sys::fs::access(
+            exists ? llvm::StringRef(outPath) : llvm::StringRef(dir),
+            llvm::sys::fs::AccessMode::Write))
+      return fail("cannot write " + outPath + ": " +
+                  (exists ? "" : std::string(dir) + ": ") + ec.message());
+  }
+
+  llvm::SmallString<256> work;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory("braid-calibrate", work))
+    return fail("cannot create a temporary directory: " + ec.message());
+  auto cleanUp = llvm::make_scope_exit(
+      [&] { llvm::sys::fs::remove_directories(work); });
+  auto file = [&](const std::string &name) {
+    llvm::SmallString<256> path(work);
+    llvm::sys::path::append(path, name);
+    return std::string(path);
+  };
+
+  // The data: the corpus as bytes, as braid train tokenizes data.corpus.
+  data::PreprocessOptions prep;
+  prep.inputs = {corpus};
+  prep.outputPrefix = file("data");
+  prep.appendEod = true;
+  if (absl::Status s = data::Preprocess(prep); !s.ok())
+    return fail("tokenizing " + corpus + ": " + std::string(s.message()));
+
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  mlir::MLIRContext context(registry);
+  int64_t cores = std::max<int64_t>(std::thread::hardware_concurrency(), 1);
+  std::vector<RankCalibration> measured;
+  auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  };
+  for (int64_t n : rankCounts) {
+    RankCalibration &c = measured.emplace_back();
+    c.ranks = n;
+    // Ranks share the cores, as braid-run shares them by default.
+    c.threads = threads > 0 ? threads : std::max<int64_t>(cores / n, 1);
+    std::vector<std::string> mpi = {*mpirun, "-np", std::to_string(n),
+                                    "--oversubscribe", "--bind-to", "none"};
+    if (geteuid() == 0)
+      mpi.push_back("--allow-run-as-root");
+    for (int k = 0; k < 2; ++k) {
+      const CalibrationModel &model = kCalibrationModels[k];
+      std::string tag = std::string(model.name) + "-" + std::to_string(n);
+      llvm::Expected<plan::Plan> plan =
+          compileJob(calibrationJob(model, n), context);
+      if (!plan)
+        return fail("compiling the " + std::string(model.name) +
+                    " calibration model for " + std::to_string(n) +
+                    " ranks: " + llvm::toString(plan.takeError()));
+      c.plans[k] = *plan;
+      std::string planPath = file(tag + ".plan");
+      if (absl::Status s = plan::WritePlanFile(*plan, planPath); !s.ok())
+        return fail(std::string(s.message()));
+      std::cout << llvm::formatv("braid: calibrating {0} rank{1} x {2} "
+                                 "thread{3}: {4} model (hidden {5}, seq {6}), "
+                                 "{7} steps  [{8:f1} s]",
+                                 n, n == 1 ? "" : "s", c.threads,
+                                 c.threads == 1 ? "" : "s", model.name,
+                                 model.hidden, model.seq, steps, elapsed())
+                       .str()
+                << std::endl;
+      std::string profilePath = file(tag + ".profile.json");
+      std::vector<std::string> args = mpi;
+      args.insert(args.end(),
+                  {std::string(runner), planPath, "--data", file("data"),
+                   "--steps", std::to_string(steps), "--threads",
+                   std::to_string(c.threads), "--log-every",
+                   std::to_string(steps), "--profile-out", profilePath});
+      if (llvm::Error e = runLogged(args, file(tag + ".log")))
+        return fail(llvm::toString(std::move(e)));
+      llvm::Expected<std::string> text = readFile(profilePath);
+      if (!text)
+        return fail(llvm::toString(text.takeError()));
+      llvm::Expected<calibration::KernelSamples> samples =
+          calibration::parseProfile(*text);
+      if (!samples)
+        return fail(profilePath + ": " + llvm::toString(samples.takeError()));
+      llvm::Expected<std::vector<double>> times =
+          calibration::parseStepTimes(*text);
+      if (!times)
+        return fail(profilePath + ": " + llvm::toString(times.takeError()));
+      c.samples[k] = std::move(*samples);
+      c.stepTimes[k] = std::move(*times);
+    }
+    c.rates = calibration::fitKernelRates(c.samples[0], c.samples[1]);
+    if (c.rates.empty())
+      return fail("the profiles of " + std::to_string(n) +
+                  " ranks hold no kernel to fit a rate to");
+    if (n < 2)
+      continue;
+    std::cout << llvm::formatv("braid: calibrating {0} ranks: all-reduce, "
+                               "all-gather, reduce-scatter  [{1:f1} s]",
+                               n, elapsed())
+                     .str()
+              << std::endl;
+    std::string benchPath = file("collectives-" + std::to_string(n) + ".json");
+    std::vector<std::string> args = mpi;
+    args.insert(args.end(), {std::string(runner),
+                             file("mid-" + std::to_string(n) + ".plan"),
+                             "--bench-collectives", benchPath});
+    if (llvm::Error e =
+            runLogged(args, file("collectives-" + std::to_string(n) + ".log")))
+      return fail(llvm::toString(std::move(e)));
+    llvm::Expected<std::string> text = readFile(benchPath);
+    if (!text)
+      return fail(llvm::toString(text.takeError()));
+    auto bench = calibration::parseAllReduceBench(*text);
+    if (!bench)
+      return fail(benchPath + ": " + llvm::toString(bench.takeError()));
+    llvm::Expected<spec::LinkClass> link =
+        calibration::fitAllReduceLink(bench->first, bench->second);
+    if (!link)
+      return fail("fitting the link of " + std::to_string(n) +
+                  " ranks: " + llvm::toString(link.takeError()));
+    c.link = *link;
+    c.linkSizes = bench->second.size();
+  }
+
+  // The cluster: one node of as many devices (ranks) as the most measured;
+  // the peaks are the best rates of the fewest ranks (the least sharing).
+  const RankCalibration &fewest = measured.front();
+  const RankCalibration &most = measured.back();
+  spec::Cluster cluster;
+  cluster.set_name("local-cpu");
+  cluster.set_nodes(1);
+  cluster.set_devices_per_node(most.ranks);
+  cluster.set_memory_bytes(machineMemoryBytes() / most.ranks);
+  double bestFlops = 0, bestBytes = 0, overhead = 0;
+  for (const spec::KernelRate &r : fewest.rates) {
+    if (r.kernel() == "default") {
+      overhead = r.overhead_s();
+      continue;
+    }
+    bestFlops = std::max(bestFlops, r.flops_per_s());
+    bestBytes = std::max(bestBytes, r.bytes_per_s());
+  }
+  cluster.set_peak_flops_fp32(bestFlops);
+  // The CPU kernels compute in float32 whatever the plan's dtype.
+  cluster.set_peak_flops_bf16(bestFlops);
+  cluster.set_memory_bandwidth(bestBytes);
+  // The peaks are measured kernel rates already, not data-sheet numbers.
+  cluster.set_matmul_efficiency(1);
+  cluster.set_vector_efficiency(1);
+  cluster.set_kernel_overhead_s(overhead);
+  if (most.link)
+    *cluster.mutable_intra_node() = *most.link;
+  else
+    std::cout << "braid: note: no rank count above 1 (--ranks), so no link "
+                 "was measured: the file prices communication as free"
+              << std::endl;
+  for (const RankCalibration &c : measured) {
+    spec::Calibration *cal = cluster.add_calibrations();
+    cal->set_ranks_per_node(c.ranks);
+    cal->set_threads_per_rank(c.threads);
+    for (const spec::KernelRate &r : c.rates)
+      *cal->add_kernels() = r;
+    if (c.link)
+      *cal->mutable_intra_node() = *c.link;
+  }
+
+  std::string text;
+  if (!google::protobuf::TextFormat::PrintToString(cluster, &text))
+    return fail("cannot print the cluster description");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(outPath, ec, llvm::sys::fs::OF_Text);
+    if (ec)
+      return fail("cannot write " + outPath + ": " + ec.message());
+    os << "# This machine's CPU ranks as `braid calibrate --ranks "
+       << llvm::join(llvm::map_range(rankCounts,
+                                     [](int64_t n) { return std::to_string(n); }),
+                     ",")
+       << " --steps " << steps
+       << "` measured them\n# (frontends/spec/cluster.proto; braidc --cluster "
+          "FILE reads it).\n"
+       << text;
+    os.close();
+    if (os.has_error()) {
+      std::string message = os.error().message();
+      os.clear_error();
+      return fail("cannot write " + outPath + ": " + message);
+    }
+  }
+
+  // The summary, and the cost model's step times with the file against the
+  // measured ones (of the very runs it was fitted to: a check of the fit and
+  // of what the per-kernel model leaves out, not a prediction).
+  llvm::Expected<spec::Cluster> loaded = loadCluster(outPath);
+  if (!loaded)
+    return fail("the file written does not load: " +
+                llvm::toString(loaded.takeError()));
+  llvm::raw_ostream &os = llvm::outs();
+  for (const RankCalibration &c : measured) {
+    os << llvm::formatv("\n{0} rank{1} x {2} thread{3}\n", c.ranks,
+                        c.ranks == 1 ? "" : "s", c.threads,
+                        c.threads == 1 ? "" : "s");
+    os << llvm::formatv("  {0,-22} {1,-26} {2,12} {3,14}\n", "kernel", "rate",
+                        "overhead", "mid s/step");
+    double measuredSteps = double(std::max<size_t>(c.stepTimes[1].size(), 1));
+    for (const spec::KernelRate &r : c.rates) {
+      auto it = c.samples[1].find(r.kernel());
+      std::string perStep =
+          it == c.samples[1].end()
+              ? std::string("")
+              : llvm::formatv("{0:f5}", it->second.seconds / measuredSteps)
+                    .str();
+      os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us {3,14}\n",
+                          r.kernel(), formatRate(r), r.overhead_s() * 1e6,
+                          perStep);
+    }
+    if (c.link)
+      os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us   (all-reduce, {3} "
+                          "sizes)\n",
+                          "link", llvm::formatv("{0:f3} GB/s", c.link->bandwidth() / 1e9).str(),
+                          c.link->latency() * 1e6, c.linkSizes);
+    for (int k = 0; k < 2; ++k) {
+      llvm::Expected<StepPrediction> predicted =
+          predictStep(c.plans[k], *loaded);
+      if (!predicted)
+        return fail(std::string("predicting the ") +
+                    kCalibrationModels[k].name + " model's step: " +
+                    llvm::toString(predicted.takeError()));
+      double step = median(c.stepTimes[k]);
+      os << llvm::formatv("  step of the {0,-5} model: measured {1:f4} s, "
+                          "predicted {2:f4} s ({3:+f1} %)\n",
+                          kCalibrationModels[k].name, step,
+                          predicted->stepTime,
+                          step > 0 ? 100 * (predicted->stepTime - step) / step
+                                   : 0.0);
+    }
+  }
+  os << llvm::formatv("\nbraid: wrote {0} (local-cpu: {1} devices of {2:f1} "
+                      "GiB, {3:f1} GFLOP/s, {4:f1} GB/s) in {5:f1} s\n",
+                      outPath, most.ranks,
+                      double(cluster.memory_bytes()) / (1 << 30),
+                      bestFlops / 1e9, bestBytes / 1e9, elapsed());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   if (argc < 2)
-    return usage("no command (try: braid train JOB.textproto or braid view "
-                 "PLAN -o FILE.html)");
+    return usage("no command (try: braid train JOB.textproto, braid view "
+                 "PLAN -o FILE.html or braid calibrate)");
   std::string command = argv[1];
   if (command == "--help" || command == "-h")
     return usage("");
   if (command == "view")
     return view(argc, argv);
+  if (command == "calibrate")
+    return calibrate(argc, argv);
   if (command != "train")
     return usage("unknown command '" + command + "'");
   std::string jobPath;
@@ -313,33 +844,15 @@ int main(int argc, char **argv) {
     else
       p->set_pp(n);
   }
-  llvm::Expected<ModelConfig> config = resolveModel(*job);
-  if (!config)
-    return fail(llvm::toString(config.takeError()));
-  llvm::Expected<TrainConfig> train = resolveTrain(*job);
-  if (!train)
-    return fail(llvm::toString(train.takeError()));
-  llvm::Expected<ParallelConfig> parallel = resolveParallel(*job, *config);
-  if (!parallel)
-    return fail(llvm::toString(parallel.takeError()));
-
   // Compile.
   mlir::DialectRegistry registry;
   registerDialects(registry);
   mlir::MLIRContext context(registry);
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *config);
-  CompileOptions compile;
-  compile.compileTo = Phase::Plan;
-  compile.train = *train;
-  compile.parallel = *parallel;
-  if (llvm::Error error = runPhases(*module, compile))
-    return fail(llvm::toString(std::move(error)));
-  llvm::Expected<plan::Plan> plan = exportPlan(*module);
+  ModelConfig config;
+  llvm::Expected<plan::Plan> plan = compileJob(*job, context, &config);
   if (!plan)
     return fail(llvm::toString(plan.takeError()));
-  plan->mutable_training()->MergeFrom(
-      trainingSettings(*config, *train, *parallel, job->data()));
-  std::cout << "braid: " << config->source << ", " << plan->buffers_size()
+  std::cout << "braid: " << config.source << ", " << plan->buffers_size()
             << " buffers in a " << plan->arena_bytes() << "-byte arena"
             << (plan->pipeline().stages_size() > 1 ? " (the largest stage's)"
                                                     : "")

@@ -171,6 +171,48 @@ TEST(Executor, TouchedArenaBytesCountsThePagesTheRunUsed) {
   EXPECT_EQ((*e.Read(z))[page / 4 - 1], 1.0);
 }
 
+// The profile counts, per kernel kind, the calls Run made and their work as
+// runtime/plan/Work.h counts it (what braid calibrate divides by the time);
+// ResetProfile starts it again, and it is off until enabled.
+TEST(Executor, ProfileCountsCallsAndWork) {
+  Builder b;
+  int x = b.buffer("x", F32, {4, 8}, INPUT);
+  int w = b.buffer("w", F32, {8, 16}, PARAMETER);
+  int y = b.buffer("y", F32, {4, 16}, ACTIVATION);
+  int z = b.buffer("z", F32, {4, 16}, ACTIVATION);
+  Function *fn = b.function("f");
+  b.add(fn, LINEAR, {x, w}, {y})->mutable_int_attrs()->insert(
+      {"transpose_w", 0});
+  b.add(fn, ADD, {y, y}, {z});
+  b.add(fn, ADD, {z, y}, {z});
+  auto created = exec::Executor::Create(b.plan);
+  ASSERT_TRUE(created.ok()) << created.status();
+  exec::Executor &e = **created;
+  ASSERT_TRUE(e.Run("f", {}).ok());
+  EXPECT_TRUE(e.Profile().empty());
+  EXPECT_TRUE(e.KernelProfiles().empty());
+  e.EnableProfile();
+  ASSERT_TRUE(e.Run("f", {}).ok());
+  ASSERT_TRUE(e.Run("f", {}).ok());
+  const auto &p = e.KernelProfiles();
+  ASSERT_EQ(p.size(), size_t(Kernel_ARRAYSIZE));
+  EXPECT_EQ(p[LINEAR].calls, 2);
+  EXPECT_EQ(p[LINEAR].flops, 2 * (2.0 * 4 * 8 * 16));
+  EXPECT_EQ(p[LINEAR].bytes, 2 * 4.0 * (4 * 8 + 8 * 16 + 4 * 16));
+  EXPECT_EQ(p[ADD].calls, 4);
+  EXPECT_EQ(p[ADD].flops, 4 * 64.0);
+  // y + y reads y once; z + y writes z in place: two buffers each.
+  EXPECT_EQ(p[ADD].bytes, 4 * 2 * 4.0 * 64);
+  EXPECT_EQ(p[ZERO].calls, 0);
+  EXPECT_GE(p[LINEAR].seconds, 0);
+  EXPECT_EQ(e.Profile()[LINEAR], p[LINEAR].seconds);
+  e.ResetProfile();
+  EXPECT_EQ(e.KernelProfiles()[LINEAR].calls, 0);
+  EXPECT_EQ(e.Profile()[LINEAR], 0);
+  ASSERT_TRUE(e.Run("f", {}).ok());
+  EXPECT_EQ(e.KernelProfiles()[ADD].calls, 2);
+}
+
 // With pipeline stages, a rank allocates its own stage's arena and refuses
 // the buffers and functions of the other stages, which lie outside it.
 TEST(Executor, ARankHoldsItsStagesArena) {

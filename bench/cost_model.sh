@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The cost model against measurement, on this machine's CPU ranks: calibrates
+# (braid calibrate), then for 9 layouts of a 4-layer tiny-llama on 4 ranks
+# compiles the plan with the calibrated cluster, runs it, and compares the
+# predicted step time with the measured one (median of the steps after the
+# first, braid-run's "step time:" line). Then lets braidc --auto pick a
+# layout for the same job and 4 devices, measures the pick if it is not one
+# of the 9, and compares it with the fastest measured.
+#   bench/cost_model.sh [STEPS]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BRAID_BUILD_DIR:-$root/build}"
+out="$build/bench/cost-model"
+mkdir -p "$out"
+steps="${1:-12}"
+mpi=(mpirun -np 4 --oversubscribe --bind-to none)
+if [ "$(id -u)" -eq 0 ]; then mpi+=(--allow-run-as-root); fi
+bin="$build/bin"
+
+"$bin/braid" calibrate --ranks 1,2,4 --threads 1 -o "$out/local-cpu.textproto" \
+  > "$out/calibrate.log"
+"$bin/braid-data" preprocess --input "$root/examples/data/pride-and-prejudice.txt" \
+  --output-prefix "$out/data" > /dev/null
+
+layouts=(
+  "dp4|dp: 4 micro_batch_size: 2"
+  "tp2-dp2|tp: 2 dp: 2 micro_batch_size: 4"
+  "tp2-dp2-sp|tp: 2 dp: 2 sp: true micro_batch_size: 4"
+  "tp4|tp: 4 micro_batch_size: 8"
+  "pp2-dp2|pp: 2 dp: 2 micro_batch_size: 2"
+  "pp4|pp: 4 micro_batch_size: 2"
+  "pp2-tp2|pp: 2 tp: 2 micro_batch_size: 2"
+  "dp4-zero2|dp: 4 micro_batch_size: 1 zero: 2"
+  "pp2-dp2-zero1|pp: 2 dp: 2 micro_batch_size: 1 zero: 1"
+)
+model='preset: "tiny-llama" num_layers: 4'
+run_layout() { # name, parallel fields
+  local name="$1" parallel="$2"
+  cat > "$out/$name.textproto" <<JOB
+model { $model }
+parallel { $parallel global_batch_size: 8 }
+train { steps: $steps lr: 3e-3 seed: 1 }
+data { seq_length: 64 }
+JOB
+  "$bin/braidc" "$out/$name.textproto" --emit=plan -o "$out/$name.plan" \
+    --cluster "$out/local-cpu.textproto"
+  "${mpi[@]}" "$bin/braid-run" "$out/$name.plan" --data "$out/data" --threads 1 \
+    --log-every 1000000 > "$out/$name.log" 2>&1
+  grep "^step time:" "$out/$name.log" | sed "s/^/$name: /"
+}
+for entry in "${layouts[@]}"; do
+  run_layout "${entry%%|*}" "${entry#*|}"
+done | tee "$out/measured.txt"
+
+# The search's pick for the same job on 4 devices.
+cat > "$out/auto.textproto" <<JOB
+model { $model }
+parallel { global_batch_size: 8 }
+train { steps: $steps lr: 3e-3 seed: 1 }
+data { seq_length: 64 }
+JOB
+start=$(date +%s.%N)
+"$bin/braidc" "$out/auto.textproto" --auto --cluster "$out/local-cpu.textproto" \
+  --top 10 --emit=plan -o "$out/auto.plan" > "$out/auto.log"
+end=$(date +%s.%N)
+"${mpi[@]}" "$bin/braid-run" "$out/auto.plan" --data "$out/data" --threads 1 \
+  --log-every 1000000 > "$out/auto-run.log" 2>&1
+python3 - "$out" "$start" "$end" <<'PY'
+import re, sys
+out, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+line = re.compile(r"^(\S+): step time: measured ([0-9.e+-]+) s .* predicted ([0-9.e+-]+) s")
+rows = [(m.group(1), float(m.group(2)), float(m.group(3)))
+        for m in map(line.match, open(f"{out}/measured.txt")) if m]
+print(f"{'layout':16s} {'measured (ms)':>14s} {'predicted (ms)':>15s} {'error':>8s}")
+for name, measured, predicted in rows:
+    print(f"{name:16s} {1e3 * measured:14.2f} {1e3 * predicted:15.2f} "
+          f"{100 * (predicted - measured) / measured:+7.1f}%")
+worst = max(abs(p - m) / m for _, m, p in rows)
+print(f"largest error {100 * worst:.1f}% over {len(rows)} layouts")
+auto = open(f"{out}/auto.log").read()
+pick = re.search(r"^auto: (.*), predicted", auto, re.M).group(1)
+m = re.search(r"step time: measured ([0-9.e+-]+) s", open(f"{out}/auto-run.log").read())
+picked = float(m.group(1))
+fastest = min(rows, key=lambda r: r[1])
+print(f"search ({end - start:.1f} s): picked {pick}, measured {1e3 * picked:.2f} ms; "
+      f"fastest of the {len(rows)} measured: {fastest[0]} at {1e3 * fastest[1]:.2f} ms "
+      f"(pick / fastest = {picked / fastest[1]:.3f})")
+PY

@@ -1,0 +1,290 @@
+//===- CalibrationFit.cpp - Kernel and link rates from measurements -------===//
+
+#include "compiler/CalibrationFit.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/JSON.h"
+
+#include <cmath>
+#include <cstdio>
+
+using namespace braid;
+using namespace braid::calibration;
+
+namespace {
+
+llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// `v` as printf's %g writes it (Twine has no doubles).
+std::string num(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", v);
+  return buffer;
+}
+
+/// The work a kernel's rate divides: FLOPs for a matrix product, bytes for
+/// the others.
+double workOf(llvm::StringRef kernel, const KernelSample &s) {
+  return isMatrixKernel(kernel) ? s.flops : s.bytes;
+}
+
+void add(KernelSample &into, const KernelSample &s) {
+  into.seconds += s.seconds;
+  into.calls += s.calls;
+  into.flops += s.flops;
+  into.bytes += s.bytes;
+}
+
+llvm::Expected<llvm::json::Value> parseJson(llvm::StringRef text,
+                                            llvm::StringRef what) {
+  llvm::Expected<llvm::json::Value> value = llvm::json::parse(text);
+  if (!value)
+    return error(what + " is not JSON: " + llvm::toString(value.takeError()));
+  if (!value->getAsObject())
+    return error(what + " is not a JSON object");
+  return value;
+}
+
+} // namespace
+
+bool calibration::isMatrixKernel(llvm::StringRef kernel) {
+  return llvm::StringSwitch<bool>(kernel)
+      .Cases("LINEAR", "LINEAR_GRAD_INPUT", "LINEAR_GRAD_WEIGHT", "ATTENTION",
+             "ATTENTION_GRAD", true)
+      .Default(false);
+}
+
+bool calibration::isCommunicationKernel(llvm::StringRef kernel) {
+  return llvm::StringSwitch<bool>(kernel)
+      .Cases("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "SEND", "RECV",
+             "WAIT", true)
+      .Default(false);
+}
+
+RateFit calibration::fitRate(double smallCalls, double smallWork,
+                             double smallSeconds, double midCalls,
+                             double midWork, double midSeconds) {
+  for (double v :
+       {smallCalls, smallWork, smallSeconds, midCalls, midWork, midSeconds})
+    if (!(v > 0) || !std::isfinite(v))
+      return {};
+  // The mid run's mean speed: its larger calls weigh the overhead least.
+  RateFit fallback{midWork / midSeconds, 0, false};
+  // smallCalls o + smallWork x = smallSeconds
+  // midCalls   o + midWork   x = midSeconds,   x = 1 / rate.
+  double det = smallCalls * midWork - midCalls * smallWork;
+  double scale = smallCalls * midWork + midCalls * smallWork;
+  // Calls that do the same work in both runs say nothing about the split
+  // between overhead and rate.
+  if (std::abs(det) <= 1e-9 * scale)
+    return fallback;
+  double overhead = (smallSeconds * midWork - midSeconds * smallWork) / det;
+  double inverseRate = (smallCalls * midSeconds - midCalls * smallSeconds) / det;
+  // Noise can make either negative (a kernel whose time hardly grows with
+  // its work, or grows faster than in proportion): no physical solution.
+  if (!(inverseRate > 0) || !(overhead >= 0) || !std::isfinite(overhead) ||
+      !std::isfinite(inverseRate))
+    return fallback;
+  // A rank that shares cores is descheduled now and then inside a kernel:
+  // such noise shows up as a per-call overhead that explains most of a
+  // small call. An overhead is at most half the small run's mean call; the
+  // mid run's calls then give the rate.
+  double most = 0.5 * smallSeconds / smallCalls;
+  if (overhead > most) {
+    overhead = most;
+    double left = midSeconds - midCalls * overhead;
+    if (!(left > 0))
+      return fallback;
+    return {midWork / left, overhead, true};
+  }
+  return {1 / inverseRate, overhead, true};
+}
+
+std::vector<spec::KernelRate>
+calibration::fitKernelRates(const KernelSamples &small,
+                            const KernelSamples &mid, double minCalls) {
+  std::vector<spec::KernelRate> rates;
+  // The kernels of both runs pooled, matrix products and the others apart,
+  // for "default".
+  KernelSample matrixSmall, matrixMid, otherSmall, otherMid;
+  for (const auto &[name, m] : mid) {
+    auto it = small.find(name);
+    // Only kernels of both runs: one that ran in one of them would add to
+    // one side of the pooled equations only.
+    if (isCommunicationKernel(name) || it == small.end())
+      continue;
+    const KernelSample &s = it->second;
+    bool matrix = isMatrixKernel(name);
+    add(matrix ? matrixSmall : otherSmall, s);
+    add(matrix ? matrixMid : otherMid, m);
+    if (s.calls < minCalls || m.calls < minCalls)
+      continue;
+    RateFit fit = fitRate(s.calls, workOf(name, s), s.seconds, m.calls,
+                          workOf(name, m), m.seconds);
+    if (!(fit.rate > 0))
+      continue;
+    spec::KernelRate &rate = rates.emplace_back();
+    rate.set_kernel(name);
+    if (matrix)
+      rate.set_flops_per_s(fit.rate);
+    else
+      rate.set_bytes_per_s(fit.rate);
+    rate.set_overhead_s(fit.overhead);
+  }
+  RateFit matrix = fitRate(matrixSmall.calls, matrixSmall.flops,
+                           matrixSmall.seconds, matrixMid.calls,
+                           matrixMid.flops, matrixMid.seconds);
+  RateFit other =
+      fitRate(otherSmall.calls, otherSmall.bytes, otherSmall.seconds,
+              otherMid.calls, otherMid.bytes, otherMid.seconds);
+  if (matrix.rate > 0 || other.rate > 0) {
+    // Both rates: the cost model takes the larger of the two times, so an
+    // unknown kernel is priced by whichever bound it hits.
+    spec::KernelRate &rate = rates.emplace_back();
+    rate.set_kernel("default");
+    rate.set_flops_per_s(matrix.rate);
+    rate.set_bytes_per_s(other.rate);
+    rate.set_overhead_s(other.rate > 0 ? other.overhead : matrix.overhead);
+  }
+  return rates;
+}
+
+llvm::Expected<spec::LinkClass> calibration::fitAllReduceLink(
+    int64_t ranks, llvm::ArrayRef<std::pair<double, double>> bytesSeconds) {
+  if (ranks < 2)
+    return error("an all-reduce of " + llvm::Twine(ranks) +
+                 " rank(s) moves nothing: a link needs at least 2 ranks");
+  if (bytesSeconds.size() < 2)
+    return error("fitting a link's bandwidth and latency needs all-reduce "
+                 "times of at least 2 sizes, not " +
+                 llvm::Twine(bytesSeconds.size()));
+  double n = double(ranks);
+  // seconds = a x + b y with x = 2 (n-1)/n bytes, y = 2 (n-1): a = 1 /
+  // bandwidth, b = latency; each equation weighted by 1 / seconds.
+  double sxx = 0, sxy = 0, syy = 0, sxt = 0, syt = 0;
+  for (auto [bytes, seconds] : bytesSeconds) {
+    if (!(bytes > 0) || !(seconds > 0) || !std::isfinite(bytes) ||
+        !std::isfinite(seconds))
+      return error("an all-reduce of " + num(bytes) + " bytes in " +
+                   num(seconds) +
+                   " s: sizes and times must be positive");
+    double w = 1 / (seconds * seconds);
+    double x = 2 * (n - 1) / n * bytes, y = 2 * (n - 1);
+    sxx += w * x * x;
+    sxy += w * x * y;
+    syy += w * y * y;
+    sxt += w * x * seconds;
+    syt += w * y * seconds;
+  }
+  double det = sxx * syy - sxy * sxy;
+  if (!(std::abs(det) > 1e-12 * sxx * syy))
+    return error("the all-reduce times are all of one size: fitting a "
+                 "bandwidth and a latency needs at least 2 sizes");
+  double a = (sxt * syy - syt * sxy) / det;
+  double b = (sxx * syt - sxy * sxt) / det;
+  if (b < 0) {
+    b = 0;
+    a = sxt / sxx;
+  }
+  if (!(a > 0) || !std::isfinite(a))
+    return error("the all-reduce times of " + llvm::Twine(ranks) +
+                 " ranks do not grow with the size: no bandwidth fits them");
+  spec::LinkClass link;
+  link.set_bandwidth(1 / a);
+  link.set_latency(b);
+  return link;
+}
+
+llvm::Expected<KernelSamples> calibration::parseProfile(llvm::StringRef json) {
+  llvm::Expected<llvm::json::Value> value = parseJson(json, "the profile");
+  if (!value)
+    return value.takeError();
+  const llvm::json::Array *ranks = value->getAsObject()->getArray("ranks");
+  if (!ranks || ranks->empty())
+    return error("the profile has no \"ranks\" (an array of each rank's "
+                 "kernels)");
+  KernelSamples mean;
+  for (size_t r = 0; r < ranks->size(); ++r) {
+    const llvm::json::Object *rank = (*ranks)[r].getAsObject();
+    const llvm::json::Object *kernels = rank ? rank->getObject("kernels") : nullptr;
+    if (!kernels)
+      return error("rank " + llvm::Twine(r) +
+                   " of the profile has no \"kernels\" object");
+    for (const auto &[name, fields] : *kernels) {
+      const llvm::json::Object *k = fields.getAsObject();
+      KernelSample sample;
+      for (auto [field, into] :
+           {std::pair<const char *, double *>{"seconds", &sample.seconds},
+            {"calls", &sample.calls},
+            {"flops", &sample.flops},
+            {"bytes", &sample.bytes}}) {
+        std::optional<double> v = k ? k->getNumber(field) : std::nullopt;
+        if (!v || *v < 0)
+          return error("kernel " + name.str() + " of rank " + llvm::Twine(r) +
+                       " of the profile has no non-negative \"" + field +
+                       "\"");
+        *into = *v;
+      }
+      add(mean[name.str()], sample);
+    }
+  }
+  for (auto &[name, s] : mean) {
+    double count = double(ranks->size());
+    s.seconds /= count;
+    s.calls /= count;
+    s.flops /= count;
+    s.bytes /= count;
+  }
+  return mean;
+}
+
+llvm::Expected<std::vector<double>>
+calibration::parseStepTimes(llvm::StringRef json) {
+  llvm::Expected<llvm::json::Value> value = parseJson(json, "the profile");
+  if (!value)
+    return value.takeError();
+  const llvm::json::Array *times = value->getAsObject()->getArray("step_time_s");
+  if (!times)
+    return error("the profile has no \"step_time_s\" array");
+  std::vector<double> out;
+  for (const llvm::json::Value &t : *times) {
+    std::optional<double> v = t.getAsNumber();
+    if (!v || !(*v > 0))
+      return error("the profile's step_time_s holds something other than "
+                   "positive seconds");
+    out.push_back(*v);
+  }
+  return out;
+}
+
+llvm::Expected<std::pair<int64_t, std::vector<std::pair<double, double>>>>
+calibration::parseAllReduceBench(llvm::StringRef json) {
+  llvm::Expected<llvm::json::Value> value =
+      parseJson(json, "the collectives' times");
+  if (!value)
+    return value.takeError();
+  const llvm::json::Object &o = *value->getAsObject();
+  std::optional<int64_t> ranks = o.getInteger("ranks");
+  if (!ranks || *ranks < 1)
+    return error("the collectives' times have no positive \"ranks\"");
+  const llvm::json::Array *points = o.getArray("all_reduce");
+  if (!points)
+    return error("the collectives' times have no \"all_reduce\" array");
+  std::vector<std::pair<double, double>> out;
+  for (const llvm::json::Value &p : *points) {
+    const llvm::json::Array *pair = p.getAsArray();
+    std::optional<double> bytes, seconds;
+    if (pair && pair->size() == 2) {
+      bytes = (*pair)[0].getAsNumber();
+      seconds = (*pair)[1].getAsNumber();
+    }
+    if (!bytes || !seconds)
+      return error("the collectives' all_reduce holds something other than "
+                   "[bytes, seconds] pairs");
+    out.push_back({*bytes, *seconds});
+  }
+  return std::make_pair(*ranks, std::move(out));
+}

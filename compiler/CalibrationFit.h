@@ -1,0 +1,105 @@
+//===- CalibrationFit.h - Kernel and link rates from measurements -*- C++ -*-===//
+//
+// What `braid calibrate` fits to its measurements, as pure functions: the
+// cost model's kernel rates (frontends/spec/cluster.proto, KernelRate) from
+// the kernel profiles of two models of different sizes (braid-run
+// --profile-out), and a link's bandwidth and latency from all-reduce times
+// (braid-run --bench-collectives).
+//
+// A kernel kind's calls take, in the cost model, calls x overhead + work /
+// rate in all, the work being FLOPs for the matrix kernels and bytes for the
+// others (runtime/plan/Work.h counts both). Two runs whose calls do
+// different amounts of work (a small and a mid model) give two such
+// equations, which determine the overhead and the rate.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_COMPILER_CALIBRATIONFIT_H
+#define BRAID_COMPILER_CALIBRATIONFIT_H
+
+#include "frontends/spec/cluster.pb.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace braid::calibration {
+
+/// The calls of one kernel kind in one run: their seconds, number and work
+/// (totals over the profiled steps).
+struct KernelSample {
+  double seconds = 0;
+  double calls = 0;
+  double flops = 0;
+  double bytes = 0;
+};
+
+/// By plan kernel name (LINEAR, ...).
+using KernelSamples = std::map<std::string, KernelSample>;
+
+/// Matrix products (LINEAR, LINEAR_GRAD_INPUT, LINEAR_GRAD_WEIGHT,
+/// ATTENTION, ATTENTION_GRAD): their rate is in FLOP/s; the others' in B/s.
+bool isMatrixKernel(llvm::StringRef kernel);
+
+/// Kernels that move data between ranks or wait for it (collectives,
+/// SEND, RECV, WAIT): the cost model prices them with the link, so they get
+/// no kernel rate.
+bool isCommunicationKernel(llvm::StringRef kernel);
+
+/// A kernel's fitted speed: seconds of one call = overhead + work / rate.
+struct RateFit {
+  double rate = 0;
+  double overhead = 0;
+  /// Whether both equations were solved as they are; false when the fit fell
+  /// back to overhead 0 and the mid run's work / seconds (the equations are
+  /// degenerate, or their solution has a negative overhead or rate).
+  bool solved = false;
+};
+
+/// Fits calls x overhead + work / rate = seconds to a small and a mid run
+/// (`work` the FLOPs or bytes, as the caller chooses). Both runs must have
+/// calls > 0, work > 0 and seconds > 0; otherwise the rate is 0 (unknown).
+RateFit fitRate(double smallCalls, double smallWork, double smallSeconds,
+                double midCalls, double midWork, double midSeconds);
+
+/// The kernel rates of one calibration: one per compute kernel that both
+/// runs called at least `minCalls` times (FLOP/s for matrix kernels, B/s for
+/// the others, each with its overhead), then "default" for every other
+/// kernel: the FLOP rate of the matrix kernels together, and the byte rate
+/// and overhead of the others together.
+std::vector<spec::KernelRate> fitKernelRates(const KernelSamples &small,
+                                             const KernelSamples &mid,
+                                             double minCalls = 2);
+
+/// Fits the cost model's ring all-reduce, seconds = 2 (n-1)/n x bytes /
+/// bandwidth + 2 (n-1) x latency, to (bytes, seconds) measurements of
+/// `ranks` ranks, by least squares of the relative errors (the sizes span
+/// orders of magnitude: plain least squares would fit the largest alone and
+/// leave the latency to its noise). A negative latency is clamped to 0 and
+/// the bandwidth refitted. Errors: fewer than 2 ranks or 2 sizes, a size or
+/// time that is not positive, times that do not grow with the size.
+llvm::Expected<spec::LinkClass>
+fitAllReduceLink(int64_t ranks,
+                 llvm::ArrayRef<std::pair<double, double>> bytesSeconds);
+
+/// The kernels of a `braid-run --profile-out` file (its text), the mean over
+/// its ranks. Errors name what is missing or malformed.
+llvm::Expected<KernelSamples> parseProfile(llvm::StringRef json);
+
+/// The step times of a `braid-run --profile-out` file (rank 0's).
+llvm::Expected<std::vector<double>> parseStepTimes(llvm::StringRef json);
+
+/// The ranks and the all-reduce (bytes, seconds) of a `braid-run
+/// --bench-collectives` file (its text).
+llvm::Expected<std::pair<int64_t, std::vector<std::pair<double, double>>>>
+parseAllReduceBench(llvm::StringRef json);
+
+} // namespace braid::calibration
+
+#endif // BRAID_COMPILER_CALIBRATIONFIT_H

@@ -1,0 +1,198 @@
+//===- CalibrationFitTest.cpp - braid calibrate's fits --------------------===//
+//
+// Measurements made from known rates, overheads and links must give them
+// back; degenerate and noisy ones must fall back as documented rather than
+// give negative or infinite speeds.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/CalibrationFit.h"
+
+#include "gtest/gtest.h"
+
+using namespace braid;
+using namespace braid::calibration;
+
+namespace {
+
+/// calls x overhead + work / rate.
+double seconds(double calls, double work, double rate, double overhead) {
+  return calls * overhead + work / rate;
+}
+
+const spec::KernelRate *find(const std::vector<spec::KernelRate> &rates,
+                             const std::string &kernel) {
+  for (const spec::KernelRate &r : rates)
+    if (r.kernel() == kernel)
+      return &r;
+  return nullptr;
+}
+
+TEST(CalibrationFit, RateAndOverheadOfTwoRuns) {
+  // 30 calls of 1e6 FLOPs, then 30 calls of 2.7e7 (a larger model), at
+  // 5e10 FLOP/s and 4 us a call.
+  RateFit fit = fitRate(30, 3e7, seconds(30, 3e7, 5e10, 4e-6), 30, 8.1e8,
+                        seconds(30, 8.1e8, 5e10, 4e-6));
+  EXPECT_TRUE(fit.solved);
+  EXPECT_NEAR(fit.rate, 5e10, 5e10 * 1e-9);
+  EXPECT_NEAR(fit.overhead, 4e-6, 1e-15);
+  // Different numbers of calls (more micro-batches in one run) too.
+  fit = fitRate(10, 1e6, seconds(10, 1e6, 2e9, 1e-5), 40, 9e7,
+                seconds(40, 9e7, 2e9, 1e-5));
+  EXPECT_TRUE(fit.solved);
+  EXPECT_NEAR(fit.rate, 2e9, 2e9 * 1e-9);
+  EXPECT_NEAR(fit.overhead, 1e-5, 1e-14);
+}
+
+TEST(CalibrationFit, DegenerateFallsBackToTheMidRun) {
+  // Each call does the same work in both runs: the split is undetermined.
+  RateFit fit = fitRate(10, 1e6, 1e-3, 20, 2e6, 2.2e-3);
+  EXPECT_FALSE(fit.solved);
+  EXPECT_EQ(fit.overhead, 0);
+  EXPECT_DOUBLE_EQ(fit.rate, 2e6 / 2.2e-3);
+  // Times that shrink as the work grows: a negative rate, refused.
+  fit = fitRate(10, 1e6, 2e-3, 10, 1e8, 1e-3);
+  EXPECT_FALSE(fit.solved);
+  EXPECT_EQ(fit.overhead, 0);
+  EXPECT_DOUBLE_EQ(fit.rate, 1e8 / 1e-3);
+  // Times that grow faster than the work: a negative overhead, clamped.
+  fit = fitRate(10, 1e6, 1e-4, 10, 1e7, 1e-2);
+  EXPECT_FALSE(fit.solved);
+  EXPECT_EQ(fit.overhead, 0);
+  EXPECT_DOUBLE_EQ(fit.rate, 1e7 / 1e-2);
+  // Nothing measured: no rate.
+  EXPECT_EQ(fitRate(0, 1, 1, 1, 1, 1).rate, 0);
+  EXPECT_EQ(fitRate(1, 1, 1, 1, 1, 0).rate, 0);
+}
+
+TEST(CalibrationFit, KernelRatesAndDefault) {
+  KernelSamples small, mid;
+  // A matrix kernel (FLOP/s), two element-wise kernels (B/s), a collective
+  // (not a kernel rate) and one called once (folded into "default").
+  small["LINEAR"] = {seconds(30, 3e7, 4e10, 2e-6), 30, 3e7, 1e6};
+  mid["LINEAR"] = {seconds(30, 8e8, 4e10, 2e-6), 30, 8e8, 9e6};
+  small["RMS_NORM"] = {seconds(10, 4e5, 3e9, 1e-6), 10, 1e5, 4e5};
+  mid["RMS_NORM"] = {seconds(10, 4e6, 3e9, 1e-6), 10, 1e6, 4e6};
+  small["ADD"] = {seconds(20, 1e6, 5e9, 5e-7), 20, 1e5, 1e6};
+  mid["ADD"] = {seconds(20, 1.2e7, 5e9, 5e-7), 20, 1e6, 1.2e7};
+  small["ALL_REDUCE"] = {1e-3, 2, 0, 1e6};
+  mid["ALL_REDUCE"] = {5e-3, 2, 0, 1e7};
+  small["CROSS_ENTROPY"] = {seconds(1, 1e5, 3e9, 1e-6), 1, 4e5, 1e5};
+  mid["CROSS_ENTROPY"] = {seconds(1, 1e6, 3e9, 1e-6), 1, 4e6, 1e6};
+  std::vector<spec::KernelRate> rates = fitKernelRates(small, mid);
+  ASSERT_EQ(rates.size(), 4u) << "LINEAR, RMS_NORM, ADD, default";
+  const spec::KernelRate *linear = find(rates, "LINEAR");
+  ASSERT_TRUE(linear);
+  EXPECT_NEAR(linear->flops_per_s(), 4e10, 4e10 * 1e-9);
+  EXPECT_EQ(linear->bytes_per_s(), 0);
+  EXPECT_NEAR(linear->overhead_s(), 2e-6, 1e-15);
+  const spec::KernelRate *norm = find(rates, "RMS_NORM");
+  ASSERT_TRUE(norm);
+  EXPECT_EQ(norm->flops_per_s(), 0);
+  EXPECT_NEAR(norm->bytes_per_s(), 3e9, 3e9 * 1e-9);
+  EXPECT_NEAR(norm->overhead_s(), 1e-6, 1e-15);
+  EXPECT_FALSE(find(rates, "ALL_REDUCE"));
+  EXPECT_FALSE(find(rates, "CROSS_ENTROPY"));
+  const spec::KernelRate *fallback = find(rates, "default");
+  ASSERT_TRUE(fallback);
+  // One matrix kernel: its rate. The element-wise ones pooled: a rate
+  // between theirs (3e9 and 5e9 B/s), a positive overhead.
+  EXPECT_NEAR(fallback->flops_per_s(), 4e10, 4e10 * 1e-9);
+  EXPECT_GT(fallback->bytes_per_s(), 3e9);
+  EXPECT_LT(fallback->bytes_per_s(), 5e9);
+  EXPECT_GT(fallback->overhead_s(), 0);
+  // Kernels of one run only get no rate of their own.
+  mid.erase("RMS_NORM");
+  EXPECT_FALSE(find(fitKernelRates(small, mid), "RMS_NORM"));
+}
+
+TEST(CalibrationFit, AllReduceLink) {
+  // 4 ranks at 2 GB/s and 20 us per ring step: 4 KB .. 16 MB.
+  std::vector<std::pair<double, double>> points;
+  for (double bytes = 4096; bytes <= 16 << 20; bytes *= 4)
+    points.push_back({bytes, 2 * 3.0 / 4 * bytes / 2e9 + 2 * 3 * 20e-6});
+  llvm::Expected<spec::LinkClass> link = fitAllReduceLink(4, points);
+  ASSERT_TRUE(bool(link)) << llvm::toString(link.takeError());
+  EXPECT_NEAR(link->bandwidth(), 2e9, 2e9 * 1e-6);
+  EXPECT_NEAR(link->latency(), 20e-6, 1e-12);
+
+  // Times below what the bandwidth alone allows at small sizes: the
+  // latency would be negative; it is 0 and the bandwidth refitted.
+  points = {{4096, 1e-7}, {1 << 20, 1e-3}, {16 << 20, 1.6e-2}};
+  link = fitAllReduceLink(2, points);
+  ASSERT_TRUE(bool(link)) << llvm::toString(link.takeError());
+  EXPECT_EQ(link->latency(), 0);
+  EXPECT_GT(link->bandwidth(), 0);
+}
+
+TEST(CalibrationFit, AllReduceLinkErrors) {
+  auto message = [](llvm::Expected<spec::LinkClass> link) {
+    return link ? std::string("no error") : llvm::toString(link.takeError());
+  };
+  EXPECT_EQ(message(fitAllReduceLink(1, {{1, 1}, {2, 2}})),
+            "an all-reduce of 1 rank(s) moves nothing: a link needs at least "
+            "2 ranks");
+  EXPECT_EQ(message(fitAllReduceLink(2, {{4096, 1e-5}})),
+            "fitting a link's bandwidth and latency needs all-reduce times of "
+            "at least 2 sizes, not 1");
+  EXPECT_EQ(message(fitAllReduceLink(2, {{4096, 1e-5}, {4096, 2e-5}})),
+            "the all-reduce times are all of one size: fitting a bandwidth "
+            "and a latency needs at least 2 sizes");
+  EXPECT_EQ(message(fitAllReduceLink(2, {{4096, 1e-3}, {1 << 20, 1e-5}})),
+            "the all-reduce times of 2 ranks do not grow with the size: no "
+            "bandwidth fits them");
+  EXPECT_NE(message(fitAllReduceLink(2, {{4096, 0}, {1 << 20, 1e-5}}))
+                .find("must be positive"),
+            std::string::npos);
+}
+
+TEST(CalibrationFit, ParseProfileMeansOverRanks) {
+  llvm::Expected<KernelSamples> samples = parseProfile(
+      R"({"world_size": 2, "steps": 2, "step_time_s": [0.5, 0.25],
+          "ranks": [
+            {"rank": 0, "kernels": {"LINEAR": {"seconds": 1, "calls": 4,
+                                               "flops": 100, "bytes": 10}}},
+            {"rank": 1, "kernels": {"LINEAR": {"seconds": 3, "calls": 4,
+                                               "flops": 100, "bytes": 10},
+                                    "ADD": {"seconds": 2, "calls": 2,
+                                            "flops": 1, "bytes": 8}}}]})");
+  ASSERT_TRUE(bool(samples)) << llvm::toString(samples.takeError());
+  EXPECT_EQ((*samples)["LINEAR"].seconds, 2);
+  EXPECT_EQ((*samples)["LINEAR"].calls, 4);
+  EXPECT_EQ((*samples)["ADD"].seconds, 1);
+  EXPECT_EQ((*samples)["ADD"].bytes, 4);
+
+  llvm::Expected<std::vector<double>> times =
+      parseStepTimes(R"({"step_time_s": [0.5, 0.25], "ranks": []})");
+  ASSERT_TRUE(bool(times)) << llvm::toString(times.takeError());
+  EXPECT_EQ(*times, (std::vector<double>{0.5, 0.25}));
+
+  auto error = [](auto value) {
+    return value ? std::string("no error") : llvm::toString(value.takeError());
+  };
+  EXPECT_EQ(error(parseProfile("[1]")), "the profile is not a JSON object");
+  EXPECT_EQ(error(parseProfile(R"({"ranks": []})")),
+            "the profile has no \"ranks\" (an array of each rank's kernels)");
+  EXPECT_EQ(error(parseProfile(
+                R"({"ranks": [{"kernels": {"ADD": {"seconds": 1}}}]})")),
+            "kernel ADD of rank 0 of the profile has no non-negative \"calls\"");
+  EXPECT_NE(error(parseProfile("{")).find("the profile is not JSON"),
+            std::string::npos);
+}
+
+TEST(CalibrationFit, ParseAllReduceBench) {
+  auto bench = parseAllReduceBench(
+      R"({"ranks": 2, "dtype": "F32", "all_reduce": [[4096, 1e-5],
+          [16384, 2e-5]], "all_gather": [], "reduce_scatter": []})");
+  ASSERT_TRUE(bool(bench)) << llvm::toString(bench.takeError());
+  EXPECT_EQ(bench->first, 2);
+  ASSERT_EQ(bench->second.size(), 2u);
+  EXPECT_EQ(bench->second[1].first, 16384);
+  EXPECT_EQ(bench->second[1].second, 2e-5);
+  auto missing = parseAllReduceBench(R"({"ranks": 2})");
+  ASSERT_FALSE(bool(missing));
+  EXPECT_EQ(llvm::toString(missing.takeError()),
+            "the collectives' times have no \"all_reduce\" array");
+}
+
+} // namespace
