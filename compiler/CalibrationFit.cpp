@@ -6,6 +6,7 @@
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/JSON.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -189,9 +190,16 @@ llvm::Expected<spec::LinkClass> calibration::fitAllReduceLink(
     b = 0;
     a = sxt / sxx;
   }
-  if (!(a > 0) || !std::isfinite(a))
-    return error("the all-reduce times of " + llvm::Twine(ranks) +
-                 " ranks do not grow with the size: no bandwidth fits them");
+  if (!(a > 0) || !std::isfinite(a)) {
+    // Times that do not grow with the size are noise (ranks sharing busy
+    // cores): the largest size alone then bounds the bandwidth, with every
+    // second of it counted as moving bytes, and no latency.
+    auto largest = std::max_element(
+        bytesSeconds.begin(), bytesSeconds.end(),
+        [](auto l, auto r) { return l.first < r.first; });
+    a = largest->second / (2 * (n - 1) / n * largest->first);
+    b = 0;
+  }
   spec::LinkClass link;
   link.set_bandwidth(1 / a);
   link.set_latency(b);

@@ -82,8 +82,9 @@ std::vector<spec::KernelRate> fitKernelRates(const KernelSamples &small,
 /// `ranks` ranks, by least squares of the relative errors (the sizes span
 /// orders of magnitude: plain least squares would fit the largest alone and
 /// leave the latency to its noise). A negative latency is clamped to 0 and
-/// the bandwidth refitted. Errors: fewer than 2 ranks or 2 sizes, a size or
-/// time that is not positive, times that do not grow with the size.
+/// the bandwidth refitted; times that do not grow with the size (noise)
+/// give the largest size's bandwidth and no latency. Errors: fewer than 2
+/// ranks or 2 sizes, a size or time that is not positive.
 llvm::Expected<spec::LinkClass>
 fitAllReduceLink(int64_t ranks,
                  llvm::ArrayRef<std::pair<double, double>> bytesSeconds);
