@@ -56,6 +56,58 @@ double persistentBytesPerParameter(int64_t zero, int64_t dp) {
   }
 }
 
+/// A rough step time, only to order the compiles: the step's model FLOPs
+/// (plus what recompute adds) over the devices at the matrix-product rate,
+/// stretched by the schedule's bubble, plus tensor-parallel all-reduces of
+/// the activations (4 per layer and micro-batch) and the gradients'
+/// data-parallel all-reduce (half again with ZeRO-3's gathers).
+double roughStepTime(const spec::ParallelSpec &p, const ModelConfig &model,
+                     const spec::Cluster &cluster, int64_t world,
+                     int64_t parameters, double flopsPerToken) {
+  double tokens = double(p.global_batch_size()) * double(model.seqLength);
+  double flops = flopsPerToken * tokens;
+  if (p.recompute() == "full")
+    flops *= 4.0 / 3.0;
+  else if (p.recompute() == "selective")
+    flops *= 1.03;
+  bool low = model.dtype == spec::BF16 || model.dtype == spec::FP16;
+  double rate = (low ? cluster.peak_flops_bf16() : cluster.peak_flops_fp32()) *
+                (cluster.matmul_efficiency() > 0 ? cluster.matmul_efficiency()
+                                                 : 0.6);
+  int64_t perNode = std::min<int64_t>(world, cluster.devices_per_node());
+  for (const spec::Calibration &c : cluster.calibrations())
+    if (c.ranks_per_node() == perNode)
+      for (const spec::KernelRate &k : c.kernels())
+        if (k.kernel() == "LINEAR" && k.flops_per_s() > 0)
+          rate = k.flops_per_s();
+  double compute = flops / double(world) / std::max(rate, 1.0);
+  int64_t micro = p.global_batch_size() / p.dp() / p.micro_batch_size();
+  double bubble = 0;
+  if (p.pp() > 1) {
+    double chunks = double(std::max<int64_t>(p.vpp(), 1));
+    bubble = double(p.pp() - 1) / (double(micro) * chunks);
+    if (p.schedule() == "zb-h1")
+      bubble /= 3;
+  }
+  auto ring = [&](double bytes, int64_t n, bool intra) {
+    const spec::LinkClass &link =
+        intra ? cluster.intra_node() : cluster.inter_node();
+    double bw = link.bandwidth() > 0 ? link.bandwidth() : 1e30;
+    return n > 1 ? 2.0 * double(n - 1) / double(n) * bytes / bw +
+                       2.0 * double(n - 1) * link.latency()
+                 : 0.0;
+  };
+  double activation = double(p.micro_batch_size()) * double(model.seqLength) *
+                      double(model.hiddenSize) * 4;
+  double tpComm = 4.0 * double(model.numLayers) / double(p.pp()) *
+                  double(micro) * ring(activation, p.tp(), true);
+  bool dpIntra = p.tp() * p.pp() * p.dp() <= cluster.devices_per_node();
+  double dpComm = ring(4.0 * double(parameters) / double(p.tp() * p.pp()),
+                       p.dp(), dpIntra) *
+                  (p.zero() == 3 ? 1.5 : 1.0);
+  return compute * (1 + bubble) + tpComm + dpComm;
+}
+
 } // namespace
 
 llvm::Expected<std::vector<Candidate>>
@@ -74,10 +126,12 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     return train.takeError();
   int64_t globalBatch = given->globalBatchSize;
   int64_t parameters = 0;
+  double flopsPerToken = 0;
   {
     mlir::OwningOpRef<mlir::ModuleOp> forward =
         buildForwardModule(context, *model);
     parameters = countParameters(*forward).total;
+    flopsPerToken = countFlops(*forward).trainingPerToken();
   }
 
   // The layouts: structures (tp, pp, dp, vpp, micro-batch, schedule, sp),
@@ -164,37 +218,26 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     if (bound[i] > double(cluster.memory_bytes()))
       all[i].rejected = llvm::formatv(
           "out of memory: parameters, gradients and optimizer state alone "
-          "need at least {0:F2} GB per device",
-          bound[i] / 1e9);
+          "need at least {0:F0} B per device",
+          bound[i]);
   }
+  // The order of compiles: a rough estimate of each rung's step time, so
+  // that a cap on compiles spends them on the likeliest winners.
+  std::vector<double> estimate(all.size());
+  for (size_t i = 0; i < all.size(); ++i)
+    estimate[i] = roughStepTime(all[i].parallel, *model, cluster, world,
+                                parameters, flopsPerToken);
   std::vector<size_t> order;
   for (size_t i = 0; i < all.size(); ++i)
     if (all[i].rejected.empty())
       order.push_back(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return bound[a] < bound[b]; });
-  if (options.maxCompiles > 0 && int64_t(order.size()) > options.maxCompiles) {
-    for (size_t k = options.maxCompiles; k < order.size(); ++k)
-      all[order[k]].rejected = "not compiled (--auto compiles at most " +
-                               std::to_string(options.maxCompiles) +
-                               " candidates, the least memory first)";
-    order.resize(options.maxCompiles);
-  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return estimate[a] < estimate[b];
+  });
 
-  // In ladder order within each structure (the order of `all`), the
-  // candidates the bound and the cap leave.
-  std::vector<bool> chosen(all.size(), false);
-  for (size_t i : order)
-    chosen[i] = true;
-  std::vector<bool> fitted(structures, false);
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (!chosen[i])
-      continue;
-    Candidate &c = all[i];
-    if (fitted[c.structure]) {
-      c.skipped = true;
-      continue;
-    }
+  // Compiles candidate `c`: its exact peak and predicted step; true when it
+  // fits a device.
+  auto compileCandidate = [&](Candidate &c) -> bool {
     spec::JobSpec candidateJob = job;
     *candidateJob.mutable_parallel() = c.parallel;
     // Diagnostics of a candidate that does not compile become its reason.
@@ -207,12 +250,12 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     llvm::Expected<ModelConfig> m = resolveModel(candidateJob);
     if (!m) {
       c.rejected = llvm::toString(m.takeError());
-      continue;
+      return false;
     }
     llvm::Expected<ParallelConfig> parallel = resolveParallel(candidateJob, *m);
     if (!parallel) {
       c.rejected = llvm::toString(parallel.takeError());
-      continue;
+      return false;
     }
     parallel->zeroBucketBytes = given->zeroBucketBytes;
     mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *m);
@@ -224,12 +267,12 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     if (llvm::Error e = runPhases(*module, compile)) {
       c.rejected = llvm::toString(std::move(e)) +
                    (diagnostics.empty() ? "" : ": " + diagnostics);
-      continue;
+      return false;
     }
     llvm::Expected<plan::Plan> plan = exportPlan(*module);
     if (!plan) {
       c.rejected = llvm::toString(plan.takeError());
-      continue;
+      return false;
     }
     plan->mutable_training()->MergeFrom(
         trainingSettings(*m, *train, *parallel, candidateJob.data()));
@@ -241,7 +284,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     llvm::Expected<StepPrediction> prediction = predictStep(*plan, cluster);
     if (!prediction) {
       c.rejected = llvm::toString(prediction.takeError());
-      continue;
+      return false;
     }
     c.prediction = *prediction;
     FlopCount flops = countFlops(*graph);
@@ -258,12 +301,50 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
                                  "{2} B per device)",
                                  (peak - cluster.memory_bytes()) / 1e9, peak,
                                  cluster.memory_bytes());
-      continue;
+      return false;
     }
     c.feasible = true;
-    fitted[c.structure] = true;
+    return true;
+  };
+  // Compile in that order; within a structure, a rung above the lowest one
+  // that fits is no candidate (it only trades time for memory not needed).
+  std::vector<int64_t> fittedRung(structures, INT64_MAX);
+  int64_t compiles = 0;
+  for (size_t i : order) {
+    Candidate &c = all[i];
+    if (c.rung > fittedRung[c.structure])
+      continue;
+    if (options.maxCompiles > 0 && compiles >= options.maxCompiles) {
+      c.rejected = llvm::formatv("not compiled: --auto compiles at most {0} "
+                                 "candidates, those of the shortest rough "
+                                 "estimate first (this one: {1:F4} s)",
+                                 options.maxCompiles, estimate[i]);
+      continue;
+    }
+    ++compiles;
+    if (compileCandidate(c))
+      fittedRung[c.structure] = std::min(fittedRung[c.structure], c.rung);
+  }
+
+  // Nothing fits and nothing was compiled (the bound ruled every rung out):
+  // the most frugal rung of the structures the bound likes best, compiled
+  // anyway, tells how much memory would do.
+  if (llvm::none_of(all, [](const Candidate &c) { return c.compiled; })) {
+    std::vector<size_t> frugal;
+    for (size_t i = 0; i < all.size(); ++i)
+      if (i + 1 == all.size() || all[i + 1].structure != all[i].structure)
+        frugal.push_back(i); // the last rung of each structure
+    std::stable_sort(frugal.begin(), frugal.end(),
+                     [&](size_t a, size_t b) { return bound[a] < bound[b]; });
+    for (size_t k = 0; k < frugal.size() && k < 4; ++k) {
+      Candidate &c = all[frugal[k]];
+      c.rejected.clear();
+      compileCandidate(c);
+    }
   }
   // Rungs above one that fits are not candidates (slower by construction).
+  for (Candidate &c : all)
+    c.skipped = c.rung > fittedRung[c.structure];
   llvm::erase_if(all, [](const Candidate &c) { return c.skipped; });
   for (Candidate &c : all)
     if (!c.feasible && c.rejected.empty())
