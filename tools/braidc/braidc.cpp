@@ -137,9 +137,9 @@ static cl::opt<int64_t> topFlag(
     cl::init(0), cl::cat(category));
 static cl::opt<int64_t> maxCompilesFlag(
     "max-compiles",
-    cl::desc("With --auto: compile at most N candidates, the least memory "
-             "first (0: all)"),
-    cl::init(0), cl::cat(category));
+    cl::desc("With --auto: compile at most N candidates, those of the "
+             "shortest rough step estimate first (0: all; default 64)"),
+    cl::init(64), cl::cat(category));
 static cl::opt<bool> fuseMlpFlag(
     "fuse-mlp",
     cl::desc("One fused gate/up projection in SwiGLU MLPs (model.fuse_mlp)"),
