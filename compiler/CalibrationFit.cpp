@@ -153,6 +153,19 @@ calibration::fitKernelRates(const KernelSamples &small,
   return rates;
 }
 
+double calibration::fitStepOverhead(const KernelSamples &samples,
+                                    const std::vector<double> &stepTimes) {
+  if (stepTimes.empty())
+    return 0;
+  std::vector<double> sorted(stepTimes);
+  std::sort(sorted.begin(), sorted.end());
+  double median = sorted[sorted.size() / 2];
+  double kernels = 0;
+  for (const auto &[name, s] : samples)
+    kernels += s.seconds;
+  return std::max(0.0, median - kernels / double(stepTimes.size()));
+}
+
 llvm::Expected<spec::LinkClass> calibration::fitAllReduceLink(
     int64_t ranks, llvm::ArrayRef<std::pair<double, double>> bytesSeconds) {
   if (ranks < 2)

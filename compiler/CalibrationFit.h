@@ -93,6 +93,12 @@ fitAllReduceLink(int64_t ranks,
 /// its ranks. Errors name what is missing or malformed.
 llvm::Expected<KernelSamples> parseProfile(llvm::StringRef json);
 
+/// Seconds per step outside the kernels: the median of `stepTimes` (the
+/// profiled steps) less the kernels' seconds per step in `samples` (their
+/// mean over ranks), clamped at 0. 0 without step times.
+double fitStepOverhead(const KernelSamples &samples,
+                       const std::vector<double> &stepTimes);
+
 /// The step times of a `braid-run --profile-out` file (rank 0's).
 llvm::Expected<std::vector<double>> parseStepTimes(llvm::StringRef json);
 

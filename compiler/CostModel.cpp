@@ -171,6 +171,11 @@ public:
 
   int64_t ranksPerNode = 1;
 
+  /// Seconds per step outside the plan's kernels (calibrated), or 0.
+  double stepOverhead() const {
+    return calibration ? calibration->step_overhead_s() : 0.0;
+  }
+
 private:
   static double efficiency(double given, double fallback) {
     return given > 0 ? given : fallback;
@@ -421,8 +426,9 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
         return t.takeError();
       total += times * *t;
     }
-    out.stepTime = total;
-    out.stageBusy = {total};
+    out.overhead = pricer.stepOverhead();
+    out.stepTime = total + out.overhead;
+    out.stageBusy = {out.stepTime};
     return out;
   }
 
@@ -505,7 +511,8 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
     }
     out.stageBusy.push_back(timeline->busy[s] + fixed[s]);
   }
-  out.stepTime = step;
+  out.overhead = pricer.stepOverhead();
+  out.stepTime = step + out.overhead;
   out.compute = perStage[slowest].compute;
   out.communication = perStage[slowest].communication;
   out.hiddenCommunication = perStage[slowest].hiddenCommunication;
@@ -550,6 +557,7 @@ llvm::json::Object braid::predictionReport(const StepPrediction &prediction,
       {"exposed_communication_total_s", exposed},
       {"hidden_communication_s", prediction.hiddenCommunication},
       {"bubble_s", prediction.bubble},
+      {"step_overhead_s", prediction.overhead},
       {"stage_busy_s", std::move(stages)},
       {"model_tflops_per_device", perDevice / 1e12},
       {"mfu", peak > 0 ? perDevice / peak : 0.0},

@@ -57,6 +57,8 @@ struct StepPrediction {
   double hiddenCommunication = 0;
   /// The pipeline's idle time on the slowest stage.
   double bubble = 0;
+  /// Time outside the plan's kernels (a calibration's step_overhead_s).
+  double overhead = 0;
   /// Per pipeline stage: one step's busy time.
   std::vector<double> stageBusy;
 };

@@ -199,4 +199,17 @@ TEST(CalibrationFit, ParseAllReduceBench) {
             "the collectives' times have no \"all_reduce\" array");
 }
 
+TEST(CalibrationFit, StepOverheadIsTheMedianStepLessTheKernels) {
+  // 3 profiled steps of 10, 12 and 30 ms (median 12 ms); the kernels took
+  // 21 ms over them, 7 ms a step: 5 ms a step outside them.
+  KernelSamples samples;
+  samples["LINEAR"].seconds = 0.015;
+  samples["ADD"].seconds = 0.006;
+  EXPECT_NEAR(fitStepOverhead(samples, {0.010, 0.030, 0.012}), 0.005, 1e-12);
+  // Kernels longer than the median step (noise): no negative overhead.
+  samples["LINEAR"].seconds = 0.100;
+  EXPECT_EQ(fitStepOverhead(samples, {0.010, 0.030, 0.012}), 0);
+  EXPECT_EQ(fitStepOverhead(samples, {}), 0);
+}
+
 } // namespace

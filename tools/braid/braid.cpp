@@ -628,6 +628,11 @@ int calibrate(int argc, char **argv) {
       *cal->add_kernels() = r;
     if (c.link)
       *cal->mutable_intra_node() = *c.link;
+    // The smaller of the two models' (their data feeds differ little; the
+    // larger model's collectives wait longer for the slowest rank).
+    cal->set_step_overhead_s(
+        std::min(calibration::fitStepOverhead(c.samples[0], c.stepTimes[0]),
+                 calibration::fitStepOverhead(c.samples[1], c.stepTimes[1])));
   }
 
   std::string text;
