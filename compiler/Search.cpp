@@ -108,6 +108,30 @@ double roughStepTime(const spec::ParallelSpec &p, const ModelConfig &model,
   return compute * (1 + bubble) + tpComm + dpComm;
 }
 
+/// A rough count of the activations a rank keeps, only to order the
+/// compiles: per layer and micro-batch Korthikanti et al.'s s b h (16 e + 2)
+/// + a s^2 b (2 e + 1) bytes at e = 4 (fp32), without the attention term
+/// with selective recompute and as e s b h with full recompute, over tp with
+/// sp (over tp for the attention term anyway), for the rank's layers and as
+/// many micro-batches as a 1F1B stage keeps in flight (pp).
+double roughActivationBytes(const spec::ParallelSpec &p,
+                            const ModelConfig &model) {
+  double e = 4, s = double(model.seqLength), b = double(p.micro_batch_size());
+  double h = double(model.hiddenSize), a = double(model.numHeads);
+  double t = double(p.tp());
+  double linear = s * b * h * (16 * e + 2) / (p.sp() ? t : 1);
+  double attention = a * s * s * b * (2 * e + 1) / t;
+  double perLayer = linear + attention;
+  if (p.recompute() == "selective")
+    perLayer = linear;
+  else if (p.recompute() == "full")
+    perLayer = e * s * b * h / (p.sp() ? t : 1);
+  double layers = double(model.numLayers) / double(p.pp());
+  int64_t micro = p.global_batch_size() / p.dp() / p.micro_batch_size();
+  double inFlight = double(std::min<int64_t>(p.pp(), micro));
+  return perLayer * layers * inFlight;
+}
+
 } // namespace
 
 llvm::Expected<std::vector<Candidate>>
@@ -231,7 +255,15 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   for (size_t i = 0; i < all.size(); ++i)
     if (all[i].rejected.empty())
       order.push_back(i);
+  // Rungs whose rough memory exceeds a device go last (they are still
+  // compiled if the cap allows: the estimate is no bound).
+  std::vector<bool> likelyFits(all.size());
+  for (size_t i = 0; i < all.size(); ++i)
+    likelyFits[i] = bound[i] + roughActivationBytes(all[i].parallel, *model) <=
+                    double(cluster.memory_bytes());
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (likelyFits[a] != likelyFits[b])
+      return bool(likelyFits[a]);
     return estimate[a] < estimate[b];
   });
 

@@ -284,6 +284,22 @@ int main(int argc, char **argv) {
                     ": " + (candidates->empty()
                                 ? std::string("none was found")
                                 : candidates->front().rejected));
+      int64_t compiled = llvm::count_if(
+          *candidates, [](const Candidate &c) { return c.compiled; });
+      bool capped = llvm::any_of(*candidates, [](const Candidate &c) {
+        return !c.compiled && llvm::StringRef(c.rejected).starts_with(
+                                  "not compiled: --auto compiles at most");
+      });
+      if (capped)
+        return fail(llvm::formatv(
+                        "none of the {0} layouts compiled (--max-compiles) "
+                        "fits {1} x {2} devices of {3} B; the least memory "
+                        "among them is {4} B per device ({5}): raise "
+                        "--max-compiles to try more of the {6} candidates",
+                        compiled, cluster->nodes(), cluster->devices_per_node(),
+                        cluster->memory_bytes(), least->peakBytes,
+                        least->layout, candidates->size())
+                        .str());
       return fail(llvm::formatv(
                       "no layout fits {0} x {1} devices of {2} B: the least "
                       "memory any layout needs is {3} B per device ({4})",
