@@ -375,9 +375,9 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     }
   }
   // Rungs above one that fits are not candidates (slower by construction).
-  for (Candidate &c : all)
-    c.skipped = c.rung > fittedRung[c.structure];
-  llvm::erase_if(all, [](const Candidate &c) { return c.skipped; });
+  llvm::erase_if(all, [&](const Candidate &c) {
+    return c.rung > fittedRung[c.structure];
+  });
   for (Candidate &c : all)
     if (!c.feasible && c.rejected.empty())
       c.rejected = "not compiled";

@@ -45,8 +45,6 @@ struct Candidate {
   /// Its structure (tp, pp, dp, vpp, micro-batch, schedule, sp) and its
   /// rung on that structure's memory ladder (recompute, ZeRO).
   int64_t structure = 0, rung = 0;
-  /// A lower rung of its structure fits: not a candidate.
-  bool skipped = false;
 };
 
 struct SearchOptions {
