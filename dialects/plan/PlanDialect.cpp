@@ -91,19 +91,25 @@ LogicalResult StageOp::verify() {
                          "chunk (")
              << chunks << "), the largest equal to slots = " << slots;
   }
+  return success();
+}
+
+// ST2 is checked with the module's symbol table (see K1).
+LogicalResult StageOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   // ST2: the functions exist.
   auto module = (*this)->getParentOfType<ModuleOp>();
   for (std::optional<StringRef> name :
        {getZeroGrads(), std::optional<StringRef>(getForward()),
         std::optional<StringRef>(getBackward()), getBackwardWeight(),
         getUpdate()})
-    if (name && !module.lookupSymbol<FuncOp>(*name))
+    if (name && !symbolTable.lookupSymbolIn<FuncOp>(
+                    module, StringAttr::get(getContext(), *name)))
       return emitOpError("names @") << *name << ", which is not a plan.func";
   if (std::optional<ArrayAttr> chunks = getChunks())
     for (Attribute chunk : *chunks)
       for (NamedAttribute fn : cast<DictionaryAttr>(chunk)) {
         auto ref = dyn_cast<FlatSymbolRefAttr>(fn.getValue());
-        if (!ref || !module.lookupSymbol<FuncOp>(ref.getValue()))
+        if (!ref || !symbolTable.lookupSymbolIn<FuncOp>(module, ref.getAttr()))
           return emitOpError("chunk function ")
                  << fn.getName() << " = " << fn.getValue()
                  << " is not a plan.func";
@@ -111,14 +117,21 @@ LogicalResult StageOp::verify() {
   return success();
 }
 
-LogicalResult KernelOp::verify() {
+// K1 is checked with the module's symbol table, built once for all kernels
+// (a lookup per kernel would scan the module: quadratic in the plan's size).
+LogicalResult
+KernelOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   // K1: buffers exist.
   auto module = (*this)->getParentOfType<ModuleOp>();
   for (ArrayAttr list : {getInputs(), getOutputs()})
     for (Attribute ref : list)
-      if (!module || !isa_and_nonnull<BufferOp>(SymbolTable::lookupSymbolIn(
+      if (!module || !isa_and_nonnull<BufferOp>(symbolTable.lookupSymbolIn(
                          module, cast<SymbolRefAttr>(ref).getRootReference())))
         return emitOpError("names ") << ref << ", which is not a plan.buffer";
+  return success();
+}
+
+LogicalResult KernelOp::verify() {
   // K2: integer or float parameters.
   for (NamedAttribute param : getParams())
     if (!isa<IntegerAttr, FloatAttr>(param.getValue()))

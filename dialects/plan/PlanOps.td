@@ -133,7 +133,8 @@ def Plan_FuncOp : Plan_Op<"func", [Symbol, SingleBlock, NoTerminator]> {
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
 }
 
-def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">]> {
+def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "One kernel call on buffers";
   let description = [{
     `kernel` names a kernel of the plan file schema (`LINEAR`, `ZERO`, ...);
@@ -170,7 +171,8 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">]> {
   let hasVerifier = 1;
 }
 
-def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">]> {
+def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "A pipeline stage: its functions and its schedule";
   let description = [{
     The program of the ranks whose `pp` coordinate is `index`: each step they

@@ -114,11 +114,12 @@ int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
 void PlanMemoryPass::runOnOperation() {
   ModuleOp module = getOperation();
   // Each view lies inside a bucket of its stage.
+  SymbolTable symbols(module);
   for (BufferOp b : module.getOps<BufferOp>()) {
     std::optional<StringRef> parent = b.getViewOf();
     if (!parent)
       continue;
-    auto bucket = module.lookupSymbol<BufferOp>(*parent);
+    auto bucket = symbols.lookup<BufferOp>(*parent);
     if (!bucket ||
         (bucket.getRole() != "bucket" && bucket.getRole() != "activation") ||
         bucket.getStage() != b.getStage() ||

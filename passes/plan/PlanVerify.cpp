@@ -45,13 +45,13 @@ std::string describe(const Event &e) {
 
 /// The stage's step as the events of its kernels, in the order it runs
 /// them.
-FailureOr<std::vector<Event>> eventsOf(ModuleOp module, StageOp stage) {
+FailureOr<std::vector<Event>> eventsOf(SymbolTable &symbols, StageOp stage) {
   std::vector<Event> events;
   auto add = [&](std::optional<StringRef> name,
                  const std::string &where) -> LogicalResult {
     if (!name)
       return success();
-    auto fn = module.lookupSymbol<FuncOp>(*name);
+    auto fn = symbols.lookup<FuncOp>(*name);
     if (!fn)
       return stage.emitOpError("names @") << *name << ", which is not a plan.func";
     for (KernelOp k : fn.getBody().getOps<KernelOp>()) {
@@ -121,15 +121,16 @@ void PlanVerifyPass::runOnOperation() {
     return;
   int64_t p = stages.size();
   std::vector<std::vector<Event>> events;
+  SymbolTable symbols(module);
   for (StageOp stage : stages) {
-    FailureOr<std::vector<Event>> e = eventsOf(module, stage);
+    FailureOr<std::vector<Event>> e = eventsOf(symbols, stage);
     if (failed(e))
       return signalPassFailure();
     events.push_back(std::move(*e));
   }
   auto bufferOf = [&](KernelOp k, bool output) {
     ArrayAttr list = output ? k.getOutputs() : k.getInputs();
-    return module.lookupSymbol<BufferOp>(
+    return symbols.lookup<BufferOp>(
         cast<SymbolRefAttr>(list[0]).getRootReference());
   };
   auto fail = [&](const Twine &message) {
