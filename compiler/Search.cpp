@@ -13,6 +13,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cmath>
 
 using namespace braid;
 
@@ -148,7 +149,11 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   llvm::Expected<TrainConfig> train = resolveTrain(job);
   if (!train)
     return train.takeError();
-  int64_t globalBatch = given->globalBatchSize;
+  // The global batch is the job's; a job without one trains one sequence
+  // per device and step.
+  int64_t globalBatch = job.parallel().has_global_batch_size()
+                            ? given->globalBatchSize
+                            : world;
   int64_t parameters = 0;
   double flopsPerToken = 0;
   {
@@ -267,11 +272,19 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     return estimate[a] < estimate[b];
   });
 
-  // Compiles candidate `c`: its exact peak and predicted step; true when it
-  // fits a device.
-  auto compileCandidate = [&](Candidate &c) -> bool {
+  // Compiles the layout `p` with `layers` transformer layers (the model's
+  // own when 0): the plan's largest arena, its predicted step, and its
+  // report's throughput for the model's FLOPs per step. A compile error is
+  // the candidate's reason (llvm::Error's text).
+  struct Evaluation {
+    int64_t peak = 0;
+    StepPrediction prediction;
+    plan::Plan plan;
+  };
+  auto evaluate = [&](const spec::ParallelSpec &p,
+                      int64_t layers) -> llvm::Expected<Evaluation> {
     spec::JobSpec candidateJob = job;
-    *candidateJob.mutable_parallel() = c.parallel;
+    *candidateJob.mutable_parallel() = p;
     // Diagnostics of a candidate that does not compile become its reason.
     std::string diagnostics;
     mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
@@ -280,63 +293,122 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
       return mlir::success();
     });
     llvm::Expected<ModelConfig> m = resolveModel(candidateJob);
-    if (!m) {
-      c.rejected = llvm::toString(m.takeError());
-      return false;
-    }
+    if (!m)
+      return m.takeError();
+    if (layers > 0)
+      m->numLayers = layers;
     llvm::Expected<ParallelConfig> parallel = resolveParallel(candidateJob, *m);
-    if (!parallel) {
-      c.rejected = llvm::toString(parallel.takeError());
-      return false;
-    }
+    if (!parallel)
+      return parallel.takeError();
     parallel->zeroBucketBytes = given->zeroBucketBytes;
     mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *m);
-    mlir::OwningOpRef<mlir::ModuleOp> graph = module->clone();
     CompileOptions compile;
     compile.compileTo = Phase::Plan;
     compile.train = *train;
     compile.parallel = *parallel;
-    if (llvm::Error e = runPhases(*module, compile)) {
-      c.rejected = llvm::toString(std::move(e)) +
-                   (diagnostics.empty() ? "" : ": " + diagnostics);
-      return false;
-    }
+    if (llvm::Error e = runPhases(*module, compile))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          llvm::toString(std::move(e)) +
+              (diagnostics.empty() ? "" : ": " + diagnostics));
     llvm::Expected<plan::Plan> plan = exportPlan(*module);
-    if (!plan) {
-      c.rejected = llvm::toString(plan.takeError());
-      return false;
-    }
+    if (!plan)
+      return plan.takeError();
     plan->mutable_training()->MergeFrom(
         trainingSettings(*m, *train, *parallel, candidateJob.data()));
-    int64_t peak = plan->arena_bytes();
+    Evaluation out;
+    out.peak = plan->arena_bytes();
     for (const plan::Stage &s : plan->pipeline().stages())
-      peak = std::max(peak, s.arena_bytes());
-    c.peakBytes = peak;
-    c.compiled = true;
+      out.peak = std::max(out.peak, s.arena_bytes());
     llvm::Expected<StepPrediction> prediction = predictStep(*plan, cluster);
-    if (!prediction) {
-      c.rejected = llvm::toString(prediction.takeError());
-      return false;
-    }
-    c.prediction = *prediction;
-    FlopCount flops = countFlops(*graph);
-    double perStep = flops.trainingPerToken() * double(m->microBatchSize) *
-                     double(m->seqLength) * double(parallel->microBatches) *
-                     double(parallel->dp);
+    if (!prediction)
+      return prediction.takeError();
+    out.prediction = std::move(*prediction);
+    out.plan = std::move(*plan);
+    return out;
+  };
+  // Fills `c` from an evaluation (exact or extrapolated); true when it fits.
+  auto record = [&](Candidate &c, const Evaluation &e) -> bool {
+    c.peakBytes = e.peak;
+    c.prediction = e.prediction;
+    const spec::ParallelSpec &p = c.parallel;
+    double perStep = flopsPerToken * double(model->seqLength) *
+                     double(p.global_batch_size());
     llvm::json::Object report =
-        predictionReport(*prediction, cluster, *plan, perStep);
+        predictionReport(c.prediction, cluster, e.plan, perStep);
     c.tokensPerS = *report.getNumber("tokens_per_s");
     c.tflopsPerDevice = *report.getNumber("model_tflops_per_device");
     c.mfu = *report.getNumber("mfu");
-    if (peak > cluster.memory_bytes()) {
+    c.feasible = false;
+    if (e.peak > cluster.memory_bytes()) {
       c.rejected = llvm::formatv("out of memory by {0:F3} GB ({1} B needed, "
                                  "{2} B per device)",
-                                 (peak - cluster.memory_bytes()) / 1e9, peak,
-                                 cluster.memory_bytes());
+                                 (e.peak - cluster.memory_bytes()) / 1e9,
+                                 e.peak, cluster.memory_bytes());
       return false;
     }
+    c.rejected.clear();
     c.feasible = true;
     return true;
+  };
+  // Compiles candidate `c` whole: its exact peak and predicted step.
+  auto compileCandidate = [&](Candidate &c) -> bool {
+    llvm::Expected<Evaluation> e = evaluate(c.parallel, 0);
+    if (!e) {
+      c.rejected = llvm::toString(e.takeError());
+      c.feasible = false;
+      c.peakBytes = 0;
+      return false;
+    }
+    c.compiled = true;
+    c.estimated = false;
+    return record(c, *e);
+  };
+  // Estimates candidate `c` from two proxies of the same layout with kLow
+  // and kHigh layers per pipeline chunk: the layers are alike (embedding and
+  // head are fixed), so a plan's predicted step grows by the same amount
+  // with each layer a chunk gains, and its arena nearly so (the memory
+  // planner's packing and ZeRO's buckets make the growth per layer vary
+  // with a short period, which the wide gap between the proxies averages
+  // out). The estimate is the line through the proxies'. A model with few
+  // layers per chunk is compiled whole.
+  constexpr int64_t kLow = 3, kHigh = 7;
+  auto estimateCandidate = [&](Candidate &c) -> bool {
+    const spec::ParallelSpec &p = c.parallel;
+    int64_t chunks = p.pp() * std::max<int64_t>(p.vpp(), 1);
+    int64_t perChunk = model->numLayers / chunks;
+    if (!options.proxies || perChunk <= kLow + kHigh)
+      return compileCandidate(c);
+    llvm::Expected<Evaluation> a = evaluate(p, chunks * kLow);
+    if (!a) {
+      c.rejected = llvm::toString(a.takeError());
+      return false;
+    }
+    llvm::Expected<Evaluation> b = evaluate(p, chunks * kHigh);
+    if (!b) {
+      c.rejected = llvm::toString(b.takeError());
+      return false;
+    }
+    double t = double(perChunk - kLow) / double(kHigh - kLow);
+    auto line = [&](double x, double y) { return x + t * (y - x); };
+    Evaluation e;
+    e.peak = a->peak + int64_t(std::llround(t * double(b->peak - a->peak)));
+    StepPrediction &s = e.prediction;
+    const StepPrediction &x = a->prediction, &y = b->prediction;
+    s.stepTime = line(x.stepTime, y.stepTime);
+    s.compute = line(x.compute, y.compute);
+    for (const auto &[axes, seconds] : y.communication)
+      s.communication[axes] =
+          line(x.communication.count(axes) ? x.communication.at(axes) : 0,
+               seconds);
+    s.hiddenCommunication = line(x.hiddenCommunication, y.hiddenCommunication);
+    s.bubble = line(x.bubble, y.bubble);
+    s.overhead = line(x.overhead, y.overhead);
+    for (size_t i = 0; i < y.stageBusy.size() && i < x.stageBusy.size(); ++i)
+      s.stageBusy.push_back(line(x.stageBusy[i], y.stageBusy[i]));
+    e.plan = std::move(b->plan);
+    c.estimated = true;
+    return record(c, e);
   };
   // Compile in that order; within a structure, a rung above the lowest one
   // that fits is no candidate (it only trades time for memory not needed).
@@ -354,14 +426,14 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
       continue;
     }
     ++compiles;
-    if (compileCandidate(c))
+    if (estimateCandidate(c))
       fittedRung[c.structure] = std::min(fittedRung[c.structure], c.rung);
   }
 
   // Nothing fits and nothing was compiled (the bound ruled every rung out):
   // the most frugal rung of the structures the bound likes best, compiled
   // anyway, tells how much memory would do.
-  if (llvm::none_of(all, [](const Candidate &c) { return c.compiled; })) {
+  if (llvm::none_of(all, [](const Candidate &c) { return c.peakBytes > 0; })) {
     std::vector<size_t> frugal;
     for (size_t i = 0; i < all.size(); ++i)
       if (i + 1 == all.size() || all[i + 1].structure != all[i].structure)
@@ -382,16 +454,49 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     if (!c.feasible && c.rejected.empty())
       c.rejected = "not compiled";
 
-  std::stable_sort(all.begin(), all.end(),
-                   [](const Candidate &a, const Candidate &b) {
-                     if (a.feasible != b.feasible)
-                       return a.feasible;
-                     if (a.feasible)
-                       return a.prediction.stepTime < b.prediction.stepTime;
-                     if (a.compiled != b.compiled)
-                       return a.compiled;
-                     return a.peakBytes < b.peakBytes;
-                   });
+  auto rank = [&] {
+    std::stable_sort(all.begin(), all.end(),
+                     [](const Candidate &a, const Candidate &b) {
+                       if (a.feasible != b.feasible)
+                         return a.feasible;
+                       if (a.feasible)
+                         return a.prediction.stepTime <
+                                b.prediction.stepTime;
+                       bool aPriced = a.peakBytes > 0;
+                       bool bPriced = b.peakBytes > 0;
+                       if (aPriced != bPriced)
+                         return aPriced;
+                       return a.peakBytes < b.peakBytes;
+                     });
+  };
+  // The best `confirm` that fit are compiled whole, fastest first: a whole
+  // compile replaces the estimate (and keeps it, to show how far it was)
+  // and may move the candidate down or out, so the order is taken again.
+  // When nothing fits, the least memory any candidate needs is compiled
+  // whole, so that the number the error states is exact.
+  int64_t confirm = std::max<int64_t>(options.confirm, 1);
+  for (;;) {
+    rank();
+    Candidate *next = nullptr;
+    int64_t seen = 0;
+    for (Candidate &c : all) {
+      if (seen == confirm || (!c.feasible && seen > 0) ||
+          (!c.feasible && c.peakBytes == 0))
+        break;
+      if (!c.compiled) {
+        next = &c;
+        break;
+      }
+      ++seen;
+      if (!c.feasible)
+        break;
+    }
+    if (!next)
+      break;
+    next->estimatedPeakBytes = next->peakBytes;
+    next->estimatedStepTime = next->prediction.stepTime;
+    compileCandidate(*next);
+  }
   return all;
 }
 

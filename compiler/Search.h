@@ -7,9 +7,12 @@
 // pipeline schedules — and for each climbs a ladder of recompute (none,
 // selective, full) and ZeRO stages (0-3 with dp), cheapest in time first:
 // each rung that a cheap bound does not rule out (its parameters, gradients
-// and optimizer state alone exceed a device's memory) is compiled, its exact
-// peak arena taken from plan-memory and its step time from the cost model,
-// until one fits. The fastest that fits over all structures wins.
+// and optimizer state alone exceed a device's memory) is evaluated — its
+// peak arena (plan-memory's) and step time (the cost model's) read off two
+// compiles of proxies with fewer layers per pipeline chunk, or from a whole
+// compile when the chunks hold few layers — until one fits. The best that
+// fit are then compiled whole (their numbers replace the estimates), and
+// the fastest wins.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,7 +42,13 @@ struct Candidate {
   std::string rejected;
   /// Compiled: the largest rank's arena, and the prediction.
   int64_t peakBytes = 0;
+  /// Compiled whole (its numbers exact), or estimated from proxies of
+  /// fewer layers (compiler/Search.cpp).
   bool compiled = false;
+  bool estimated = false;
+  /// A candidate estimated first, then compiled whole: the estimate.
+  int64_t estimatedPeakBytes = 0;
+  double estimatedStepTime = 0;
   StepPrediction prediction;
   double tokensPerS = 0, tflopsPerDevice = 0, mfu = 0;
   /// Its structure (tp, pp, dp, vpp, micro-batch, schedule, sp) and its
@@ -52,6 +61,11 @@ struct SearchOptions {
   /// Most candidates to compile (the cheapest by the memory bound first);
   /// 0: all.
   int64_t maxCompiles = 0;
+  /// Estimate candidates from proxies of fewer layers (whole compiles
+  /// otherwise).
+  bool proxies = true;
+  /// How many of the best estimated candidates to compile whole.
+  int64_t confirm = 1;
 };
 
 /// Every layout of `job` (its model, train, data; its parallel section

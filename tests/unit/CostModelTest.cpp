@@ -25,21 +25,6 @@ using namespace braid::test;
 
 namespace {
 
-plan::Plan compilePlan(spec::JobSpec job) {
-  mlir::DialectRegistry registry;
-  registerDialects(registry);
-  mlir::MLIRContext context(registry);
-  ModelConfig config;
-  TrainConfig train;
-  ParallelConfig parallel;
-  auto module = compileTo(context, job, Phase::Plan, &config, &train, &parallel);
-  llvm::Expected<plan::Plan> plan = exportPlan(*module);
-  EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
-  plan->mutable_training()->MergeFrom(
-      trainingSettings(config, train, parallel, job.data()));
-  return *plan;
-}
-
 /// One node of `devices`, one calibration for that many ranks in which
 /// every kernel is free unless `rates` says otherwise.
 spec::Cluster freeCluster(int64_t devices) {

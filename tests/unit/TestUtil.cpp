@@ -3,6 +3,7 @@
 #include "TestUtil.h"
 
 #include "compiler/Compile.h"
+#include "compiler/PlanExport.h"
 #include "compiler/Registration.h"
 #include "frontends/ModelBuilder.h"
 
@@ -75,4 +76,21 @@ std::string test::resolveError(const spec::JobSpec &job) {
   if (config)
     return "";
   return llvm::toString(config.takeError());
+}
+
+plan::Plan test::compilePlan(const spec::JobSpec &job) {
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  mlir::MLIRContext context(registry);
+  ModelConfig config;
+  TrainConfig train;
+  ParallelConfig parallel;
+  auto module = compileTo(context, job, Phase::Plan, &config, &train, &parallel);
+  llvm::Expected<plan::Plan> plan = exportPlan(*module);
+  EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  if (!plan)
+    return plan::Plan();
+  plan->mutable_training()->MergeFrom(
+      trainingSettings(config, train, parallel, job.data()));
+  return *plan;
 }

@@ -7,6 +7,7 @@
 #include "frontends/ModelConfig.h"
 #include "frontends/ParallelConfig.h"
 #include "frontends/TrainConfig.h"
+#include "runtime/plan/plan.pb.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -37,6 +38,10 @@ mlir::OwningOpRef<mlir::ModuleOp> compileTo(mlir::MLIRContext &context,
 mlir::OwningOpRef<mlir::ModuleOp> compileModel(mlir::MLIRContext &context,
                                                const spec::JobSpec &job,
                                                ModelConfig *config = nullptr);
+
+/// `job` compiled to its plan file's message (the phases, plan-verify
+/// included, must pass), with the training settings a plan file carries.
+plan::Plan compilePlan(const spec::JobSpec &job);
 
 /// The message of a resolve error, or "" when `job` resolves.
 std::string resolveError(const spec::JobSpec &job);

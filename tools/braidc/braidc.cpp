@@ -140,6 +140,12 @@ static cl::opt<int64_t> maxCompilesFlag(
     cl::desc("With --auto: compile at most N candidates, those of the "
              "shortest rough step estimate first (0: all; default 64)"),
     cl::init(64), cl::cat(category));
+static cl::opt<bool> exactSearchFlag(
+    "exact-search",
+    cl::desc("With --auto: compile every candidate whole instead of "
+             "estimating it from two proxies with fewer layers (slower; the "
+             "best --top K are compiled whole either way)"),
+    cl::cat(category));
 static cl::opt<bool> fuseMlpFlag(
     "fuse-mlp",
     cl::desc("One fused gate/up projection in SwiGLU MLPs (model.fuse_mlp)"),
@@ -267,6 +273,8 @@ int main(int argc, char **argv) {
     SearchOptions search;
     search.cluster = *cluster;
     search.maxCompiles = maxCompilesFlag;
+    search.proxies = !exactSearchFlag;
+    search.confirm = std::max<int64_t>(topFlag, 1);
     llvm::Expected<std::vector<Candidate>> candidates =
         searchLayouts(*job, search, context);
     if (!candidates)
@@ -277,7 +285,7 @@ int main(int argc, char **argv) {
     if (candidates->empty() || !candidates->front().feasible) {
       const Candidate *least = nullptr;
       for (const Candidate &c : *candidates)
-        if (c.compiled && (!least || c.peakBytes < least->peakBytes))
+        if (c.peakBytes > 0 && (!least || c.peakBytes < least->peakBytes))
           least = &c;
       if (!least)
         return fail("no layout of the model fits " + cluster->name() +
@@ -285,7 +293,7 @@ int main(int argc, char **argv) {
                                 ? std::string("none was found")
                                 : candidates->front().rejected));
       int64_t compiled = llvm::count_if(
-          *candidates, [](const Candidate &c) { return c.compiled; });
+          *candidates, [](const Candidate &c) { return c.peakBytes > 0; });
       bool capped = llvm::any_of(*candidates, [](const Candidate &c) {
         return !c.compiled && llvm::StringRef(c.rejected).starts_with(
                                   "not compiled: --auto compiles at most");
@@ -314,6 +322,27 @@ int main(int argc, char **argv) {
        << llvm::count_if(*candidates,
                          [](const Candidate &c) { return c.feasible; })
        << " layouts that fit, " << candidates->size() << " considered)\n";
+    // How far the proxies' estimates were from the whole compiles.
+    int64_t checked = 0, peakOff = 0;
+    double stepOff = 0;
+    std::string worst;
+    for (const Candidate &c : *candidates)
+      if (c.compiled && c.estimatedPeakBytes > 0) {
+        ++checked;
+        if (std::abs(c.peakBytes - c.estimatedPeakBytes) > peakOff) {
+          peakOff = std::abs(c.peakBytes - c.estimatedPeakBytes);
+          worst = " (" + c.layout + ")";
+        }
+        stepOff = std::max(stepOff, std::abs(c.prediction.stepTime -
+                                             c.estimatedStepTime) /
+                                        c.prediction.stepTime);
+      }
+    if (checked > 0)
+      os << "estimates: " << checked
+         << " of the best compiled whole; their peak differs from the "
+            "proxies' estimate by at most "
+         << peakOff << " B" << worst << ", their step time by at most "
+         << llvm::formatv("{0:P3}", stepOff) << "\n";
     *job->mutable_parallel() = best.parallel;
   }
 

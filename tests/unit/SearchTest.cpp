@@ -1,0 +1,153 @@
+//===- SearchTest.cpp - The layout search against whole compiles ----------===//
+//
+// braidc --auto estimates most candidates from two proxies of fewer layers.
+// These tests run the search on a 24-layer tiny-llama (enough layers per
+// pipeline chunk that the proxies are used for pp 1 and 2), once with the
+// proxies and once compiling every candidate whole, and compare; and they
+// compile each candidate the search reports as compiled on its own, with
+// the compiler's plan-verify, to check its peak and step.
+
+#include "compiler/Search.h"
+
+#include "compiler/Registration.h"
+
+#include "TestUtil.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include "gtest/gtest.h"
+
+#include <map>
+
+using namespace braid;
+using namespace braid::test;
+
+namespace {
+
+spec::JobSpec job() {
+  spec::JobSpec j = presetJob("tiny-llama", 32);
+  j.mutable_model()->set_num_layers(24);
+  j.mutable_parallel()->set_global_batch_size(8);
+  return j;
+}
+
+/// One dgx-h100 node cut to 4 devices of `memory` bytes.
+spec::Cluster cluster(int64_t memory) {
+  llvm::Expected<spec::Cluster> c = loadCluster("dgx-h100", 1);
+  EXPECT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  c->set_devices_per_node(4);
+  c->set_memory_bytes(memory);
+  return *c;
+}
+
+std::vector<Candidate> search(const spec::Cluster &c, bool proxies,
+                              int64_t confirm) {
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  mlir::MLIRContext context(registry);
+  SearchOptions options;
+  options.cluster = c;
+  options.proxies = proxies;
+  options.confirm = confirm;
+  llvm::Expected<std::vector<Candidate>> out =
+      searchLayouts(job(), options, context);
+  EXPECT_TRUE(bool(out)) << llvm::toString(out.takeError());
+  return out ? *out : std::vector<Candidate>{};
+}
+
+/// The largest arena of the layout compiled on its own (the phases end with
+/// plan-verify, which must pass), and its predicted step.
+std::pair<int64_t, double> compileAlone(const spec::ParallelSpec &parallel,
+                                        const spec::Cluster &c) {
+  spec::JobSpec j = job();
+  *j.mutable_parallel() = parallel;
+  plan::Plan plan = compilePlan(j);
+  int64_t peak = plan.arena_bytes();
+  for (const plan::Stage &s : plan.pipeline().stages())
+    peak = std::max(peak, s.arena_bytes());
+  llvm::Expected<StepPrediction> step = predictStep(plan, c);
+  EXPECT_TRUE(bool(step)) << llvm::toString(step.takeError());
+  return {peak, step ? step->stepTime : 0.0};
+}
+
+TEST(Search, ProxyEstimatesFollowWholeCompiles) {
+  spec::Cluster c = cluster(int64_t(80) << 30);
+  std::vector<Candidate> estimated = search(c, true, 1);
+  std::vector<Candidate> whole = search(c, false, 1);
+  std::map<std::string, const Candidate *> byLayout;
+  for (const Candidate &w : whole)
+    if (w.compiled)
+      byLayout[w.layout] = &w;
+  int64_t proxied = 0;
+  for (const Candidate &e : estimated) {
+    if (!e.estimated || e.compiled)
+      continue;
+    ++proxied;
+    ASSERT_TRUE(byLayout.count(e.layout)) << e.layout;
+    const Candidate &w = *byLayout[e.layout];
+    // Every layer adds the same instructions to its chunk's functions, so
+    // the step time is affine in the layers per chunk: exact up to rounding.
+    EXPECT_NEAR(e.prediction.stepTime, w.prediction.stepTime,
+                1e-9 * w.prediction.stepTime)
+        << e.layout;
+    EXPECT_NEAR(e.prediction.compute, w.prediction.compute,
+                1e-9 * w.prediction.compute)
+        << e.layout;
+    // The arena: parameters, gradients, optimizer state and kept activations
+    // are affine in the layers; the temporaries' packing nearly so.
+    EXPECT_NEAR(double(e.peakBytes), double(w.peakBytes),
+                0.01 * double(w.peakBytes))
+        << e.layout;
+  }
+  // The proxies were used (pp 1 and 2 have 24 and 12 layers per chunk).
+  EXPECT_GT(proxied, 10);
+  // Both searches pick the same layout, compiled whole, with the same peak.
+  ASSERT_FALSE(estimated.empty());
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(estimated.front().layout, whole.front().layout);
+  EXPECT_TRUE(estimated.front().compiled);
+  EXPECT_EQ(estimated.front().peakBytes, whole.front().peakBytes);
+}
+
+TEST(Search, TheBestAreCompiledWholeAndVerify) {
+  spec::Cluster c = cluster(int64_t(80) << 30);
+  std::vector<Candidate> candidates = search(c, true, 4);
+  int64_t checked = 0;
+  for (const Candidate &cand : candidates) {
+    if (!cand.feasible)
+      break;
+    if (checked == 4)
+      break;
+    // The first four that fit were compiled whole; alone, each compiles
+    // (plan-verify included) to the same arena and step.
+    EXPECT_TRUE(cand.compiled) << cand.layout;
+    auto [peak, step] = compileAlone(cand.parallel, c);
+    EXPECT_EQ(peak, cand.peakBytes) << cand.layout;
+    EXPECT_NEAR(step, cand.prediction.stepTime, 1e-12 * step) << cand.layout;
+    EXPECT_LE(cand.peakBytes, c.memory_bytes());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+  // Fastest first.
+  for (size_t i = 1; i < size_t(checked); ++i)
+    EXPECT_LE(candidates[i - 1].prediction.stepTime,
+              candidates[i].prediction.stepTime);
+}
+
+TEST(Search, NothingFitsStatesTheLeastMemoryExactly) {
+  // A device smaller than any layout's arena: the candidate that needs the
+  // least is compiled whole, so the number an error states is its arena.
+  spec::Cluster c = cluster(100000);
+  std::vector<Candidate> candidates = search(c, true, 1);
+  ASSERT_FALSE(candidates.empty());
+  const Candidate &least = candidates.front();
+  EXPECT_FALSE(least.feasible);
+  ASSERT_TRUE(least.compiled) << least.rejected;
+  EXPECT_GT(least.peakBytes, c.memory_bytes());
+  EXPECT_NE(least.rejected.find("out of memory"), std::string::npos)
+      << least.rejected;
+  EXPECT_EQ(compileAlone(least.parallel, c).first, least.peakBytes);
+}
+
+} // namespace
