@@ -503,7 +503,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
 std::string braid::candidateTable(const std::vector<Candidate> &candidates,
                                   int64_t top) {
   std::string out = llvm::formatv(
-      "{0,-4} {1,-58} {2,12} {3,12} {4,10} {5,7} {6,14}  {7}\n", "#",
+      "{0,-4} {1,-68} {2,12} {3,12} {4,10} {5,7} {6,14}  {7}\n", "#",
       "layout", "step (ms)", "tokens/s", "TFLOP/s", "MFU", "peak (B)",
       "compute / exposed comm / bubble (ms)");
   int64_t shown = 0;
@@ -512,7 +512,7 @@ std::string braid::candidateTable(const std::vector<Candidate> &candidates,
       break;
     ++shown;
     if (!c.feasible) {
-      out += llvm::formatv("{0,-4} {1,-58} {2}\n", shown, c.layout,
+      out += llvm::formatv("{0,-4} {1,-68} {2}\n", shown, c.layout,
                            "rejected: " + c.rejected);
       continue;
     }
@@ -520,7 +520,7 @@ std::string braid::candidateTable(const std::vector<Candidate> &candidates,
     for (const auto &[axes, s] : c.prediction.communication)
       exposed += s;
     out += llvm::formatv(
-        "{0,-4} {1,-58} {2,12:F3} {3,12:F1} {4,10:F3} {5,7:P1} {6,14}  "
+        "{0,-4} {1,-68} {2,12:F3} {3,12:F1} {4,10:F3} {5,7:P1} {6,14}  "
         "{7:F3} / {8:F3} / {9:F3}\n",
         shown, c.layout, 1e3 * c.prediction.stepTime, c.tokensPerS,
         c.tflopsPerDevice, c.mfu, c.peakBytes, 1e3 * c.prediction.compute,

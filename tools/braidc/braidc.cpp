@@ -329,7 +329,8 @@ int main(int argc, char **argv) {
     for (const Candidate &c : *candidates)
       if (c.compiled && c.estimatedPeakBytes > 0) {
         ++checked;
-        if (std::abs(c.peakBytes - c.estimatedPeakBytes) > peakOff) {
+        if (worst.empty() ||
+            std::abs(c.peakBytes - c.estimatedPeakBytes) > peakOff) {
           peakOff = std::abs(c.peakBytes - c.estimatedPeakBytes);
           worst = " (" + c.layout + ")";
         }
