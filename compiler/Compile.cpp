@@ -218,6 +218,7 @@ searchRecompute(ModuleOp module, const CompileOptions &options,
     CompileOptions o = options;
     o.recomputeLevels = levels;
     PassManager pm(module->getContext());
+    pm.enableVerifier(o.verifyEachPass);
     addPhases(pm, o, Phase::Recompute, Phase::Plan);
     if (failed(pm.run(*clone)))
       return error("recompute auto: compiling a candidate failed (see the "
@@ -377,6 +378,7 @@ searchRecompute(ModuleOp module, const CompileOptions &options,
 
 llvm::Error braid::runPhases(ModuleOp module, const CompileOptions &options) {
   PassManager pm(module->getContext());
+  pm.enableVerifier(options.verifyEachPass);
   if (!options.dumpIrDir.empty()) {
     // MLIR prints IR between passes only when passes do not run in parallel.
     module->getContext()->disableMultithreading();

@@ -43,6 +43,10 @@ struct CompileOptions {
   /// With parallel.recompute = auto: the model-recompute level of each layer
   /// (set by the search in runPhases).
   std::vector<int64_t> recomputeLevels;
+  /// Run MLIR's verifier after every pass (the passes' own checks, and
+  /// plan-verify at the end, run either way). The layout search turns it
+  /// off for the proxies it compiles only to estimate.
+  bool verifyEachPass = true;
 };
 
 /// Runs the passes of every phase up to `options.compileTo` on `module`.

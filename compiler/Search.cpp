@@ -306,6 +306,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     compile.compileTo = Phase::Plan;
     compile.train = *train;
     compile.parallel = *parallel;
+    compile.verifyEachPass = layers == 0;
     if (llvm::Error e = runPhases(*module, compile))
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
@@ -475,6 +476,35 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   // When nothing fits, the least memory any candidate needs is compiled
   // whole, so that the number the error states is exact.
   int64_t confirm = std::max<int64_t>(options.confirm, 1);
+  // Recompute auto: the best that fit with selective or full recompute are
+  // tried again with `auto` at the device's memory as the budget (the
+  // compiler's own search: per layer, the least recompute that fits; it
+  // compiles whole, so only these few are tried). Each is a new candidate
+  // of the same structure and rung; it wins where it recomputes less.
+  if (options.recomputeAuto) {
+    rank();
+    std::vector<Candidate> refined;
+    int64_t tried = 0;
+    for (const Candidate &c : all) {
+      if (!c.feasible || tried == confirm)
+        break;
+      if (c.parallel.recompute() != "selective" &&
+          c.parallel.recompute() != "full")
+        continue;
+      ++tried;
+      Candidate a;
+      a.parallel = c.parallel;
+      a.parallel.set_recompute("auto");
+      a.parallel.set_memory_budget_bytes(cluster.memory_bytes());
+      a.layout = layoutName(a.parallel);
+      a.structure = c.structure;
+      a.rung = c.rung;
+      compileCandidate(a);
+      refined.push_back(std::move(a));
+    }
+    for (Candidate &a : refined)
+      all.push_back(std::move(a));
+  }
   for (;;) {
     rank();
     Candidate *next = nullptr;

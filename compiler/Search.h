@@ -64,8 +64,10 @@ struct SearchOptions {
   /// Estimate candidates from proxies of fewer layers (whole compiles
   /// otherwise).
   bool proxies = true;
-  /// How many of the best estimated candidates to compile whole.
+  /// How many of the best estimated candidates to compile whole (and, of
+  /// those with selective or full recompute, to try with recompute auto).
   int64_t confirm = 1;
+  bool recomputeAuto = true;
 };
 
 /// Every layout of `job` (its model, train, data; its parallel section

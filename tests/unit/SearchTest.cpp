@@ -151,3 +151,40 @@ TEST(Search, NothingFitsStatesTheLeastMemoryExactly) {
 }
 
 } // namespace
+
+TEST(Search, RecomputeAutoRefinesTheBest) {
+  // Devices one byte smaller than the unconstrained pick needs: layouts
+  // that recompute now compete; the best of them with selective or full
+  // recompute are tried again with recompute auto at the device's memory.
+  int64_t roomy = search(cluster(int64_t(80) << 30), true, 1).front().peakBytes;
+  spec::Cluster c = cluster(roomy - 1);
+  std::vector<Candidate> candidates = search(c, true, 8);
+  int64_t autos = 0;
+  for (const Candidate &a : candidates) {
+    if (a.parallel.recompute() != "auto")
+      continue;
+    ++autos;
+    // Compiled whole (the compiler's own search), within the memory.
+    ASSERT_TRUE(a.compiled) << a.layout << ": " << a.rejected;
+    ASSERT_TRUE(a.feasible) << a.layout << ": " << a.rejected;
+    EXPECT_LE(a.peakBytes, c.memory_bytes()) << a.layout;
+    EXPECT_EQ(a.parallel.memory_budget_bytes(), c.memory_bytes());
+    // No slower than the same layout with the recompute it refines: auto
+    // recomputes, per layer, the least that fits.
+    bool sibling = false;
+    for (const Candidate &s : candidates) {
+      spec::ParallelSpec p = s.parallel;
+      if (!s.feasible || (p.recompute() != "selective" && p.recompute() != "full"))
+        continue;
+      p.set_recompute("auto");
+      p.set_memory_budget_bytes(c.memory_bytes());
+      if (p.SerializeAsString() != a.parallel.SerializeAsString())
+        continue;
+      sibling = true;
+      EXPECT_LE(a.prediction.stepTime, s.prediction.stepTime * (1 + 1e-12))
+          << a.layout << " vs " << s.layout;
+    }
+    EXPECT_TRUE(sibling) << a.layout;
+  }
+  EXPECT_GT(autos, 0);
+}
