@@ -43,6 +43,8 @@ spec::Cluster dgxH100() {
   c.mutable_intra_node()->set_latency(5e-6);
   c.mutable_inter_node()->set_bandwidth(45e9);
   c.mutable_inter_node()->set_latency(10e-6);
+  c.mutable_intra_node()->set_tree_all_reduce(true);
+  c.mutable_inter_node()->set_tree_all_reduce(true);
   c.set_matmul_efficiency(0.6);
   c.set_vector_efficiency(0.7);
   c.set_kernel_overhead_s(4e-6);
@@ -66,6 +68,8 @@ spec::Cluster dgxA100() {
   c.mutable_intra_node()->set_latency(6e-6);
   c.mutable_inter_node()->set_bandwidth(22e9);
   c.mutable_inter_node()->set_latency(12e-6);
+  c.mutable_intra_node()->set_tree_all_reduce(true);
+  c.mutable_inter_node()->set_tree_all_reduce(true);
   c.set_matmul_efficiency(0.6);
   c.set_vector_efficiency(0.7);
   c.set_kernel_overhead_s(5e-6);
@@ -155,7 +159,7 @@ public:
     case plan::GRAD_NORM:
       if (n <= 1)
         return 0;
-      return 2 * (n - 1) / n * w.messageBytes / bw + 2 * (n - 1) * link.latency();
+      return allReduce(link, n, w.messageBytes);
     case plan::ALL_GATHER:
       if (n <= 1)
         return 0;
@@ -167,6 +171,22 @@ public:
     default:
       return link.latency() + w.messageBytes / bw;
     }
+  }
+
+  /// An all-reduce of `bytes` over `n` ranks: a ring moves 2 (n-1)/n of
+  /// them per rank in 2 (n-1) steps; a double binary tree (where the link
+  /// allows it) reduces up and broadcasts down, each phase moving the
+  /// message once, pipelined, in 2 ceil(log2 n) steps. The cheaper is taken,
+  /// as NCCL's tuner does.
+  static double allReduce(const spec::LinkClass &link, double n,
+                          double bytes) {
+    double bw = link.bandwidth() > 0 ? link.bandwidth() : 1e30;
+    double ring = 2 * (n - 1) / n * bytes / bw + 2 * (n - 1) * link.latency();
+    if (!link.tree_all_reduce())
+      return ring;
+    double depth = std::ceil(std::log2(n));
+    double tree = 2 * bytes / bw + 2 * depth * link.latency();
+    return std::min(ring, tree);
   }
 
   int64_t ranksPerNode = 1;

@@ -102,6 +102,41 @@ TEST(CostModel, GradientAllReduceOnARing) {
   EXPECT_EQ(p->compute, 0);
 }
 
+TEST(CostModel, AllReduceTakesTheCheaperOfRingAndTree) {
+  // dp 8 over one node: each gradient all-reduce costs a ring
+  // 2 (7/8) b / bw + 14 latencies, a double binary tree 2 b / bw +
+  // 2 log2(8) = 6 latencies; with tree_all_reduce the cheaper is taken.
+  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
+  job.mutable_parallel()->set_dp(8);
+  plan::Plan plan = compilePlan(job);
+  std::vector<double> messages;
+  for (const plan::Function &fn : plan.functions())
+    for (const plan::Instruction &inst : fn.body())
+      if (inst.kernel() == plan::ALL_REDUCE)
+        messages.push_back(plan::InstructionWork(plan, inst).messageBytes);
+  ASSERT_GT(messages.size(), 0u);
+  for (auto [bandwidth, latency] : {std::pair{1e12, 1e-3}, std::pair{1e6, 0.0},
+                                    std::pair{1e8, 1e-4}})
+    for (bool tree : {false, true}) {
+      spec::Cluster cluster = freeCluster(8);
+      spec::LinkClass *link =
+          cluster.mutable_calibrations(0)->mutable_intra_node();
+      link->set_bandwidth(bandwidth);
+      link->set_latency(latency);
+      link->set_tree_all_reduce(tree);
+      double want = 0;
+      for (double b : messages) {
+        double ring = 2 * 7.0 / 8 * b / bandwidth + 14 * latency;
+        double binary = 2 * b / bandwidth + 6 * latency;
+        want += tree ? std::min(ring, binary) : ring;
+      }
+      llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+      ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+      EXPECT_NEAR(p->communication["dp"], want, 1e-9 * want)
+          << bandwidth << " " << latency << " " << tree;
+    }
+}
+
 TEST(CostModel, AcrossNodesTheInterNodeLinkPrices) {
   // The same dp 2 plan on two nodes of one device: the ring crosses nodes.
   spec::JobSpec job = presetJob("tiny-llama", 16, 2);
