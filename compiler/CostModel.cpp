@@ -234,11 +234,17 @@ private:
 /// One function's run on one rank.
 struct FunctionTime {
   double total = 0, compute = 0, hidden = 0;
+  /// Of `compute`: the kernels that recompute a forward value.
+  double recompute = 0;
   std::map<std::string, double> communication;
   /// Of the transfers between stages (SEND/RECV): the largest, priced
   /// apart (the schedule's simulation places them).
   double transfer = 0;
 };
+
+/// plan-lower's mark on a kernel that recomputes a forward value
+/// (model-recompute's clones).
+constexpr llvm::StringLiteral kRecomputedSuffix = " (recomputed)";
 
 std::string axesLabel(const plan::Instruction &inst) {
   if (inst.kernel() == plan::SEND || inst.kernel() == plan::RECV)
@@ -287,6 +293,8 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
       double d = pricer.compute(inst);
       now += d;
       t.compute += d;
+      if (llvm::StringRef(inst.provenance()).ends_with(kRecomputedSuffix))
+        t.recompute += d;
       continue;
     }
     if (k == plan::GRAD_NORM) { // its sums, then the all-reduce
@@ -426,6 +434,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
       return error("the plan names function '" + name + "', which it lacks");
     FunctionTime t = priceFunction(pricer, *fn, coordsOfStage(stage));
     into.compute += times * t.compute;
+    into.recompute += times * t.recompute;
     into.hiddenCommunication += times * t.hidden;
     for (auto &[axes, s] : t.communication)
       into.communication[axes] += times * s;
@@ -491,6 +500,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
         (*table)[s][k] = t.total;
         transfer = std::max(transfer, t.transfer);
         acc.compute += double(micro) * t.compute;
+        acc.recompute += double(micro) * t.recompute;
         acc.hiddenCommunication += double(micro) * t.hidden;
         for (auto &[axes, sec] : t.communication)
           acc.communication[axes] += double(micro) * sec;
@@ -534,6 +544,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
   out.overhead = pricer.stepOverhead();
   out.stepTime = step + out.overhead;
   out.compute = perStage[slowest].compute;
+  out.recompute = perStage[slowest].recompute;
   out.communication = perStage[slowest].communication;
   out.hiddenCommunication = perStage[slowest].hiddenCommunication;
   out.communication["pp"] += double(micro) * 2 * transfer;
@@ -573,6 +584,7 @@ llvm::json::Object braid::predictionReport(const StepPrediction &prediction,
       {"step_time_s", step},
       {"tokens_per_s", step > 0 ? tokens / step : 0.0},
       {"compute_s", prediction.compute},
+      {"recompute_s", prediction.recompute},
       {"exposed_communication_s", std::move(comm)},
       {"exposed_communication_total_s", exposed},
       {"hidden_communication_s", prediction.hiddenCommunication},

@@ -50,6 +50,9 @@ struct StepPrediction {
   double stepTime = 0;
   /// Kernel time other than communication, over the step (the stage's).
   double compute = 0;
+  /// Of `compute`: the kernels that recompute forward values (recompute
+  /// selective, full or auto).
+  double recompute = 0;
   /// Communication time by mesh axes ("tp", "dp", "tp,dp", "pp" for
   /// transfers between stages), exposed on the compute stream.
   std::map<std::string, double> communication;

@@ -398,6 +398,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     const StepPrediction &x = a->prediction, &y = b->prediction;
     s.stepTime = line(x.stepTime, y.stepTime);
     s.compute = line(x.compute, y.compute);
+    s.recompute = line(x.recompute, y.recompute);
     for (const auto &[axes, seconds] : y.communication)
       s.communication[axes] =
           line(x.communication.count(axes) ? x.communication.at(axes) : 0,
@@ -535,7 +536,7 @@ std::string braid::candidateTable(const std::vector<Candidate> &candidates,
   std::string out = llvm::formatv(
       "{0,-4} {1,-68} {2,12} {3,12} {4,10} {5,7} {6,14}  {7}\n", "#",
       "layout", "step (ms)", "tokens/s", "TFLOP/s", "MFU", "peak (B)",
-      "compute / exposed comm / bubble (ms)");
+      "compute (of it recompute) / exposed comm / bubble (ms)");
   int64_t shown = 0;
   for (const Candidate &c : candidates) {
     if (shown == top)
@@ -551,10 +552,10 @@ std::string braid::candidateTable(const std::vector<Candidate> &candidates,
       exposed += s;
     out += llvm::formatv(
         "{0,-4} {1,-68} {2,12:F3} {3,12:F1} {4,10:F3} {5,7:P1} {6,14}  "
-        "{7:F3} / {8:F3} / {9:F3}\n",
+        "{7:F3} ({8:F3}) / {9:F3} / {10:F3}\n",
         shown, c.layout, 1e3 * c.prediction.stepTime, c.tokensPerS,
         c.tflopsPerDevice, c.mfu, c.peakBytes, 1e3 * c.prediction.compute,
-        1e3 * exposed, 1e3 * c.prediction.bubble);
+        1e3 * c.prediction.recompute, 1e3 * exposed, 1e3 * c.prediction.bubble);
   }
   if (int64_t(candidates.size()) > shown)
     out += llvm::formatv("... and {0} more\n", candidates.size() - shown);

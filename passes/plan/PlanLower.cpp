@@ -404,6 +404,9 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
   }
   std::string provenance =
       (op->getName().getStringRef() + " in " + where).str();
+  // model-recompute's clones: the cost model prices them as recomputation.
+  if (op->hasAttr("model.recomputed"))
+    provenance += " (recomputed)";
   if (auto norm = dyn_cast<model::GradNormOp>(op))
     return lowerGradNorm(norm, provenance);
   StringAttr rankAxis;

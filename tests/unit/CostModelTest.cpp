@@ -74,6 +74,28 @@ TEST(CostModel, MatrixProductsAtMeasuredRates) {
   EXPECT_TRUE(p->communication.empty());
 }
 
+TEST(CostModel, FullRecomputeRunsTheLayersForwardLinearsAgain) {
+  // With full recompute each layer's forward runs again before its
+  // backward, as far as the backward needs it: its linears once more except
+  // down_proj, whose output only joins the residual (the next layer's kept
+  // input); lm_head is no layer.
+  spec::JobSpec job = presetJob("tiny-llama", 16, 2);
+  spec::Cluster cluster = freeCluster(1);
+  spec::KernelRate *r = cluster.mutable_calibrations(0)->add_kernels();
+  r->set_kernel("LINEAR");
+  r->set_flops_per_s(1e9);
+  double forward = 2.0 * (2 * 16) * kInOut / 1e9;
+  double again = 2.0 * (2 * 16) * 2 * (kLayerInOut - 176 * 64) / 1e9;
+  for (const char *recompute : {"none", "full"}) {
+    job.mutable_parallel()->set_recompute(recompute);
+    llvm::Expected<StepPrediction> p = predictStep(compilePlan(job), cluster);
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    double want = std::string(recompute) == "full" ? again : 0.0;
+    EXPECT_NEAR(p->recompute, want, 1e-12 * again) << recompute;
+    EXPECT_NEAR(p->compute, forward + want, 1e-12 * forward) << recompute;
+  }
+}
+
 TEST(CostModel, GradientAllReduceOnARing) {
   // dp 2: the gradients (4 bytes per parameter) are all-reduced over dp, in
   // buckets; a ring of n = 2 moves 2 (n-1)/n of them and pays 2 (n-1)
