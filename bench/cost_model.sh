@@ -17,7 +17,7 @@ mpi=(mpirun -np 4 --oversubscribe --bind-to none)
 if [ "$(id -u)" -eq 0 ]; then mpi+=(--allow-run-as-root); fi
 bin="$build/bin"
 
-"$bin/braid" calibrate --ranks 1,2,4 --threads 1 -o "$out/local-cpu.textproto" \
+"$bin/braid" calibrate --ranks 1,2,4 --threads 1 --steps "${CALIBRATE_STEPS:-20}" -o "$out/local-cpu.textproto" \
   > "$out/calibrate.log"
 "$bin/braid-data" preprocess --input "$root/examples/data/pride-and-prejudice.txt" \
   --output-prefix "$out/data" > /dev/null

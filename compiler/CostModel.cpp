@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <set>
 
 using namespace braid;
@@ -94,23 +96,45 @@ public:
     int64_t perNode = std::max<int64_t>(cluster.devices_per_node(), 1);
     ranksPerNode = std::min(world, perNode);
     double sharing = busyRanks > 0 ? busyRanks : double(ranksPerNode);
-    // The calibration for as many ranks computing at once (else the
-    // nearest, by ratio).
+    // Processor sharing, when the calibrations know their node's cores:
+    // kernels at the rates of the most ranks that had cores to themselves,
+    // slowed by how many more threads compute at once than there are
+    // cores; links and the time outside kernels from the calibration of
+    // the plan's own ranks per node.
+    for (const spec::Calibration &c : cluster.calibrations())
+      if (c.cores() > 0 &&
+          c.ranks_per_node() * std::max<int64_t>(c.threads_per_rank(), 1) <=
+              c.cores() &&
+          (!rates || c.ranks_per_node() > rates->ranks_per_node()))
+        rates = &c;
+    processorSharing = rates != nullptr;
+    if (processorSharing)
+      sharing = double(ranksPerNode);
+    // Otherwise the calibration for as many ranks computing at once (else
+    // the nearest, by ratio).
     for (const spec::Calibration &c : cluster.calibrations())
       if (!calibration ||
           std::abs(std::log(double(c.ranks_per_node()) / sharing)) <
               std::abs(std::log(double(calibration->ranks_per_node()) /
                                 sharing)))
         calibration = &c;
+    if (processorSharing) {
+      double threads =
+          double(std::max<int64_t>(calibration->threads_per_rank(), 1));
+      double busy = busyRanks > 0 ? busyRanks : double(ranksPerNode);
+      slowdown = std::max(1.0, busy * threads / double(rates->cores()));
+    } else {
+      rates = calibration;
+    }
   }
 
   /// Seconds of a compute kernel.
   double compute(const plan::Instruction &inst) const {
     plan::Work w = plan::InstructionWork(plan, inst);
-    if (calibration) {
+    if (rates) {
       const spec::KernelRate *rate = nullptr, *fallback = nullptr;
       std::string name = plan::Kernel_Name(inst.kernel());
-      for (const spec::KernelRate &r : calibration->kernels()) {
+      for (const spec::KernelRate &r : rates->kernels()) {
         if (r.kernel() == name)
           rate = &r;
         if (r.kernel() == "default")
@@ -124,7 +148,7 @@ public:
           t = std::max(t, w.flops / rate->flops_per_s());
         if (rate->bytes_per_s() > 0)
           t = std::max(t, w.bytes / rate->bytes_per_s());
-        return rate->overhead_s() + t;
+        return slowdown * (rate->overhead_s() + t);
       }
     }
     bool low = false;
@@ -191,6 +215,15 @@ public:
 
   int64_t ranksPerNode = 1;
 
+  /// Whether ranks share the node's cores by processor sharing (the
+  /// calibrations know the cores), and how many ranks the cores run at
+  /// full speed at once.
+  bool sharesCores() const { return processorSharing; }
+  double capacity() const {
+    return double(rates->cores()) /
+           double(std::max<int64_t>(calibration->threads_per_rank(), 1));
+  }
+
   /// Seconds per step outside the plan's kernels (calibrated), or 0.
   double stepOverhead() const {
     return calibration ? calibration->step_overhead_s() : 0.0;
@@ -229,6 +262,11 @@ private:
   const plan::Plan &plan;
   const spec::Cluster &cluster;
   const spec::Calibration *calibration = nullptr;
+  /// The calibration whose kernel rates price compute, and the factor
+  /// processor sharing slows them by.
+  const spec::Calibration *rates = nullptr;
+  bool processorSharing = false;
+  double slowdown = 1;
 };
 
 /// One function's run on one rank.
@@ -372,6 +410,124 @@ llvm::Expected<spec::Cluster> braid::loadCluster(llvm::StringRef nameOrPath,
 
 namespace {
 
+/// The pipeline's schedule run on cores that its ranks share: each of the p
+/// stage ranks stands for `copies` ranks of the node (its peers along the
+/// other mesh axes, which run in step with it), and while n stage ranks
+/// compute, each progresses at min(1, capacity / (n copies)) of its own
+/// speed (`costs` are the times of a rank with a core to itself). The
+/// dependencies are pipeline::simulate's; the schedules must have passed it.
+/// busy[r] is the wall time rank r computed.
+llvm::Expected<pipeline::Timeline>
+simulateShared(const pipeline::Schedules &schedules, int64_t p, int64_t m,
+               int64_t v, const pipeline::Costs &costs, double copies,
+               double capacity) {
+  using pipeline::Work;
+  const int64_t chunks = p * v;
+  auto global = [&](int64_t r, int64_t k) { return k * p + r; };
+  auto rankOf = [&](int64_t c) { return c % p; };
+  std::vector<double> forwardEnd(chunks * m, -1), gradientEnd(chunks * m, -1);
+  auto duration = [&](int64_t r, const pipeline::Step &step) {
+    const auto &table = step.work == Work::Forward ? costs.forward
+                        : step.work == Work::Backward ? costs.backward
+                        : step.work == Work::BackwardInput
+                            ? costs.backwardInput
+                            : costs.backwardWeight;
+    return table[r][step.chunk];
+  };
+  // When `step` of rank r may start (its dependencies' ends, plus a
+  // transfer from another rank), or -1 while one has not ended.
+  auto readyAt = [&](int64_t r, const pipeline::Step &step) {
+    const int64_t c = global(r, step.chunk), i = step.microBatch;
+    double at = 0;
+    auto need = [&](const std::vector<double> &ends, int64_t chunk) {
+      double end = ends[chunk * m + i];
+      if (end < 0)
+        return false;
+      at = std::max(at, end + (rankOf(chunk) != r ? costs.transfer : 0.0));
+      return true;
+    };
+    switch (step.work) {
+    case Work::Forward:
+      if (c > 0 && !need(forwardEnd, c - 1))
+        return -1.0;
+      break;
+    case Work::Backward:
+    case Work::BackwardInput:
+      if (!need(forwardEnd, c) ||
+          (c + 1 < chunks && !need(gradientEnd, c + 1)))
+        return -1.0;
+      break;
+    case Work::BackwardWeight:
+      break;
+    }
+    return at;
+  };
+
+  pipeline::Timeline timeline;
+  timeline.ranks.resize(p);
+  timeline.busy.assign(p, 0);
+  std::vector<size_t> next(p, 0);
+  std::vector<bool> running(p, false);
+  std::vector<double> remaining(p, 0), started(p, 0);
+  double now = 0;
+  size_t steps = 0, done = 0;
+  for (const auto &list : schedules)
+    steps += list.size();
+  while (done < steps) {
+    // Start what may start; note when the next waiting step may.
+    double wakeUp = std::numeric_limits<double>::infinity();
+    for (int64_t r = 0; r < p; ++r) {
+      if (running[r] || next[r] == schedules[r].size())
+        continue;
+      const pipeline::Step &step = schedules[r][next[r]];
+      double at = readyAt(r, step);
+      if (at < 0)
+        continue;
+      if (at > now) {
+        wakeUp = std::min(wakeUp, at);
+        continue;
+      }
+      running[r] = true;
+      remaining[r] = duration(r, step);
+      started[r] = now;
+    }
+    int64_t n = llvm::count(running, true);
+    if (n == 0) {
+      if (!std::isfinite(wakeUp))
+        return error("the pipeline's schedules deadlock under the cost "
+                     "model's simulation");
+      now = wakeUp;
+      continue;
+    }
+    double rate = std::min(1.0, capacity / (double(n) * copies));
+    double dt = wakeUp - now;
+    for (int64_t r = 0; r < p; ++r)
+      if (running[r])
+        dt = std::min(dt, remaining[r] / rate);
+    now += dt;
+    for (int64_t r = 0; r < p; ++r) {
+      if (!running[r])
+        continue;
+      remaining[r] -= rate * dt;
+      if (remaining[r] > 1e-12 * std::max(1.0, now))
+        continue;
+      const pipeline::Step &step = schedules[r][next[r]];
+      const int64_t c = global(r, step.chunk), i = step.microBatch;
+      if (step.work == Work::Forward)
+        forwardEnd[c * m + i] = now;
+      else if (step.work != Work::BackwardWeight)
+        gradientEnd[c * m + i] = now;
+      timeline.ranks[r].push_back({step, started[r], now});
+      timeline.busy[r] += now - started[r];
+      running[r] = false;
+      ++next[r];
+      ++done;
+    }
+  }
+  timeline.stepTime = now;
+  return timeline;
+}
+
 /// The step priced with the speeds of `busyRanks` ranks computing at once.
 llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
                                            const spec::Cluster &cluster,
@@ -388,7 +544,8 @@ llvm::Expected<StepPrediction> braid::predictStep(const plan::Plan &plan,
                  llvm::Twine(cluster.nodes() * cluster.devices_per_node()) +
                  " devices");
   llvm::Expected<StepPrediction> p = predictWith(plan, cluster, 0);
-  if (!p || cluster.calibrations_size() == 0)
+  if (!p || cluster.calibrations_size() == 0 ||
+      Pricer(plan, cluster).sharesCores())
     return p;
   // Calibrated CPU ranks share their node's cores: a rank that waits (a
   // pipeline bubble) leaves them to the others, which then compute at the
@@ -397,7 +554,9 @@ llvm::Expected<StepPrediction> braid::predictStep(const plan::Plan &plan,
   // ranks).
   int64_t perNode = std::min<int64_t>(world, cluster.devices_per_node());
   int64_t stages = std::max<int64_t>(plan.pipeline().stages_size(), 1);
-  for (int iteration = 0; iteration < 4; ++iteration) {
+  // (With processor sharing the speeds follow the busy ranks smoothly and
+  // the iteration settles; without, it picks among the calibrations.)
+  for (int iteration = 0; iteration < 8; ++iteration) {
     double busy = 0;
     for (double b : p->stageBusy)
       busy += b;
@@ -417,6 +576,13 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
                                            const spec::Cluster &cluster,
                                            double busyRanks) {
   Pricer pricer(plan, cluster, busyRanks);
+  // With shared cores, the stages' functions are priced at the speed of a
+  // rank with a core to itself and the schedule's simulation shares the
+  // cores (simulateShared); outside the schedule every rank computes.
+  std::optional<Pricer> alone;
+  if (pricer.sharesCores())
+    alone.emplace(plan, cluster, pricer.capacity());
+  const Pricer &stagePricer = alone ? *alone : pricer;
   const plan::Mesh &mesh = plan.mesh();
   auto coordsOfStage = [&](int64_t stage) {
     std::vector<int64_t> coords(mesh.axes_size(), 0);
@@ -496,7 +662,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
         if (!fn)
           return error("stage " + llvm::Twine(s) + " names function '" + name +
                        "', which the plan lacks");
-        FunctionTime t = priceFunction(pricer, *fn, coordsOfStage(s));
+        FunctionTime t = priceFunction(stagePricer, *fn, coordsOfStage(s));
         (*table)[s][k] = t.total;
         transfer = std::max(transfer, t.transfer);
         acc.compute += double(micro) * t.compute;
@@ -530,6 +696,14 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
       pipeline::simulate(schedules, p, micro, v, costs);
   if (!timeline)
     return timeline.takeError();
+  std::vector<double> dedicatedBusy = timeline->busy;
+  if (alone) {
+    double copies = double(pricer.ranksPerNode) / double(p);
+    timeline = simulateShared(schedules, p, micro, v, costs,
+                              std::max(copies, 1.0), pricer.capacity());
+    if (!timeline)
+      return timeline.takeError();
+  }
   int64_t slowest = 0;
   double step = 0;
   for (int64_t s = 0; s < p; ++s) {
@@ -543,10 +717,18 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
   }
   out.overhead = pricer.stepOverhead();
   out.stepTime = step + out.overhead;
-  out.compute = perStage[slowest].compute;
-  out.recompute = perStage[slowest].recompute;
-  out.communication = perStage[slowest].communication;
-  out.hiddenCommunication = perStage[slowest].hiddenCommunication;
+  // Shared cores stretch the slowest stage's work by its wall busy time
+  // over its own.
+  double stretch = 1;
+  if (alone && dedicatedBusy[slowest] > 0)
+    stretch = timeline->busy[slowest] / dedicatedBusy[slowest];
+  StepPrediction &slow = perStage[slowest];
+  out.compute = slow.compute * stretch;
+  out.recompute = slow.recompute * stretch;
+  for (auto &[axes, seconds] : slow.communication)
+    seconds *= stretch;
+  out.communication = slow.communication;
+  out.hiddenCommunication = slow.hiddenCommunication * stretch;
   out.communication["pp"] += double(micro) * 2 * transfer;
   out.bubble = std::max(0.0, step - out.stageBusy[slowest]);
   return out;

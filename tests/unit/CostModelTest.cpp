@@ -96,6 +96,63 @@ TEST(CostModel, FullRecomputeRunsTheLayersForwardLinearsAgain) {
   }
 }
 
+TEST(CostModel, RanksShareTheCalibratedCores) {
+  // dp 2 on a node of one core, calibrated with one rank (which had the
+  // core to itself): the two ranks compute at once, each at half the
+  // measured rate. Only LINEAR costs; communication is free.
+  spec::JobSpec job = presetJob("tiny-llama", 16, 2);
+  job.mutable_parallel()->set_dp(2);
+  spec::Cluster cluster = freeCluster(2);
+  spec::Calibration *one = cluster.mutable_calibrations(0);
+  one->set_ranks_per_node(1);
+  one->set_threads_per_rank(1);
+  one->set_cores(1);
+  spec::KernelRate *r = one->add_kernels();
+  r->set_kernel("LINEAR");
+  r->set_flops_per_s(1e9);
+  // Each rank's forward linears: its micro-batch of 2 sequences of 16.
+  double alone = 2.0 * (2 * 16) * kInOut / 1e9;
+  llvm::Expected<StepPrediction> p = predictStep(compilePlan(job), cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_NEAR(p->compute, 2 * alone, 1e-12 * alone);
+  EXPECT_NEAR(p->stepTime, 2 * alone, 1e-12 * alone);
+  // Without the cores known, the one calibration prices them as measured.
+  one->set_cores(0);
+  p = predictStep(compilePlan(job), cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_NEAR(p->stepTime, alone, 1e-12 * alone);
+}
+
+TEST(CostModel, PipelineStagesShareOneCore) {
+  // pp 2 on a node of one core: whenever both stages compute they split
+  // it, and some stage always can (transfers are free), so the step takes
+  // all the work of both stages, one after the other: every forward linear
+  // of 4 micro-batches of one sequence of 16, at the measured rate.
+  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
+  job.mutable_parallel()->set_pp(2);
+  job.mutable_parallel()->set_global_batch_size(4);
+  plan::Plan plan = compilePlan(job);
+  spec::Cluster cluster = freeCluster(2);
+  spec::Calibration *one = cluster.mutable_calibrations(0);
+  one->set_ranks_per_node(1);
+  one->set_threads_per_rank(1);
+  one->set_cores(1);
+  spec::KernelRate *r = one->add_kernels();
+  r->set_kernel("LINEAR");
+  r->set_flops_per_s(1e9);
+  double work = 2.0 * (4 * 16) * kInOut / 1e9;
+  llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_NEAR(p->stepTime, work, 1e-9 * work);
+  // With a core per stage the stages overlap: less than all the work, more
+  // than the busier stage's.
+  one->set_cores(2);
+  p = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_LT(p->stepTime, 0.99 * work);
+  EXPECT_GT(p->stepTime, 0.5 * work);
+}
+
 TEST(CostModel, GradientAllReduceOnARing) {
   // dp 2: the gradients (4 bytes per parameter) are all-reduced over dp, in
   // buckets; a ring of n = 2 moves 2 (n-1)/n of them and pays 2 (n-1)

@@ -624,6 +624,7 @@ int calibrate(int argc, char **argv) {
     spec::Calibration *cal = cluster.add_calibrations();
     cal->set_ranks_per_node(c.ranks);
     cal->set_threads_per_rank(c.threads);
+    cal->set_cores(cores);
     for (const spec::KernelRate &r : c.rates)
       *cal->add_kernels() = r;
     if (c.link)
