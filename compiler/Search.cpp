@@ -432,20 +432,24 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
       fittedRung[c.structure] = std::min(fittedRung[c.structure], c.rung);
   }
 
-  // Nothing fits and nothing was compiled (the bound ruled every rung out):
-  // the most frugal rung of the structures the bound likes best, compiled
-  // anyway, tells how much memory would do.
+  // Nothing fits and nothing was evaluated (the bound ruled every rung
+  // out): the most frugal rung of the structures whose rough memory (the
+  // bound and the rough activations) is least, evaluated anyway, tells how
+  // much memory would do; the least of them is compiled whole below.
   if (llvm::none_of(all, [](const Candidate &c) { return c.peakBytes > 0; })) {
     std::vector<size_t> frugal;
     for (size_t i = 0; i < all.size(); ++i)
       if (i + 1 == all.size() || all[i + 1].structure != all[i].structure)
         frugal.push_back(i); // the last rung of each structure
+    auto rough = [&](size_t i) {
+      return bound[i] + roughActivationBytes(all[i].parallel, *model);
+    };
     std::stable_sort(frugal.begin(), frugal.end(),
-                     [&](size_t a, size_t b) { return bound[a] < bound[b]; });
-    for (size_t k = 0; k < frugal.size() && k < 4; ++k) {
+                     [&](size_t a, size_t b) { return rough(a) < rough(b); });
+    for (size_t k = 0; k < frugal.size() && k < 8; ++k) {
       Candidate &c = all[frugal[k]];
       c.rejected.clear();
-      compileCandidate(c);
+      estimateCandidate(c);
     }
   }
   // Rungs above one that fits are not candidates (slower by construction).
