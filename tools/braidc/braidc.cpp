@@ -137,8 +137,9 @@ static cl::opt<int64_t> topFlag(
     cl::init(0), cl::cat(category));
 static cl::opt<int64_t> maxCompilesFlag(
     "max-compiles",
-    cl::desc("With --auto: compile at most N candidates, those of the "
-             "shortest rough step estimate first (0: all; default 64)"),
+    cl::desc("With --auto: evaluate at most N candidates (each from two "
+             "proxy compiles, or one whole compile), those of the shortest "
+             "rough step estimate first (0: all; default 64)"),
     cl::init(64), cl::cat(category));
 static cl::opt<bool> exactSearchFlag(
     "exact-search",
@@ -262,6 +263,18 @@ int main(int argc, char **argv) {
   registerDialects(registry);
   mlir::MLIRContext context(registry);
 
+  // The search's own flags.
+  for (cl::Option *flag : {static_cast<cl::Option *>(&topFlag),
+                           static_cast<cl::Option *>(&maxCompilesFlag),
+                           static_cast<cl::Option *>(&exactSearchFlag)})
+    if (flag->getNumOccurrences() && !autoFlag)
+      return fail("--" + flag->ArgStr + " tunes the layout search: give --auto");
+  if (topFlag < 0)
+    return fail("--top=" + llvm::Twine(topFlag) +
+                " must be at least 0 (layouts to list)");
+  if (maxCompilesFlag < 0)
+    return fail("--max-compiles=" + llvm::Twine(maxCompilesFlag) +
+                " must be at least 0 (0: evaluate every candidate)");
   if (autoFlag) {
     if (clusterFlag.empty())
       return fail("--auto plans for a cluster: give --cluster PRESET|FILE");
