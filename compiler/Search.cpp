@@ -278,6 +278,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   // the candidate's reason (llvm::Error's text).
   struct Evaluation {
     int64_t peak = 0;
+    bool recomputesNothing = false;
     StepPrediction prediction;
     plan::Plan plan;
   };
@@ -312,12 +313,20 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
           llvm::inconvertibleErrorCode(),
           llvm::toString(std::move(e)) +
               (diagnostics.empty() ? "" : ": " + diagnostics));
+    Evaluation out;
+    // Recompute auto that fits without recomputing anything.
+    if (auto budget = (*module)->getAttrOfType<mlir::DictionaryAttr>(
+            "model.recompute_budget")) {
+      auto chosen = budget.getAs<mlir::IntegerAttr>("chosen_bytes");
+      auto none = budget.getAs<mlir::IntegerAttr>("none_bytes");
+      out.recomputesNothing =
+          chosen && none && chosen.getInt() == none.getInt();
+    }
     llvm::Expected<plan::Plan> plan = exportPlan(*module);
     if (!plan)
       return plan.takeError();
     plan->mutable_training()->MergeFrom(
         trainingSettings(*m, *train, *parallel, candidateJob.data()));
-    Evaluation out;
     out.peak = plan->arena_bytes();
     for (const plan::Stage &s : plan->pipeline().stages())
       out.peak = std::max(out.peak, s.arena_bytes());
@@ -363,6 +372,8 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     }
     c.compiled = true;
     c.estimated = false;
+    if (e->recomputesNothing && c.parallel.recompute() == "auto")
+      c.layout = layoutName(c.parallel) + " (recomputes nothing)";
     return record(c, *e);
   };
   // Estimates candidate `c` from two proxies of the same layout with kLow
