@@ -4,9 +4,10 @@
 # compiles the plan with the calibrated cluster, runs it, and compares the
 # predicted step time with the measured one (median of the steps after the
 # first, braid-run's "step time:" line). Then lets braidc --auto pick a
-# layout for the same job and 4 devices, measures the pick if it is not one
-# of the 9, and compares it with the fastest measured.
-#   bench/cost_model.sh [STEPS]
+# layout for the same job and 4 devices, measures the pick, and compares it
+# with the fastest measured. Every layout and the pick run ROUNDS times
+# (default 3), round by round; a layout's time is the median of its runs.
+#   [ROUNDS=3] [CALIBRATE_STEPS=20] bench/cost_model.sh [STEPS]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BRAID_BUILD_DIR:-$root/build}"
@@ -34,53 +35,64 @@ layouts=(
   "pp2-dp2-zero1|pp: 2 dp: 2 micro_batch_size: 1 zero: 1"
 )
 model='preset: "tiny-llama" num_layers: 4'
-run_layout() { # name, parallel fields
-  local name="$1" parallel="$2"
-  cat > "$out/$name.textproto" <<JOB
+write_job() { # name, parallel fields
+  cat > "$out/$1.textproto" <<JOB
 model { $model }
-parallel { $parallel global_batch_size: 8 }
+parallel { $2 global_batch_size: 8 }
 train { steps: $steps lr: 3e-3 seed: 1 }
 data { seq_length: 64 }
 JOB
-  "$bin/braidc" "$out/$name.textproto" --emit=plan -o "$out/$name.plan" \
-    --cluster "$out/local-cpu.textproto"
-  "${mpi[@]}" "$bin/braid-run" "$out/$name.plan" --data "$out/data" --threads 1 \
-    --log-every 1000000 > "$out/$name.log" 2>&1
-  grep "^step time:" "$out/$name.log" | sed "s/^/$name: /"
 }
 for entry in "${layouts[@]}"; do
-  run_layout "${entry%%|*}" "${entry#*|}"
-done | tee "$out/measured.txt"
+  name="${entry%%|*}"
+  write_job "$name" "${entry#*|}"
+  "$bin/braidc" "$out/$name.textproto" --emit=plan -o "$out/$name.plan" \
+    --cluster "$out/local-cpu.textproto"
+done
 
 # The search's pick for the same job on 4 devices.
-cat > "$out/auto.textproto" <<JOB
-model { $model }
-parallel { global_batch_size: 8 }
-train { steps: $steps lr: 3e-3 seed: 1 }
-data { seq_length: 64 }
-JOB
+write_job auto ""
 start=$(date +%s.%N)
 "$bin/braidc" "$out/auto.textproto" --auto --cluster "$out/local-cpu.textproto" \
   --top 10 --emit=plan -o "$out/auto.plan" > "$out/auto.log"
 end=$(date +%s.%N)
-"${mpi[@]}" "$bin/braid-run" "$out/auto.plan" --data "$out/data" --threads 1 \
-  --log-every 1000000 > "$out/auto-run.log" 2>&1
+
+# Each layout and the pick run `rounds` times, round by round, so that a
+# slow spell of the machine touches every layout alike; each layout's time
+# is the median of its runs' medians.
+rounds="${ROUNDS:-3}"
+: > "$out/measured.txt"
+for round in $(seq "$rounds"); do
+  for name in "${layouts[@]%%|*}" auto; do
+    "${mpi[@]}" "$bin/braid-run" "$out/$name.plan" --data "$out/data" --threads 1 \
+      --log-every 1000000 > "$out/$name.run.log" 2>&1
+    grep "^step time:" "$out/$name.run.log" | sed "s/^/$name: /" >> "$out/measured.txt"
+  done
+done
 python3 - "$out" "$start" "$end" <<'PY'
-import re, sys
+import re, statistics, sys
 out, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 line = re.compile(r"^(\S+): step time: measured ([0-9.e+-]+) s .* predicted ([0-9.e+-]+) s")
-rows = [(m.group(1), float(m.group(2)), float(m.group(3)))
-        for m in map(line.match, open(f"{out}/measured.txt")) if m]
-print(f"{'layout':16s} {'measured (ms)':>14s} {'predicted (ms)':>15s} {'error':>8s}")
-for name, measured, predicted in rows:
-    print(f"{name:16s} {1e3 * measured:14.2f} {1e3 * predicted:15.2f} "
-          f"{100 * (predicted - measured) / measured:+7.1f}%")
+runs, predicted = {}, {}
+for m in map(line.match, open(f"{out}/measured.txt")):
+    if m:
+        runs.setdefault(m.group(1), []).append(float(m.group(2)))
+        predicted[m.group(1)] = float(m.group(3))
+print(f"{'layout':16s} {'measured (ms)':>14s} {'runs (ms)':>24s} {'predicted (ms)':>15s} {'error':>8s}")
+rows = []
+for name, times in runs.items():
+    measured = statistics.median(times)
+    spread = " ".join(f"{1e3 * t:.1f}" for t in times)
+    error = (predicted[name] - measured) / measured
+    print(f"{name:16s} {1e3 * measured:14.2f} {spread:>24s} {1e3 * predicted[name]:15.2f} "
+          f"{100 * error:+7.1f}%")
+    if name != "auto":
+        rows.append((name, measured, predicted[name]))
 worst = max(abs(p - m) / m for _, m, p in rows)
-print(f"largest error {100 * worst:.1f}% over {len(rows)} layouts")
-auto = open(f"{out}/auto.log").read()
-pick = re.search(r"^auto: (.*), predicted", auto, re.M).group(1)
-m = re.search(r"step time: measured ([0-9.e+-]+) s", open(f"{out}/auto-run.log").read())
-picked = float(m.group(1))
+within = sum(abs(p - m) / m <= 0.15 for _, m, p in rows)
+print(f"largest error {100 * worst:.1f}% over {len(rows)} layouts; {within} within 15%")
+pick = re.search(r"^auto: (.*), predicted", open(f"{out}/auto.log").read(), re.M).group(1)
+picked = statistics.median(runs["auto"])
 fastest = min(rows, key=lambda r: r[1])
 print(f"search ({end - start:.1f} s): picked {pick}, measured {1e3 * picked:.2f} ms; "
       f"fastest of the {len(rows)} measured: {fastest[0]} at {1e3 * fastest[1]:.2f} ms "
