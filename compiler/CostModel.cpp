@@ -554,9 +554,7 @@ llvm::Expected<StepPrediction> braid::predictStep(const plan::Plan &plan,
   // ranks).
   int64_t perNode = std::min<int64_t>(world, cluster.devices_per_node());
   int64_t stages = std::max<int64_t>(plan.pipeline().stages_size(), 1);
-  // (With processor sharing the speeds follow the busy ranks smoothly and
-  // the iteration settles; without, it picks among the calibrations.)
-  for (int iteration = 0; iteration < 8; ++iteration) {
+  for (int iteration = 0; iteration < 4; ++iteration) {
     double busy = 0;
     for (double b : p->stageBusy)
       busy += b;

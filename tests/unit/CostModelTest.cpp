@@ -41,6 +41,21 @@ spec::Cluster freeCluster(int64_t devices) {
   return c;
 }
 
+/// A node of `devices` ranks and one core, calibrated with one rank of one
+/// thread (which had the core to itself): LINEAR runs at 1 GFLOP/s, every
+/// other kernel and all communication are free.
+spec::Cluster sharedCoreCluster(int64_t devices) {
+  spec::Cluster cluster = freeCluster(devices);
+  spec::Calibration *one = cluster.mutable_calibrations(0);
+  one->set_ranks_per_node(1);
+  one->set_threads_per_rank(1);
+  one->set_cores(1);
+  spec::KernelRate *r = one->add_kernels();
+  r->set_kernel("LINEAR");
+  r->set_flops_per_s(1e9);
+  return cluster;
+}
+
 // tiny-llama: hidden 64, 4 heads, 2 kv heads of 16, ffn 176, 2 layers,
 // vocab 512, untied, no biases. Its linears' in x out, per layer: q 64x64,
 // k 64x32, v 64x32, o 64x64, gate, up 64x176, down 176x64; lm_head 64x512.
@@ -102,14 +117,8 @@ TEST(CostModel, RanksShareTheCalibratedCores) {
   // measured rate. Only LINEAR costs; communication is free.
   spec::JobSpec job = presetJob("tiny-llama", 16, 2);
   job.mutable_parallel()->set_dp(2);
-  spec::Cluster cluster = freeCluster(2);
+  spec::Cluster cluster = sharedCoreCluster(2);
   spec::Calibration *one = cluster.mutable_calibrations(0);
-  one->set_ranks_per_node(1);
-  one->set_threads_per_rank(1);
-  one->set_cores(1);
-  spec::KernelRate *r = one->add_kernels();
-  r->set_kernel("LINEAR");
-  r->set_flops_per_s(1e9);
   // Each rank's forward linears: its micro-batch of 2 sequences of 16.
   double alone = 2.0 * (2 * 16) * kInOut / 1e9;
   llvm::Expected<StepPrediction> p = predictStep(compilePlan(job), cluster);
@@ -132,14 +141,8 @@ TEST(CostModel, PipelineStagesShareOneCore) {
   job.mutable_parallel()->set_pp(2);
   job.mutable_parallel()->set_global_batch_size(4);
   plan::Plan plan = compilePlan(job);
-  spec::Cluster cluster = freeCluster(2);
+  spec::Cluster cluster = sharedCoreCluster(2);
   spec::Calibration *one = cluster.mutable_calibrations(0);
-  one->set_ranks_per_node(1);
-  one->set_threads_per_rank(1);
-  one->set_cores(1);
-  spec::KernelRate *r = one->add_kernels();
-  r->set_kernel("LINEAR");
-  r->set_flops_per_s(1e9);
   double work = 2.0 * (4 * 16) * kInOut / 1e9;
   llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
   ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
