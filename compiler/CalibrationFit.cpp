@@ -104,6 +104,56 @@ RateFit calibration::fitRate(double smallCalls, double smallWork,
   return {1 / inverseRate, overhead, true};
 }
 
+void calibration::addCallTimes(std::vector<spec::KernelRate> &rates,
+                               llvm::ArrayRef<const KernelSamples *> runs,
+                               double minCalls) {
+  for (spec::KernelRate &rate : rates) {
+    if (rate.kernel() == "default")
+      continue;
+    // Work per call -> (seconds per call summed, runs).
+    std::map<double, std::pair<double, int>> byWork;
+    for (const KernelSamples *run : runs) {
+      auto it = run->find(rate.kernel());
+      if (it == run->end() || it->second.calls < minCalls)
+        continue;
+      const KernelSample &s = it->second;
+      double work = workOf(rate.kernel(), s) / s.calls;
+      if (!(work > 0) || !(s.seconds > 0))
+        continue;
+      auto &[seconds, count] = byWork[work];
+      seconds += s.seconds / s.calls;
+      ++count;
+    }
+    rate.clear_calls();
+    for (const auto &[work, sum] : byWork) {
+      spec::KernelRate::CallTime *call = rate.add_calls();
+      call->set_work(work);
+      call->set_seconds(sum.first / sum.second);
+    }
+  }
+}
+
+double calibration::interpolateCall(const spec::KernelRate &rate,
+                                    double work) {
+  int n = rate.calls_size();
+  if (n < 2)
+    return -1;
+  // The segment around `work`, or the nearest one beyond the calls.
+  int hi = 1;
+  while (hi < n - 1 && rate.calls(hi).work() < work)
+    ++hi;
+  const spec::KernelRate::CallTime &a = rate.calls(hi - 1), &b = rate.calls(hi);
+  double t = a.seconds() + (work - a.work()) * (b.seconds() - a.seconds()) /
+                               (b.work() - a.work());
+  if (t > 0 && std::isfinite(t))
+    return t;
+  // The line gives no time (far below the calls, or a segment that falls
+  // with the work, from noise): in proportion to the nearest call.
+  const spec::KernelRate::CallTime &near =
+      work <= a.work() ? a : (work >= b.work() ? b : a);
+  return near.seconds() * work / near.work();
+}
+
 std::vector<spec::KernelRate>
 calibration::fitKernelRates(const KernelSamples &small,
                             const KernelSamples &mid, double minCalls) {

@@ -77,6 +77,22 @@ std::vector<spec::KernelRate> fitKernelRates(const KernelSamples &small,
                                              const KernelSamples &mid,
                                              double minCalls = 2);
 
+/// Adds to each rate of `rates` (but "default") the mean call of every run
+/// in `runs` that called its kernel at least `minCalls` times: the work and
+/// seconds of one call (KernelRate.calls, ascending by work; runs whose
+/// calls do the same work are averaged), so that the cost model
+/// interpolates between measured calls.
+void addCallTimes(std::vector<spec::KernelRate> &rates,
+                  llvm::ArrayRef<const KernelSamples *> runs,
+                  double minCalls = 2);
+
+/// The seconds of one call of `work` (FLOPs or bytes, as the rate's calls
+/// count it) by the rate's measured calls: interpolated between the two
+/// around `work`, extrapolated along the nearest two beyond them, and in
+/// proportion to the nearest call where that line gives no time. Needs two
+/// calls or more (returns -1 otherwise).
+double interpolateCall(const spec::KernelRate &rate, double work);
+
 /// Fits the cost model's ring all-reduce, seconds = 2 (n-1)/n x bytes /
 /// bandwidth + 2 (n-1) x latency, to (bytes, seconds) measurements of
 /// `ranks` ranks, by least squares of the relative errors (the sizes span

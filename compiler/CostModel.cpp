@@ -2,6 +2,7 @@
 
 #include "compiler/CostModel.h"
 
+#include "compiler/CalibrationFit.h"
 #include "compiler/Schedule.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/Work.h"
@@ -142,6 +143,12 @@ public:
       }
       if (!rate)
         rate = fallback;
+      if (rate && rate->calls_size() >= 2) {
+        // Measured calls near this one's work (a rate in FLOP/s counts
+        // FLOPs).
+        double work = rate->flops_per_s() > 0 ? w.flops : w.bytes;
+        return slowdown * calibration::interpolateCall(*rate, work);
+      }
       if (rate) {
         double t = 0;
         if (rate->flops_per_s() > 0)

@@ -106,6 +106,72 @@ TEST(CalibrationFit, KernelRatesAndDefault) {
   EXPECT_FALSE(find(fitKernelRates(small, mid), "RMS_NORM"));
 }
 
+TEST(CalibrationFit, CallTimesOfEveryRun) {
+  // LINEAR in three runs: 30 calls of 1e6 FLOPs in 30 ms (1 ms a call), 60
+  // calls of 5e5 in 36 ms (0.6 ms), 10 calls of 4e6 in 25 ms (2.5 ms); a
+  // fourth run with the same work per call as the first, at 1.2 ms a call,
+  // is averaged with it (1.1 ms). RMS_NORM's calls count bytes; a run that
+  // called it once says nothing; "default" gets no calls.
+  KernelSamples a, b, c, d;
+  a["LINEAR"] = {0.030, 30, 3e7, 1e5};
+  b["LINEAR"] = {0.036, 60, 3e7, 1e5};
+  c["LINEAR"] = {0.025, 10, 4e7, 1e5};
+  d["LINEAR"] = {0.036, 30, 3e7, 1e5};
+  a["RMS_NORM"] = {0.002, 10, 1e5, 4e5};
+  b["RMS_NORM"] = {0.003, 10, 1e5, 8e5};
+  c["RMS_NORM"] = {0.001, 1, 1e5, 4e6};
+  std::vector<spec::KernelRate> rates(3);
+  rates[0].set_kernel("LINEAR");
+  rates[1].set_kernel("RMS_NORM");
+  rates[2].set_kernel("default");
+  addCallTimes(rates, {&a, &b, &c, &d});
+  ASSERT_EQ(rates[0].calls_size(), 3);
+  EXPECT_DOUBLE_EQ(rates[0].calls(0).work(), 5e5);
+  EXPECT_DOUBLE_EQ(rates[0].calls(0).seconds(), 0.6e-3);
+  EXPECT_DOUBLE_EQ(rates[0].calls(1).work(), 1e6);
+  EXPECT_DOUBLE_EQ(rates[0].calls(1).seconds(), 1.1e-3);
+  EXPECT_DOUBLE_EQ(rates[0].calls(2).work(), 4e6);
+  EXPECT_DOUBLE_EQ(rates[0].calls(2).seconds(), 2.5e-3);
+  ASSERT_EQ(rates[1].calls_size(), 2);
+  EXPECT_DOUBLE_EQ(rates[1].calls(0).work(), 4e4);
+  EXPECT_DOUBLE_EQ(rates[1].calls(0).seconds(), 2e-4);
+  EXPECT_DOUBLE_EQ(rates[1].calls(1).work(), 8e4);
+  EXPECT_DOUBLE_EQ(rates[1].calls(1).seconds(), 3e-4);
+  EXPECT_EQ(rates[2].calls_size(), 0);
+}
+
+TEST(CalibrationFit, InterpolatesBetweenMeasuredCalls) {
+  // Calls of 1e6, 2e6 and 8e6 measured at 1, 1.5 and 3 ms.
+  spec::KernelRate rate;
+  for (auto [work, seconds] :
+       {std::pair{1e6, 1e-3}, std::pair{2e6, 1.5e-3}, std::pair{8e6, 3e-3}}) {
+    spec::KernelRate::CallTime *call = rate.add_calls();
+    call->set_work(work);
+    call->set_seconds(seconds);
+  }
+  // At a measured call, its time; between two, on the line through them.
+  EXPECT_DOUBLE_EQ(interpolateCall(rate, 2e6), 1.5e-3);
+  EXPECT_DOUBLE_EQ(interpolateCall(rate, 1.5e6), 1.25e-3);
+  EXPECT_DOUBLE_EQ(interpolateCall(rate, 4e6), 1.5e-3 + 2e6 * 1.5e-3 / 6e6);
+  // Below the calls, along the first two (0.5 ms a 1e6): 0.75 ms at 5e5.
+  EXPECT_DOUBLE_EQ(interpolateCall(rate, 5e5), 0.75e-3);
+  // Above them, along the last two: 16e6 is 8e6 past 8e6, 2 ms more.
+  EXPECT_DOUBLE_EQ(interpolateCall(rate, 16e6), 5e-3);
+  // Where the first line reaches no time (its intercept is 0.5 ms, so it
+  // never does here; one steeper than proportional does): 1e6 at 1 ms and
+  // 2e6 at 4 ms give -1 ms at 0; at 2e5, 1 ms x 0.2 in proportion.
+  spec::KernelRate steep;
+  for (auto [work, seconds] : {std::pair{1e6, 1e-3}, std::pair{2e6, 4e-3}}) {
+    spec::KernelRate::CallTime *call = steep.add_calls();
+    call->set_work(work);
+    call->set_seconds(seconds);
+  }
+  EXPECT_DOUBLE_EQ(interpolateCall(steep, 2e5), 0.2e-3);
+  // Fewer than two calls: nothing to interpolate.
+  steep.mutable_calls()->RemoveLast();
+  EXPECT_EQ(interpolateCall(steep, 1e6), -1);
+}
+
 TEST(CalibrationFit, AllReduceLink) {
   // 4 ranks at 2 GB/s and 20 us per ring step: 4 KB .. 16 MB.
   std::vector<std::pair<double, double>> points;

@@ -89,6 +89,30 @@ TEST(CostModel, MatrixProductsAtMeasuredRates) {
   EXPECT_TRUE(p->communication.empty());
 }
 
+TEST(CostModel, MeasuredCallsReplaceTheRate) {
+  // LINEAR measured at two calls, 1e5 FLOPs in 0.1 ms and 1e6 in 0.5 ms:
+  // every call is priced on the line through them (extrapolated beyond
+  // 1e6), whatever the rate says. Serial, 2 sequences of 16 tokens: 15
+  // forward linears (7 per layer and lm_head), each of 2 x 32 x in x out
+  // FLOPs, all of them at least 1e5.
+  plan::Plan plan = compilePlan(presetJob("tiny-llama", 16, 2));
+  spec::Cluster cluster = freeCluster(1);
+  spec::KernelRate *r = cluster.mutable_calibrations(0)->add_kernels();
+  r->set_kernel("LINEAR");
+  r->set_flops_per_s(1e9); // a FLOP rate: calls count FLOPs
+  r->set_overhead_s(1);    // ignored with calls
+  for (auto [work, seconds] : {std::pair{1e5, 1e-4}, std::pair{1e6, 5e-4}}) {
+    spec::KernelRate::CallTime *call = r->add_calls();
+    call->set_work(work);
+    call->set_seconds(seconds);
+  }
+  llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  double slope = 4e-4 / 9e5, intercept = 1e-4 - 1e5 * slope;
+  double want = 15 * intercept + slope * 2.0 * (2 * 16) * kInOut;
+  EXPECT_NEAR(p->compute, want, 1e-12 * want);
+}
+
 TEST(CostModel, FullRecomputeRunsTheLayersForwardLinearsAgain) {
   // With full recompute each layer's forward runs again before its
   // backward, as far as the backward needs it: its linears once more except

@@ -20,9 +20,10 @@
 //
 // Measures this machine's CPU ranks and writes a cluster file for the cost
 // model (braidc --cluster FILE, frontends/spec/cluster.proto): for each
-// number of ranks n, two small LLaMA-shaped models trained data-parallel over
-// n ranks (braid-run --profile-out), whose kernel times give each kernel
-// kind's rate and per-call overhead (compiler/CalibrationFit.h), and for
+// number of ranks n, four small LLaMA-shaped models trained data-parallel
+// over n ranks (braid-run --profile-out), whose kernel times give each
+// kernel kind's rate and per-call overhead and its measured calls at four
+// amounts of work (compiler/CalibrationFit.h), and for
 // n > 1 the all-reduce times over the n ranks (braid-run
 // --bench-collectives), which give the link's bandwidth and latency.
 //
@@ -58,6 +59,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <thread>
@@ -242,18 +244,26 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
 // braid calibrate
 //===----------------------------------------------------------------------===//
 
-/// One of braid calibrate's two models: LLaMA-shaped (the preset
-/// tiny-llama's layers), 2 layers, the byte vocabulary. The small one has
-/// tiny-llama's sizes; the mid one's calls do about 8 (element-wise
-/// kernels) to 32 (matrix products) times its work, so that the two runs
-/// tell each kernel's per-call overhead from its rate.
+/// One of braid calibrate's models: LLaMA-shaped (the preset tiny-llama's
+/// layers), 2 layers, the byte vocabulary. The small one has tiny-llama's
+/// sizes; the mid one's calls do about 8 (element-wise kernels) to 32
+/// (matrix products) times its work, so that the two runs tell each
+/// kernel's per-call overhead from its rate. The small model with
+/// micro-batches of 1 and 8 measures calls of half and four times the small
+/// one's work: the calls that tensor parallelism (narrower) and other
+/// micro-batch sizes make of tiny models, where a kernel's time is far from
+/// the line through the small and mid calls (CalibrationFit.h,
+/// addCallTimes).
 struct CalibrationModel {
   const char *name;
   int64_t hidden, heads, ffn, seq, microBatch;
 };
-constexpr CalibrationModel kCalibrationModels[2] = {
+constexpr int kCalibrationModelCount = 4;
+constexpr CalibrationModel kCalibrationModels[kCalibrationModelCount] = {
     {"small", 64, 4, 176, 64, 2},
     {"mid", 256, 4, 704, 128, 4},
+    {"small-mb1", 64, 4, 176, 64, 1},
+    {"small-mb8", 64, 4, 176, 64, 8},
 };
 
 /// Seconds a calibration run may take before it counts as hung.
@@ -367,9 +377,11 @@ std::string formatRate(const spec::KernelRate &r) {
 /// What one number of ranks measured.
 struct RankCalibration {
   int64_t ranks = 0, threads = 0;
-  calibration::KernelSamples samples[2]; // small, mid
-  std::vector<double> stepTimes[2];
-  plan::Plan plans[2];
+  /// By kCalibrationModels: small, mid, then the small one's other
+  /// micro-batches.
+  calibration::KernelSamples samples[kCalibrationModelCount];
+  std::vector<double> stepTimes[kCalibrationModelCount];
+  plan::Plan plans[kCalibrationModelCount];
   std::vector<spec::KernelRate> rates;
   std::optional<spec::LinkClass> link;
   size_t linkSizes = 0;
@@ -510,7 +522,7 @@ int calibrate(int argc, char **argv) {
                                     "--oversubscribe", "--bind-to", "none"};
     if (geteuid() == 0)
       mpi.push_back("--allow-run-as-root");
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kCalibrationModelCount; ++k) {
       const CalibrationModel &model = kCalibrationModels[k];
       std::string tag = std::string(model.name) + "-" + std::to_string(n);
       llvm::Expected<plan::Plan> plan =
@@ -555,6 +567,10 @@ int calibrate(int argc, char **argv) {
       c.stepTimes[k] = std::move(*times);
     }
     c.rates = calibration::fitKernelRates(c.samples[0], c.samples[1]);
+    std::vector<const calibration::KernelSamples *> runs;
+    for (const calibration::KernelSamples &s : c.samples)
+      runs.push_back(&s);
+    calibration::addCallTimes(c.rates, runs);
     if (c.rates.empty())
       return fail("the profiles of " + std::to_string(n) +
                   " ranks hold no kernel to fit a rate to");
@@ -629,11 +645,13 @@ int calibrate(int argc, char **argv) {
       *cal->add_kernels() = r;
     if (c.link)
       *cal->mutable_intra_node() = *c.link;
-    // The smaller of the two models' (their data feeds differ little; the
-    // larger model's collectives wait longer for the slowest rank).
-    cal->set_step_overhead_s(
-        std::min(calibration::fitStepOverhead(c.samples[0], c.stepTimes[0]),
-                 calibration::fitStepOverhead(c.samples[1], c.stepTimes[1])));
+    // The least of the models' (their data feeds differ little; the larger
+    // models' collectives wait longer for the slowest rank).
+    double stepOverhead = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < kCalibrationModelCount; ++k)
+      stepOverhead = std::min(stepOverhead, calibration::fitStepOverhead(
+                                                c.samples[k], c.stepTimes[k]));
+    cal->set_step_overhead_s(stepOverhead);
   }
 
   std::string text;
@@ -691,7 +709,7 @@ int calibrate(int argc, char **argv) {
                           "sizes)\n",
                           "link", llvm::formatv("{0:f3} GB/s", c.link->bandwidth() / 1e9).str(),
                           c.link->latency() * 1e6, c.linkSizes);
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kCalibrationModelCount; ++k) {
       llvm::Expected<StepPrediction> predicted =
           predictStep(c.plans[k], *loaded);
       if (!predicted)
@@ -699,7 +717,7 @@ int calibrate(int argc, char **argv) {
                     kCalibrationModels[k].name + " model's step: " +
                     llvm::toString(predicted.takeError()));
       double step = median(c.stepTimes[k]);
-      os << llvm::formatv("  step of the {0,-5} model: measured {1:f4} s, "
+      os << llvm::formatv("  step of the {0,-9} model: measured {1:f4} s, "
                           "predicted {2:f4} s ({3:+f1} %)\n",
                           kCalibrationModels[k].name, step,
                           predicted->stepTime,
