@@ -5,7 +5,8 @@
 # predicted step time with the measured one (median of the steps after the
 # first, braid-run's "step time:" line). Then lets braidc --auto pick a
 # layout for the same job and 4 devices, measures the pick, and compares it
-# with the fastest measured. Every layout and the pick run ROUNDS times
+# with the fastest measured; and compares the layout of the 9 that the cost
+# model predicts fastest with the fastest measured of them. Every layout and the pick run ROUNDS times
 # (default 3), round by round; a layout's time is the median of its runs.
 #   [ROUNDS=3] [CALIBRATE_STEPS=20] bench/cost_model.sh [STEPS]
 set -euo pipefail
@@ -91,9 +92,14 @@ for name, times in runs.items():
 worst = max(abs(p - m) / m for _, m, p in rows)
 within = sum(abs(p - m) / m <= 0.15 for _, m, p in rows)
 print(f"largest error {100 * worst:.1f}% over {len(rows)} layouts; {within} within 15%")
+# The cost model's pick among the measured layouts: the least predicted.
+among = min(rows, key=lambda r: r[2])
+fastest = min(rows, key=lambda r: r[1])
+print(f"pick among the {len(rows)} layouts: {among[0]} (predicted {1e3 * among[2]:.2f} ms), "
+      f"measured {1e3 * among[1]:.2f} ms; fastest measured: {fastest[0]} at "
+      f"{1e3 * fastest[1]:.2f} ms (pick / fastest = {among[1] / fastest[1]:.3f})")
 pick = re.search(r"^auto: (.*), predicted", open(f"{out}/auto.log").read(), re.M).group(1)
 picked = statistics.median(runs["auto"])
-fastest = min(rows, key=lambda r: r[1])
 print(f"search ({end - start:.1f} s): picked {pick}, measured {1e3 * picked:.2f} ms; "
       f"fastest of the {len(rows)} measured: {fastest[0]} at {1e3 * fastest[1]:.2f} ms "
       f"(pick / fastest = {picked / fastest[1]:.3f})")
