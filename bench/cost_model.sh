@@ -6,8 +6,9 @@
 # first, braid-run's "step time:" line). Then lets braidc --auto pick a
 # layout for the same job and 4 devices, measures the pick, and compares it
 # with the fastest measured; and compares the layout of the 9 that the cost
-# model predicts fastest with the fastest measured of them. Every layout and the pick run ROUNDS times
-# (default 3), round by round; a layout's time is the median of its runs.
+# model predicts fastest with the fastest measured of them. Every layout and
+# the pick run ROUNDS times (default 3), round by round; a layout's time is
+# the median of its runs.
 #   [ROUNDS=3] [CALIBRATE_STEPS=20] bench/cost_model.sh [STEPS]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -149,8 +149,7 @@ double calibration::interpolateCall(const spec::KernelRate &rate,
     return t;
   // The line gives no time (far below the calls, or a segment that falls
   // with the work, from noise): in proportion to the nearest call.
-  const spec::KernelRate::CallTime &near =
-      work <= a.work() ? a : (work >= b.work() ? b : a);
+  const spec::KernelRate::CallTime &near = work >= b.work() ? b : a;
   return near.seconds() * work / near.work();
 }
 
