@@ -9,7 +9,9 @@
 # model predicts fastest with the fastest measured of them. Every layout and
 # the pick run ROUNDS times (default 3), round by round; a layout's time is
 # the median of its runs.
-#   [ROUNDS=3] [CALIBRATE_STEPS=20] bench/cost_model.sh [STEPS]
+# The calibration itself runs CALIBRATE_REPEATS rounds (default 3) and fits
+# their medians.
+#   [ROUNDS=3] [CALIBRATE_STEPS=20] [CALIBRATE_REPEATS=3] bench/cost_model.sh [STEPS]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BRAID_BUILD_DIR:-$root/build}"
@@ -20,7 +22,8 @@ mpi=(mpirun -np 4 --oversubscribe --bind-to none)
 if [ "$(id -u)" -eq 0 ]; then mpi+=(--allow-run-as-root); fi
 bin="$build/bin"
 
-"$bin/braid" calibrate --ranks 1,2,4 --threads 1 --steps "${CALIBRATE_STEPS:-20}" -o "$out/local-cpu.textproto" \
+"$bin/braid" calibrate --ranks 1,2,4 --threads 1 --steps "${CALIBRATE_STEPS:-20}" \
+  --repeats "${CALIBRATE_REPEATS:-3}" -o "$out/local-cpu.textproto" \
   > "$out/calibrate.log"
 "$bin/braid-data" preprocess --input "$root/examples/data/pride-and-prejudice.txt" \
   --output-prefix "$out/data" > /dev/null

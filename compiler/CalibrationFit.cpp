@@ -203,16 +203,64 @@ calibration::fitKernelRates(const KernelSamples &small,
 }
 
 double calibration::fitStepOverhead(const KernelSamples &samples,
-                                    const std::vector<double> &stepTimes) {
+                                    const std::vector<double> &stepTimes,
+                                    double sampledSteps) {
   if (stepTimes.empty())
     return 0;
+  if (!(sampledSteps > 0))
+    sampledSteps = double(stepTimes.size());
   std::vector<double> sorted(stepTimes);
   std::sort(sorted.begin(), sorted.end());
   double median = sorted[sorted.size() / 2];
   double kernels = 0;
   for (const auto &[name, s] : samples)
     kernels += s.seconds;
-  return std::max(0.0, median - kernels / double(stepTimes.size()));
+  return std::max(0.0, median - kernels / sampledSteps);
+}
+
+KernelSamples calibration::medianRun(llvm::ArrayRef<KernelSamples> runs) {
+  std::map<std::string, std::vector<KernelSample>> byKernel;
+  for (const KernelSamples &run : runs)
+    for (const auto &[name, sample] : run)
+      byKernel[name].push_back(sample);
+  KernelSamples out;
+  for (auto &[name, samples] : byKernel) {
+    std::sort(samples.begin(), samples.end(),
+              [](const KernelSample &a, const KernelSample &b) {
+                return a.seconds < b.seconds;
+              });
+    out[name] = samples[(samples.size() - 1) / 2];
+  }
+  return out;
+}
+
+llvm::Expected<std::vector<std::pair<double, double>>> calibration::medianBench(
+    llvm::ArrayRef<std::vector<std::pair<double, double>>> runs) {
+  if (runs.empty())
+    return error("no all-reduce benchmark to take the median of");
+  std::vector<std::pair<double, double>> out = runs.front();
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<double> seconds;
+    for (const auto &run : runs) {
+      if (run.size() != out.size() || run[i].first != out[i].first)
+        return error("the repeated all-reduce benchmarks measured different "
+                     "sizes (" +
+                     llvm::Twine(out.size()) + " and " +
+                     llvm::Twine(run.size()) + " sizes)");
+      seconds.push_back(run[i].second);
+    }
+    std::sort(seconds.begin(), seconds.end());
+    out[i].second = seconds[(seconds.size() - 1) / 2];
+  }
+  return out;
+}
+
+double calibration::fitCollectiveWait(double measuredStep, double pricedStep,
+                                      double collectives) {
+  if (!(collectives > 0) || !std::isfinite(measuredStep) ||
+      !std::isfinite(pricedStep))
+    return 0;
+  return std::max(0.0, (measuredStep - pricedStep) / collectives);
 }
 
 llvm::Expected<spec::LinkClass> calibration::fitAllReduceLink(

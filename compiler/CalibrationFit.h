@@ -110,11 +110,37 @@ fitAllReduceLink(int64_t ranks,
 llvm::Expected<KernelSamples> parseProfile(llvm::StringRef json);
 
 /// Seconds per step outside the kernels: the median of `stepTimes` (the
-/// profiled steps) less the kernels' seconds per step in `samples` (their
-/// mean over ranks), clamped at 0. 0 without step times.
+/// profiled steps, of one run or of several rounds) less the kernels'
+/// seconds per step in `samples` (their mean over ranks, totals over
+/// `sampledSteps` steps; 0: over every step of `stepTimes`), clamped at 0.
+/// 0 without step times.
 double fitStepOverhead(const KernelSamples &samples,
-                       const std::vector<double> &stepTimes);
+                       const std::vector<double> &stepTimes,
+                       double sampledSteps = 0);
 
+/// Seconds an all-reduce, all-gather or reduce-scatter waits for its group
+/// inside a step beyond its priced time (Calibration.collective_wait_s):
+/// what a run's measured step (`measuredStep`) has beyond the cost model's
+/// step for it without a wait (`pricedStep`), per collective call of the
+/// step (`collectives`), clamped at 0. 0 without collectives.
+///
+/// The step, not the collectives' own measured seconds: ranks that share
+/// cores yield them while they wait in a collective (Open MPI yields when
+/// oversubscribed), so their peers compute faster than the processor
+/// sharing the model assumes, and the collectives' seconds overstate what
+/// they add to the step (fitted to them, the tensor-parallel calibration
+/// run came out 39 % slow).
+double fitCollectiveWait(double measuredStep, double pricedStep,
+                         double collectives);
+/// The median of repeated runs of one model (interleaved with other runs,
+/// so that a spell of the machine's speed does not set a whole
+/// calibration): per kernel, the sample of the run with the median seconds
+/// (the lower middle of an even count), among the runs that called it.
+KernelSamples medianRun(llvm::ArrayRef<KernelSamples> runs);
+/// The median of repeated all-reduce benchmarks, size by size. Errors:
+/// no run, or runs that measured different sizes.
+llvm::Expected<std::vector<std::pair<double, double>>>
+medianBench(llvm::ArrayRef<std::vector<std::pair<double, double>>> runs);
 /// The step times of a `braid-run --profile-out` file (rank 0's).
 llvm::Expected<std::vector<double>> parseStepTimes(llvm::StringRef json);
 

@@ -182,11 +182,16 @@ public:
     const spec::LinkClass &link = linkOf(axes, coords);
     double bw = link.bandwidth() > 0 ? link.bandwidth() : 1e30;
     double n = double(std::max<int64_t>(w.groupSize, 1));
+    // A collective's wait for its group inside a step (calibrated).
+    double wait = calibration ? calibration->collective_wait_s() : 0.0;
     switch (inst.kernel()) {
     case plan::SEND:
     case plan::RECV:
       return link.latency() + w.messageBytes / bw;
     case plan::ALL_REDUCE:
+      if (n <= 1)
+        return 0;
+      return allReduce(link, n, w.messageBytes) + wait;
     case plan::GRAD_NORM:
       if (n <= 1)
         return 0;
@@ -194,11 +199,12 @@ public:
     case plan::ALL_GATHER:
       if (n <= 1)
         return 0;
-      return (n - 1) * w.messageBytes / bw + (n - 1) * link.latency();
+      return (n - 1) * w.messageBytes / bw + (n - 1) * link.latency() + wait;
     case plan::REDUCE_SCATTER:
       if (n <= 1)
         return 0;
-      return (n - 1) / n * w.messageBytes / bw + (n - 1) * link.latency();
+      return (n - 1) / n * w.messageBytes / bw + (n - 1) * link.latency() +
+             wait;
     default:
       return link.latency() + w.messageBytes / bw;
     }
@@ -285,7 +291,16 @@ struct FunctionTime {
   /// Of the transfers between stages (SEND/RECV): the largest, priced
   /// apart (the schedule's simulation places them).
   double transfer = 0;
+  /// The all-reduce, all-gather and reduce-scatter calls and their seconds.
+  double collectives = 0, collectiveSeconds = 0;
+  /// Seconds by kernel kind (plan::Kernel_Name), SEND and RECV left out.
+  std::map<std::string, double> kernels;
 };
+
+bool isCollective(plan::Kernel k) {
+  return k == plan::ALL_REDUCE || k == plan::ALL_GATHER ||
+         k == plan::REDUCE_SCATTER;
+}
 
 /// plan-lower's mark on a kernel that recomputes a forward value
 /// (model-recompute's clones).
@@ -338,6 +353,7 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
       double d = pricer.compute(inst);
       now += d;
       t.compute += d;
+      t.kernels[plan::Kernel_Name(k)] += d;
       if (llvm::StringRef(inst.provenance()).ends_with(kRecomputedSuffix))
         t.recompute += d;
       continue;
@@ -346,8 +362,14 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
       double c = pricer.compute(inst);
       now += c;
       t.compute += c;
+      t.kernels[plan::Kernel_Name(k)] += c;
     }
     double d = pricer.communicate(inst, coords);
+    t.kernels[plan::Kernel_Name(k)] += d;
+    if (isCollective(k) && d > 0) {
+      t.collectives += 1;
+      t.collectiveSeconds += d;
+    }
     auto async = inst.int_attrs().find("async");
     if (async != inst.int_attrs().end() && async->second != 0) {
       // On the second stream, after what it already carries.
@@ -607,6 +629,10 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
     into.compute += times * t.compute;
     into.recompute += times * t.recompute;
     into.hiddenCommunication += times * t.hidden;
+    into.collectives += times * t.collectives;
+    into.collectiveSeconds += times * t.collectiveSeconds;
+    for (auto &[kernel, s] : t.kernels)
+      into.kernels[kernel] += times * s;
     for (auto &[axes, s] : t.communication)
       into.communication[axes] += times * s;
     return t.total + t.transfer;
@@ -673,6 +699,10 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
         acc.compute += double(micro) * t.compute;
         acc.recompute += double(micro) * t.recompute;
         acc.hiddenCommunication += double(micro) * t.hidden;
+        acc.collectives += double(micro) * t.collectives;
+        acc.collectiveSeconds += double(micro) * t.collectiveSeconds;
+        for (auto &[kernel, sec] : t.kernels)
+          acc.kernels[kernel] += double(micro) * sec;
         for (auto &[axes, sec] : t.communication)
           acc.communication[axes] += double(micro) * sec;
       }
@@ -734,6 +764,10 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
     seconds *= stretch;
   out.communication = slow.communication;
   out.hiddenCommunication = slow.hiddenCommunication * stretch;
+  out.collectives = slow.collectives;
+  out.collectiveSeconds = slow.collectiveSeconds;
+  for (auto &[kernel, seconds] : slow.kernels)
+    out.kernels[kernel] = seconds * stretch;
   out.communication["pp"] += double(micro) * 2 * transfer;
   out.bubble = std::max(0.0, step - out.stageBusy[slowest]);
   return out;
@@ -760,6 +794,9 @@ llvm::json::Object braid::predictionReport(const StepPrediction &prediction,
   llvm::json::Array stages;
   for (double busy : prediction.stageBusy)
     stages.push_back(busy);
+  llvm::json::Object kernels;
+  for (const auto &[kernel, seconds] : prediction.kernels)
+    kernels[kernel] = seconds;
   bool low = false;
   for (const plan::Buffer &b : plan.buffers())
     low = low || (b.role() == plan::PARAMETER &&
@@ -778,6 +815,7 @@ llvm::json::Object braid::predictionReport(const StepPrediction &prediction,
       {"bubble_s", prediction.bubble},
       {"step_overhead_s", prediction.overhead},
       {"stage_busy_s", std::move(stages)},
+      {"kernel_s", std::move(kernels)},
       {"model_tflops_per_device", perDevice / 1e12},
       {"mfu", peak > 0 ? perDevice / peak : 0.0},
   };

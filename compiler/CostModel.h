@@ -62,6 +62,14 @@ struct StepPrediction {
   double bubble = 0;
   /// Time outside the plan's kernels (a calibration's step_overhead_s).
   double overhead = 0;
+  /// The all-reduce, all-gather and reduce-scatter calls of the step and
+  /// their priced seconds, a calibration's collective wait included (the
+  /// slowest stage's rank; hidden ones too).
+  double collectives = 0, collectiveSeconds = 0;
+  /// Seconds by kernel kind (plan::Kernel_Name; SEND and RECV, which the
+  /// pipeline's transfers price, left out), over the step: where `compute`
+  /// and the collectives' time go.
+  std::map<std::string, double> kernels;
   /// Per pipeline stage: one step's busy time.
   std::vector<double> stageBusy;
 };

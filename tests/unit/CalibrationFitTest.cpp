@@ -276,6 +276,60 @@ TEST(CalibrationFit, StepOverheadIsTheMedianStepLessTheKernels) {
   samples["LINEAR"].seconds = 0.100;
   EXPECT_EQ(fitStepOverhead(samples, {0.010, 0.030, 0.012}), 0);
   EXPECT_EQ(fitStepOverhead(samples, {}), 0);
+  // Two rounds of 3 steps each, the samples of one round (21 ms over its
+  // 3 steps): the median of the 6 steps, 12 ms, less 7 ms.
+  samples["LINEAR"].seconds = 0.015;
+  EXPECT_NEAR(fitStepOverhead(samples, {0.010, 0.030, 0.012, 0.011, 0.012,
+                                        0.013},
+                              3),
+              0.005, 1e-12);
+}
+
+TEST(CalibrationFit, MedianOfRepeatedRuns) {
+  // Three rounds of one model: LINEAR took 3, 1 and 2 s (the median round
+  // is the third, with its own calls and work); ADD ran in two rounds only:
+  // the lower middle of two.
+  KernelSamples a, b, c;
+  a["LINEAR"] = {3, 10, 100, 0};
+  b["LINEAR"] = {1, 10, 100, 0};
+  c["LINEAR"] = {2, 11, 110, 0};
+  a["ADD"] = {0.5, 4, 0, 40};
+  c["ADD"] = {0.25, 4, 0, 40};
+  KernelSamples median = medianRun({a, b, c});
+  ASSERT_EQ(median.size(), 2u);
+  EXPECT_EQ(median["LINEAR"].seconds, 2);
+  EXPECT_EQ(median["LINEAR"].calls, 11);
+  EXPECT_EQ(median["LINEAR"].flops, 110);
+  EXPECT_EQ(median["ADD"].seconds, 0.25);
+  EXPECT_TRUE(medianRun({}).empty());
+
+  // The benchmarks: size by size.
+  std::vector<std::pair<double, double>> x = {{1024, 3e-5}, {4096, 9e-5}},
+                                         y = {{1024, 1e-5}, {4096, 7e-5}},
+                                         z = {{1024, 2e-5}, {4096, 8e-5}};
+  auto bench = medianBench({x, y, z});
+  ASSERT_TRUE(bool(bench)) << llvm::toString(bench.takeError());
+  ASSERT_EQ(bench->size(), 2u);
+  EXPECT_EQ((*bench)[0], std::make_pair(1024.0, 2e-5));
+  EXPECT_EQ((*bench)[1], std::make_pair(4096.0, 8e-5));
+  auto shorter = medianBench({x, {{1024, 1e-5}}});
+  ASSERT_FALSE(bool(shorter));
+  EXPECT_EQ(llvm::toString(shorter.takeError()),
+            "the repeated all-reduce benchmarks measured different sizes (2 "
+            "and 1 sizes)");
+  auto none = medianBench({});
+  ASSERT_FALSE(bool(none));
+  EXPECT_EQ(llvm::toString(none.takeError()),
+            "no all-reduce benchmark to take the median of");
+}
+
+TEST(CalibrationFit, CollectiveWaitIsTheStepResidualPerCollective) {
+  // A measured step of 10 ms that the model prices at 6 ms without a wait,
+  // with 20 collectives a step: each waits 0.2 ms.
+  EXPECT_NEAR(fitCollectiveWait(0.010, 0.006, 20), 2e-4, 1e-15);
+  // A step priced above the measured one: no negative wait.
+  EXPECT_EQ(fitCollectiveWait(0.006, 0.010, 20), 0);
+  EXPECT_EQ(fitCollectiveWait(0.010, 0.006, 0), 0);
 }
 
 } // namespace

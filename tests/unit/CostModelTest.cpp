@@ -87,6 +87,11 @@ TEST(CostModel, MatrixProductsAtMeasuredRates) {
   EXPECT_NEAR(p->stepTime, want, 1e-12 * want);
   EXPECT_NEAR(p->compute, want, 1e-12 * want);
   EXPECT_TRUE(p->communication.empty());
+  // By kernel kind: each at its own rate, the free ones at 0.
+  EXPECT_NEAR(p->kernels["LINEAR"], flops / 1e9, 1e-12 * want);
+  EXPECT_NEAR(p->kernels["LINEAR_GRAD_INPUT"], flops / 2e9, 1e-12 * want);
+  EXPECT_NEAR(p->kernels["LINEAR_GRAD_WEIGHT"], flops / 4e9, 1e-12 * want);
+  EXPECT_EQ(p->kernels["ATTENTION"], 0);
 }
 
 TEST(CostModel, MeasuredCallsReplaceTheRate) {
@@ -111,6 +116,46 @@ TEST(CostModel, MeasuredCallsReplaceTheRate) {
   double slope = 4e-4 / 9e5, intercept = 1e-4 - 1e5 * slope;
   double want = 15 * intercept + slope * 2.0 * (2 * 16) * kInOut;
   EXPECT_NEAR(p->compute, want, 1e-12 * want);
+}
+
+TEST(CostModel, CollectivesWaitForTheirGroup) {
+  // tp 2 with sequence parallelism on free kernels and links, calibrated
+  // with a wait of 1 ms per collective: the step is 1 ms per all-reduce,
+  // all-gather and reduce-scatter the step runs (counted here from the
+  // plan's functions: zero_grads, each micro-batch's micro_step, update).
+  spec::JobSpec job = presetJob("tiny-llama", 16, 2);
+  job.mutable_parallel()->set_tp(2);
+  job.mutable_parallel()->set_sp(true);
+  job.mutable_parallel()->set_global_batch_size(4); // 2 micro-batches
+  plan::Plan plan = compilePlan(job);
+  spec::Cluster cluster = freeCluster(2);
+  cluster.mutable_calibrations(0)->set_collective_wait_s(1e-3);
+  auto count = [&](const std::string &name) {
+    int64_t n = 0;
+    for (const plan::Function &fn : plan.functions())
+      if (fn.name() == name)
+        for (const plan::Instruction &inst : fn.body())
+          if ((inst.kernel() == plan::ALL_REDUCE ||
+               inst.kernel() == plan::ALL_GATHER ||
+               inst.kernel() == plan::REDUCE_SCATTER) &&
+              inst.group_size() > 0)
+            ++n;
+    return n;
+  };
+  const plan::StepFunctions &step = plan.training().step();
+  ASSERT_EQ(plan.training().micro_batches(), 2);
+  int64_t perMicroBatch = count(step.micro_step());
+  // Sequence parallelism's per layer: an all-gather before attention and
+  // before the MLP and a reduce-scatter after each, mirrored backward.
+  EXPECT_GE(perMicroBatch, 8 * 2);
+  double collectives = double(count(step.zero_grads()) + 2 * perMicroBatch +
+                              count(step.update()));
+  llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_EQ(p->collectives, collectives);
+  EXPECT_NEAR(p->collectiveSeconds, collectives * 1e-3, 1e-12);
+  EXPECT_NEAR(p->stepTime, collectives * 1e-3, 1e-12);
+  EXPECT_EQ(p->compute, 0);
 }
 
 TEST(CostModel, FullRecomputeRunsTheLayersForwardLinearsAgain) {

@@ -15,17 +15,20 @@
 // this machine (as braid-run does; under mpirun, one braid-run per rank, when
 // the plan is for several ranks).
 //
-// braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--corpus FILE]
-//                 [-o FILE]
+// braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--repeats R]
+//                 [--corpus FILE] [-o FILE]
 //
 // Measures this machine's CPU ranks and writes a cluster file for the cost
 // model (braidc --cluster FILE, frontends/spec/cluster.proto): for each
 // number of ranks n, four small LLaMA-shaped models trained data-parallel
-// over n ranks (braid-run --profile-out), whose kernel times give each
-// kernel kind's rate and per-call overhead and its measured calls at four
-// amounts of work (compiler/CalibrationFit.h), and for
-// n > 1 the all-reduce times over the n ranks (braid-run
-// --bench-collectives), which give the link's bandwidth and latency.
+// over n ranks and one tensor-parallel over 2 of them (braid-run
+// --profile-out), whose kernel times give each kernel kind's rate and
+// per-call overhead and its measured calls at five amounts of work
+// (compiler/CalibrationFit.h), and whose tensor-parallel step gives the wait
+// of a collective inside a step; for n > 1 the all-reduce times over the n
+// ranks (braid-run --bench-collectives), which give the link's bandwidth and
+// latency. With --repeats R, all of it R times round by round, and the
+// medians fitted.
 //
 //===----------------------------------------------------------------------===//
 
@@ -83,7 +86,7 @@ int usage(const std::string &error) {
                << "\n"
                << "       braid view PLAN -o FILE.html\n"
                << "       braid calibrate [--ranks 1,2,4] [--threads T] "
-                  "[--steps N] [--corpus FILE] [-o FILE]\n";
+                  "[--steps N] [--repeats R] [--corpus FILE] [-o FILE]\n";
   return error.empty() ? 0 : 2;
 }
 
@@ -253,24 +256,32 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
 /// one's work: the calls that tensor parallelism (narrower) and other
 /// micro-batch sizes make of tiny models, where a kernel's time is far from
 /// the line through the small and mid calls (CalibrationFit.h,
-/// addCallTimes).
+/// addCallTimes). The last, tensor-parallel over 2 ranks with sequence
+/// parallelism at micro-batch 1 (on even rank counts), measures the
+/// narrower calls of tensor parallelism and the wait of collectives inside
+/// a step (Calibration.collective_wait_s): six small collectives per layer
+/// and micro-batch, each of which waits for its peer.
 struct CalibrationModel {
   const char *name;
   int64_t hidden, heads, ffn, seq, microBatch;
+  int64_t tp = 1;
 };
-constexpr int kCalibrationModelCount = 4;
+constexpr int kCalibrationModelCount = 5;
+constexpr int kTensorParallelModel = 4;
 constexpr CalibrationModel kCalibrationModels[kCalibrationModelCount] = {
     {"small", 64, 4, 176, 64, 2},
     {"mid", 256, 4, 704, 128, 4},
     {"small-mb1", 64, 4, 176, 64, 1},
     {"small-mb8", 64, 4, 176, 64, 8},
+    {"small-tp2", 64, 4, 176, 64, 1, 2},
 };
 
 /// Seconds a calibration run may take before it counts as hung.
 constexpr unsigned kRunTimeoutSeconds = 1800;
 
-/// The job of `model` trained data-parallel over `ranks` ranks (one
-/// micro-batch per rank and step).
+/// The job of `model` trained over `ranks` ranks: tensor-parallel over its
+/// `tp` (with sequence parallelism), data-parallel over the rest, one
+/// micro-batch per data-parallel rank and step.
 spec::JobSpec calibrationJob(const CalibrationModel &model, int64_t ranks) {
   spec::JobSpec job;
   spec::ModelSpec *m = job.mutable_model();
@@ -281,12 +292,17 @@ spec::JobSpec calibrationJob(const CalibrationModel &model, int64_t ranks) {
   m->set_num_kv_heads(model.heads);
   m->set_ffn_hidden_size(model.ffn);
   m->set_vocab_size(257); // the byte tokenizer's: 256 bytes and EOD
-  m->set_make_vocab_size_divisible_by(1);
+  // Padded to split by tp.
+  m->set_make_vocab_size_divisible_by(model.tp);
   m->set_max_seq_len(model.seq);
   spec::ParallelSpec *p = job.mutable_parallel();
-  p->set_dp(ranks);
+  p->set_dp(ranks / model.tp);
+  if (model.tp > 1) {
+    p->set_tp(model.tp);
+    p->set_sp(true);
+  }
   p->set_micro_batch_size(model.microBatch);
-  p->set_global_batch_size(model.microBatch * ranks);
+  p->set_global_batch_size(model.microBatch * (ranks / model.tp));
   job.mutable_data()->set_seq_length(model.seq);
   job.mutable_train()->set_seed(1);
   return job;
@@ -377,22 +393,33 @@ std::string formatRate(const spec::KernelRate &r) {
 /// What one number of ranks measured.
 struct RankCalibration {
   int64_t ranks = 0, threads = 0;
-  /// By kCalibrationModels: small, mid, then the small one's other
-  /// micro-batches.
+  /// By kCalibrationModels: small, mid, the small one's other
+  /// micro-batches, then tensor-parallel (absent where the ranks do not
+  /// divide by its tp: no step times).
+  /// Each round's profile, then their median (calibration::medianRun).
+  std::vector<calibration::KernelSamples> runs[kCalibrationModelCount];
   calibration::KernelSamples samples[kCalibrationModelCount];
+  /// Every round's profiled steps, and how many one round profiles (what
+  /// a profile's totals are over).
   std::vector<double> stepTimes[kCalibrationModelCount];
+  int64_t profiledSteps[kCalibrationModelCount] = {};
   plan::Plan plans[kCalibrationModelCount];
   std::vector<spec::KernelRate> rates;
+  /// Each round's all-reduce (bytes, seconds) over `benchRanks` ranks.
+  std::vector<std::vector<std::pair<double, double>>> benches;
+  int64_t benchRanks = 0;
   std::optional<spec::LinkClass> link;
   size_t linkSizes = 0;
 };
 
-/// braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--corpus FILE]
-/// [-o FILE]: measures this machine's CPU ranks, writes a cluster file.
+/// braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--repeats R]
+/// [--corpus FILE] [-o FILE]: measures this machine's CPU ranks, writes a
+/// cluster file.
 int calibrate(int argc, char **argv) {
   std::vector<int64_t> rankCounts = {1, 2, 4};
   int64_t threads = 0; // 0: the cores shared out among the ranks
   int64_t steps = 5;
+  int64_t repeats = 1;
   std::string outPath = "local-cpu.textproto";
   std::string corpus = BRAID_DEFAULT_CORPUS;
   for (int i = 2; i < argc; ++i) {
@@ -407,7 +434,8 @@ int calibrate(int argc, char **argv) {
       inlineValue = true;
     }
     if (arg != "--ranks" && arg != "--threads" && arg != "--steps" &&
-        arg != "-o" && arg != "--output" && arg != "--corpus")
+        arg != "--repeats" && arg != "-o" && arg != "--output" &&
+        arg != "--corpus")
       return usage("unknown flag " + arg + " for braid calibrate");
     if (!inlineValue) {
       if (i + 1 == argc)
@@ -444,6 +472,9 @@ int calibrate(int argc, char **argv) {
         return usage("--steps=" + value +
                      " is not an integer >= 2 (the first step warms up and "
                      "is not measured)");
+    } else if (arg == "--repeats") {
+      if (!positive(1, repeats))
+        return usage("--repeats=" + value + " is not a positive integer");
     } else if (arg == "-o" || arg == "--output") {
       if (value.empty())
         return usage(arg + "= names no file");
@@ -518,13 +549,10 @@ int calibrate(int argc, char **argv) {
     c.ranks = n;
     // Ranks share the cores, as braid-run shares them by default.
     c.threads = threads > 0 ? threads : std::max<int64_t>(cores / n, 1);
-    std::vector<std::string> mpi = {*mpirun, "-np", std::to_string(n),
-                                    "--oversubscribe", "--bind-to", "none"};
-    if (geteuid() == 0)
-      mpi.push_back("--allow-run-as-root");
     for (int k = 0; k < kCalibrationModelCount; ++k) {
       const CalibrationModel &model = kCalibrationModels[k];
-      std::string tag = std::string(model.name) + "-" + std::to_string(n);
+      if (n % model.tp != 0)
+        continue;
       llvm::Expected<plan::Plan> plan =
           compileJob(calibrationJob(model, n), context);
       if (!plan)
@@ -532,76 +560,116 @@ int calibrate(int argc, char **argv) {
                     " calibration model for " + std::to_string(n) +
                     " ranks: " + llvm::toString(plan.takeError()));
       c.plans[k] = *plan;
-      std::string planPath = file(tag + ".plan");
+      std::string planPath =
+          file(std::string(model.name) + "-" + std::to_string(n) + ".plan");
       if (absl::Status s = plan::WritePlanFile(*plan, planPath); !s.ok())
         return fail(std::string(s.message()));
-      std::cout << llvm::formatv("braid: calibrating {0} rank{1} x {2} "
-                                 "thread{3}: {4} model (hidden {5}, seq {6}), "
-                                 "{7} steps  [{8:f1} s]",
-                                 n, n == 1 ? "" : "s", c.threads,
-                                 c.threads == 1 ? "" : "s", model.name,
-                                 model.hidden, model.seq, steps, elapsed())
+    }
+  }
+  // Round by round, every rank count and model in each: a spell of the
+  // machine's speed touches one round of each, and the medians over the
+  // rounds are what the rates are fitted to.
+  for (int64_t round = 1; round <= repeats; ++round)
+    for (RankCalibration &c : measured) {
+      const int64_t n = c.ranks;
+      std::string roundTag =
+          repeats > 1 ? llvm::formatv(", round {0}/{1}", round, repeats).str()
+                      : "";
+      std::vector<std::string> mpi = {*mpirun, "-np", std::to_string(n),
+                                      "--oversubscribe", "--bind-to", "none"};
+      if (geteuid() == 0)
+        mpi.push_back("--allow-run-as-root");
+      for (int k = 0; k < kCalibrationModelCount; ++k) {
+        const CalibrationModel &model = kCalibrationModels[k];
+        if (n % model.tp != 0)
+          continue;
+        std::string tag = std::string(model.name) + "-" + std::to_string(n);
+        std::cout << llvm::formatv("braid: calibrating {0} rank{1} x {2} "
+                                   "thread{3}: {4} model (hidden {5}, seq "
+                                   "{6}), {7} steps{8}  [{9:f1} s]",
+                                   n, n == 1 ? "" : "s", c.threads,
+                                   c.threads == 1 ? "" : "s", model.name,
+                                   model.hidden, model.seq, steps, roundTag,
+                                   elapsed())
+                         .str()
+                  << std::endl;
+        std::string profilePath = file(tag + ".profile.json");
+        std::vector<std::string> args = mpi;
+        args.insert(args.end(),
+                    {std::string(runner), file(tag + ".plan"), "--data",
+                     file("data"), "--steps", std::to_string(steps),
+                     "--threads", std::to_string(c.threads), "--log-every",
+                     std::to_string(steps), "--profile-out", profilePath});
+        if (llvm::Error e = runLogged(args, file(tag + ".log")))
+          return fail(llvm::toString(std::move(e)));
+        llvm::Expected<std::string> text = readFile(profilePath);
+        if (!text)
+          return fail(llvm::toString(text.takeError()));
+        llvm::Expected<calibration::KernelSamples> samples =
+            calibration::parseProfile(*text);
+        if (!samples)
+          return fail(profilePath + ": " + llvm::toString(samples.takeError()));
+        llvm::Expected<std::vector<double>> times =
+            calibration::parseStepTimes(*text);
+        if (!times)
+          return fail(profilePath + ": " + llvm::toString(times.takeError()));
+        c.runs[k].push_back(std::move(*samples));
+        c.profiledSteps[k] = int64_t(times->size());
+        c.stepTimes[k].insert(c.stepTimes[k].end(), times->begin(),
+                              times->end());
+      }
+      if (n < 2)
+        continue;
+      std::cout << llvm::formatv("braid: calibrating {0} ranks: all-reduce, "
+                                 "all-gather, reduce-scatter{1}  [{2:f1} s]",
+                                 n, roundTag, elapsed())
                        .str()
                 << std::endl;
-      std::string profilePath = file(tag + ".profile.json");
+      std::string benchPath =
+          file("collectives-" + std::to_string(n) + ".json");
       std::vector<std::string> args = mpi;
-      args.insert(args.end(),
-                  {std::string(runner), planPath, "--data", file("data"),
-                   "--steps", std::to_string(steps), "--threads",
-                   std::to_string(c.threads), "--log-every",
-                   std::to_string(steps), "--profile-out", profilePath});
-      if (llvm::Error e = runLogged(args, file(tag + ".log")))
+      args.insert(args.end(), {std::string(runner),
+                               file("mid-" + std::to_string(n) + ".plan"),
+                               "--bench-collectives", benchPath});
+      if (llvm::Error e = runLogged(
+              args, file("collectives-" + std::to_string(n) + ".log")))
         return fail(llvm::toString(std::move(e)));
-      llvm::Expected<std::string> text = readFile(profilePath);
+      llvm::Expected<std::string> text = readFile(benchPath);
       if (!text)
         return fail(llvm::toString(text.takeError()));
-      llvm::Expected<calibration::KernelSamples> samples =
-          calibration::parseProfile(*text);
-      if (!samples)
-        return fail(profilePath + ": " + llvm::toString(samples.takeError()));
-      llvm::Expected<std::vector<double>> times =
-          calibration::parseStepTimes(*text);
-      if (!times)
-        return fail(profilePath + ": " + llvm::toString(times.takeError()));
-      c.samples[k] = std::move(*samples);
-      c.stepTimes[k] = std::move(*times);
+      auto bench = calibration::parseAllReduceBench(*text);
+      if (!bench)
+        return fail(benchPath + ": " + llvm::toString(bench.takeError()));
+      c.benchRanks = bench->first;
+      c.benches.push_back(std::move(bench->second));
     }
+
+  for (RankCalibration &c : measured) {
+    const int64_t n = c.ranks;
+    for (int k = 0; k < kCalibrationModelCount; ++k)
+      c.samples[k] = calibration::medianRun(c.runs[k]);
     c.rates = calibration::fitKernelRates(c.samples[0], c.samples[1]);
     std::vector<const calibration::KernelSamples *> runs;
-    for (const calibration::KernelSamples &s : c.samples)
-      runs.push_back(&s);
+    for (int k = 0; k < kCalibrationModelCount; ++k)
+      if (!c.stepTimes[k].empty())
+        runs.push_back(&c.samples[k]);
     calibration::addCallTimes(c.rates, runs);
     if (c.rates.empty())
       return fail("the profiles of " + std::to_string(n) +
                   " ranks hold no kernel to fit a rate to");
-    if (n < 2)
+    if (c.benches.empty())
       continue;
-    std::cout << llvm::formatv("braid: calibrating {0} ranks: all-reduce, "
-                               "all-gather, reduce-scatter  [{1:f1} s]",
-                               n, elapsed())
-                     .str()
-              << std::endl;
-    std::string benchPath = file("collectives-" + std::to_string(n) + ".json");
-    std::vector<std::string> args = mpi;
-    args.insert(args.end(), {std::string(runner),
-                             file("mid-" + std::to_string(n) + ".plan"),
-                             "--bench-collectives", benchPath});
-    if (llvm::Error e =
-            runLogged(args, file("collectives-" + std::to_string(n) + ".log")))
-      return fail(llvm::toString(std::move(e)));
-    llvm::Expected<std::string> text = readFile(benchPath);
-    if (!text)
-      return fail(llvm::toString(text.takeError()));
-    auto bench = calibration::parseAllReduceBench(*text);
+    auto bench = calibration::medianBench(c.benches);
     if (!bench)
-      return fail(benchPath + ": " + llvm::toString(bench.takeError()));
+      return fail("the all-reduce times of " + std::to_string(n) +
+                  " ranks: " + llvm::toString(bench.takeError()));
     llvm::Expected<spec::LinkClass> link =
-        calibration::fitAllReduceLink(bench->first, bench->second);
+        calibration::fitAllReduceLink(c.benchRanks, *bench);
     if (!link)
       return fail("fitting the link of " + std::to_string(n) +
                   " ranks: " + llvm::toString(link.takeError()));
     c.link = *link;
-    c.linkSizes = bench->second.size();
+    c.linkSizes = bench->size();
   }
 
   // The cluster: one node of as many devices (ranks) as the most measured;
@@ -649,9 +717,28 @@ int calibrate(int argc, char **argv) {
     // models' collectives wait longer for the slowest rank).
     double stepOverhead = std::numeric_limits<double>::infinity();
     for (int k = 0; k < kCalibrationModelCount; ++k)
-      stepOverhead = std::min(stepOverhead, calibration::fitStepOverhead(
-                                                c.samples[k], c.stepTimes[k]));
+      if (!c.stepTimes[k].empty())
+        stepOverhead = std::min(
+            stepOverhead,
+            calibration::fitStepOverhead(c.samples[k], c.stepTimes[k],
+                                         double(c.profiledSteps[k])));
     cal->set_step_overhead_s(stepOverhead);
+  }
+  // The collectives' wait: the tensor-parallel run's measured step against
+  // its priced step on this very cluster (its wait still 0).
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const RankCalibration &c = measured[i];
+    if (c.stepTimes[kTensorParallelModel].empty())
+      continue;
+    llvm::Expected<StepPrediction> priced =
+        predictStep(c.plans[kTensorParallelModel], cluster);
+    if (!priced)
+      return fail("pricing the tensor-parallel calibration model: " +
+                  llvm::toString(priced.takeError()));
+    cluster.mutable_calibrations(int(i))->set_collective_wait_s(
+        calibration::fitCollectiveWait(
+            median(c.stepTimes[kTensorParallelModel]), priced->stepTime,
+            priced->collectives));
   }
 
   std::string text;
@@ -667,6 +754,7 @@ int calibrate(int argc, char **argv) {
                                      [](int64_t n) { return std::to_string(n); }),
                      ",")
        << " --steps " << steps
+       << (repeats > 1 ? " --repeats " + std::to_string(repeats) : "")
        << "` measured them\n# (frontends/spec/cluster.proto; braidc --cluster "
           "FILE reads it).\n"
        << text;
@@ -692,7 +780,7 @@ int calibrate(int argc, char **argv) {
                         c.threads == 1 ? "" : "s");
     os << llvm::formatv("  {0,-22} {1,-26} {2,12} {3,14}\n", "kernel", "rate",
                         "overhead", "mid s/step");
-    double measuredSteps = double(std::max<size_t>(c.stepTimes[1].size(), 1));
+    double measuredSteps = double(std::max<int64_t>(c.profiledSteps[1], 1));
     for (const spec::KernelRate &r : c.rates) {
       auto it = c.samples[1].find(r.kernel());
       std::string perStep =
@@ -709,7 +797,15 @@ int calibrate(int argc, char **argv) {
                           "sizes)\n",
                           "link", llvm::formatv("{0:f3} GB/s", c.link->bandwidth() / 1e9).str(),
                           c.link->latency() * 1e6, c.linkSizes);
+    if (double wait = loaded->calibrations(int(&c - measured.data()))
+                          .collective_wait_s();
+        wait > 0)
+      os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us   (per collective "
+                          "in a step)\n",
+                          "collective wait", "", wait * 1e6);
     for (int k = 0; k < kCalibrationModelCount; ++k) {
+      if (c.stepTimes[k].empty())
+        continue;
       llvm::Expected<StepPrediction> predicted =
           predictStep(c.plans[k], *loaded);
       if (!predicted)
