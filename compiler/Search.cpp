@@ -177,9 +177,15 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
       if (globalBatch % dp != 0)
         continue;
       int64_t perRank = globalBatch / dp;
-      for (int64_t vpp : {int64_t(1), int64_t(2)}) {
-        if (vpp > 1 && (pp == 1 || model->numLayers % (pp * vpp) != 0))
-          continue;
+      // Virtual stages: every number of chunks per stage that divides its
+      // layers (Megatron's layers per virtual stage), down to two layers a
+      // chunk.
+      std::vector<int64_t> virtualStages = {1};
+      if (pp > 1)
+        for (int64_t vpp : divisors(model->numLayers / pp))
+          if (vpp > 1 && model->numLayers / pp / vpp >= 2)
+            virtualStages.push_back(vpp);
+      for (int64_t vpp : virtualStages) {
         std::vector<std::string> schedules = {"1f1b"};
         if (pp > 1)
           schedules = vpp > 1 ? std::vector<std::string>{"interleaved"}
@@ -415,6 +421,11 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
           line(x.communication.count(axes) ? x.communication.at(axes) : 0,
                seconds);
     s.hiddenCommunication = line(x.hiddenCommunication, y.hiddenCommunication);
+    s.collectives = line(x.collectives, y.collectives);
+    s.collectiveSeconds = line(x.collectiveSeconds, y.collectiveSeconds);
+    for (const auto &[kernel, seconds] : y.kernels)
+      s.kernels[kernel] =
+          line(x.kernels.count(kernel) ? x.kernels.at(kernel) : 0, seconds);
     s.bubble = line(x.bubble, y.bubble);
     s.overhead = line(x.overhead, y.overhead);
     for (size_t i = 0; i < y.stageBusy.size() && i < x.stageBusy.size(); ++i)
