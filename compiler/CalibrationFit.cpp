@@ -145,6 +145,13 @@ double calibration::interpolateCall(const spec::KernelRate &rate,
   const spec::KernelRate::CallTime &a = rate.calls(hi - 1), &b = rate.calls(hi);
   double t = a.seconds() + (work - a.work()) * (b.seconds() - a.seconds()) /
                                (b.work() - a.work());
+  // Beyond the calls, a segment that falls with the work (noise) would
+  // price less work ever slower and more work ever faster: less work takes
+  // at most the smallest call's time, more at least the largest's.
+  if (work < rate.calls(0).work())
+    t = std::min(t, rate.calls(0).seconds());
+  if (work > rate.calls(n - 1).work())
+    t = std::max(t, rate.calls(n - 1).seconds());
   if (t > 0 && std::isfinite(t))
     return t;
   // The line gives no time (far below the calls, or a segment that falls
@@ -216,6 +223,35 @@ double calibration::fitStepOverhead(const KernelSamples &samples,
   for (const auto &[name, s] : samples)
     kernels += s.seconds;
   return std::max(0.0, median - kernels / sampledSteps);
+}
+
+llvm::Expected<double> calibration::fitWaitingShare(
+    llvm::function_ref<llvm::Expected<double>(double)> stepAt,
+    double measuredStep) {
+  double low = 0, high = 1;
+  llvm::Expected<double> atLow = stepAt(low);
+  if (!atLow)
+    return atLow.takeError();
+  if (!(measuredStep > *atLow))
+    return low;
+  llvm::Expected<double> atHigh = stepAt(high);
+  if (!atHigh)
+    return atHigh.takeError();
+  // A step the share does not move (ranks with cores to themselves) tells
+  // nothing about it.
+  if (!(*atHigh > *atLow * (1 + 1e-9)))
+    return low;
+  if (!(measuredStep < *atHigh))
+    return high;
+  // 30 halvings: the share to 1e-9, far below what a step's noise tells.
+  for (int i = 0; i < 30; ++i) {
+    double mid = 0.5 * (low + high);
+    llvm::Expected<double> at = stepAt(mid);
+    if (!at)
+      return at.takeError();
+    (*at < measuredStep ? low : high) = mid;
+  }
+  return 0.5 * (low + high);
 }
 
 KernelSamples calibration::medianRun(llvm::ArrayRef<KernelSamples> runs) {

@@ -20,6 +20,7 @@
 #include "frontends/spec/cluster.pb.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -88,9 +89,10 @@ void addCallTimes(std::vector<spec::KernelRate> &rates,
 
 /// The seconds of one call of `work` (FLOPs or bytes, as the rate's calls
 /// count it) by the rate's measured calls: interpolated between the two
-/// around `work`, extrapolated along the nearest two beyond them, and in
-/// proportion to the nearest call where that line gives no time. Needs two
-/// calls or more (returns -1 otherwise).
+/// around `work`, extrapolated along the nearest two beyond them (but no
+/// slower than the smallest call below it, no faster than the largest above
+/// it), and in proportion to the nearest call where that line gives no
+/// time. Needs two calls or more (returns -1 otherwise).
 double interpolateCall(const spec::KernelRate &rate, double work);
 
 /// Fits the cost model's ring all-reduce, seconds = 2 (n-1)/n x bytes /
@@ -132,6 +134,15 @@ double fitStepOverhead(const KernelSamples &samples,
 /// run came out 39 % slow).
 double fitCollectiveWait(double measuredStep, double pricedStep,
                          double collectives);
+/// The share of a core a waiting rank takes (Calibration.waiting_core_share)
+/// at which a pipeline run's priced step, `stepAt(share)` (nondecreasing in
+/// it), equals its measured step `measuredStep`: by bisection over [0, 1];
+/// 0 when even 0 prices the step slower than measured or when the share
+/// does not move the priced step, 1 when even 1 prices it faster. Errors:
+/// those of `stepAt`.
+llvm::Expected<double> fitWaitingShare(
+    llvm::function_ref<llvm::Expected<double>(double)> stepAt,
+    double measuredStep);
 /// The median of repeated runs of one model (interleaved with other runs,
 /// so that a spell of the machine's speed does not set a whole
 /// calibration): per kernel, the sample of the run with the median seconds

@@ -13,6 +13,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -236,6 +237,13 @@ public:
     return double(rates->cores()) /
            double(std::max<int64_t>(calibration->threads_per_rank(), 1));
   }
+  /// How much of a core a waiting rank takes, as a share of a computing
+  /// rank's (calibrated; 0: none).
+  double waitingShare() const {
+    return calibration ? std::clamp(calibration->waiting_core_share(), 0.0,
+                                    1.0)
+                       : 0.0;
+  }
 
   /// Seconds per step outside the plan's kernels (calibrated), or 0.
   double stepOverhead() const {
@@ -293,9 +301,20 @@ struct FunctionTime {
   double transfer = 0;
   /// The all-reduce, all-gather and reduce-scatter calls and their seconds.
   double collectives = 0, collectiveSeconds = 0;
-  /// Seconds by kernel kind (plan::Kernel_Name), SEND and RECV left out.
-  std::map<std::string, double> kernels;
+  /// Seconds by kernel kind (indexed by plan::Kernel), SEND and RECV left
+  /// out.
+  std::array<double, plan::Kernel_ARRAYSIZE> kernels{};
 };
+
+/// Adds `times` x the seconds of `from` (by plan::Kernel) to `into` (by
+/// name).
+void addKernels(std::map<std::string, double> &into,
+                const std::array<double, plan::Kernel_ARRAYSIZE> &from,
+                double times) {
+  for (int k = 0; k < plan::Kernel_ARRAYSIZE; ++k)
+    if (from[k] != 0)
+      into[plan::Kernel_Name(plan::Kernel(k))] += times * from[k];
+}
 
 bool isCollective(plan::Kernel k) {
   return k == plan::ALL_REDUCE || k == plan::ALL_GATHER ||
@@ -353,7 +372,7 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
       double d = pricer.compute(inst);
       now += d;
       t.compute += d;
-      t.kernels[plan::Kernel_Name(k)] += d;
+      t.kernels[k] += d;
       if (llvm::StringRef(inst.provenance()).ends_with(kRecomputedSuffix))
         t.recompute += d;
       continue;
@@ -362,10 +381,10 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
       double c = pricer.compute(inst);
       now += c;
       t.compute += c;
-      t.kernels[plan::Kernel_Name(k)] += c;
+      t.kernels[k] += c;
     }
     double d = pricer.communicate(inst, coords);
-    t.kernels[plan::Kernel_Name(k)] += d;
+    t.kernels[k] += d;
     if (isCollective(k) && d > 0) {
       t.collectives += 1;
       t.collectiveSeconds += d;
@@ -442,14 +461,16 @@ namespace {
 /// The pipeline's schedule run on cores that its ranks share: each of the p
 /// stage ranks stands for `copies` ranks of the node (its peers along the
 /// other mesh axes, which run in step with it), and while n stage ranks
-/// compute, each progresses at min(1, capacity / (n copies)) of its own
-/// speed (`costs` are the times of a rank with a core to itself). The
-/// dependencies are pipeline::simulate's; the schedules must have passed it.
-/// busy[r] is the wall time rank r computed.
+/// compute and the other p - n wait, each computing one progresses at
+/// min(1, capacity / ((n + waiting (p - n)) copies)) of its own speed
+/// (`costs` are the times of a rank with a core to itself; `waiting` the
+/// share of a core a waiting rank still takes). The dependencies are
+/// pipeline::simulate's; the schedules must have passed it. busy[r] is the
+/// wall time rank r computed.
 llvm::Expected<pipeline::Timeline>
 simulateShared(const pipeline::Schedules &schedules, int64_t p, int64_t m,
                int64_t v, const pipeline::Costs &costs, double copies,
-               double capacity) {
+               double capacity, double waiting) {
   using pipeline::Work;
   const int64_t chunks = p * v;
   auto global = [&](int64_t r, int64_t k) { return k * p + r; };
@@ -528,7 +549,8 @@ simulateShared(const pipeline::Schedules &schedules, int64_t p, int64_t m,
       now = wakeUp;
       continue;
     }
-    double rate = std::min(1.0, capacity / (double(n) * copies));
+    double rate = std::min(
+        1.0, capacity / ((double(n) + waiting * double(p - n)) * copies));
     double dt = wakeUp - now;
     for (int64_t r = 0; r < p; ++r)
       if (running[r])
@@ -631,8 +653,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
     into.hiddenCommunication += times * t.hidden;
     into.collectives += times * t.collectives;
     into.collectiveSeconds += times * t.collectiveSeconds;
-    for (auto &[kernel, s] : t.kernels)
-      into.kernels[kernel] += times * s;
+    addKernels(into.kernels, t.kernels, times);
     for (auto &[axes, s] : t.communication)
       into.communication[axes] += times * s;
     return t.total + t.transfer;
@@ -701,8 +722,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
         acc.hiddenCommunication += double(micro) * t.hidden;
         acc.collectives += double(micro) * t.collectives;
         acc.collectiveSeconds += double(micro) * t.collectiveSeconds;
-        for (auto &[kernel, sec] : t.kernels)
-          acc.kernels[kernel] += double(micro) * sec;
+        addKernels(acc.kernels, t.kernels, double(micro));
         for (auto &[axes, sec] : t.communication)
           acc.communication[axes] += double(micro) * sec;
       }
@@ -735,7 +755,8 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
   if (alone) {
     double copies = double(pricer.ranksPerNode) / double(p);
     timeline = simulateShared(schedules, p, micro, v, costs,
-                              std::max(copies, 1.0), pricer.capacity());
+                              std::max(copies, 1.0), pricer.capacity(),
+                              pricer.waitingShare());
     if (!timeline)
       return timeline.takeError();
   }

@@ -20,6 +20,18 @@ double seconds(double calls, double work, double rate, double overhead) {
   return calls * overhead + work / rate;
 }
 
+/// A kernel rate with these measured calls (work, seconds), in order.
+spec::KernelRate
+measuredCalls(std::initializer_list<std::pair<double, double>> calls) {
+  spec::KernelRate rate;
+  for (auto [work, seconds] : calls) {
+    spec::KernelRate::CallTime *call = rate.add_calls();
+    call->set_work(work);
+    call->set_seconds(seconds);
+  }
+  return rate;
+}
+
 const spec::KernelRate *find(const std::vector<spec::KernelRate> &rates,
                              const std::string &kernel) {
   for (const spec::KernelRate &r : rates)
@@ -142,13 +154,7 @@ TEST(CalibrationFit, CallTimesOfEveryRun) {
 
 TEST(CalibrationFit, InterpolatesBetweenMeasuredCalls) {
   // Calls of 1e6, 2e6 and 8e6 measured at 1, 1.5 and 3 ms.
-  spec::KernelRate rate;
-  for (auto [work, seconds] :
-       {std::pair{1e6, 1e-3}, std::pair{2e6, 1.5e-3}, std::pair{8e6, 3e-3}}) {
-    spec::KernelRate::CallTime *call = rate.add_calls();
-    call->set_work(work);
-    call->set_seconds(seconds);
-  }
+  spec::KernelRate rate = measuredCalls({{1e6, 1e-3}, {2e6, 1.5e-3}, {8e6, 3e-3}});
   // At a measured call, its time; between two, on the line through them.
   EXPECT_DOUBLE_EQ(interpolateCall(rate, 2e6), 1.5e-3);
   EXPECT_DOUBLE_EQ(interpolateCall(rate, 1.5e6), 1.25e-3);
@@ -160,13 +166,16 @@ TEST(CalibrationFit, InterpolatesBetweenMeasuredCalls) {
   // Where the first line reaches no time (its intercept is 0.5 ms, so it
   // never does here; one steeper than proportional does): 1e6 at 1 ms and
   // 2e6 at 4 ms give -1 ms at 0; at 2e5, 1 ms x 0.2 in proportion.
-  spec::KernelRate steep;
-  for (auto [work, seconds] : {std::pair{1e6, 1e-3}, std::pair{2e6, 4e-3}}) {
-    spec::KernelRate::CallTime *call = steep.add_calls();
-    call->set_work(work);
-    call->set_seconds(seconds);
-  }
+  spec::KernelRate steep = measuredCalls({{1e6, 1e-3}, {2e6, 4e-3}});
   EXPECT_DOUBLE_EQ(interpolateCall(steep, 2e5), 0.2e-3);
+  // A segment that falls with the work (1e6 at 4 ms, 2e6 at 1 ms): below
+  // the calls no slower than the smallest, 4 ms (not 5.5 ms at 5e5), above
+  // them no faster than the largest, 1 ms (not 0 at 2 1/3 e6 and below
+  // beyond), between them on the line.
+  spec::KernelRate falling = measuredCalls({{1e6, 4e-3}, {2e6, 1e-3}});
+  EXPECT_DOUBLE_EQ(interpolateCall(falling, 5e5), 4e-3);
+  EXPECT_DOUBLE_EQ(interpolateCall(falling, 1.5e6), 2.5e-3);
+  EXPECT_DOUBLE_EQ(interpolateCall(falling, 3e6), 1e-3);
   // Fewer than two calls: nothing to interpolate.
   steep.mutable_calls()->RemoveLast();
   EXPECT_EQ(interpolateCall(steep, 1e6), -1);
@@ -330,6 +339,33 @@ TEST(CalibrationFit, CollectiveWaitIsTheStepResidualPerCollective) {
   // A step priced above the measured one: no negative wait.
   EXPECT_EQ(fitCollectiveWait(0.006, 0.010, 20), 0);
   EXPECT_EQ(fitCollectiveWait(0.010, 0.006, 0), 0);
+}
+
+TEST(CalibrationFit, WaitingShareInvertsThePricedStep) {
+  // A priced step of 10 + 10 share ms: a measured 17.5 ms is share 0.75.
+  int calls = 0;
+  auto step = [&](double share) -> llvm::Expected<double> {
+    ++calls;
+    return 0.010 + 0.010 * share;
+  };
+  llvm::Expected<double> share = fitWaitingShare(step, 0.0175);
+  ASSERT_TRUE(bool(share)) << llvm::toString(share.takeError());
+  EXPECT_NEAR(*share, 0.75, 1e-8);
+  EXPECT_LE(calls, 40);
+  // Beyond either end: the end.
+  EXPECT_EQ(*fitWaitingShare(step, 0.008), 0);
+  EXPECT_EQ(*fitWaitingShare(step, 0.030), 1);
+  // A step the share does not move: 0, whatever was measured.
+  auto flat = [](double) -> llvm::Expected<double> { return 0.010; };
+  EXPECT_EQ(*fitWaitingShare(flat, 0.030), 0);
+  // The pricing's error comes back.
+  auto failing = [](double) -> llvm::Expected<double> {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "no such function");
+  };
+  llvm::Expected<double> failed = fitWaitingShare(failing, 0.010);
+  ASSERT_FALSE(bool(failed));
+  EXPECT_EQ(llvm::toString(failed.takeError()), "no such function");
 }
 
 } // namespace

@@ -201,15 +201,20 @@ TEST(CostModel, RanksShareTheCalibratedCores) {
   EXPECT_NEAR(p->stepTime, alone, 1e-12 * alone);
 }
 
+/// tiny-llama in 2 pipeline stages, 4 micro-batches of one sequence of 16.
+plan::Plan twoStagesOfFourMicroBatches() {
+  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
+  job.mutable_parallel()->set_pp(2);
+  job.mutable_parallel()->set_global_batch_size(4);
+  return compilePlan(job);
+}
+
 TEST(CostModel, PipelineStagesShareOneCore) {
   // pp 2 on a node of one core: whenever both stages compute they split
   // it, and some stage always can (transfers are free), so the step takes
   // all the work of both stages, one after the other: every forward linear
   // of 4 micro-batches of one sequence of 16, at the measured rate.
-  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
-  job.mutable_parallel()->set_pp(2);
-  job.mutable_parallel()->set_global_batch_size(4);
-  plan::Plan plan = compilePlan(job);
+  plan::Plan plan = twoStagesOfFourMicroBatches();
   spec::Cluster cluster = sharedCoreCluster(2);
   spec::Calibration *one = cluster.mutable_calibrations(0);
   double work = 2.0 * (4 * 16) * kInOut / 1e9;
@@ -223,6 +228,33 @@ TEST(CostModel, PipelineStagesShareOneCore) {
   ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
   EXPECT_LT(p->stepTime, 0.99 * work);
   EXPECT_GT(p->stepTime, 0.5 * work);
+}
+
+TEST(CostModel, WaitingRanksKeepTheirShareOfTheCores) {
+  // pp 2 on a node of one core, a waiting rank taking as much of it as a
+  // computing one (waiting_core_share 1): each stage always runs at half
+  // speed, whether the other computes or waits, so the schedule takes twice
+  // what it takes on two cores, where each stage has a core to itself.
+  plan::Plan plan = twoStagesOfFourMicroBatches();
+  spec::Cluster cluster = sharedCoreCluster(2);
+  spec::Calibration *one = cluster.mutable_calibrations(0);
+  one->set_cores(2);
+  llvm::Expected<StepPrediction> dedicated = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(dedicated)) << llvm::toString(dedicated.takeError());
+  one->set_cores(1);
+  llvm::Expected<StepPrediction> freed = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(freed)) << llvm::toString(freed.takeError());
+  one->set_waiting_core_share(1);
+  llvm::Expected<StepPrediction> polling = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(polling)) << llvm::toString(polling.takeError());
+  EXPECT_NEAR(polling->stepTime, 2 * dedicated->stepTime,
+              1e-9 * dedicated->stepTime);
+  // Halfway: between a waiting rank that frees its core and one that polls.
+  one->set_waiting_core_share(0.5);
+  llvm::Expected<StepPrediction> half = predictStep(plan, cluster);
+  ASSERT_TRUE(bool(half)) << llvm::toString(half.takeError());
+  EXPECT_GT(half->stepTime, freed->stepTime * (1 + 1e-6));
+  EXPECT_LT(half->stepTime, polling->stepTime * (1 - 1e-6));
 }
 
 TEST(CostModel, GradientAllReduceOnARing) {

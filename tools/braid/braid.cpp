@@ -21,11 +21,12 @@
 // Measures this machine's CPU ranks and writes a cluster file for the cost
 // model (braidc --cluster FILE, frontends/spec/cluster.proto): for each
 // number of ranks n, four small LLaMA-shaped models trained data-parallel
-// over n ranks and one tensor-parallel over 2 of them (braid-run
-// --profile-out), whose kernel times give each kernel kind's rate and
-// per-call overhead and its measured calls at five amounts of work
-// (compiler/CalibrationFit.h), and whose tensor-parallel step gives the wait
-// of a collective inside a step; for n > 1 the all-reduce times over the n
+// over n ranks, one tensor-parallel over 2 of them and one in 2 pipeline
+// stages (braid-run --profile-out), whose kernel times give each kernel
+// kind's rate and per-call overhead and its measured calls at five amounts
+// of work (compiler/CalibrationFit.h), whose tensor-parallel step gives the
+// wait of a collective inside a step and whose pipeline step how much of a
+// core a waiting rank takes; for n > 1 the all-reduce times over the n
 // ranks (braid-run --bench-collectives), which give the link's bandwidth and
 // latency. With --repeats R, all of it R times round by round, and the
 // medians fitted.
@@ -260,28 +261,34 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
 /// parallelism at micro-batch 1 (on even rank counts), measures the
 /// narrower calls of tensor parallelism and the wait of collectives inside
 /// a step (Calibration.collective_wait_s): six small collectives per layer
-/// and micro-batch, each of which waits for its peer.
+/// and micro-batch, each of which waits for its peer. The pipeline run (2
+/// stages of one layer, 4 micro-batches, 1f1b) has bubbles, in which ranks
+/// wait for their peers: its step tells how much of a core a waiting rank
+/// still takes (Calibration.waiting_core_share) where ranks share cores.
 struct CalibrationModel {
   const char *name;
   int64_t hidden, heads, ffn, seq, microBatch;
-  int64_t tp = 1;
+  int64_t tp = 1, pp = 1, microBatches = 1;
 };
-constexpr int kCalibrationModelCount = 5;
+constexpr int kCalibrationModelCount = 6;
 constexpr int kTensorParallelModel = 4;
+constexpr int kPipelineModel = 5;
 constexpr CalibrationModel kCalibrationModels[kCalibrationModelCount] = {
     {"small", 64, 4, 176, 64, 2},
     {"mid", 256, 4, 704, 128, 4},
     {"small-mb1", 64, 4, 176, 64, 1},
     {"small-mb8", 64, 4, 176, 64, 8},
     {"small-tp2", 64, 4, 176, 64, 1, 2},
+    {"small-pp2", 64, 4, 176, 64, 2, 1, 2, 4},
 };
 
 /// Seconds a calibration run may take before it counts as hung.
 constexpr unsigned kRunTimeoutSeconds = 1800;
 
 /// The job of `model` trained over `ranks` ranks: tensor-parallel over its
-/// `tp` (with sequence parallelism), data-parallel over the rest, one
-/// micro-batch per data-parallel rank and step.
+/// `tp` (with sequence parallelism), in `pp` pipeline stages, data-parallel
+/// over the rest, `microBatches` micro-batches per data-parallel rank and
+/// step.
 spec::JobSpec calibrationJob(const CalibrationModel &model, int64_t ranks) {
   spec::JobSpec job;
   spec::ModelSpec *m = job.mutable_model();
@@ -296,13 +303,16 @@ spec::JobSpec calibrationJob(const CalibrationModel &model, int64_t ranks) {
   m->set_make_vocab_size_divisible_by(model.tp);
   m->set_max_seq_len(model.seq);
   spec::ParallelSpec *p = job.mutable_parallel();
-  p->set_dp(ranks / model.tp);
+  int64_t dp = ranks / (model.tp * model.pp);
+  p->set_dp(dp);
   if (model.tp > 1) {
     p->set_tp(model.tp);
     p->set_sp(true);
   }
+  if (model.pp > 1)
+    p->set_pp(model.pp);
   p->set_micro_batch_size(model.microBatch);
-  p->set_global_batch_size(model.microBatch * (ranks / model.tp));
+  p->set_global_batch_size(model.microBatch * model.microBatches * dp);
   job.mutable_data()->set_seq_length(model.seq);
   job.mutable_train()->set_seed(1);
   return job;
@@ -551,7 +561,7 @@ int calibrate(int argc, char **argv) {
     c.threads = threads > 0 ? threads : std::max<int64_t>(cores / n, 1);
     for (int k = 0; k < kCalibrationModelCount; ++k) {
       const CalibrationModel &model = kCalibrationModels[k];
-      if (n % model.tp != 0)
+      if (n % (model.tp * model.pp) != 0)
         continue;
       llvm::Expected<plan::Plan> plan =
           compileJob(calibrationJob(model, n), context);
@@ -581,7 +591,7 @@ int calibrate(int argc, char **argv) {
         mpi.push_back("--allow-run-as-root");
       for (int k = 0; k < kCalibrationModelCount; ++k) {
         const CalibrationModel &model = kCalibrationModels[k];
-        if (n % model.tp != 0)
+        if (n % (model.tp * model.pp) != 0)
           continue;
         std::string tag = std::string(model.name) + "-" + std::to_string(n);
         std::cout << llvm::formatv("braid: calibrating {0} rank{1} x {2} "
@@ -649,10 +659,20 @@ int calibrate(int argc, char **argv) {
     for (int k = 0; k < kCalibrationModelCount; ++k)
       c.samples[k] = calibration::medianRun(c.runs[k]);
     c.rates = calibration::fitKernelRates(c.samples[0], c.samples[1]);
+    // The calls of every run; but in the tensor-parallel and pipeline runs
+    // GRAD_NORM's all-reduce over the stages or shards waits for them (for
+    // the last stage's backward), which is no time of its own calls.
+    std::vector<calibration::KernelSamples> calls;
+    for (int k = 0; k < kCalibrationModelCount; ++k) {
+      if (c.stepTimes[k].empty())
+        continue;
+      calls.push_back(c.samples[k]);
+      if (kCalibrationModels[k].tp > 1 || kCalibrationModels[k].pp > 1)
+        calls.back().erase("GRAD_NORM");
+    }
     std::vector<const calibration::KernelSamples *> runs;
-    for (int k = 0; k < kCalibrationModelCount; ++k)
-      if (!c.stepTimes[k].empty())
-        runs.push_back(&c.samples[k]);
+    for (const calibration::KernelSamples &run : calls)
+      runs.push_back(&run);
     calibration::addCallTimes(c.rates, runs);
     if (c.rates.empty())
       return fail("the profiles of " + std::to_string(n) +
@@ -740,6 +760,29 @@ int calibrate(int argc, char **argv) {
             median(c.stepTimes[kTensorParallelModel]), priced->stepTime,
             priced->collectives));
   }
+  // A waiting rank's share of a core: the pipeline run's measured step
+  // against its priced step as the share moves (after the collectives'
+  // wait, which its data-parallel all-reduce pays).
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const RankCalibration &c = measured[i];
+    if (c.stepTimes[kPipelineModel].empty())
+      continue;
+    spec::Calibration *cal = cluster.mutable_calibrations(int(i));
+    llvm::Expected<double> share = calibration::fitWaitingShare(
+        [&](double s) -> llvm::Expected<double> {
+          cal->set_waiting_core_share(s);
+          llvm::Expected<StepPrediction> priced =
+              predictStep(c.plans[kPipelineModel], cluster);
+          if (!priced)
+            return priced.takeError();
+          return priced->stepTime;
+        },
+        median(c.stepTimes[kPipelineModel]));
+    if (!share)
+      return fail("pricing the pipeline calibration model: " +
+                  llvm::toString(share.takeError()));
+    cal->set_waiting_core_share(*share);
+  }
 
   std::string text;
   if (!google::protobuf::TextFormat::PrintToString(cluster, &text))
@@ -803,6 +846,12 @@ int calibrate(int argc, char **argv) {
       os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us   (per collective "
                           "in a step)\n",
                           "collective wait", "", wait * 1e6);
+    if (c.ranks > 1 && !c.stepTimes[kPipelineModel].empty())
+      os << llvm::formatv("  {0,-22} {1,-26:f2}      (of a core, as a share "
+                          "of a computing rank's)\n",
+                          "waiting rank's core",
+                          loaded->calibrations(int(&c - measured.data()))
+                              .waiting_core_share());
     for (int k = 0; k < kCalibrationModelCount; ++k) {
       if (c.stepTimes[k].empty())
         continue;
