@@ -140,9 +140,9 @@ double fitCollectiveWait(double measuredStep, double pricedStep,
 /// 0 when even 0 prices the step slower than measured or when the share
 /// does not move the priced step, 1 when even 1 prices it faster. Errors:
 /// those of `stepAt`.
-llvm::Expected<double> fitWaitingShare(
-    llvm::function_ref<llvm::Expected<double>(double)> stepAt,
-    double measuredStep);
+llvm::Expected<double>
+fitWaitingShare(llvm::function_ref<llvm::Expected<double>(double)> stepAt,
+                double measuredStep);
 /// The median of repeated runs of one model (interleaved with other runs,
 /// so that a spell of the machine's speed does not set a whole
 /// calibration): per kernel, the sample of the run with the median seconds

@@ -240,8 +240,7 @@ public:
   /// How much of a core a waiting rank takes, as a share of a computing
   /// rank's (calibrated; 0: none).
   double waitingShare() const {
-    return calibration ? std::clamp(calibration->waiting_core_share(), 0.0,
-                                    1.0)
+    return calibration ? std::clamp(calibration->waiting_core_share(), 0.0, 1.0)
                        : 0.0;
   }
 
@@ -754,9 +753,9 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
   std::vector<double> dedicatedBusy = timeline->busy;
   if (alone) {
     double copies = double(pricer.ranksPerNode) / double(p);
-    timeline = simulateShared(schedules, p, micro, v, costs,
-                              std::max(copies, 1.0), pricer.capacity(),
-                              pricer.waitingShare());
+    timeline =
+        simulateShared(schedules, p, micro, v, costs, std::max(copies, 1.0),
+                       pricer.capacity(), pricer.waitingShare());
     if (!timeline)
       return timeline.takeError();
   }

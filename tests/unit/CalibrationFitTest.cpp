@@ -154,7 +154,8 @@ TEST(CalibrationFit, CallTimesOfEveryRun) {
 
 TEST(CalibrationFit, InterpolatesBetweenMeasuredCalls) {
   // Calls of 1e6, 2e6 and 8e6 measured at 1, 1.5 and 3 ms.
-  spec::KernelRate rate = measuredCalls({{1e6, 1e-3}, {2e6, 1.5e-3}, {8e6, 3e-3}});
+  spec::KernelRate rate =
+      measuredCalls({{1e6, 1e-3}, {2e6, 1.5e-3}, {8e6, 3e-3}});
   // At a measured call, its time; between two, on the line through them.
   EXPECT_DOUBLE_EQ(interpolateCall(rate, 2e6), 1.5e-3);
   EXPECT_DOUBLE_EQ(interpolateCall(rate, 1.5e6), 1.25e-3);
@@ -288,10 +289,9 @@ TEST(CalibrationFit, StepOverheadIsTheMedianStepLessTheKernels) {
   // Two rounds of 3 steps each, the samples of one round (21 ms over its
   // 3 steps): the median of the 6 steps, 12 ms, less 7 ms.
   samples["LINEAR"].seconds = 0.015;
-  EXPECT_NEAR(fitStepOverhead(samples, {0.010, 0.030, 0.012, 0.011, 0.012,
-                                        0.013},
-                              3),
-              0.005, 1e-12);
+  EXPECT_NEAR(
+      fitStepOverhead(samples, {0.010, 0.030, 0.012, 0.011, 0.012, 0.013}, 3),
+      0.005, 1e-12);
 }
 
 TEST(CalibrationFit, MedianOfRepeatedRuns) {

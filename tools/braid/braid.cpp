@@ -1,4 +1,5 @@
-//===- braid.cpp - The braid command ---------------------------------------===//
+//===- braid.cpp - The braid command
+//---------------------------------------===//
 //
 // braid view PLAN -o FILE.html
 //
@@ -6,7 +7,8 @@
 // swimlane per pipeline stage along the predicted time
 // (compiler/ScheduleView.h).
 //
-// braid train JOB.textproto [--dp N] [--tp N] [--sp] [--data PREFIX] [--steps N] [--seed N]
+// braid train JOB.textproto [--dp N] [--tp N] [--sp] [--data PREFIX] [--steps
+// N] [--seed N]
 //                           [--data-order ORDER] [--init-from HF_DIR]
 //                           [--log-every N] [--metrics-out FILE]
 //
@@ -82,9 +84,11 @@ int fail(const std::string &message, int code = 1) {
 int usage(const std::string &error) {
   if (!error.empty())
     llvm::errs() << "braid: error: " << error << "\n";
-  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] [--fuse-mlp] [--pp N] [--schedule S] [--stage-layers A,B,..] [--recompute none|selective|full|auto] [--memory-budget BYTES] [--zero 0|1|2|3] "
-               << exec::kTrainerFlagsUsage
-               << "\n"
+  llvm::errs() << "usage: braid train JOB.textproto [--dp N] [--tp N] [--sp] "
+                  "[--fuse-mlp] [--pp N] [--schedule S] [--stage-layers "
+                  "A,B,..] [--recompute none|selective|full|auto] "
+                  "[--memory-budget BYTES] [--zero 0|1|2|3] "
+               << exec::kTrainerFlagsUsage << "\n"
                << "       braid view PLAN -o FILE.html\n"
                << "       braid calibrate [--ranks 1,2,4] [--threads T] "
                   "[--steps N] [--repeats R] [--corpus FILE] [-o FILE]\n";
@@ -585,8 +589,9 @@ int calibrate(int argc, char **argv) {
       std::string roundTag =
           repeats > 1 ? llvm::formatv(", round {0}/{1}", round, repeats).str()
                       : "";
-      std::vector<std::string> mpi = {*mpirun, "-np", std::to_string(n),
-                                      "--oversubscribe", "--bind-to", "none"};
+      std::vector<std::string> mpi = {*mpirun,           "-np",
+                                      std::to_string(n), "--oversubscribe",
+                                      "--bind-to",       "none"};
       if (geteuid() == 0)
         mpi.push_back("--allow-run-as-root");
       for (int k = 0; k < kCalibrationModelCount; ++k) {
@@ -738,10 +743,10 @@ int calibrate(int argc, char **argv) {
     double stepOverhead = std::numeric_limits<double>::infinity();
     for (int k = 0; k < kCalibrationModelCount; ++k)
       if (!c.stepTimes[k].empty())
-        stepOverhead = std::min(
-            stepOverhead,
-            calibration::fitStepOverhead(c.samples[k], c.stepTimes[k],
-                                         double(c.profiledSteps[k])));
+        stepOverhead =
+            std::min(stepOverhead,
+                     calibration::fitStepOverhead(c.samples[k], c.stepTimes[k],
+                                                  double(c.profiledSteps[k])));
     cal->set_step_overhead_s(stepOverhead);
   }
   // The collectives' wait: the tensor-parallel run's measured step against
@@ -793,9 +798,10 @@ int calibrate(int argc, char **argv) {
     if (ec)
       return fail("cannot write " + outPath + ": " + ec.message());
     os << "# This machine's CPU ranks as `braid calibrate --ranks "
-       << llvm::join(llvm::map_range(rankCounts,
-                                     [](int64_t n) { return std::to_string(n); }),
-                     ",")
+       << llvm::join(
+              llvm::map_range(rankCounts,
+                              [](int64_t n) { return std::to_string(n); }),
+              ",")
        << " --steps " << steps
        << (repeats > 1 ? " --repeats " + std::to_string(repeats) : "")
        << "` measured them\n# (frontends/spec/cluster.proto; braidc --cluster "
@@ -840,18 +846,18 @@ int calibrate(int argc, char **argv) {
                           "sizes)\n",
                           "link", llvm::formatv("{0:f3} GB/s", c.link->bandwidth() / 1e9).str(),
                           c.link->latency() * 1e6, c.linkSizes);
-    if (double wait = loaded->calibrations(int(&c - measured.data()))
-                          .collective_wait_s();
+    if (double wait =
+            loaded->calibrations(int(&c - measured.data())).collective_wait_s();
         wait > 0)
       os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us   (per collective "
                           "in a step)\n",
                           "collective wait", "", wait * 1e6);
     if (c.ranks > 1 && !c.stepTimes[kPipelineModel].empty())
-      os << llvm::formatv("  {0,-22} {1,-26:f2}      (of a core, as a share "
-                          "of a computing rank's)\n",
-                          "waiting rank's core",
-                          loaded->calibrations(int(&c - measured.data()))
-                              .waiting_core_share());
+      os << llvm::formatv(
+          "  {0,-22} {1,-26:f2}      (of a core, as a share "
+          "of a computing rank's)\n",
+          "waiting rank's core",
+          loaded->calibrations(int(&c - measured.data())).waiting_core_share());
     for (int k = 0; k < kCalibrationModelCount; ++k) {
       if (c.stepTimes[k].empty())
         continue;
