@@ -1,0 +1,133 @@
+//===- Kernels.h - CUDA kernels of the `model` ops, forward and backward --===//
+//
+// The CUDA counterparts of runtime/cpu/Kernels.h and Optimizer.h, on raw
+// device buffers (arena addresses), each launched on the stream it is given.
+// T is the activations' and weights' type, float (fp32 mode, for checking
+// against the CPU kernels) or __nv_bfloat16 (mixed precision); arithmetic is
+// in float whatever T, and what mixed precision keeps in fp32 is float
+// whatever T: parameter gradients (dtable, dw), the optimizer's master
+// weights and moments, the saved row statistics (rstd, lse) and the loss.
+// The conventions are the CPU kernels':
+//   - "rows" is the product of all leading dimensions (batch x sequence);
+//   - backward functions OVERWRITE activation gradients (dx, dgate, ...) and
+//     ACCUMULATE (+=) parameter gradients (dw, dtable);
+//   - nothing synchronises with the host and nothing allocates: scalars a
+//     later kernel needs (the loss, the number of counted rows, the sum of
+//     squared gradients) stay in device memory.
+// Each launcher returns the launch's error (cudaGetLastError), so a bad
+// configuration is reported where it happens; errors inside a kernel
+// surface at the stream's next synchronisation.
+//
+// Parameter gradients sum over rows with float atomics, so their low bits
+// depend on the order the GPU adds in (the CPU kernels' do not depend on
+// the threads); everything else is computed in a fixed order.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CUDA_KERNELS_H
+#define BRAID_RUNTIME_CUDA_KERNELS_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace braid::cuda {
+
+using bf16 = __nv_bfloat16;
+
+//===-- Embeddings --------------------------------------------------------===//
+
+/// out[r, :] = table[ids[r], :] for r < rows. Ids must be in [0, vocab).
+template <typename T>
+cudaError_t embeddingForward(const T *table, const int32_t *ids, int64_t rows,
+                             int64_t hidden, T *out, cudaStream_t stream);
+/// dtable[ids[r], :] += dout[r, :].
+template <typename T>
+cudaError_t embeddingBackward(const T *dout, const int32_t *ids, int64_t rows,
+                              int64_t hidden, float *dtable,
+                              cudaStream_t stream);
+
+//===-- Normalisation -----------------------------------------------------===//
+
+/// y = x * rstd * w with rstd[r] = 1 / sqrt(mean(x[r]²) + eps) (saved).
+template <typename T>
+cudaError_t rmsNormForward(const T *x, const T *w, int64_t rows, int64_t d,
+                           double eps, T *y, float *rstd, cudaStream_t stream);
+/// dx = rstd·(w·dy) - x·rstd³·mean(x·w·dy); dw += Σ_rows dy·x·rstd.
+template <typename T>
+cudaError_t rmsNormBackward(const T *x, const T *w, const float *rstd,
+                            const T *dy, int64_t rows, int64_t d, T *dx,
+                            float *dw, cudaStream_t stream);
+
+//===-- Position encoding -------------------------------------------------===//
+
+/// Rotary embedding of x [batch, seq, heads * headDim], rotate-half pairs
+/// (i, i + headDim/2), angle pos * theta^(-2i/headDim) (computed in double:
+/// at positions in the thousands a float angle is off by 1e-4).
+template <typename T>
+cudaError_t ropeForward(const T *x, int64_t batch, int64_t seq, int64_t heads,
+                        int64_t headDim, double theta, T *y,
+                        cudaStream_t stream);
+/// The transpose of the rotation: dx = R(-angle) dy.
+template <typename T>
+cudaError_t ropeBackward(const T *dy, int64_t batch, int64_t seq, int64_t heads,
+                         int64_t headDim, double theta, T *dx,
+                         cudaStream_t stream);
+
+//===-- Elementwise -------------------------------------------------------===//
+
+/// y = silu(gate) * up over n elements.
+template <typename T>
+cudaError_t swigluForward(const T *gate, const T *up, int64_t n, T *y,
+                          cudaStream_t stream);
+template <typename T>
+cudaError_t swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
+                           T *dgate, T *dup, cudaStream_t stream);
+
+//===-- Loss --------------------------------------------------------------===//
+
+/// Per row, lse[r] = logsumexp(logits[r]) (saved for backward); then
+/// loss[0] = the mean over rows whose target is not `ignoreIndex` of
+/// lse[r] - logits[r, target[r]], and counted[0] = the number of such rows
+/// (0 rows counted: loss 0). `terms` (rows floats) is scratch, summed in a
+/// fixed order so that the loss does not vary from run to run.
+template <typename T>
+cudaError_t crossEntropyForward(const T *logits, const int32_t *targets,
+                                int64_t rows, int64_t vocab,
+                                int64_t ignoreIndex, float *lse, float *terms,
+                                float *loss, int64_t *counted,
+                                cudaStream_t stream);
+/// dlogits = dloss[0] * (softmax - onehot) / counted[0] (0 on ignored rows),
+/// dloss and counted read on the device.
+template <typename T>
+cudaError_t crossEntropyBackward(const T *logits, const int32_t *targets,
+                                 const float *lse, const float *dloss,
+                                 int64_t rows, int64_t vocab,
+                                 int64_t ignoreIndex, const int64_t *counted,
+                                 T *dlogits, cudaStream_t stream);
+
+//===-- Optimizer ---------------------------------------------------------===//
+
+/// sumSquares[0] += Σ g² over n elements (accumulated in double), the
+/// quantity the global gradient norm all-reduces (cpu::gradSumOfSquares).
+cudaError_t gradSumOfSquares(const float *grad, int64_t n, double *sumSquares,
+                             cudaStream_t stream);
+
+/// One AdamW update of n fp32 master weights, as cpu::adamwStep: with
+/// g = grad * gradScale[0] (read on the device: clipping is decided there),
+///   param ← param − lr·wd·param
+///   m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
+///   param ← param − (lr / (1−β1^t)) · m / (√v / √(1−β2^t) + eps)
+/// and, when `copy` is not null, copy ← param rounded to T (the weights the
+/// next forward reads). The caller validates the hyper-parameters
+/// (cpu::validateAdamWConfig); step >= 1.
+template <typename T>
+cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
+                      int64_t n, double lr, double beta1, double beta2,
+                      double eps, double weightDecay, int64_t step,
+                      const float *gradScale, T *copy, cudaStream_t stream);
+
+} // namespace braid::cuda
+
+#endif // BRAID_RUNTIME_CUDA_KERNELS_H

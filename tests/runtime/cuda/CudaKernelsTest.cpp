@@ -1,0 +1,350 @@
+//===- CudaKernelsTest.cpp - CUDA kernels against the CPU kernels ---------===//
+//
+// Every CUDA kernel of runtime/cuda/Kernels.h on the same inputs as its CPU
+// counterpart (runtime/cpu), which is the reference. fp32: within 1e-5
+// relative (plus an absolute floor of 1e-6 for values near 0, where the
+// GPU's float sums and the CPU's double ones differ by their rounding only).
+// bf16: the inputs are rounded to bf16 first and the reference runs in float
+// on the rounded inputs, so what is compared is the kernel's arithmetic and
+// its one rounding of each stored value: within 1/128 relative (bf16 keeps 8
+// significant bits, a rounding is at most 1/256).
+//
+// Without a CUDA device every test skips.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/Optimizer.h"
+#include "runtime/cuda/Kernels.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace braid;
+using cuda::bf16;
+
+namespace {
+
+bool haveDevice() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+class CudaKernels : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!haveDevice())
+      GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+/// A device copy of a host vector, freed on scope exit.
+template <typename T> class Device {
+public:
+  explicit Device(const std::vector<T> &host) : n_(host.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void **>(&data_),
+                         std::max<size_t>(n_, 1) * sizeof(T)),
+              cudaSuccess);
+    if (n_) {
+      EXPECT_EQ(cudaMemcpy(data_, host.data(), n_ * sizeof(T),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+  }
+  explicit Device(size_t n) : Device(std::vector<T>(n)) {}
+  ~Device() { cudaFree(data_); }
+  Device(const Device &) = delete;
+  Device &operator=(const Device &) = delete;
+
+  T *get() const { return data_; }
+  /// The contents, after the device has finished all work.
+  std::vector<T> host() const {
+    std::vector<T> out(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (n_) {
+      EXPECT_EQ(
+          cudaMemcpy(out.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
+          cudaSuccess);
+    }
+    return out;
+  }
+
+private:
+  T *data_ = nullptr;
+  size_t n_;
+};
+
+std::vector<float> randomValues(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = normal(rng);
+  return v;
+}
+
+float toFloat(float x) { return x; }
+float toFloat(bf16 x) { return __bfloat162float(x); }
+
+template <typename T> std::vector<T> as(const std::vector<float> &v) {
+  std::vector<T> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = T(v[i]);
+  return out;
+}
+
+template <> std::vector<bf16> as<bf16>(const std::vector<float> &v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = __float2bfloat16_rn(v[i]);
+  return out;
+}
+
+/// The values the kernel of type T reads: rounded to T.
+template <typename T> std::vector<float> rounded(const std::vector<float> &v) {
+  std::vector<T> r = as<T>(v);
+  std::vector<float> out(r.size());
+  for (size_t i = 0; i < r.size(); ++i)
+    out[i] = toFloat(r[i]);
+  return out;
+}
+
+template <typename T> double relativeTolerance() {
+  return std::is_same_v<T, float> ? 1e-5 : 1.0 / 128;
+}
+template <typename T> double absoluteTolerance() {
+  return std::is_same_v<T, float> ? 1e-6 : 1e-3;
+}
+
+/// Every element of `got` within rel·|want| + abs of `want`; reports the
+/// worst one.
+template <typename G>
+void expectClose(const std::vector<G> &got, const std::vector<float> &want,
+                 double rel, double abs, const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double excess = std::abs(double(toFloat(got[i])) - want[i]) -
+                    (rel * std::abs(want[i]) + abs);
+    if (!(excess <= worst)) { // NaN counts
+      worst = std::isnan(excess) ? INFINITY : excess;
+      at = i;
+    }
+  }
+  EXPECT_EQ(worst, 0) << what << ": element " << at << " is "
+                      << toFloat(got[at]) << ", the reference " << want[at];
+}
+
+template <typename T> class CudaKernelsOf : public CudaKernels {};
+using Types = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(CudaKernelsOf, Types);
+
+TYPED_TEST(CudaKernelsOf, RmsNorm) {
+  using T = TypeParam;
+  // 70 rows of 1000: a row longer than a block and not a multiple of it,
+  // more rows than a block of the column sums (64).
+  const int64_t rows = 70, d = 1000;
+  std::vector<float> x = rounded<T>(randomValues(rows * d, 1)),
+                     w = rounded<T>(randomValues(d, 2, 0.5f)),
+                     dy = rounded<T>(randomValues(rows * d, 3));
+  std::vector<float> dw0 = randomValues(d, 4);
+  std::vector<float> y(rows * d), rstd(rows), dx(rows * d), dw = dw0;
+  cpu::rmsNormForward(x.data(), w.data(), rows, d, 1e-5, y.data(), rstd.data());
+  cpu::rmsNormBackward(x.data(), w.data(), rstd.data(), dy.data(), rows, d,
+                       dx.data(), dw.data());
+
+  Device<T> gx(as<T>(x)), gw(as<T>(w)), gdy(as<T>(dy)), gy(rows * d),
+      gdx(rows * d);
+  Device<float> grstd(rows), gdw(dw0);
+  ASSERT_EQ(cuda::rmsNormForward(gx.get(), gw.get(), rows, d, 1e-5, gy.get(),
+                                 grstd.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::rmsNormBackward(gx.get(), gw.get(), grstd.get(), gdy.get(),
+                                  rows, d, gdx.get(), gdw.get(), nullptr),
+            cudaSuccess);
+  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+  expectClose(gy.host(), y, rel, abs, "y");
+  expectClose(grstd.host(), rstd, 1e-5, 1e-6, "rstd");
+  expectClose(gdx.host(), dx, rel, abs, "dx");
+  // dw is float in both: only the order of its sums differs.
+  expectClose(gdw.host(), dw, 1e-5, 1e-5, "dw");
+}
+
+TYPED_TEST(CudaKernelsOf, Rope) {
+  using T = TypeParam;
+  // Positions up to 299, where a float angle would be off by 1e-5.
+  const int64_t batch = 2, seq = 300, heads = 3, headDim = 64;
+  const int64_t n = batch * seq * heads * headDim;
+  std::vector<float> x = rounded<T>(randomValues(n, 5));
+  std::vector<float> y(n), back(n);
+  cpu::ropeForward(x.data(), batch, seq, heads, headDim, 10000.0, y.data());
+  cpu::ropeBackward(x.data(), batch, seq, heads, headDim, 10000.0, back.data());
+  Device<T> gx(as<T>(x)), gy(n), gback(n);
+  ASSERT_EQ(cuda::ropeForward(gx.get(), batch, seq, heads, headDim, 10000.0,
+                              gy.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::ropeBackward(gx.get(), batch, seq, heads, headDim, 10000.0,
+                               gback.get(), nullptr),
+            cudaSuccess);
+  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+  expectClose(gy.host(), y, rel, abs, "forward");
+  expectClose(gback.host(), back, rel, abs, "backward");
+  // In place, as the executor may run it.
+  ASSERT_EQ(cuda::ropeForward(gx.get(), batch, seq, heads, headDim, 10000.0,
+                              gx.get(), nullptr),
+            cudaSuccess);
+  expectClose(gx.host(), y, rel, abs, "in place");
+}
+
+TYPED_TEST(CudaKernelsOf, Swiglu) {
+  using T = TypeParam;
+  const int64_t n = 10007;
+  std::vector<float> gate = rounded<T>(randomValues(n, 6, 3.0f)),
+                     up = rounded<T>(randomValues(n, 7)),
+                     dy = rounded<T>(randomValues(n, 8));
+  std::vector<float> y(n), dgate(n), dup(n);
+  cpu::swigluForward(gate.data(), up.data(), n, y.data());
+  cpu::swigluBackward(gate.data(), up.data(), dy.data(), n, dgate.data(),
+                      dup.data());
+  Device<T> ggate(as<T>(gate)), gup(as<T>(up)), gdy(as<T>(dy)), gy(n),
+      gdgate(n), gdup(n);
+  ASSERT_EQ(cuda::swigluForward(ggate.get(), gup.get(), n, gy.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::swigluBackward(ggate.get(), gup.get(), gdy.get(), n,
+                                 gdgate.get(), gdup.get(), nullptr),
+            cudaSuccess);
+  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+  expectClose(gy.host(), y, rel, abs, "y");
+  expectClose(gdgate.host(), dgate, rel, abs, "dgate");
+  expectClose(gdup.host(), dup, rel, abs, "dup");
+}
+
+TYPED_TEST(CudaKernelsOf, Embedding) {
+  using T = TypeParam;
+  // Ids repeat, so rows add into the same gradient row.
+  const int64_t vocab = 50, hidden = 96, rows = 300;
+  std::vector<int32_t> ids(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    ids[r] = int32_t((r * 7) % vocab);
+  std::vector<float> table = rounded<T>(randomValues(vocab * hidden, 9)),
+                     dout = rounded<T>(randomValues(rows * hidden, 10));
+  std::vector<float> out(rows * hidden),
+      dtable = randomValues(vocab * hidden, 11);
+  std::vector<float> dtable0 = dtable;
+  cpu::embeddingForward(table.data(), ids.data(), rows, hidden, out.data());
+  cpu::embeddingBackward(dout.data(), ids.data(), rows, hidden, dtable.data());
+  Device<T> gtable(as<T>(table)), gdout(as<T>(dout)), gout(rows * hidden);
+  Device<int32_t> gids(ids);
+  Device<float> gdtable(dtable0);
+  ASSERT_EQ(cuda::embeddingForward(gtable.get(), gids.get(), rows, hidden,
+                                   gout.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::embeddingBackward(gdout.get(), gids.get(), rows, hidden,
+                                    gdtable.get(), nullptr),
+            cudaSuccess);
+  // A gather is exact; the gradient's sums differ in order only.
+  expectClose(gout.host(), out, 0, 0, "out");
+  expectClose(gdtable.host(), dtable, 1e-5, 1e-5, "dtable");
+}
+
+TYPED_TEST(CudaKernelsOf, CrossEntropy) {
+  using T = TypeParam;
+  // Rows with the ignored target (-100) count neither in the loss nor in
+  // its gradient.
+  const int64_t rows = 33, vocab = 5003, ignore = -100;
+  std::vector<float> logits = rounded<T>(randomValues(rows * vocab, 12, 2.0f));
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    targets[r] = r % 5 == 3 ? int32_t(ignore) : int32_t((r * 131) % vocab);
+  std::vector<float> lse(rows), dlogits(rows * vocab);
+  int64_t counted = 0;
+  float loss = cpu::crossEntropyForward(logits.data(), targets.data(), rows,
+                                        vocab, ignore, lse.data(), &counted);
+  cpu::crossEntropyBackward(logits.data(), targets.data(), lse.data(), 0.5f,
+                            rows, vocab, ignore, counted, dlogits.data());
+  ASSERT_EQ(counted, rows - 7);
+
+  Device<T> glogits(as<T>(logits)), gdlogits(rows * vocab);
+  Device<int32_t> gtargets(targets);
+  Device<float> glse(rows), gterms(rows), gloss(1),
+      gdloss(std::vector<float>{0.5f});
+  Device<int64_t> gcounted(1);
+  ASSERT_EQ(cuda::crossEntropyForward(glogits.get(), gtargets.get(), rows,
+                                      vocab, ignore, glse.get(), gterms.get(),
+                                      gloss.get(), gcounted.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::crossEntropyBackward(
+                glogits.get(), gtargets.get(), glse.get(), gdloss.get(), rows,
+                vocab, ignore, gcounted.get(), gdlogits.get(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(gcounted.host()[0], counted);
+  // The loss and lse are float in both (from the same rounded logits).
+  expectClose(gloss.host(), {loss}, 1e-5, 1e-6, "loss");
+  expectClose(glse.host(), lse, 1e-5, 1e-6, "lse");
+  expectClose(gdlogits.host(), dlogits, relativeTolerance<T>(), 1e-7,
+              "dlogits");
+}
+
+TEST_F(CudaKernels, GradSumOfSquares) {
+  // Two calls add into one sum, in double.
+  std::vector<float> a = randomValues(100003, 13), b = randomValues(517, 14);
+  double want = 0;
+  for (float x : a)
+    want += double(x) * x;
+  for (float x : b)
+    want += double(x) * x;
+  Device<float> ga(a), gb(b);
+  Device<double> sum(1);
+  ASSERT_EQ(
+      cuda::gradSumOfSquares(ga.get(), int64_t(a.size()), sum.get(), nullptr),
+      cudaSuccess);
+  ASSERT_EQ(
+      cuda::gradSumOfSquares(gb.get(), int64_t(b.size()), sum.get(), nullptr),
+      cudaSuccess);
+  EXPECT_NEAR(sum.host()[0], want, 1e-12 * want);
+}
+
+TYPED_TEST(CudaKernelsOf, AdamW) {
+  using T = TypeParam;
+  // Three steps from the same state, gradients scaled by 0.5 (clipping);
+  // the copy holds the new weights rounded to T.
+  const int64_t n = 4099;
+  std::vector<float> param = randomValues(n, 15), m(n, 0.0f), v(n, 0.0f);
+  cpu::AdamWConfig config;
+  config.beta1 = 0.9;
+  config.beta2 = 0.95;
+  config.eps = 1e-8;
+  config.weightDecay = 0.1;
+  Device<float> gparam(param), gm(m), gv(v), gscale(std::vector<float>{0.5f});
+  Device<T> gcopy(n);
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<float> grad = randomValues(n, 100 + uint32_t(step));
+    ASSERT_TRUE(cpu::adamwStep(param.data(), grad.data(), m.data(), v.data(), n,
+                               config, 3e-4, step, 0.5)
+                    .ok());
+    Device<float> ggrad(grad);
+    ASSERT_EQ(cuda::adamwStep(gparam.get(), ggrad.get(), gm.get(), gv.get(), n,
+                              3e-4, config.beta1, config.beta2, config.eps,
+                              config.weightDecay, step, gscale.get(),
+                              gcopy.get(), nullptr),
+              cudaSuccess);
+  }
+  expectClose(gparam.host(), param, 1e-6, 1e-7, "param");
+  expectClose(gm.host(), m, 1e-6, 1e-9, "m");
+  expectClose(gv.host(), v, 1e-6, 1e-12, "v");
+  expectClose(gcopy.host(), rounded<T>(param), relativeTolerance<T>(), 0,
+              "copy");
+  // A step before the first is refused.
+  EXPECT_EQ(cuda::adamwStep<T>(gparam.get(), gparam.get(), gm.get(), gv.get(),
+                               n, 3e-4, 0.9, 0.95, 1e-8, 0.1, 0, gscale.get(),
+                               nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
+} // namespace
