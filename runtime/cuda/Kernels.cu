@@ -133,22 +133,54 @@ __global__ void rmsNormForwardKernel(const T *x, const T *w, int64_t d,
     y[r * d + c] = fromFloat<T>(toFloat(xr[c]) * inv * toFloat(w[c]));
 }
 
-/// dw[c] += Σ over a block of rows of dy·x·rstd.
-template <typename T>
-__global__ void rmsNormWeightGradKernel(const T *x, const float *rstd,
-                                        const T *dy, int64_t rows, int64_t d,
-                                        float *dw) {
+/// sums[c] += Σ_r term(r, c): each block adds up a block of rows for a
+/// block of columns (coalesced along the columns), then adds its partial
+/// sums atomically.
+template <typename Term>
+__global__ void columnSumsKernel(Term term, int64_t rows, int64_t cols,
+                                 float *sums) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= d)
+  if (c >= cols)
     return;
   const int64_t r0 = int64_t(blockIdx.y) * kRowsPerColumnBlock;
   const int64_t r1 =
       rows < r0 + kRowsPerColumnBlock ? rows : r0 + kRowsPerColumnBlock;
   float sum = 0;
   for (int64_t r = r0; r < r1; ++r)
-    sum += toFloat(dy[r * d + c]) * toFloat(x[r * d + c]) * rstd[r];
-  atomicAdd(dw + c, sum);
+    sum += term(r, c);
+  atomicAdd(sums + c, sum);
 }
+
+template <typename Term>
+cudaError_t launchColumnSums(Term term, int64_t rows, int64_t cols, float *sums,
+                             cudaStream_t stream) {
+  if (rows * cols == 0)
+    return cudaSuccess;
+  dim3 blocks(unsigned((cols + kThreads - 1) / kThreads),
+              unsigned((rows + kRowsPerColumnBlock - 1) / kRowsPerColumnBlock));
+  columnSumsKernel<<<blocks, kThreads, 0, stream>>>(term, rows, cols, sums);
+  return cudaGetLastError();
+}
+
+/// RMSNorm's weight gradient term, dy·x·rstd.
+template <typename T> struct RmsNormWeightTerm {
+  const T *x;
+  const float *rstd;
+  const T *dy;
+  int64_t d;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    return toFloat(dy[r * d + c]) * toFloat(x[r * d + c]) * rstd[r];
+  }
+};
+
+/// The elements of a matrix.
+template <typename T> struct ElementTerm {
+  const T *x;
+  int64_t cols;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    return toFloat(x[r * cols + c]);
+  }
+};
 
 template <typename T>
 __global__ void rmsNormInputGradKernel(const T *x, const T *w,
@@ -215,6 +247,16 @@ __global__ void swigluBackwardKernel(const T *gate, const T *up, const T *dy,
     float sg = sigmoid(g);
     dup[i] = fromFloat<T>(d * g * sg);
     dgate[i] = fromFloat<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
+  }
+}
+
+//===-- Bias --------------------------------------------------------------===//
+
+template <typename T>
+__global__ void addBiasKernel(const T *bias, float scale, int64_t rows,
+                              int64_t cols, T *y) {
+  BRAID_GRID_STRIDE(i, rows * cols) {
+    y[i] = fromFloat<T>(toFloat(y[i]) + toFloat(bias[i % cols]) * scale);
   }
 }
 
@@ -364,12 +406,9 @@ cudaError_t rmsNormBackward(const T *x, const T *w, const float *rstd,
   if (rows == 0 || d == 0)
     return cudaSuccess;
   // dw first: dx may overwrite dy or x.
-  dim3 columns(
-      unsigned((d + kThreads - 1) / kThreads),
-      unsigned((rows + kRowsPerColumnBlock - 1) / kRowsPerColumnBlock));
-  rmsNormWeightGradKernel<<<columns, kThreads, 0, stream>>>(x, rstd, dy, rows,
-                                                            d, dw);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+  if (cudaError_t e = launchColumnSums(RmsNormWeightTerm<T>{x, rstd, dy, d},
+                                       rows, d, dw, stream);
+      e != cudaSuccess)
     return e;
   rmsNormInputGradKernel<<<unsigned(rows), kThreads, 0, stream>>>(x, w, rstd,
                                                                   dy, d, dx);
@@ -420,6 +459,22 @@ cudaError_t swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
   swigluBackwardKernel<<<gridFor(n), kThreads, 0, stream>>>(gate, up, dy, n,
                                                             dgate, dup);
   return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t addBias(const T *bias, double scale, int64_t rows, int64_t cols,
+                    T *y, cudaStream_t stream) {
+  if (rows * cols == 0)
+    return cudaSuccess;
+  addBiasKernel<<<gridFor(rows * cols), kThreads, 0, stream>>>(
+      bias, float(scale), rows, cols, y);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t addColumnSums(const T *x, int64_t rows, int64_t cols, float *sums,
+                          cudaStream_t stream) {
+  return launchColumnSums(ElementTerm<T>{x, cols}, rows, cols, sums, stream);
 }
 
 template <typename T>
@@ -499,6 +554,10 @@ cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
                                         cudaStream_t);                         \
   template cudaError_t swigluBackward<T>(const T *, const T *, const T *,      \
                                          int64_t, T *, T *, cudaStream_t);     \
+  template cudaError_t addBias<T>(const T *, double, int64_t, int64_t, T *,    \
+                                  cudaStream_t);                               \
+  template cudaError_t addColumnSums<T>(const T *, int64_t, int64_t, float *,  \
+                                        cudaStream_t);                         \
   template cudaError_t crossEntropyForward<T>(                                 \
       const T *, const int32_t *, int64_t, int64_t, int64_t, float *, float *, \
       float *, int64_t *, cudaStream_t);                                       \

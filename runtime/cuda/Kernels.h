@@ -85,6 +85,18 @@ template <typename T>
 cudaError_t swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
                            T *dgate, T *dup, cudaStream_t stream);
 
+//===-- Bias --------------------------------------------------------------===//
+
+/// y[r, c] += bias[c] * scale for r < rows, c < cols (a linear's bias when
+/// it is scaled, which cuBLASLt's bias epilogue cannot do).
+template <typename T>
+cudaError_t addBias(const T *bias, double scale, int64_t rows, int64_t cols,
+                    T *y, cudaStream_t stream);
+/// sums[c] += Σ_r x[r, c] (a bias's gradient).
+template <typename T>
+cudaError_t addColumnSums(const T *x, int64_t rows, int64_t cols, float *sums,
+                          cudaStream_t stream);
+
 //===-- Loss --------------------------------------------------------------===//
 
 /// Per row, lse[r] = logsumexp(logits[r]) (saved for backward); then

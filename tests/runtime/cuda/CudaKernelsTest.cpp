@@ -15,6 +15,7 @@
 
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
+#include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
 
 #include "gtest/gtest.h"
@@ -289,6 +290,56 @@ TYPED_TEST(CudaKernelsOf, CrossEntropy) {
   expectClose(glse.host(), lse, 1e-5, 1e-6, "lse");
   expectClose(gdlogits.host(), dlogits, relativeTolerance<T>(), 1e-7,
               "dlogits");
+}
+
+TYPED_TEST(CudaKernelsOf, Linear) {
+  using T = TypeParam;
+  // Both weight layouts, with no bias, a bias (the epilogue) and a scaled
+  // one (the separate kernel); dw and dbias accumulate onto what they held.
+  const int64_t rows = 77, in = 96, out = 40;
+  std::vector<float> x = rounded<T>(randomValues(rows * in, 20)),
+                     w = rounded<T>(randomValues(in * out, 21, 0.2f)),
+                     bias = rounded<T>(randomValues(out, 22)),
+                     dy = rounded<T>(randomValues(rows * out, 23)),
+                     dw0 = randomValues(in * out, 24),
+                     dbias0 = randomValues(out, 25);
+  absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  // A product's float sums differ in order: an absolute floor of the
+  // rounding of k terms.
+  double rel = relativeTolerance<T>(), abs = 1e-5 * std::sqrt(double(in));
+  for (bool transposeW : {false, true})
+    for (double biasScale : {0.0, 1.0, 0.5}) {
+      SCOPED_TRACE(testing::Message() << "transposeW " << transposeW
+                                      << ", bias scale " << biasScale);
+      cpu::LinearShape s{rows, in, out, transposeW, biasScale};
+      const float *cpuBias = biasScale > 0 ? bias.data() : nullptr;
+      std::vector<float> y(rows * out), dx(rows * in), dw = dw0, dbias = dbias0;
+      cpu::linearForward(x.data(), w.data(), cpuBias, s, y.data());
+      cpu::linearBackward(x.data(), w.data(), dy.data(), s, dx.data(),
+                          dw.data(), cpuBias ? dbias.data() : nullptr);
+
+      Device<T> gx(as<T>(x)), gw(as<T>(w)), gbias(as<T>(bias)), gdy(as<T>(dy)),
+          gy(rows * out), gdx(rows * in);
+      Device<float> gdw(dw0), gdbias(dbias0);
+      ASSERT_TRUE((*gemm)->Prepare<T>(s, cpuBias != nullptr).ok());
+      absl::Status st = (*gemm)->LinearForward<T>(
+          gx.get(), gw.get(), cpuBias ? gbias.get() : nullptr, s, gy.get(),
+          nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      st = (*gemm)->LinearBackward<T>(
+          gx.get(), gw.get(), gdy.get(), s, gdx.get(), gdw.get(),
+          cpuBias ? gdbias.get() : nullptr, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      expectClose(gy.host(), y, rel, abs, "y");
+      expectClose(gdx.host(), dx, rel, abs, "dx");
+      expectClose(gdw.host(), dw, 1e-5, 1e-5 * std::sqrt(double(rows)), "dw");
+      expectClose(gdbias.host(), dbias, 1e-5, 1e-5 * std::sqrt(double(rows)),
+                  "dbias");
+    }
+  // Each problem's algorithm was chosen once: per layout, forward with and
+  // without the epilogue, the input gradient and the weight gradient.
+  EXPECT_EQ((*gemm)->ChosenAlgorithms(), 2u * 4u);
 }
 
 TEST_F(CudaKernels, GradSumOfSquares) {

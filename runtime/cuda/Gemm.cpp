@@ -1,0 +1,222 @@
+//===- Gemm.cpp - Linear layers through cuBLASLt --------------------------===//
+
+#include "runtime/cuda/Gemm.h"
+
+#include "runtime/cuda/Check.h"
+
+#include <type_traits>
+
+namespace braid::cuda {
+namespace {
+
+template <typename T> cudaDataType_t dataType() {
+  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspaceBytes) {
+  std::unique_ptr<Gemm> gemm(new Gemm());
+  BRAID_CUBLAS_CHECK(cublasLtCreate(&gemm->handle_));
+  if (workspaceBytes > 0)
+    BRAID_CUDA_CHECK(cudaMalloc(&gemm->workspace_, workspaceBytes));
+  gemm->workspaceBytes_ = workspaceBytes;
+  return gemm;
+}
+
+Gemm::~Gemm() {
+  for (auto &[key, p] : prepared_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.d);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  if (workspace_)
+    cudaFree(workspace_);
+  if (handle_)
+    cublasLtDestroy(handle_);
+}
+
+absl::StatusOr<Gemm::Prepared *> Gemm::prepare(const Problem &p) {
+  auto key = p.key();
+  if (auto it = prepared_.find(key); it != prepared_.end())
+    return &it->second;
+  // Made whole before it is kept, so that a failure keeps nothing half made
+  // (the destructor frees what is kept).
+  Prepared made;
+  auto release = [&] {
+    cublasLtMatrixLayoutDestroy(made.a);
+    cublasLtMatrixLayoutDestroy(made.b);
+    cublasLtMatrixLayoutDestroy(made.d);
+    cublasLtMatmulDescDestroy(made.op);
+  };
+  absl::Status status = [&]() -> absl::Status {
+    BRAID_CUBLAS_CHECK(
+        cublasLtMatmulDescCreate(&made.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = p.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = p.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        made.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        made.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    if (p.bias) {
+      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          made.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    }
+    // Stored (column-major) shapes: op(A) is m x k, op(B) k x n, D m x n.
+    BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+        &made.a, p.ab, p.transA ? p.k : p.m, p.transA ? p.m : p.k, p.lda));
+    BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+        &made.b, p.ab, p.transB ? p.n : p.k, p.transB ? p.k : p.n, p.ldb));
+    BRAID_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&made.d, p.d, p.m, p.n, p.ldd));
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes_,
+        sizeof(workspaceBytes_));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t asked = set != CUBLAS_STATUS_SUCCESS
+                               ? set
+                               : cublasLtMatmulAlgoGetHeuristic(
+                                     handle_, made.op, made.a, made.b, made.d,
+                                     made.d, preference, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(preference);
+    BRAID_CUBLAS_CHECK(asked);
+    if (found == 0)
+      return absl::UnimplementedError(
+          absl::StrCat("cuBLASLt has no algorithm for a ", p.m, " x ", p.n,
+                       " x ", p.k, " product (", p.transA ? "T" : "N",
+                       p.transB ? "T" : "N", p.bias ? ", bias" : "", ")"));
+    made.algo = result.algo;
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    release();
+    return status;
+  }
+  return &(prepared_[key] = made);
+}
+
+absl::Status Gemm::run(const Problem &p, const void *a, const void *b, void *d,
+                       float beta, const void *bias, cudaStream_t stream) {
+  if (p.m == 0 || p.n == 0)
+    return absl::OkStatus();
+  absl::StatusOr<Prepared *> prepared = prepare(p);
+  if (!prepared.ok())
+    return prepared.status();
+  Prepared &q = **prepared;
+  if (p.bias)
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        q.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  const float alpha = 1.0f;
+  BRAID_CUBLAS_CHECK(cublasLtMatmul(handle_, q.op, &alpha, a, q.a, b, q.b,
+                                    &beta, d, q.d, d, q.d, &q.algo, workspace_,
+                                    workspaceBytes_, stream));
+  return absl::OkStatus();
+}
+
+// Row-major [r, c] is column-major [c, r] with leading dimension c. With W
+// stored [in, out] (column-major [out, in], ld out) or [out, in] (column-
+// major [in, out], ld in):
+//   yᵀ [out, rows]  = op(W) xᵀ,   op(W) = Wstored or its transpose;
+//   dxᵀ [in, rows]  = op(W) dyᵀ;
+//   dW += xᵀ dy as its column-major self: [out, in] = dyᵀ x for W stored
+//   [in, out], [in, out] = xᵀ dy for W stored [out, in].
+template <typename T>
+Gemm::Problem Gemm::forwardProblem(const cpu::LinearShape &s, bool epilogue) {
+  return {s.out,         s.rows,  s.in,
+          s.transposeW,  false,   s.transposeW ? s.in : s.out,
+          s.in,          s.out,   dataType<T>(),
+          dataType<T>(), epilogue};
+}
+
+template <typename T>
+Gemm::Problem Gemm::inputGradProblem(const cpu::LinearShape &s) {
+  return {s.in,          s.rows, s.out,
+          !s.transposeW, false,  s.transposeW ? s.in : s.out,
+          s.out,         s.in,   dataType<T>(),
+          dataType<T>(), false};
+}
+
+template <typename T>
+Gemm::Problem Gemm::weightGradProblem(const cpu::LinearShape &s) {
+  // A is dy (stored [in, out]) or x (stored [out, in]), B the other,
+  // transposed.
+  return s.transposeW
+             ? Problem{s.in,  s.out, s.rows,        false,      true, s.in,
+                       s.out, s.in,  dataType<T>(), CUDA_R_32F, false}
+             : Problem{s.out, s.in,  s.rows,        false,      true, s.out,
+                       s.in,  s.out, dataType<T>(), CUDA_R_32F, false};
+}
+
+template <typename T>
+absl::Status Gemm::LinearForward(const T *x, const T *w, const T *bias,
+                                 const cpu::LinearShape &s, T *y,
+                                 cudaStream_t stream) {
+  bool epilogue = bias && s.biasScale == 1.0;
+  if (absl::Status st =
+          run(forwardProblem<T>(s, epilogue), w, x, y, 0.0f, bias, stream);
+      !st.ok())
+    return st;
+  if (bias && !epilogue)
+    BRAID_CUDA_CHECK(addBias(bias, s.biasScale, s.rows, s.out, y, stream));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status Gemm::LinearBackward(const T *x, const T *w, const T *dy,
+                                  const cpu::LinearShape &s, T *dx, float *dw,
+                                  float *dbias, cudaStream_t stream) {
+  if (dx)
+    if (absl::Status st =
+            run(inputGradProblem<T>(s), w, dy, dx, 0.0f, nullptr, stream);
+        !st.ok())
+      return st;
+  if (dw) {
+    const T *a = s.transposeW ? x : dy, *b = s.transposeW ? dy : x;
+    if (absl::Status st =
+            run(weightGradProblem<T>(s), a, b, dw, 1.0f, nullptr, stream);
+        !st.ok())
+      return st;
+  }
+  if (dbias)
+    BRAID_CUDA_CHECK(addColumnSums(dy, s.rows, s.out, dbias, stream));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status Gemm::Prepare(const cpu::LinearShape &s, bool bias) {
+  for (const Problem &p : {forwardProblem<T>(s, bias && s.biasScale == 1.0),
+                           inputGradProblem<T>(s), weightGradProblem<T>(s)})
+    if (p.m > 0 && p.n > 0)
+      if (absl::StatusOr<Prepared *> q = prepare(p); !q.ok())
+        return q.status();
+  return absl::OkStatus();
+}
+
+template absl::Status Gemm::LinearForward<float>(const float *, const float *,
+                                                 const float *,
+                                                 const cpu::LinearShape &,
+                                                 float *, cudaStream_t);
+template absl::Status Gemm::LinearForward<bf16>(const bf16 *, const bf16 *,
+                                                const bf16 *,
+                                                const cpu::LinearShape &,
+                                                bf16 *, cudaStream_t);
+template absl::Status Gemm::LinearBackward<float>(const float *, const float *,
+                                                  const float *,
+                                                  const cpu::LinearShape &,
+                                                  float *, float *, float *,
+                                                  cudaStream_t);
+template absl::Status Gemm::LinearBackward<bf16>(const bf16 *, const bf16 *,
+                                                 const bf16 *,
+                                                 const cpu::LinearShape &,
+                                                 bf16 *, float *, float *,
+                                                 cudaStream_t);
+template absl::Status Gemm::Prepare<float>(const cpu::LinearShape &, bool);
+template absl::Status Gemm::Prepare<bf16>(const cpu::LinearShape &, bool);
+
+} // namespace braid::cuda

@@ -1,0 +1,112 @@
+//===- Gemm.h - Linear layers through cuBLASLt ------------------*- C++ -*-===//
+//
+// The matrix products of a linear layer (runtime/cpu/Kernels.h's
+// linearForward and linearBackward, same shapes and layouts) on cuBLASLt:
+// T inputs (float or bf16), float accumulation (CUBLAS_COMPUTE_32F: no TF32,
+// so that fp32 mode checks against the CPU), the weight gradient accumulated
+// in float (beta = 1). The bias rides cuBLASLt's bias epilogue when it is
+// not scaled.
+//
+// Row-major buffers are cuBLASLt's column-major transposes: y = x W is
+// computed as yᵀ = Wᵀ xᵀ, with no copy.
+//
+// An algorithm is chosen once per problem (shapes, layouts, types,
+// epilogue) by cuBLASLt's heuristic and kept, so that a plan's step loop,
+// which repeats the same problems, never asks again; `Prepare` asks ahead
+// (at plan load). Nothing here allocates after construction or synchronises
+// with the host.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CUDA_GEMM_H
+#define BRAID_RUNTIME_CUDA_GEMM_H
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cuda/Kernels.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+namespace braid::cuda {
+
+class Gemm {
+public:
+  /// A cuBLASLt handle and `workspaceBytes` of device workspace (cuBLASLt's
+  /// recommendation for Hopper is 32 MiB).
+  static absl::StatusOr<std::unique_ptr<Gemm>>
+  Create(size_t workspaceBytes = size_t(32) << 20);
+  ~Gemm();
+  Gemm(const Gemm &) = delete;
+  Gemm &operator=(const Gemm &) = delete;
+
+  /// y = x W (+ bias · biasScale), overwriting y.
+  template <typename T>
+  absl::Status LinearForward(const T *x, const T *w, const T *bias,
+                             const cpu::LinearShape &s, T *y,
+                             cudaStream_t stream);
+  /// dx = dy Wᵀ (overwritten; skipped when null); dw += xᵀ dy in the
+  /// weight's layout (skipped when null); dbias += the column sums of dy
+  /// (skipped when null).
+  template <typename T>
+  absl::Status LinearBackward(const T *x, const T *w, const T *dy,
+                              const cpu::LinearShape &s, T *dx, float *dw,
+                              float *dbias, cudaStream_t stream);
+  /// Chooses the algorithms of a linear's three products ahead of the
+  /// first step (with or without its bias).
+  template <typename T>
+  absl::Status Prepare(const cpu::LinearShape &s, bool bias);
+
+  /// How many problems have an algorithm chosen.
+  size_t ChosenAlgorithms() const { return prepared_.size(); }
+
+private:
+  Gemm() = default;
+
+  /// One product D = op(A) op(B) (+ beta C = D, + bias), column-major.
+  struct Problem {
+    int64_t m, n, k;
+    bool transA, transB;
+    int64_t lda, ldb, ldd;
+    cudaDataType_t ab, d;
+    bool bias;
+    using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t,
+                           int64_t, int64_t, int, int, bool>;
+    Key key() const {
+      return Key(m, n, k, transA, transB, lda, ldb, ldd, int(ab), int(d), bias);
+    }
+  };
+  /// The products of a linear: forward (with the bias epilogue or not),
+  /// the input gradient and the weight gradient.
+  template <typename T>
+  static Problem forwardProblem(const cpu::LinearShape &s, bool epilogue);
+  template <typename T>
+  static Problem inputGradProblem(const cpu::LinearShape &s);
+  template <typename T>
+  static Problem weightGradProblem(const cpu::LinearShape &s);
+  /// A problem's descriptors and algorithm, made once.
+  struct Prepared {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo;
+  };
+  /// `p` prepared (on its first use).
+  absl::StatusOr<Prepared *> prepare(const Problem &p);
+  absl::Status run(const Problem &p, const void *a, const void *b, void *d,
+                   float beta, const void *bias, cudaStream_t stream);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void *workspace_ = nullptr;
+  size_t workspaceBytes_ = 0;
+  std::map<Problem::Key, Prepared> prepared_;
+};
+
+} // namespace braid::cuda
+
+#endif // BRAID_RUNTIME_CUDA_GEMM_H
