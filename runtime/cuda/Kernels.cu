@@ -415,6 +415,8 @@ cudaError_t rmsNormBackward(const T *x, const T *w, const float *rstd,
   return cudaGetLastError();
 }
 
+namespace {
+
 /// Rotates every head of x by angle·sign (sign -1 is the inverse rotation).
 template <typename T>
 cudaError_t rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
@@ -427,6 +429,8 @@ cudaError_t rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
                                                   headDim, theta, sign, y);
   return cudaGetLastError();
 }
+
+} // namespace
 
 template <typename T>
 cudaError_t ropeForward(const T *x, int64_t batch, int64_t seq, int64_t heads,

@@ -1,5 +1,4 @@
-//===- braid.cpp - The braid command
-//---------------------------------------===//
+//===- braid.cpp - The braid command ---------------------------------------===//
 //
 // braid view PLAN -o FILE.html
 //
@@ -7,8 +6,7 @@
 // swimlane per pipeline stage along the predicted time
 // (compiler/ScheduleView.h).
 //
-// braid train JOB.textproto [--dp N] [--tp N] [--sp] [--data PREFIX] [--steps
-// N] [--seed N]
+// braid train JOB.textproto [--dp N] [--tp N] [--sp] [--data PREFIX] [--steps N] [--seed N]
 //                           [--data-order ORDER] [--init-from HF_DIR]
 //                           [--log-every N] [--metrics-out FILE]
 //
@@ -286,6 +284,11 @@ constexpr CalibrationModel kCalibrationModels[kCalibrationModelCount] = {
     {"small-pp2", 64, 4, 176, 64, 2, 1, 2, 4},
 };
 
+/// Whether `model` runs on `ranks` ranks (they divide by its tp x pp).
+bool runsOn(const CalibrationModel &model, int64_t ranks) {
+  return ranks % (model.tp * model.pp) == 0;
+}
+
 /// Seconds a calibration run may take before it counts as hung.
 constexpr unsigned kRunTimeoutSeconds = 1800;
 
@@ -408,9 +411,9 @@ std::string formatRate(const spec::KernelRate &r) {
 struct RankCalibration {
   int64_t ranks = 0, threads = 0;
   /// By kCalibrationModels: small, mid, the small one's other
-  /// micro-batches, then tensor-parallel (absent where the ranks do not
-  /// divide by its tp: no step times).
-  /// Each round's profile, then their median (calibration::medianRun).
+  /// micro-batches, then tensor-parallel and pipeline (absent where the
+  /// ranks do not divide by their tp x pp: no step times). Each round's
+  /// profile, then their median (calibration::medianRun).
   std::vector<calibration::KernelSamples> runs[kCalibrationModelCount];
   calibration::KernelSamples samples[kCalibrationModelCount];
   /// Every round's profiled steps, and how many one round profiles (what
@@ -565,7 +568,7 @@ int calibrate(int argc, char **argv) {
     c.threads = threads > 0 ? threads : std::max<int64_t>(cores / n, 1);
     for (int k = 0; k < kCalibrationModelCount; ++k) {
       const CalibrationModel &model = kCalibrationModels[k];
-      if (n % (model.tp * model.pp) != 0)
+      if (!runsOn(model, n))
         continue;
       llvm::Expected<plan::Plan> plan =
           compileJob(calibrationJob(model, n), context);
@@ -596,7 +599,7 @@ int calibrate(int argc, char **argv) {
         mpi.push_back("--allow-run-as-root");
       for (int k = 0; k < kCalibrationModelCount; ++k) {
         const CalibrationModel &model = kCalibrationModels[k];
-        if (n % (model.tp * model.pp) != 0)
+        if (!runsOn(model, n))
           continue;
         std::string tag = std::string(model.name) + "-" + std::to_string(n);
         std::cout << llvm::formatv("braid: calibrating {0} rank{1} x {2} "
