@@ -313,7 +313,10 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     compile.compileTo = Phase::Plan;
     compile.train = *train;
     compile.parallel = *parallel;
-    compile.verifyEachPass = layers == 0;
+    // Unverified between passes: the layout picked is compiled again, and
+    // verified after every pass, by the caller (braidc); the search only
+    // reads each candidate's plan, which exportPlan validates.
+    compile.verifyEachPass = false;
     if (llvm::Error e = runPhases(*module, compile))
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),

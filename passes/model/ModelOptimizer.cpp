@@ -58,24 +58,36 @@ void ModelOptimizerPass::runOnOperation() {
       {}, paramElement.isF64() ? paramElement : Type(b.getF32Type()));
   Type stepType = RankedTensorType::get({}, b.getI64Type());
 
-  // New arguments: the moments of every parameter, then lr and step.
+  // New arguments: the moments of every parameter, then lr and step,
+  // inserted at once (one at a time rebuilds the function type and the
+  // argument attributes per argument, quadratic in the parameters).
+  SmallVector<unsigned> indices;
+  SmallVector<Type> types;
+  SmallVector<DictionaryAttr> argAttrs;
+  SmallVector<Location> locs;
   auto addArg = [&](Type type, StringRef attrName, StringRef value) {
-    unsigned index = func.getNumArguments();
-    func.insertArgument(index, type,
-                        b.getDictionaryAttr(b.getNamedAttr(
-                            attrName, b.getStringAttr(value))),
-                        func.getLoc());
-    return entry.getArgument(index);
+    indices.push_back(func.getNumArguments());
+    types.push_back(type);
+    argAttrs.push_back(
+        b.getDictionaryAttr(b.getNamedAttr(attrName, b.getStringAttr(value))));
+    locs.push_back(func.getLoc());
   };
-  SmallVector<Value> exp, expSq;
   for (auto [param, name] : llvm::zip(params, names))
-    exp.push_back(addArg(param.getType(), ModelDialect::kOptStateAttrName,
-                         ("exp_avg:" + name.getValue()).str()));
+    addArg(param.getType(), ModelDialect::kOptStateAttrName,
+           ("exp_avg:" + name.getValue()).str());
   for (auto [param, name] : llvm::zip(params, names))
-    expSq.push_back(addArg(param.getType(), ModelDialect::kOptStateAttrName,
-                           ("exp_avg_sq:" + name.getValue()).str()));
-  Value lr = addArg(scalar, ModelDialect::kInputAttrName, "lr");
-  Value step = addArg(stepType, ModelDialect::kInputAttrName, "step");
+    addArg(param.getType(), ModelDialect::kOptStateAttrName,
+           ("exp_avg_sq:" + name.getValue()).str());
+  addArg(scalar, ModelDialect::kInputAttrName, "lr");
+  addArg(stepType, ModelDialect::kInputAttrName, "step");
+  unsigned first = func.getNumArguments();
+  func.insertArguments(indices, types, argAttrs, locs);
+  auto added = entry.getArguments().drop_front(first);
+  SmallVector<Value> exp(added.take_front(params.size()));
+  SmallVector<Value> expSq(
+      added.drop_front(params.size()).take_front(params.size()));
+  Value lr = added[2 * params.size()];
+  Value step = added[2 * params.size() + 1];
 
   b.setInsertionPoint(ret);
   Location loc = ret.getLoc();

@@ -570,10 +570,16 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
   };
   DenseMap<Operation *, KernelOp> lastWrite;
   DenseMap<Operation *, std::pair<int64_t, int64_t>> kernelPosition;
+  // The first kernel of each function that reads or writes a buffer.
+  DenseMap<std::pair<Operation *, Operation *>, KernelOp> firstTouchOf;
   for (auto [f, fn] : llvm::enumerate(module.getOps<FuncOp>())) {
     int64_t at = 0;
     for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
       kernelPosition[kernel] = {int64_t(f), at++};
+      for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
+        for (Attribute ref : list)
+          if (Operation *buffer = bufferOf(ref))
+            firstTouchOf.try_emplace({fn.getOperation(), buffer}, kernel);
       for (Attribute ref : kernel.getOutputs())
         if (Operation *buffer = bufferOf(ref))
           lastWrite[buffer] = kernel;
@@ -651,6 +657,13 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
   FuncOp zeroGradsFn = module.lookupSymbol<FuncOp>(
       stage ? "stage" + std::to_string(*stage) + "_zero_grads"
             : std::string(kZeroGradsFunc));
+  // zero_grads' kernels that zero one buffer, by that buffer.
+  DenseMap<Operation *, SmallVector<KernelOp, 1>> zeroing;
+  if (zeroGradsFn)
+    for (KernelOp z : zeroGradsFn.getBody().getOps<KernelOp>())
+      if (z.getOutputs().size() == 1)
+        if (Operation *buffer = bufferOf(z.getOutputs()[0]))
+          zeroing[buffer].push_back(z);
   for (auto [k, bucket] : llvm::enumerate(buckets)) {
     Location loc = bucket.members.front().op.getLoc();
     auto gradType = cast<RankedTensorType>(bucket.members.front().grad.getType());
@@ -687,24 +700,20 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
     if (bucket.last) {
       // Zeroed before the micro-batch's first contribution instead of once
       // per step; reduce-scattered as soon as the last one is written.
-      llvm::DenseSet<Operation *> views;
-      for (const Member &member : bucket.members)
-        views.insert(member.grad);
-      if (zeroGradsFn)
-        for (KernelOp z : llvm::make_early_inc_range(
-                 zeroGradsFn.getBody().getOps<KernelOp>()))
-          if (z.getOutputs().size() == 1 &&
-              views.contains(bufferOf(z.getOutputs()[0])))
-            z.erase();
-      auto fn = cast<FuncOp>(bucket.last->getParentOp());
+      // The kernels added for earlier buckets touch only their own new
+      // buffers, so the first kernel touching this bucket's gradients is
+      // one of the function's original kernels.
+      Operation *fn = bucket.last->getParentOp();
       KernelOp firstTouch;
-      for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
-        for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-          for (Attribute ref : list)
-            if (views.contains(bufferOf(ref)))
-              firstTouch = firstTouch ? firstTouch : kernel;
-        if (firstTouch)
-          break;
+      std::pair<int64_t, int64_t> firstAt;
+      for (const Member &member : bucket.members) {
+        for (KernelOp z : zeroing.lookup(member.grad))
+          z.erase();
+        KernelOp k = firstTouchOf.lookup({fn, member.grad});
+        if (k && (!firstTouch || kernelPosition.lookup(k) < firstAt)) {
+          firstTouch = k;
+          firstAt = kernelPosition.lookup(k);
+        }
       }
       b.setInsertionPoint(firstTouch);
       kernel("ZERO", {}, {bucket.flatGrad}, b.getDictionaryAttr({}), loc,
@@ -816,6 +825,34 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
     for (auto [v, buffer] : buffers)
       if (buffer.getRole() == "input" && buffer.getName() == "loss_grad")
         lossGrad = buffer;
+    // Every kernel outside update that reads or writes each buffer, in
+    // program order, with its (function, half). The views made below for a
+    // bucket replace only that bucket's parameters, so the users of the
+    // other buckets' parameters stay as listed.
+    struct Use {
+      std::pair<int64_t, int64_t> where;
+      int64_t at;
+      KernelOp kernel;
+    };
+    DenseMap<Operation *, SmallVector<Use>> usesOf;
+    for (auto [f, fn] : llvm::enumerate(module.getOps<FuncOp>())) {
+      if (fn.getOperation() == updateFn)
+        continue;
+      int64_t half = 0, at = 0;
+      for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+        for (Attribute ref : kernel.getInputs())
+          if (lossGrad && bufferOf(ref) == lossGrad.getOperation())
+            half = 1;
+        for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
+          for (Attribute ref : list)
+            if (Operation *buffer = bufferOf(ref)) {
+              SmallVector<Use> &uses = usesOf[buffer];
+              if (uses.empty() || uses.back().kernel != kernel)
+                uses.push_back({{int64_t(f), half}, at, kernel});
+            }
+        ++at;
+      }
+    }
     for (auto [k, bucket] : llvm::enumerate(buckets)) {
       if (!bucket.last)
         continue; // a tied embedding's: whole until update, as ZeRO-1
@@ -827,24 +864,19 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
           FlatSymbolRefAttr::get(bucket.flatParam.getSymNameAttr()));
       bucket.flatParam.setRole("activation");
       paramBlock[bucket.flatParam] = blockOfParams;
-      llvm::DenseSet<Operation *> members;
+      // The kernels reading the bucket's parameters, by (function, half),
+      // in program order.
+      SmallVector<Use> uses;
       for (const Member &member : bucket.members)
-        members.insert(member.param);
-      // The kernels reading the bucket's parameters, by (function, half).
+        llvm::append_range(uses, usesOf.lookup(member.param));
+      llvm::sort(uses, [](const Use &x, const Use &y) {
+        return std::tie(x.where.first, x.at) < std::tie(y.where.first, y.at);
+      });
       std::map<std::pair<int64_t, int64_t>, SmallVector<KernelOp>> parts;
-      for (auto [f, fn] : llvm::enumerate(module.getOps<FuncOp>())) {
-        int64_t half = 0;
-        for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
-          for (Attribute ref : kernel.getInputs())
-            if (lossGrad && bufferOf(ref) == lossGrad.getOperation())
-              half = 1;
-          bool reads = false;
-          for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-            for (Attribute ref : list)
-              reads |= members.contains(bufferOf(ref));
-          if (reads && fn.getOperation() != updateFn)
-            parts[{int64_t(f), half}].push_back(kernel);
-        }
+      for (const Use &use : uses) {
+        SmallVector<KernelOp> &part = parts[use.where];
+        if (part.empty() || part.back() != use.kernel)
+          part.push_back(use.kernel);
       }
       bool firstPart = true;
       for (auto &[where, kernels] : parts) {
