@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 #include <algorithm>
 #include <cmath>
@@ -1520,8 +1522,15 @@ absl::Status ValidatePlan(const Plan &plan) {
 }
 
 std::string SerializePlanFile(const Plan &plan) {
+  // Deterministic: map fields (an instruction's attributes) in key order,
+  // so that one compile gives the same bytes every time.
   std::string payload;
-  plan.SerializeToString(&payload);
+  {
+    google::protobuf::io::StringOutputStream stream(&payload);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    plan.SerializeToCodedStream(&coded);
+  }
   std::string out(kMagic, sizeof(kMagic));
   putLE(out, payload.size(), 8);
   putLE(out, Crc32(payload), 4);

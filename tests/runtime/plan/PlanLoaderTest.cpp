@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -64,6 +65,27 @@ TEST(PlanFile, RoundTrips) {
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->SerializeAsString(), plan.SerializeAsString());
   EXPECT_EQ(WorldSize(*parsed), 1);
+}
+
+TEST(PlanFile, BytesDoNotDependOnTheOrderOfAttributes) {
+  // Attributes are maps: the file lists them by key, however they were set.
+  Plan forward = validPlan(), backward = validPlan();
+  Instruction *a = forward.mutable_functions(0)->mutable_body(0);
+  Instruction *b = backward.mutable_functions(0)->mutable_body(0);
+  a->mutable_int_attrs()->clear();
+  b->mutable_int_attrs()->clear();
+  std::vector<std::string> keys;
+  for (int i = 0; i < 64; ++i)
+    keys.push_back("k" + std::to_string(i * 7919 % 1000));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    (*a->mutable_int_attrs())[keys[i]] = int64_t(i);
+    (*b->mutable_int_attrs())[keys[keys.size() - 1 - i]] =
+        int64_t(keys.size() - 1 - i);
+  }
+  std::string bytes = SerializePlanFile(forward);
+  EXPECT_EQ(bytes, SerializePlanFile(backward));
+  // Keys ascend in the payload: "k0" (i = 0) comes before "k919" (i = 1).
+  EXPECT_LT(bytes.find("k0"), bytes.find("k919"));
 }
 
 TEST(PlanFile, Crc32IsZlibs) {
