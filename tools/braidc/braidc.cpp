@@ -241,6 +241,14 @@ int main(int argc, char **argv) {
   mlir::registerAsmPrinterCLOptions();
   mlir::registerMLIRContextCLOptions();
   mlir::registerPassManagerCLOptions();
+  // --help lists braidc's options and MLIR's (--mlir-*); LLVM's code
+  // generation options stay behind --help-hidden.
+  for (auto &entry : cl::getRegisteredOptions()) {
+    cl::Option *option = entry.getValue();
+    if (!entry.getKey().starts_with("mlir-") &&
+        !llvm::is_contained(option->Categories, &category))
+      option->setHiddenFlag(cl::Hidden);
+  }
   cl::ParseCommandLineOptions(argc, argv,
                               "braidc: compiles a Braid job to a plan\n");
 
