@@ -171,7 +171,10 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     if (tp > cluster.devices_per_node() || model->numHeads % tp != 0)
       continue;
     for (int64_t pp : divisors(world / tp)) {
-      if (pp > model->numLayers || model->numLayers % pp != 0)
+      // Stages of whole layers: the pipeline partition balances them by
+      // their FLOPs (the embedding's and the head's included), so pp need
+      // not divide the layers; virtual stages need equal chunks.
+      if (pp > model->numLayers)
         continue;
       int64_t dp = world / tp / pp;
       if (globalBatch % dp != 0)
@@ -181,7 +184,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
       // layers (Megatron's layers per virtual stage), down to two layers a
       // chunk.
       std::vector<int64_t> virtualStages = {1};
-      if (pp > 1)
+      if (pp > 1 && model->numLayers % pp == 0)
         for (int64_t vpp : divisors(model->numLayers / pp))
           if (vpp > 1 && model->numLayers / pp / vpp >= 2)
             virtualStages.push_back(vpp);
@@ -397,7 +400,10 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   auto estimateCandidate = [&](Candidate &c) -> bool {
     const spec::ParallelSpec &p = c.parallel;
     int64_t chunks = p.pp() * std::max<int64_t>(p.vpp(), 1);
-    int64_t perChunk = model->numLayers / chunks;
+    // Layers the fullest chunk holds: when pp does not divide the layers,
+    // the estimate is that of a model with every stage as full (so it
+    // errs slow and large; the best are compiled whole anyway).
+    int64_t perChunk = (model->numLayers + chunks - 1) / chunks;
     if (!options.proxies || perChunk <= kLow + kHigh)
       return compileCandidate(c);
     llvm::Expected<Evaluation> a = evaluate(p, chunks * kLow);

@@ -1,14 +1,15 @@
 //===- Search.h - The fastest layout that fits ------------------*- C++ -*-===//
 //
 // braidc --auto: enumerates the layouts of a job on a cluster — tp within a
-// node and dividing the heads, pp dividing the layers (balanced stages),
-// vpp 2 where the layers allow, dp from the rest and dividing the global
-// batch, sp with tp, every micro-batch size that divides the batch, the
-// pipeline schedules — and for each climbs a ladder of recompute (none,
-// selective, full) and ZeRO stages (0-3 with dp), cheapest in time first:
-// each rung that a cheap bound does not rule out (its parameters, gradients
-// and optimizer state alone exceed a device's memory) is evaluated — its
-// peak arena (plan-memory's) and step time (the cost model's) read off two
+// node and dividing the heads, pp up to the layers (stages balanced by
+// FLOPs, so of unequal layers where pp does not divide them), vpp where the
+// stage's layers split into equal chunks of two or more, dp from the rest and
+// dividing the global batch, sp with tp, every micro-batch size that divides
+// the batch, the pipeline schedules — and for each climbs a ladder of recompute
+// (none, selective, full) and ZeRO stages (0-3 with dp), cheapest in time
+// first: each rung that a cheap bound does not rule out (its parameters,
+// gradients and optimizer state alone exceed a device's memory) is evaluated —
+// its peak arena (plan-memory's) and step time (the cost model's) read off two
 // compiles of proxies with fewer layers per pipeline chunk, or from a whole
 // compile when the chunks hold few layers — until one fits. The best that
 // fit are then compiled whole (their numbers replace the estimates), and
