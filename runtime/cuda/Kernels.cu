@@ -9,6 +9,8 @@
 
 #include "runtime/cuda/Kernels.h"
 
+#include "runtime/cuda/DeviceMath.cuh"
+
 #include <algorithm>
 #include <cmath>
 
@@ -18,29 +20,6 @@ namespace {
 constexpr int kThreads = 256;
 /// Rows of one block of the column sums (rmsNormBackward's dw).
 constexpr int64_t kRowsPerColumnBlock = 64;
-
-__device__ __forceinline__ float toFloat(float x) { return x; }
-__device__ __forceinline__ float toFloat(bf16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T fromFloat(float x);
-template <> __device__ __forceinline__ float fromFloat<float>(float x) {
-  return x;
-}
-template <> __device__ __forceinline__ bf16 fromFloat<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-template <typename V> __device__ __forceinline__ V warpSum(V v) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-__device__ __forceinline__ float warpMax(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
 
 /// The sum of `v` over the block, returned to every thread. `shared` holds
 /// 32 values; the block's size is a multiple of 32. The same threads add in

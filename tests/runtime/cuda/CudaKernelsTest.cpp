@@ -18,6 +18,8 @@
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
 
+#include "CudaTestUtil.h"
+
 #include "gtest/gtest.h"
 
 #include <cmath>
@@ -27,120 +29,10 @@
 #include <vector>
 
 using namespace braid;
+using namespace braid::cudatest;
 using cuda::bf16;
 
 namespace {
-
-bool haveDevice() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-class CudaKernels : public ::testing::Test {
-protected:
-  void SetUp() override {
-    if (!haveDevice())
-      GTEST_SKIP() << "no CUDA device";
-  }
-};
-
-/// A device copy of a host vector, freed on scope exit.
-template <typename T> class Device {
-public:
-  explicit Device(const std::vector<T> &host) : n_(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void **>(&data_),
-                         std::max<size_t>(n_, 1) * sizeof(T)),
-              cudaSuccess);
-    if (n_) {
-      EXPECT_EQ(cudaMemcpy(data_, host.data(), n_ * sizeof(T),
-                           cudaMemcpyHostToDevice),
-                cudaSuccess);
-    }
-  }
-  explicit Device(size_t n) : Device(std::vector<T>(n)) {}
-  ~Device() { cudaFree(data_); }
-  Device(const Device &) = delete;
-  Device &operator=(const Device &) = delete;
-
-  T *get() const { return data_; }
-  /// The contents, after the device has finished all work.
-  std::vector<T> host() const {
-    std::vector<T> out(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (n_) {
-      EXPECT_EQ(
-          cudaMemcpy(out.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
-          cudaSuccess);
-    }
-    return out;
-  }
-
-private:
-  T *data_ = nullptr;
-  size_t n_;
-};
-
-std::vector<float> randomValues(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = normal(rng);
-  return v;
-}
-
-float toFloat(float x) { return x; }
-float toFloat(bf16 x) { return __bfloat162float(x); }
-
-template <typename T> std::vector<T> as(const std::vector<float> &v) {
-  std::vector<T> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    out[i] = T(v[i]);
-  return out;
-}
-
-template <> std::vector<bf16> as<bf16>(const std::vector<float> &v) {
-  std::vector<bf16> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    out[i] = __float2bfloat16_rn(v[i]);
-  return out;
-}
-
-/// The values the kernel of type T reads: rounded to T.
-template <typename T> std::vector<float> rounded(const std::vector<float> &v) {
-  std::vector<T> r = as<T>(v);
-  std::vector<float> out(r.size());
-  for (size_t i = 0; i < r.size(); ++i)
-    out[i] = toFloat(r[i]);
-  return out;
-}
-
-template <typename T> double relativeTolerance() {
-  return std::is_same_v<T, float> ? 1e-5 : 1.0 / 128;
-}
-template <typename T> double absoluteTolerance() {
-  return std::is_same_v<T, float> ? 1e-6 : 1e-3;
-}
-
-/// Every element of `got` within rel·|want| + abs of `want`; reports the
-/// worst one.
-template <typename G>
-void expectClose(const std::vector<G> &got, const std::vector<float> &want,
-                 double rel, double abs, const std::string &what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double excess = std::abs(double(toFloat(got[i])) - want[i]) -
-                    (rel * std::abs(want[i]) + abs);
-    if (!(excess <= worst)) { // NaN counts
-      worst = std::isnan(excess) ? INFINITY : excess;
-      at = i;
-    }
-  }
-  EXPECT_EQ(worst, 0) << what << ": element " << at << " is "
-                      << toFloat(got[at]) << ", the reference " << want[at];
-}
 
 template <typename T> class CudaKernelsOf : public CudaKernels {};
 using Types = ::testing::Types<float, bf16>;

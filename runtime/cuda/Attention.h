@@ -1,0 +1,66 @@
+//===- Attention.h - Exact attention on CUDA, forward and backward -*- C++
+//-*-===//
+//
+// softmax(q kᵀ scale + bias) v per head without the score matrix: keys and
+// values are visited in tiles through shared memory with the online softmax
+// (a running maximum and sum per query row), and backward rebuilds the
+// probabilities from the saved log-sum-exp (Dao et al., FlashAttention 1
+// and 2). Causal masking skips every tile above the diagonal; grouped
+// queries (GQA), ALiBi and the heads of a tensor-parallel shard are those
+// of cpu::AttentionShape, with the CPU kernels' conventions: q, out, dq are
+// [batch, seq, heads * headDim], k, v, dk, dv [batch, seq, kvHeads *
+// headDim], lse [batch, heads, seq].
+//
+// These kernels compute in float on CUDA cores, for any T: they are exact
+// attention in fp32 mode (where the tensor cores' bf16 inputs would not be)
+// and the reference for faster kernels. The log-sum-exp is kept in float
+// whatever T (a bf16 one would be off by up to 2^-8 of the exponent).
+//
+// Backward is deterministic: dq is one kernel over query rows and dk, dv
+// another over key rows (each gathering its group's query heads), so every
+// element has one writer and no atomics. Its workspace holds D_i = dout_i ·
+// out_i for every query row and head (attentionBackwardWorkspaceBytes).
+//
+// headDim is at most 256. Nothing synchronises with the host or allocates;
+// each launcher returns the launch's error.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CUDA_ATTENTION_H
+#define BRAID_RUNTIME_CUDA_ATTENTION_H
+
+#include "runtime/cpu/Kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace braid::cuda {
+
+using AttentionShape = cpu::AttentionShape;
+
+/// The largest head dimension the kernels take.
+constexpr int64_t kMaxAttentionHeadDim = 256;
+
+/// Bytes of attentionBackward's workspace: one float per query row and head.
+int64_t attentionBackwardWorkspaceBytes(const AttentionShape &s);
+
+/// out = softmax(q kᵀ scale + bias) v; lse[b, h, i] = log Σ_j exp(score).
+template <typename T>
+cudaError_t attentionForward(const T *q, const T *k, const T *v,
+                             const AttentionShape &s, T *out, float *lse,
+                             cudaStream_t stream);
+
+/// dq, dk and dv are overwritten (a kv head none of whose query heads are
+/// in the shard gets zeros, as on the CPU). `workspace` holds at least
+/// attentionBackwardWorkspaceBytes(s).
+template <typename T>
+cudaError_t attentionBackward(const T *q, const T *k, const T *v, const T *out,
+                              const float *lse, const T *dout,
+                              const AttentionShape &s, T *dq, T *dk, T *dv,
+                              float *workspace, cudaStream_t stream);
+
+} // namespace braid::cuda
+
+#endif // BRAID_RUNTIME_CUDA_ATTENTION_H

@@ -1,0 +1,170 @@
+//===- CudaAttentionTest.cpp - CUDA attention against the CPU kernel ------===//
+//
+// runtime/cuda/Attention.h on the same inputs as cpu::attentionForward and
+// cpu::attentionBackward (the reference, in double inside): causal and not,
+// grouped queries, ALiBi, a tensor-parallel shard of the heads, head
+// dimensions below, at and between multiples of 32, and sequences that end
+// inside a tile of 32 keys and a block of 16 rows.
+//
+// Tolerances. fp32: 1e-5 relative, with an absolute floor of 1e-5 of the
+// tensor's largest magnitude (the gradients sum terms of both signs, so an
+// element near 0 carries the rounding of terms as large as the others).
+// bf16: the reference runs in float on the inputs rounded to bf16, and its
+// backward reads the forward's output rounded to bf16 as the kernel does;
+// what differs is float arithmetic in another order and the one rounding
+// of each stored value: 1/128 relative, with a floor of 1/128 of the
+// tensor's largest magnitude. The log-sum-exp is float in both: 1e-5
+// relative.
+//
+// Without a CUDA device every test skips.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cuda/Attention.h"
+
+#include "CudaTestUtil.h"
+
+#include "gtest/gtest.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace braid;
+using namespace braid::cudatest;
+
+namespace {
+
+template <typename T> class CudaAttention : public CudaKernels {};
+using Types = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(CudaAttention, Types);
+
+double largest(const std::vector<float> &v) {
+  double m = 0;
+  for (float x : v)
+    m = std::max(m, double(std::abs(x)));
+  return m;
+}
+
+/// Compares forward and backward on one shape.
+template <typename T> void compare(const cpu::AttentionShape &s) {
+  const std::string name =
+      "batch " + std::to_string(s.batch) + " seq " + std::to_string(s.seq) +
+      " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kvHeads) +
+      " headDim " + std::to_string(s.headDim) + (s.causal ? " causal" : "") +
+      (s.alibi ? " alibi" : "") +
+      (s.globalHeads ? " shard at " + std::to_string(s.headOffset) : "");
+  SCOPED_TRACE(name);
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  std::vector<float> q = rounded<T>(randomValues(qn, 21)),
+                     k = rounded<T>(randomValues(kvn, 22)),
+                     v = rounded<T>(randomValues(kvn, 23)),
+                     dout = rounded<T>(randomValues(qn, 24));
+  std::vector<float> out(qn), lse(rows), dq(qn), dk(kvn), dv(kvn);
+  cpu::attentionForward(q.data(), k.data(), v.data(), s, out.data(),
+                        lse.data());
+  // The kernel's backward reads the output as stored (in T).
+  std::vector<float> storedOut = rounded<T>(out);
+  cpu::attentionBackward(q.data(), k.data(), v.data(), storedOut.data(),
+                         lse.data(), dout.data(), s, dq.data(), dk.data(),
+                         dv.data());
+
+  Device<T> gq(as<T>(q)), gk(as<T>(k)), gv(as<T>(v)), gdout(as<T>(dout)),
+      gout(qn), gdq(qn), gdk(as<T>(randomValues(kvn, 25))),
+      gdv(as<T>(randomValues(kvn, 26)));
+  Device<float> glse(rows),
+      workspace(cuda::attentionBackwardWorkspaceBytes(s) / sizeof(float));
+  ASSERT_EQ(cuda::attentionForward(gq.get(), gk.get(), gv.get(), s, gout.get(),
+                                   glse.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::attentionBackward(gq.get(), gk.get(), gv.get(), gout.get(),
+                                    glse.get(), gdout.get(), s, gdq.get(),
+                                    gdk.get(), gdv.get(), workspace.get(),
+                                    nullptr),
+            cudaSuccess);
+  const double rel = relativeTolerance<T>();
+  const double floor = std::is_same_v<T, float> ? 1e-5 : 1.0 / 128;
+  expectClose(gout.host(), out, rel, floor * largest(out), "out");
+  expectClose(glse.host(), lse, 1e-5, 1e-6, "lse");
+  expectClose(gdq.host(), dq, rel, floor * largest(dq), "dq");
+  // dk and dv were filled with noise first: they are overwritten.
+  expectClose(gdk.host(), dk, rel, floor * largest(dk), "dk");
+  expectClose(gdv.host(), dv, rel, floor * largest(dv), "dv");
+}
+
+cpu::AttentionShape shape(int64_t batch, int64_t seq, int64_t heads,
+                          int64_t kvHeads, int64_t headDim, bool causal,
+                          bool alibi = false) {
+  cpu::AttentionShape s{};
+  s.batch = batch;
+  s.seq = seq;
+  s.heads = heads;
+  s.kvHeads = kvHeads;
+  s.headDim = headDim;
+  s.scale = 1.0 / std::sqrt(double(headDim));
+  s.causal = causal;
+  s.alibi = alibi;
+  return s;
+}
+
+TYPED_TEST(CudaAttention, Causal) {
+  // 77 keys: three tiles of 32, the last partial; 5 blocks of 16 rows.
+  compare<TypeParam>(shape(2, 77, 4, 4, 64, true));
+}
+
+TYPED_TEST(CudaAttention, NotCausal) {
+  compare<TypeParam>(shape(2, 77, 4, 4, 64, false));
+}
+
+TYPED_TEST(CudaAttention, GroupedQueries) {
+  // Two query heads per kv head: dk and dv gather both.
+  compare<TypeParam>(shape(1, 130, 6, 3, 64, true));
+}
+
+TYPED_TEST(CudaAttention, Alibi) {
+  // 6 heads: slopes from the sequences for 4 and 8 heads.
+  compare<TypeParam>(shape(1, 100, 6, 6, 32, true, true));
+}
+
+TYPED_TEST(CudaAttention, HeadDimensions) {
+  // Below 32, between multiples, 128 (LLaMA's), the largest.
+  for (int64_t headDim : {16, 40, 80, 128, 256})
+    compare<TypeParam>(shape(1, 45, 2, 1, headDim, true));
+}
+
+TYPED_TEST(CudaAttention, TensorParallelShard) {
+  // Query heads 2-3 of 8 and kv head 1 of 4 (replicated kv would be all 4):
+  // ALiBi takes the global heads' slopes.
+  cpu::AttentionShape s = shape(2, 50, 2, 1, 32, true, true);
+  s.globalHeads = 8;
+  s.globalKvHeads = 4;
+  s.headOffset = 2;
+  s.kvHeadOffset = 1;
+  compare<TypeParam>(s);
+  // A shard holding kv heads none of whose query heads are here: their dk
+  // and dv are zeros (this rank's part of the sum).
+  cpu::AttentionShape t = shape(1, 40, 2, 2, 32, false);
+  t.globalHeads = 4;
+  t.globalKvHeads = 2;
+  t.headOffset = 0;
+  t.kvHeadOffset = 0;
+  compare<TypeParam>(t);
+}
+
+TEST(CudaAttentionShape, RefusesHeadDimensionsAbove256) {
+  // No device needed: the shape is checked before anything is launched.
+  cpu::AttentionShape s = shape(1, 8, 1, 1, 512, true);
+  EXPECT_EQ(cuda::attentionForward<float>(nullptr, nullptr, nullptr, s, nullptr,
+                                          nullptr, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::attentionBackward<float>(nullptr, nullptr, nullptr, nullptr,
+                                           nullptr, nullptr, s, nullptr,
+                                           nullptr, nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
+} // namespace
