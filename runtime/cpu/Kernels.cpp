@@ -531,12 +531,7 @@ void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx) {
 //===-- Dropout -----------------------------------------------------------===//
 
 bool dropoutKeeps(uint64_t index, double rate, const DropoutKey &key) {
-  // One Philox call gives four words: elements 4i .. 4i+3 share a counter.
-  PhiloxCounter counter = {uint32_t(index >> 2), uint32_t(index >> 34),
-                           key.step, key.op};
-  PhiloxCounter bits =
-      philox4x32(counter, {uint32_t(key.seed), uint32_t(key.seed >> 32)});
-  return uniformFromBits(bits[index & 3]) >= rate;
+  return dropoutKeepsElement(index, rate, key.seed, key.step, key.op);
 }
 
 namespace {

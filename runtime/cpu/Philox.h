@@ -16,13 +16,22 @@
 #include <array>
 #include <cstdint>
 
+// The CUDA kernels draw the same numbers (nvcc with
+// --expt-relaxed-constexpr, for std::array's members on the device).
+#if defined(__CUDACC__)
+#define BRAID_HOST_DEVICE __host__ __device__
+#else
+#define BRAID_HOST_DEVICE
+#endif
+
 namespace braid::cpu {
 
 using PhiloxCounter = std::array<uint32_t, 4>;
 using PhiloxKey = std::array<uint32_t, 2>;
 
 /// Ten rounds of Philox4x32 on `counter` under `key`.
-inline PhiloxCounter philox4x32(PhiloxCounter counter, PhiloxKey key) {
+BRAID_HOST_DEVICE inline PhiloxCounter philox4x32(PhiloxCounter counter,
+                                                  PhiloxKey key) {
   constexpr uint32_t kMul0 = 0xD2511F53, kMul1 = 0xCD9E8D57;
   constexpr uint32_t kWeyl0 = 0x9E3779B9, kWeyl1 = 0xBB67AE85;
   for (int round = 0; round < 10; ++round) {
@@ -37,8 +46,21 @@ inline PhiloxCounter philox4x32(PhiloxCounter counter, PhiloxKey key) {
 
 /// A uniform number in [0, 1) from 32 random bits (24 significant bits, so
 /// float and double kernels draw the same masks).
-inline double uniformFromBits(uint32_t bits) {
+BRAID_HOST_DEVICE inline double uniformFromBits(uint32_t bits) {
   return double(bits >> 8) * (1.0 / 16777216.0);
+}
+
+/// Whether dropout at `rate` keeps element `index` of a tensor (its index in
+/// the whole, unsharded tensor) under the run's seed, the step and the op:
+/// one Philox call gives four words, so elements 4i .. 4i+3 share a counter.
+BRAID_HOST_DEVICE inline bool dropoutKeepsElement(uint64_t index, double rate,
+                                                  uint64_t seed, uint32_t step,
+                                                  uint32_t op) {
+  PhiloxCounter counter = {uint32_t(index >> 2), uint32_t(index >> 34), step,
+                           op};
+  PhiloxCounter bits =
+      philox4x32(counter, {uint32_t(seed), uint32_t(seed >> 32)});
+  return uniformFromBits(bits[index & 3]) >= rate;
 }
 
 } // namespace braid::cpu

@@ -9,6 +9,7 @@
 
 #include "runtime/cuda/Kernels.h"
 
+#include "runtime/cpu/Philox.h"
 #include "runtime/cuda/DeviceMath.cuh"
 
 #include <algorithm>
@@ -209,23 +210,29 @@ __device__ __forceinline__ float sigmoid(float g) {
   return 1.0f / (1.0f + expf(-g));
 }
 
+/// SwiGLU over `rows` rows of `cols` outputs whose gate and up rows are
+/// `stride` apart (swigluPacked: stride 2·cols, up at gate + cols).
 template <typename T>
-__global__ void swigluForwardKernel(const T *gate, const T *up, int64_t n,
-                                    T *y) {
-  BRAID_GRID_STRIDE(i, n) {
-    float g = toFloat(gate[i]);
-    y[i] = fromFloat<T>(g * sigmoid(g) * toFloat(up[i]));
+__global__ void swigluRowsForwardKernel(const T *gate, const T *up,
+                                        int64_t rows, int64_t cols,
+                                        int64_t stride, T *y) {
+  BRAID_GRID_STRIDE(i, rows * cols) {
+    const int64_t at = (i / cols) * stride + i % cols;
+    float g = toFloat(gate[at]);
+    y[i] = fromFloat<T>(g * sigmoid(g) * toFloat(up[at]));
   }
 }
 
 template <typename T>
-__global__ void swigluBackwardKernel(const T *gate, const T *up, const T *dy,
-                                     int64_t n, T *dgate, T *dup) {
-  BRAID_GRID_STRIDE(i, n) {
-    float g = toFloat(gate[i]), u = toFloat(up[i]), d = toFloat(dy[i]);
+__global__ void
+swigluRowsBackwardKernel(const T *gate, const T *up, const T *dy, int64_t rows,
+                         int64_t cols, int64_t stride, T *dgate, T *dup) {
+  BRAID_GRID_STRIDE(i, rows * cols) {
+    const int64_t at = (i / cols) * stride + i % cols;
+    float g = toFloat(gate[at]), u = toFloat(up[at]), d = toFloat(dy[i]);
     float sg = sigmoid(g);
-    dup[i] = fromFloat<T>(d * g * sg);
-    dgate[i] = fromFloat<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
+    dup[at] = fromFloat<T>(d * g * sg);
+    dgate[at] = fromFloat<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
   }
 }
 
@@ -430,7 +437,8 @@ cudaError_t swigluForward(const T *gate, const T *up, int64_t n, T *y,
                           cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  swigluForwardKernel<<<gridFor(n), kThreads, 0, stream>>>(gate, up, n, y);
+  swigluRowsForwardKernel<<<gridFor(n), kThreads, 0, stream>>>(gate, up, 1, n,
+                                                               n, y);
   return cudaGetLastError();
 }
 
@@ -439,8 +447,8 @@ cudaError_t swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
                            T *dgate, T *dup, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  swigluBackwardKernel<<<gridFor(n), kThreads, 0, stream>>>(gate, up, dy, n,
-                                                            dgate, dup);
+  swigluRowsBackwardKernel<<<gridFor(n), kThreads, 0, stream>>>(
+      gate, up, dy, 1, n, n, dgate, dup);
   return cudaGetLastError();
 }
 
@@ -516,6 +524,350 @@ cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
   return cudaGetLastError();
 }
 
+//===-- Position embedding, LayerNorm, GeLU, dropout, fused QKV -----------===//
+
+namespace {
+
+template <typename T>
+__global__ void positionEmbeddingForwardKernel(const T *table, int64_t seq,
+                                               int64_t hidden, int64_t n,
+                                               T *out) {
+  BRAID_GRID_STRIDE(i, n) { out[i] = table[i % (seq * hidden)]; }
+}
+
+template <typename T>
+__global__ void positionEmbeddingBackwardKernel(const T *dout, int64_t batch,
+                                                int64_t perSample,
+                                                float *dtable) {
+  BRAID_GRID_STRIDE(i, perSample) {
+    float sum = 0;
+    for (int64_t b = 0; b < batch; ++b)
+      sum += toFloat(dout[b * perSample + i]);
+    dtable[i] += sum;
+  }
+}
+
+template <typename T>
+__global__ void layerNormForwardKernel(const T *x, const T *w, const T *b,
+                                       int64_t d, float eps, T *y, float *mean,
+                                       float *rstd) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const T *xr = x + r * d;
+  float sum = 0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    sum += toFloat(xr[c]);
+  const float mu = blockSum(sum, shared) / float(d);
+  // The variance from the centred values (two passes, as the CPU kernel).
+  float squares = 0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float v = toFloat(xr[c]) - mu;
+    squares += v * v;
+  }
+  const float inv = 1.0f / sqrtf(blockSum(squares, shared) / float(d) + eps);
+  if (threadIdx.x == 0) {
+    mean[r] = mu;
+    rstd[r] = inv;
+  }
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    y[r * d + c] = fromFloat<T>((toFloat(xr[c]) - mu) * inv * toFloat(w[c]) +
+                                toFloat(b[c]));
+}
+
+/// LayerNorm's weight gradient term, dy·x̂.
+template <typename T> struct LayerNormWeightTerm {
+  const T *x;
+  const float *mean, *rstd;
+  const T *dy;
+  int64_t d;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    return toFloat(dy[r * d + c]) * (toFloat(x[r * d + c]) - mean[r]) * rstd[r];
+  }
+};
+
+template <typename T>
+__global__ void layerNormInputGradKernel(const T *x, const T *w,
+                                         const float *mean, const float *rstd,
+                                         const T *dy, int64_t d, T *dx) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const T *xr = x + r * d, *gr = dy + r * d;
+  const float mu = mean[r], inv = rstd[r];
+  float sumG = 0, sumGX = 0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float g = toFloat(w[c]) * toFloat(gr[c]);
+    sumG += g;
+    sumGX += g * (toFloat(xr[c]) - mu) * inv;
+  }
+  sumG = blockSum(sumG, shared) / float(d);
+  sumGX = blockSum(sumGX, shared) / float(d);
+  // Each thread reads its own elements before writing them: dx may be dy
+  // or x.
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float xhat = (toFloat(xr[c]) - mu) * inv;
+    float g = toFloat(w[c]) * toFloat(gr[c]);
+    dx[r * d + c] = fromFloat<T>(inv * (g - sumG - xhat * sumGX));
+  }
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+template <typename T>
+__global__ void geluForwardKernel(const T *x, int64_t n, bool tanhApprox,
+                                  T *y) {
+  BRAID_GRID_STRIDE(i, n) {
+    float v = toFloat(x[i]);
+    y[i] = fromFloat<T>(
+        tanhApprox
+            ? 0.5f * v *
+                  (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)))
+            : 0.5f * v * (1.0f + erff(v * kInvSqrt2)));
+  }
+}
+
+template <typename T>
+__global__ void geluBackwardKernel(const T *x, const T *dy, int64_t n,
+                                   bool tanhApprox, T *dx) {
+  BRAID_GRID_STRIDE(i, n) {
+    float v = toFloat(x[i]), grad;
+    if (tanhApprox) {
+      float t = tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v));
+      float du = kSqrt2OverPi * (1.0f + 3 * 0.044715f * v * v);
+      grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+    } else {
+      grad = 0.5f * (1.0f + erff(v * kInvSqrt2)) +
+             v * kInvSqrt2Pi * expf(-0.5f * v * v);
+    }
+    dx[i] = fromFloat<T>(toFloat(dy[i]) * grad);
+  }
+}
+
+template <typename T>
+__global__ void addKernel(const T *a, const T *b, int64_t n, T *y) {
+  BRAID_GRID_STRIDE(i, n) {
+    y[i] = fromFloat<T>(toFloat(a[i]) + toFloat(b[i]));
+  }
+}
+
+template <typename T>
+__global__ void dropoutKernel(const T *in, cpu::GlobalIndexing at, double rate,
+                              cpu::DropoutKey key, T *out) {
+  const float scale = float(1.0 / (1.0 - rate));
+  BRAID_GRID_STRIDE(i, at.rows * at.cols) {
+    const int64_t r = i / at.cols, c = i % at.cols;
+    const uint64_t global =
+        uint64_t(at.rowOffset + r) * uint64_t(at.globalCols) +
+        uint64_t(at.colOffset + c);
+    out[i] = cpu::dropoutKeepsElement(global, rate, key.seed, key.step, key.op)
+                 ? fromFloat<T>(toFloat(in[i]) * scale)
+                 : fromFloat<T>(0.0f);
+  }
+}
+
+/// Where column `col` of a fused QKV row goes: tensor 0/1/2 (q, k, v) and
+/// its column there (cpu's forEachQkvColumn, one column at a time).
+__device__ __forceinline__ void qkvColumn(const cpu::QkvShape &s, int64_t col,
+                                          int *part, int64_t *to) {
+  const int64_t d = s.headDim;
+  if (s.perHead) {
+    const int64_t h = col / (3 * d), within = col % (3 * d);
+    *part = int(within / d);
+    *to = h * d + within % d;
+    return;
+  }
+  const int64_t qCols = s.heads * d, kvCols = s.kvHeads * d;
+  if (col < qCols) {
+    *part = 0;
+    *to = col;
+  } else if (col < qCols + kvCols) {
+    *part = 1;
+    *to = col - qCols;
+  } else {
+    *part = 2;
+    *to = col - qCols - kvCols;
+  }
+}
+
+/// Fused row element i ↔ its element of q, k or v: forward copies from the
+/// fused row, backward into it.
+template <typename T, bool kForward>
+__global__ void qkvKernel(cpu::QkvShape s, const T *fusedIn, T *fusedOut,
+                          const T *dq, const T *dk, const T *dv, T *q, T *k,
+                          T *v) {
+  const int64_t qCols = s.heads * s.headDim, kvCols = s.kvHeads * s.headDim;
+  const int64_t width = qCols + 2 * kvCols;
+  BRAID_GRID_STRIDE(i, s.rows * width) {
+    const int64_t r = i / width;
+    int part;
+    int64_t c;
+    qkvColumn(s, i % width, &part, &c);
+    const int64_t cols = part == 0 ? qCols : kvCols;
+    const int64_t at = r * cols + c;
+    if constexpr (kForward) {
+      T *out = part == 0 ? q : part == 1 ? k : v;
+      out[at] = fusedIn[i];
+    } else {
+      const T *in = part == 0 ? dq : part == 1 ? dk : dv;
+      fusedOut[i] = in[at];
+    }
+  }
+}
+
+} // namespace
+
+template <typename T>
+cudaError_t positionEmbeddingForward(const T *table, int64_t batch, int64_t seq,
+                                     int64_t hidden, T *out,
+                                     cudaStream_t stream) {
+  const int64_t n = batch * seq * hidden;
+  if (n == 0)
+    return cudaSuccess;
+  positionEmbeddingForwardKernel<<<gridFor(n), kThreads, 0, stream>>>(
+      table, seq, hidden, n, out);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
+                                      int64_t hidden, float *dtable,
+                                      cudaStream_t stream) {
+  const int64_t perSample = seq * hidden;
+  if (perSample == 0 || batch == 0)
+    return cudaSuccess;
+  positionEmbeddingBackwardKernel<<<gridFor(perSample), kThreads, 0, stream>>>(
+      dout, batch, perSample, dtable);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t layerNormForward(const T *x, const T *w, const T *b, int64_t rows,
+                             int64_t d, double eps, T *y, float *mean,
+                             float *rstd, cudaStream_t stream) {
+  if (rows == 0 || d == 0)
+    return cudaSuccess;
+  layerNormForwardKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+      x, w, b, d, float(eps), y, mean, rstd);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t layerNormBackward(const T *x, const T *w, const float *mean,
+                              const float *rstd, const T *dy, int64_t rows,
+                              int64_t d, T *dx, float *dw, float *db,
+                              cudaStream_t stream) {
+  if (rows == 0 || d == 0)
+    return cudaSuccess;
+  // dw and db first: dx may overwrite dy or x.
+  if (cudaError_t e = launchColumnSums(
+          LayerNormWeightTerm<T>{x, mean, rstd, dy, d}, rows, d, dw, stream);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e =
+          launchColumnSums(ElementTerm<T>{dy, d}, rows, d, db, stream);
+      e != cudaSuccess)
+    return e;
+  layerNormInputGradKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+      x, w, mean, rstd, dy, d, dx);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t swigluPackedForward(const T *x, int64_t rows, int64_t f, T *y,
+                                cudaStream_t stream) {
+  if (rows * f == 0)
+    return cudaSuccess;
+  swigluRowsForwardKernel<<<gridFor(rows * f), kThreads, 0, stream>>>(
+      x, x + f, rows, f, 2 * f, y);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t swigluPackedBackward(const T *x, const T *dy, int64_t rows,
+                                 int64_t f, T *dx, cudaStream_t stream) {
+  if (rows * f == 0)
+    return cudaSuccess;
+  swigluRowsBackwardKernel<<<gridFor(rows * f), kThreads, 0, stream>>>(
+      x, x + f, dy, rows, f, 2 * f, dx, dx + f);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t geluForward(const T *x, int64_t n, bool tanhApprox, T *y,
+                        cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  geluForwardKernel<<<gridFor(n), kThreads, 0, stream>>>(x, n, tanhApprox, y);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox,
+                         T *dx, cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  geluBackwardKernel<<<gridFor(n), kThreads, 0, stream>>>(x, dy, n, tanhApprox,
+                                                          dx);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t add(const T *a, const T *b, int64_t n, T *y, cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  addKernel<<<gridFor(n), kThreads, 0, stream>>>(a, b, n, y);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t dropoutForward(const T *x, const cpu::GlobalIndexing &at,
+                           double rate, const cpu::DropoutKey &key, T *y,
+                           cudaStream_t stream) {
+  if (!(rate >= 0 && rate < 1))
+    return cudaErrorInvalidValue;
+  if (at.rows * at.cols == 0)
+    return cudaSuccess;
+  dropoutKernel<<<gridFor(at.rows * at.cols), kThreads, 0, stream>>>(
+      x, at, rate, key, y);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t dropoutBackward(const T *dy, const cpu::GlobalIndexing &at,
+                            double rate, const cpu::DropoutKey &key, T *dx,
+                            cudaStream_t stream) {
+  // The same mask and scale: dropout is linear in its input.
+  return dropoutForward(dy, at, rate, key, dx, stream);
+}
+
+template <typename T>
+cudaError_t qkvSplitForward(const T *qkv, const cpu::QkvShape &s, T *q, T *k,
+                            T *v, cudaStream_t stream) {
+  const int64_t n = s.rows * (s.heads + 2 * s.kvHeads) * s.headDim;
+  if (n == 0)
+    return cudaSuccess;
+  if (s.perHead && s.heads != s.kvHeads)
+    return cudaErrorInvalidValue;
+  qkvKernel<T, true><<<gridFor(n), kThreads, 0, stream>>>(
+      s, qkv, nullptr, nullptr, nullptr, nullptr, q, k, v);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
+                             const cpu::QkvShape &s, T *dqkv,
+                             cudaStream_t stream) {
+  const int64_t n = s.rows * (s.heads + 2 * s.kvHeads) * s.headDim;
+  if (n == 0)
+    return cudaSuccess;
+  if (s.perHead && s.heads != s.kvHeads)
+    return cudaErrorInvalidValue;
+  qkvKernel<T, false><<<gridFor(n), kThreads, 0, stream>>>(
+      s, nullptr, dqkv, dq, dk, dv, nullptr, nullptr, nullptr);
+  return cudaGetLastError();
+}
+
 //===-- Instantiations ----------------------------------------------------===//
 
 #define BRAID_INSTANTIATE(T)                                                   \
@@ -549,7 +901,38 @@ cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
       int64_t, int64_t, const int64_t *, T *, cudaStream_t);                   \
   template cudaError_t adamwStep<T>(                                           \
       float *, const float *, float *, float *, int64_t, double, double,       \
-      double, double, double, int64_t, const float *, T *, cudaStream_t);
+      double, double, double, int64_t, const float *, T *, cudaStream_t);      \
+  template cudaError_t positionEmbeddingForward<T>(                            \
+      const T *, int64_t, int64_t, int64_t, T *, cudaStream_t);                \
+  template cudaError_t positionEmbeddingBackward<T>(                           \
+      const T *, int64_t, int64_t, int64_t, float *, cudaStream_t);            \
+  template cudaError_t layerNormForward<T>(const T *, const T *, const T *,    \
+                                           int64_t, int64_t, double, T *,      \
+                                           float *, float *, cudaStream_t);    \
+  template cudaError_t layerNormBackward<T>(                                   \
+      const T *, const T *, const float *, const float *, const T *, int64_t,  \
+      int64_t, T *, float *, float *, cudaStream_t);                           \
+  template cudaError_t swigluPackedForward<T>(const T *, int64_t, int64_t,     \
+                                              T *, cudaStream_t);              \
+  template cudaError_t swigluPackedBackward<T>(const T *, const T *, int64_t,  \
+                                               int64_t, T *, cudaStream_t);    \
+  template cudaError_t geluForward<T>(const T *, int64_t, bool, T *,           \
+                                      cudaStream_t);                           \
+  template cudaError_t geluBackward<T>(const T *, const T *, int64_t, bool,    \
+                                       T *, cudaStream_t);                     \
+  template cudaError_t add<T>(const T *, const T *, int64_t, T *,              \
+                              cudaStream_t);                                   \
+  template cudaError_t dropoutForward<T>(                                      \
+      const T *, const cpu::GlobalIndexing &, double, const cpu::DropoutKey &, \
+      T *, cudaStream_t);                                                      \
+  template cudaError_t dropoutBackward<T>(                                     \
+      const T *, const cpu::GlobalIndexing &, double, const cpu::DropoutKey &, \
+      T *, cudaStream_t);                                                      \
+  template cudaError_t qkvSplitForward<T>(const T *, const cpu::QkvShape &,    \
+                                          T *, T *, T *, cudaStream_t);        \
+  template cudaError_t qkvSplitBackward<T>(const T *, const T *, const T *,    \
+                                           const cpu::QkvShape &, T *,         \
+                                           cudaStream_t);
 
 BRAID_INSTANTIATE(float)
 BRAID_INSTANTIATE(bf16)

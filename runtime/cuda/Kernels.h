@@ -27,6 +27,8 @@
 #ifndef BRAID_RUNTIME_CUDA_KERNELS_H
 #define BRAID_RUNTIME_CUDA_KERNELS_H
 
+#include "runtime/cpu/Kernels.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -48,6 +50,18 @@ cudaError_t embeddingBackward(const T *dout, const int32_t *ids, int64_t rows,
                               int64_t hidden, float *dtable,
                               cudaStream_t stream);
 
+/// out[b, s, :] = table[s, :].
+template <typename T>
+cudaError_t positionEmbeddingForward(const T *table, int64_t batch, int64_t seq,
+                                     int64_t hidden, T *out,
+                                     cudaStream_t stream);
+/// dtable[s, :] += Σ_b dout[b, s, :] (each element summed by one thread, in
+/// the order of b).
+template <typename T>
+cudaError_t positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
+                                      int64_t hidden, float *dtable,
+                                      cudaStream_t stream);
+
 //===-- Normalisation -----------------------------------------------------===//
 
 /// y = x * rstd * w with rstd[r] = 1 / sqrt(mean(x[r]²) + eps) (saved).
@@ -59,6 +73,19 @@ template <typename T>
 cudaError_t rmsNormBackward(const T *x, const T *w, const float *rstd,
                             const T *dy, int64_t rows, int64_t d, T *dx,
                             float *dw, cudaStream_t stream);
+
+/// y = (x - mean) * rstd * w + b; mean and rstd per row (saved, float).
+template <typename T>
+cudaError_t layerNormForward(const T *x, const T *w, const T *b, int64_t rows,
+                             int64_t d, double eps, T *y, float *mean,
+                             float *rstd, cudaStream_t stream);
+/// dx = rstd·(g - mean(g) - x̂·mean(g·x̂)) with g = w·dy, x̂ = (x - mean)·rstd;
+/// dw += Σ_rows dy·x̂, db += Σ_rows dy (both before dx, which may alias dy).
+template <typename T>
+cudaError_t layerNormBackward(const T *x, const T *w, const float *mean,
+                              const float *rstd, const T *dy, int64_t rows,
+                              int64_t d, T *dx, float *dw, float *db,
+                              cudaStream_t stream);
 
 //===-- Position encoding -------------------------------------------------===//
 
@@ -84,6 +111,52 @@ cudaError_t swigluForward(const T *gate, const T *up, int64_t n, T *y,
 template <typename T>
 cudaError_t swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
                            T *dgate, T *dup, cudaStream_t stream);
+
+/// SwiGLU on `rows` rows of [gate (f) | up (f)] (a fused gate/up
+/// projection): y and dy are rows × f, dx is packed like x.
+template <typename T>
+cudaError_t swigluPackedForward(const T *x, int64_t rows, int64_t f, T *y,
+                                cudaStream_t stream);
+template <typename T>
+cudaError_t swigluPackedBackward(const T *x, const T *dy, int64_t rows,
+                                 int64_t f, T *dx, cudaStream_t stream);
+
+/// GeLU, exact (erf) or with the tanh approximation.
+template <typename T>
+cudaError_t geluForward(const T *x, int64_t n, bool tanhApprox, T *y,
+                        cudaStream_t stream);
+template <typename T>
+cudaError_t geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox,
+                         T *dx, cudaStream_t stream);
+
+/// y = a + b over n elements (y may be a or b).
+template <typename T>
+cudaError_t add(const T *a, const T *b, int64_t n, T *y, cudaStream_t stream);
+
+/// y = x * keep / (1 - rate), with keep drawn per element of the whole
+/// tensor (`at`) from Philox exactly as cpu::dropoutForward draws it, so
+/// CPU and GPU runs, and any sharding, drop the same elements.
+template <typename T>
+cudaError_t dropoutForward(const T *x, const cpu::GlobalIndexing &at,
+                           double rate, const cpu::DropoutKey &key, T *y,
+                           cudaStream_t stream);
+/// dx = dy * keep / (1 - rate), the mask drawn again.
+template <typename T>
+cudaError_t dropoutBackward(const T *dy, const cpu::GlobalIndexing &at,
+                            double rate, const cpu::DropoutKey &key, T *dx,
+                            cudaStream_t stream);
+
+//===-- Fused QKV ---------------------------------------------------------===//
+
+/// q, k, v from a fused projection's rows, [Q | K | V] or per head [q_h,
+/// k_h, v_h] (cpu::QkvShape), and back.
+template <typename T>
+cudaError_t qkvSplitForward(const T *qkv, const cpu::QkvShape &s, T *q, T *k,
+                            T *v, cudaStream_t stream);
+template <typename T>
+cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
+                             const cpu::QkvShape &s, T *dqkv,
+                             cudaStream_t stream);
 
 //===-- Bias --------------------------------------------------------------===//
 

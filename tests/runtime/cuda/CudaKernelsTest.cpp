@@ -290,4 +290,175 @@ TYPED_TEST(CudaKernelsOf, AdamW) {
             cudaErrorInvalidValue);
 }
 
+TYPED_TEST(CudaKernelsOf, LayerNorm) {
+  using T = TypeParam;
+  // Rows offset from zero, so that the two-pass variance matters.
+  const int64_t rows = 70, d = 1000;
+  std::vector<float> x = randomValues(rows * d, 31);
+  for (float &v : x)
+    v += 3.0f;
+  x = rounded<T>(x);
+  std::vector<float> w = rounded<T>(randomValues(d, 32, 0.5f)),
+                     b = rounded<T>(randomValues(d, 33, 0.5f)),
+                     dy = rounded<T>(randomValues(rows * d, 34));
+  std::vector<float> dw0 = randomValues(d, 35), db0 = randomValues(d, 36);
+  std::vector<float> y(rows * d), mean(rows), rstd(rows), dx(rows * d),
+      dw = dw0, db = db0;
+  cpu::layerNormForward(x.data(), w.data(), b.data(), rows, d, 1e-5, y.data(),
+                        mean.data(), rstd.data());
+  cpu::layerNormBackward(x.data(), w.data(), mean.data(), rstd.data(),
+                         dy.data(), rows, d, dx.data(), dw.data(), db.data());
+  Device<T> gx(as<T>(x)), gw(as<T>(w)), gb(as<T>(b)), gdy(as<T>(dy)),
+      gy(rows * d), gdx(rows * d);
+  Device<float> gmean(rows), grstd(rows), gdw(dw0), gdb(db0);
+  ASSERT_EQ(cuda::layerNormForward(gx.get(), gw.get(), gb.get(), rows, d, 1e-5,
+                                   gy.get(), gmean.get(), grstd.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::layerNormBackward(gx.get(), gw.get(), gmean.get(),
+                                    grstd.get(), gdy.get(), rows, d, gdx.get(),
+                                    gdw.get(), gdb.get(), nullptr),
+            cudaSuccess);
+  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+  expectClose(gy.host(), y, rel, abs, "y");
+  expectClose(gmean.host(), mean, 1e-5, 1e-6, "mean");
+  expectClose(grstd.host(), rstd, 1e-5, 1e-6, "rstd");
+  expectClose(gdx.host(), dx, rel, abs, "dx");
+  expectClose(gdw.host(), dw, 1e-5, 1e-5, "dw");
+  expectClose(gdb.host(), db, 1e-5, 1e-5, "db");
+}
+
+TYPED_TEST(CudaKernelsOf, PositionEmbedding) {
+  using T = TypeParam;
+  const int64_t batch = 3, seq = 50, hidden = 96;
+  std::vector<float> table = rounded<T>(randomValues(seq * hidden, 37)),
+                     dout = rounded<T>(randomValues(batch * seq * hidden, 38));
+  std::vector<float> out(batch * seq * hidden),
+      dtable0 = randomValues(seq * hidden, 39), dtable = dtable0;
+  cpu::positionEmbeddingForward(table.data(), batch, seq, hidden, out.data());
+  cpu::positionEmbeddingBackward(dout.data(), batch, seq, hidden,
+                                 dtable.data());
+  Device<T> gtable(as<T>(table)), gdout(as<T>(dout)), gout(out.size());
+  Device<float> gdtable(dtable0);
+  ASSERT_EQ(cuda::positionEmbeddingForward(gtable.get(), batch, seq, hidden,
+                                           gout.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::positionEmbeddingBackward(gdout.get(), batch, seq, hidden,
+                                            gdtable.get(), nullptr),
+            cudaSuccess);
+  expectClose(gout.host(), out, 0, 0, "out");
+  expectClose(gdtable.host(), dtable, 1e-5, 1e-6, "dtable");
+}
+
+TYPED_TEST(CudaKernelsOf, SwigluPacked) {
+  using T = TypeParam;
+  const int64_t rows = 37, f = 300;
+  std::vector<float> x = rounded<T>(randomValues(rows * 2 * f, 40, 2.0f)),
+                     dy = rounded<T>(randomValues(rows * f, 41));
+  std::vector<float> y(rows * f), dx(rows * 2 * f);
+  cpu::swigluPackedForward(x.data(), rows, f, y.data());
+  cpu::swigluPackedBackward(x.data(), dy.data(), rows, f, dx.data());
+  Device<T> gx(as<T>(x)), gdy(as<T>(dy)), gy(y.size()), gdx(dx.size());
+  ASSERT_EQ(cuda::swigluPackedForward(gx.get(), rows, f, gy.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::swigluPackedBackward(gx.get(), gdy.get(), rows, f, gdx.get(),
+                                       nullptr),
+            cudaSuccess);
+  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+  expectClose(gy.host(), y, rel, abs, "y");
+  expectClose(gdx.host(), dx, rel, abs, "dx");
+}
+
+TYPED_TEST(CudaKernelsOf, Gelu) {
+  using T = TypeParam;
+  const int64_t n = 10007;
+  std::vector<float> x = rounded<T>(randomValues(n, 42, 3.0f)),
+                     dy = rounded<T>(randomValues(n, 43));
+  for (bool tanhApprox : {false, true}) {
+    std::vector<float> y(n), dx(n);
+    cpu::geluForward(x.data(), n, tanhApprox, y.data());
+    cpu::geluBackward(x.data(), dy.data(), n, tanhApprox, dx.data());
+    Device<T> gx(as<T>(x)), gdy(as<T>(dy)), gy(n), gdx(n);
+    ASSERT_EQ(cuda::geluForward(gx.get(), n, tanhApprox, gy.get(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::geluBackward(gx.get(), gdy.get(), n, tanhApprox, gdx.get(),
+                                 nullptr),
+              cudaSuccess);
+    double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+    std::string mode = tanhApprox ? " (tanh)" : " (erf)";
+    expectClose(gy.host(), y, rel, abs, "y" + mode);
+    expectClose(gdx.host(), dx, rel, abs, "dx" + mode);
+  }
+}
+
+TYPED_TEST(CudaKernelsOf, Add) {
+  using T = TypeParam;
+  const int64_t n = 5003;
+  std::vector<float> a = rounded<T>(randomValues(n, 44)),
+                     b = rounded<T>(randomValues(n, 45)), sum(n);
+  for (int64_t i = 0; i < n; ++i)
+    sum[i] = a[i] + b[i];
+  Device<T> ga(as<T>(a)), gb(as<T>(b));
+  // In place, into the first operand, as the plan's gradient additions run.
+  ASSERT_EQ(cuda::add(ga.get(), gb.get(), n, ga.get(), nullptr), cudaSuccess);
+  expectClose(ga.host(), sum, relativeTolerance<T>(), 0, "a + b");
+}
+
+TYPED_TEST(CudaKernelsOf, DropoutDrawsTheCpuMask) {
+  using T = TypeParam;
+  // A shard (rows 5.., columns 32..) of a 40 x 160 tensor: the same
+  // elements are dropped as on the CPU, exactly.
+  cpu::GlobalIndexing at{30, 64, 160, 5, 32};
+  cpu::DropoutKey key{0x123456789abcull, 7, 3};
+  const double rate = 0.3;
+  const int64_t n = at.rows * at.cols;
+  std::vector<float> x = rounded<T>(randomValues(n, 46));
+  std::vector<float> y(n), dx(n);
+  cpu::dropoutForward(x.data(), at, rate, key, y.data());
+  cpu::dropoutBackward(x.data(), at, rate, key, dx.data());
+  Device<T> gx(as<T>(x)), gy(n), gdx(n);
+  ASSERT_EQ(cuda::dropoutForward(gx.get(), at, rate, key, gy.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::dropoutBackward(gx.get(), at, rate, key, gdx.get(), nullptr),
+            cudaSuccess);
+  std::vector<T> got = gy.host();
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(toFloat(got[i]) == 0.0f, y[i] == 0.0f) << "element " << i;
+    dropped += y[i] == 0.0f;
+  }
+  EXPECT_GT(dropped, n / 5);
+  EXPECT_LT(dropped, n * 2 / 5);
+  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+  expectClose(got, y, rel, abs, "y");
+  expectClose(gdx.host(), dx, rel, abs, "dx");
+  EXPECT_EQ(cuda::dropoutForward(gx.get(), at, 1.0, key, gy.get(), nullptr),
+            cudaErrorInvalidValue);
+}
+
+TYPED_TEST(CudaKernelsOf, QkvSplit) {
+  using T = TypeParam;
+  // [Q | K | V] with grouped kv heads, and per head (Bloom).
+  for (cpu::QkvShape s : {cpu::QkvShape{33, 4, 2, 16, false},
+                          cpu::QkvShape{33, 3, 3, 16, true}}) {
+    const int64_t qn = s.rows * s.heads * s.headDim,
+                  kvn = s.rows * s.kvHeads * s.headDim, n = qn + 2 * kvn;
+    std::vector<float> qkv = rounded<T>(randomValues(n, 47));
+    std::vector<float> q(qn), k(kvn), v(kvn), back(n);
+    cpu::qkvSplitForward(qkv.data(), s, q.data(), k.data(), v.data());
+    cpu::qkvSplitBackward(q.data(), k.data(), v.data(), s, back.data());
+    Device<T> gqkv(as<T>(qkv)), gq(qn), gk(kvn), gv(kvn), gback(n);
+    ASSERT_EQ(cuda::qkvSplitForward(gqkv.get(), s, gq.get(), gk.get(), gv.get(),
+                                    nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::qkvSplitBackward(gq.get(), gk.get(), gv.get(), s,
+                                     gback.get(), nullptr),
+              cudaSuccess);
+    std::string layout = s.perHead ? " (per head)" : " ([Q | K | V])";
+    expectClose(gq.host(), q, 0, 0, "q" + layout);
+    expectClose(gk.host(), k, 0, 0, "k" + layout);
+    expectClose(gv.host(), v, 0, 0, "v" + layout);
+    expectClose(gback.host(), back, 0, 0, "dqkv" + layout);
+  }
+}
+
 } // namespace
