@@ -160,13 +160,22 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
     return type.getNumElements() * getElementBytes(type.getElementType()) * slots;
   };
   // Parameters some ADAMW of the rank updates (directly or in a bucket);
-  // the others are copies another stage updates (a tied embedding).
+  // the others are copies another stage updates (a tied embedding). With
+  // mixed precision ADAMW updates master weights and writes the parameters
+  // as its fourth output.
   llvm::StringSet<> updated;
   module.walk([&](Operation *op) {
-    if (op->getName().getStringRef() == "plan.kernel" &&
-        cast<StringAttr>(op->getAttr("kernel")).getValue() == "ADAMW")
-      if (auto inputs = op->getAttrOfType<ArrayAttr>("inputs"); inputs && !inputs.empty())
-        updated.insert(cast<SymbolRefAttr>(inputs[0]).getRootReference().getValue());
+    if (op->getName().getStringRef() != "plan.kernel" ||
+        cast<StringAttr>(op->getAttr("kernel")).getValue() != "ADAMW")
+      return;
+    auto inputs = op->getAttrOfType<ArrayAttr>("inputs");
+    auto outputs = op->getAttrOfType<ArrayAttr>("outputs");
+    Attribute weights = outputs && outputs.size() == 4 ? outputs[3]
+                        : inputs && !inputs.empty()    ? inputs[0]
+                                                       : Attribute();
+    if (weights)
+      updated.insert(
+          cast<SymbolRefAttr>(weights).getRootReference().getValue());
   });
   // Gradients kept whole for the step: not views of a temporary (ZeRO-2
   // reduce-scatters those in backward and keeps a block), by parameter name.

@@ -52,11 +52,18 @@ bool isOptimizerOp(Operation *op) {
 
 class Lowering {
 public:
-  Lowering(ModuleOp module, func::FuncOp func, bool splitBackward,
-           int64_t zero, int64_t zeroBucketBytes)
+  Lowering(ModuleOp module, func::FuncOp func, bool splitBackward, int64_t zero,
+           int64_t zeroBucketBytes)
       : module(module), func(func), b(module.getContext()),
         splitBackward(splitBackward), zero(zero),
-        zeroBucketBytes(zeroBucketBytes) {}
+        zeroBucketBytes(zeroBucketBytes) {
+    for (BlockArgument arg : func.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(),
+                          model::ModelDialect::kParamAttrName))
+        if (auto t = dyn_cast<ShapedType>(arg.getType()))
+          mixed = mixed || t.getElementType().isBF16() ||
+                  t.getElementType().isF16();
+  }
 
   LogicalResult run();
 
@@ -79,7 +86,30 @@ private:
   /// of the model function is (its model.sharding and model.shard_blocks).
   LogicalResult setShard(BufferOp buffer, unsigned arg);
   BufferOp newBuffer(Value v, StringRef role, StringRef name = {}) {
-    return buffers[v] = newBuffer(v.getLoc(), v.getType(), role, name);
+    return buffers[v] = newBuffer(v.getLoc(), storageType(v), role, name);
+  }
+  /// Mixed precision (the model computes in bf16 or f16): the parameters'
+  /// gradients, what the optimizer sums from them, and its state (moments,
+  /// and master weights of which it rounds the model's weights) are kept
+  /// in f32. Whether `v` is such a gradient: a parameter gradient kernel's
+  /// result, or a sum of them (model.add, model.all_reduce).
+  bool isWide(Value v);
+  /// The type of `v`'s buffer: f32 elements for a wide value.
+  Type storageType(Value v) {
+    return mixed && isWide(v) ? widen(v.getType()) : v.getType();
+  }
+  Type widen(Type type) const {
+    auto shaped = dyn_cast<RankedTensorType>(type);
+    return shaped ? shaped.clone(Float32Type::get(type.getContext())) : type;
+  }
+  /// Copies a parameter's slicing (shard axis, dimension, blocks) to a
+  /// buffer of the same shape (its gradient, its master weights).
+  void copySlicing(BufferOp from, BufferOp to) {
+    if (!from || !from.getShard())
+      return;
+    to.setShardAttr(from.getShardAttr());
+    to.setDimAttr(from.getDimAttr());
+    to.setBlocksAttr(from.getBlocksAttr());
   }
   void kernel(StringRef name, ArrayRef<BufferOp> inputs,
               ArrayRef<BufferOp> outputs, DictionaryAttr params, Location loc,
@@ -140,6 +170,8 @@ private:
   /// The all-reduces of gradients, run in place on the accumulated buffers.
   DenseSet<Operation *> stepReductions;
   unsigned counter = 0;
+  bool mixed = false;
+  DenseMap<Value, bool> wide;
   /// With pipeline parallelism, the pipeline rank being lowered (the
   /// buffers' stage), and the rank of each of the model's stages (virtual
   /// stages, with the interleaved schedule).
@@ -183,6 +215,22 @@ LogicalResult Lowering::setShard(BufferOp buffer, unsigned arg) {
       buffer.setBlocksAttr(blocks);
   }
   return success();
+}
+
+bool Lowering::isWide(Value v) {
+  if (auto it = wide.find(v); it != wide.end())
+    return it->second;
+  bool result = false;
+  if (Operation *def = v.getDefiningOp()) {
+    if (llvm::is_contained(accumulatedResults(def), v))
+      result = true;
+    else if (isa<model::AddOp>(def))
+      result =
+          llvm::all_of(def->getOperands(), [&](Value x) { return isWide(x); });
+    else if (auto reduce = dyn_cast<model::AllReduceOp>(def))
+      result = isWide(reduce.getInputs()[cast<OpResult>(v).getResultNumber()]);
+  }
+  return wide[v] = result;
 }
 
 /// The kernel parameters of `op`: its inherent attributes, renamed to the
@@ -416,9 +464,25 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
   std::string kernelName = op->getName().stripDialect().upper();
   if (auto adamw = dyn_cast<model::AdamWOp>(op)) {
     // In place: the new parameter and moments are the old buffers.
-    buffers[adamw.getNewParam()] = buffers.lookup(adamw.getParam());
+    BufferOp param = buffers.lookup(adamw.getParam());
+    buffers[adamw.getNewParam()] = param;
     buffers[adamw.getNewM()] = buffers.lookup(adamw.getM());
     buffers[adamw.getNewV()] = buffers.lookup(adamw.getV());
+    if (mixed) {
+      // The update runs on f32 master weights, then rounds them into the
+      // parameter the model computes with.
+      BufferOp master =
+          newBuffer(op->getLoc(), widen(param.getType()), "optimizer_state",
+                    ("master:" + param.getName().value_or("")).str());
+      copySlicing(param, master);
+      SmallVector<BufferOp> ins = buffersOf(op->getOperands());
+      ins[0] = master;
+      kernel(kernelName, ins,
+             {master, buffers.lookup(adamw.getM()),
+              buffers.lookup(adamw.getV()), param},
+             *params, op->getLoc(), provenance, ArrayAttr(), rankAxis);
+      return success();
+    }
   } else {
     for (Value v : op->getResults())
       if (BufferOp grad = accumulateInto.lookup(v))
@@ -598,6 +662,8 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
     const Kind *kind;
     SmallVector<Member> members;
     BufferOp flatGrad, flatParam, m, v, block, accumulated;
+    /// Mixed precision: this rank's block of the f32 master weights.
+    BufferOp master;
     /// ZeRO-2: the last kernel writing its gradients, and the first kernel
     /// of its reduction (placed right after it).
     KernelOp last, start;
@@ -622,7 +688,7 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
           (buckets.back().last ? buckets.back().last->getParentOp() : nullptr) !=
               where ||
           bytes + size > zeroBucketBytes) {
-        buckets.push_back({&kind, {}, {}, {}, {}, {}, {}, {}, {}, {}});
+        buckets.push_back({&kind, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
         bytes = 0;
       }
       buckets.back().members.push_back(member);
@@ -669,6 +735,11 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
     auto gradType = cast<RankedTensorType>(bucket.members.front().grad.getType());
     Type element = gradType.getElementType();
     int64_t elementBytes = (gradType.getElementTypeBitWidth() + 7) / 8;
+    // The parameters' own type (with mixed precision, narrower than their
+    // f32 gradients).
+    auto paramType =
+        cast<RankedTensorType>(bucket.members.front().param.getType());
+    int64_t paramBytes = (paramType.getElementTypeBitWidth() + 7) / 8;
     int64_t total = 0;
     for (const Member &member : bucket.members)
       total += cast<RankedTensorType>(member.grad.getType()).getNumElements();
@@ -680,9 +751,14 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
     // With ZeRO-2 the flat gradients live through one micro-batch's
     // backward; the rank keeps only its accumulated block.
     bucket.flatGrad = newBuffer(loc, flat, bucket.last ? "activation" : "bucket");
-    bucket.flatParam = newBuffer(loc, flat, "bucket");
+    bucket.flatParam = newBuffer(
+        loc, RankedTensorType::get({padded}, paramType.getElementType()),
+        "bucket");
     bucket.m = newBuffer(loc, shard, "optimizer_state", "exp_avg:" + name);
     bucket.v = newBuffer(loc, shard, "optimizer_state", "exp_avg_sq:" + name);
+    if (mixed)
+      bucket.master =
+          newBuffer(loc, shard, "optimizer_state", "master:" + name);
     bucket.block = newBuffer(loc, shard, "activation");
     int64_t at = 0;
     for (const Member &member : bucket.members) {
@@ -691,7 +767,7 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
       member.grad.setViewOffsetAttr(b.getI64IntegerAttr(at * elementBytes));
       member.param.setViewOfAttr(
           FlatSymbolRefAttr::get(bucket.flatParam.getSymNameAttr()));
-      member.param.setViewOffsetAttr(b.getI64IntegerAttr(at * elementBytes));
+      member.param.setViewOffsetAttr(b.getI64IntegerAttr(at * paramBytes));
       at += cast<RankedTensorType>(member.grad.getType()).getNumElements();
     }
     std::string reason = "zero: data-parallel sum of the gradients of " +
@@ -857,7 +933,9 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
       if (!bucket.last)
         continue; // a tied embedding's: whole until update, as ZeRO-1
       Location loc = bucket.members.front().op.getLoc();
-      auto shard = cast<RankedTensorType>(bucket.m.getType());
+      auto shard = RankedTensorType::get(
+          cast<RankedTensorType>(bucket.m.getType()).getShape(),
+          cast<RankedTensorType>(bucket.flatParam.getType()).getElementType());
       BufferOp blockOfParams = newBuffer(loc, shard, "parameter",
                                          "zero bucket " + std::to_string(k));
       blockOfParams.setBlockOfAttr(
@@ -951,12 +1029,19 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
       return failure();
     BufferOp kept = paramBlock.lookup(bucket.flatParam);
     BufferOp target = kept ? kept : bucket.flatParam;
+    // Mixed precision: on the rank's block of the f32 masters, rounded
+    // into its block of the weights (the kept block, or of the flat ones).
+    BufferOp updated = bucket.master ? bucket.master : target;
+    SmallVector<BufferOp> outs = {updated, bucket.m, bucket.v};
+    if (bucket.master)
+      outs.push_back(target);
     kernel("ADAMW",
-           {target, bucket.block, bucket.m, bucket.v,
-            buffers.lookup(first.getLr()), buffers.lookup(first.getStep()), scale},
-           {target, bucket.m, bucket.v}, *params, first.getLoc(),
-           "zero: AdamW on this rank's block of " + describe(bucket), ArrayAttr(),
-           kept ? StringAttr() : dpAxis);
+           {updated, bucket.block, bucket.m, bucket.v,
+            buffers.lookup(first.getLr()), buffers.lookup(first.getStep()),
+            scale},
+           outs, *params, first.getLoc(),
+           "zero: AdamW on this rank's block of " + describe(bucket),
+           ArrayAttr(), kept ? StringAttr() : dpAxis);
   }
   for (Bucket &bucket : buckets)
     if (!paramBlock.count(bucket.flatParam))
@@ -992,8 +1077,15 @@ LogicalResult Lowering::argBuffer(BlockArgument arg) {
   unsigned i = arg.getArgNumber();
   if (auto p = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kParamAttrName))
     return setShard(newBuffer(arg, "parameter", p.getValue()), i);
-  if (auto s = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kOptStateAttrName))
-    return setShard(newBuffer(arg, "optimizer_state", s.getValue()), i);
+  if (auto s = func.getArgAttrOfType<StringAttr>(
+          i, model::ModelDialect::kOptStateAttrName)) {
+    // The moments: f32 with mixed precision.
+    BufferOp state =
+        newBuffer(arg.getLoc(), mixed ? widen(arg.getType()) : arg.getType(),
+                  "optimizer_state", s.getValue());
+    buffers[arg] = state;
+    return setShard(state, i);
+  }
   if (auto in = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kInputAttrName)) {
     newBuffer(arg, "input", in.getValue());
     return success();
@@ -1009,12 +1101,11 @@ Lowering::planGradients(function_ref<bool(Operation *)> inStep,
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
   SmallVector<std::pair<Value, BufferOp>> gradients;
   auto addGradient = [&](Value grad, StringRef name, BufferOp param = {}) {
-    BufferOp buffer = newBuffer(grad.getLoc(), grad.getType(), "gradient", name);
-    if (param && param.getShard()) {
-      buffer.setShardAttr(param.getShardAttr());
-      buffer.setDimAttr(param.getDimAttr());
-      buffer.setBlocksAttr(param.getBlocksAttr());
-    }
+    // Gradients accumulate in f32 with mixed precision.
+    BufferOp buffer =
+        newBuffer(grad.getLoc(), mixed ? widen(grad.getType()) : grad.getType(),
+                  "gradient", name);
+    copySlicing(param, buffer);
     gradients.push_back({grad, buffer});
   };
   for (auto adamw : entry.getOps<model::AdamWOp>()) {
@@ -1188,11 +1279,9 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
         return v.getDefiningOp()->emitOpError(
             "contributes to the gradient of a parameter its stage does not "
             "hold");
-      BufferOp buffer = newBuffer(v.getLoc(), v.getType(), "gradient",
+      BufferOp buffer = newBuffer(v.getLoc(), storageType(v), "gradient",
                                   paramBuffer.getName().value_or(""));
-      buffer.setShardAttr(paramBuffer.getShardAttr());
-      buffer.setDimAttr(paramBuffer.getDimAttr());
-      buffer.setBlocksAttr(paramBuffer.getBlocksAttr());
+      copySlicing(paramBuffer, buffer);
       if (failed(planAccumulation(v, buffer, /*top=*/false)))
         return failure();
       OpBuilder::InsertionGuard guard(b);
@@ -1277,7 +1366,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
     SmallVector<std::pair<BufferOp, int64_t>> shared;
     for (auto [v, grad] : remoteInto) {
       int64_t from = rankOf(stageOf(v.getDefiningOp()));
-      BufferOp part = newBuffer(v.getLoc(), v.getType(), "activation");
+      BufferOp part = newBuffer(v.getLoc(), storageType(v), "activation");
       std::string name = grad.getName().value_or("").str();
       kernel("RECV", {}, {part}, peerAttr(from - s), v.getLoc(),
              "pipeline: stage " + std::to_string(from) +

@@ -75,6 +75,21 @@ bool isGradient(plan::Kernel kernel) {
 
 } // namespace
 
+absl::Status Executor::CheckRunsOnCpu(const plan::Plan &plan) {
+  // The CPU kernels compute in f32 or f64; a mixed-precision plan (bf16 or
+  // f16 weights and activations) is the CUDA backend's.
+  for (const Buffer &b : plan.buffers())
+    if (b.dtype() == plan::BF16 || b.dtype() == plan::F16)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the plan computes in ", plan::DType_Name(b.dtype()),
+          " (mixed precision; buffer '", b.name(),
+          "'): the CPU backend runs F32 and F64 plans, and ",
+          plan::DType_Name(b.dtype()),
+          " needs the CUDA backend (compile with train.precision FP32 to "
+          "run here)"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Executor>>
 Executor::Create(plan::Plan plan, Communicator *comm) {
   if (absl::Status s = plan::ValidatePlan(plan); !s.ok())
@@ -92,6 +107,8 @@ Executor::Create(plan::Plan plan, Communicator *comm) {
           ") are not a rank of the plan's mesh (sizes ",
           absl::StrJoin(plan.mesh().sizes(), " x "), ")"));
   }
+  if (absl::Status s = CheckRunsOnCpu(plan); !s.ok())
+    return s;
   std::unique_ptr<Executor> executor(new Executor(std::move(plan)));
   executor->comm_ = comm;
   for (const Buffer &b : executor->plan_.buffers())

@@ -62,6 +62,10 @@ public:
   /// single rank is a copy and any other is an error.
   static absl::StatusOr<std::unique_ptr<Executor>>
   Create(plan::Plan plan, Communicator *comm = nullptr);
+  /// Whether the CPU kernels can run `plan`: F32 and F64 plans, not mixed
+  /// precision (BF16 or F16 buffers). Create checks it; so does the trainer,
+  /// before it opens data.
+  static absl::Status CheckRunsOnCpu(const plan::Plan &plan);
 
   const plan::Plan &plan() const { return plan_; }
   Communicator *communicator() const { return comm_; }

@@ -792,6 +792,8 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
 
 absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
                    std::vector<StepRecord> *records) {
+  if (absl::Status s = Executor::CheckRunsOnCpu(plan); !s.ok())
+    return s;
   const plan::Training &t = plan.training();
   int64_t steps = options.steps.value_or(t.steps());
   uint64_t seed = options.seed.value_or(t.seed());

@@ -76,14 +76,20 @@ private:
   }
 
   /// Checks operand counts and fetches the buffers.
-  absl::Status arity(int minIn, int maxIn, int outs) {
+  /// minIn..maxIn inputs and `outs` outputs (or up to `maxOuts`).
+  absl::Status arity(int minIn, int maxIn, int outs, int maxOuts = 0) {
+    maxOuts = std::max(maxOuts, outs);
     if (inst.inputs_size() < minIn || inst.inputs_size() > maxIn ||
-        inst.outputs_size() != outs)
-      return fail(absl::StrCat("has ", inst.inputs_size(), " inputs and ",
-                               inst.outputs_size(), " outputs; the kernel takes ",
-                               minIn == maxIn ? absl::StrCat(minIn)
-                                              : absl::StrCat(minIn, "-", maxIn),
-                               " inputs and ", outs, " outputs"));
+        inst.outputs_size() < outs || inst.outputs_size() > maxOuts)
+      return fail(
+          absl::StrCat("has ", inst.inputs_size(), " inputs and ",
+                       inst.outputs_size(), " outputs; the kernel takes ",
+                       minIn == maxIn ? absl::StrCat(minIn)
+                                      : absl::StrCat(minIn, "-", maxIn),
+                       " inputs and ",
+                       outs == maxOuts ? absl::StrCat(outs)
+                                       : absl::StrCat(outs, "-", maxOuts),
+                       " outputs"));
     for (int32_t id : inst.inputs())
       if (id < 0 || id >= plan.buffers_size())
         return fail(absl::StrCat("input buffer ", id, " does not exist (the plan has ",
@@ -123,10 +129,13 @@ private:
                                ", expected ", DType_Name(like.dtype())));
     return shape(b, {like.shape().begin(), like.shape().end()}, name);
   }
-  /// All float operands share the first input's dtype; `ids` lists the
-  /// operands (inputs then outputs, numbered together) that are int32.
-  absl::Status dtypes(std::set<int> ids = {}) const {
+  /// All float operands share one dtype T; `ids` lists the operands
+  /// (inputs then outputs, numbered together) that are int32. Mixed
+  /// precision: the operands in `wide` (parameter gradients, the loss and
+  /// its row statistics) may instead be F32 where T is BF16 or F16.
+  absl::Status dtypes(std::set<int> ids = {}, std::set<int> wide = {}) const {
     DType floatType = DTYPE_UNSPECIFIED;
+    std::vector<const Buffer *> wideOperands;
     int n = 0;
     auto visit = [&](const Buffer &b) -> absl::Status {
       int k = n++;
@@ -139,6 +148,10 @@ private:
       if (!isFloat(b.dtype()))
         return fail(absl::StrCat("operand '", b.name(), "' must be a float type, found ",
                                  DType_Name(b.dtype())));
+      if (wide.count(k)) {
+        wideOperands.push_back(&b);
+        return absl::OkStatus();
+      }
       if (floatType == DTYPE_UNSPECIFIED)
         floatType = b.dtype();
       else if (b.dtype() != floatType)
@@ -152,6 +165,14 @@ private:
     for (int i = 0; i < inst.outputs_size(); ++i)
       if (absl::Status s = visit(out(i)); !s.ok())
         return s;
+    bool low = floatType == BF16 || floatType == F16;
+    for (const Buffer *b : wideOperands)
+      if (floatType != DTYPE_UNSPECIFIED && b->dtype() != floatType &&
+          !(low && b->dtype() == F32))
+        return fail(absl::StrCat("operand '", b->name(), "' is ",
+                                 DType_Name(b->dtype()), ", expected ",
+                                 DType_Name(floatType),
+                                 low ? " or F32 (mixed precision)" : ""));
     return absl::OkStatus();
   }
 
@@ -267,7 +288,7 @@ absl::Status InstructionChecker::checkLinearLike() {
   }
   default: { // LINEAR_GRAD_WEIGHT
     BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
-    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(dtypes({}, {2}));
     BRAID_RETURN_IF_ERROR(minRank(in(0), 1, "x"));
     const Buffer &x = in(0), &dy = in(1);
     if (x.shape_size() != dy.shape_size() ||
@@ -288,7 +309,11 @@ absl::Status InstructionChecker::checkNorm(bool layerNorm, bool grad) {
   int ins = grad ? 3 : (layerNorm ? 3 : 2);
   int outs = grad ? (layerNorm ? 3 : 2) : 1;
   BRAID_RETURN_IF_ERROR(arity(ins, ins, outs));
-  BRAID_RETURN_IF_ERROR(dtypes());
+  // The parameter gradients (outputs after dx) may be F32.
+  std::set<int> wide;
+  for (int i = 1; grad && i < outs; ++i)
+    wide.insert(ins + i);
+  BRAID_RETURN_IF_ERROR(dtypes({}, wide));
   BRAID_ASSIGN_OR_RETURN(eps, floatAttr("eps", 1e-30, 1.0));
   (void)eps;
   const Buffer &x = in(0);
@@ -303,7 +328,9 @@ absl::Status InstructionChecker::checkNorm(bool layerNorm, bool grad) {
   BRAID_RETURN_IF_ERROR(same(in(2), x, "dy"));
   BRAID_RETURN_IF_ERROR(same(out(0), x, "dx"));
   for (int i = 1; i < outs; ++i)
-    BRAID_RETURN_IF_ERROR(same(out(i), in(1), "parameter gradient"));
+    BRAID_RETURN_IF_ERROR(shape(out(i),
+                                {in(1).shape().begin(), in(1).shape().end()},
+                                "parameter gradient"));
   return absl::OkStatus();
 }
 
@@ -553,7 +580,7 @@ absl::Status InstructionChecker::checkPositionEmbedding() {
   if (inst.kernel() == POSITION_EMBEDDING_GRAD) {
     // (dy [batch, s, hidden]) -> dtable [rows, hidden].
     BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
-    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(dtypes({}, {1}));
     BRAID_RETURN_IF_ERROR(rank(in(0), 3, "dy"));
     BRAID_RETURN_IF_ERROR(rank(out(0), 2, "dtable"));
     const Buffer &dy = in(0), &dtable = out(0);
@@ -634,7 +661,7 @@ absl::Status InstructionChecker::checkCrossEntropy() {
   if (k == CROSS_ENTROPY_FINISH) {
     // (summed, global_max, targets) -> (loss, lse); the rows' shape is
     // global_max's.
-    BRAID_RETURN_IF_ERROR(dtypes({2}));
+    BRAID_RETURN_IF_ERROR(dtypes({2}, {3, 4}));
     BRAID_RETURN_IF_ERROR(
         intAttr("ignore_index", INT32_MIN, INT32_MAX).status());
     const Buffer &globalMax = in(1);
@@ -647,7 +674,11 @@ absl::Status InstructionChecker::checkCrossEntropy() {
     lead.push_back(2);
     return shape(in(0), lead, "summed");
   }
-  BRAID_RETURN_IF_ERROR(k == CROSS_ENTROPY_MAX ? dtypes() : dtypes({1}));
+  // The loss, dloss and lse may be F32 (mixed precision).
+  BRAID_RETURN_IF_ERROR(k == CROSS_ENTROPY_MAX    ? dtypes()
+                        : k == CROSS_ENTROPY      ? dtypes({1}, {2})
+                        : k == CROSS_ENTROPY_GRAD ? dtypes({1}, {2, 3})
+                                                  : dtypes({1}));
   if (k != CROSS_ENTROPY_MAX)
     BRAID_RETURN_IF_ERROR(
         intAttr("ignore_index", INT32_MIN, INT32_MAX).status());
@@ -748,7 +779,8 @@ absl::Status InstructionChecker::check() {
   case EMBEDDING:
   case EMBEDDING_GRAD: {
     BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
-    BRAID_RETURN_IF_ERROR(dtypes({1}));
+    BRAID_RETURN_IF_ERROR(inst.kernel() == EMBEDDING ? dtypes({1})
+                                                     : dtypes({1}, {2}));
     const Buffer &ids = in(1);
     const Buffer &table = inst.kernel() == EMBEDDING ? in(0) : out(0);
     BRAID_RETURN_IF_ERROR(rank(table, 2, "table"));
@@ -767,7 +799,7 @@ absl::Status InstructionChecker::check() {
     return checkLinearLike();
   case BIAS_GRAD:
     BRAID_RETURN_IF_ERROR(arity(1, 1, 1));
-    BRAID_RETURN_IF_ERROR(dtypes());
+    BRAID_RETURN_IF_ERROR(dtypes({}, {1}));
     BRAID_RETURN_IF_ERROR(minRank(in(0), 1, "dy"));
     return shape(out(0), {in(0).shape(in(0).shape_size() - 1)}, "db");
   case RMS_NORM:
@@ -867,11 +899,37 @@ absl::Status InstructionChecker::check() {
     return absl::OkStatus();
   }
   case ADAMW: {
-    BRAID_RETURN_IF_ERROR(arity(7, 7, 3));
+    // Mixed precision: a fourth output, the weights the model computes with
+    // (BF16 or F16), rounded from the F32 master weights in(0) the update
+    // keeps; with a rank_axis (ZeRO) in(0) is this rank's block of the
+    // masters and the copy is the whole flat buffer of weights, of which the
+    // kernel writes the rank's block.
+    BRAID_RETURN_IF_ERROR(arity(7, 7, 3, 4));
     const Buffer &p = in(0);
     if (!isFloat(p.dtype()))
       return fail(absl::StrCat("parameter '", p.name(), "' must be a float type"));
-    if (inst.rank_axis().empty()) {
+    if (inst.outputs_size() == 4) {
+      const Buffer &copy = out(3);
+      if (p.dtype() != F32 || (copy.dtype() != BF16 && copy.dtype() != F16))
+        return fail(absl::StrCat(
+            "the master weights '", p.name(), "' are ", DType_Name(p.dtype()),
+            " and their copy '", copy.name(), "' ", DType_Name(copy.dtype()),
+            ": mixed precision keeps F32 masters of BF16 or F16 weights"));
+      for (int i : {1, 2, 3})
+        BRAID_RETURN_IF_ERROR(same(in(i), p, "gradient or moment"));
+      if (inst.rank_axis().empty())
+        BRAID_RETURN_IF_ERROR(
+            shape(copy, {p.shape().begin(), p.shape().end()}, "weights"));
+      else {
+        BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+        if (p.shape_size() != 1 || copy.shape_size() != 1 ||
+            copy.shape(0) != p.shape(0) * ranks)
+          return fail(absl::StrCat(
+              "the weights '", copy.name(), "' ", shapeStr(copy), " are not ",
+              ranks, " blocks of the master weights '", p.name(), "' ",
+              shapeStr(p), " (one per rank of '", inst.rank_axis(), "')"));
+      }
+    } else if (inst.rank_axis().empty()) {
       for (int i : {1, 2, 3})
         BRAID_RETURN_IF_ERROR(same(in(i), p, "gradient or moment"));
     } else {

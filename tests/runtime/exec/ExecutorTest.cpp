@@ -133,10 +133,16 @@ TEST(Executor, RefusesBadTokensAndUnsupportedDtypes) {
   Function *fn16 = h.plan.add_functions();
   fn16->set_name("f");
   h.add(fn16, EMBEDDING, {t16, i16}, {o16});
+  // A BF16 plan is refused when the executor is made, before anything runs.
   auto e16 = exec::Executor::Create(h.plan);
-  ASSERT_TRUE(e16.ok());
-  s = (*e16)->Run("f", {});
-  EXPECT_NE(s.message().find("needs the CUDA backend"), absl::string_view::npos) << s;
+  ASSERT_FALSE(e16.ok());
+  EXPECT_EQ(e16.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(e16.status().message().find(
+                "the plan computes in BF16 (mixed precision; buffer 'table'): "
+                "the CPU backend runs F32 and F64 plans, and BF16 needs the "
+                "CUDA backend"),
+            absl::string_view::npos)
+      << e16.status();
 }
 
 // The arena is allocated untouched, and TouchedArenaBytes counts the pages

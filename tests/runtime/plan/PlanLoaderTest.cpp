@@ -806,6 +806,93 @@ Plan zeroPlan() {
   return plan;
 }
 
+/// A plan being built by hand: the current version, a mesh of one "dp"
+/// rank, and buffers appended one after the other.
+struct HandPlan {
+  Plan plan;
+  int64_t offset = 0;
+  HandPlan() {
+    plan.set_version(SCHEMA_VERSION_CURRENT);
+    plan.mutable_mesh()->add_axes("dp");
+    plan.mutable_mesh()->add_sizes(1);
+  }
+  int buffer(const char *name, DType dtype, const std::vector<int64_t> &shape,
+             BufferRole role) {
+    return addBuffer(plan, offset, name, dtype, shape, role);
+  }
+};
+
+/// A mixed-precision step of one linear: bf16 weights and activations, the
+/// weight gradient and the optimizer's state (master weights, moments) f32.
+Plan mixedPrecisionPlan(DType low = BF16) {
+  HandPlan hand;
+  auto buffer = [&](const char *name, DType dtype, std::vector<int64_t> shape,
+                    BufferRole role) {
+    return hand.buffer(name, dtype, shape, role);
+  };
+  Plan &plan = hand.plan;
+  int x = buffer("x", low, {4, 3}, INPUT);                       // 0
+  int w = buffer("w", low, {3, 2}, PARAMETER);                   // 1
+  int y = buffer("y", low, {4, 2}, ACTIVATION);                  // 2
+  int dw = buffer("dw", F32, {3, 2}, GRADIENT);                  // 3
+  int master = buffer("master:w", F32, {3, 2}, OPTIMIZER_STATE); // 4
+  int m = buffer("m", F32, {3, 2}, OPTIMIZER_STATE);             // 5
+  int v = buffer("v", F32, {3, 2}, OPTIMIZER_STATE);             // 6
+  int lr = buffer("lr", F32, {}, INPUT);                         // 7
+  int step = buffer("step", I64, {}, INPUT);                     // 8
+  int scale = buffer("scale", F32, {}, ACTIVATION);              // 9
+  plan.set_arena_bytes(hand.offset);
+  Function *fn = plan.add_functions();
+  fn->set_name("f");
+  auto add = [&](Kernel kernel, std::vector<int> ins, std::vector<int> outs) {
+    return addInstruction(fn, kernel, ins, outs);
+  };
+  (*add(LINEAR, {x, w}, {y})->mutable_int_attrs())["transpose_w"] = 0; // 0
+  (*add(LINEAR_GRAD_WEIGHT, {x, y}, {dw})->mutable_int_attrs())["transpose_w"] =
+      0; // 1
+  Instruction *adamw =
+      add(ADAMW, {master, dw, m, v, lr, step, scale}, {master, m, v, w}); // 2
+  for (const char *attr : {"beta1", "beta2", "eps", "weight_decay"})
+    (*adamw->mutable_float_attrs())[attr] = 0.01;
+  return std::move(plan);
+}
+
+// Mixed precision: a parameter gradient may be F32 where the kernel computes
+// in BF16 or F16 (but no other dtype); AdamW updates F32 master weights and
+// rounds them into a fourth output, the BF16 or F16 weights.
+TEST(PlanValidation, MixedPrecision) {
+  EXPECT_EQ(errorOf(mixedPrecisionPlan()), "");
+  EXPECT_EQ(errorOf(mixedPrecisionPlan(F16)), "");
+  Plan plan = mixedPrecisionPlan();
+  plan.mutable_buffers(3)->set_dtype(F64);
+  EXPECT_REFUSED(plan, "(LINEAR_GRAD_WEIGHT): operand 'dw' is F64, expected "
+                       "BF16 or F32 (mixed precision)");
+  // Only the gradient may be wider: the weights may not.
+  plan = mixedPrecisionPlan();
+  plan.mutable_buffers(1)->set_dtype(F32);
+  EXPECT_REFUSED(plan, "(LINEAR): operands mix BF16 and F32");
+  // In an F64 kernel an F32 gradient is no mixed precision.
+  plan = mixedPrecisionPlan();
+  for (int b : {0, 1, 2})
+    plan.mutable_buffers(b)->set_dtype(F64);
+  EXPECT_REFUSED(plan,
+                 "(LINEAR_GRAD_WEIGHT): operand 'dw' is F32, expected F64");
+  plan = mixedPrecisionPlan();
+  plan.mutable_buffers(1)->set_dtype(F32);
+  plan.mutable_buffers(0)->set_dtype(F32);
+  plan.mutable_buffers(2)->set_dtype(F32);
+  EXPECT_REFUSED(plan, "(ADAMW): the master weights 'master:w' are F32 and "
+                       "their copy 'w' F32: mixed precision keeps F32 masters "
+                       "of BF16 or F16 weights");
+  plan = mixedPrecisionPlan();
+  plan.mutable_buffers(5)->set_dtype(BF16);
+  EXPECT_REFUSED(plan, "(ADAMW): gradient or moment 'm' is BF16, expected F32");
+  plan = mixedPrecisionPlan();
+  bodyOf(plan, 2)->add_outputs(1);
+  EXPECT_REFUSED(plan, "(ADAMW): has 7 inputs and 5 outputs; the kernel takes "
+                       "7 inputs and 3-4 outputs");
+}
+
 // ZeRO: async only on a reduce-scatter and 0 or 1; a WAIT names buffers
 // and makes none; AdamW with a rank_axis updates its rank's block of flat
 // parameters; an all-gather in place is of a flat buffer that splits evenly.
@@ -876,6 +963,29 @@ TEST(PlanValidation, ZeroKernels) {
   plan.mutable_functions(0)->mutable_body()->RemoveLast();
   EXPECT_REFUSED(plan, "(ALL_GATHER): x 'params' [8] does not split evenly over "
                        "the group's 3 ranks");
+}
+
+// ZeRO with mixed precision: AdamW on this rank's block of F32 masters
+// writes its block of the whole flat BF16 weights.
+TEST(PlanValidation, ZeroMixedPrecision) {
+  auto mixed = [] {
+    Plan plan = zeroPlan();
+    int64_t offset = plan.arena_bytes();
+    int weights = addBuffer(plan, offset, "weights", BF16, {8}, BUCKET); // 10
+    int master = addBuffer(plan, offset, "master", F32, {4}, OPTIMIZER_STATE);
+    plan.set_arena_bytes(offset);
+    Instruction *adamw = bodyOf(plan, 2);
+    adamw->set_inputs(0, master);
+    adamw->set_outputs(0, master);
+    adamw->add_outputs(weights);
+    return plan;
+  };
+  EXPECT_EQ(errorOf(mixed()), "");
+  Plan plan = mixed();
+  plan.mutable_buffers(10)->set_shape(0, 6);
+  EXPECT_REFUSED(plan,
+                 "(ADAMW): the weights 'weights' [6] are not 2 blocks of "
+                 "the master weights 'master' [4] (one per rank of 'dp')");
 }
 
 TEST(PlanValidation, PositionEmbeddingSequenceSlices) {
