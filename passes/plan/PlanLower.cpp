@@ -172,6 +172,9 @@ private:
   unsigned counter = 0;
   bool mixed = false;
   DenseMap<Value, bool> wide;
+  /// The log-sum-exp buffer kept with each attention output buffer (layers
+  /// pass values to their bodies, so the buffer, not the value, is the key).
+  DenseMap<Operation *, BufferOp> lseOf;
   /// With pipeline parallelism, the pipeline rank being lowered (the
   /// buffers' stage), and the rank of each of the model's stages (virtual
   /// stages, with the interleaved schedule).
@@ -496,8 +499,30 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     if (!accumulateInto.count(v))
       kernel("ZERO", {}, {buffers.lookup(v)}, b.getDictionaryAttr({}),
              op->getLoc(), provenance);
-  kernel(kernelName, buffersOf(op->getOperands()), buffersOf(op->getResults()),
-         *params, op->getLoc(), provenance, ArrayAttr(), rankAxis);
+  SmallVector<BufferOp> inputs = buffersOf(op->getOperands()),
+                        outputs = buffersOf(op->getResults());
+  if (auto attention = dyn_cast<model::AttentionOp>(op)) {
+    // Attention keeps each query row's log-sum-exp, [batch, heads, queries]
+    // (f32 with mixed precision), for its backward, which otherwise would
+    // compute the forward again to rebuild the probabilities.
+    auto q = cast<RankedTensorType>(attention.getQ().getType());
+    Type element = q.getElementType();
+    if (element.isBF16() || element.isF16())
+      element = b.getF32Type();
+    BufferOp lse = newBuffer(
+        op->getLoc(),
+        RankedTensorType::get(
+            {q.getDimSize(0), attention.getNumHeads(), q.getDimSize(1)},
+            element),
+        "activation");
+    lseOf[outputs.front()] = lse;
+    outputs.push_back(lse);
+  } else if (auto grad = dyn_cast<model::AttentionGradOp>(op)) {
+    if (BufferOp lse = lseOf.lookup(buffers.lookup(grad.getOut())))
+      inputs.push_back(lse);
+  }
+  kernel(kernelName, inputs, outputs, *params, op->getLoc(), provenance,
+         ArrayAttr(), rankAxis);
   for (Value v : op->getResults())
     if (BufferOp grad = addInto.lookup(v))
       kernel("ADD", {grad, buffers.lookup(v)}, {grad}, b.getDictionaryAttr({}),

@@ -808,17 +808,28 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     if (dim(in(1), 1) != s.seq)
       return absl::UnimplementedError(
           "attention with more keys than queries is not implemented on CPU");
+    // The log-sum-exp: the plan's buffer when it keeps one (ATTENTION's
+    // second output, ATTENTION_GRAD's sixth input); otherwise backward
+    // computes the forward again to get it.
     int64_t lseSize = s.batch * s.heads * s.seq;
     if (inst.kernel() == plan::ATTENTION) {
-      scratch.resize(lseSize);
-      cpu::attentionForward(x(0), x(1), x(2), s, y(0), scratch.data());
+      T *lse = inst.outputs_size() == 2 ? y(1) : nullptr;
+      if (!lse) {
+        scratch.resize(lseSize);
+        lse = scratch.data();
+      }
+      cpu::attentionForward(x(0), x(1), x(2), s, y(0), lse);
       return absl::OkStatus();
     }
-    scratch.resize(lseSize + numel(in(0)));
-    cpu::attentionForward(x(0), x(1), x(2), s, scratch.data() + lseSize,
-                          scratch.data());
-    cpu::attentionBackward(x(0), x(1), x(2), x(3), scratch.data(), x(4), s,
-                           y(0), y(1), y(2));
+    const T *lse = inst.inputs_size() == 6 ? x(5) : nullptr;
+    if (!lse) {
+      scratch.resize(lseSize + numel(in(0)));
+      cpu::attentionForward(x(0), x(1), x(2), s, scratch.data() + lseSize,
+                            scratch.data());
+      lse = scratch.data();
+    }
+    cpu::attentionBackward(x(0), x(1), x(2), x(3), lse, x(4), s, y(0), y(1),
+                           y(2));
     return absl::OkStatus();
   }
   case plan::QKV_SPLIT:

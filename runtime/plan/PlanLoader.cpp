@@ -348,8 +348,13 @@ absl::Status InstructionChecker::checkRope() {
 }
 
 absl::Status InstructionChecker::checkAttention(bool grad) {
-  BRAID_RETURN_IF_ERROR(grad ? arity(5, 5, 3) : arity(3, 3, 1));
-  BRAID_RETURN_IF_ERROR(dtypes());
+  // The forward's log-sum-exp per query row, [batch, heads, queries]: an
+  // optional second output of ATTENTION and sixth input of ATTENTION_GRAD
+  // (without it, backward computes the forward again); F32 with mixed
+  // precision.
+  BRAID_RETURN_IF_ERROR(grad ? arity(5, 6, 3) : arity(3, 3, 1, 2));
+  bool hasLse = grad ? inst.inputs_size() == 6 : inst.outputs_size() == 2;
+  BRAID_RETURN_IF_ERROR(hasLse ? dtypes({}, {grad ? 5 : 4}) : dtypes());
   const Buffer &q = in(0), &k = in(1), &v = in(2);
   BRAID_RETURN_IF_ERROR(rank(q, 3, "q"));
   BRAID_RETURN_IF_ERROR(rank(k, 3, "k"));
@@ -396,6 +401,9 @@ absl::Status InstructionChecker::checkAttention(bool grad) {
   BRAID_RETURN_IF_ERROR(same(v, k, "v"));
   if (causal && k.shape(1) != q.shape(1))
     return fail("causal attention needs as many keys as queries");
+  if (hasLse)
+    BRAID_RETURN_IF_ERROR(
+        shape(grad ? in(5) : out(1), {q.shape(0), heads, q.shape(1)}, "lse"));
   if (!grad)
     return same(out(0), q, "out");
   BRAID_RETURN_IF_ERROR(same(in(3), q, "out"));

@@ -255,11 +255,13 @@ Work InstructionWork(const Plan &plan, const Instruction &inst) {
       work.flops = forward;
       return work;
     }
-    // The executor reruns the forward for the log-sum-exp (the whole of it,
-    // p·v included), then attentionBackward per score recomputes q·k and
-    // takes dout·v, dq += ds·k, dk += ds·q and dv += p·dout (10d), and per
-    // query row dout·out (2d).
-    work.flops = forward + 10 * d * scores + 2 * d * batch * heads * queries;
+    // attentionBackward per score recomputes q·k and takes dout·v, dq +=
+    // ds·k, dk += ds·q and dv += p·dout (10d), and per query row dout·out
+    // (2d). Without the forward's log-sum-exp (a plan that keeps none: five
+    // inputs) the executor first reruns the whole forward to get it.
+    work.flops = 10 * d * scores + 2 * d * batch * heads * queries;
+    if (inst.inputs_size() < 6)
+      work.flops += forward;
     return work;
   }
 

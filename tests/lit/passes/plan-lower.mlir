@@ -22,7 +22,10 @@
 // CHECK-LABEL: plan.func @micro_step {
 // CHECK-NOT: "ZERO"
 // CHECK: plan.kernel "EMBEDDING" [@[[EMB]],
-// CHECK: plan.kernel "ATTENTION" {{.*}} {alibi = 0 : i64, causal = 1 : i64, heads = 4 : i64, kv_heads = 2 : i64, scale = 2.500000e-01 : f64} {provenance = "model.attention in layer 0"}
+// Attention keeps its log-sum-exp (a second output), which its backward
+// reads (a sixth input) instead of computing the forward again.
+// CHECK: plan.kernel "ATTENTION" [@{{b[0-9]+}}, @{{b[0-9]+}}, @{{b[0-9]+}}] -> [@[[OUT0:b[0-9]+]], @[[LSE0:b[0-9]+]]] {alibi = 0 : i64, causal = 1 : i64, heads = 4 : i64, kv_heads = 2 : i64, scale = 2.500000e-01 : f64} {provenance = "model.attention in layer 0"}
+// CHECK: plan.kernel "ATTENTION_GRAD" [@{{b[0-9]+}}, @{{b[0-9]+}}, @{{b[0-9]+}}, @[[OUT0]], @{{b[0-9]+}}, @[[LSE0]]] -> [{{.*}}] {{.*}} {provenance = "model.attention_grad in layer 0 backward"}
 // CHECK: plan.kernel "LINEAR_GRAD_WEIGHT" {{.*}} -> [@[[GQ]]] {transpose_w = 1 : i64} {provenance = "model.linear_grad_weight in layer 0 backward"}
 // CHECK: plan.kernel "EMBEDDING_GRAD" {{.*}} -> [@[[G]]]
 // CHECK-NOT: "GRAD_NORM"

@@ -145,6 +145,64 @@ TEST(Executor, RefusesBadTokensAndUnsupportedDtypes) {
       << e16.status();
 }
 
+// Attention's backward with the log-sum-exp its forward kept (a second
+// output, a sixth input) gives exactly what it gives when it computes the
+// forward again for it: the same function of the same inputs.
+TEST(Executor, AttentionBackwardReadsTheKeptLogSumExp) {
+  Builder b;
+  const DType f = F64;
+  // 2 query heads over 1 kv head of 4 columns, 5 positions, causal.
+  int q = b.buffer("q", f, {2, 5, 8}, INPUT);
+  int k = b.buffer("k", f, {2, 5, 4}, INPUT);
+  int v = b.buffer("v", f, {2, 5, 4}, INPUT);
+  int dout = b.buffer("dout", f, {2, 5, 8}, INPUT);
+  int out = b.buffer("out", f, {2, 5, 8}, ACTIVATION);
+  int lse = b.buffer("lse", f, {2, 2, 5}, ACTIVATION);
+  std::vector<int> grads;
+  for (const char *name : {"dq", "dk", "dv", "dq'", "dk'", "dv'"})
+    grads.push_back(
+        b.buffer(name, f, {2, 5, name[1] == 'q' ? 8 : 4}, ACTIVATION));
+  auto attrs = [](Instruction *inst) {
+    (*inst->mutable_int_attrs())["heads"] = 2;
+    (*inst->mutable_int_attrs())["kv_heads"] = 1;
+    (*inst->mutable_int_attrs())["causal"] = 1;
+    (*inst->mutable_int_attrs())["alibi"] = 1;
+    (*inst->mutable_float_attrs())["scale"] = 0.5;
+  };
+  Function *again = b.plan.add_functions();
+  again->set_name("again");
+  attrs(b.add(again, ATTENTION, {q, k, v}, {out}));
+  attrs(b.add(again, ATTENTION_GRAD, {q, k, v, out, dout},
+              {grads[0], grads[1], grads[2]}));
+  Function *keeps = b.plan.add_functions();
+  keeps->set_name("keeps");
+  attrs(b.add(keeps, ATTENTION, {q, k, v}, {out, lse}));
+  attrs(b.add(keeps, ATTENTION_GRAD, {q, k, v, out, dout, lse},
+              {grads[3], grads[4], grads[5]}));
+  auto executor = exec::Executor::Create(b.plan);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  exec::Executor &e = **executor;
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (auto [id, n] : {std::pair{q, 80}, {k, 40}, {v, 40}, {dout, 80}}) {
+    std::vector<double> values(n);
+    for (double &x : values)
+      x = u(gen);
+    ASSERT_TRUE(e.Write(id, values).ok());
+  }
+  ASSERT_TRUE(e.Run("again", {}).ok());
+  ASSERT_TRUE(e.Run("keeps", {}).ok());
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(*e.Read(grads[i]), *e.Read(grads[i + 3])) << i;
+  // The kept log-sum-exp is the CPU kernel's.
+  std::vector<double> qs = *e.Read(q), ks = *e.Read(k), vs = *e.Read(v);
+  std::vector<double> o(80), l(20);
+  cpu::AttentionShape shape{2, 5, 2, 1, 4, 0.5, true, true};
+  cpu::attentionForward(qs.data(), ks.data(), vs.data(), shape, o.data(),
+                        l.data());
+  EXPECT_EQ(*e.Read(lse), l);
+}
+
 // The arena is allocated untouched, and TouchedArenaBytes counts the pages
 // the run has read or written (the operating system's count), the last page
 // only up to the arena's end: three buffers of a page each, then one of 64

@@ -822,6 +822,44 @@ struct HandPlan {
   }
 };
 
+// The log-sum-exp attention keeps for its backward: [batch, local heads,
+// queries], of the activations' dtype or F32 beside BF16 ones.
+TEST(PlanValidation, AttentionLogSumExp) {
+  auto plan = [](DType dtype, std::vector<int64_t> lseShape, DType lseType) {
+    HandPlan hand;
+    int q = hand.buffer("q", dtype, {1, 3, 8}, ACTIVATION);
+    int k = hand.buffer("k", dtype, {1, 3, 4}, ACTIVATION);
+    int v = hand.buffer("v", dtype, {1, 3, 4}, ACTIVATION);
+    int out = hand.buffer("out", dtype, {1, 3, 8}, ACTIVATION);
+    int lse = hand.buffer("lse", lseType, lseShape, ACTIVATION);
+    int dout = hand.buffer("dout", dtype, {1, 3, 8}, ACTIVATION);
+    int dq = hand.buffer("dq", dtype, {1, 3, 8}, ACTIVATION);
+    int dk = hand.buffer("dk", dtype, {1, 3, 4}, ACTIVATION);
+    int dv = hand.buffer("dv", dtype, {1, 3, 4}, ACTIVATION);
+    hand.plan.set_arena_bytes(hand.offset);
+    Function *fn = hand.plan.add_functions();
+    fn->set_name("f");
+    for (Instruction *inst :
+         {addInstruction(fn, ATTENTION, {q, k, v}, {out, lse}),
+          addInstruction(fn, ATTENTION_GRAD, {q, k, v, out, dout, lse},
+                         {dq, dk, dv})}) {
+      auto &ints = *inst->mutable_int_attrs();
+      ints["heads"] = 2;
+      ints["kv_heads"] = 1;
+      ints["causal"] = 1;
+      ints["alibi"] = 0;
+      (*inst->mutable_float_attrs())["scale"] = 0.5;
+    }
+    return std::move(hand.plan);
+  };
+  EXPECT_EQ(errorOf(plan(F32, {1, 2, 3}, F32)), "");
+  EXPECT_EQ(errorOf(plan(BF16, {1, 2, 3}, F32)), "");
+  EXPECT_REFUSED(plan(F32, {1, 3, 2}, F32),
+                 "(ATTENTION): lse 'lse' is [1, 3, 2], expected [1, 2, 3]");
+  EXPECT_REFUSED(plan(F64, {1, 2, 3}, F32),
+                 "(ATTENTION): operand 'lse' is F32, expected F64");
+}
+
 /// A mixed-precision step of one linear: bf16 weights and activations, the
 /// weight gradient and the optimizer's state (master weights, moments) f32.
 Plan mixedPrecisionPlan(DType low = BF16) {
