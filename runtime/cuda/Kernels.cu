@@ -336,6 +336,10 @@ __global__ void adamwKernel(float *param, const float *grad, float *m, float *v,
                             double sqrtCorrection2, const float *gradScale,
                             T *copy) {
   const double scale = gradScale[0];
+  // A non-finite norm (gradClip's NaN scale) skips the step, as Megatron
+  // does: nothing is updated.
+  if (!isfinite(scale))
+    return;
   BRAID_GRID_STRIDE(i, n) {
     double p = param[i], g = double(grad[i]) * scale;
     p -= lr * weightDecay * p;
@@ -547,6 +551,27 @@ __global__ void positionEmbeddingBackwardKernel(const T *dout, int64_t batch,
   }
 }
 
+/// A row's statistics, on every thread of its block: the mean (0 unless
+/// `centred`) and 1 / sqrt(mean((x - mean)²) + eps), the variance from the
+/// centred values (two passes, as the CPU kernels).
+template <typename T>
+__device__ void rowStatistics(const T *xr, int64_t d, float eps, bool centred,
+                              float *shared, float &mu, float &inv) {
+  mu = 0;
+  if (centred) {
+    float sum = 0;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+      sum += toFloat(xr[c]);
+    mu = blockSum(sum, shared) / float(d);
+  }
+  float squares = 0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float v = toFloat(xr[c]) - mu;
+    squares += v * v;
+  }
+  inv = 1.0f / sqrtf(blockSum(squares, shared) / float(d) + eps);
+}
+
 template <typename T>
 __global__ void layerNormForwardKernel(const T *x, const T *w, const T *b,
                                        int64_t d, float eps, T *y, float *mean,
@@ -554,17 +579,8 @@ __global__ void layerNormForwardKernel(const T *x, const T *w, const T *b,
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const T *xr = x + r * d;
-  float sum = 0;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-    sum += toFloat(xr[c]);
-  const float mu = blockSum(sum, shared) / float(d);
-  // The variance from the centred values (two passes, as the CPU kernel).
-  float squares = 0;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    float v = toFloat(xr[c]) - mu;
-    squares += v * v;
-  }
-  const float inv = 1.0f / sqrtf(blockSum(squares, shared) / float(d) + eps);
+  float mu, inv;
+  rowStatistics(xr, d, eps, true, shared, mu, inv);
   if (threadIdx.x == 0) {
     mean[r] = mu;
     rstd[r] = inv;
@@ -868,6 +884,64 @@ cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
   return cudaGetLastError();
 }
 
+//===-- Statistics recomputed for backward, clipping ----------------------===//
+
+namespace {
+
+template <typename T>
+__global__ void normStatisticsKernel(const T *x, int64_t d, float eps,
+                                     float *mean, float *rstd) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  float mu, inv;
+  rowStatistics(x + r * d, d, eps, mean != nullptr, shared, mu, inv);
+  if (threadIdx.x == 0) {
+    rstd[r] = inv;
+    if (mean)
+      mean[r] = mu;
+  }
+}
+
+__global__ void gradClipKernel(const double *sumSquares, double maxNorm,
+                               float *norm, float *scale) {
+  const double n = sqrt(sumSquares[0]);
+  norm[0] = float(n);
+  if (!isfinite(n)) {
+    scale[0] = NAN;
+    return;
+  }
+  const double coef = maxNorm / (n + 1e-6);
+  scale[0] = maxNorm > 0 && coef < 1 ? float(coef) : 1.0f;
+}
+
+} // namespace
+
+template <typename T>
+cudaError_t rmsNormStatistics(const T *x, int64_t rows, int64_t d, double eps,
+                              float *rstd, cudaStream_t stream) {
+  if (rows == 0 || d == 0)
+    return cudaSuccess;
+  normStatisticsKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+      x, d, float(eps), nullptr, rstd);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t layerNormStatistics(const T *x, int64_t rows, int64_t d, double eps,
+                                float *mean, float *rstd, cudaStream_t stream) {
+  if (rows == 0 || d == 0)
+    return cudaSuccess;
+  normStatisticsKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+      x, d, float(eps), mean, rstd);
+  return cudaGetLastError();
+}
+
+cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
+                     float *scale, cudaStream_t stream) {
+  gradClipKernel<<<1, 1, 0, stream>>>(sumSquares, maxNorm, norm, scale);
+  return cudaGetLastError();
+}
+
 //===-- Instantiations ----------------------------------------------------===//
 
 #define BRAID_INSTANTIATE(T)                                                   \
@@ -930,6 +1004,10 @@ cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
       T *, cudaStream_t);                                                      \
   template cudaError_t qkvSplitForward<T>(const T *, const cpu::QkvShape &,    \
                                           T *, T *, T *, cudaStream_t);        \
+  template cudaError_t rmsNormStatistics<T>(const T *, int64_t, int64_t,       \
+                                            double, float *, cudaStream_t);    \
+  template cudaError_t layerNormStatistics<T>(                                 \
+      const T *, int64_t, int64_t, double, float *, float *, cudaStream_t);    \
   template cudaError_t qkvSplitBackward<T>(const T *, const T *, const T *,    \
                                            const cpu::QkvShape &, T *,         \
                                            cudaStream_t);

@@ -87,6 +87,16 @@ cudaError_t layerNormBackward(const T *x, const T *w, const float *mean,
                               int64_t d, T *dx, float *dw, float *db,
                               cudaStream_t stream);
 
+/// The statistics the norms' backward reads, recomputed from x (the plan
+/// keeps none: docs/Rationale-Training.md): rstd per row, and for
+/// LayerNorm the mean.
+template <typename T>
+cudaError_t rmsNormStatistics(const T *x, int64_t rows, int64_t d, double eps,
+                              float *rstd, cudaStream_t stream);
+template <typename T>
+cudaError_t layerNormStatistics(const T *x, int64_t rows, int64_t d, double eps,
+                                float *mean, float *rstd, cudaStream_t stream);
+
 //===-- Position encoding -------------------------------------------------===//
 
 /// Rotary embedding of x [batch, seq, heads * headDim], rotate-half pairs
@@ -199,13 +209,21 @@ cudaError_t crossEntropyBackward(const T *logits, const int32_t *targets,
 cudaError_t gradSumOfSquares(const float *grad, int64_t n, double *sumSquares,
                              cudaStream_t stream);
 
+/// From sumSquares[0], as cpu::computeGradClip (pre-scale 1): norm[0] =
+/// √sum and scale[0] = min(1, maxNorm / (norm + 1e-6)) (1 when maxNorm is
+/// 0); a non-finite norm gives scale NaN, which makes adamwStep skip the
+/// update.
+cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
+                     float *scale, cudaStream_t stream);
+
 /// One AdamW update of n fp32 master weights, as cpu::adamwStep: with
 /// g = grad * gradScale[0] (read on the device: clipping is decided there),
 ///   param ← param − lr·wd·param
 ///   m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
 ///   param ← param − (lr / (1−β1^t)) · m / (√v / √(1−β2^t) + eps)
 /// and, when `copy` is not null, copy ← param rounded to T (the weights the
-/// next forward reads). The caller validates the hyper-parameters
+/// next forward reads). A non-finite gradScale[0] leaves everything as it
+/// is (the step is skipped). The caller validates the hyper-parameters
 /// (cpu::validateAdamWConfig); step >= 1.
 template <typename T>
 cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,

@@ -28,21 +28,12 @@ namespace {
 using plan::Buffer;
 using plan::Instruction;
 
-int64_t numel(const Buffer &b) {
-  int64_t n = 1;
-  for (int64_t d : b.shape())
-    n *= d;
-  return n;
-}
+// The loader's accessors, under the short names the kernels' cases use.
+int64_t (&numel)(const Buffer &) = plan::NumElements;
+int64_t (&intAttr)(const Instruction &, const std::string &) = plan::IntAttr;
+double (&floatAttr)(const Instruction &, const std::string &) = plan::FloatAttr;
 int64_t last(const Buffer &b) { return b.shape(b.shape_size() - 1); }
 int64_t dim(const Buffer &b, int i) { return b.shape(i); }
-
-int64_t intAttr(const Instruction &inst, const char *name) {
-  return inst.int_attrs().at(name);
-}
-double floatAttr(const Instruction &inst, const char *name) {
-  return inst.float_attrs().at(name);
-}
 
 /// The number of ranks in a collective's group (1 without one).
 int64_t groupSize(const plan::Plan &plan, const Instruction &inst) {

@@ -1012,6 +1012,8 @@ uint32_t Crc32(absl::string_view data) {
   return crc ^ 0xFFFFFFFFu;
 }
 
+int64_t NumElements(const Buffer &b) { return numel(b); }
+
 int64_t WorldSize(const Plan &plan) {
   int64_t n = 1;
   for (int64_t s : plan.mesh().sizes())

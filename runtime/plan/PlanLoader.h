@@ -53,6 +53,18 @@ absl::StatusOr<Plan> LoadPlanFile(const std::string &path);
 /// The checks of ParsePlanFile on an in-memory plan.
 absl::Status ValidatePlan(const Plan &plan);
 
+/// The elements of one copy of a buffer: the product of its shape.
+int64_t NumElements(const Buffer &b);
+
+/// An instruction's integer or float attribute `name`, which the loader has
+/// checked is there.
+inline int64_t IntAttr(const Instruction &inst, const std::string &name) {
+  return inst.int_attrs().at(name);
+}
+inline double FloatAttr(const Instruction &inst, const std::string &name) {
+  return inst.float_attrs().at(name);
+}
+
 /// The number of ranks the plan is for: the product of its mesh sizes.
 int64_t WorldSize(const Plan &plan);
 

@@ -1,0 +1,643 @@
+//===- Executor.cpp - Runs the functions of a plan on one GPU -------------===//
+
+#include "runtime/cuda/Executor.h"
+
+#include "runtime/cuda/Attention.h"
+#include "runtime/cuda/Check.h"
+#include "runtime/cuda/Kernels.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace braid::cuda {
+namespace {
+
+using plan::Buffer;
+using plan::Instruction;
+
+int64_t last(const Buffer &b) {
+  return b.shape_size() ? b.shape(b.shape_size() - 1) : 1;
+}
+int64_t rowsOf(const Buffer &b) {
+  return plan::NumElements(b) / std::max<int64_t>(last(b), 1);
+}
+
+absl::Status launched(cudaError_t e, const Instruction &inst) {
+  if (e == cudaSuccess)
+    return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(plan::Kernel_Name(inst.kernel()),
+                                          ": ", cudaGetErrorString(e)));
+}
+
+/// What this executor does not run yet, or the empty string.
+std::string unsupported(const plan::Plan &plan) {
+  if (plan::WorldSize(plan) > 1)
+    return absl::StrCat("the plan is for ", plan::WorldSize(plan),
+                        " ranks; the CUDA executor runs one (NCCL is not "
+                        "built yet)");
+  if (plan.pipeline().stages_size() > 0)
+    return "the plan has pipeline stages; the CUDA executor runs one rank";
+  for (const Buffer &b : plan.buffers())
+    if (b.dtype() == plan::F16 || b.dtype() == plan::F64)
+      return absl::StrCat("buffer '", b.name(), "' is ",
+                          plan::DType_Name(b.dtype()),
+                          "; the CUDA kernels compute in F32 and BF16");
+  for (const plan::Function &fn : plan.functions())
+    for (const Instruction &inst : fn.body()) {
+      switch (inst.kernel()) {
+      case plan::CROSS_ENTROPY_MAX:
+      case plan::CROSS_ENTROPY_PARTIAL:
+      case plan::CROSS_ENTROPY_FINISH:
+      case plan::SEND:
+      case plan::RECV:
+      case plan::ALL_GATHER:
+      case plan::REDUCE_SCATTER:
+      case plan::WAIT:
+        return absl::StrCat("function '", fn.name(),
+                            "': ", plan::Kernel_Name(inst.kernel()),
+                            " is not implemented on CUDA yet");
+      case plan::ATTENTION_GRAD:
+        if (inst.inputs_size() < 6)
+          return absl::StrCat("function '", fn.name(),
+                              "': ATTENTION_GRAD without the forward's "
+                              "log-sum-exp (recompile the plan)");
+        break;
+      case plan::CROSS_ENTROPY_GRAD:
+        if (inst.inputs_size() == 4)
+          return "a vocabulary-parallel cross-entropy is not implemented on "
+                 "CUDA yet";
+        break;
+      default:
+        break;
+      }
+      if (!inst.rank_axis().empty() && inst.kernel() != plan::ADAMW)
+        return absl::StrCat("function '", fn.name(),
+                            "': ", plan::Kernel_Name(inst.kernel()),
+                            " on a slice of a split tensor (rank_axis '",
+                            inst.rank_axis(), "') needs several ranks");
+    }
+  return "";
+}
+
+cpu::AttentionShape attentionShape(const plan::Plan &plan,
+                                   const Instruction &inst) {
+  const Buffer &q = plan.buffers(inst.inputs(0));
+  int64_t heads = plan::IntAttr(inst, "heads");
+  cpu::AttentionShape s{};
+  s.batch = q.shape(0);
+  s.seq = q.shape(1);
+  s.heads = heads;
+  s.kvHeads = plan::IntAttr(inst, "kv_heads");
+  s.headDim = q.shape(2) / heads;
+  s.scale = plan::FloatAttr(inst, "scale");
+  s.causal = plan::IntAttr(inst, "causal") != 0;
+  s.alibi = plan::IntAttr(inst, "alibi") != 0;
+  return s;
+}
+
+template <typename T> T fromDouble(double v);
+template <> float fromDouble<float>(double v) { return float(v); }
+template <> bf16 fromDouble<bf16>(double v) {
+  return __float2bfloat16_rn(float(v));
+}
+double toDouble(float v) { return v; }
+double toDouble(bf16 v) { return __bfloat162float(v); }
+
+} // namespace
+
+Executor::~Executor() {
+  if (stream_)
+    cudaStreamSynchronize(stream_);
+  for (void *p :
+       {static_cast<void *>(arena_), static_cast<void *>(rowStats_),
+        static_cast<void *>(lossTerms_), static_cast<void *>(lossScratch_),
+        static_cast<void *>(attentionRows_), static_cast<void *>(counted_),
+        static_cast<void *>(sumSquares_)})
+    if (p)
+      cudaFree(p);
+  if (stream_)
+    cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
+  if (absl::Status s = plan::ValidatePlan(plan); !s.ok())
+    return s;
+  if (std::string why = unsupported(plan); !why.empty())
+    return absl::UnimplementedError(why);
+  std::unique_ptr<Executor> e(new Executor(std::move(plan)));
+  const plan::Plan &p = e->plan_;
+  for (const Buffer &b : p.buffers()) {
+    e->bytes_.push_back(plan::NumElements(b) * plan::DTypeBytes(b.dtype()));
+    if (b.dtype() == plan::BF16)
+      e->compute_ = plan::BF16;
+  }
+  // The workspaces, from the largest instruction of each kind.
+  int64_t statRows = 1, attentionRows = 1;
+  for (const plan::Function &fn : p.functions())
+    for (const Instruction &inst : fn.body())
+      switch (inst.kernel()) {
+      case plan::RMS_NORM:
+      case plan::RMS_NORM_GRAD:
+      case plan::LAYER_NORM:
+      case plan::LAYER_NORM_GRAD:
+        statRows = std::max(statRows, rowsOf(p.buffers(inst.inputs(0))));
+        break;
+      case plan::EMBEDDING:
+      case plan::EMBEDDING_GRAD:
+      case plan::CROSS_ENTROPY:
+      case plan::CROSS_ENTROPY_GRAD: {
+        // Token ids index tables on the device, where nothing checks them:
+        // Write checks them against the smallest table that reads them.
+        bool embedding = inst.kernel() == plan::EMBEDDING ||
+                         inst.kernel() == plan::EMBEDDING_GRAD;
+        const Buffer &table =
+            p.buffers(inst.kernel() == plan::EMBEDDING_GRAD ? inst.outputs(0)
+                                                            : inst.inputs(0));
+        int64_t vocab = embedding ? table.shape(0) : last(table);
+        IdCheck &check = e->idChecks_[inst.inputs(1)];
+        check.vocab = check.vocab ? std::min(check.vocab, vocab) : vocab;
+        if (!embedding) {
+          check.ignore = plan::IntAttr(inst, "ignore_index");
+          check.ignorable = true;
+          statRows = std::max(statRows, rowsOf(table));
+        }
+        break;
+      }
+      case plan::ATTENTION_GRAD:
+        attentionRows =
+            std::max(attentionRows,
+                     attentionBackwardWorkspaceBytes(attentionShape(p, inst)) /
+                         int64_t(sizeof(float)));
+        break;
+      default:
+        break;
+      }
+  BRAID_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking));
+  auto allocate = [&](auto **ptr, int64_t bytes) -> absl::Status {
+    e->workspaceBytes_ += bytes;
+    cudaError_t err = cudaMalloc(reinterpret_cast<void **>(ptr),
+                                 size_t(std::max<int64_t>(bytes, 1)));
+    if (err != cudaSuccess)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes,
+                       " bytes on the GPU: ", cudaGetErrorString(err)));
+    return absl::OkStatus();
+  };
+  e->arenaBytes_ = p.arena_bytes();
+  if (absl::Status s = allocate(&e->arena_, e->arenaBytes_); !s.ok())
+    return s;
+  e->workspaceBytes_ = 0; // the arena is not a workspace
+  for (absl::Status s :
+       {allocate(&e->rowStats_, 2 * statRows * int64_t(sizeof(float))),
+        allocate(&e->lossTerms_, statRows * int64_t(sizeof(float))),
+        allocate(&e->lossScratch_, int64_t(sizeof(float))),
+        allocate(&e->attentionRows_, attentionRows * int64_t(sizeof(float))),
+        allocate(&e->counted_, int64_t(sizeof(int64_t))),
+        allocate(&e->sumSquares_, int64_t(sizeof(double)))})
+    if (!s.ok())
+      return s;
+  // The arena starts zeroed, as the CPU backend's pages do.
+  BRAID_CUDA_CHECK(
+      cudaMemsetAsync(e->arena_, 0, size_t(e->arenaBytes_), e->stream_));
+  absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create();
+  if (!gemm.ok())
+    return gemm.status();
+  e->gemm_ = std::move(*gemm);
+  e->workspaceBytes_ += int64_t(32) << 20;
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(e->stream_));
+  return e;
+}
+
+int Executor::FindBuffer(absl::string_view name) const {
+  for (int i = 0; i < plan_.buffers_size(); ++i)
+    if (plan_.buffers(i).name() == name)
+      return i;
+  return -1;
+}
+
+void *Executor::address(int id, int64_t slot) const {
+  const Buffer &b = plan_.buffers(id);
+  return arena_ + b.offset() + (b.slots() >= 2 ? slot * bytes_[id] : 0);
+}
+
+absl::Status Executor::Synchronize() const {
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Write(int id, absl::Span<const double> values,
+                             int64_t slot) {
+  if (id < 0 || id >= plan_.buffers_size())
+    return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
+  const Buffer &b = plan_.buffers(id);
+  if (int64_t(values.size()) != plan::NumElements(b))
+    return absl::InvalidArgumentError(
+        absl::StrCat("buffer '", b.name(), "' holds ", plan::NumElements(b),
+                     " elements, not ", values.size()));
+  if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
+    return absl::OutOfRangeError(absl::StrCat(
+        "slot ", slot, " is not a copy of buffer '", b.name(), "'"));
+  std::vector<uint8_t> host(size_t(bytes_[id]));
+  auto fill = [&](auto *out) {
+    using T = std::remove_pointer_t<decltype(out)>;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>)
+        out[i] = fromDouble<T>(values[i]);
+      else
+        out[i] = T(values[i]);
+    }
+  };
+  switch (b.dtype()) {
+  case plan::F32:
+    fill(reinterpret_cast<float *>(host.data()));
+    break;
+  case plan::BF16:
+    fill(reinterpret_cast<bf16 *>(host.data()));
+    break;
+  case plan::I32:
+    fill(reinterpret_cast<int32_t *>(host.data()));
+    break;
+  case plan::I64:
+    fill(reinterpret_cast<int64_t *>(host.data()));
+    break;
+  default:
+    return absl::UnimplementedError(
+        absl::StrCat("buffer '", b.name(), "': ", plan::DType_Name(b.dtype())));
+  }
+  if (auto check = idChecks_.find(id); check != idChecks_.end())
+    for (size_t i = 0; i < values.size(); ++i) {
+      const IdCheck &c = check->second;
+      bool ignored = c.ignorable && values[i] == double(c.ignore);
+      if (!ignored && !(values[i] >= 0 && values[i] < double(c.vocab)))
+        return absl::OutOfRangeError(
+            absl::StrCat("token id ", values[i], " at position ", i, " of '",
+                         b.name(), "' is outside the vocabulary of ", c.vocab));
+    }
+  if (values.size() == 1)
+    hostScalars_[id] = values[0];
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, slot), host.data(), host.size(),
+                                   cudaMemcpyHostToDevice, stream_));
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> Executor::Read(int id, int64_t slot) const {
+  if (id < 0 || id >= plan_.buffers_size())
+    return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
+  const Buffer &b = plan_.buffers(id);
+  if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
+    return absl::OutOfRangeError(absl::StrCat(
+        "slot ", slot, " is not a copy of buffer '", b.name(), "'"));
+  std::vector<uint8_t> host(size_t(bytes_[id]));
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(host.data(), address(id, slot), host.size(),
+                                   cudaMemcpyDeviceToHost, stream_));
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<double> out(size_t(plan::NumElements(b)));
+  for (size_t i = 0; i < out.size(); ++i)
+    switch (b.dtype()) {
+    case plan::F32:
+      out[i] = reinterpret_cast<const float *>(host.data())[i];
+      break;
+    case plan::BF16:
+      out[i] = toDouble(reinterpret_cast<const bf16 *>(host.data())[i]);
+      break;
+    case plan::I32:
+      out[i] = reinterpret_cast<const int32_t *>(host.data())[i];
+      break;
+    default:
+      out[i] = double(reinterpret_cast<const int64_t *>(host.data())[i]);
+      break;
+    }
+  return out;
+}
+
+absl::Status Executor::Run(absl::string_view name,
+                           const exec::StepContext &context, int64_t slot) {
+  const plan::Function *fn = nullptr;
+  for (const plan::Function &f : plan_.functions())
+    if (f.name() == name)
+      fn = &f;
+  if (!fn)
+    return absl::NotFoundError(
+        absl::StrCat("the plan has no function '", name, "'"));
+  for (const Instruction &inst : fn->body())
+    for (const auto *ids : {&inst.inputs(), &inst.outputs()})
+      for (int32_t id : *ids) {
+        const Buffer &b = plan_.buffers(id);
+        if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
+          return absl::OutOfRangeError(
+              absl::StrCat("function '", name, "': slot ", slot,
+                           " is not a copy of buffer '", b.name(), "'"));
+      }
+  for (int i = 0; i < fn->body_size(); ++i) {
+    const Instruction &inst = fn->body(i);
+    if (absl::Status s = runInstruction(inst, context, slot, uint32_t(i));
+        !s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("function '", name, "', ",
+                                       inst.provenance(), ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::runInstruction(const Instruction &inst,
+                                      const exec::StepContext &context,
+                                      int64_t slot, uint32_t op) {
+  // Kernels of one dtype throughout (the gradients' sums, zeroing, copies)
+  // run in their operands' dtype; the others in the plan's compute dtype,
+  // their wide operands (parameter gradients, statistics) f32.
+  plan::DType dtype = compute_;
+  switch (inst.kernel()) {
+  case plan::ZERO:
+  case plan::ADD:
+  case plan::ALL_REDUCE:
+  case plan::COPY:
+    dtype = plan_.buffers(inst.outputs(0)).dtype();
+    break;
+  default:
+    break;
+  }
+  if (dtype == plan::BF16)
+    return runTyped<bf16>(inst, context, slot, op);
+  return runTyped<float>(inst, context, slot, op);
+}
+
+template <typename T>
+absl::Status Executor::runTyped(const Instruction &inst,
+                                const exec::StepContext &context, int64_t slot,
+                                uint32_t op) {
+  (void)op;
+  auto in = [&](int i) -> const Buffer & {
+    return plan_.buffers(inst.inputs(i));
+  };
+  auto out = [&](int i) -> const Buffer & {
+    return plan_.buffers(inst.outputs(i));
+  };
+  auto x = [&](int i) {
+    return static_cast<const T *>(address(inst.inputs(i), slot));
+  };
+  auto y = [&](int i) {
+    return static_cast<T *>(address(inst.outputs(i), slot));
+  };
+  auto xf = [&](int i) {
+    return static_cast<const float *>(address(inst.inputs(i), slot));
+  };
+  auto yf = [&](int i) {
+    return static_cast<float *>(address(inst.outputs(i), slot));
+  };
+  auto ids = [&](int i) {
+    return static_cast<const int32_t *>(address(inst.inputs(i), slot));
+  };
+  auto linear = [&](int64_t rows, int64_t inDim, int64_t outDim) {
+    cpu::LinearShape s{rows, inDim, outDim,
+                       plan::IntAttr(inst, "transpose_w") != 0};
+    auto scale = inst.float_attrs().find("bias_scale");
+    if (scale != inst.float_attrs().end())
+      s.biasScale = scale->second;
+    return s;
+  };
+  cudaStream_t st = stream_;
+  switch (inst.kernel()) {
+  case plan::ZERO:
+    return launched(cudaMemsetAsync(address(inst.outputs(0), slot), 0,
+                                    size_t(bytes_[inst.outputs(0)]), st),
+                    inst);
+  case plan::COPY:
+  case plan::ALL_REDUCE:
+    // One rank: the group is this rank alone (Create refused others).
+    for (int i = 0; i < inst.outputs_size(); ++i)
+      if (inst.inputs(i) != inst.outputs(i))
+        if (absl::Status s =
+                launched(cudaMemcpyAsync(address(inst.outputs(i), slot),
+                                         address(inst.inputs(i), slot),
+                                         size_t(bytes_[inst.outputs(i)]),
+                                         cudaMemcpyDeviceToDevice, st),
+                         inst);
+            !s.ok())
+          return s;
+    return absl::OkStatus();
+  case plan::ADD:
+    return launched(add(x(0), x(1), plan::NumElements(out(0)), y(0), st), inst);
+  case plan::EMBEDDING:
+    return launched(embeddingForward(x(0), ids(1), plan::NumElements(in(1)),
+                                     last(in(0)), y(0), st),
+                    inst);
+  case plan::EMBEDDING_GRAD:
+    return launched(embeddingBackward(x(0), ids(1), plan::NumElements(in(1)),
+                                      last(out(0)), yf(0), st),
+                    inst);
+  case plan::POSITION_EMBEDDING:
+    return launched(positionEmbeddingForward(x(0), out(0).shape(0),
+                                             out(0).shape(1), last(out(0)),
+                                             y(0), st),
+                    inst);
+  case plan::POSITION_EMBEDDING_GRAD:
+    return launched(positionEmbeddingBackward(x(0), in(0).shape(0),
+                                              in(0).shape(1), last(in(0)),
+                                              yf(0), st),
+                    inst);
+  case plan::LINEAR: {
+    const Buffer &w = in(1);
+    bool t = plan::IntAttr(inst, "transpose_w") != 0;
+    int64_t inDim = t ? w.shape(1) : w.shape(0);
+    int64_t outDim = t ? w.shape(0) : w.shape(1);
+    return gemm_->LinearForward(x(0), x(1),
+                                inst.inputs_size() == 3 ? x(2) : nullptr,
+                                linear(rowsOf(in(0)), inDim, outDim), y(0), st);
+  }
+  case plan::LINEAR_GRAD_INPUT: {
+    int64_t outDim = last(in(0)), inDim = last(out(0));
+    return gemm_->LinearBackward<T>(nullptr, x(1), x(0),
+                                    linear(rowsOf(in(0)), inDim, outDim), y(0),
+                                    nullptr, nullptr, st);
+  }
+  case plan::LINEAR_GRAD_WEIGHT: {
+    int64_t inDim = last(in(0)), outDim = last(in(1));
+    return gemm_->LinearBackward<T>(x(0), nullptr, x(1),
+                                    linear(rowsOf(in(0)), inDim, outDim),
+                                    nullptr, yf(0), nullptr, st);
+  }
+  case plan::BIAS_GRAD:
+    return launched(addColumnSums(x(0), rowsOf(in(0)), last(in(0)), yf(0), st),
+                    inst);
+  case plan::RMS_NORM:
+    return launched(rmsNormForward(x(0), x(1), rowsOf(in(0)), last(in(0)),
+                                   plan::FloatAttr(inst, "eps"), y(0),
+                                   rowStats_, st),
+                    inst);
+  case plan::RMS_NORM_GRAD: {
+    int64_t rows = rowsOf(in(0)), d = last(in(0));
+    double eps = plan::FloatAttr(inst, "eps");
+    if (absl::Status s = launched(
+            rmsNormStatistics(x(0), rows, d, eps, rowStats_, st), inst);
+        !s.ok())
+      return s;
+    return launched(
+        rmsNormBackward(x(0), x(1), rowStats_, x(2), rows, d, y(0), yf(1), st),
+        inst);
+  }
+  case plan::LAYER_NORM:
+    return launched(layerNormForward(x(0), x(1), x(2), rowsOf(in(0)),
+                                     last(in(0)), plan::FloatAttr(inst, "eps"),
+                                     y(0), rowStats_, rowStats_ + rowsOf(in(0)),
+                                     st),
+                    inst);
+  case plan::LAYER_NORM_GRAD: {
+    int64_t rows = rowsOf(in(0)), d = last(in(0));
+    double eps = plan::FloatAttr(inst, "eps");
+    float *mean = rowStats_, *rstd = rowStats_ + rows;
+    if (absl::Status s = launched(
+            layerNormStatistics(x(0), rows, d, eps, mean, rstd, st), inst);
+        !s.ok())
+      return s;
+    return launched(layerNormBackward(x(0), x(1), mean, rstd, x(2), rows, d,
+                                      y(0), yf(1), yf(2), st),
+                    inst);
+  }
+  case plan::ROPE:
+  case plan::ROPE_GRAD: {
+    int64_t hd = plan::IntAttr(inst, "head_dim");
+    auto f = inst.kernel() == plan::ROPE ? ropeForward<T> : ropeBackward<T>;
+    return launched(f(x(0), in(0).shape(0), in(0).shape(1), in(0).shape(2) / hd,
+                      hd, plan::FloatAttr(inst, "theta"), y(0), st),
+                    inst);
+  }
+  case plan::ATTENTION: {
+    cpu::AttentionShape s = attentionShape(plan_, inst);
+    if (inst.outputs_size() < 2)
+      return absl::FailedPreconditionError(
+          "ATTENTION keeps no log-sum-exp (recompile the plan)");
+    return launched(attentionForward(x(0), x(1), x(2), s, y(0), yf(1), st),
+                    inst);
+  }
+  case plan::ATTENTION_GRAD: {
+    cpu::AttentionShape s = attentionShape(plan_, inst);
+    return launched(attentionBackward(x(0), x(1), x(2), x(3), xf(5), x(4), s,
+                                      y(0), y(1), y(2), attentionRows_, st),
+                    inst);
+  }
+  case plan::QKV_SPLIT:
+  case plan::QKV_CONCAT: {
+    bool split = inst.kernel() == plan::QKV_SPLIT;
+    const Buffer &fused = split ? in(0) : out(0);
+    cpu::QkvShape s{rowsOf(fused), plan::IntAttr(inst, "heads"),
+                    plan::IntAttr(inst, "kv_heads"),
+                    plan::IntAttr(inst, "head_dim"),
+                    plan::IntAttr(inst, "per_head") != 0};
+    if (split)
+      return launched(qkvSplitForward(x(0), s, y(0), y(1), y(2), st), inst);
+    return launched(qkvSplitBackward(x(0), x(1), x(2), s, y(0), st), inst);
+  }
+  case plan::SWIGLU:
+    if (inst.inputs_size() == 1) // packed [gate | up]
+      return launched(
+          swigluPackedForward(x(0), rowsOf(out(0)), last(out(0)), y(0), st),
+          inst);
+    return launched(
+        swigluForward(x(0), x(1), plan::NumElements(in(0)), y(0), st), inst);
+  case plan::SWIGLU_GRAD:
+    if (inst.inputs_size() == 2) // packed [gate | up], dy
+      return launched(swigluPackedBackward(x(0), x(1), rowsOf(in(1)),
+                                           last(in(1)), y(0), st),
+                      inst);
+    return launched(swigluBackward(x(0), x(1), x(2), plan::NumElements(in(0)),
+                                   y(0), y(1), st),
+                    inst);
+  case plan::GELU:
+    return launched(geluForward(x(0), plan::NumElements(in(0)),
+                                plan::IntAttr(inst, "tanh") != 0, y(0), st),
+                    inst);
+  case plan::GELU_GRAD:
+    return launched(geluBackward(x(0), x(1), plan::NumElements(in(0)),
+                                 plan::IntAttr(inst, "tanh") != 0, y(0), st),
+                    inst);
+  case plan::DROPOUT: {
+    int64_t n = plan::NumElements(in(0)),
+            samples = in(0).shape_size() ? in(0).shape(0) : 1;
+    int64_t perSample = n / std::max<int64_t>(samples, 1);
+    cpu::GlobalIndexing at{samples, perSample, perSample, context.sampleOffset,
+                           0};
+    cpu::DropoutKey key{context.seed, context.step,
+                        uint32_t(plan::IntAttr(inst, "rng_id"))};
+    return launched(
+        dropoutForward(x(0), at, plan::FloatAttr(inst, "rate"), key, y(0), st),
+        inst);
+  }
+  case plan::CROSS_ENTROPY:
+  case plan::CROSS_ENTROPY_GRAD: {
+    // The log-sum-exp and the count of rows are computed again in backward
+    // (the plan keeps neither).
+    int64_t vocab = last(in(0)), rows = rowsOf(in(0));
+    int64_t ignore = plan::IntAttr(inst, "ignore_index");
+    bool forward = inst.kernel() == plan::CROSS_ENTROPY;
+    if (absl::Status s = launched(
+            crossEntropyForward(x(0), ids(1), rows, vocab, ignore, rowStats_,
+                                lossTerms_, forward ? yf(0) : lossScratch_,
+                                counted_, st),
+            inst);
+        !s.ok() || forward)
+      return s;
+    return launched(crossEntropyBackward(x(0), ids(1), rowStats_, xf(2), rows,
+                                         vocab, ignore, counted_, y(0), st),
+                    inst);
+  }
+  case plan::GRAD_NORM: {
+    if (inst.group_size() > 0 && plan::WorldSize(plan_) > 1)
+      return absl::UnimplementedError("a gradient norm over several ranks");
+    if (absl::Status s =
+            launched(cudaMemsetAsync(sumSquares_, 0, sizeof(double), st), inst);
+        !s.ok())
+      return s;
+    for (int i = 0; i < inst.inputs_size(); ++i)
+      if (absl::Status s =
+              launched(gradSumOfSquares(xf(i), plan::NumElements(in(i)),
+                                        sumSquares_, st),
+                       inst);
+          !s.ok())
+        return s;
+    return launched(gradClip(sumSquares_, plan::FloatAttr(inst, "max_norm"),
+                             yf(0), yf(1), st),
+                    inst);
+  }
+  case plan::ADAMW: {
+    // lr and step from the host's copies (written with Write).
+    auto lr = hostScalars_.find(inst.inputs(4));
+    auto step = hostScalars_.find(inst.inputs(5));
+    if (lr == hostScalars_.end() || step == hostScalars_.end())
+      return absl::FailedPreconditionError(
+          "ADAMW: the learning rate and the step must be written with Write "
+          "before the update runs");
+    int64_t n = plan::NumElements(in(2));
+    T *copy = nullptr;
+    if (inst.outputs_size() == 4) {
+      copy = y(3);
+      if (!inst.rank_axis().empty())
+        return absl::UnimplementedError("ZeRO's sharded AdamW needs several "
+                                        "ranks");
+    } else if (compute_ == plan::BF16) {
+      return absl::FailedPreconditionError(
+          "ADAMW of a mixed-precision plan without master weights");
+    }
+    return launched(adamwStep<T>(yf(0), xf(1), yf(1), yf(2), n, lr->second,
+                                 plan::FloatAttr(inst, "beta1"),
+                                 plan::FloatAttr(inst, "beta2"),
+                                 plan::FloatAttr(inst, "eps"),
+                                 plan::FloatAttr(inst, "weight_decay"),
+                                 int64_t(step->second), xf(6), copy, st),
+                    inst);
+  }
+  default:
+    return absl::UnimplementedError(
+        absl::StrCat("kernel ", plan::Kernel_Name(inst.kernel()),
+                     " is not implemented on CUDA"));
+  }
+}
+
+} // namespace braid::cuda

@@ -1,0 +1,123 @@
+//===- Executor.h - Runs the functions of a plan on one GPU -----*- C++ -*-===//
+//
+// The CUDA counterpart of exec::Executor for one rank: one device arena of
+// the plan's size, allocated once, and a plan function run as one kernel
+// launch (or cuBLASLt product) per instruction on the executor's stream,
+// with no allocation and no host synchronisation inside Run. Buffers of
+// plans in fp32 and in mixed precision (bf16 weights and activations, f32
+// gradients and optimizer state: docs/memory.md) are supported.
+//
+// Besides the arena, the executor allocates at Create the workspaces its
+// kernels need beyond the plan's buffers, sized from the plan: the norms'
+// statistics and cross-entropy's log-sum-exp (recomputed in backward), the
+// rows of attention's backward, the gradient norm's sum, cuBLASLt's
+// workspace. WorkspaceBytes says how much.
+//
+// Scalars the host decides (the learning rate, the step) are written with
+// Write; the executor keeps them on the host too, so that ADAMW passes them
+// by value without reading the device.
+//
+// Not yet: several ranks (NCCL collectives, send and receive), pipeline
+// stages, vocabulary-parallel cross-entropy, FP16. A plan that needs them
+// is refused at Create, naming what.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CUDA_EXECUTOR_H
+#define BRAID_RUNTIME_CUDA_EXECUTOR_H
+
+#include "runtime/cuda/Gemm.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/plan/plan.pb.h"
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace braid::cuda {
+
+class Executor {
+public:
+  ~Executor();
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
+
+  /// Validates `plan`, checks that this executor runs every instruction,
+  /// and allocates the arena and the workspaces on the current device.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(plan::Plan plan);
+
+  const plan::Plan &plan() const { return plan_; }
+  /// The index of the buffer named `name`, or -1.
+  int FindBuffer(absl::string_view name) const;
+
+  /// Copies `values` into copy `slot` of buffer `id`, converted to its dtype
+  /// (rounded to nearest for BF16); waits until the copy is done.
+  absl::Status Write(int id, absl::Span<const double> values, int64_t slot = 0);
+  /// The contents of copy `slot` of buffer `id`, converted to double, after
+  /// everything enqueued so far has run.
+  absl::StatusOr<std::vector<double>> Read(int id, int64_t slot = 0) const;
+
+  /// Enqueues function `name` on the executor's stream and returns; a
+  /// launch's error is returned at once, an error inside a kernel at the
+  /// next Synchronize (or Read).
+  absl::Status Run(absl::string_view name, const exec::StepContext &context,
+                   int64_t slot = 0);
+  /// Waits for everything enqueued.
+  absl::Status Synchronize() const;
+
+  cudaStream_t stream() const { return stream_; }
+  int64_t ArenaBytes() const { return arenaBytes_; }
+  /// Device bytes beyond the arena: the kernels' workspaces and cuBLASLt's.
+  int64_t WorkspaceBytes() const { return workspaceBytes_; }
+
+private:
+  explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
+  void *address(int id, int64_t slot) const;
+  absl::Status runInstruction(const plan::Instruction &inst,
+                              const exec::StepContext &context, int64_t slot,
+                              uint32_t op);
+  template <typename T>
+  absl::Status runTyped(const plan::Instruction &inst,
+                        const exec::StepContext &context, int64_t slot,
+                        uint32_t op);
+
+  plan::Plan plan_;
+  std::vector<int64_t> bytes_;
+  uint8_t *arena_ = nullptr;
+  int64_t arenaBytes_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  /// The plan's compute dtype: BF16 for mixed precision, else F32.
+  plan::DType compute_ = plan::F32;
+
+  /// Workspaces (device): per-row statistics (two floats per row of the
+  /// largest norm or cross-entropy), the terms of the loss, attention's
+  /// backward rows, the rows a cross-entropy counts, the sum of squares.
+  float *rowStats_ = nullptr;
+  float *lossTerms_ = nullptr;
+  float *lossScratch_ = nullptr;
+  float *attentionRows_ = nullptr;
+  int64_t *counted_ = nullptr;
+  double *sumSquares_ = nullptr;
+  int64_t workspaceBytes_ = 0;
+  /// Host copies of the scalars written with Write (lr, step), by buffer.
+  std::map<int, double> hostScalars_;
+  /// The token ids of each buffer that tables read: [0, vocab), or the
+  /// cross-entropy's ignore_index.
+  struct IdCheck {
+    int64_t vocab = 0;
+    int64_t ignore = 0;
+    bool ignorable = false;
+  };
+  std::map<int, IdCheck> idChecks_;
+};
+
+} // namespace braid::cuda
+
+#endif // BRAID_RUNTIME_CUDA_EXECUTOR_H
