@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One-GPU training throughput of a LLaMA-style model of about 1B parameters
+# (16 layers, hidden 2048, 16 heads, ffn 5632, vocab 32000, seq 2048,
+# bf16 mixed precision), Braid against PyTorch on the same GPU.
+#
+#   bench/gpu_train.sh compile DIR
+#     (where braidc is built) compiles the model's plan for micro-batches
+#     1, 2, 4, ..., 32 into DIR, with each plan's report;
+#   [STEPS=20] [WARMUP=5] bench/gpu_train.sh run DIR
+#     (on the GPU machine, with braid-gpu-bench built) takes the largest
+#     micro-batch whose arena and workspaces fit the GPU's memory, times its
+#     steps on the CUDA executor (braid-gpu-bench), then in the same script
+#     PyTorch with the same model and micro-batch (bench/torch_llama.py:
+#     LlamaForCausalLM or the same architecture, SDPA flash attention, fused
+#     AdamW, torch.compile, bf16 autocast over fp32 weights), and prints
+#     tokens/s, model TFLOP/s and MFU (against 989 TFLOP/s dense bf16) of
+#     both and Braid's tokens/s over PyTorch's.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BRAID_BUILD_DIR:-$root/build}"
+mode="${1:-}"
+dir="${2:-}"
+if [ -z "$mode" ] || [ -z "$dir" ]; then
+  echo "usage: bench/gpu_train.sh compile|run DIR" >&2
+  exit 2
+fi
+micro_batches=(1 2 4 8 12 16 24 32)
+
+if [ "$mode" = compile ]; then
+  mkdir -p "$dir"
+  cat > "$dir/model.textproto" <<'JOB'
+model {
+  family: LLAMA
+  num_layers: 16
+  hidden_size: 2048
+  num_heads: 16
+  num_kv_heads: 16
+  ffn_hidden_size: 5632
+  vocab_size: 32000
+  max_seq_len: 2048
+}
+train { precision: BF16 }
+data { seq_length: 2048 }
+JOB
+  for mb in "${micro_batches[@]}"; do
+    "$build/bin/braidc" "$dir/model.textproto" --micro-batch-size "$mb" \
+      --global-batch-size "$mb" --emit=plan -o "$dir/mb$mb.plan" \
+      --report "$dir/mb$mb.json"
+  done
+  echo "compiled ${#micro_batches[@]} plans into $dir"
+  exit 0
+fi
+if [ "$mode" != run ]; then
+  echo "bench/gpu_train.sh: unknown mode '$mode' (compile or run)" >&2
+  exit 2
+fi
+
+steps="${STEPS:-20}"
+warmup="${WARMUP:-5}"
+memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits |
+  head -1)
+memory=$((memory * 1024 * 1024))
+# The largest micro-batch whose arena, with 1 GiB for the workspaces and
+# the CUDA context, fits.
+pick=""
+for mb in "${micro_batches[@]}"; do
+  arena=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['memory']['arena_bytes'])" "$dir/mb$mb.json")
+  if [ $((arena + (1 << 30))) -le "$memory" ]; then pick=$mb; fi
+done
+if [ -z "$pick" ]; then
+  echo "bench/gpu_train.sh: no micro-batch fits $memory B" >&2
+  exit 1
+fi
+per_token=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['flops']['training_per_token'])" "$dir/mb$pick.json")
+echo "micro-batch $pick (the largest whose arena fits $memory B); model FLOPs per token $per_token"
+
+braid=$("$build/bin/braid-gpu-bench" "$dir/mb$pick.plan" --steps "$steps" \
+  --warmup "$warmup" | tee "$dir/braid.log" | tail -1)
+torch=$(python3 "$root/bench/torch_llama.py" --micro-batch "$pick" \
+  --steps "$steps" --warmup "$warmup" | tee "$dir/torch.log" | tail -1)
+head -1 "$dir/torch.log"
+python3 - "$per_token" "$braid" "$torch" <<'PY'
+import re, sys
+per_token = float(sys.argv[1])
+def tokens_per_s(line):
+    return float(re.search(r"([0-9.]+) tokens/s", line).group(1))
+rows = [("braid", tokens_per_s(sys.argv[2])), ("pytorch", tokens_per_s(sys.argv[3]))]
+for name, tps in rows:
+    tflops = tps * per_token / 1e12
+    print(f"{name:8s} {tps:12.1f} tokens/s  {tflops:7.1f} TFLOP/s  MFU {100 * tflops / 989:5.1f} %")
+print(f"braid / pytorch tokens/s: {rows[0][1] / rows[1][1]:.3f}")
+PY

@@ -1,0 +1,178 @@
+//===- braid-gpu-bench.cpp - Times a plan's training steps on one GPU -----===//
+//
+// braid-gpu-bench PLAN [--steps N] [--warmup W] [--seed S]
+//
+// Runs a one-rank plan on the CUDA executor from random parameters (normal,
+// std 0.02; vectors 1) and random tokens, W steps to warm up (cuBLASLt's
+// algorithms, the caches), then N steps timed with CUDA events around each
+// step (zero_grads, every micro-batch, update), and prints one line per
+// timed step and a summary: the median seconds per step, tokens per step
+// and tokens/s, the loss of the last step, and the arena and workspace
+// bytes. FLOPs, TFLOP/s and MFU are the caller's (bench/gpu_train.sh reads
+// the model's FLOPs per token from braidc's report).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/Executor.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace braid;
+
+namespace {
+
+int fail(const std::string &message) {
+  std::cerr << "braid-gpu-bench: error: " << message << "\n";
+  return 1;
+}
+
+/// The value of flag `name` (--name N) at argv[i], advancing i.
+bool flagValue(int argc, char **argv, int &i, const char *name, int64_t &out,
+               std::string &error) {
+  if (std::string(argv[i]) != name)
+    return false;
+  if (i + 1 >= argc) {
+    error = std::string(name) + " needs a value";
+    return true;
+  }
+  char *end = nullptr;
+  long long v = std::strtoll(argv[++i], &end, 10);
+  if (!end || *end || v < 0)
+    error = std::string(name) + "=" + argv[i] + " is not a count >= 0";
+  out = v;
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string planPath;
+  int64_t steps = 20, warmup = 3, seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string error;
+    if (flagValue(argc, argv, i, "--steps", steps, error) ||
+        flagValue(argc, argv, i, "--warmup", warmup, error) ||
+        flagValue(argc, argv, i, "--seed", seed, error)) {
+      if (!error.empty())
+        return fail(error);
+      continue;
+    }
+    if (argv[i][0] == '-' || !planPath.empty())
+      return fail(std::string("unexpected argument ") + argv[i] +
+                  "; usage: braid-gpu-bench PLAN [--steps N] [--warmup W] "
+                  "[--seed S]");
+    planPath = argv[i];
+  }
+  if (planPath.empty())
+    return fail("usage: braid-gpu-bench PLAN [--steps N] [--warmup W] "
+                "[--seed S]");
+  if (steps < 1)
+    return fail("--steps must be at least 1");
+  absl::StatusOr<plan::Plan> plan = plan::LoadPlanFile(planPath);
+  if (!plan.ok())
+    return fail(std::string(plan.status().message()));
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    return fail("no CUDA device");
+  absl::StatusOr<std::unique_ptr<cuda::Executor>> created =
+      cuda::Executor::Create(*plan);
+  if (!created.ok())
+    return fail(std::string(created.status().message()));
+  cuda::Executor &e = **created;
+
+  // Parameters (and their master weights) and a batch of tokens.
+  std::mt19937_64 gen{uint64_t(seed)};
+  std::normal_distribution<double> normal(0.0, 0.02);
+  int64_t vocab = 1;
+  for (int id = 0; id < plan->buffers_size(); ++id) {
+    const plan::Buffer &b = plan->buffers(id);
+    if (b.role() != plan::PARAMETER || b.view_of() || b.block_of())
+      continue;
+    std::vector<double> values(size_t(plan::NumElements(b)));
+    for (double &v : values)
+      v = b.shape_size() == 1 ? 1.0 : normal(gen);
+    if (b.name().find("embed_tokens") != std::string::npos)
+      vocab = b.shape(0);
+    for (int target : {id, e.FindBuffer("master:" + b.name())})
+      if (target >= 0)
+        if (absl::Status s = e.Write(target, values); !s.ok())
+          return fail(std::string(s.message()));
+  }
+  std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+  for (const char *name : {"tokens", "targets"}) {
+    int id = e.FindBuffer(name);
+    if (id < 0)
+      return fail(std::string("the plan has no buffer '") + name + "'");
+    std::vector<double> ids(size_t(plan::NumElements(plan->buffers(id))));
+    for (double &t : ids)
+      t = double(token(gen));
+    if (absl::Status s = e.Write(id, ids); !s.ok())
+      return fail(std::string(s.message()));
+  }
+  const plan::Training &t = plan->training();
+  int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
+  int lossGrad = e.FindBuffer("loss_grad"), lr = e.FindBuffer("lr"),
+      step = e.FindBuffer("step"), loss = e.FindBuffer("loss");
+  if (lossGrad < 0 || lr < 0 || step < 0 || loss < 0)
+    return fail("the plan lacks loss_grad, lr, step or loss");
+  if (absl::Status s = e.Write(lossGrad, {1.0 / double(micros)}); !s.ok())
+    return fail(std::string(s.message()));
+  if (absl::Status s = e.Write(lr, {1e-4}); !s.ok())
+    return fail(std::string(s.message()));
+  int64_t tokensPerStep =
+      plan::NumElements(plan->buffers(e.FindBuffer("tokens"))) * micros;
+
+  cudaEvent_t begin, end;
+  cudaEventCreate(&begin);
+  cudaEventCreate(&end);
+  std::vector<double> seconds;
+  double lastLoss = 0;
+  for (int64_t k = 1; k <= warmup + steps; ++k) {
+    if (absl::Status s = e.Write(step, {double(k)}); !s.ok())
+      return fail(std::string(s.message()));
+    exec::StepContext context{uint64_t(seed), uint32_t(k), 0};
+    cudaEventRecord(begin, e.stream());
+    absl::Status s = e.Run(t.step().zero_grads(), context);
+    for (int64_t m = 0; s.ok() && m < micros; ++m)
+      s = e.Run(t.step().micro_step(), context);
+    if (s.ok())
+      s = e.Run(t.step().update(), context);
+    if (!s.ok())
+      return fail(std::string(s.message()));
+    cudaEventRecord(end, e.stream());
+    if (cudaEventSynchronize(end) != cudaSuccess)
+      return fail(std::string("step ") + std::to_string(k) + ": " +
+                  cudaGetErrorString(cudaGetLastError()));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, begin, end);
+    absl::StatusOr<std::vector<double>> l = e.Read(loss);
+    if (!l.ok())
+      return fail(std::string(l.status().message()));
+    lastLoss = (*l)[0];
+    if (k > warmup) {
+      seconds.push_back(ms / 1e3);
+      std::printf("step %lld: %.6f s, loss %.5f\n", (long long)(k - warmup),
+                  ms / 1e3, lastLoss);
+    }
+  }
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  double median = sorted[sorted.size() / 2];
+  if (sorted.size() % 2 == 0)
+    median = (median + sorted[sorted.size() / 2 - 1]) / 2;
+  std::printf("median step: %.6f s over %zu steps, %lld tokens per step, "
+              "%.1f tokens/s, last loss %.5f, arena %lld B, workspace %lld B\n",
+              median, seconds.size(), (long long)tokensPerStep,
+              double(tokensPerStep) / median, lastLoss,
+              (long long)e.ArenaBytes(), (long long)e.WorkspaceBytes());
+  return 0;
+}
