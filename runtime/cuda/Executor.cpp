@@ -101,6 +101,38 @@ cpu::AttentionShape attentionShape(const plan::Plan &plan,
   return s;
 }
 
+/// The linear layer of a LINEAR, LINEAR_GRAD_INPUT or LINEAR_GRAD_WEIGHT.
+cpu::LinearShape linearShapeOf(const plan::Plan &plan,
+                               const Instruction &inst) {
+  auto in = [&](int i) -> const Buffer & {
+    return plan.buffers(inst.inputs(i));
+  };
+  bool t = plan::IntAttr(inst, "transpose_w") != 0;
+  int64_t rows = 0, inDim = 0, outDim = 0;
+  switch (inst.kernel()) {
+  case plan::LINEAR:
+    inDim = t ? in(1).shape(1) : in(1).shape(0);
+    outDim = t ? in(1).shape(0) : in(1).shape(1);
+    rows = rowsOf(in(0));
+    break;
+  case plan::LINEAR_GRAD_INPUT:
+    outDim = last(in(0));
+    inDim = last(plan.buffers(inst.outputs(0)));
+    rows = rowsOf(in(0));
+    break;
+  default: // LINEAR_GRAD_WEIGHT
+    inDim = last(in(0));
+    outDim = last(in(1));
+    rows = rowsOf(in(0));
+    break;
+  }
+  cpu::LinearShape s{rows, inDim, outDim, t};
+  auto scale = inst.float_attrs().find("bias_scale");
+  if (scale != inst.float_attrs().end())
+    s.biasScale = scale->second;
+  return s;
+}
+
 template <typename T> T fromDouble(double v);
 template <> float fromDouble<float>(double v) { return float(v); }
 template <> bf16 fromDouble<bf16>(double v) {
@@ -211,6 +243,20 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
     return gemm.status();
   e->gemm_ = std::move(*gemm);
   e->workspaceBytes_ += int64_t(32) << 20;
+  // cuBLASLt's algorithms, chosen now rather than in the first step.
+  for (const plan::Function &fn : p.functions())
+    for (const Instruction &inst : fn.body())
+      if (inst.kernel() == plan::LINEAR ||
+          inst.kernel() == plan::LINEAR_GRAD_INPUT ||
+          inst.kernel() == plan::LINEAR_GRAD_WEIGHT) {
+        cpu::LinearShape shape = linearShapeOf(p, inst);
+        bool bias = inst.kernel() == plan::LINEAR && inst.inputs_size() == 3;
+        absl::Status s = e->compute_ == plan::BF16
+                             ? e->gemm_->Prepare<bf16>(shape, bias)
+                             : e->gemm_->Prepare<float>(shape, bias);
+        if (!s.ok())
+          return s;
+      }
   BRAID_CUDA_CHECK(cudaStreamSynchronize(e->stream_));
   return e;
 }
@@ -395,14 +441,6 @@ absl::Status Executor::runTyped(const Instruction &inst,
   auto ids = [&](int i) {
     return static_cast<const int32_t *>(address(inst.inputs(i), slot));
   };
-  auto linear = [&](int64_t rows, int64_t inDim, int64_t outDim) {
-    cpu::LinearShape s{rows, inDim, outDim,
-                       plan::IntAttr(inst, "transpose_w") != 0};
-    auto scale = inst.float_attrs().find("bias_scale");
-    if (scale != inst.float_attrs().end())
-      s.biasScale = scale->second;
-    return s;
-  };
   cudaStream_t st = stream_;
   switch (inst.kernel()) {
   case plan::ZERO:
@@ -443,27 +481,18 @@ absl::Status Executor::runTyped(const Instruction &inst,
                                               in(0).shape(1), last(in(0)),
                                               yf(0), st),
                     inst);
-  case plan::LINEAR: {
-    const Buffer &w = in(1);
-    bool t = plan::IntAttr(inst, "transpose_w") != 0;
-    int64_t inDim = t ? w.shape(1) : w.shape(0);
-    int64_t outDim = t ? w.shape(0) : w.shape(1);
+  case plan::LINEAR:
     return gemm_->LinearForward(x(0), x(1),
                                 inst.inputs_size() == 3 ? x(2) : nullptr,
-                                linear(rowsOf(in(0)), inDim, outDim), y(0), st);
-  }
-  case plan::LINEAR_GRAD_INPUT: {
-    int64_t outDim = last(in(0)), inDim = last(out(0));
+                                linearShapeOf(plan_, inst), y(0), st);
+  case plan::LINEAR_GRAD_INPUT:
     return gemm_->LinearBackward<T>(nullptr, x(1), x(0),
-                                    linear(rowsOf(in(0)), inDim, outDim), y(0),
-                                    nullptr, nullptr, st);
-  }
-  case plan::LINEAR_GRAD_WEIGHT: {
-    int64_t inDim = last(in(0)), outDim = last(in(1));
+                                    linearShapeOf(plan_, inst), y(0), nullptr,
+                                    nullptr, st);
+  case plan::LINEAR_GRAD_WEIGHT:
     return gemm_->LinearBackward<T>(x(0), nullptr, x(1),
-                                    linear(rowsOf(in(0)), inDim, outDim),
-                                    nullptr, yf(0), nullptr, st);
-  }
+                                    linearShapeOf(plan_, inst), nullptr, yf(0),
+                                    nullptr, st);
   case plan::BIAS_GRAD:
     return launched(addColumnSums(x(0), rowsOf(in(0)), last(in(0)), yf(0), st),
                     inst);

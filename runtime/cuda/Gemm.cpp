@@ -4,6 +4,8 @@
 
 #include "runtime/cuda/Check.h"
 
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace braid::cuda {
@@ -11,6 +13,16 @@ namespace {
 
 template <typename T> cudaDataType_t dataType() {
   return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+/// The largest power of two up to 256 that divides every address.
+int alignmentOf(std::initializer_list<const void *> pointers) {
+  int align = 256;
+  for (const void *p : pointers)
+    if (p)
+      while (align > 1 && reinterpret_cast<uintptr_t>(p) % uintptr_t(align))
+        align /= 2;
+  return align;
 }
 
 } // namespace
@@ -77,6 +89,15 @@ absl::StatusOr<Gemm::Prepared *> Gemm::prepare(const Problem &p) {
     cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes_,
         sizeof(workspaceBytes_));
+    uint32_t align = uint32_t(p.align);
+    for (cublasLtMatmulPreferenceAttributes_t attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      if (set == CUBLAS_STATUS_SUCCESS)
+        set = cublasLtMatmulPreferenceSetAttribute(preference, attr, &align,
+                                                   sizeof(align));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     cublasStatus_t asked = set != CUBLAS_STATUS_SUCCESS
@@ -101,10 +122,11 @@ absl::StatusOr<Gemm::Prepared *> Gemm::prepare(const Problem &p) {
   return &(prepared_[key] = made);
 }
 
-absl::Status Gemm::run(const Problem &p, const void *a, const void *b, void *d,
+absl::Status Gemm::run(Problem p, const void *a, const void *b, void *d,
                        float beta, const void *bias, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0)
     return absl::OkStatus();
+  p.align = alignmentOf({a, b, d, bias});
   absl::StatusOr<Prepared *> prepared = prepare(p);
   if (!prepared.ok())
     return prepared.status();

@@ -76,10 +76,16 @@ private:
     int64_t lda, ldb, ldd;
     cudaDataType_t ab, d;
     bool bias;
+    /// The bytes every matrix's address is a multiple of (a power of two,
+    /// at most 256, cuBLASLt's default assumption): views into flat buffers
+    /// (ZeRO's buckets) may be less aligned than the arena's 64 bytes, and
+    /// an algorithm chosen for more alignment must not see them.
+    int align = 256;
     using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t,
-                           int64_t, int64_t, int, int, bool>;
+                           int64_t, int64_t, int, int, bool, int>;
     Key key() const {
-      return Key(m, n, k, transA, transB, lda, ldb, ldd, int(ab), int(d), bias);
+      return Key(m, n, k, transA, transB, lda, ldb, ldd, int(ab), int(d), bias,
+                 align);
     }
   };
   /// The products of a linear: forward (with the bias epilogue or not),
@@ -98,8 +104,9 @@ private:
   };
   /// `p` prepared (on its first use).
   absl::StatusOr<Prepared *> prepare(const Problem &p);
-  absl::Status run(const Problem &p, const void *a, const void *b, void *d,
-                   float beta, const void *bias, cudaStream_t stream);
+  /// Runs `p` (with the alignment of these addresses).
+  absl::Status run(Problem p, const void *a, const void *b, void *d, float beta,
+                   const void *bias, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;

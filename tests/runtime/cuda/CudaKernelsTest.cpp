@@ -234,6 +234,52 @@ TYPED_TEST(CudaKernelsOf, Linear) {
   EXPECT_EQ((*gemm)->ChosenAlgorithms(), 2u * 4u);
 }
 
+TYPED_TEST(CudaKernelsOf, LinearOnMisalignedViews) {
+  using T = TypeParam;
+  // Operands one element into their allocations (a parameter's view in a
+  // ZeRO bucket is at any element): the algorithm is chosen for the
+  // addresses' alignment, and the products match the CPU's.
+  const int64_t rows = 33, in = 64, out = 48;
+  std::vector<float> x = rounded<T>(randomValues(rows * in, 26)),
+                     w = rounded<T>(randomValues(in * out, 27, 0.2f)),
+                     dy = rounded<T>(randomValues(rows * out, 28));
+  cpu::LinearShape s{rows, in, out, true};
+  std::vector<float> y(rows * out), dx(rows * in), dw(in * out, 0.0f);
+  cpu::linearForward<float>(x.data(), w.data(), nullptr, s, y.data());
+  cpu::linearBackward<float>(x.data(), w.data(), dy.data(), s, dx.data(),
+                             dw.data(), nullptr);
+  auto shifted = [](const std::vector<float> &v) {
+    std::vector<float> out(v.size() + 1, 0.0f);
+    std::copy(v.begin(), v.end(), out.begin() + 1);
+    return out;
+  };
+  Device<T> gx(as<T>(shifted(x))), gw(as<T>(shifted(w))),
+      gdy(as<T>(shifted(dy))), gy(rows * out + 1), gdx(rows * in + 1);
+  Device<float> gdw(std::vector<float>(in * out + 1, 0.0f));
+  absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  ASSERT_TRUE((*gemm)->Prepare<T>(s, false).ok());
+  absl::Status st = (*gemm)->LinearForward<T>(
+      gx.get() + 1, gw.get() + 1, nullptr, s, gy.get() + 1, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  st = (*gemm)->LinearBackward<T>(gx.get() + 1, gw.get() + 1, gdy.get() + 1, s,
+                                  gdx.get() + 1, gdw.get() + 1, nullptr,
+                                  nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  auto unshift = [](auto v) {
+    v.erase(v.begin());
+    return v;
+  };
+  double rel = relativeTolerance<T>(), abs = 1e-5 * std::sqrt(double(in));
+  expectClose(unshift(gy.host()), y, rel, abs, "y");
+  expectClose(unshift(gdx.host()), dx, rel, abs, "dx");
+  expectClose(unshift(gdw.host()), dw, 1e-5, 1e-5 * std::sqrt(double(rows)),
+              "dw");
+  // Prepare chose for 256-byte alignment; the misaligned calls needed their
+  // own algorithms.
+  EXPECT_GT((*gemm)->ChosenAlgorithms(), 3u);
+}
+
 TEST_F(CudaKernels, GradSumOfSquares) {
   // Two calls add into one sum, in double.
   std::vector<float> a = randomValues(100003, 13), b = randomValues(517, 14);
