@@ -172,8 +172,9 @@ private:
   unsigned counter = 0;
   bool mixed = false;
   DenseMap<Value, bool> wide;
-  /// The log-sum-exp buffer kept with each attention output buffer (layers
-  /// pass values to their bodies, so the buffer, not the value, is the key).
+  /// The log-sum-exp buffer kept with each attention output buffer, and
+  /// with each cross-entropy's logits (layers pass values to their bodies,
+  /// so the buffer, not the value, is the key).
   DenseMap<Operation *, BufferOp> lseOf;
   /// With pipeline parallelism, the pipeline rank being lowered (the
   /// buffers' stage), and the rank of each of the model's stages (virtual
@@ -509,17 +510,36 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     Type element = q.getElementType();
     if (element.isBF16() || element.isF16())
       element = b.getF32Type();
-    BufferOp lse = newBuffer(
-        op->getLoc(),
-        RankedTensorType::get(
-            {q.getDimSize(0), attention.getNumHeads(), q.getDimSize(1)},
-            element),
-        "activation");
+    BufferOp lse =
+        newBuffer(op->getLoc(),
+                  RankedTensorType::get({q.getDimSize(0),
+                                         int64_t(attention.getNumHeads()),
+                                         q.getDimSize(1)},
+                                        element),
+                  "activation");
     lseOf[outputs.front()] = lse;
     outputs.push_back(lse);
   } else if (auto grad = dyn_cast<model::AttentionGradOp>(op)) {
     if (BufferOp lse = lseOf.lookup(buffers.lookup(grad.getOut())))
       inputs.push_back(lse);
+  } else if (auto loss = dyn_cast<model::CrossEntropyOp>(op)) {
+    // Likewise the cross-entropy's log-sum-exp per row (f32 with mixed
+    // precision), which its gradient reads as a vocabulary-parallel one
+    // reads the global one.
+    auto targets = cast<RankedTensorType>(loss.getTargets().getType());
+    Type element =
+        cast<RankedTensorType>(loss.getLogits().getType()).getElementType();
+    if (element.isBF16() || element.isF16())
+      element = b.getF32Type();
+    BufferOp lse = newBuffer(op->getLoc(),
+                             RankedTensorType::get(targets.getShape(), element),
+                             "activation");
+    lseOf[inputs.front()] = lse;
+    outputs.push_back(lse);
+  } else if (auto grad = dyn_cast<model::CrossEntropyGradOp>(op)) {
+    if (!grad.getLse())
+      if (BufferOp lse = lseOf.lookup(buffers.lookup(grad.getLogits())))
+        inputs.push_back(lse);
   }
   kernel(kernelName, inputs, outputs, *params, op->getLoc(), provenance,
          ArrayAttr(), rankAxis);

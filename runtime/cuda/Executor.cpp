@@ -69,7 +69,7 @@ std::string unsupported(const plan::Plan &plan) {
                               "log-sum-exp (recompile the plan)");
         break;
       case plan::CROSS_ENTROPY_GRAD:
-        if (inst.inputs_size() == 4)
+        if (inst.int_attrs().count("vocab_start_stride"))
           return "a vocabulary-parallel cross-entropy is not implemented on "
                  "CUDA yet";
         break;
@@ -601,20 +601,34 @@ absl::Status Executor::runTyped(const Instruction &inst,
   }
   case plan::CROSS_ENTROPY:
   case plan::CROSS_ENTROPY_GRAD: {
-    // The log-sum-exp and the count of rows are computed again in backward
-    // (the plan keeps neither).
+    // The log-sum-exp: the plan's buffer when it keeps one (the forward's
+    // second output, the gradient's fourth input); otherwise computed again
+    // in backward. The count of rows is computed again either way.
     int64_t vocab = last(in(0)), rows = rowsOf(in(0));
     int64_t ignore = plan::IntAttr(inst, "ignore_index");
-    bool forward = inst.kernel() == plan::CROSS_ENTROPY;
-    if (absl::Status s = launched(
-            crossEntropyForward(x(0), ids(1), rows, vocab, ignore, rowStats_,
-                                lossTerms_, forward ? yf(0) : lossScratch_,
-                                counted_, st),
-            inst);
-        !s.ok() || forward)
+    if (inst.kernel() == plan::CROSS_ENTROPY)
+      return launched(
+          crossEntropyForward(x(0), ids(1), rows, vocab, ignore,
+                              inst.outputs_size() == 2 ? yf(1) : rowStats_,
+                              lossTerms_, yf(0), counted_, st),
+          inst);
+    const float *lse = rowStats_;
+    if (inst.inputs_size() == 4) {
+      lse = xf(3);
+      if (absl::Status s =
+              launched(countTargets(ids(1), rows, ignore, counted_, st), inst);
+          !s.ok())
+        return s;
+    } else if (absl::Status s =
+                   launched(crossEntropyForward(x(0), ids(1), rows, vocab,
+                                                ignore, rowStats_, lossTerms_,
+                                                lossScratch_, counted_, st),
+                            inst);
+               !s.ok()) {
       return s;
-    return launched(crossEntropyBackward(x(0), ids(1), rowStats_, xf(2), rows,
-                                         vocab, ignore, counted_, y(0), st),
+    }
+    return launched(crossEntropyBackward(x(0), ids(1), lse, xf(2), rows, vocab,
+                                         ignore, counted_, y(0), st),
                     inst);
   }
   case plan::GRAD_NORM: {

@@ -936,6 +936,27 @@ cudaError_t layerNormStatistics(const T *x, int64_t rows, int64_t d, double eps,
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void countTargetsKernel(const int32_t *targets, int64_t rows,
+                                   int64_t ignoreIndex, int64_t *counted) {
+  __shared__ double shared[32];
+  double count = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    count += targets[r] != ignoreIndex;
+  count = blockSum(count, shared);
+  if (threadIdx.x == 0)
+    counted[0] = int64_t(count);
+}
+} // namespace
+
+cudaError_t countTargets(const int32_t *targets, int64_t rows,
+                         int64_t ignoreIndex, int64_t *counted,
+                         cudaStream_t stream) {
+  countTargetsKernel<<<1, kThreads, 0, stream>>>(targets, rows, ignoreIndex,
+                                                 counted);
+  return cudaGetLastError();
+}
+
 cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
                      float *scale, cudaStream_t stream) {
   gradClipKernel<<<1, 1, 0, stream>>>(sumSquares, maxNorm, norm, scale);

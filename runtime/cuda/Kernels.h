@@ -193,6 +193,12 @@ cudaError_t crossEntropyForward(const T *logits, const int32_t *targets,
                                 int64_t ignoreIndex, float *lse, float *terms,
                                 float *loss, int64_t *counted,
                                 cudaStream_t stream);
+/// counted[0] = the number of rows whose target is not `ignoreIndex` (what
+/// crossEntropyForward also writes, for a backward whose forward kept its
+/// log-sum-exp).
+cudaError_t countTargets(const int32_t *targets, int64_t rows,
+                         int64_t ignoreIndex, int64_t *counted,
+                         cudaStream_t stream);
 /// dlogits = dloss[0] * (softmax - onehot) / counted[0] (0 on ignored rows),
 /// dloss and counted read on the device.
 template <typename T>

@@ -914,8 +914,9 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     int64_t vocab = last(in(0)), rows = numel(in(0)) / std::max<int64_t>(vocab, 1);
     int64_t ignore = intAttr(inst, "ignore_index");
     if (inst.inputs_size() == 4) {
-      // The gradient of a vocabulary slice from the global log-sum-exp (of
-      // CROSS_ENTROPY_FINISH); the mean is over the rows that count.
+      // The gradient from a kept log-sum-exp: the forward's own, or for a
+      // vocabulary slice the global one of CROSS_ENTROPY_FINISH; the mean
+      // is over the rows that count.
       if (absl::Status s = checkIds(1, globalVocab(vocab), true, ignore);
           !s.ok())
         return s;
@@ -929,16 +930,21 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     }
     if (absl::Status s = checkIds(1, vocab, true, ignore); !s.ok())
       return s;
-    scratch.resize(rows);
+    // The rows' log-sum-exp: into the plan's buffer when it keeps one.
+    T *lse = inst.outputs_size() == 2 ? y(1) : nullptr;
+    if (!lse) {
+      scratch.resize(rows);
+      lse = scratch.data();
+    }
     int64_t counted = 0;
-    T loss = cpu::crossEntropyForward(x(0), ids(1), rows, vocab, ignore,
-                                      scratch.data(), &counted);
+    T loss = cpu::crossEntropyForward(x(0), ids(1), rows, vocab, ignore, lse,
+                                      &counted);
     if (inst.kernel() == plan::CROSS_ENTROPY) {
       *y(0) = loss;
       return absl::OkStatus();
     }
-    cpu::crossEntropyBackward(x(0), ids(1), scratch.data(), *x(2), rows, vocab,
-                              ignore, counted, y(0));
+    cpu::crossEntropyBackward(x(0), ids(1), lse, *x(2), rows, vocab, ignore,
+                              counted, y(0));
     return absl::OkStatus();
   }
   case plan::GRAD_NORM: {

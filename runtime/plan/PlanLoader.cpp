@@ -654,7 +654,8 @@ absl::Status InstructionChecker::checkCrossEntropy() {
   Kernel k = inst.kernel();
   switch (k) {
   case CROSS_ENTROPY:
-    BRAID_RETURN_IF_ERROR(arity(2, 2, 1));
+    // A second output: the rows' log-sum-exp, for the gradient.
+    BRAID_RETURN_IF_ERROR(arity(2, 2, 1, 2));
     break;
   case CROSS_ENTROPY_GRAD:
     BRAID_RETURN_IF_ERROR(arity(3, 4, 1));
@@ -684,7 +685,7 @@ absl::Status InstructionChecker::checkCrossEntropy() {
   }
   // The loss, dloss and lse may be F32 (mixed precision).
   BRAID_RETURN_IF_ERROR(k == CROSS_ENTROPY_MAX    ? dtypes()
-                        : k == CROSS_ENTROPY      ? dtypes({1}, {2})
+                        : k == CROSS_ENTROPY      ? dtypes({1}, {2, 3})
                         : k == CROSS_ENTROPY_GRAD ? dtypes({1}, {2, 3})
                                                   : dtypes({1}));
   if (k != CROSS_ENTROPY_MAX)
@@ -702,6 +703,8 @@ absl::Status InstructionChecker::checkCrossEntropy() {
   BRAID_RETURN_IF_ERROR(shape(in(1), lead, "targets"));
   switch (k) {
   case CROSS_ENTROPY:
+    if (inst.outputs_size() == 2)
+      BRAID_RETURN_IF_ERROR(shape(out(1), lead, "lse"));
     return shape(out(0), {}, "loss");
   case CROSS_ENTROPY_GRAD:
     BRAID_RETURN_IF_ERROR(shape(in(2), {}, "dloss"));

@@ -25,6 +25,9 @@
 // Attention keeps its log-sum-exp (a second output), which its backward
 // reads (a sixth input) instead of computing the forward again.
 // CHECK: plan.kernel "ATTENTION" [@{{b[0-9]+}}, @{{b[0-9]+}}, @{{b[0-9]+}}] -> [@[[OUT0:b[0-9]+]], @[[LSE0:b[0-9]+]]] {alibi = 0 : i64, causal = 1 : i64, heads = 4 : i64, kv_heads = 2 : i64, scale = 2.500000e-01 : f64} {provenance = "model.attention in layer 0"}
+// So does cross-entropy, for its gradient.
+// CHECK: plan.kernel "CROSS_ENTROPY" [@[[LOGITS:b[0-9]+]], @{{b[0-9]+}}] -> [@{{b[0-9]+}}, @[[CELSE:b[0-9]+]]]
+// CHECK: plan.kernel "CROSS_ENTROPY_GRAD" [@[[LOGITS]], @{{b[0-9]+}}, @{{b[0-9]+}}, @[[CELSE]]] ->
 // CHECK: plan.kernel "ATTENTION_GRAD" [@{{b[0-9]+}}, @{{b[0-9]+}}, @{{b[0-9]+}}, @[[OUT0]], @{{b[0-9]+}}, @[[LSE0]]] -> [{{.*}}] {{.*}} {provenance = "model.attention_grad in layer 0 backward"}
 // CHECK: plan.kernel "LINEAR_GRAD_WEIGHT" {{.*}} -> [@[[GQ]]] {transpose_w = 1 : i64} {provenance = "model.linear_grad_weight in layer 0 backward"}
 // CHECK: plan.kernel "EMBEDDING_GRAD" {{.*}} -> [@[[G]]]

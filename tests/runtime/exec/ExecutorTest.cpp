@@ -203,6 +203,49 @@ TEST(Executor, AttentionBackwardReadsTheKeptLogSumExp) {
   EXPECT_EQ(*e.Read(lse), l);
 }
 
+// Likewise cross-entropy: its gradient from the kept log-sum-exp (a second
+// output, a fourth input) is exactly its gradient from one computed again.
+TEST(Executor, CrossEntropyGradientReadsTheKeptLogSumExp) {
+  Builder b;
+  const DType f = F64;
+  int logits = b.buffer("logits", f, {2, 3, 7}, INPUT);
+  int targets = b.buffer("targets", I32, {2, 3}, INPUT);
+  int dloss = b.buffer("dloss", f, {}, INPUT);
+  int loss = b.buffer("loss", f, {}, ACTIVATION);
+  int lse = b.buffer("lse", f, {2, 3}, ACTIVATION);
+  int again = b.buffer("again", f, {2, 3, 7}, ACTIVATION);
+  int kept = b.buffer("kept", f, {2, 3, 7}, ACTIVATION);
+  auto ignore = [](Instruction *inst) {
+    (*inst->mutable_int_attrs())["ignore_index"] = -100;
+  };
+  Function *fn = b.plan.add_functions();
+  fn->set_name("f");
+  ignore(b.add(fn, CROSS_ENTROPY, {logits, targets}, {loss, lse}));
+  ignore(b.add(fn, CROSS_ENTROPY_GRAD, {logits, targets, dloss}, {again}));
+  ignore(b.add(fn, CROSS_ENTROPY_GRAD, {logits, targets, dloss, lse}, {kept}));
+  auto executor = exec::Executor::Create(b.plan);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  exec::Executor &e = **executor;
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::vector<double> values(42);
+  for (double &x : values)
+    x = u(gen);
+  ASSERT_TRUE(e.Write(logits, values).ok());
+  ASSERT_TRUE(e.Write(targets, std::vector<double>{0, 6, -100, 3, 3, 1}).ok());
+  ASSERT_TRUE(e.Write(dloss, std::vector<double>{1.0}).ok());
+  ASSERT_TRUE(e.Run("f", {}).ok());
+  EXPECT_EQ(*e.Read(again), *e.Read(kept));
+  // The kept values are each row's log-sum-exp.
+  std::vector<double> l = *e.Read(lse);
+  for (int r = 0; r < 6; ++r) {
+    double sum = 0;
+    for (int c = 0; c < 7; ++c)
+      sum += std::exp(values[r * 7 + c]);
+    EXPECT_NEAR(l[r], std::log(sum), 1e-12) << r;
+  }
+}
+
 // The arena is allocated untouched, and TouchedArenaBytes counts the pages
 // the run has read or written (the operating system's count), the last page
 // only up to the arena's end: three buffers of a page each, then one of 64

@@ -860,6 +860,28 @@ TEST(PlanValidation, AttentionLogSumExp) {
                  "(ATTENTION): operand 'lse' is F32, expected F64");
 }
 
+// Cross-entropy's kept log-sum-exp: one per row of the targets.
+TEST(PlanValidation, CrossEntropyLogSumExp) {
+  auto plan = [](std::vector<int64_t> lseShape, DType lseType) {
+    HandPlan hand;
+    int logits = hand.buffer("logits", BF16, {2, 3, 8}, ACTIVATION);
+    int targets = hand.buffer("targets", I32, {2, 3}, INPUT);
+    int loss = hand.buffer("loss", F32, {}, ACTIVATION);
+    int lse = hand.buffer("lse", lseType, lseShape, ACTIVATION);
+    hand.plan.set_arena_bytes(hand.offset);
+    Function *fn = hand.plan.add_functions();
+    fn->set_name("f");
+    (*addInstruction(fn, CROSS_ENTROPY, {logits, targets}, {loss, lse})
+          ->mutable_int_attrs())["ignore_index"] = -100;
+    return std::move(hand.plan);
+  };
+  EXPECT_EQ(errorOf(plan({2, 3}, F32)), "");
+  EXPECT_REFUSED(plan({6}, F32),
+                 "(CROSS_ENTROPY): lse 'lse' is [6], expected [2, 3]");
+  EXPECT_REFUSED(plan({2, 3}, F64), "(CROSS_ENTROPY): operand 'lse' is F64, "
+                                    "expected BF16 or F32 (mixed precision)");
+}
+
 /// A mixed-precision step of one linear: bf16 weights and activations, the
 /// weight gradient and the optimizer's state (master weights, moments) f32.
 Plan mixedPrecisionPlan(DType low = BF16) {
