@@ -25,9 +25,11 @@ using namespace braid::test;
 
 namespace {
 
-spec::JobSpec job(int64_t layers = 24) {
+spec::JobSpec job(int64_t layers = 24, bool bf16 = false) {
   spec::JobSpec j = presetJob("tiny-llama", 32);
   j.mutable_model()->set_num_layers(layers);
+  if (bf16)
+    j.mutable_train()->set_precision(spec::BF16);
   j.mutable_parallel()->set_global_batch_size(8);
   return j;
 }
@@ -42,7 +44,8 @@ spec::Cluster cluster(int64_t memory) {
 }
 
 std::vector<Candidate> search(const spec::Cluster &c, bool proxies,
-                              int64_t confirm, int64_t layers = 24) {
+                              int64_t confirm, int64_t layers = 24,
+                              bool bf16 = false) {
   mlir::DialectRegistry registry;
   registerDialects(registry);
   mlir::MLIRContext context(registry);
@@ -51,7 +54,7 @@ std::vector<Candidate> search(const spec::Cluster &c, bool proxies,
   options.proxies = proxies;
   options.confirm = confirm;
   llvm::Expected<std::vector<Candidate>> out =
-      searchLayouts(job(layers), options, context);
+      searchLayouts(job(layers, bf16), options, context);
   EXPECT_TRUE(bool(out)) << llvm::toString(out.takeError());
   return out ? *out : std::vector<Candidate>{};
 }
@@ -60,8 +63,9 @@ std::vector<Candidate> search(const spec::Cluster &c, bool proxies,
 /// plan-verify, which must pass), and its predicted step.
 std::pair<int64_t, double> compileAlone(const spec::ParallelSpec &parallel,
                                         const spec::Cluster &c,
-                                        int64_t layers = 24) {
-  spec::JobSpec j = job(layers);
+                                        int64_t layers = 24,
+                                        bool bf16 = false) {
+  spec::JobSpec j = job(layers, bf16);
   *j.mutable_parallel() = parallel;
   plan::Plan plan = compilePlan(j);
   int64_t peak = plan.arena_bytes();
@@ -197,6 +201,29 @@ TEST(Search, PipelineStagesOfUnequalLayers) {
       ++checked;
     }
   EXPECT_EQ(checked, 3);
+}
+
+TEST(Search, MixedPrecisionCandidatesCompileAndVerify) {
+  // bf16 (mixed precision) candidates: the best compile alone (plan-verify
+  // included) to the same arena and step; their prediction uses the bf16
+  // rate, so the pick is faster than the fp32 search's.
+  spec::Cluster c = cluster(int64_t(80) << 30);
+  std::vector<Candidate> bf16 = search(c, true, 2, 24, true);
+  std::vector<Candidate> fp32 = search(c, true, 1, 24, false);
+  ASSERT_FALSE(bf16.empty());
+  ASSERT_FALSE(fp32.empty());
+  int64_t checked = 0;
+  for (const Candidate &cand : bf16) {
+    if (!cand.feasible || checked == 2)
+      break;
+    ASSERT_TRUE(cand.compiled) << cand.layout;
+    auto [peak, step] = compileAlone(cand.parallel, c, 24, true);
+    EXPECT_EQ(peak, cand.peakBytes) << cand.layout;
+    EXPECT_NEAR(step, cand.prediction.stepTime, 1e-12 * step) << cand.layout;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  EXPECT_LT(bf16.front().prediction.stepTime, fp32.front().prediction.stepTime);
 }
 
 } // namespace
