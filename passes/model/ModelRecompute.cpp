@@ -159,7 +159,20 @@ LayerRecompute analyze(const LayerPair &pair, func::FuncOp func) {
       info.inputBytes += bytesOf(input.getType());
   }
   for (Value v : pair.saved) {
-    info.savedBytes.push_back(bytesOf(v.getType()));
+    int64_t bytes = bytesOf(v.getType());
+    // A kept attention output keeps its log-sum-exp with it: plan-lower
+    // saves one per batch, head and query for the backward (f32 beside
+    // bf16 or f16), in the same buffer's lifetime.
+    if (auto attention = v.getDefiningOp<AttentionOp>()) {
+      auto q = cast<RankedTensorType>(attention.getQ().getType());
+      Type element = q.getElementType();
+      int64_t elementBytes = element.isBF16() || element.isF16()
+                                 ? 4
+                                 : (element.getIntOrFloatBitWidth() + 7) / 8;
+      bytes += q.getDimSize(0) * int64_t(attention.getNumHeads()) *
+               q.getDimSize(1) * elementBytes;
+    }
+    info.savedBytes.push_back(bytes);
     Operation *def = v.getDefiningOp();
     info.savedNames.push_back(def ? def->getName().getStringRef().str()
                                   : std::string("argument"));

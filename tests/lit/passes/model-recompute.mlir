@@ -16,14 +16,17 @@
 //   q (roped), residual sum, attention output, the two norm outputs
 //                                 5 x 8 x  64 x 4 = 10240 B
 //   k (roped), v                  2 x 8 x  32 x 4 =  2048 B
-// in all 29184 B, besides its input, the residual stream (8 x 64 x 4 = 2048 B).
+//   the attention output's log-sum-exp, kept with it by plan-lower
+//                                 4 heads x 8 x 4 =   128 B
+// in all 29312 B, besides its input, the residual stream (8 x 64 x 4 = 2048 B).
 
-// NONE: model.recompute = [{choice = "none", input_bytes = 2048 : i64, kept = [{{.*}}], kept_bytes = 29184 : i64, layer = 0 : i64, recompute_flops = 0.000000e+00 : f64, recomputed = [], saved_bytes = 29184 : i64}
+// NONE: model.recompute = [{choice = "none", input_bytes = 2048 : i64, kept = [{{.*}}], kept_bytes = 29312 : i64, layer = 0 : i64, recompute_flops = 0.000000e+00 : f64, recomputed = [], saved_bytes = 29312 : i64}
 // NONE-NOT: model.recomputed
 
 // Selective: the norms' outputs and the SwiGLU output (2 x 2048 + 5632 B)
-// are made again from kept values, without a matrix product.
-// SEL: model.recompute = [{choice = "selective", input_bytes = 2048 : i64, kept = ["model.linear", "model.linear", "model.add", "model.attention", "model.rope", "model.rope", "model.linear"], kept_bytes = 19456 : i64, layer = 0 : i64, recompute_flops = {{.*}}, recomputed = ["model.swiglu", "model.rms_norm", "model.rms_norm"], saved_bytes = 29184 : i64}
+// are made again from kept values, without a matrix product; the attention
+// output, kept, keeps its log-sum-exp: 19456 + 128 B.
+// SEL: model.recompute = [{choice = "selective", input_bytes = 2048 : i64, kept = ["model.linear", "model.linear", "model.add", "model.attention", "model.rope", "model.rope", "model.linear"], kept_bytes = 19584 : i64, layer = 0 : i64, recompute_flops = {{.*}}, recomputed = ["model.swiglu", "model.rms_norm", "model.rms_norm"], saved_bytes = 29312 : i64}
 // SEL: %{{.*}}:8 = model.layer 0(
 // SEL: model.layer 0 backward(
 // SEL-NEXT: ^bb0(
@@ -66,7 +69,7 @@
 
 // Levels: layer 0 keeps everything, layer 1 (level 10 of its ten saved
 // values) nothing.
-// LEVELS: model.recompute = [{choice = "level 0 of 10", {{.*}} kept_bytes = 29184 : i64, layer = 0 : i64{{.*}}}, {choice = "level 10 of 10", {{.*}} kept_bytes = 0 : i64, layer = 1 : i64
+// LEVELS: model.recompute = [{choice = "level 0 of 10", {{.*}} kept_bytes = 29312 : i64, layer = 0 : i64{{.*}}}, {choice = "level 10 of 10", {{.*}} kept_bytes = 0 : i64, layer = 1 : i64
 // COUNT: model-recompute: levels has 1 entries but the step has 2 differentiated layers
 // RANGE: model-recompute: level 11 is not in [0, 11)
 // MODE: model-recompute: mode "some" is not one of none, selective, full, levels
