@@ -102,6 +102,13 @@ private:
     auto shaped = dyn_cast<RankedTensorType>(type);
     return shaped ? shaped.clone(Float32Type::get(type.getContext())) : type;
   }
+  /// The element type of a kept row statistic (a log-sum-exp) of values of
+  /// `element`: f32 beside bf16 or f16, else the values' own.
+  Type statisticType(Type element) const {
+    return element.isBF16() || element.isF16()
+               ? Float32Type::get(element.getContext())
+               : element;
+  }
   /// Copies a parameter's slicing (shard axis, dimension, blocks) to a
   /// buffer of the same shape (its gradient, its master weights).
   void copySlicing(BufferOp from, BufferOp to) {
@@ -507,9 +514,7 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     // (f32 with mixed precision), for its backward, which otherwise would
     // compute the forward again to rebuild the probabilities.
     auto q = cast<RankedTensorType>(attention.getQ().getType());
-    Type element = q.getElementType();
-    if (element.isBF16() || element.isF16())
-      element = b.getF32Type();
+    Type element = statisticType(q.getElementType());
     BufferOp lse =
         newBuffer(op->getLoc(),
                   RankedTensorType::get({q.getDimSize(0),
@@ -527,10 +532,8 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     // precision), which its gradient reads as a vocabulary-parallel one
     // reads the global one.
     auto targets = cast<RankedTensorType>(loss.getTargets().getType());
-    Type element =
-        cast<RankedTensorType>(loss.getLogits().getType()).getElementType();
-    if (element.isBF16() || element.isF16())
-      element = b.getF32Type();
+    Type element = statisticType(
+        cast<RankedTensorType>(loss.getLogits().getType()).getElementType());
     BufferOp lse = newBuffer(op->getLoc(),
                              RankedTensorType::get(targets.getShape(), element),
                              "activation");
