@@ -6,6 +6,7 @@
 #include "runtime/cuda/Check.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/plan/PlanLoader.h"
+#include "runtime/plan/Work.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -146,6 +147,8 @@ double toDouble(bf16 v) { return __bfloat162float(v); }
 Executor::~Executor() {
   if (stream_)
     cudaStreamSynchronize(stream_);
+  for (cudaEvent_t event : events_)
+    cudaEventDestroy(event);
   for (void *p :
        {static_cast<void *>(arena_), static_cast<void *>(rowStats_),
         static_cast<void *>(lossTerms_), static_cast<void *>(lossScratch_),
@@ -162,6 +165,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
     return s;
   if (std::string why = unsupported(plan); !why.empty())
     return absl::UnimplementedError(why);
+  int devices = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&devices);
+      err != cudaSuccess || devices == 0)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device to run the plan on (",
+        err != cudaSuccess ? cudaGetErrorString(err) : "none found", ")"));
   std::unique_ptr<Executor> e(new Executor(std::move(plan)));
   const plan::Plan &p = e->plan_;
   for (const Buffer &b : p.buffers()) {
@@ -268,6 +277,59 @@ int Executor::FindBuffer(absl::string_view name) const {
   return -1;
 }
 
+int Executor::FindBuffer(absl::string_view name, int64_t stage) const {
+  return stage == 0 ? FindBuffer(name) : -1;
+}
+
+absl::StatusOr<absl::Span<uint8_t>> Executor::Bytes(int id) {
+  if (id < 0 || id >= plan_.buffers_size())
+    return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
+  return absl::UnimplementedError(absl::StrCat(
+      "buffer '", plan_.buffers(id).name(),
+      "' is in GPU memory: checkpoints of a CUDA run are not implemented yet "
+      "(--save-params writes the trained parameters)"));
+}
+
+absl::Status Executor::SetTrace(exec::Trace *trace) {
+  if (!trace)
+    return absl::OkStatus();
+  return absl::UnimplementedError(
+      "--trace times kernels on the host's clock, which the GPU's do not run "
+      "on: use --profile (CUDA events per kernel) or Nsight Systems");
+}
+
+void Executor::EnableProfile() {
+  profile_.assign(plan::Kernel_ARRAYSIZE, 0.0);
+  kernelProfiles_.assign(plan::Kernel_ARRAYSIZE, KernelProfile());
+  work_.clear();
+  size_t longest = 0;
+  for (const plan::Function &fn : plan_.functions()) {
+    std::vector<std::pair<double, double>> &work = work_.emplace_back();
+    for (const Instruction &inst : fn.body()) {
+      plan::Work w = plan::InstructionWork(plan_, inst);
+      work.push_back({w.flops, w.bytes});
+    }
+    longest = std::max(longest, size_t(fn.body_size()));
+  }
+  while (events_.size() < longest + 1) {
+    cudaEvent_t event;
+    if (cudaEventCreate(&event) != cudaSuccess) {
+      // Without events there is nothing to time with: profiling stays off.
+      profile_.clear();
+      kernelProfiles_.clear();
+      return;
+    }
+    events_.push_back(event);
+  }
+}
+
+void Executor::ResetProfile() {
+  if (profile_.empty())
+    return;
+  profile_.assign(plan::Kernel_ARRAYSIZE, 0.0);
+  kernelProfiles_.assign(plan::Kernel_ARRAYSIZE, KernelProfile());
+}
+
 void *Executor::address(int id, int64_t slot) const {
   const Buffer &b = plan_.buffers(id);
   return arena_ + b.offset() + (b.slots() >= 2 ? slot * bytes_[id] : 0);
@@ -367,9 +429,12 @@ absl::StatusOr<std::vector<double>> Executor::Read(int id, int64_t slot) const {
 absl::Status Executor::Run(absl::string_view name,
                            const exec::StepContext &context, int64_t slot) {
   const plan::Function *fn = nullptr;
-  for (const plan::Function &f : plan_.functions())
-    if (f.name() == name)
-      fn = &f;
+  int index = 0;
+  for (int f = 0; f < plan_.functions_size(); ++f)
+    if (plan_.functions(f).name() == name) {
+      fn = &plan_.functions(f);
+      index = f;
+    }
   if (!fn)
     return absl::NotFoundError(
         absl::StrCat("the plan has no function '", name, "'"));
@@ -382,13 +447,35 @@ absl::Status Executor::Run(absl::string_view name,
               absl::StrCat("function '", name, "': slot ", slot,
                            " is not a copy of buffer '", b.name(), "'"));
       }
+  bool timed = !profile_.empty();
   for (int i = 0; i < fn->body_size(); ++i) {
     const Instruction &inst = fn->body(i);
+    if (timed)
+      BRAID_CUDA_CHECK(cudaEventRecord(events_[size_t(i)], stream_));
     if (absl::Status s = runInstruction(inst, context, slot, uint32_t(i));
         !s.ok())
       return absl::Status(s.code(),
                           absl::StrCat("function '", name, "', ",
                                        inst.provenance(), ": ", s.message()));
+  }
+  if (!timed)
+    return absl::OkStatus();
+  // Instruction i ran between events i and i + 1.
+  int n = fn->body_size();
+  BRAID_CUDA_CHECK(cudaEventRecord(events_[size_t(n)], stream_));
+  BRAID_CUDA_CHECK(cudaEventSynchronize(events_[size_t(n)]));
+  for (int i = 0; i < n; ++i) {
+    float ms = 0;
+    BRAID_CUDA_CHECK(
+        cudaEventElapsedTime(&ms, events_[size_t(i)], events_[size_t(i) + 1]));
+    const Instruction &inst = fn->body(i);
+    double seconds = double(ms) * 1e-3;
+    profile_[inst.kernel()] += seconds;
+    KernelProfile &k = kernelProfiles_[inst.kernel()];
+    k.seconds += seconds;
+    k.calls += 1;
+    k.flops += work_[size_t(index)][size_t(i)].first;
+    k.bytes += work_[size_t(index)][size_t(i)].second;
   }
   return absl::OkStatus();
 }

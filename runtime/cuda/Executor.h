@@ -17,6 +17,12 @@
 // Write; the executor keeps them on the host too, so that ADAMW passes them
 // by value without reading the device.
 //
+// It is an exec::Backend, so the trainer drives it as it drives the CPU
+// executor (`braid-run --device cuda`). With profiling on, Run times each
+// instruction with a pair of CUDA events and waits for the function's end
+// (the only host synchronisation in Run, and only then). Buffers are not
+// host memory: Bytes (checkpoints) and traces are refused.
+//
 // Not yet: several ranks (NCCL collectives, send and receive), pipeline
 // stages, vocabulary-parallel cross-entropy, FP16. A plan that needs them
 // is refused at Create, naming what.
@@ -27,7 +33,7 @@
 #define BRAID_RUNTIME_CUDA_EXECUTOR_H
 
 #include "runtime/cuda/Gemm.h"
-#include "runtime/exec/Executor.h"
+#include "runtime/exec/Backend.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/statusor.h"
@@ -38,13 +44,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace braid::cuda {
 
-class Executor {
+class Executor : public exec::Backend {
 public:
-  ~Executor();
+  ~Executor() override;
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
 
@@ -52,29 +59,57 @@ public:
   /// and allocates the arena and the workspaces on the current device.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(plan::Plan plan);
 
-  const plan::Plan &plan() const { return plan_; }
+  const plan::Plan &plan() const override { return plan_; }
+  /// One rank: no communicator.
+  exec::Communicator *communicator() const override { return nullptr; }
+  const char *Device() const override { return "cuda"; }
   /// The index of the buffer named `name`, or -1.
-  int FindBuffer(absl::string_view name) const;
+  int FindBuffer(absl::string_view name) const override;
+  /// As FindBuffer(name) for stage 0 (plans with stages are refused), -1
+  /// for another stage.
+  int FindBuffer(absl::string_view name, int64_t stage) const override;
 
   /// Copies `values` into copy `slot` of buffer `id`, converted to its dtype
   /// (rounded to nearest for BF16); waits until the copy is done.
-  absl::Status Write(int id, absl::Span<const double> values, int64_t slot = 0);
+  absl::Status Write(int id, absl::Span<const double> values,
+                     int64_t slot = 0) override;
   /// The contents of copy `slot` of buffer `id`, converted to double, after
   /// everything enqueued so far has run.
-  absl::StatusOr<std::vector<double>> Read(int id, int64_t slot = 0) const;
+  absl::StatusOr<std::vector<double>> Read(int id,
+                                           int64_t slot = 0) const override;
+  /// Unimplemented: the arena is device memory.
+  absl::StatusOr<absl::Span<uint8_t>> Bytes(int id) override;
 
   /// Enqueues function `name` on the executor's stream and returns; a
   /// launch's error is returned at once, an error inside a kernel at the
-  /// next Synchronize (or Read).
+  /// next Synchronize (or Read). With profiling on, waits for the function's
+  /// last kernel.
   absl::Status Run(absl::string_view name, const exec::StepContext &context,
-                   int64_t slot = 0);
+                   int64_t slot = 0) override;
+  /// Nothing to wait for: one rank sends nothing.
+  absl::Status WaitSends() override { return absl::OkStatus(); }
   /// Waits for everything enqueued.
   absl::Status Synchronize() const;
 
+  int64_t Stage() const override { return 0; }
   cudaStream_t stream() const { return stream_; }
-  int64_t ArenaBytes() const { return arenaBytes_; }
+  int64_t ArenaBytes() const override { return arenaBytes_; }
+  /// The arena, committed when it was allocated.
+  int64_t TouchedArenaBytes() const override { return arenaBytes_; }
   /// Device bytes beyond the arena: the kernels' workspaces and cuBLASLt's.
-  int64_t WorkspaceBytes() const { return workspaceBytes_; }
+  int64_t WorkspaceBytes() const override { return workspaceBytes_; }
+
+  /// Kernel times from CUDA events (see the file comment).
+  void EnableProfile() override;
+  void ResetProfile() override;
+  const std::vector<double> &Profile() const override { return profile_; }
+  const std::vector<KernelProfile> &KernelProfiles() const override {
+    return kernelProfiles_;
+  }
+  /// Unimplemented for a trace (null is accepted): the kernels run
+  /// asynchronously to the host's clock; profile, or use Nsight Systems.
+  absl::Status SetTrace(exec::Trace *trace) override;
+  exec::Trace *trace() const override { return nullptr; }
 
 private:
   explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
@@ -106,6 +141,13 @@ private:
   int64_t *counted_ = nullptr;
   double *sumSquares_ = nullptr;
   int64_t workspaceBytes_ = 0;
+  /// Profiling (empty while off): seconds and work per kernel kind, each
+  /// instruction's work by function and instruction, and the events around
+  /// a function's instructions (one more than the longest body).
+  std::vector<double> profile_;
+  std::vector<KernelProfile> kernelProfiles_;
+  std::vector<std::vector<std::pair<double, double>>> work_;
+  std::vector<cudaEvent_t> events_;
   /// Host copies of the scalars written with Write (lr, step), by buffer.
   std::map<int, double> hostScalars_;
   /// The token ids of each buffer that tables read: [0, vocab), or the

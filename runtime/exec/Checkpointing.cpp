@@ -121,7 +121,7 @@ piecesOf(const plan::Plan &plan, const std::vector<int64_t> &coords,
 /// Every rank's view of whether all ranks succeeded: the number of ranks
 /// whose `mine` is an error. The ranks that succeeded report that another
 /// failed; `what` says at what.
-absl::Status agree(Executor &e, absl::Status mine, absl::string_view what) {
+absl::Status agree(Backend &e, absl::Status mine, absl::string_view what) {
   Communicator *comm = e.communicator();
   if (!comm || plan::WorldSize(e.plan()) <= 1)
     return mine;
@@ -260,7 +260,7 @@ bool IsBraidCheckpoint(const std::string &dir) {
          fs::is_regular_file(fs::path(dir) / ckpt::kLatestFile, ec);
 }
 
-absl::StatusOr<SaveReport> SaveCheckpoint(Executor &e, const std::string &root,
+absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
                                           const RunState &state,
                                           int64_t keepLast) {
   auto start = std::chrono::steady_clock::now();
@@ -423,7 +423,7 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Executor &e, const std::string &root,
   return out;
 }
 
-absl::StatusOr<RunState> LoadCheckpoint(Executor &e, const std::string &dir,
+absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
                                         bool optimizer) {
   const plan::Plan &plan = e.plan();
   Communicator *comm = e.communicator();

@@ -24,7 +24,7 @@
 #ifndef BRAID_RUNTIME_EXEC_CHECKPOINTING_H
 #define BRAID_RUNTIME_EXEC_CHECKPOINTING_H
 
-#include "runtime/exec/Executor.h"
+#include "runtime/exec/Backend.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/statusor.h"
@@ -75,7 +75,7 @@ struct SaveReport {
 /// Writes a checkpoint of the run at `state` under `root` (Checkpoint.h's
 /// protocol); every rank of the job calls it. `keepLast` > 0 removes the
 /// older checkpoints but that many. Every rank returns the same status.
-absl::StatusOr<SaveReport> SaveCheckpoint(Executor &e, const std::string &root,
+absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
                                           const RunState &state,
                                           int64_t keepLast);
 
@@ -84,7 +84,7 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Executor &e, const std::string &root,
 /// moments; returns the saved run state. The checkpoint must hold this
 /// model: the same parameter names and global shapes (else InvalidArgument
 /// naming the differences). Every rank calls it.
-absl::StatusOr<RunState> LoadCheckpoint(Executor &e, const std::string &dir,
+absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
                                         bool optimizer);
 
 /// Whether `dir` is a Braid checkpoint or root (rather than, say, a Hugging

@@ -421,11 +421,11 @@ absl::Status Executor::finishInFlight(const Instruction *wait) {
   return absl::OkStatus();
 }
 
-void Executor::SetTrace(Trace *trace) {
+absl::Status Executor::SetTrace(Trace *trace) {
   trace_ = trace;
   tracePhases_.clear();
   if (!trace)
-    return;
+    return absl::OkStatus();
   // The functions the trainer calls, by what they compute.
   std::map<std::string, TracePhase> roles;
   const plan::StepFunctions &step = plan_.training().step();
@@ -460,6 +460,7 @@ void Executor::SetTrace(Trace *trace) {
                            : phase);
     }
   }
+  return absl::OkStatus();
 }
 
 absl::Status Executor::runPointToPoint(const Instruction &inst, int64_t slot) {

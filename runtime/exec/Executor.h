@@ -26,6 +26,7 @@
 #ifndef BRAID_RUNTIME_EXEC_EXECUTOR_H
 #define BRAID_RUNTIME_EXEC_EXECUTOR_H
 
+#include "runtime/exec/Backend.h"
 #include "runtime/exec/Communicator.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/plan/plan.pb.h"
@@ -41,19 +42,10 @@
 
 namespace braid::exec {
 
-/// What keys the randomness of one micro-batch (dropout).
-struct StepContext {
-  uint64_t seed = 0;
-  uint32_t step = 0;
-  /// The micro-batch's first sample within the step's global batch: dropout
-  /// masks are drawn per element of the whole global batch, so they do not
-  /// depend on how it is split into micro-batches and data-parallel ranks.
-  int64_t sampleOffset = 0;
-};
-
-class Executor {
+/// The CPU backend (Backend.h).
+class Executor : public Backend {
 public:
-  ~Executor();
+  ~Executor() override;
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
 
@@ -67,43 +59,45 @@ public:
   /// before it opens data.
   static absl::Status CheckRunsOnCpu(const plan::Plan &plan);
 
-  const plan::Plan &plan() const { return plan_; }
-  Communicator *communicator() const { return comm_; }
+  const plan::Plan &plan() const override { return plan_; }
+  Communicator *communicator() const override { return comm_; }
+  const char *Device() const override { return "cpu"; }
   /// The index of the buffer named `name`, or -1.
-  int FindBuffer(absl::string_view name) const;
+  int FindBuffer(absl::string_view name) const override;
   /// The index of the buffer named `name` of pipeline stage `stage`
   /// (Buffer.stage), or -1.
-  int FindBuffer(absl::string_view name, int64_t stage) const;
+  int FindBuffer(absl::string_view name, int64_t stage) const override;
 
   /// Copies `values` into copy `slot` of buffer `id` (converting to its
   /// dtype); the sizes must match. The slot is that of a function run on it:
   /// a buffer of one copy (slots 0 or 1) has it for every slot.
   absl::Status Write(int id, absl::Span<const double> values,
-                     int64_t slot = 0);
+                     int64_t slot = 0) override;
   /// The contents of copy `slot` of buffer `id`, converted to double.
-  absl::StatusOr<std::vector<double>> Read(int id, int64_t slot = 0) const;
+  absl::StatusOr<std::vector<double>> Read(int id,
+                                           int64_t slot = 0) const override;
   /// The bytes of (the first copy of) buffer `id` in this rank's arena, to
   /// read or write in place (checkpoints); FailedPrecondition for a buffer
   /// of another pipeline stage.
-  absl::StatusOr<absl::Span<uint8_t>> Bytes(int id);
+  absl::StatusOr<absl::Span<uint8_t>> Bytes(int id) override;
 
   /// Runs function `name` once, on slot `slot` of the slotted buffers it
   /// names (which must have that slot).
   absl::Status Run(absl::string_view name, const StepContext &context,
-                   int64_t slot = 0);
+                   int64_t slot = 0) override;
 
   /// Waits until the messages of the plan's SENDs have left; nothing to do
   /// without a communicator.
-  absl::Status WaitSends();
+  absl::Status WaitSends() override;
 
   /// The pipeline stage whose program this rank runs: its coordinate along
   /// the mesh axis "pp" (0 without a pipeline or without a communicator).
-  int64_t Stage() const { return stage_; }
+  int64_t Stage() const override { return stage_; }
 
   /// Bytes of this rank's arena: what the plan predicts and the executor
   /// allocated (the stage's Stage.arena_bytes with a pipeline, else
   /// Plan.arena_bytes).
-  int64_t ArenaBytes() const { return arenaBytes_; }
+  int64_t ArenaBytes() const override { return arenaBytes_; }
   /// Bytes of the arena the run has touched so far, as the operating system
   /// counts them: the arena's resident pages (mincore) times the page size,
   /// the last page counted only up to the arena's end. A page counts once
@@ -111,31 +105,22 @@ public:
   /// the kernel's shared zero page, which costs no memory but is counted
   /// here); pages are never given back, so this is the peak so far. -1 when
   /// the system cannot tell (mincore fails; errno says why).
-  int64_t TouchedArenaBytes() const;
-
-  /// What the calls of one kernel kind ran since profiling was enabled (or
-  /// last reset): their seconds, their number, and the work they did as
-  /// runtime/plan/Work.h counts it (the cost model's units, so that `braid
-  /// calibrate` can turn the profile into rates).
-  struct KernelProfile {
-    double seconds = 0;
-    int64_t calls = 0;
-    double flops = 0;
-    double bytes = 0;
-  };
+  int64_t TouchedArenaBytes() const override;
+  /// The kernels' scratch is not counted.
+  int64_t WorkspaceBytes() const override { return 0; }
 
   /// Starts (or restarts from zero) timing every kernel Run runs. The work
   /// of each instruction is computed here, once, not per call.
-  void EnableProfile();
+  void EnableProfile() override;
   /// Zeroes the profile and keeps profiling (after a warm-up step); nothing
   /// while profiling is off.
-  void ResetProfile();
+  void ResetProfile() override;
   /// Seconds spent in each kernel since profiling was enabled or reset
   /// (indexed by plan::Kernel); empty while profiling is off.
-  const std::vector<double> &Profile() const { return profile_; }
+  const std::vector<double> &Profile() const override { return profile_; }
   /// Per kernel kind (indexed by plan::Kernel), as Profile; empty while
   /// profiling is off.
-  const std::vector<KernelProfile> &KernelProfiles() const {
+  const std::vector<KernelProfile> &KernelProfiles() const override {
     return kernelProfiles_;
   }
 
@@ -143,8 +128,8 @@ public:
   /// part of the step its function computes: the step's zero_grads and
   /// update, a stage's forward and backward, and in micro_step (or any other
   /// function) forward until the first gradient kernel, backward from it.
-  void SetTrace(Trace *trace);
-  Trace *trace() const { return trace_; }
+  absl::Status SetTrace(Trace *trace) override;
+  Trace *trace() const override { return trace_; }
 
 private:
   explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}

@@ -44,7 +44,7 @@ int64_t numel(const plan::Buffer &b) {
   return n;
 }
 
-absl::StatusOr<int> need(const Executor &e, const char *name) {
+absl::StatusOr<int> need(const Backend &e, const char *name) {
   int id = e.FindBuffer(name);
   if (id < 0)
     return absl::InvalidArgumentError(
@@ -53,7 +53,7 @@ absl::StatusOr<int> need(const Executor &e, const char *name) {
 }
 
 /// The buffer named `name` of pipeline stage `stage`.
-absl::StatusOr<int> needInStage(const Executor &e, const char *name,
+absl::StatusOr<int> needInStage(const Backend &e, const char *name,
                                 int64_t stage) {
   int id = e.FindBuffer(name, stage);
   if (id < 0)
@@ -64,7 +64,7 @@ absl::StatusOr<int> needInStage(const Executor &e, const char *name,
 }
 
 /// Writes `values` into every copy of buffer `id` (one, or one per slot).
-absl::Status writeEveryCopy(Executor &e, int id,
+absl::Status writeEveryCopy(Backend &e, int id,
                             absl::Span<const double> values) {
   int64_t copies = std::max<int64_t>(e.plan().buffers(id).slots(), 1);
   for (int64_t k = 0; k < copies; ++k)
@@ -82,7 +82,7 @@ int axisIndex(const plan::Mesh &mesh, absl::string_view axis) {
 }
 
 /// This rank's coordinate along the axis `b` is split over (0 when whole).
-int64_t shardCoordinate(const Executor &e, const plan::Buffer &b) {
+int64_t shardCoordinate(const Backend &e, const plan::Buffer &b) {
   if (!b.has_shard() || !e.communicator())
     return 0;
   const plan::Mesh &mesh = e.plan().mesh();
@@ -117,16 +117,21 @@ ParameterHome homeOf(const plan::Plan &plan, int id) {
   return home;
 }
 
-/// This rank's coordinate along "dp" (0 without one).
-int64_t dpCoordinate(const Executor &e) {
-  int a = axisIndex(e.plan().mesh(), "dp");
+/// This rank's coordinate along mesh axis `axis` (0 without it, or without
+/// other ranks).
+int64_t coordinateAlong(const Backend &e, absl::string_view axis) {
+  int a = axisIndex(e.plan().mesh(), axis);
   Communicator *comm = e.communicator();
   return a < 0 || !comm ? 0 : comm->Coordinates()[a];
 }
 
+/// This rank's coordinate along "dp" (0 without one).
+int64_t dpCoordinate(const Backend &e) { return coordinateAlong(e, "dp"); }
+
 /// Writes parameter buffer `id` (its values on this rank), into its ZeRO-3
 /// block when it has one.
-absl::Status writeParameter(Executor &e, int id, const std::vector<double> &values) {
+absl::Status writeParameter(Backend &e, int id,
+                            const std::vector<double> &values) {
   ParameterHome home = homeOf(e.plan(), id);
   if (home.copy)
     return absl::OkStatus();
@@ -145,7 +150,7 @@ absl::Status writeParameter(Executor &e, int id, const std::vector<double> &valu
 /// Reads parameter buffer `id` (its values on this rank), from every
 /// data-parallel rank's ZeRO-3 block when it has one (a collective over dp:
 /// every rank reads the same parameters in the same order).
-absl::StatusOr<std::vector<double>> readParameter(const Executor &e, int id) {
+absl::StatusOr<std::vector<double>> readParameter(const Backend &e, int id) {
   ParameterHome home = homeOf(e.plan(), id);
   if (home.block < 0)
     return e.Read(id);
@@ -176,6 +181,41 @@ absl::StatusOr<std::vector<double>> readParameter(const Executor &e, int id) {
                              flat.begin() + home.flatOffset + count);
 }
 
+/// Mixed precision: sets each F32 master copy of this rank's stage to the
+/// weights it is rounded into (ADAMW's first input and fourth output; with a
+/// rank_axis, the rank's block of the flat weights), once the weights hold
+/// their initial values. The masters start as the BF16 (or F16) weights
+/// widened, as Megatron's do.
+absl::Status initMasterWeights(Backend &e, int64_t stage) {
+  const plan::Plan &plan = e.plan();
+  std::set<int> done;
+  for (const plan::Function &fn : plan.functions())
+    for (const plan::Instruction &inst : fn.body()) {
+      if (inst.kernel() != plan::ADAMW || inst.outputs_size() < 4)
+        continue;
+      int master = inst.inputs(0), weights = inst.outputs(3);
+      if (plan.buffers(master).stage() != stage || !done.insert(master).second)
+        continue;
+      absl::StatusOr<std::vector<double>> values = e.Read(weights);
+      if (!values.ok())
+        return values.status();
+      int64_t n = numel(plan.buffers(master));
+      int64_t first = inst.rank_axis().empty()
+                          ? 0
+                          : coordinateAlong(e, inst.rank_axis()) * n;
+      if (first + n > int64_t(values->size()))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the master weights '", plan.buffers(master).name(), "' (", n,
+            " elements from ", first, ") lie outside the weights '",
+            plan.buffers(weights).name(), "' (", values->size(), ")"));
+      if (absl::Status s = e.Write(
+              master, absl::MakeConstSpan(values->data() + first, size_t(n)));
+          !s.ok())
+        return s;
+    }
+  return absl::OkStatus();
+}
+
 /// Writes every parameter of the plan, whole and as float32, to a
 /// safetensors file. Every rank must call it: the slices of split parameters
 /// are gathered onto every rank of their stage; with pipeline stages, the
@@ -183,7 +223,7 @@ absl::StatusOr<std::vector<double>> readParameter(const Executor &e, int id) {
 /// parameters to rank 0 along "pp", in the plan's order of buffers, which
 /// every rank knows. Rank 0 writes. A name that several buffers hold (a
 /// weight tied across stages) is written once, from the first of them.
-absl::Status saveParameters(const Executor &e, const std::string &path) {
+absl::Status saveParameters(const Backend &e, const std::string &path) {
   const plan::Plan &plan = e.plan();
   Communicator *comm = e.communicator();
   int64_t stages = std::max(plan.pipeline().stages_size(), 1);
@@ -344,7 +384,7 @@ absl::Status tracedCommunication(Trace *trace, const char *name,
 /// Every rank's arena, predicted (what the rank allocated, as the plan sized
 /// it) and touched (the operating system's count of the pages the run used),
 /// gathered onto rank 0, which writes one line per rank to `log`.
-absl::Status reportMemory(const Executor &e, std::ostream *log) {
+absl::Status reportMemory(const Backend &e, std::ostream *log) {
   const plan::Plan &plan = e.plan();
   Communicator *comm = e.communicator();
   int64_t ranks = plan::WorldSize(plan);
@@ -353,14 +393,16 @@ absl::Status reportMemory(const Executor &e, std::ostream *log) {
     return absl::InternalError(
         absl::StrCat("cannot count the arena's touched pages (mincore): ",
                      std::strerror(errno)));
-  std::vector<double> mine = {double(e.ArenaBytes()), double(touched)};
+  std::vector<double> mine = {double(e.ArenaBytes()), double(touched),
+                              double(e.WorkspaceBytes())};
+  const int64_t fields = int64_t(mine.size());
   std::vector<double> all = mine;
   if (comm && ranks > 1) {
     std::vector<std::string> axes(plan.mesh().axes().begin(),
                                   plan.mesh().axes().end());
-    all.resize(2 * ranks);
+    all.resize(fields * ranks);
     if (absl::Status s =
-            comm->AllGather(axes, mine.data(), all.data(), 2, plan::F64);
+            comm->AllGather(axes, mine.data(), all.data(), fields, plan::F64);
         !s.ok())
       return absl::Status(s.code(), absl::StrCat("gathering the ranks' arena "
                                                  "bytes: ",
@@ -372,20 +414,29 @@ absl::Status reportMemory(const Executor &e, std::ostream *log) {
     return absl::OkStatus();
   // The all-gather over every axis orders the ranks row-major over the
   // mesh's axes: place r is rank r.
+  // A GPU's arena is committed when it is allocated: its count is the
+  // allocation, not pages touched.
+  const char *used = std::string(e.Device()) == "cpu" ? "touched" : "allocated";
   for (int64_t r = 0; r < ranks; ++r) {
-    int64_t predicted = int64_t(all[2 * r]), used = int64_t(all[2 * r + 1]);
+    const double *f = &all[size_t(r * fields)];
+    int64_t predicted = int64_t(f[0]), arena = int64_t(f[1]),
+            workspaces = int64_t(f[2]);
     *log << absl::StrFormat(
-        "memory: %s: predicted %d B, touched %d B (%s)\n",
+        "memory: %s: predicted %d B, %s %d B (%s)%s\n",
         RankName(plan.mesh(), r, plan::MeshCoordinates(plan.mesh(), r)),
-        predicted, used,
-        predicted > 0 ? absl::StrFormat("%.2f %%", 100.0 * double(used) /
+        predicted, used, arena,
+        predicted > 0 ? absl::StrFormat("%.2f %%", 100.0 * double(arena) /
                                                        double(predicted))
-                      : std::string("nothing predicted"));
+                      : std::string("nothing predicted"),
+        workspaces > 0
+            ? absl::StrFormat(", and %d B of the kernels' workspaces",
+                              workspaces)
+            : std::string());
   }
   return absl::OkStatus();
 }
 
-/// The kernel profile of every rank (Executor::KernelProfiles), gathered
+/// The kernel profile of every rank (Backend::KernelProfiles), gathered
 /// onto rank 0, which writes it to `out` (null on the other ranks) with the
 /// step times `stepTimes` (rank 0's, of the profiled steps) as one JSON
 /// object:
@@ -393,11 +444,11 @@ absl::Status reportMemory(const Executor &e, std::ostream *log) {
 ///    "ranks": [{"rank": r, "kernels": {"LINEAR": {"seconds": s,
 ///    "calls": c, "flops": f, "bytes": b}, ...}}, ...]}
 /// with only the kernels a rank called. Every rank must call it.
-absl::Status writeProfile(const Executor &e,
+absl::Status writeProfile(const Backend &e,
                           const std::vector<double> &stepTimes,
                           Communicator *comm, std::ostream *out) {
   const plan::Plan &plan = e.plan();
-  const std::vector<Executor::KernelProfile> &profile = e.KernelProfiles();
+  const std::vector<Backend::KernelProfile> &profile = e.KernelProfiles();
   constexpr int kFields = 4;
   const int kinds = plan::Kernel_ARRAYSIZE;
   std::vector<double> mine(kinds * kFields, 0.0);
@@ -462,7 +513,7 @@ absl::Status writeProfile(const Executor &e,
 /// the micro-batch's tokens and targets. Each chunk has slots of its own
 /// (Stage.chunk_slots), so only the chunk whose calls read them writes them;
 /// another chunk's slot k is not theirs. With one chunk, every FORWARD feeds.
-std::vector<bool> feedingChunks(const Executor &e, const plan::Stage &program,
+std::vector<bool> feedingChunks(const Backend &e, const plan::Stage &program,
                                 int64_t stage) {
   std::vector<bool> feeds(1 + program.chunks_size(),
                           program.chunks_size() == 0);
@@ -497,7 +548,7 @@ const char kTrainerFlagsUsage[] =
     "[--init-from HF_DIR|CHECKPOINT] [--load CHECKPOINT] [--save DIR] "
     "[--save-every N] [--keep-last K] [--threads N] [--log-every N] "
     "[--metrics-out FILE] [--save-params FILE.safetensors] [--trace FILE.json] "
-    "[--profile-out FILE.json]";
+    "[--profile-out FILE.json] [--device cpu|cuda]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -525,6 +576,11 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
       return absl::InvalidArgumentError(
           "--profile-out= names no file (expected --profile-out FILE.json)");
     options->profileOut = value;
+  } else if (flag == "--device") {
+    if (value != "cpu" && value != "cuda")
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device=", value, " is not one of cpu, cuda"));
+    options->device = value;
   } else if (flag == "--data-order") {
     if (value != "shuffled" && value != "sequential")
       return absl::InvalidArgumentError(absl::StrCat(
@@ -560,7 +616,7 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
   return true;
 }
 
-DataShare DataShareOf(const Executor &e) {
+DataShare DataShareOf(const Backend &e) {
   const plan::Mesh &mesh = e.plan().mesh();
   DataShare share;
   share.ranks = plan::AxisSize(mesh, "dp");
@@ -573,7 +629,7 @@ DataShare DataShareOf(const Executor &e) {
 
 /// This rank's share of the batch, refused when the plan splits it over
 /// ranks this process cannot reach.
-static absl::StatusOr<DataShare> RunnableDataShare(const Executor &e) {
+static absl::StatusOr<DataShare> RunnableDataShare(const Backend &e) {
   DataShare share = DataShareOf(e);
   if (share.ranks > 1 && !e.communicator())
     return absl::FailedPreconditionError(absl::StrCat(
@@ -582,9 +638,9 @@ static absl::StatusOr<DataShare> RunnableDataShare(const Executor &e) {
   return share;
 }
 
-int64_t StageOf(const Executor &e) { return e.Stage(); }
+int64_t StageOf(const Backend &e) { return e.Stage(); }
 
-absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
+absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
                                const FeedMicroBatch &feed) {
   if (int stages = e.plan().pipeline().stages_size())
     return absl::FailedPreconditionError(absl::StrCat(
@@ -655,8 +711,8 @@ absl::StatusOr<double> RunStep(Executor &e, uint64_t seed, int64_t step,
   return sum / double(micros * share->ranks);
 }
 
-absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
-                                       int64_t step, const FeedSlot &feed) {
+absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
+                                       const FeedSlot &feed) {
   const plan::Plan &plan = e.plan();
   const plan::Training &t = plan.training();
   int64_t stages = plan.pipeline().stages_size();
@@ -792,8 +848,14 @@ absl::StatusOr<double> RunPipelineStep(Executor &e, uint64_t seed,
 
 absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
                    std::vector<StepRecord> *records) {
-  if (absl::Status s = Executor::CheckRunsOnCpu(plan); !s.ok())
-    return s;
+  if (options.device != "cpu" && !options.backend)
+    return absl::UnimplementedError(absl::StrCat(
+        "no backend for --device ", options.device,
+        " was given to the trainer (runtime/exec/Devices.h makes one)"));
+  // The CPU executor refuses what it cannot run before the data is opened.
+  if (!options.backend)
+    if (absl::Status s = Executor::CheckRunsOnCpu(plan); !s.ok())
+      return s;
   const plan::Training &t = plan.training();
   int64_t steps = options.steps.value_or(t.steps());
   uint64_t seed = options.seed.value_or(t.seed());
@@ -852,11 +914,13 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           absl::StrCat("cannot write the profile to ", options.profileOut,
                        ": ", errno ? std::strerror(errno) : "cannot open it"));
   }
-  absl::StatusOr<std::unique_ptr<Executor>> created =
-      Executor::Create(plan, options.comm);
+  absl::StatusOr<std::unique_ptr<Backend>> created =
+      options.backend ? options.backend(plan, options.comm)
+                      : absl::StatusOr<std::unique_ptr<Backend>>(
+                            Executor::Create(plan, options.comm));
   if (!created.ok())
     return created.status();
-  Executor &e = **created;
+  Backend &e = **created;
   // The rank's pipeline stage (0 without one): it holds, initialises and
   // loads only that stage's buffers.
   int64_t stage = StageOf(e);
@@ -982,6 +1046,12 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       return s;
   }
 
+  // Mixed precision: the masters of weights that were just set (a resumed
+  // run loaded its own).
+  if (options.load.empty())
+    if (absl::Status s = initMasterWeights(e, stage); !s.ok())
+      return s;
+
   // Data: the run continues the data order where the resumed run left it.
   int64_t batch = t.micro_batch_size(), seq = t.seq_length();
   int64_t micros = std::max<int64_t>(t.micro_batches(), 1);
@@ -1068,7 +1138,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (options.profile || !options.profileOut.empty())
     e.EnableProfile();
   if (trace) {
-    e.SetTrace(trace.get());
+    if (absl::Status s = e.SetTrace(trace.get()); !s.ok())
+      return s;
     // A barrier: every rank's clock starts when the last one gets here, so
     // that the ranks' timelines line up (to the all-reduce's latency).
     if (options.comm && plan::WorldSize(plan) > 1) {
@@ -1229,7 +1300,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
         return st;
   }
   if (trace) {
-    e.SetTrace(nullptr);
+    (void)e.SetTrace(nullptr); // stopping cannot fail
     if (absl::Status s = WriteTrace(*trace, plan.mesh(), options.comm,
                                     writer ? &traceFile : nullptr);
         !s.ok())

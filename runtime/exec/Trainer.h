@@ -16,13 +16,14 @@
 #ifndef BRAID_RUNTIME_EXEC_TRAINER_H
 #define BRAID_RUNTIME_EXEC_TRAINER_H
 
-#include "runtime/exec/Executor.h"
+#include "runtime/exec/Backend.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/status.h"
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -30,7 +31,18 @@
 
 namespace braid::exec {
 
+/// Makes the backend that runs a plan's rank (Backend.h), given the job's
+/// communicator (null for one rank).
+using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>(
+    const plan::Plan &, Communicator *)>;
+
 struct TrainerOptions {
+  /// The device the kernels run on (--device): "cpu" or "cuda".
+  std::string device = "cpu";
+  /// The backend that runs them: null for the CPU executor
+  /// (Executor::Create); for another device, the factory BackendFor(device)
+  /// gives (Devices.h).
+  BackendFactory backend;
   std::string dataPrefix;             ///< overrides the plan's data_path
   std::optional<int64_t> steps;       ///< overrides the plan's steps
   std::optional<uint64_t> seed;       ///< overrides the plan's seed
@@ -77,17 +89,18 @@ struct StepRecord {
   int64_t step;
   double loss, lr, gradNorm, stepTimeS;
   /// The arena after the step, the largest over the job's ranks: the bytes
-  /// the plan gives a rank (Executor::ArenaBytes) and the bytes the run has
-  /// touched (Executor::TouchedArenaBytes, the operating system's count).
+  /// the plan gives a rank (Backend::ArenaBytes) and the bytes the run has
+  /// touched (Backend::TouchedArenaBytes: on the CPU, the operating
+  /// system's count).
   int64_t predictedMemBytes = 0, peakMemBytes = 0;
 };
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
 /// --data-order, --init-from, --load, --save, --save-every, --keep-last,
 /// --threads, --log-every, --metrics-out, --save-params, --trace,
-/// --profile-out. Returns true when `flag` (with its `value`) is one of them
-/// and sets it in `options`, false when it is not one of them, and an error
-/// naming the flag and value when the value is not allowed.
+/// --profile-out, --device. Returns true when `flag` (with its `value`) is one
+/// of them and sets it in `options`, false when it is not one of them, and an
+/// error naming the flag and value when the value is not allowed.
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
                                       TrainerOptions *options);
@@ -107,7 +120,7 @@ struct DataShare {
 
 /// The share of the rank that runs `executor` (its coordinate along the
 /// mesh axis "dp").
-DataShare DataShareOf(const Executor &executor);
+DataShare DataShareOf(const Backend &executor);
 
 /// Runs one optimizer step of the plan the executor holds: zero_grads, then
 /// for each of the plan's micro-batches `feed` and micro_step, then update.
@@ -116,15 +129,15 @@ DataShare DataShareOf(const Executor &executor);
 /// batch's mean loss. Returns the step's loss: the mean over the global
 /// batch's micro-batches (of every data-parallel rank). A plan with pipeline
 /// stages is refused (RunPipelineStep runs it). With a trace on the executor
-/// (Executor::SetTrace), records each call ("zero_grads", "micro_step mb m",
+/// (Backend::SetTrace), records each call ("zero_grads", "micro_step mb m",
 /// "update"), each micro-batch's feed and the loss's all-reduce.
-absl::StatusOr<double> RunStep(Executor &executor, uint64_t seed,
-                               int64_t step, const FeedMicroBatch &feed);
+absl::StatusOr<double> RunStep(Backend &executor, uint64_t seed, int64_t step,
+                               const FeedMicroBatch &feed);
 
-/// The pipeline stage of the rank that runs `executor` (Executor::Stage): its
+/// The pipeline stage of the rank that runs `executor` (Backend::Stage): its
 /// coordinate along the mesh axis "pp" (0 without a pipeline or without
 /// other ranks).
-int64_t StageOf(const Executor &executor);
+int64_t StageOf(const Backend &executor);
 
 /// Writes the inputs of micro-batch `micro` (0-based) of the current step
 /// into copy `slot` of the stage's buffers named "tokens" and "targets"
@@ -146,7 +159,7 @@ using FeedSlot = std::function<absl::Status(int64_t micro, int64_t slot)>;
 /// micro-batches x data-parallel ranks. With a trace on the executor, records
 /// each call ("zero_grads", "forward mb m", "backward mb m", "update"), each
 /// feed, the wait for the sends and the loss's all-reduces.
-absl::StatusOr<double> RunPipelineStep(Executor &executor, uint64_t seed,
+absl::StatusOr<double> RunPipelineStep(Backend &executor, uint64_t seed,
                                        int64_t step, const FeedSlot &feed);
 
 /// Trains; returns the per-step records through `records` when given. At the

@@ -1,4 +1,5 @@
-//===- braid.cpp - The braid command ---------------------------------------===//
+//===- braid.cpp - The braid command
+//---------------------------------------===//
 //
 // braid view PLAN -o FILE.html
 //
@@ -6,9 +7,11 @@
 // swimlane per pipeline stage along the predicted time
 // (compiler/ScheduleView.h).
 //
-// braid train JOB.textproto [--dp N] [--tp N] [--sp] [--data PREFIX] [--steps N] [--seed N]
+// braid train JOB.textproto [--dp N] [--tp N] [--sp] [--data PREFIX] [--steps
+// N] [--seed N]
 //                           [--data-order ORDER] [--init-from HF_DIR]
-//                           [--log-every N] [--metrics-out FILE]
+//                           [--log-every N] [--metrics-out FILE] [--device
+//                           cpu|cuda]
 //
 // Compiles the job to a plan (as braidc --emit=plan does), prepares the data
 // on first use (data.corpus tokenized into data.path), and runs the plan on
@@ -42,6 +45,7 @@
 #include "frontends/ModelBuilder.h"
 #include "frontends/Spec.h"
 #include "runtime/data/Preprocess.h"
+#include "runtime/exec/Devices.h"
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 
@@ -992,6 +996,11 @@ int main(int argc, char **argv) {
   }
   if (jobPath.empty())
     return usage("no job file given");
+  absl::StatusOr<exec::BackendFactory> backend =
+      exec::BackendFor(options.device);
+  if (!backend.ok())
+    return fail(std::string(backend.status().message()));
+  options.backend = std::move(*backend);
 
   llvm::Expected<spec::JobSpec> job = loadJobFile(jobPath);
   if (!job)

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,7 +31,22 @@ using namespace braid::cudatest;
 
 namespace {
 
-plan::Plan load(const char *path) {
+/// The compiled plan `name` (fp32, bf16, dp2): from the directory
+/// $BRAID_TEST_PLANS when set, else from the build's.
+plan::Plan load(const std::string &name) {
+  std::string dir;
+  if (const char *env = std::getenv("BRAID_TEST_PLANS"))
+    dir = env;
+#ifdef BRAID_TINY_PLANS
+  if (dir.empty())
+    dir = BRAID_TINY_PLANS;
+#endif
+  if (dir.empty()) {
+    ADD_FAILURE() << "no plans: set BRAID_TEST_PLANS to the directory of "
+                     "fp32.plan, bf16.plan and dp2.plan";
+    return plan::Plan();
+  }
+  std::string path = dir + "/" + name + ".plan";
   absl::StatusOr<plan::Plan> plan = plan::LoadPlanFile(path);
   EXPECT_TRUE(plan.ok()) << plan.status();
   return plan.ok() ? *plan : plan::Plan();
@@ -107,7 +123,7 @@ std::vector<double> train(E &e, const Start &start, int steps, bool masters) {
 }
 
 TEST_F(CudaKernels, Fp32StepsMatchTheCpu) {
-  plan::Plan plan = load(BRAID_TINY_FP32_PLAN);
+  plan::Plan plan = load("fp32");
   Start start = startOf(plan, 5);
   auto cpuExec = exec::Executor::Create(plan);
   ASSERT_TRUE(cpuExec.ok()) << cpuExec.status();
@@ -134,8 +150,8 @@ TEST_F(CudaKernels, Fp32StepsMatchTheCpu) {
 }
 
 TEST_F(CudaKernels, MixedPrecisionStepsFollowFp32) {
-  plan::Plan fp32 = load(BRAID_TINY_FP32_PLAN);
-  plan::Plan bf16 = load(BRAID_TINY_BF16_PLAN);
+  plan::Plan fp32 = load("fp32");
+  plan::Plan bf16 = load("bf16");
   Start start = startOf(fp32, 6);
   auto cpuExec = exec::Executor::Create(fp32);
   ASSERT_TRUE(cpuExec.ok()) << cpuExec.status();
@@ -150,7 +166,7 @@ TEST_F(CudaKernels, MixedPrecisionStepsFollowFp32) {
 
 // Checked before any device call, so these run without a GPU.
 TEST(CudaExecutor, RefusesWhatItDoesNotRunYet) {
-  plan::Plan plan = load(BRAID_TINY_DP2_PLAN);
+  plan::Plan plan = load("dp2");
   auto e = cuda::Executor::Create(plan);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
@@ -160,7 +176,7 @@ TEST(CudaExecutor, RefusesWhatItDoesNotRunYet) {
             std::string::npos)
       << e.status();
   // An invalid plan gets the loader's error.
-  plan::Plan invalid = load(BRAID_TINY_FP32_PLAN);
+  plan::Plan invalid = load("fp32");
   invalid.mutable_functions(0)->mutable_body(0)->add_inputs(0);
   e = cuda::Executor::Create(invalid);
   ASSERT_FALSE(e.ok());

@@ -1,0 +1,46 @@
+//===- Devices.cpp - The backend of a --device ----------------------------===//
+
+#include "runtime/exec/Devices.h"
+
+#ifdef BRAID_HAVE_CUDA
+#include "runtime/cuda/Executor.h"
+#endif
+
+#include "absl/strings/str_cat.h"
+
+namespace braid::exec {
+
+bool HaveCudaBackend() {
+#ifdef BRAID_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<BackendFactory> BackendFor(const std::string &device) {
+  if (device == "cpu")
+    return BackendFactory();
+  if (device == "cuda") {
+#ifdef BRAID_HAVE_CUDA
+    return BackendFactory(
+        [](const plan::Plan &plan,
+           Communicator *) -> absl::StatusOr<std::unique_ptr<Backend>> {
+          // It refuses a plan for several ranks, so needs no communicator.
+          absl::StatusOr<std::unique_ptr<cuda::Executor>> e =
+              cuda::Executor::Create(plan);
+          if (!e.ok())
+            return e.status();
+          return std::unique_ptr<Backend>(std::move(*e));
+        });
+#else
+    return absl::UnimplementedError(
+        "--device cuda: this build has no CUDA backend (configure it where "
+        "nvcc is installed: scripts/setup.sh turns BRAID_ENABLE_CUDA on)");
+#endif
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device ", device, " is not one of cpu, cuda"));
+}
+
+} // namespace braid::exec
