@@ -7,7 +7,8 @@
 #     (where braidc is built) compiles the model's plan for micro-batches
 #     1, 2, 4, ..., 32 into DIR, with each plan's report;
 #   [STEPS=20] [WARMUP=5] bench/gpu_train.sh run DIR
-#     (on the GPU machine, with braid-gpu-bench built) takes the largest
+#     (on the GPU machine, with braid-gpu-bench built, or in the directory
+#     BRAID_BIN_DIR names: scripts/device_build.sh) takes the largest
 #     micro-batch whose arena and workspaces fit the GPU's memory, times its
 #     steps on the CUDA executor (braid-gpu-bench), then in the same script
 #     PyTorch with the same model and micro-batch (bench/torch_llama.py:
@@ -74,7 +75,7 @@ fi
 per_token=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['flops']['training_per_token'])" "$dir/mb$pick.json")
 echo "micro-batch $pick (the largest whose arena fits $memory B); model FLOPs per token $per_token"
 
-braid=$("$build/bin/braid-gpu-bench" "$dir/mb$pick.plan" --steps "$steps" \
+braid=$("${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/mb$pick.plan" --steps "$steps" \
   --warmup "$warmup" | tee "$dir/braid.log" | tail -1)
 torch=$(python3 "$root/bench/torch_llama.py" --micro-batch "$pick" \
   --steps "$steps" --warmup "$warmup" | tee "$dir/torch.log" | tail -1)

@@ -22,6 +22,14 @@ if os.geteuid() == 0:
     mpirun += " --allow-run-as-root"
 config.substitutions.append(("%mpirun", mpirun))
 
+# cuda-backend: the tools were built with the CUDA backend; gpu: this machine
+# has an NVIDIA device node (the CUDA tests themselves carry the ctest label
+# gpu and skip without one).
+if config.braid_enable_cuda.upper() in ("ON", "TRUE", "1", "YES"):
+    config.available_features.add("cuda-backend")
+if os.path.exists("/dev/nvidia0"):
+    config.available_features.add("gpu")
+
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

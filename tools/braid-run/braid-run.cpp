@@ -4,8 +4,11 @@
 //                    [--data-order ORDER] [--init-from HF_DIR]
 //                    [--threads N] [--log-every N] [--metrics-out FILE]
 //                    [--save-params FILE] [--trace FILE.json] [--profile]
-//                    [--profile-out FILE.json]
+//                    [--profile-out FILE.json] [--device cpu|cuda]
 // mpirun -np N braid-run job.plan --bench-collectives FILE.json
+//
+// --device cuda runs the kernels on the GPU (runtime/cuda/Executor.h, one
+// rank; a build with the CUDA backend), cpu (the default) on the CPU.
 //
 // The second form trains nothing: it times the collectives over the plan's
 // "dp" axis (runtime/exec/BenchCollectives.h) and rank 0 writes them to
@@ -15,8 +18,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#ifdef BRAID_HAVE_MPI
 #include "runtime/comm/MpiCommunicator.h"
+#endif
 #include "runtime/exec/BenchCollectives.h"
+#include "runtime/exec/Devices.h"
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 
@@ -40,6 +46,7 @@ int usage(const std::string &error) {
   return error.empty() ? 0 : 2;
 }
 
+#ifdef BRAID_HAVE_MPI
 /// --bench-collectives: times the collectives over "dp" on every rank; rank
 /// 0 writes them to `path`. Returns the exit code.
 int benchCollectives(braid::comm::MpiCommunicator &comm,
@@ -76,6 +83,7 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
             << bench->allReduce.size() << " sizes each, in " << path << "\n";
   return 0;
 }
+#endif // BRAID_HAVE_MPI
 
 } // namespace
 
@@ -124,6 +132,13 @@ int main(int argc, char **argv) {
   }
   if (planPath.empty())
     return usage("no plan file given");
+  absl::StatusOr<braid::exec::BackendFactory> backend =
+      braid::exec::BackendFor(options.device);
+  if (!backend.ok()) {
+    std::cerr << "braid-run: error: " << backend.status().message() << "\n";
+    return 1;
+  }
+  options.backend = std::move(*backend);
   absl::StatusOr<braid::plan::Plan> plan = braid::plan::LoadPlanFile(planPath);
   if (!plan.ok()) {
     std::cerr << "braid-run: error: " << plan.status().message() << "\n";
@@ -136,6 +151,7 @@ int main(int argc, char **argv) {
               << " rank: compile the plan with dp >= 2\n";
     return 1;
   }
+#ifdef BRAID_HAVE_MPI
   // A plan for several ranks runs as one rank of an MPI job; so does a
   // one-rank plan that mpirun started (it then checks the job's size).
   std::unique_ptr<braid::comm::MpiCommunicator> comm;
@@ -171,14 +187,32 @@ int main(int argc, char **argv) {
           1, int64_t(std::thread::hardware_concurrency()) /
                  braid::comm::LocalRanks());
   }
+#else
+  if (braid::plan::WorldSize(*plan) > 1 || !benchOut.empty()) {
+    std::cerr << "braid-run: error: "
+              << (benchOut.empty()
+                      ? "the plan is for " +
+                            std::to_string(braid::plan::WorldSize(*plan)) +
+                            " ranks"
+                      : std::string("--bench-collectives"))
+              << ": this braid-run was built without MPI (BRAID_WITH_MPI=OFF)"
+              << "\n";
+    return 1;
+  }
+#endif
   absl::Status status = braid::exec::Train(*plan, options);
   if (!status.ok()) {
-    std::cerr << "braid-run: error: "
-              << (comm ? "rank " + std::to_string(comm->Rank()) + ": " : "")
-              << status.message() << "\n";
+    std::string rank;
+#ifdef BRAID_HAVE_MPI
+    if (comm)
+      rank = "rank " + std::to_string(comm->Rank()) + ": ";
+#endif
+    std::cerr << "braid-run: error: " << rank << status.message() << "\n";
+#ifdef BRAID_HAVE_MPI
     // The other ranks may be waiting for this one in a collective.
     if (comm)
       comm->Abort(1);
+#endif
     return 1;
   }
   return 0;

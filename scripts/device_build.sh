@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Builds the bundle a GPU machine runs, here, where LLVM/MLIR, Protobuf,
+# Abseil, OpenBLAS and MPI are installed (the GPU machine has CUDA, Python
+# and PyTorch, none of those):
+#
+#   scripts/device_build.sh [BUNDLE]        (default build-device/bundle)
+#
+# BUNDLE/bin.tar.xz braid-run (--device cuda), braid-gpu-bench and the CUDA
+#                   tests, built without LLVM and MPI (BRAID_RUNTIME_ONLY),
+#                   Protobuf, Abseil, zlib, OpenBLAS, libgomp and libstdc++
+#                   linked in (BRAID_STATIC_RUNTIME), device code for sm_90
+#                   and sm_90a only; they need glibc 2.34 or later,
+#                   libgcc_s, the CUDA driver and CUDA's libcublasLt
+# BUNDLE/plans      the plans the CUDA executor's test reads (BRAID_TEST_PLANS)
+# BUNDLE/e2e        tests/e2e/cuda_train.py's plans and dataset (--inputs)
+# BUNDLE/bench      bench/gpu_train.sh's 1B-parameter plans (compile)
+# BUNDLE/check.sh   runs all of it on the GPU machine (see its comment)
+#
+# It needs the main build (scripts/setup.sh) for braidc and braid-data.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+main="${BRAID_BUILD_DIR:-$root/build}"
+out="${1:-$root/build-device/bundle}"
+work="$root/build-device/build"
+
+for tool in braidc braid-data; do
+  if [ ! -x "$main/bin/$tool" ]; then
+    echo "device_build: no $main/bin/$tool: run scripts/setup.sh first" >&2
+    exit 1
+  fi
+done
+if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "device_build: no nvcc in /usr/local/cuda/bin" >&2
+  exit 1
+fi
+
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache
+            -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+if [ ! -f "$work/build.ninja" ]; then
+  cmake -S "$root" -B "$work" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DBRAID_ENABLE_CUDA=ON -DBRAID_RUNTIME_ONLY=ON -DBRAID_STATIC_RUNTIME=ON \
+    -DBRAID_WITH_MPI=OFF -DBRAID_CUDA_ARCHS=hopper "${launcher[@]}"
+fi
+cmake --build "$work" -j "${BRAID_JOBS:-$(nproc)}" --target braid-run \
+  braid-gpu-bench braid-cuda-kernel-tests braid-cuda-attention-tests \
+  braid-cuda-executor-tests
+
+rm -rf "$out"
+mkdir -p "$out/plans"
+bins="$root/build-device/bin"
+rm -rf "$bins"
+mkdir -p "$bins"
+for tool in braid-run braid-gpu-bench braid-cuda-kernel-tests \
+            braid-cuda-attention-tests braid-cuda-executor-tests; do
+  cp "$work/bin/$tool" "$bins/"
+  strip "$bins/$tool"
+  # What it links dynamically: nothing beyond the C library and CUDA's
+  # cuBLASLt (whose own needs the CUDA install meets).
+  extra=$(readelf -d "$bins/$tool" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
+    grep -Ev '^(libc|libm|libdl|libpthread|librt|libcublasLt|libgcc_s|ld-linux-x86-64)\.so' || true)
+  if [ -n "$extra" ]; then
+    echo "device_build: $tool still needs" $extra >&2
+    exit 1
+  fi
+  # Nor a C library newer than 2.34 (Ubuntu 22.04 has 2.35).
+  newest=$(objdump -T "$bins/$tool" | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+  if [ "$(printf '%s\nGLIBC_2.34\n' "$newest" | sort -V | tail -1)" != GLIBC_2.34 ]; then
+    echo "device_build: $tool needs $newest:" \
+      $(objdump -T "$bins/$tool" | grep "$newest" | awk '{print $NF}') >&2
+    exit 1
+  fi
+done
+# Compressed: each binary carries all of OpenBLAS's CPU kernels (~28 MB of
+# text), which xz shrinks tenfold; check.sh unpacks them.
+tar -C "$root/build-device" -cJf "$out/bin.tar.xz" bin
+
+# The CUDA executor test's plans, as the main build compiles them.
+braidc="$main/bin/braidc"
+"$braidc" --preset tiny-llama --seq-len 32 --emit=plan -o "$out/plans/fp32.plan"
+"$braidc" --preset tiny-llama --seq-len 32 --precision bf16 --emit=plan \
+  -o "$out/plans/bf16.plan"
+"$braidc" --preset tiny-llama --seq-len 32 --dp 2 --emit=plan \
+  -o "$out/plans/dp2.plan"
+
+# The end-to-end comparison's inputs, and the benchmark's plans.
+python3 "$root/tests/e2e/cuda_train.py" --bin "$main/bin" \
+  --work "$root/build-device/e2e-work" \
+  --corpus "$root/examples/data/pride-and-prejudice.txt" --prepare "$out/e2e"
+BRAID_BUILD_DIR="$main" "$root/bench/gpu_train.sh" compile "$out/bench"
+
+cat > "$out/check.sh" <<'CHECK'
+#!/usr/bin/env bash
+# On the GPU machine, from the repository's root (the bundle carried along):
+#   bash BUNDLE/check.sh [tests|train|bench|all]
+# tests: the CUDA tests (kernels, attention, executor) against the CPU;
+# train: braid-run --device cuda against --device cpu (tests/e2e/cuda_train.py);
+# bench: bench/gpu_train.sh run (Braid against PyTorch, 1B parameters).
+set -uo pipefail
+bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(pwd)"
+what="${1:-all}"
+rc=0
+bin=/tmp/braid-device/bin
+if [ ! -x "$bin/braid-run" ] || [ "$bundle/bin.tar.xz" -nt "$bin/braid-run" ]; then
+  rm -rf /tmp/braid-device && mkdir -p /tmp/braid-device
+  tar -C /tmp/braid-device -xJf "$bundle/bin.tar.xz"
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
+  echo "check: nvidia-smi finds no GPU"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  for t in kernel attention executor; do
+    BRAID_TEST_PLANS="$bundle/plans" "$bin/braid-cuda-$t-tests" \
+      --gtest_brief=1 || rc=1
+  done
+fi
+if [ "$what" = train ] || [ "$what" = all ]; then
+  python3 "$root/tests/e2e/cuda_train.py" --bin "$bin" \
+    --work /tmp/braid-cuda-train --inputs "$bundle/e2e" \
+    --corpus "$root/examples/data/pride-and-prejudice.txt"
+  status=$?
+  if [ $status -eq 77 ]; then
+    echo "train: skipped (no GPU)"
+  elif [ $status -ne 0 ]; then
+    rc=1
+  fi
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  BRAID_BIN_DIR="$bin" bash "$root/bench/gpu_train.sh" run \
+    "$bundle/bench" || rc=1
+fi
+exit $rc
+CHECK
+chmod +x "$out/check.sh"
+du -sh "$out"
+echo "device bundle in $out: carry it and run 'bash ${out#$root/}/check.sh'"

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""braid-run --device cuda against --device cpu: the CUDA backend's training
+acceptance.
+
+Trains the same plans, from the same seeded weights on the same samples, for
+20 steps on the CPU and on the GPU, and compares the losses step by step:
+
+  llama-fp32   tiny-llama, fp32, one micro-batch of 4       within 1e-4 rel.
+  gpt2-fp32    tiny-gpt2 (LayerNorm, GeLU, learned positions, biases), fp32,
+               two micro-batches of 2 (gradient accumulation) within 1e-4
+  llama-bf16   tiny-llama in mixed precision on the GPU against the fp32
+               plan on the CPU                               within 2e-2
+
+then runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and
+checks that the kernels' share of the step is reported.
+
+  cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT [--inputs DIR]
+  cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT --prepare DIR
+
+Without a GPU (braid-run says there is no CUDA device, or the build has no
+CUDA backend) it exits 77, which ctest counts as skipped. --prepare compiles
+the plans and the dataset into DIR and exits, for a machine that has a GPU
+but no braidc; --inputs runs from such a DIR.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Setup, run  # noqa: E402
+
+SKIP = 77
+STEPS = 20
+
+# name -> (model fields, parallel fields, precision)
+JOBS = {
+    "llama-fp32": ('preset: "tiny-llama"', "micro_batch_size: 4", ""),
+    "gpt2-fp32": ('preset: "tiny-gpt2"',
+                  "micro_batch_size: 2 global_batch_size: 4", ""),
+    "llama-bf16": ('preset: "tiny-llama"', "micro_batch_size: 4", "BF16"),
+}
+# (GPU plan, CPU plan, relative tolerance of each step's loss)
+COMPARISONS = [
+    ("llama-fp32", "llama-fp32", 1e-4),
+    ("gpt2-fp32", "gpt2-fp32", 1e-4),
+    ("llama-bf16", "llama-fp32", 2e-2),
+]
+NO_DEVICE = ("no CUDA device to run the plan on",
+             "this build has no CUDA backend")
+
+
+def prepare(setup, out):
+    """Compiles the plans and the dataset into `out`."""
+    os.makedirs(out, exist_ok=True)
+    prefix = setup.dataset(200_000)
+    for ext in (".bin", ".idx"):
+        shutil.copyfile(prefix + ext, os.path.join(out, "data" + ext))
+    for name, (model, parallel, precision) in JOBS.items():
+        job = os.path.join(out, name + ".textproto")
+        with open(job, "w") as f:
+            f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
+                    f"train {{ steps: {STEPS} lr: 1e-3 warmup_steps: 2 seed: 11"
+                    + (f" precision: {precision}" if precision else "")
+                    + " }\ndata { seq_length: 64 }\n")
+        run([setup.b("braidc"), job, "--emit=plan",
+             "-o", os.path.join(out, name + ".plan")])
+
+
+def train(setup, inputs, name, device, extra=()):
+    """Runs plan `name` on `device`; returns (losses, stdout), or None when
+    there is no GPU to run it on."""
+    metrics = setup.w(f"{name}-{device}.jsonl")
+    cmd = [setup.b("braid-run"), os.path.join(inputs, name + ".plan"),
+           "--data", os.path.join(inputs, "data"), "--device", device,
+           "--metrics-out", metrics, "--log-every", "5", *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        if device == "cuda" and any(m in p.stderr for m in NO_DEVICE):
+            return None
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    with open(metrics) as f:
+        losses = [json.loads(line)["loss"] for line in f]
+    if len(losses) != STEPS:
+        sys.exit(f"FAILED: {name} on {device}: {len(losses)} steps, not {STEPS}")
+    return losses, p.stdout
+
+
+def main():
+    setup = Setup(lambda ap: (ap.add_argument("--inputs"),
+                              ap.add_argument("--prepare")))
+    args = setup.args
+    if args.prepare:
+        prepare(setup, args.prepare)
+        print(f"plans and data in {args.prepare}")
+        return 0
+    inputs = args.inputs or setup.w("inputs")
+    if not args.inputs:
+        prepare(setup, inputs)
+
+    failed = False
+    cpu = {}
+    for gpu_plan, cpu_plan, tolerance in COMPARISONS:
+        got = train(setup, inputs, gpu_plan, "cuda")
+        if got is None:
+            print("SKIP: no GPU (or no CUDA backend) for braid-run --device cuda")
+            return SKIP
+        if cpu_plan not in cpu:
+            cpu[cpu_plan] = train(setup, inputs, cpu_plan, "cpu")[0]
+        want = cpu[cpu_plan]
+        worst = max(abs(g - c) / abs(c) for g, c in zip(got[0], want))
+        ok = worst <= tolerance
+        failed |= not ok
+        print(f"{gpu_plan} on the GPU against {cpu_plan} on the CPU, {STEPS} "
+              f"steps: largest relative loss difference {worst:.3g} "
+              f"(tolerance {tolerance:g}) {'ok' if ok else 'FAILED'}")
+        print("  CPU:", " ".join(f"{x:.6f}" for x in want))
+        print("  GPU:", " ".join(f"{x:.6f}" for x in got[0]))
+
+    # The kernels' breakdown of a step, from CUDA events.
+    _, out = train(setup, inputs, "llama-fp32", "cuda", ["--profile"])
+    lines = [l for l in out.splitlines() if l.startswith("profile:") or
+             l.startswith("  ")]
+    print("\n".join(lines))
+    if not any(l.strip().startswith("LINEAR") for l in lines):
+        print("FAILED: --profile on the GPU reports no LINEAR kernels")
+        failed = True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
