@@ -291,12 +291,53 @@ llvm::Expected<std::vector<std::pair<double, double>>> calibration::medianBench(
   return out;
 }
 
-double calibration::fitCollectiveWait(double measuredStep, double pricedStep,
-                                      double collectives) {
-  if (!(collectives > 0) || !std::isfinite(measuredStep) ||
-      !std::isfinite(pricedStep))
-    return 0;
-  return std::max(0.0, (measuredStep - pricedStep) / collectives);
+calibration::CollectiveWaits
+calibration::fitCollectiveWaits(llvm::ArrayRef<WaitRun> runs) {
+  // Rows of relative residuals: (measured - priced) / measured against
+  // collectives / measured and gaps / measured.
+  struct Row {
+    double a, b, y;
+  };
+  std::vector<Row> rows;
+  for (const WaitRun &r : runs)
+    if (r.measured > 0 && std::isfinite(r.measured) &&
+        std::isfinite(r.priced) && r.collectives >= 0 && r.gaps >= 0 &&
+        r.collectives + r.gaps > 0)
+      rows.push_back({r.collectives / r.measured, r.gaps / r.measured,
+                      (r.measured - r.priced) / r.measured});
+  auto residual = [&](double wait, double share) {
+    double sum = 0;
+    for (const Row &r : rows)
+      sum +=
+          (r.y - wait * r.a - share * r.b) * (r.y - wait * r.a - share * r.b);
+    return sum;
+  };
+  double aa = 0, ab = 0, bb = 0, ay = 0, by = 0;
+  for (const Row &r : rows) {
+    aa += r.a * r.a;
+    ab += r.a * r.b;
+    bb += r.b * r.b;
+    ay += r.a * r.y;
+    by += r.b * r.y;
+  }
+  // The candidates: both unknowns free, each alone, none; the best that is
+  // non-negative.
+  std::vector<CollectiveWaits> candidates = {{0, 0}};
+  if (aa > 0)
+    candidates.push_back({std::max(0.0, ay / aa), 0});
+  if (bb > 0)
+    candidates.push_back({0, std::max(0.0, by / bb)});
+  double det = aa * bb - ab * ab;
+  if (det > 1e-12 * std::max(aa * bb, 1e-300)) {
+    double wait = (ay * bb - by * ab) / det, share = (aa * by - ab * ay) / det;
+    if (wait >= 0 && share >= 0)
+      candidates.push_back({wait, share});
+  }
+  CollectiveWaits best = candidates.front();
+  for (const CollectiveWaits &c : candidates)
+    if (residual(c.wait, c.gapShare) < residual(best.wait, best.gapShare))
+      best = c;
+  return best;
 }
 
 llvm::Expected<spec::LinkClass> calibration::fitAllReduceLink(

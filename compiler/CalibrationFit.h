@@ -120,20 +120,33 @@ double fitStepOverhead(const KernelSamples &samples,
                        const std::vector<double> &stepTimes,
                        double sampledSteps = 0);
 
-/// Seconds an all-reduce, all-gather or reduce-scatter waits for its group
-/// inside a step beyond its priced time (Calibration.collective_wait_s):
-/// what a run's measured step (`measuredStep`) has beyond the cost model's
-/// step for it without a wait (`pricedStep`), per collective call of the
-/// step (`collectives`), clamped at 0. 0 without collectives.
+/// One run's step for fitCollectiveWaits: measured, priced by the cost
+/// model without either wait, and the step's collectives and their gaps
+/// (StepPrediction::collectives, collectiveGaps).
+struct WaitRun {
+  double measured = 0, priced = 0, collectives = 0, gaps = 0;
+};
+/// Calibration.collective_wait_s and collective_gap_share.
+struct CollectiveWaits {
+  double wait = 0, gapShare = 0;
+};
+/// What the collectives of a step wait for their group beyond their priced
+/// time: seconds per collective (`wait`) plus a share of the compute since
+/// the group last synchronised (`gapShare`), fitted so that each run's
+/// measured step is its priced step + wait x collectives + gapShare x gaps,
+/// by least squares of the relative residuals, both non-negative (each
+/// alone, or none, where the free solution has a negative one). Runs with
+/// neither collectives nor gaps, or without a measured step, are left out.
 ///
-/// The step, not the collectives' own measured seconds: ranks that share
+/// The steps, not the collectives' own measured seconds: ranks that share
 /// cores yield them while they wait in a collective (Open MPI yields when
 /// oversubscribed), so their peers compute faster than the processor
 /// sharing the model assumes, and the collectives' seconds overstate what
 /// they add to the step (fitted to them, the tensor-parallel calibration
-/// run came out 39 % slow).
-double fitCollectiveWait(double measuredStep, double pricedStep,
-                         double collectives);
+/// run came out 39 % slow). A tensor-parallel run has many collectives with
+/// short gaps, a data-parallel one few after long gaps: together they tell
+/// the two apart.
+CollectiveWaits fitCollectiveWaits(llvm::ArrayRef<WaitRun> runs);
 /// The share of a core a waiting rank takes (Calibration.waiting_core_share)
 /// at which a pipeline run's priced step, `stepAt(share)` (nondecreasing in
 /// it), equals its measured step `measuredStep`: by bisection over [0, 1];

@@ -244,6 +244,18 @@ public:
                        : 0.0;
   }
 
+  /// The ranks of a collective's group (1: none to wait for).
+  int64_t groupSize(const plan::Instruction &inst) const {
+    return plan::InstructionWork(plan, inst).groupSize;
+  }
+
+  /// What a collective waits per second of compute its group ran since it
+  /// last synchronised (calibrated; 0: none).
+  double gapShare() const {
+    return calibration ? std::max(0.0, calibration->collective_gap_share())
+                       : 0.0;
+  }
+
   /// Seconds per step outside the plan's kernels (calibrated), or 0.
   double stepOverhead() const {
     return calibration ? calibration->step_overhead_s() : 0.0;
@@ -298,8 +310,9 @@ struct FunctionTime {
   /// Of the transfers between stages (SEND/RECV): the largest, priced
   /// apart (the schedule's simulation places them).
   double transfer = 0;
-  /// The all-reduce, all-gather and reduce-scatter calls and their seconds.
-  double collectives = 0, collectiveSeconds = 0;
+  /// The all-reduce, all-gather and reduce-scatter calls and their seconds,
+  /// and their gaps (SyncClock::gap).
+  double collectives = 0, collectiveSeconds = 0, gaps = 0;
   /// Seconds by kernel kind (indexed by plan::Kernel), SEND and RECV left
   /// out.
   std::array<double, plan::Kernel_ARRAYSIZE> kernels{};
@@ -330,8 +343,57 @@ std::string axesLabel(const plan::Instruction &inst) {
   return llvm::join(inst.group().begin(), inst.group().end(), ",");
 }
 
+/// A rank's compute since each of its groups last synchronised: the
+/// step's compute clock, and the clock at each collective's call by its
+/// axes. A collective over some axes synchronises the groups over those
+/// axes and over any of their subsets.
+struct SyncClock {
+  double clock = 0;
+  std::vector<std::pair<std::vector<std::string>, double>> syncs;
+
+  static std::vector<std::string> axesOf(const plan::Instruction &inst) {
+    std::vector<std::string> axes(inst.group().begin(), inst.group().end());
+    std::sort(axes.begin(), axes.end());
+    return axes;
+  }
+  /// The compute since the group over `axes` last synchronised (the clock's
+  /// start counts as a synchronisation: the step's).
+  double gap(const std::vector<std::string> &axes) const {
+    double last = 0;
+    for (const auto &[over, at] : syncs)
+      if (std::includes(over.begin(), over.end(), axes.begin(), axes.end()))
+        last = std::max(last, at);
+    return clock - last;
+  }
+  void synced(std::vector<std::string> axes) {
+    for (auto &[over, at] : syncs)
+      if (over == axes) {
+        at = clock;
+        return;
+      }
+    syncs.push_back({std::move(axes), clock});
+  }
+  /// After a function's single pricing stands for `times` runs: the runs
+  /// before the last one add their compute, and what the priced run
+  /// synchronised happened in the last.
+  void repeat(double from, double times) {
+    double delta = (clock - from) * (times - 1);
+    if (delta <= 0)
+      return;
+    for (auto &[over, at] : syncs)
+      if (at >= from)
+        at += delta;
+    clock += delta;
+  }
+};
+
+/// `sync` carries the rank's compute since its groups synchronised into
+/// and out of the function (null: the function starts synchronised).
 FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
-                           const std::vector<int64_t> &coords) {
+                           const std::vector<int64_t> &coords,
+                           SyncClock *sync = nullptr) {
+  SyncClock local;
+  SyncClock &clock = sync ? *sync : local;
   FunctionTime t;
   double now = 0, stream = 0;
   // Per buffer of a collective in flight: when it ends, and its axes.
@@ -370,6 +432,7 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
     if (!comm) {
       double d = pricer.compute(inst);
       now += d;
+      clock.clock += d;
       t.compute += d;
       t.kernels[k] += d;
       if (llvm::StringRef(inst.provenance()).ends_with(kRecomputedSuffix))
@@ -379,15 +442,23 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
     if (k == plan::GRAD_NORM) { // its sums, then the all-reduce
       double c = pricer.compute(inst);
       now += c;
+      clock.clock += c;
       t.compute += c;
       t.kernels[k] += c;
     }
     double d = pricer.communicate(inst, coords);
-    t.kernels[k] += d;
-    if (isCollective(k) && d > 0) {
+    bool grouped = pricer.groupSize(inst) > 1;
+    if (isCollective(k) && grouped) {
+      // Its group drifted apart over the compute since it last met.
+      double gap = clock.gap(SyncClock::axesOf(inst));
+      d += pricer.gapShare() * gap;
+      t.gaps += gap;
       t.collectives += 1;
       t.collectiveSeconds += d;
     }
+    if (grouped && (isCollective(k) || k == plan::GRAD_NORM))
+      clock.synced(SyncClock::axesOf(inst));
+    t.kernels[k] += d;
     auto async = inst.int_attrs().find("async");
     if (async != inst.int_attrs().end() && async->second != 0) {
       // On the second stream, after what it already carries.
@@ -639,14 +710,19 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
         coords[a] = stage;
     return coords;
   };
-  auto price = [&](const std::string &name, int64_t stage,
-                   StepPrediction &into, double times) -> llvm::Expected<double> {
+  auto price = [&](const std::string &name, int64_t stage, StepPrediction &into,
+                   double times,
+                   SyncClock *sync = nullptr) -> llvm::Expected<double> {
     if (name.empty())
       return 0.0;
     const plan::Function *fn = findFunction(plan, name);
     if (!fn)
       return error("the plan names function '" + name + "', which it lacks");
-    FunctionTime t = priceFunction(pricer, *fn, coordsOfStage(stage));
+    double from = sync ? sync->clock : 0;
+    FunctionTime t = priceFunction(pricer, *fn, coordsOfStage(stage), sync);
+    if (sync)
+      sync->repeat(from, times);
+    into.collectiveGaps += times * t.gaps;
     into.compute += times * t.compute;
     into.recompute += times * t.recompute;
     into.hiddenCommunication += times * t.hidden;
@@ -664,10 +740,13 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
   if (plan.pipeline().stages_size() == 0) {
     const plan::StepFunctions &fns = training.step();
     double total = 0;
+    // The step's functions run one after the other: the gradients' reduction
+    // in update follows every micro-batch's compute.
+    SyncClock sync;
     for (auto [name, times] : {std::pair<std::string, double>{fns.zero_grads(), 1},
                                {fns.micro_step(), double(micro)},
                                {fns.update(), 1}}) {
-      llvm::Expected<double> t = price(name, 0, out, times);
+      llvm::Expected<double> t = price(name, 0, out, times, &sync);
       if (!t)
         return t.takeError();
       total += times * *t;
@@ -721,6 +800,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
         acc.hiddenCommunication += double(micro) * t.hidden;
         acc.collectives += double(micro) * t.collectives;
         acc.collectiveSeconds += double(micro) * t.collectiveSeconds;
+        acc.collectiveGaps += double(micro) * t.gaps;
         addKernels(acc.kernels, t.kernels, double(micro));
         for (auto &[axes, sec] : t.communication)
           acc.communication[axes] += double(micro) * sec;
@@ -786,6 +866,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
   out.hiddenCommunication = slow.hiddenCommunication * stretch;
   out.collectives = slow.collectives;
   out.collectiveSeconds = slow.collectiveSeconds;
+  out.collectiveGaps = slow.collectiveGaps;
   for (auto &[kernel, seconds] : slow.kernels)
     out.kernels[kernel] = seconds * stretch;
   out.communication["pp"] += double(micro) * 2 * transfer;

@@ -66,6 +66,11 @@ struct StepPrediction {
   /// their priced seconds, a calibration's collective wait included (the
   /// slowest stage's rank; hidden ones too).
   double collectives = 0, collectiveSeconds = 0;
+  /// Of those collectives: the compute each one's group ran since it last
+  /// synchronised, summed (what a calibration's collective_gap_share
+  /// multiplies). The pipeline's stage functions are each priced as
+  /// starting synchronised.
+  double collectiveGaps = 0;
   /// Seconds by kernel kind (plan::Kernel_Name; SEND and RECV, which the
   /// pipeline's transfers price, left out), over the step: where `compute`
   /// and the collectives' time go.

@@ -332,13 +332,36 @@ TEST(CalibrationFit, MedianOfRepeatedRuns) {
             "no all-reduce benchmark to take the median of");
 }
 
-TEST(CalibrationFit, CollectiveWaitIsTheStepResidualPerCollective) {
-  // A measured step of 10 ms that the model prices at 6 ms without a wait,
-  // with 20 collectives a step: each waits 0.2 ms.
-  EXPECT_NEAR(fitCollectiveWait(0.010, 0.006, 20), 2e-4, 1e-15);
-  // A step priced above the measured one: no negative wait.
-  EXPECT_EQ(fitCollectiveWait(0.006, 0.010, 20), 0);
-  EXPECT_EQ(fitCollectiveWait(0.010, 0.006, 0), 0);
+TEST(CalibrationFit, CollectiveWaitsSeparateCallsFromGaps) {
+  // Two runs made from wait 0.2 ms per collective and a quarter of the gaps:
+  // a tensor-parallel one (40 collectives after 8 ms of gaps: 8 + 2 = 10 ms
+  // beyond its priced 20 ms) and a data-parallel one (2 collectives after
+  // 40 ms: 0.4 + 10 ms beyond 50 ms). The fit finds both.
+  CollectiveWaits w = fitCollectiveWaits(
+      {{0.030, 0.020, 40, 0.008}, {0.0604, 0.050, 2, 0.040}});
+  EXPECT_NEAR(w.wait, 2e-4, 1e-12);
+  EXPECT_NEAR(w.gapShare, 0.25, 1e-9);
+  // One run alone cannot tell them apart: the least-squares answer of the
+  // single run is met exactly by one of them (wait 0.25 ms x 40 = 10 ms).
+  w = fitCollectiveWaits({{0.030, 0.020, 40, 0}});
+  EXPECT_NEAR(w.wait, 2.5e-4, 1e-12);
+  EXPECT_EQ(w.gapShare, 0);
+  // Steps priced above the measured ones: no negative waits.
+  w = fitCollectiveWaits({{0.006, 0.010, 20, 0.004}, {0.05, 0.06, 2, 0.04}});
+  EXPECT_EQ(w.wait, 0);
+  EXPECT_EQ(w.gapShare, 0);
+  // A data-parallel run slower than priced and a tensor-parallel run priced
+  // right: the free solution would make the wait negative; the gap share
+  // alone is kept (the dp run's 10 ms over its 40 ms of gaps, less what the
+  // tp run's 8 ms of gaps then overprice, by least squares).
+  w = fitCollectiveWaits({{0.020, 0.020, 40, 0.008}, {0.060, 0.050, 2, 0.040}});
+  EXPECT_EQ(w.wait, 0);
+  EXPECT_GT(w.gapShare, 0);
+  EXPECT_LT(w.gapShare, 0.25);
+  // Runs with neither collectives nor gaps, or no step, are left out.
+  w = fitCollectiveWaits({{0.030, 0.020, 0, 0}, {0, 0.01, 4, 0.01}});
+  EXPECT_EQ(w.wait, 0);
+  EXPECT_EQ(w.gapShare, 0);
 }
 
 TEST(CalibrationFit, WaitingShareInvertsThePricedStep) {

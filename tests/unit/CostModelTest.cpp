@@ -158,6 +158,39 @@ TEST(CostModel, CollectivesWaitForTheirGroup) {
   EXPECT_EQ(p->compute, 0);
 }
 
+TEST(CostModel, CollectivesWaitForTheComputeSinceTheirGroupMet) {
+  // dp 2 on free links, LINEAR at 1 GFLOP/s and every other kernel free,
+  // calibrated with a gap share of 0.5: the gradients' all-reduce in update
+  // follows every micro-batch's forward linears (the step's only compute),
+  // so it waits half of them; the all-reduces after it, with no compute
+  // between, and the gradient norm's wait nothing.
+  for (int64_t micro : {1, 2}) {
+    spec::JobSpec job = presetJob("tiny-llama", 16, 2);
+    job.mutable_parallel()->set_dp(2);
+    job.mutable_parallel()->set_global_batch_size(2 * 2 * micro);
+    plan::Plan plan = compilePlan(job);
+    ASSERT_EQ(plan.training().micro_batches(), micro);
+    spec::Cluster cluster = freeCluster(2);
+    spec::Calibration *cal = cluster.mutable_calibrations(0);
+    cal->set_collective_gap_share(0.5);
+    spec::KernelRate *r = cal->add_kernels();
+    r->set_kernel("LINEAR");
+    r->set_flops_per_s(1e9);
+    double compute = double(micro) * 2.0 * (2 * 16) * kInOut / 1e9;
+    llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    EXPECT_NEAR(p->compute, compute, 1e-12 * compute);
+    EXPECT_NEAR(p->collectiveGaps, compute, 1e-12 * compute) << micro;
+    EXPECT_NEAR(p->stepTime, 1.5 * compute, 1e-12 * compute) << micro;
+    EXPECT_NEAR(p->communication["dp"], 0.5 * compute, 1e-12 * compute);
+    // Without the share, the same plan waits nothing.
+    cal->set_collective_gap_share(0);
+    p = predictStep(plan, cluster);
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    EXPECT_NEAR(p->stepTime, compute, 1e-12 * compute);
+  }
+}
+
 TEST(CostModel, FullRecomputeRunsTheLayersForwardLinearsAgain) {
   // With full recompute each layer's forward runs again before its
   // backward, as far as the backward needs it: its linears once more except

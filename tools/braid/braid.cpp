@@ -27,10 +27,11 @@
 // over n ranks, one tensor-parallel over 2 of them and one in 2 pipeline
 // stages (braid-run --profile-out), whose kernel times give each kernel
 // kind's rate and per-call overhead and its measured calls at five amounts
-// of work (compiler/CalibrationFit.h), whose tensor-parallel step gives the
-// wait of a collective inside a step and whose pipeline step how much of a
-// core a waiting rank takes; for n > 1 the all-reduce times over the n
-// ranks (braid-run --bench-collectives), which give the link's bandwidth and
+// of work (compiler/CalibrationFit.h), whose tensor-parallel and
+// data-parallel steps give the wait of a collective inside a step (per call
+// and per second of compute since its group met) and whose pipeline step how
+// much of a core a waiting rank takes; for n > 1 the all-reduce times over the
+// n ranks (braid-run --bench-collectives), which give the link's bandwidth and
 // latency. With --repeats R, all of it R times round by round, and the
 // medians fitted.
 //
@@ -266,8 +267,11 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
 /// addCallTimes). The last, tensor-parallel over 2 ranks with sequence
 /// parallelism at micro-batch 1 (on even rank counts), measures the
 /// narrower calls of tensor parallelism and the wait of collectives inside
-/// a step (Calibration.collective_wait_s): six small collectives per layer
-/// and micro-batch, each of which waits for its peer. The pipeline run (2
+/// a step: six small collectives per layer and micro-batch, each of which
+/// waits for its peer (Calibration.collective_wait_s); against the
+/// data-parallel runs' one all-reduce after a whole backward, it tells that
+/// per-call wait from the one that grows with the compute since the group
+/// met (collective_gap_share). The pipeline run (2
 /// stages of one layer, 4 micro-batches, 1f1b) has bubbles, in which ranks
 /// wait for their peers: its step tells how much of a core a waiting rank
 /// still takes (Calibration.waiting_core_share) where ranks share cores.
@@ -756,21 +760,28 @@ int calibrate(int argc, char **argv) {
                                                   double(c.profiledSteps[k])));
     cal->set_step_overhead_s(stepOverhead);
   }
-  // The collectives' wait: the tensor-parallel run's measured step against
-  // its priced step on this very cluster (its wait still 0).
+  // The collectives' waits, per call and per second of compute since their
+  // group met: the tensor-parallel run's steps (many collectives, short
+  // gaps) and the data-parallel runs' (few, after a whole backward) against
+  // their priced steps on this very cluster (both waits still 0).
   for (size_t i = 0; i < measured.size(); ++i) {
     const RankCalibration &c = measured[i];
-    if (c.stepTimes[kTensorParallelModel].empty())
-      continue;
-    llvm::Expected<StepPrediction> priced =
-        predictStep(c.plans[kTensorParallelModel], cluster);
-    if (!priced)
-      return fail("pricing the tensor-parallel calibration model: " +
-                  llvm::toString(priced.takeError()));
-    cluster.mutable_calibrations(int(i))->set_collective_wait_s(
-        calibration::fitCollectiveWait(
-            median(c.stepTimes[kTensorParallelModel]), priced->stepTime,
-            priced->collectives));
+    std::vector<calibration::WaitRun> runs;
+    for (int k = 0; k < kCalibrationModelCount; ++k) {
+      if (c.stepTimes[k].empty() || k == kPipelineModel || c.ranks < 2)
+        continue;
+      llvm::Expected<StepPrediction> priced = predictStep(c.plans[k], cluster);
+      if (!priced)
+        return fail(
+            "pricing the " + std::string(kCalibrationModels[k].name) +
+            " calibration model: " + llvm::toString(priced.takeError()));
+      runs.push_back({median(c.stepTimes[k]), priced->stepTime,
+                      priced->collectives, priced->collectiveGaps});
+    }
+    calibration::CollectiveWaits waits = calibration::fitCollectiveWaits(runs);
+    cluster.mutable_calibrations(int(i))->set_collective_wait_s(waits.wait);
+    cluster.mutable_calibrations(int(i))->set_collective_gap_share(
+        waits.gapShare);
   }
   // A waiting rank's share of a core: the pipeline run's measured step
   // against its priced step as the share moves (after the collectives'
@@ -859,6 +870,12 @@ int calibrate(int argc, char **argv) {
       os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us   (per collective "
                           "in a step)\n",
                           "collective wait", "", wait * 1e6);
+    if (double share = loaded->calibrations(int(&c - measured.data()))
+                           .collective_gap_share();
+        share > 0)
+      os << llvm::formatv("  {0,-22} {1,-26:f3}      (of the compute since "
+                          "the group met)\n",
+                          "collective gap wait", share);
     if (c.ranks > 1 && !c.stepTimes[kPipelineModel].empty())
       os << llvm::formatv(
           "  {0,-22} {1,-26:f2}      (of a core, as a share "
