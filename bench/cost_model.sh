@@ -12,7 +12,9 @@
 # and the error, and per round which layout the cost model predicts fastest
 # among the 9 and the search picks, each against the fastest measured.
 # The layouts run in an order rotated by one each round.
-#   [ROUNDS=5] [CALIBRATE_STEPS=20] bench/cost_model.sh [STEPS]
+# Each round's calibration runs CALIBRATE_REPEATS rounds of its own (default
+# 1) and fits their medians.
+#   [ROUNDS=5] [CALIBRATE_STEPS=20] [CALIBRATE_REPEATS=1] bench/cost_model.sh [STEPS]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BRAID_BUILD_DIR:-$root/build}"
@@ -26,7 +28,7 @@ if [ "$(id -u)" -eq 0 ]; then mpi+=(--allow-run-as-root); fi
 bin="$build/bin"
 
 "$bin/braid-data" preprocess --input "$root/examples/data/pride-and-prejudice.txt" \
-  --output-prefix "$out/data" > /dev/null
+  --output-prefix "$out/data" > /dev/null 2>&1
 
 layouts=(
   "dp4|dp: 4 micro_batch_size: 2"
@@ -61,7 +63,7 @@ names+=(auto)
 for round in $(seq "$rounds"); do
   cluster="$out/local-cpu-r$round.textproto"
   "$bin/braid" calibrate --ranks 1,2,4 --threads 1 \
-    --steps "${CALIBRATE_STEPS:-20}" --repeats 1 -o "$cluster" \
+    --steps "${CALIBRATE_STEPS:-20}" --repeats "${CALIBRATE_REPEATS:-1}" -o "$cluster" \
     > "$out/calibrate-r$round.log"
   for name in "${names[@]}"; do
     flags=()
