@@ -776,6 +776,9 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
   for (int64_t s = 0; s < p; ++s) {
     const plan::Stage &stage = pipe.stages(s);
     StepPrediction &acc = perStage[s];
+    // The stage's compute in the step before its update: what its ranks'
+    // data-parallel groups drifted over since they last met.
+    SyncClock stageSync;
     for (int64_t k = 0; k < v; ++k) {
       std::string fwd = k == 0 ? stage.forward() : stage.chunks(k - 1).forward();
       std::string bwd = k == 0 ? stage.backward() : stage.chunks(k - 1).backward();
@@ -793,6 +796,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
           return error("stage " + llvm::Twine(s) + " names function '" + name +
                        "', which the plan lacks");
         FunctionTime t = priceFunction(stagePricer, *fn, coordsOfStage(s));
+        stageSync.clock += double(micro) * t.compute;
         (*table)[s][k] = t.total;
         transfer = std::max(transfer, t.transfer);
         acc.compute += double(micro) * t.compute;
@@ -807,7 +811,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
       }
     }
     for (const std::string &name : {stage.zero_grads(), stage.update()}) {
-      llvm::Expected<double> t = price(name, s, acc, 1);
+      llvm::Expected<double> t = price(name, s, acc, 1, &stageSync);
       if (!t)
         return t.takeError();
       fixed[s] += *t;

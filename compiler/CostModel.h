@@ -68,8 +68,9 @@ struct StepPrediction {
   double collectives = 0, collectiveSeconds = 0;
   /// Of those collectives: the compute each one's group ran since it last
   /// synchronised, summed (what a calibration's collective_gap_share
-  /// multiplies). The pipeline's stage functions are each priced as
-  /// starting synchronised.
+  /// multiplies). A pipeline stage's forward and backward functions are
+  /// each priced as starting synchronised (their collectives are the tensor
+  /// group's); its update follows all of the stage's compute in the step.
   double collectiveGaps = 0;
   /// Seconds by kernel kind (plan::Kernel_Name; SEND and RECV, which the
   /// pipeline's transfers price, left out), over the step: where `compute`

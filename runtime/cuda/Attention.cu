@@ -52,15 +52,7 @@ struct Params {
   /// ALiBi's slope of local head h (cpu::alibiSlopes of the global head);
   /// 0 without ALiBi.
   __device__ float slope(int64_t h) const {
-    if (!alibi)
-      return 0;
-    int64_t p = 1;
-    while (p * 2 <= allHeads)
-      p *= 2;
-    int64_t g = headOffset + h;
-    double e = g < p ? -8.0 * double(g + 1) / double(p)
-                     : -4.0 * double(2 * (g - p) + 1) / double(p);
-    return float(exp2(e));
+    return alibi ? alibiSlope(allHeads, headOffset + h) : 0.0f;
   }
 };
 

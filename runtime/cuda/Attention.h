@@ -61,6 +61,24 @@ cudaError_t attentionBackward(const T *q, const T *k, const T *v, const T *out,
                               const AttentionShape &s, T *dq, T *dk, T *dv,
                               float *workspace, cudaStream_t stream);
 
+/// Whether attentionForwardTensorCores takes this shape and these buffers:
+/// head dimension 64 or 128 and 16-byte aligned operands.
+bool attentionForwardOnTensorCores(const void *q, const void *k, const void *v,
+                                   const void *out, const AttentionShape &s);
+
+/// The forward for bf16 on tensor cores (AttentionTensorCores.cu:
+/// FlashAttention-2's tiling on mma.sync, sm_80 and later), same operands
+/// and results as attentionForward<bf16> (the probabilities are rounded to
+/// bf16 before they multiply V, as FlashAttention's are). Returns
+/// cudaErrorInvalidValue where attentionForwardOnTensorCores does not hold.
+/// The executor does not call it yet: it has not run on a GPU.
+cudaError_t attentionForwardTensorCores(const __nv_bfloat16 *q,
+                                        const __nv_bfloat16 *k,
+                                        const __nv_bfloat16 *v,
+                                        const AttentionShape &s,
+                                        __nv_bfloat16 *out, float *lse,
+                                        cudaStream_t stream);
+
 } // namespace braid::cuda
 
 #endif // BRAID_RUNTIME_CUDA_ATTENTION_H

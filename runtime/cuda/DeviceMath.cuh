@@ -2,9 +2,9 @@
 //-*-===//
 //
 // What the CUDA kernels share on the device: loading T as float and storing
-// float as T (rounded to nearest), and sums and maxima over a warp (every
-// lane gets the result; the lanes add in a fixed butterfly order, so the
-// result does not vary between launches).
+// float as T (rounded to nearest), sums and maxima over a warp (every lane
+// gets the result; the lanes add in a fixed butterfly order, so the result
+// does not vary between launches), and ALiBi's slopes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +12,8 @@
 #define BRAID_RUNTIME_CUDA_DEVICEMATH_CUH
 
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 namespace braid::cuda {
 
@@ -39,6 +41,18 @@ __device__ __forceinline__ float warpMax(float v) {
   for (int offset = 16; offset > 0; offset >>= 1)
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
+}
+
+/// ALiBi's slope of head `g` of `allHeads` (as cpu::alibiSlopes: the
+/// geometric sequence of the largest power of two p <= allHeads, then the
+/// odd terms of the sequence for 2p).
+__device__ __forceinline__ float alibiSlope(int64_t allHeads, int64_t g) {
+  int64_t p = 1;
+  while (p * 2 <= allHeads)
+    p *= 2;
+  double e = g < p ? -8.0 * double(g + 1) / double(p)
+                   : -4.0 * double(2 * (g - p) + 1) / double(p);
+  return float(exp2(e));
 }
 
 } // namespace braid::cuda

@@ -155,6 +155,73 @@ TYPED_TEST(CudaAttention, TensorParallelShard) {
   compare<TypeParam>(t);
 }
 
+/// The tensor-core forward (bf16, head dimension 64 or 128) against the CPU
+/// on the same bf16 inputs: out within the bf16 tolerance above (the
+/// probabilities it rounds to bf16 before they multiply V add at most 2^-9
+/// relative to each term), the log-sum-exp within 1e-5.
+void compareTensorCores(const cpu::AttentionShape &s) {
+  SCOPED_TRACE("seq " + std::to_string(s.seq) + " heads " +
+               std::to_string(s.heads) + "/" + std::to_string(s.kvHeads) +
+               " headDim " + std::to_string(s.headDim) +
+               (s.causal ? " causal" : "") + (s.alibi ? " alibi" : ""));
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  std::vector<float> q = rounded<bf16>(randomValues(qn, 31)),
+                     k = rounded<bf16>(randomValues(kvn, 32)),
+                     v = rounded<bf16>(randomValues(kvn, 33));
+  std::vector<float> out(qn), lse(rows);
+  cpu::attentionForward(q.data(), k.data(), v.data(), s, out.data(),
+                        lse.data());
+  Device<bf16> gq(as<bf16>(q)), gk(as<bf16>(k)), gv(as<bf16>(v)), gout(qn);
+  Device<float> glse(rows);
+  ASSERT_TRUE(cuda::attentionForwardOnTensorCores(gq.get(), gk.get(), gv.get(),
+                                                  gout.get(), s));
+  ASSERT_EQ(cuda::attentionForwardTensorCores(gq.get(), gk.get(), gv.get(), s,
+                                              gout.get(), glse.get(), nullptr),
+            cudaSuccess);
+  expectClose(gout.host(), out, 1.0 / 128, largest(out) / 128, "out");
+  expectClose(glse.host(), lse, 1e-5, 1e-5, "lse");
+}
+
+TEST_F(CudaKernels, TensorCoreForward) {
+  // Tiles of 64 rows and keys: sequences inside the first tile, across
+  // several and ending inside one; causal and not; grouped queries; ALiBi.
+  compareTensorCores(shape(2, 77, 4, 4, 64, true));
+  compareTensorCores(shape(1, 40, 2, 2, 64, false));
+  compareTensorCores(shape(1, 130, 6, 3, 64, true));
+  compareTensorCores(shape(1, 100, 6, 6, 128, false, true));
+  compareTensorCores(shape(2, 200, 4, 2, 128, true));
+  compareTensorCores(shape(1, 256, 2, 1, 128, true, true));
+  // A tensor-parallel shard: query heads 2-3 of 8, kv head 1 of 4.
+  cpu::AttentionShape s = shape(2, 90, 2, 1, 64, true, true);
+  s.globalHeads = 8;
+  s.globalKvHeads = 4;
+  s.headOffset = 2;
+  s.kvHeadOffset = 1;
+  compareTensorCores(s);
+}
+
+TEST(CudaAttentionShape, TensorCoresTakeHeadDimensions64And128Aligned) {
+  // No device needed: shapes and alignment are checked before any launch.
+  alignas(16) static char buffer[64];
+  const void *ok = buffer, *off = buffer + 2;
+  EXPECT_TRUE(cuda::attentionForwardOnTensorCores(ok, ok, ok, ok,
+                                                  shape(1, 8, 1, 1, 64, true)));
+  EXPECT_TRUE(cuda::attentionForwardOnTensorCores(
+      ok, ok, ok, ok, shape(1, 8, 1, 1, 128, false)));
+  for (int64_t headDim : {32, 80, 256})
+    EXPECT_FALSE(cuda::attentionForwardOnTensorCores(
+        ok, ok, ok, ok, shape(1, 8, 1, 1, headDim, true)))
+        << headDim;
+  EXPECT_FALSE(cuda::attentionForwardOnTensorCores(
+      ok, off, ok, ok, shape(1, 8, 1, 1, 64, true)));
+  EXPECT_EQ(cuda::attentionForwardTensorCores(nullptr, nullptr, nullptr,
+                                              shape(1, 8, 1, 1, 80, true),
+                                              nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(CudaAttentionShape, RefusesHeadDimensionsAbove256) {
   // No device needed: the shape is checked before anything is launched.
   cpu::AttentionShape s = shape(1, 8, 1, 1, 512, true);
