@@ -246,7 +246,10 @@ public:
 
   /// The ranks of a collective's group (1: none to wait for).
   int64_t groupSize(const plan::Instruction &inst) const {
-    return plan::InstructionWork(plan, inst).groupSize;
+    int64_t ranks = 1;
+    for (const std::string &axis : inst.group())
+      ranks *= plan::AxisSize(plan.mesh(), axis);
+    return ranks;
   }
 
   /// What a collective waits per second of compute its group ran since it

@@ -270,17 +270,6 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
   return e;
 }
 
-int Executor::FindBuffer(absl::string_view name) const {
-  for (int i = 0; i < plan_.buffers_size(); ++i)
-    if (plan_.buffers(i).name() == name)
-      return i;
-  return -1;
-}
-
-int Executor::FindBuffer(absl::string_view name, int64_t stage) const {
-  return stage == 0 ? FindBuffer(name) : -1;
-}
-
 absl::StatusOr<absl::Span<uint8_t>> Executor::Bytes(int id) {
   if (id < 0 || id >= plan_.buffers_size())
     return absl::OutOfRangeError(absl::StrCat("no buffer ", id));

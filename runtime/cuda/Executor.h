@@ -63,11 +63,6 @@ public:
   /// One rank: no communicator.
   exec::Communicator *communicator() const override { return nullptr; }
   const char *Device() const override { return "cuda"; }
-  /// The index of the buffer named `name`, or -1.
-  int FindBuffer(absl::string_view name) const override;
-  /// As FindBuffer(name) for stage 0 (plans with stages are refused), -1
-  /// for another stage.
-  int FindBuffer(absl::string_view name, int64_t stage) const override;
 
   /// Copies `values` into copy `slot` of buffer `id`, converted to its dtype
   /// (rounded to nearest for BF16); waits until the copy is done.

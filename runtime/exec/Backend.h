@@ -51,11 +51,22 @@ public:
   /// messages.
   virtual const char *Device() const = 0;
 
-  /// The index of the buffer named `name`, or -1.
-  virtual int FindBuffer(absl::string_view name) const = 0;
+  /// The index of the plan's buffer named `name`, or -1.
+  int FindBuffer(absl::string_view name) const {
+    for (int i = 0; i < plan().buffers_size(); ++i)
+      if (plan().buffers(i).name() == name)
+        return i;
+    return -1;
+  }
   /// The index of the buffer named `name` of pipeline stage `stage`
   /// (Buffer.stage), or -1.
-  virtual int FindBuffer(absl::string_view name, int64_t stage) const = 0;
+  int FindBuffer(absl::string_view name, int64_t stage) const {
+    for (int i = 0; i < plan().buffers_size(); ++i)
+      if (plan().buffers(i).name() == name &&
+          plan().buffers(i).stage() == stage)
+        return i;
+    return -1;
+  }
 
   /// Copies `values` into copy `slot` of buffer `id` (converting to its
   /// dtype: rounded to nearest for BF16 and F16); the sizes must match. A

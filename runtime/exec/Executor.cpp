@@ -187,20 +187,6 @@ absl::StatusOr<absl::Span<uint8_t>> Executor::Bytes(int id) {
                              size_t(bytes_[id]));
 }
 
-int Executor::FindBuffer(absl::string_view name) const {
-  for (int i = 0; i < plan_.buffers_size(); ++i)
-    if (plan_.buffers(i).name() == name)
-      return i;
-  return -1;
-}
-
-int Executor::FindBuffer(absl::string_view name, int64_t stage) const {
-  for (int i = 0; i < plan_.buffers_size(); ++i)
-    if (plan_.buffers(i).name() == name && plan_.buffers(i).stage() == stage)
-      return i;
-  return -1;
-}
-
 absl::Status Executor::checkSlot(int id, int64_t slot) const {
   const Buffer &b = plan_.buffers(id);
   if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))

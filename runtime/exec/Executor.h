@@ -62,11 +62,6 @@ public:
   const plan::Plan &plan() const override { return plan_; }
   Communicator *communicator() const override { return comm_; }
   const char *Device() const override { return "cpu"; }
-  /// The index of the buffer named `name`, or -1.
-  int FindBuffer(absl::string_view name) const override;
-  /// The index of the buffer named `name` of pipeline stage `stage`
-  /// (Buffer.stage), or -1.
-  int FindBuffer(absl::string_view name, int64_t stage) const override;
 
   /// Copies `values` into copy `slot` of buffer `id` (converting to its
   /// dtype); the sizes must match. The slot is that of a function run on it:
