@@ -12,8 +12,14 @@
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include "llvm/Support/Threading.h"
+
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
 
 using namespace braid;
 
@@ -291,7 +297,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     StepPrediction prediction;
     plan::Plan plan;
   };
-  auto evaluate = [&](const spec::ParallelSpec &p,
+  auto evaluate = [&](mlir::MLIRContext &context, const spec::ParallelSpec &p,
                       int64_t layers) -> llvm::Expected<Evaluation> {
     spec::JobSpec candidateJob = job;
     *candidateJob.mutable_parallel() = p;
@@ -374,8 +380,9 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     return true;
   };
   // Compiles candidate `c` whole: its exact peak and predicted step.
-  auto compileCandidate = [&](Candidate &c) -> bool {
-    llvm::Expected<Evaluation> e = evaluate(c.parallel, 0);
+  auto compileCandidate = [&](Candidate &c,
+                              mlir::MLIRContext &context) -> bool {
+    llvm::Expected<Evaluation> e = evaluate(context, c.parallel, 0);
     if (!e) {
       c.rejected = llvm::toString(e.takeError());
       c.feasible = false;
@@ -397,7 +404,8 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   // out). The estimate is the line through the proxies'. A model with few
   // layers per chunk is compiled whole.
   constexpr int64_t kLow = 3, kHigh = 7;
-  auto estimateCandidate = [&](Candidate &c) -> bool {
+  auto estimateCandidate = [&](Candidate &c,
+                               mlir::MLIRContext &context) -> bool {
     const spec::ParallelSpec &p = c.parallel;
     int64_t chunks = p.pp() * std::max<int64_t>(p.vpp(), 1);
     // Layers the fullest chunk holds: when pp does not divide the layers,
@@ -405,13 +413,13 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     // errs slow and large; the best are compiled whole anyway).
     int64_t perChunk = (model->numLayers + chunks - 1) / chunks;
     if (!options.proxies || perChunk <= kLow + kHigh)
-      return compileCandidate(c);
-    llvm::Expected<Evaluation> a = evaluate(p, chunks * kLow);
+      return compileCandidate(c, context);
+    llvm::Expected<Evaluation> a = evaluate(context, p, chunks * kLow);
     if (!a) {
       c.rejected = llvm::toString(a.takeError());
       return false;
     }
-    llvm::Expected<Evaluation> b = evaluate(p, chunks * kHigh);
+    llvm::Expected<Evaluation> b = evaluate(context, p, chunks * kHigh);
     if (!b) {
       c.rejected = llvm::toString(b.takeError());
       return false;
@@ -445,22 +453,95 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   };
   // Compile in that order; within a structure, a rung above the lowest one
   // that fits is no candidate (it only trades time for memory not needed).
+  // The evaluations run on worker threads, each with a context of its own
+  // (diagnostics are a context's), ahead of a pass down the order that
+  // takes their results one by one as a single thread would: whether a
+  // candidate counts (a lower rung of its structure fits, the cap) is
+  // decided there, so the result does not depend on the number of workers.
+  // A batch is the next candidates of the order, up to one per worker, that
+  // no lower rung of their structure still undecided could make needless.
   std::vector<int64_t> fittedRung(structures, INT64_MAX);
   int64_t compiles = 0;
-  for (size_t i : order) {
-    Candidate &c = all[i];
-    if (c.rung > fittedRung[c.structure])
+  unsigned workers = options.threads > 0
+                         ? unsigned(options.threads)
+                         : llvm::hardware_concurrency().compute_thread_count();
+  workers = std::max(1u, std::min(workers, 16u));
+  std::vector<std::unique_ptr<mlir::MLIRContext>> workerContexts;
+  for (unsigned w = 1; w < workers; ++w)
+    workerContexts.push_back(std::make_unique<mlir::MLIRContext>(
+        context.getDialectRegistry(), mlir::MLIRContext::Threading::DISABLED));
+  auto contextOf = [&](unsigned w) -> mlir::MLIRContext & {
+    return w == 0 ? context : *workerContexts[w - 1];
+  };
+  // Evaluated ahead of the pass: a candidate's evaluated copy and whether
+  // it fits, by position in the order.
+  std::map<size_t, std::pair<Candidate, bool>> ahead;
+  auto evaluateBatch = [&](const std::vector<size_t> &positions) {
+    std::vector<std::pair<Candidate, bool>> out;
+    for (size_t k : positions)
+      out.emplace_back(all[order[k]], false);
+    std::vector<std::thread> threads;
+    for (size_t w = 1; w < positions.size(); ++w)
+      threads.emplace_back([&, w] {
+        out[w].second = estimateCandidate(out[w].first, contextOf(unsigned(w)));
+      });
+    out[0].second = estimateCandidate(out[0].first, contextOf(0));
+    for (std::thread &t : threads)
+      t.join();
+    for (size_t w = 0; w < positions.size(); ++w)
+      ahead.emplace(positions[w], std::move(out[w]));
+  };
+  auto needless = [&](const Candidate &c) {
+    return c.rung > fittedRung[c.structure];
+  };
+  auto capped = [&] {
+    return options.maxCompiles > 0 && compiles >= options.maxCompiles;
+  };
+  for (size_t next = 0; next < order.size();) {
+    // The pass: take the candidates decided or evaluated, in order.
+    Candidate &c = all[order[next]];
+    if (needless(c)) {
+      ++next;
       continue;
-    if (options.maxCompiles > 0 && compiles >= options.maxCompiles) {
+    }
+    if (capped()) {
       c.rejected = llvm::formatv("not compiled: --auto compiles at most {0} "
                                  "candidates, those of the shortest rough "
                                  "estimate first (this one: {1:F4} s)",
-                                 options.maxCompiles, estimate[i]);
+                                 options.maxCompiles, estimate[order[next]]);
+      ++next;
       continue;
     }
-    ++compiles;
-    if (estimateCandidate(c))
-      fittedRung[c.structure] = std::min(fittedRung[c.structure], c.rung);
+    if (auto it = ahead.find(next); it != ahead.end()) {
+      ++compiles;
+      c = std::move(it->second.first);
+      if (it->second.second)
+        fittedRung[c.structure] = std::min(fittedRung[c.structure], c.rung);
+      ahead.erase(it);
+      ++next;
+      continue;
+    }
+    // Evaluate ahead: this candidate and the next ones that will count
+    // whatever the undecided ones before them turn out to be.
+    std::vector<size_t> positions = {next};
+    std::set<int64_t> undecided = {c.structure};
+    for (const auto &[k, evaluated] : ahead)
+      undecided.insert(evaluated.first.structure);
+    int64_t counted = compiles + 1 + int64_t(ahead.size());
+    for (size_t k = next + 1; k < order.size() && k < next + 256 &&
+                              positions.size() < workers;
+         ++k) {
+      const Candidate &d = all[order[k]];
+      if (needless(d) || ahead.count(k))
+        continue;
+      if (options.maxCompiles > 0 && counted >= options.maxCompiles)
+        break;
+      if (undecided.insert(d.structure).second) {
+        positions.push_back(k);
+        ++counted;
+      }
+    }
+    evaluateBatch(positions);
   }
 
   // Nothing fits and nothing was evaluated (the bound ruled every rung
@@ -480,7 +561,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     for (size_t k = 0; k < frugal.size() && k < 8; ++k) {
       Candidate &c = all[frugal[k]];
       c.rejected.clear();
-      estimateCandidate(c);
+      estimateCandidate(c, context);
     }
   }
   // Rungs above one that fits are not candidates (slower by construction).
@@ -535,7 +616,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
       a.layout = layoutName(a.parallel);
       a.structure = c.structure;
       a.rung = c.rung;
-      compileCandidate(a);
+      compileCandidate(a, context);
       refined.push_back(std::move(a));
     }
     for (Candidate &a : refined)
@@ -561,7 +642,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
       break;
     next->estimatedPeakBytes = next->peakBytes;
     next->estimatedStepTime = next->prediction.stepTime;
-    compileCandidate(*next);
+    compileCandidate(*next, context);
   }
   return all;
 }

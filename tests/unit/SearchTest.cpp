@@ -45,7 +45,8 @@ spec::Cluster cluster(int64_t memory) {
 
 std::vector<Candidate> search(const spec::Cluster &c, bool proxies,
                               int64_t confirm, int64_t layers = 24,
-                              bool bf16 = false) {
+                              bool bf16 = false, int64_t threads = 0,
+                              int64_t maxCompiles = 0) {
   mlir::DialectRegistry registry;
   registerDialects(registry);
   mlir::MLIRContext context(registry);
@@ -53,6 +54,8 @@ std::vector<Candidate> search(const spec::Cluster &c, bool proxies,
   options.cluster = c;
   options.proxies = proxies;
   options.confirm = confirm;
+  options.threads = threads;
+  options.maxCompiles = maxCompiles;
   llvm::Expected<std::vector<Candidate>> out =
       searchLayouts(job(layers, bf16), options, context);
   EXPECT_TRUE(bool(out)) << llvm::toString(out.takeError());
@@ -224,6 +227,39 @@ TEST(Search, MixedPrecisionCandidatesCompileAndVerify) {
   }
   EXPECT_EQ(checked, 2);
   EXPECT_LT(bf16.front().prediction.stepTime, fp32.front().prediction.stepTime);
+}
+
+TEST(Search, WorkersDoNotChangeTheResult) {
+  // The candidates are evaluated on worker threads ahead of the pass that
+  // decides, in order, which count: one worker or three, with a cap on the
+  // compiles that cuts the order short and devices small enough that most
+  // structures climb their memory ladder, give the same candidates, the
+  // same numbers and the same reasons.
+  int64_t roomy = search(cluster(int64_t(80) << 30), true, 1).front().peakBytes;
+  spec::Cluster c = cluster(roomy * 3 / 4);
+  for (int64_t cap : {int64_t(0), int64_t(25)}) {
+    std::vector<Candidate> one = search(c, true, 2, 24, false, 1, cap);
+    std::vector<Candidate> three = search(c, true, 2, 24, false, 3, cap);
+    ASSERT_EQ(one.size(), three.size());
+    int64_t evaluated = 0, notCompiled = 0, climbed = 0;
+    for (size_t i = 0; i < one.size(); ++i) {
+      const Candidate &a = one[i], &b = three[i];
+      EXPECT_EQ(a.layout, b.layout) << i;
+      EXPECT_EQ(a.feasible, b.feasible) << a.layout;
+      EXPECT_EQ(a.rejected, b.rejected) << a.layout;
+      EXPECT_EQ(a.peakBytes, b.peakBytes) << a.layout;
+      EXPECT_EQ(a.compiled, b.compiled) << a.layout;
+      EXPECT_EQ(a.prediction.stepTime, b.prediction.stepTime) << a.layout;
+      evaluated += a.peakBytes > 0;
+      notCompiled += a.rejected.rfind("not compiled: --auto compiles", 0) == 0;
+      climbed += a.feasible && a.rung > 0;
+    }
+    EXPECT_GT(evaluated, 10);
+    EXPECT_GT(climbed, 0);
+    if (cap > 0) {
+      EXPECT_GT(notCompiled, 0);
+    }
+  }
 }
 
 } // namespace

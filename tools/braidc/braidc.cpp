@@ -141,6 +141,11 @@ static cl::opt<int64_t> maxCompilesFlag(
              "proxy compiles, or one whole compile), those of the shortest "
              "rough step estimate first (0: all; default 64)"),
     cl::init(64), cl::cat(category));
+static cl::opt<int64_t> searchThreadsFlag(
+    "search-threads",
+    cl::desc("With --auto: threads that evaluate candidates (0: one per "
+             "hardware thread; the pick does not depend on it)"),
+    cl::init(0), cl::cat(category));
 static cl::opt<bool> exactSearchFlag(
     "exact-search",
     cl::desc("With --auto: compile every candidate whole instead of "
@@ -274,12 +279,16 @@ int main(int argc, char **argv) {
   // The search's own flags.
   for (cl::Option *flag : {static_cast<cl::Option *>(&topFlag),
                            static_cast<cl::Option *>(&maxCompilesFlag),
+                           static_cast<cl::Option *>(&searchThreadsFlag),
                            static_cast<cl::Option *>(&exactSearchFlag)})
     if (flag->getNumOccurrences() && !autoFlag)
       return fail("--" + flag->ArgStr + " tunes the layout search: give --auto");
   if (topFlag < 0)
     return fail("--top=" + llvm::Twine(topFlag) +
                 " must be at least 0 (layouts to list)");
+  if (searchThreadsFlag < 0)
+    return fail("--search-threads=" + llvm::Twine(searchThreadsFlag) +
+                " must be at least 0 (0: one per hardware thread)");
   if (maxCompilesFlag < 0)
     return fail("--max-compiles=" + llvm::Twine(maxCompilesFlag) +
                 " must be at least 0 (0: evaluate every candidate)");
@@ -294,6 +303,7 @@ int main(int argc, char **argv) {
     SearchOptions search;
     search.cluster = *cluster;
     search.maxCompiles = maxCompilesFlag;
+    search.threads = searchThreadsFlag;
     search.proxies = !exactSearchFlag;
     search.confirm = std::max<int64_t>(topFlag, 1);
     llvm::Expected<std::vector<Candidate>> candidates =
