@@ -11,9 +11,18 @@
 # layout, the median over rounds of the measured time, the predicted time
 # and the error, and per round which layout the cost model predicts fastest
 # among the 9 and the search picks, each against the fastest measured.
-# The layouts run in an order rotated by one each round.
+# The layouts run twice a round, in an order rotated by one each round and
+# then in the reverse of that order, and a layout's time in the round is the
+# mean of its two runs (a drift of the machine's speed during the round
+# touches every layout alike).
 # Each round's calibration runs CALIBRATE_REPEATS rounds of its own (default
 # 1) and fits their medians.
+# Which layout is fastest is judged across rounds with the machine's speed
+# of each round taken out: a layout's time in a round over the median of the
+# 9 layouts' times in that round (its relative time), and a layout's score
+# the median over rounds of its relative times. Each round's pick among the
+# 9 is judged by its score against the best score; the search's pick (its
+# layout may not be among the 9) by its relative time in its round.
 #   [ROUNDS=5] [CALIBRATE_STEPS=20] [CALIBRATE_REPEATS=1] bench/cost_model.sh [STEPS]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -72,8 +81,12 @@ for round in $(seq "$rounds"); do
       --emit=plan -o "$out/$name-r$round.plan" > "$out/$name-r$round.compile.log"
   done
   count=${#names[@]}
+  sequence=()
   for k in $(seq 0 $((count - 1))); do
-    name="${names[$(( (k + round - 1) % count ))]}"
+    sequence+=("${names[$(( (k + round - 1) % count ))]}")
+  done
+  for k in $(seq $((count - 1)) -1 0); do sequence+=("${sequence[$k]}"); done
+  for name in "${sequence[@]}"; do
     "${mpi[@]}" "$bin/braid-run" "$out/$name-r$round.plan" --data "$out/data" \
       --threads 1 --log-every 1000000 > "$out/$name-r$round.run.log" 2>&1
     grep "^step time:" "$out/$name-r$round.run.log" |
@@ -84,10 +97,14 @@ python3 - "$out" <<'PY'
 import re, statistics, sys
 out = sys.argv[1]
 line = re.compile(r"^(\d+) (\S+): step time: measured ([0-9.e+-]+) s .* predicted ([0-9.e+-]+) s")
-runs = {}  # name -> {round: (measured, predicted)}
+runs = {}  # name -> {round: (measured, predicted)}; measured: the mean of the round's runs
+pairs = {}
 for m in map(line.match, open(f"{out}/measured.txt")):
     if m:
-        runs.setdefault(m.group(2), {})[int(m.group(1))] = (float(m.group(3)), float(m.group(4)))
+        pairs.setdefault((m.group(2), int(m.group(1))), []).append(
+            (float(m.group(3)), float(m.group(4))))
+for (name, r), got in pairs.items():
+    runs.setdefault(name, {})[r] = (sum(g[0] for g in got) / len(got), got[0][1])
 rounds = sorted({r for v in runs.values() for r in v})
 med = statistics.median
 print(f"{'layout':16s} {'measured (ms)':>14s} {'predicted':>10s} {'error':>8s}   per-round errors (%)")
@@ -105,22 +122,39 @@ within = sum(abs(e) <= 0.15 for _, e in rows)
 worst = max(rows, key=lambda r: abs(r[1]))
 print(f"{within} of {len(rows)} layouts within 15 % (median of their rounds' errors); "
       f"largest {worst[0]} {100 * worst[1]:+.1f} %")
-among, searched = [], []
+# The round's speed taken out: relative time = time / the round's median of
+# the 9; score = the median over rounds of a layout's relative times.
+relative = {}
+for r in rounds:
+    here = {n: v[r][0] for n, v in runs.items() if r in v and n != "auto"}
+    speed = med(here.values())
+    for n, v in runs.items():
+        if r in v:
+            relative.setdefault(n, {})[r] = v[r][0] / speed
+score = {n: med(v.values()) for n, v in relative.items() if n != "auto"}
+best = min(score, key=score.get)
+print("scores (median over rounds of the time relative to the round's median of the 9): "
+      + ", ".join(f"{n} {score[n]:.3f}" for n in sorted(score, key=score.get)))
+among, searched, scored = [], [], []
 for r in rounds:
     here = {n: v[r] for n, v in runs.items() if r in v and n != "auto"}
     fastest = min(here, key=lambda n: here[n][0])
     pick = min(here, key=lambda n: here[n][1])
     among.append(here[pick][0] / here[fastest][0])
+    scored.append(score[pick] / score[best])
     auto = runs.get("auto", {}).get(r)
     line = (f"round {r}: fastest measured {fastest} {1e3 * here[fastest][0]:.2f} ms; "
-            f"predicted fastest of the 9: {pick}, {among[-1]:.3f}x")
+            f"predicted fastest of the 9: {pick}, {among[-1]:.3f}x in the round, "
+            f"{scored[-1]:.3f}x the best score ({best})")
     if auto:
         pickLog = open(f"{out}/auto-r{r}.compile.log").read()
         chosen = re.search(r"^auto: (.*), predicted", pickLog, re.M)
-        searched.append(auto[0] / here[fastest][0])
+        searched.append(relative["auto"][r] / score[best])
         line += (f"; the search's pick ({chosen.group(1) if chosen else '?'}) "
-                 f"{1e3 * auto[0]:.2f} ms, {searched[-1]:.3f}x")
+                 f"{1e3 * auto[0]:.2f} ms, {searched[-1]:.3f}x the best score")
     print(line)
-print(f"median over rounds: pick among the 9 {med(among):.3f}x the fastest"
-      + (f", the search's pick {med(searched):.3f}x" if searched else ""))
+within = sum(s <= 1.05 for s in scored)
+print(f"the pick among the 9: {within} of {len(scored)} rounds within 5 % of the best score "
+      f"(median {med(scored):.3f}x; in-round median {med(among):.3f}x the round's fastest)"
+      + (f"; the search's pick: median {med(searched):.3f}x the best score" if searched else ""))
 PY
