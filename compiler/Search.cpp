@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -43,6 +44,11 @@ std::string layoutName(const spec::ParallelSpec &p) {
   s += llvm::formatv(", mb {0}", p.micro_batch_size());
   if (p.pp() > 1)
     s += ", " + p.schedule();
+  if (p.stage_layers_size()) {
+    s += ", stages ";
+    for (int i = 0; i < p.stage_layers_size(); ++i)
+      s += (i ? "+" : "") + std::to_string(p.stage_layers(i));
+  }
   if (p.recompute() != "none")
     s += ", " + p.recompute();
   if (p.zero() > 0)
@@ -115,28 +121,88 @@ double roughStepTime(const spec::ParallelSpec &p, const ModelConfig &model,
   return compute * (1 + bubble) + tpComm + dpComm;
 }
 
-/// A rough count of the activations a rank keeps, only to order the
-/// compiles: per layer and micro-batch Korthikanti et al.'s s b h (16 e + 2)
-/// + a s^2 b (2 e + 1) bytes at e = 4 (fp32), without the attention term
-/// with selective recompute and as e s b h with full recompute, over tp with
-/// sp (over tp for the attention term anyway), for the rank's layers and as
-/// many micro-batches as a 1F1B stage keeps in flight (pp).
-double roughActivationBytes(const spec::ParallelSpec &p,
-                            const ModelConfig &model) {
+/// A rough count of the activations one layer keeps for one micro-batch,
+/// only to order the compiles and to propose stage layers: Korthikanti et
+/// al.'s s b h (16 e + 2) + a s^2 b (2 e + 1) bytes at e = 4 (fp32),
+/// without the attention term with selective recompute and as e s b h with
+/// full recompute, over tp with sp (over tp for the attention term anyway).
+double roughLayerActivationBytes(const spec::ParallelSpec &p,
+                                 const ModelConfig &model) {
   double e = 4, s = double(model.seqLength), b = double(p.micro_batch_size());
   double h = double(model.hiddenSize), a = double(model.numHeads);
   double t = double(p.tp());
   double linear = s * b * h * (16 * e + 2) / (p.sp() ? t : 1);
   double attention = a * s * s * b * (2 * e + 1) / t;
-  double perLayer = linear + attention;
   if (p.recompute() == "selective")
-    perLayer = linear;
-  else if (p.recompute() == "full")
-    perLayer = e * s * b * h / (p.sp() ? t : 1);
+    return linear;
+  if (p.recompute() == "full")
+    return e * s * b * h / (p.sp() ? t : 1);
+  return linear + attention;
+}
+
+/// A rough count of the activations a rank keeps: its layers' for as many
+/// micro-batches as a 1F1B stage keeps in flight (pp).
+double roughActivationBytes(const spec::ParallelSpec &p,
+                            const ModelConfig &model) {
   double layers = double(model.numLayers) / double(p.pp());
   int64_t micro = p.global_batch_size() / p.dp() / p.micro_batch_size();
   double inFlight = double(std::min<int64_t>(p.pp(), micro));
-  return perLayer * layers * inFlight;
+  return roughLayerActivationBytes(p, model) * layers * inFlight;
+}
+
+/// Layers per pipeline stage that balance the stages' memory rather than
+/// their FLOPs (Megatron's and ModelLink's uneven stages, set by hand
+/// there): a 1F1B stage s of pp keeps min(pp - s, micro-batches) micro-
+/// batches in flight, so the first stages keep the most activations per
+/// layer, the first also the embedding and the last the output layer and
+/// the logits. Each stage's bytes are roughly affine in its layers; the
+/// split of the layers into consecutive runs that minimises the largest
+/// stage's bytes is found by dynamic programming over (stages, layers).
+/// The compile that follows gives the exact arenas.
+std::vector<int64_t> memoryBalancedStages(const spec::ParallelSpec &p,
+                                          const ModelConfig &model,
+                                          const ParameterCount &parameters) {
+  int64_t pp = p.pp(), n = model.numLayers;
+  double perParameter =
+      persistentBytesPerParameter(p.zero(), p.dp()) / double(p.tp());
+  double layerParameters =
+      parameters.perLayer.empty() ? 0 : double(parameters.perLayer.front());
+  int64_t micro = p.global_batch_size() / p.dp() / p.micro_batch_size();
+  double activation = roughLayerActivationBytes(p, model);
+  double embedding = double(parameters.embedding) * perParameter;
+  double head = double(parameters.outsideLayers - parameters.embedding +
+                       (model.tieEmbeddings ? parameters.embedding : 0)) *
+                    perParameter +
+                // the logits and their gradient, f32, vocabulary-parallel
+                2.0 * 4 * double(p.micro_batch_size()) *
+                    double(model.seqLength) * double(model.paddedVocabSize) /
+                    double(p.tp());
+  auto bytes = [&](int64_t stage, int64_t layers) {
+    double inFlight = double(std::min<int64_t>(pp - stage, micro));
+    return (stage == 0 ? embedding : 0) + (stage == pp - 1 ? head : 0) +
+           double(layers) * (layerParameters * perParameter +
+                             inFlight * activation);
+  };
+  const double kInf = std::numeric_limits<double>::infinity();
+  // best[s][i]: the least largest stage of layers [0, i) in stages [0, s).
+  std::vector<std::vector<double>> best(pp + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<int64_t>> cut(pp + 1, std::vector<int64_t>(n + 1, 0));
+  best[0][0] = 0;
+  for (int64_t s = 1; s <= pp; ++s)
+    for (int64_t i = s; i <= n - (pp - s); ++i)
+      for (int64_t j = s - 1; j < i; ++j) {
+        double worst = std::max(best[s - 1][j], bytes(s - 1, i - j));
+        if (worst < best[s][i]) {
+          best[s][i] = worst;
+          cut[s][i] = j;
+        }
+      }
+  std::vector<int64_t> layers(pp);
+  for (int64_t s = pp, i = n; s >= 1; --s) {
+    layers[s - 1] = i - cut[s][i];
+    i = cut[s][i];
+  }
+  return layers;
 }
 
 } // namespace
@@ -160,14 +226,15 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   int64_t globalBatch = job.parallel().has_global_batch_size()
                             ? given->globalBatchSize
                             : world;
-  int64_t parameters = 0;
+  ParameterCount parameterCount;
   double flopsPerToken = 0;
   {
     mlir::OwningOpRef<mlir::ModuleOp> forward =
         buildForwardModule(context, *model);
-    parameters = countParameters(*forward).total;
+    parameterCount = countParameters(*forward);
     flopsPerToken = countFlops(*forward).trainingPerToken();
   }
+  int64_t parameters = parameterCount.total;
 
   // The layouts: structures (tp, pp, dp, vpp, micro-batch, schedule, sp),
   // each with its memory ladder.
@@ -598,6 +665,55 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   // compiler's own search: per layer, the least recompute that fits; it
   // compiles whole, so only these few are tried). Each is a new candidate
   // of the same structure and rung; it wins where it recomputes less.
+  // Uneven stages: the best that fit (as many as are compiled whole) whose
+  // structure is a pipeline of single chunks that had to climb its memory
+  // ladder are tried again on the rungs below, cheapest first, with stages
+  // whose layers balance their memory instead of their FLOPs (the first
+  // stages keep the most micro-batches in flight). Each compiles whole; the
+  // first that fits is a new candidate of the same structure and rung.
+  if (options.unevenStages) {
+    rank();
+    std::vector<Candidate> refined;
+    int64_t tried = 0;
+    for (const Candidate &c : all) {
+      if (!c.feasible || tried == confirm)
+        break;
+      const spec::ParallelSpec &p = c.parallel;
+      if (p.pp() < 2 || p.vpp() > 1 || c.rung == 0 || p.stage_layers_size())
+        continue;
+      ++tried;
+      std::vector<const Candidate *> lower;
+      // Every rung below, evaluated or not (past the cap), but those that
+      // the bound rules out (no partition fits what the average stage
+      // cannot hold).
+      for (const Candidate &d : all)
+        if (d.structure == c.structure && d.rung < c.rung &&
+            !d.parallel.stage_layers_size() &&
+            persistentBytesPerParameter(d.parallel.zero(), d.parallel.dp()) *
+                    double(parameters) / double(p.tp() * p.pp()) <=
+                double(cluster.memory_bytes()))
+          lower.push_back(&d);
+      llvm::sort(lower, [](const Candidate *a, const Candidate *b) {
+        return a->rung < b->rung;
+      });
+      for (const Candidate *d : lower) {
+        Candidate u;
+        u.parallel = d->parallel;
+        for (int64_t n :
+             memoryBalancedStages(u.parallel, *model, parameterCount))
+          u.parallel.add_stage_layers(n);
+        u.layout = layoutName(u.parallel);
+        u.structure = d->structure;
+        u.rung = d->rung;
+        if (compileCandidate(u, context)) {
+          refined.push_back(std::move(u));
+          break;
+        }
+      }
+    }
+    for (Candidate &u : refined)
+      all.push_back(std::move(u));
+  }
   if (options.recomputeAuto) {
     rank();
     std::vector<Candidate> refined;

@@ -69,6 +69,9 @@ struct SearchOptions {
   /// those with selective or full recompute, to try with recompute auto).
   int64_t confirm = 1;
   bool recomputeAuto = true;
+  /// Try pipelines whose stages balance memory rather than FLOPs, for the
+  /// best that had to recompute or shard more to fit.
+  bool unevenStages = true;
   /// Threads that evaluate candidates (0: one per hardware thread). The
   /// result does not depend on it.
   int64_t threads = 0;

@@ -262,6 +262,63 @@ TEST(Search, WorkersDoNotChangeTheResult) {
   }
 }
 
+TEST(Search, UnevenStagesBalanceMemory) {
+  // pp 4 with 8 micro-batches of 1: the first stage keeps 4 micro-batches
+  // in flight, the last 1. On devices one byte smaller than that layout's
+  // FLOP-balanced arena, its structure must climb its memory ladder; the
+  // search then tries the rungs below with stages whose layers balance
+  // their memory, and such a candidate fits where the same rung with
+  // FLOP-balanced stages did not.
+  spec::ParallelSpec pipeline;
+  pipeline.set_pp(4);
+  pipeline.set_dp(1);
+  pipeline.set_tp(1);
+  pipeline.set_micro_batch_size(1);
+  pipeline.set_global_batch_size(8);
+  pipeline.set_schedule("1f1b");
+  spec::Cluster c = cluster(int64_t(80) << 30);
+  int64_t balanced = compileAlone(pipeline, c).first;
+  c.set_memory_bytes(balanced - 1);
+  std::vector<Candidate> candidates = search(c, true, 16);
+  int64_t uneven = 0;
+  for (const Candidate &u : candidates) {
+    if (!u.parallel.stage_layers_size())
+      continue;
+    ++uneven;
+    ASSERT_TRUE(u.feasible) << u.layout << ": " << u.rejected;
+    ASSERT_TRUE(u.compiled) << u.layout;
+    EXPECT_LE(u.peakBytes, c.memory_bytes()) << u.layout;
+    // Alone, with plan-verify, the same arena and step.
+    auto [peak, step] = compileAlone(u.parallel, c);
+    EXPECT_EQ(peak, u.peakBytes) << u.layout;
+    EXPECT_NEAR(step, u.prediction.stepTime, 1e-12 * step) << u.layout;
+    // The first stage, with the most micro-batches in flight, holds fewer
+    // layers than the last.
+    EXPECT_LT(u.parallel.stage_layers(0),
+              u.parallel.stage_layers(u.parallel.stage_layers_size() - 1))
+        << u.layout;
+    // The same structure and rung with FLOP-balanced stages did not fit.
+    bool sibling = false;
+    for (const Candidate &d : candidates)
+      if (d.structure == u.structure && d.rung == u.rung &&
+          !d.parallel.stage_layers_size()) {
+        sibling = true;
+        EXPECT_FALSE(d.feasible) << d.layout;
+        EXPECT_NE(d.rejected.find("out of memory"), std::string::npos)
+            << d.layout << ": " << d.rejected;
+      }
+    EXPECT_TRUE(sibling) << u.layout;
+  }
+  EXPECT_GT(uneven, 0);
+  // Among them, pp 4 with micro-batches of 1 on its cheapest rung.
+  bool found = false;
+  for (const Candidate &u : candidates)
+    found |= u.parallel.stage_layers_size() && u.parallel.pp() == 4 &&
+             u.parallel.micro_batch_size() == 1 && u.rung == 0 &&
+             u.parallel.schedule() == "1f1b" && u.parallel.dp() == 1;
+  EXPECT_TRUE(found);
+}
+
 } // namespace
 
 TEST(Search, RecomputeAutoRefinesTheBest) {
