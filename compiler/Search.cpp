@@ -19,6 +19,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -654,90 +655,97 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
                        return a.peakBytes < b.peakBytes;
                      });
   };
-  // The best `confirm` that fit are compiled whole, fastest first: a whole
-  // compile replaces the estimate (and keeps it, to show how far it was)
-  // and may move the candidate down or out, so the order is taken again.
-  // When nothing fits, the least memory any candidate needs is compiled
-  // whole, so that the number the error states is exact.
+  // How many of the best are compiled whole (and refined, below).
   int64_t confirm = std::max<int64_t>(options.confirm, 1);
+  // A refinement of the best: the first `confirm` that fit and that `takes`
+  // accepts are handed to `refine`, whose new candidates (of the same
+  // structure and rung) join the others.
+  auto refineBest = [&](auto takes, auto refine) {
+    rank();
+    std::vector<Candidate> refined;
+    int64_t tried = 0;
+    for (const Candidate &c : all) {
+      if (!c.feasible || tried == confirm)
+        break;
+      if (!takes(c))
+        continue;
+      ++tried;
+      if (std::optional<Candidate> r = refine(c))
+        refined.push_back(std::move(*r));
+    }
+    for (Candidate &r : refined)
+      all.push_back(std::move(r));
+  };
+  // Uneven stages: the best whose structure is a pipeline of single chunks
+  // that had to climb its memory ladder are tried again on the rungs below,
+  // cheapest first, with stages whose layers balance their memory instead of
+  // their FLOPs (the first stages keep the most micro-batches in flight).
+  // Each compiles whole; the first that fits is a new candidate.
+  if (options.unevenStages)
+    refineBest(
+        [](const Candidate &c) {
+          const spec::ParallelSpec &p = c.parallel;
+          return p.pp() > 1 && p.vpp() <= 1 && c.rung > 0 &&
+                 !p.stage_layers_size();
+        },
+        [&](const Candidate &c) -> std::optional<Candidate> {
+          // Every rung below, evaluated or not (past the cap), but those
+          // that the bound rules out (no partition fits what the average
+          // stage cannot hold).
+          std::vector<const Candidate *> lower;
+          for (const Candidate &d : all)
+            if (d.structure == c.structure && d.rung < c.rung &&
+                !d.parallel.stage_layers_size() &&
+                persistentBytesPerParameter(d.parallel.zero(),
+                                            d.parallel.dp()) *
+                        double(parameters) /
+                        double(d.parallel.tp() * d.parallel.pp()) <=
+                    double(cluster.memory_bytes()))
+              lower.push_back(&d);
+          llvm::sort(lower, [](const Candidate *x, const Candidate *y) {
+            return x->rung < y->rung;
+          });
+          for (const Candidate *d : lower) {
+            Candidate u;
+            u.parallel = d->parallel;
+            for (int64_t n :
+                 memoryBalancedStages(u.parallel, *model, parameterCount))
+              u.parallel.add_stage_layers(n);
+            u.layout = layoutName(u.parallel);
+            u.structure = d->structure;
+            u.rung = d->rung;
+            if (compileCandidate(u, context))
+              return u;
+          }
+          return std::nullopt;
+        });
   // Recompute auto: the best that fit with selective or full recompute are
   // tried again with `auto` at the device's memory as the budget (the
   // compiler's own search: per layer, the least recompute that fits; it
   // compiles whole, so only these few are tried). Each is a new candidate
   // of the same structure and rung; it wins where it recomputes less.
-  // Uneven stages: the best that fit (as many as are compiled whole) whose
-  // structure is a pipeline of single chunks that had to climb its memory
-  // ladder are tried again on the rungs below, cheapest first, with stages
-  // whose layers balance their memory instead of their FLOPs (the first
-  // stages keep the most micro-batches in flight). Each compiles whole; the
-  // first that fits is a new candidate of the same structure and rung.
-  if (options.unevenStages) {
-    rank();
-    std::vector<Candidate> refined;
-    int64_t tried = 0;
-    for (const Candidate &c : all) {
-      if (!c.feasible || tried == confirm)
-        break;
-      const spec::ParallelSpec &p = c.parallel;
-      if (p.pp() < 2 || p.vpp() > 1 || c.rung == 0 || p.stage_layers_size())
-        continue;
-      ++tried;
-      std::vector<const Candidate *> lower;
-      // Every rung below, evaluated or not (past the cap), but those that
-      // the bound rules out (no partition fits what the average stage
-      // cannot hold).
-      for (const Candidate &d : all)
-        if (d.structure == c.structure && d.rung < c.rung &&
-            !d.parallel.stage_layers_size() &&
-            persistentBytesPerParameter(d.parallel.zero(), d.parallel.dp()) *
-                    double(parameters) / double(p.tp() * p.pp()) <=
-                double(cluster.memory_bytes()))
-          lower.push_back(&d);
-      llvm::sort(lower, [](const Candidate *a, const Candidate *b) {
-        return a->rung < b->rung;
-      });
-      for (const Candidate *d : lower) {
-        Candidate u;
-        u.parallel = d->parallel;
-        for (int64_t n :
-             memoryBalancedStages(u.parallel, *model, parameterCount))
-          u.parallel.add_stage_layers(n);
-        u.layout = layoutName(u.parallel);
-        u.structure = d->structure;
-        u.rung = d->rung;
-        if (compileCandidate(u, context)) {
-          refined.push_back(std::move(u));
-          break;
-        }
-      }
-    }
-    for (Candidate &u : refined)
-      all.push_back(std::move(u));
-  }
-  if (options.recomputeAuto) {
-    rank();
-    std::vector<Candidate> refined;
-    int64_t tried = 0;
-    for (const Candidate &c : all) {
-      if (!c.feasible || tried == confirm)
-        break;
-      if (c.parallel.recompute() != "selective" &&
-          c.parallel.recompute() != "full")
-        continue;
-      ++tried;
-      Candidate a;
-      a.parallel = c.parallel;
-      a.parallel.set_recompute("auto");
-      a.parallel.set_memory_budget_bytes(cluster.memory_bytes());
-      a.layout = layoutName(a.parallel);
-      a.structure = c.structure;
-      a.rung = c.rung;
-      compileCandidate(a, context);
-      refined.push_back(std::move(a));
-    }
-    for (Candidate &a : refined)
-      all.push_back(std::move(a));
-  }
+  if (options.recomputeAuto)
+    refineBest(
+        [](const Candidate &c) {
+          return c.parallel.recompute() == "selective" ||
+                 c.parallel.recompute() == "full";
+        },
+        [&](const Candidate &c) -> std::optional<Candidate> {
+          Candidate a;
+          a.parallel = c.parallel;
+          a.parallel.set_recompute("auto");
+          a.parallel.set_memory_budget_bytes(cluster.memory_bytes());
+          a.layout = layoutName(a.parallel);
+          a.structure = c.structure;
+          a.rung = c.rung;
+          compileCandidate(a, context);
+          return a;
+        });
+  // The best `confirm` that fit are compiled whole, fastest first: a whole
+  // compile replaces the estimate (and keeps it, to show how far it was)
+  // and may move the candidate down or out, so the order is taken again.
+  // When nothing fits, the least memory any candidate needs is compiled
+  // whole, so that the number the error states is exact.
   for (;;) {
     rank();
     Candidate *next = nullptr;
