@@ -506,7 +506,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
           line(x.communication.count(axes) ? x.communication.at(axes) : 0,
                seconds);
     s.hiddenCommunication = line(x.hiddenCommunication, y.hiddenCommunication);
-    s.collectives = line(x.collectives, y.collectives);
+    s.collectivePeers = line(x.collectivePeers, y.collectivePeers);
     s.collectiveSeconds = line(x.collectiveSeconds, y.collectiveSeconds);
     for (const auto &[kernel, seconds] : y.kernels)
       s.kernels[kernel] =
@@ -569,10 +569,12 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     // The pass: take the candidates decided or evaluated, in order.
     Candidate &c = all[order[next]];
     if (needless(c)) {
+      ahead.erase(next); // evaluated in vain, if it was
       ++next;
       continue;
     }
     if (capped()) {
+      ahead.erase(next);
       c.rejected = llvm::formatv("not compiled: --auto compiles at most {0} "
                                  "candidates, those of the shortest rough "
                                  "estimate first (this one: {1:F4} s)",
