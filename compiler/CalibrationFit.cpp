@@ -294,16 +294,16 @@ llvm::Expected<std::vector<std::pair<double, double>>> calibration::medianBench(
 calibration::CollectiveWaits
 calibration::fitCollectiveWaits(llvm::ArrayRef<WaitRun> runs) {
   // Rows of relative residuals: (measured - priced) / measured against
-  // collectives / measured and gaps / measured.
+  // peers / measured and gaps / measured.
   struct Row {
     double a, b, y;
   };
   std::vector<Row> rows;
   for (const WaitRun &r : runs)
     if (r.measured > 0 && std::isfinite(r.measured) &&
-        std::isfinite(r.priced) && r.collectives >= 0 && r.gaps >= 0 &&
-        r.collectives + r.gaps > 0)
-      rows.push_back({r.collectives / r.measured, r.gaps / r.measured,
+        std::isfinite(r.priced) && r.peers >= 0 && r.gaps >= 0 &&
+        r.peers + r.gaps > 0)
+      rows.push_back({r.peers / r.measured, r.gaps / r.measured,
                       (r.measured - r.priced) / r.measured});
   auto residual = [&](double wait, double share) {
     double sum = 0;

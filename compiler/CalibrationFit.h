@@ -121,22 +121,22 @@ double fitStepOverhead(const KernelSamples &samples,
                        double sampledSteps = 0);
 
 /// One run's step for fitCollectiveWaits: measured, priced by the cost
-/// model without either wait, and the step's collectives and their gaps
-/// (StepPrediction::collectives, collectiveGaps).
+/// model without either wait, and the peers its collectives wait for and
+/// their gaps (StepPrediction::collectivePeers, collectiveGaps).
 struct WaitRun {
-  double measured = 0, priced = 0, collectives = 0, gaps = 0;
+  double measured = 0, priced = 0, peers = 0, gaps = 0;
 };
 /// Calibration.collective_wait_s and collective_gap_share.
 struct CollectiveWaits {
   double wait = 0, gapShare = 0;
 };
 /// What the collectives of a step wait for their group beyond their priced
-/// time: seconds per collective (`wait`) plus a share of the compute since
+/// time: seconds per collective and peer (`wait`) plus a share of the compute since
 /// the group last synchronised (`gapShare`), fitted so that each run's
-/// measured step is its priced step + wait x collectives + gapShare x gaps,
+/// measured step is its priced step + wait x peers + gapShare x gaps,
 /// by least squares of the relative residuals, both non-negative (each
 /// alone, or none, where the free solution has a negative one). Runs with
-/// neither collectives nor gaps, or without a measured step, are left out.
+/// neither peers nor gaps, or without a measured step, are left out.
 ///
 /// The steps, not the collectives' own measured seconds: ranks that share
 /// cores yield them while they wait in a collective (Open MPI yields when

@@ -183,8 +183,10 @@ public:
     const spec::LinkClass &link = linkOf(axes, coords);
     double bw = link.bandwidth() > 0 ? link.bandwidth() : 1e30;
     double n = double(std::max<int64_t>(w.groupSize, 1));
-    // A collective's wait for its group inside a step (calibrated).
-    double wait = calibration ? calibration->collective_wait_s() : 0.0;
+    // A collective's wait for its group inside a step (calibrated): for
+    // each peer, since ranks that share cores reach it one after another.
+    double wait =
+        calibration ? calibration->collective_wait_s() * (n - 1) : 0.0;
     switch (inst.kernel()) {
     case plan::SEND:
     case plan::RECV:
@@ -315,7 +317,7 @@ struct FunctionTime {
   double transfer = 0;
   /// The all-reduce, all-gather and reduce-scatter calls and their seconds,
   /// and their gaps (SyncClock::gap).
-  double collectives = 0, collectiveSeconds = 0, gaps = 0;
+  double collectivePeers = 0, collectiveSeconds = 0, gaps = 0;
   /// Seconds by kernel kind (indexed by plan::Kernel), SEND and RECV left
   /// out.
   std::array<double, plan::Kernel_ARRAYSIZE> kernels{};
@@ -456,7 +458,7 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
       double gap = clock.gap(SyncClock::axesOf(inst));
       d += pricer.gapShare() * gap;
       t.gaps += gap;
-      t.collectives += 1;
+      t.collectivePeers += double(pricer.groupSize(inst) - 1);
       t.collectiveSeconds += d;
     }
     if (grouped && (isCollective(k) || k == plan::GRAD_NORM))
@@ -729,7 +731,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
     into.compute += times * t.compute;
     into.recompute += times * t.recompute;
     into.hiddenCommunication += times * t.hidden;
-    into.collectives += times * t.collectives;
+    into.collectivePeers += times * t.collectivePeers;
     into.collectiveSeconds += times * t.collectiveSeconds;
     addKernels(into.kernels, t.kernels, times);
     for (auto &[axes, s] : t.communication)
@@ -805,7 +807,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
         acc.compute += double(micro) * t.compute;
         acc.recompute += double(micro) * t.recompute;
         acc.hiddenCommunication += double(micro) * t.hidden;
-        acc.collectives += double(micro) * t.collectives;
+        acc.collectivePeers += double(micro) * t.collectivePeers;
         acc.collectiveSeconds += double(micro) * t.collectiveSeconds;
         acc.collectiveGaps += double(micro) * t.gaps;
         addKernels(acc.kernels, t.kernels, double(micro));
@@ -871,7 +873,7 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
     seconds *= stretch;
   out.communication = slow.communication;
   out.hiddenCommunication = slow.hiddenCommunication * stretch;
-  out.collectives = slow.collectives;
+  out.collectivePeers = slow.collectivePeers;
   out.collectiveSeconds = slow.collectiveSeconds;
   out.collectiveGaps = slow.collectiveGaps;
   for (auto &[kernel, seconds] : slow.kernels)

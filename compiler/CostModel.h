@@ -62,10 +62,11 @@ struct StepPrediction {
   double bubble = 0;
   /// Time outside the plan's kernels (a calibration's step_overhead_s).
   double overhead = 0;
-  /// The all-reduce, all-gather and reduce-scatter calls of the step and
-  /// their priced seconds, a calibration's collective wait included (the
-  /// slowest stage's rank; hidden ones too).
-  double collectives = 0, collectiveSeconds = 0;
+  /// The all-reduce, all-gather and reduce-scatter calls of the step: the
+  /// peers each waits for (its group's ranks but one), summed (what a
+  /// calibration's collective_wait_s multiplies), and their priced seconds,
+  /// that wait included (the slowest stage's rank; hidden ones too).
+  double collectivePeers = 0, collectiveSeconds = 0;
   /// Of those collectives: the compute each one's group ran since it last
   /// synchronised, summed (what a calibration's collective_gap_share
   /// multiplies). A pipeline stage's forward and backward functions are

@@ -333,10 +333,10 @@ TEST(CalibrationFit, MedianOfRepeatedRuns) {
 }
 
 TEST(CalibrationFit, CollectiveWaitsSeparateCallsFromGaps) {
-  // Two runs made from wait 0.2 ms per collective and a quarter of the gaps:
-  // a tensor-parallel one (40 collectives after 8 ms of gaps: 8 + 2 = 10 ms
-  // beyond its priced 20 ms) and a data-parallel one (2 collectives after
-  // 40 ms: 0.4 + 10 ms beyond 50 ms). The fit finds both.
+  // Two runs made from wait 0.2 ms per collective and peer and a quarter of
+  // the gaps: a tensor-parallel one (40 collectives of one peer after 8 ms
+  // of gaps: 8 + 2 = 10 ms beyond its priced 20 ms) and a data-parallel one
+  // (2 peers after 40 ms: 0.4 + 10 ms beyond 50 ms). The fit finds both.
   CollectiveWaits w = fitCollectiveWaits(
       {{0.030, 0.020, 40, 0.008}, {0.0604, 0.050, 2, 0.040}});
   EXPECT_NEAR(w.wait, 2e-4, 1e-12);
@@ -358,7 +358,7 @@ TEST(CalibrationFit, CollectiveWaitsSeparateCallsFromGaps) {
   EXPECT_EQ(w.wait, 0);
   EXPECT_GT(w.gapShare, 0);
   EXPECT_LT(w.gapShare, 0.25);
-  // Runs with neither collectives nor gaps, or no step, are left out.
+  // Runs with neither peers nor gaps, or no step, are left out.
   w = fitCollectiveWaits({{0.030, 0.020, 0, 0}, {0, 0.01, 4, 0.01}});
   EXPECT_EQ(w.wait, 0);
   EXPECT_EQ(w.gapShare, 0);

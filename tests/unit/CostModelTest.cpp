@@ -119,43 +119,48 @@ TEST(CostModel, MeasuredCallsReplaceTheRate) {
 }
 
 TEST(CostModel, CollectivesWaitForTheirGroup) {
-  // tp 2 with sequence parallelism on free kernels and links, calibrated
-  // with a wait of 1 ms per collective: the step is 1 ms per all-reduce,
-  // all-gather and reduce-scatter the step runs (counted here from the
-  // plan's functions: zero_grads, each micro-batch's micro_step, update).
-  spec::JobSpec job = presetJob("tiny-llama", 16, 2);
-  job.mutable_parallel()->set_tp(2);
-  job.mutable_parallel()->set_sp(true);
-  job.mutable_parallel()->set_global_batch_size(4); // 2 micro-batches
-  plan::Plan plan = compilePlan(job);
-  spec::Cluster cluster = freeCluster(2);
-  cluster.mutable_calibrations(0)->set_collective_wait_s(1e-3);
-  auto count = [&](const std::string &name) {
-    int64_t n = 0;
-    for (const plan::Function &fn : plan.functions())
-      if (fn.name() == name)
-        for (const plan::Instruction &inst : fn.body())
-          if ((inst.kernel() == plan::ALL_REDUCE ||
-               inst.kernel() == plan::ALL_GATHER ||
-               inst.kernel() == plan::REDUCE_SCATTER) &&
-              inst.group_size() > 0)
-            ++n;
-    return n;
-  };
-  const plan::StepFunctions &step = plan.training().step();
-  ASSERT_EQ(plan.training().micro_batches(), 2);
-  int64_t perMicroBatch = count(step.micro_step());
-  // Sequence parallelism's per layer: an all-gather before attention and
-  // before the MLP and a reduce-scatter after each, mirrored backward.
-  EXPECT_GE(perMicroBatch, 8 * 2);
-  double collectives = double(count(step.zero_grads()) + 2 * perMicroBatch +
-                              count(step.update()));
-  llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
-  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
-  EXPECT_EQ(p->collectives, collectives);
-  EXPECT_NEAR(p->collectiveSeconds, collectives * 1e-3, 1e-12);
-  EXPECT_NEAR(p->stepTime, collectives * 1e-3, 1e-12);
-  EXPECT_EQ(p->compute, 0);
+  // tp 2 and tp 4 with sequence parallelism on free kernels and links,
+  // calibrated with a wait of 1 ms per collective and peer: the step is
+  // (tp - 1) ms per all-reduce, all-gather and reduce-scatter the step runs
+  // (counted here from the plan's functions: zero_grads, each micro-batch's
+  // micro_step, update), since ranks that share cores reach a collective
+  // one after another.
+  for (int64_t tp : {2, 4}) {
+    spec::JobSpec job = presetJob("tiny-llama", 16, 2);
+    job.mutable_parallel()->set_tp(tp);
+    job.mutable_parallel()->set_sp(true);
+    job.mutable_parallel()->set_global_batch_size(4); // 2 micro-batches
+    plan::Plan plan = compilePlan(job);
+    spec::Cluster cluster = freeCluster(tp);
+    cluster.mutable_calibrations(0)->set_collective_wait_s(1e-3);
+    auto count = [&](const std::string &name) {
+      int64_t n = 0;
+      for (const plan::Function &fn : plan.functions())
+        if (fn.name() == name)
+          for (const plan::Instruction &inst : fn.body())
+            if ((inst.kernel() == plan::ALL_REDUCE ||
+                 inst.kernel() == plan::ALL_GATHER ||
+                 inst.kernel() == plan::REDUCE_SCATTER) &&
+                inst.group_size() > 0)
+              ++n;
+      return n;
+    };
+    const plan::StepFunctions &step = plan.training().step();
+    ASSERT_EQ(plan.training().micro_batches(), 2);
+    int64_t perMicroBatch = count(step.micro_step());
+    // Sequence parallelism's per layer: an all-gather before attention and
+    // before the MLP and a reduce-scatter after each, mirrored backward.
+    EXPECT_GE(perMicroBatch, 8 * 2);
+    double collectives = double(count(step.zero_grads()) + 2 * perMicroBatch +
+                                count(step.update()));
+    double peers = double(tp - 1) * collectives;
+    llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    EXPECT_EQ(p->collectivePeers, peers) << tp;
+    EXPECT_NEAR(p->collectiveSeconds, peers * 1e-3, 1e-12) << tp;
+    EXPECT_NEAR(p->stepTime, peers * 1e-3, 1e-12) << tp;
+    EXPECT_EQ(p->compute, 0);
+  }
 }
 
 TEST(CostModel, CollectivesWaitForTheComputeSinceTheirGroupMet) {

@@ -776,7 +776,7 @@ int calibrate(int argc, char **argv) {
             "pricing the " + std::string(kCalibrationModels[k].name) +
             " calibration model: " + llvm::toString(priced.takeError()));
       runs.push_back({median(c.stepTimes[k]), priced->stepTime,
-                      priced->collectives, priced->collectiveGaps});
+                      priced->collectivePeers, priced->collectiveGaps});
     }
     calibration::CollectiveWaits waits = calibration::fitCollectiveWaits(runs);
     cluster.mutable_calibrations(int(i))->set_collective_wait_s(waits.wait);
@@ -868,7 +868,7 @@ int calibrate(int argc, char **argv) {
             loaded->calibrations(int(&c - measured.data())).collective_wait_s();
         wait > 0)
       os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us   (per collective "
-                          "in a step)\n",
+                          "in a step and peer in its group)\n",
                           "collective wait", "", wait * 1e6);
     if (double share = loaded->calibrations(int(&c - measured.data()))
                            .collective_gap_share();
