@@ -534,10 +534,16 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
                          ? unsigned(options.threads)
                          : llvm::hardware_concurrency().compute_thread_count();
   workers = std::max(1u, std::min(workers, 16u));
+  // Their dialects are loaded here, on this thread, rather than on first
+  // use by the workers.
   std::vector<std::unique_ptr<mlir::MLIRContext>> workerContexts;
-  for (unsigned w = 1; w < workers; ++w)
+  if (workers > 1)
+    context.loadAllAvailableDialects();
+  for (unsigned w = 1; w < workers; ++w) {
     workerContexts.push_back(std::make_unique<mlir::MLIRContext>(
         context.getDialectRegistry(), mlir::MLIRContext::Threading::DISABLED));
+    workerContexts.back()->loadAllAvailableDialects();
+  }
   auto contextOf = [&](unsigned w) -> mlir::MLIRContext & {
     return w == 0 ? context : *workerContexts[w - 1];
   };
