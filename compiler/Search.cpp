@@ -666,31 +666,37 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   // How many of the best are compiled whole (and refined, below).
   int64_t confirm = std::max<int64_t>(options.confirm, 1);
   // A refinement of the best: the first `confirm` that fit and that `takes`
-  // accepts are handed to `refine`, whose new candidates (of the same
+  // accepts (or, `amongBest`, those it accepts among the first `confirm`
+  // that fit) are handed to `refine`, whose new candidates (of the same
   // structure and rung) join the others.
-  auto refineBest = [&](auto takes, auto refine) {
+  auto refineBest = [&](bool amongBest, auto takes, auto refine) {
     rank();
     std::vector<Candidate> refined;
     int64_t tried = 0;
     for (const Candidate &c : all) {
       if (!c.feasible || tried == confirm)
         break;
-      if (!takes(c))
+      bool taken = takes(c);
+      if (taken || amongBest)
+        ++tried;
+      if (!taken)
         continue;
-      ++tried;
       if (std::optional<Candidate> r = refine(c))
         refined.push_back(std::move(*r));
     }
     for (Candidate &r : refined)
       all.push_back(std::move(r));
   };
-  // Uneven stages: the best whose structure is a pipeline of single chunks
-  // that had to climb its memory ladder are tried again on the rungs below,
-  // cheapest first, with stages whose layers balance their memory instead of
-  // their FLOPs (the first stages keep the most micro-batches in flight).
-  // Each compiles whole; the first that fits is a new candidate.
+  // Uneven stages: those of the best whose structure is a pipeline of
+  // single chunks that had to climb its memory ladder are tried again on
+  // the rungs below, cheapest first, with stages whose layers balance their
+  // memory instead of their FLOPs (the first stages keep the most
+  // micro-batches in flight). Each compiles whole (up to one compile per
+  // rung below, which is why only the best are tried); the first that fits
+  // is a new candidate.
   if (options.unevenStages)
     refineBest(
+        /*amongBest=*/true,
         [](const Candidate &c) {
           const spec::ParallelSpec &p = c.parallel;
           return p.pp() > 1 && p.vpp() <= 1 && c.rung > 0 &&
@@ -734,6 +740,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
   // of the same structure and rung; it wins where it recomputes less.
   if (options.recomputeAuto)
     refineBest(
+        /*amongBest=*/false,
         [](const Candidate &c) {
           return c.parallel.recompute() == "selective" ||
                  c.parallel.recompute() == "full";

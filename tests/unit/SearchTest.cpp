@@ -267,8 +267,9 @@ TEST(Search, UnevenStagesBalanceMemory) {
   // in flight, the last 1. On devices one byte smaller than that layout's
   // FLOP-balanced arena, its structure must climb its memory ladder; the
   // search then tries the rungs below with stages whose layers balance
-  // their memory, and such a candidate fits where the same rung with
-  // FLOP-balanced stages did not.
+  // their memory (for the pipelines among the best 64 that fit, here), and
+  // such a candidate fits where the same rung with FLOP-balanced stages did
+  // not.
   spec::ParallelSpec pipeline;
   pipeline.set_pp(4);
   pipeline.set_dp(1);
@@ -279,7 +280,7 @@ TEST(Search, UnevenStagesBalanceMemory) {
   spec::Cluster c = cluster(int64_t(80) << 30);
   int64_t balanced = compileAlone(pipeline, c).first;
   c.set_memory_bytes(balanced - 1);
-  std::vector<Candidate> candidates = search(c, true, 16);
+  std::vector<Candidate> candidates = search(c, true, 64);
   int64_t uneven = 0;
   for (const Candidate &u : candidates) {
     if (!u.parallel.stage_layers_size())
