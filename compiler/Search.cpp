@@ -8,6 +8,7 @@
 #include "frontends/ModelBuilder.h"
 #include "frontends/ParallelConfig.h"
 #include "frontends/TrainConfig.h"
+#include "passes/model/Partition.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -16,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -158,7 +158,7 @@ double roughActivationBytes(const spec::ParallelSpec &p,
 /// layer, the first also the embedding and the last the output layer and
 /// the logits. Each stage's bytes are roughly affine in its layers; the
 /// split of the layers into consecutive runs that minimises the largest
-/// stage's bytes is found by dynamic programming over (stages, layers).
+/// stage's bytes is found as the FLOP-balanced one is (Partition.h).
 /// The compile that follows gives the exact arenas.
 std::vector<int64_t> memoryBalancedStages(const spec::ParallelSpec &p,
                                           const ModelConfig &model,
@@ -184,26 +184,11 @@ std::vector<int64_t> memoryBalancedStages(const spec::ParallelSpec &p,
            double(layers) * (layerParameters * perParameter +
                              inFlight * activation);
   };
-  const double kInf = std::numeric_limits<double>::infinity();
-  // best[s][i]: the least largest stage of layers [0, i) in stages [0, s).
-  std::vector<std::vector<double>> best(pp + 1, std::vector<double>(n + 1, kInf));
-  std::vector<std::vector<int64_t>> cut(pp + 1, std::vector<int64_t>(n + 1, 0));
-  best[0][0] = 0;
-  for (int64_t s = 1; s <= pp; ++s)
-    for (int64_t i = s; i <= n - (pp - s); ++i)
-      for (int64_t j = s - 1; j < i; ++j) {
-        double worst = std::max(best[s - 1][j], bytes(s - 1, i - j));
-        if (worst < best[s][i]) {
-          best[s][i] = worst;
-          cut[s][i] = j;
-        }
-      }
-  std::vector<int64_t> layers(pp);
-  for (int64_t s = pp, i = n; s >= 1; --s) {
-    layers[s - 1] = i - cut[s][i];
-    i = cut[s][i];
-  }
-  return layers;
+  llvm::SmallVector<int64_t> layers = model::balanceStages(
+      n, pp, [&](int64_t s, int64_t begin, int64_t end) {
+        return bytes(s, end - begin);
+      });
+  return {layers.begin(), layers.end()};
 }
 
 } // namespace

@@ -4,12 +4,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "passes/model/Partition.h"
 #include "passes/model/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
-#include <limits>
 #include <map>
 
 namespace braid::model {
@@ -41,39 +41,18 @@ double flopsOf(Operation *op) {
 }
 
 /// The split of `costs` (one per layer) into `stages` runs of consecutive
-/// layers, each at least one, that minimises the largest run's cost, the
-/// first run also paying `first` and the last `last`: the classic linear
-/// partition, by dynamic programming over (stages, layers).
+/// layers that minimises the largest run's cost, the first run also paying
+/// `first` and the last `last`.
 SmallVector<int64_t> balance(ArrayRef<double> costs, int64_t stages,
                              double first, double last) {
   int64_t n = costs.size();
   SmallVector<double> prefix(n + 1, 0);
   for (int64_t i = 0; i < n; ++i)
     prefix[i + 1] = prefix[i] + costs[i];
-  const double kInf = std::numeric_limits<double>::infinity();
-  // best[s][i]: the least largest cost of layers [0, i) in s stages.
-  std::vector<std::vector<double>> best(stages + 1,
-                                        std::vector<double>(n + 1, kInf));
-  std::vector<std::vector<int64_t>> cut(stages + 1,
-                                        std::vector<int64_t>(n + 1, 0));
-  best[0][0] = 0;
-  for (int64_t s = 1; s <= stages; ++s)
-    for (int64_t i = s; i <= n - (stages - s); ++i)
-      for (int64_t j = s - 1; j < i; ++j) {
-        double run = prefix[i] - prefix[j] + (s == 1 ? first : 0) +
-                     (s == stages ? last : 0);
-        double worst = std::max(best[s - 1][j], run);
-        if (worst < best[s][i]) {
-          best[s][i] = worst;
-          cut[s][i] = j;
-        }
-      }
-  SmallVector<int64_t> layers(stages);
-  for (int64_t s = stages, i = n; s >= 1; --s) {
-    layers[s - 1] = i - cut[s][i];
-    i = cut[s][i];
-  }
-  return layers;
+  return balanceStages(n, stages, [&](int64_t s, int64_t begin, int64_t end) {
+    return prefix[end] - prefix[begin] + (s == 0 ? first : 0) +
+           (s == stages - 1 ? last : 0);
+  });
 }
 
 void ModelPipelinePartitionPass::runOnOperation() {
