@@ -94,7 +94,7 @@ template <typename T, int C>
 __global__ void __launch_bounds__(kWarps * 32)
     attentionForwardKernel(const T *q, const T *k, const T *v, Params p, T *out,
                            float *lse) {
-  extern __shared__ float smem[];
+  BRAID_DYNAMIC_SHARED(float, smem);
   const int hd = int(p.headDim), pitch = hd + 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float *ks = smem;                         // [kTile][pitch]
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     attentionGradQueryKernel(const T *q, const T *k, const T *v, const T *out,
                              const float *lse, const T *dout, Params p, T *dq,
                              float *rowDots) {
-  extern __shared__ float smem[];
+  BRAID_DYNAMIC_SHARED(float, smem);
   const int hd = int(p.headDim), pitch = hd + 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float *ks = smem;               // [kTile][pitch]
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     attentionGradKeyValueKernel(const T *q, const T *k, const T *v,
                                 const float *lse, const T *dout,
                                 const float *rowDots, Params p, T *dk, T *dv) {
-  extern __shared__ float smem[];
+  BRAID_DYNAMIC_SHARED(float, smem);
   const int hd = int(p.headDim), pitch = hd + 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float *qs = smem;               // [kTile][pitch]
@@ -385,7 +385,7 @@ cudaError_t launch(Kernel kernel, dim3 grid, size_t bytes, cudaStream_t stream,
             kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
         e != cudaSuccess)
       return e;
-  kernel<<<grid, kWarps * 32, bytes, stream>>>(args...);
+  BRAID_LAUNCH(grid, kWarps * 32, bytes, stream, kernel)(args...);
   return cudaGetLastError();
 }
 

@@ -28,6 +28,7 @@
 #include "runtime/cuda/Attention.h"
 
 #include "runtime/cuda/DeviceMath.cuh"
+#include "runtime/cuda/Mma.cuh"
 
 #include <cmath>
 #include <cstdint>
@@ -65,40 +66,6 @@ struct TcParams {
   }
 };
 
-__device__ __forceinline__ uint32_t sharedAddress(const void *p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
-               "[%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4],
-                                                uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, "
-               "%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/// c += a b for one 16 x 8 tile (a 16 x 16, b 16 x 8; bf16 in, float out).
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
-
 /// Copies rows [row0, row0 + kTcKeys) of a [seq, stride] bf16 matrix (D
 /// columns from `src`) into `dst` (pitch P), 16 bytes at a time; rows past
 /// `seq` become zeros.
@@ -125,7 +92,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   constexpr int P = pitchOf<D>();
   constexpr int kSteps = D / 16;   // k-steps of Q Kᵀ
   constexpr int kDimTiles = D / 8; // n-tiles of P V
-  extern __shared__ __align__(16) unsigned char shared[];
+  BRAID_DYNAMIC_SHARED(unsigned char, shared);
   __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(shared);
   __nv_bfloat16 *ks = qs + kTcKeys * P;
   __nv_bfloat16 *vs = ks + kTcKeys * P;
@@ -148,8 +115,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   uint32_t qa[kSteps][4];
 #pragma unroll
   for (int s = 0; s < kSteps; ++s)
-    ldmatrixX4(qa[s], sharedAddress(qs + (warp * 16 + (lane & 15)) * P +
-                                    s * 16 + (lane >> 4) * 8));
+    ldmatrixX4(qa[s], qs + (warp * 16 + (lane & 15)) * P + s * 16 +
+                          (lane >> 4) * 8);
 
   float o[kDimTiles][4];
 #pragma unroll
@@ -180,7 +147,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         uint32_t kf[4];
         const int key = n * 8 + (lane & 7) + ((lane >> 4) << 3);
         const int dim = kk * 16 + ((lane >> 3) & 1) * 8;
-        ldmatrixX4(kf, sharedAddress(ks + key * P + dim));
+        ldmatrixX4(kf, ks + key * P + dim);
         mma16816(s[n], qa[kk], kf[0], kf[1]);
         mma16816(s[n + 1], qa[kk], kf[2], kf[3]);
       }
@@ -249,7 +216,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         uint32_t vf[4];
         const int key = ks16 * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         const int dim = t * 8 + (lane >> 4) * 8;
-        ldmatrixX4Trans(vf, sharedAddress(vs + key * P + dim));
+        ldmatrixX4Trans(vf, vs + key * P + dim);
         mma16816(o[t], pa, vf[0], vf[1]);
         mma16816(o[t + 1], pa, vf[2], vf[3]);
       }
@@ -294,8 +261,7 @@ cudaError_t launchTc(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
       s.allKvHeads(), s.kvHeadOffset};
   dim3 grid(unsigned((s.seq + kTcRows - 1) / kTcRows), unsigned(s.heads),
             unsigned(s.batch));
-  attentionForwardTcKernel<D>
-      <<<grid, kTcWarps * 32, bytes, stream>>>(q, k, v, p, out, lse);
+  BRAID_LAUNCH(grid, kTcWarps * 32, bytes, stream, attentionForwardTcKernel<D>)(q, k, v, p, out, lse);
   return cudaGetLastError();
 }
 

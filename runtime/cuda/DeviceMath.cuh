@@ -11,6 +11,8 @@
 #ifndef BRAID_RUNTIME_CUDA_DEVICEMATH_CUH
 #define BRAID_RUNTIME_CUDA_DEVICEMATH_CUH
 
+#include "runtime/cuda/Device.cuh"
+
 #include <cuda_bf16.h>
 
 #include <cstdint>

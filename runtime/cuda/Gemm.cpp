@@ -180,13 +180,15 @@ absl::Status Gemm::LinearForward(const T *x, const T *w, const T *bias,
                                  const cpu::LinearShape &s, T *y,
                                  cudaStream_t stream) {
   bool epilogue = bias && s.biasScale == 1.0;
-  if (absl::Status st =
-          run(forwardProblem<T>(s, epilogue), w, x, y, 0.0f, bias, stream);
-      !st.ok())
-    return st;
-  if (bias && !epilogue)
-    BRAID_CUDA_CHECK(addBias(bias, s.biasScale, s.rows, s.out, y, stream));
-  return absl::OkStatus();
+  // A scaled bias is written first and the product added onto it, so that y
+  // is rounded to T once.
+  float beta = 0.0f;
+  if (bias && !epilogue) {
+    BRAID_CUDA_CHECK(fillBias(bias, s.biasScale, s.rows, s.out, y, stream));
+    beta = 1.0f;
+  }
+  return run(forwardProblem<T>(s, epilogue), w, x, y, beta,
+             epilogue ? bias : nullptr, stream);
 }
 
 template <typename T>

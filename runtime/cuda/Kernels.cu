@@ -138,7 +138,8 @@ cudaError_t launchColumnSums(Term term, int64_t rows, int64_t cols, float *sums,
     return cudaSuccess;
   dim3 blocks(unsigned((cols + kThreads - 1) / kThreads),
               unsigned((rows + kRowsPerColumnBlock - 1) / kRowsPerColumnBlock));
-  columnSumsKernel<<<blocks, kThreads, 0, stream>>>(term, rows, cols, sums);
+  BRAID_LAUNCH(blocks, kThreads, 0, stream, columnSumsKernel<Term>)(
+      term, rows, cols, sums);
   return cudaGetLastError();
 }
 
@@ -239,10 +240,10 @@ swigluRowsBackwardKernel(const T *gate, const T *up, const T *dy, int64_t rows,
 //===-- Bias --------------------------------------------------------------===//
 
 template <typename T>
-__global__ void addBiasKernel(const T *bias, float scale, int64_t rows,
-                              int64_t cols, T *y) {
+__global__ void fillBiasKernel(const T *bias, float scale, int64_t rows,
+                               int64_t cols, T *y) {
   BRAID_GRID_STRIDE(i, rows * cols) {
-    y[i] = fromFloat<T>(toFloat(y[i]) + toFloat(bias[i % cols]) * scale);
+    y[i] = fromFloat<T>(toFloat(bias[i % cols]) * scale);
   }
 }
 
@@ -363,7 +364,7 @@ cudaError_t embeddingForward(const T *table, const int32_t *ids, int64_t rows,
                              int64_t hidden, T *out, cudaStream_t stream) {
   if (rows * hidden == 0)
     return cudaSuccess;
-  embeddingForwardKernel<<<gridFor(rows * hidden), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(rows * hidden), kThreads, 0, stream, embeddingForwardKernel<T>)(
       table, ids, rows, hidden, out);
   return cudaGetLastError();
 }
@@ -374,7 +375,7 @@ cudaError_t embeddingBackward(const T *dout, const int32_t *ids, int64_t rows,
                               cudaStream_t stream) {
   if (rows * hidden == 0)
     return cudaSuccess;
-  embeddingBackwardKernel<<<gridFor(rows * hidden), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(rows * hidden), kThreads, 0, stream, embeddingBackwardKernel<T>)(
       dout, ids, rows, hidden, dtable);
   return cudaGetLastError();
 }
@@ -384,7 +385,7 @@ cudaError_t rmsNormForward(const T *x, const T *w, int64_t rows, int64_t d,
                            double eps, T *y, float *rstd, cudaStream_t stream) {
   if (rows == 0 || d == 0)
     return cudaSuccess;
-  rmsNormForwardKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, rmsNormForwardKernel<T>)(
       x, w, d, float(eps), y, rstd);
   return cudaGetLastError();
 }
@@ -400,7 +401,7 @@ cudaError_t rmsNormBackward(const T *x, const T *w, const float *rstd,
                                        rows, d, dw, stream);
       e != cudaSuccess)
     return e;
-  rmsNormInputGradKernel<<<unsigned(rows), kThreads, 0, stream>>>(x, w, rstd,
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, rmsNormInputGradKernel<T>)(x, w, rstd,
                                                                   dy, d, dx);
   return cudaGetLastError();
 }
@@ -415,7 +416,7 @@ cudaError_t rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
   int64_t n = batch * seq * heads * (headDim / 2);
   if (n == 0)
     return cudaSuccess;
-  ropeKernel<<<gridFor(n), kThreads, 0, stream>>>(x, batch * seq, seq, heads,
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, ropeKernel<T>)(x, batch * seq, seq, heads,
                                                   headDim, theta, sign, y);
   return cudaGetLastError();
 }
@@ -441,7 +442,7 @@ cudaError_t swigluForward(const T *gate, const T *up, int64_t n, T *y,
                           cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  swigluRowsForwardKernel<<<gridFor(n), kThreads, 0, stream>>>(gate, up, 1, n,
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, swigluRowsForwardKernel<T>)(gate, up, 1, n,
                                                                n, y);
   return cudaGetLastError();
 }
@@ -451,17 +452,17 @@ cudaError_t swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
                            T *dgate, T *dup, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  swigluRowsBackwardKernel<<<gridFor(n), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, swigluRowsBackwardKernel<T>)(
       gate, up, dy, 1, n, n, dgate, dup);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t addBias(const T *bias, double scale, int64_t rows, int64_t cols,
-                    T *y, cudaStream_t stream) {
+cudaError_t fillBias(const T *bias, double scale, int64_t rows, int64_t cols,
+                     T *y, cudaStream_t stream) {
   if (rows * cols == 0)
     return cudaSuccess;
-  addBiasKernel<<<gridFor(rows * cols), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(rows * cols), kThreads, 0, stream, fillBiasKernel<T>)(
       bias, float(scale), rows, cols, y);
   return cudaGetLastError();
 }
@@ -479,12 +480,12 @@ cudaError_t crossEntropyForward(const T *logits, const int32_t *targets,
                                 float *loss, int64_t *counted,
                                 cudaStream_t stream) {
   if (rows > 0 && vocab > 0) {
-    crossEntropyRowKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+    BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, crossEntropyRowKernel<T>)(
         logits, targets, vocab, ignoreIndex, lse, terms);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return e;
   }
-  crossEntropyMeanKernel<<<1, 1024, 0, stream>>>(targets, terms, rows,
+  BRAID_LAUNCH(1, 1024, 0, stream, crossEntropyMeanKernel)(targets, terms, rows,
                                                  ignoreIndex, loss, counted);
   return cudaGetLastError();
 }
@@ -497,7 +498,7 @@ cudaError_t crossEntropyBackward(const T *logits, const int32_t *targets,
                                  T *dlogits, cudaStream_t stream) {
   if (rows == 0 || vocab == 0)
     return cudaSuccess;
-  crossEntropyBackwardKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, crossEntropyBackwardKernel<T>)(
       logits, targets, lse, dloss, vocab, ignoreIndex, counted, dlogits);
   return cudaGetLastError();
 }
@@ -506,7 +507,7 @@ cudaError_t gradSumOfSquares(const float *grad, int64_t n, double *sumSquares,
                              cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  sumOfSquaresKernel<<<std::min(gridFor(n), 1024u), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(std::min(gridFor(n), 1024u), kThreads, 0, stream, sumOfSquaresKernel)(
       grad, n, sumSquares);
   return cudaGetLastError();
 }
@@ -522,7 +523,7 @@ cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
     return cudaErrorInvalidValue;
   double correction1 = 1 - std::pow(beta1, double(step));
   double sqrtCorrection2 = std::sqrt(1 - std::pow(beta2, double(step)));
-  adamwKernel<T><<<gridFor(n), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, adamwKernel<T>)(
       param, grad, m, v, n, lr, beta1, beta2, eps, weightDecay, correction1,
       sqrtCorrection2, gradScale, copy);
   return cudaGetLastError();
@@ -635,11 +636,13 @@ __global__ void geluForwardKernel(const T *x, int64_t n, bool tanhApprox,
                                   T *y) {
   BRAID_GRID_STRIDE(i, n) {
     float v = toFloat(x[i]);
+    // 1 + tanh(u) = 2 sigmoid(2u) and 1 + erf(z) = erfc(-z): neither
+    // cancels where the sum is near 0 (v far below 0).
     y[i] = fromFloat<T>(
         tanhApprox
-            ? 0.5f * v *
-                  (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)))
-            : 0.5f * v * (1.0f + erff(v * kInvSqrt2)));
+            ? v / (1.0f + expf(-2.0f * kSqrt2OverPi *
+                               (v + 0.044715f * v * v * v)))
+            : 0.5f * v * erfcf(-v * kInvSqrt2));
   }
 }
 
@@ -649,11 +652,15 @@ __global__ void geluBackwardKernel(const T *x, const T *dy, int64_t n,
   BRAID_GRID_STRIDE(i, n) {
     float v = toFloat(x[i]), grad;
     if (tanhApprox) {
-      float t = tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v));
+      // With s = sigmoid(2u) = (1 + tanh u) / 2: 0.5 (1 + t) = s and
+      // 1 - t² = 4 s (1 - s), each factor computed without cancelling.
+      float u = kSqrt2OverPi * (v + 0.044715f * v * v * v);
       float du = kSqrt2OverPi * (1.0f + 3 * 0.044715f * v * v);
-      grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+      float s = 1.0f / (1.0f + expf(-2.0f * u));
+      float sc = 1.0f / (1.0f + expf(2.0f * u));
+      grad = s + 2.0f * v * s * sc * du;
     } else {
-      grad = 0.5f * (1.0f + erff(v * kInvSqrt2)) +
+      grad = 0.5f * erfcf(-v * kInvSqrt2) +
              v * kInvSqrt2Pi * expf(-0.5f * v * v);
     }
     dx[i] = fromFloat<T>(toFloat(dy[i]) * grad);
@@ -740,7 +747,7 @@ cudaError_t positionEmbeddingForward(const T *table, int64_t batch, int64_t seq,
   const int64_t n = batch * seq * hidden;
   if (n == 0)
     return cudaSuccess;
-  positionEmbeddingForwardKernel<<<gridFor(n), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, positionEmbeddingForwardKernel<T>)(
       table, seq, hidden, n, out);
   return cudaGetLastError();
 }
@@ -752,7 +759,7 @@ cudaError_t positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
   const int64_t perSample = seq * hidden;
   if (perSample == 0 || batch == 0)
     return cudaSuccess;
-  positionEmbeddingBackwardKernel<<<gridFor(perSample), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(perSample), kThreads, 0, stream, positionEmbeddingBackwardKernel<T>)(
       dout, batch, perSample, dtable);
   return cudaGetLastError();
 }
@@ -763,7 +770,7 @@ cudaError_t layerNormForward(const T *x, const T *w, const T *b, int64_t rows,
                              float *rstd, cudaStream_t stream) {
   if (rows == 0 || d == 0)
     return cudaSuccess;
-  layerNormForwardKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, layerNormForwardKernel<T>)(
       x, w, b, d, float(eps), y, mean, rstd);
   return cudaGetLastError();
 }
@@ -784,7 +791,7 @@ cudaError_t layerNormBackward(const T *x, const T *w, const float *mean,
           launchColumnSums(ElementTerm<T>{dy, d}, rows, d, db, stream);
       e != cudaSuccess)
     return e;
-  layerNormInputGradKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, layerNormInputGradKernel<T>)(
       x, w, mean, rstd, dy, d, dx);
   return cudaGetLastError();
 }
@@ -794,7 +801,7 @@ cudaError_t swigluPackedForward(const T *x, int64_t rows, int64_t f, T *y,
                                 cudaStream_t stream) {
   if (rows * f == 0)
     return cudaSuccess;
-  swigluRowsForwardKernel<<<gridFor(rows * f), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(rows * f), kThreads, 0, stream, swigluRowsForwardKernel<T>)(
       x, x + f, rows, f, 2 * f, y);
   return cudaGetLastError();
 }
@@ -804,7 +811,7 @@ cudaError_t swigluPackedBackward(const T *x, const T *dy, int64_t rows,
                                  int64_t f, T *dx, cudaStream_t stream) {
   if (rows * f == 0)
     return cudaSuccess;
-  swigluRowsBackwardKernel<<<gridFor(rows * f), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(rows * f), kThreads, 0, stream, swigluRowsBackwardKernel<T>)(
       x, x + f, dy, rows, f, 2 * f, dx, dx + f);
   return cudaGetLastError();
 }
@@ -814,7 +821,7 @@ cudaError_t geluForward(const T *x, int64_t n, bool tanhApprox, T *y,
                         cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  geluForwardKernel<<<gridFor(n), kThreads, 0, stream>>>(x, n, tanhApprox, y);
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, geluForwardKernel<T>)(x, n, tanhApprox, y);
   return cudaGetLastError();
 }
 
@@ -823,7 +830,7 @@ cudaError_t geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox,
                          T *dx, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  geluBackwardKernel<<<gridFor(n), kThreads, 0, stream>>>(x, dy, n, tanhApprox,
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, geluBackwardKernel<T>)(x, dy, n, tanhApprox,
                                                           dx);
   return cudaGetLastError();
 }
@@ -832,7 +839,7 @@ template <typename T>
 cudaError_t add(const T *a, const T *b, int64_t n, T *y, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  addKernel<<<gridFor(n), kThreads, 0, stream>>>(a, b, n, y);
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, addKernel<T>)(a, b, n, y);
   return cudaGetLastError();
 }
 
@@ -844,7 +851,7 @@ cudaError_t dropoutForward(const T *x, const cpu::GlobalIndexing &at,
     return cudaErrorInvalidValue;
   if (at.rows * at.cols == 0)
     return cudaSuccess;
-  dropoutKernel<<<gridFor(at.rows * at.cols), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(at.rows * at.cols), kThreads, 0, stream, dropoutKernel<T>)(
       x, at, rate, key, y);
   return cudaGetLastError();
 }
@@ -865,7 +872,7 @@ cudaError_t qkvSplitForward(const T *qkv, const cpu::QkvShape &s, T *q, T *k,
     return cudaSuccess;
   if (s.perHead && s.heads != s.kvHeads)
     return cudaErrorInvalidValue;
-  qkvKernel<T, true><<<gridFor(n), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, qkvKernel<T, true>)(
       s, qkv, nullptr, nullptr, nullptr, nullptr, q, k, v);
   return cudaGetLastError();
 }
@@ -879,7 +886,7 @@ cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
     return cudaSuccess;
   if (s.perHead && s.heads != s.kvHeads)
     return cudaErrorInvalidValue;
-  qkvKernel<T, false><<<gridFor(n), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, qkvKernel<T, false>)(
       s, nullptr, dqkv, dq, dk, dv, nullptr, nullptr, nullptr);
   return cudaGetLastError();
 }
@@ -921,7 +928,7 @@ cudaError_t rmsNormStatistics(const T *x, int64_t rows, int64_t d, double eps,
                               float *rstd, cudaStream_t stream) {
   if (rows == 0 || d == 0)
     return cudaSuccess;
-  normStatisticsKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, normStatisticsKernel<T>)(
       x, d, float(eps), nullptr, rstd);
   return cudaGetLastError();
 }
@@ -931,7 +938,7 @@ cudaError_t layerNormStatistics(const T *x, int64_t rows, int64_t d, double eps,
                                 float *mean, float *rstd, cudaStream_t stream) {
   if (rows == 0 || d == 0)
     return cudaSuccess;
-  normStatisticsKernel<<<unsigned(rows), kThreads, 0, stream>>>(
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, normStatisticsKernel<T>)(
       x, d, float(eps), mean, rstd);
   return cudaGetLastError();
 }
@@ -952,14 +959,14 @@ __global__ void countTargetsKernel(const int32_t *targets, int64_t rows,
 cudaError_t countTargets(const int32_t *targets, int64_t rows,
                          int64_t ignoreIndex, int64_t *counted,
                          cudaStream_t stream) {
-  countTargetsKernel<<<1, kThreads, 0, stream>>>(targets, rows, ignoreIndex,
+  BRAID_LAUNCH(1, kThreads, 0, stream, countTargetsKernel)(targets, rows, ignoreIndex,
                                                  counted);
   return cudaGetLastError();
 }
 
 cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
                      float *scale, cudaStream_t stream) {
-  gradClipKernel<<<1, 1, 0, stream>>>(sumSquares, maxNorm, norm, scale);
+  BRAID_LAUNCH(1, 1, 0, stream, gradClipKernel)(sumSquares, maxNorm, norm, scale);
   return cudaGetLastError();
 }
 
@@ -984,7 +991,7 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
                                         cudaStream_t);                         \
   template cudaError_t swigluBackward<T>(const T *, const T *, const T *,      \
                                          int64_t, T *, T *, cudaStream_t);     \
-  template cudaError_t addBias<T>(const T *, double, int64_t, int64_t, T *,    \
+  template cudaError_t fillBias<T>(const T *, double, int64_t, int64_t, T *,   \
                                   cudaStream_t);                               \
   template cudaError_t addColumnSums<T>(const T *, int64_t, int64_t, float *,  \
                                         cudaStream_t);                         \

@@ -170,10 +170,11 @@ cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
 
 //===-- Bias --------------------------------------------------------------===//
 
-/// y[r, c] += bias[c] * scale for r < rows, c < cols (a linear's bias when
-/// it is scaled, which cuBLASLt's bias epilogue cannot do).
+/// y[r, c] = bias[c] * scale for r < rows, c < cols: a linear's bias when it
+/// is scaled (which cuBLASLt's bias epilogue cannot do), written before the
+/// product adds onto it (beta 1), so that y is rounded to T once.
 template <typename T>
-cudaError_t addBias(const T *bias, double scale, int64_t rows, int64_t cols,
+cudaError_t fillBias(const T *bias, double scale, int64_t rows, int64_t cols,
                     T *y, cudaStream_t stream);
 /// sums[c] += Σ_r x[r, c] (a bias's gradient).
 template <typename T>

@@ -15,12 +15,15 @@ then runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and
 checks that the kernels' share of the step is reported.
 
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT [--inputs DIR]
+                [--braid-run NAME]
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT --prepare DIR
 
 Without a GPU (braid-run says there is no CUDA device, or the build has no
 CUDA backend) it exits 77, which ctest counts as skipped. --prepare compiles
 the plans and the dataset into DIR and exits, for a machine that has a GPU
-but no braidc; --inputs runs from such a DIR.
+but no braidc; --inputs runs from such a DIR. --braid-run names the binary
+that runs the plans (braid-run-emulated: the CUDA backend under the CUDA
+emulation, on the CPU, where the same tolerances hold).
 """
 
 import json
@@ -73,7 +76,7 @@ def train(setup, inputs, name, device, extra=()):
     """Runs plan `name` on `device`; returns (losses, stdout), or None when
     there is no GPU to run it on."""
     metrics = setup.w(f"{name}-{device}.jsonl")
-    cmd = [setup.b("braid-run"), os.path.join(inputs, name + ".plan"),
+    cmd = [setup.b(setup.args.braid_run), os.path.join(inputs, name + ".plan"),
            "--data", os.path.join(inputs, "data"), "--device", device,
            "--metrics-out", metrics, "--log-every", "5", *extra]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -90,7 +93,9 @@ def train(setup, inputs, name, device, extra=()):
 
 def main():
     setup = Setup(lambda ap: (ap.add_argument("--inputs"),
-                              ap.add_argument("--prepare")))
+                              ap.add_argument("--prepare"),
+                              ap.add_argument("--braid-run",
+                                              default="braid-run")))
     args = setup.args
     if args.prepare:
         prepare(setup, args.prepare)

@@ -1,0 +1,677 @@
+//===- Emu.cpp - The CUDA emulation's threads, warps and runtime ----------===//
+//
+// Emu.h describes what is emulated. A block's threads are fibers on the
+// launching thread (a stack each; switched by a few instructions on x86-64,
+// by ucontext elsewhere, whose switches also save the signal mask, a system
+// call each); the scheduler runs every ready fiber until it
+// waits (at __syncthreads, or at a warp-collective operation), then releases
+// the warps whose lanes have all arrived, else the block's barrier once
+// every thread still running waits there, and reports anything else as a
+// divergent barrier.
+//
+// Warp-collective operations pass values through per-warp slots in two
+// banks, alternating with each operation: a lane that has read the slots of
+// operation n and gone on to write those of n + 1 cannot overwrite what a
+// slower lane is still to read, because operation n + 1 releases no lane
+// before every lane has arrived at it, and a lane reads right after its
+// release.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/emu/Emu.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <sys/mman.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace braid::cuda::emu {
+
+thread_local uint3 threadIdx_;
+thread_local uint3 blockIdx_;
+thread_local dim3 blockDim_;
+thread_local dim3 gridDim_;
+
+namespace {
+
+constexpr size_t kStackBytes = size_t(256) << 10;
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr size_t kDefaultSharedBytes = size_t(48) << 10;
+constexpr size_t kMaxSharedBytes = size_t(227) << 10; // sm_90's opt-in limit
+
+enum class State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+
+#if defined(__x86_64__)
+/// A suspended fiber: its stack pointer, below its saved registers.
+struct Context {
+  void *sp = nullptr;
+};
+#else
+using Context = ucontext_t;
+#endif
+
+struct Fiber {
+  Context context;
+  State state = State::kReady;
+  uint3 index;
+  unsigned mask = 0;   // of the warp-collective operation it waits at
+  uint64_t collectives = 0;
+};
+
+struct Block {
+  std::vector<Fiber> fibers;
+  Context scheduler;
+  int current = -1;
+  const std::function<void()> *body = nullptr;
+  std::vector<unsigned char> slots; // warp x bank x lane x kSlotBytes
+  std::vector<unsigned char> shared;
+};
+
+thread_local Block *block_ = nullptr;
+
+int laneCount(const Block &b, int warp) {
+  return std::min<int>(32, int(b.fibers.size()) - 32 * warp);
+}
+
+unsigned char *slotsOf(Block &b, int warp, int bank) {
+  return b.slots.data() + (size_t(warp) * 2 + size_t(bank)) * 32 * kSlotBytes;
+}
+
+Fiber &current() {
+  if (!block_)
+    fail("a device function was called outside a kernel launch");
+  return block_->fibers[size_t(block_->current)];
+}
+
+#if defined(__x86_64__)
+// Saves the callee-saved registers (and the SSE and x87 control words) on
+// this stack, stores its pointer in *save, and resumes the context whose
+// stack pointer is `load` (System V ABI).
+extern "C" void braidEmuSwitch(void **save, void *load);
+asm(R"(
+  .text
+  .p2align 4
+  .type braidEmuSwitch, @function
+braidEmuSwitch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size braidEmuSwitch, .-braidEmuSwitch
+)");
+
+void switchTo(Context &save, Context &load) {
+  braidEmuSwitch(&save.sp, load.sp);
+}
+#else
+void switchTo(Context &save, Context &load) { swapcontext(&save, &load); }
+#endif
+
+void wait(State state) {
+  Fiber &f = current();
+  f.state = state;
+  switchTo(f.context, block_->scheduler);
+}
+
+[[noreturn]] void fiberMain() {
+  (*block_->body)();
+  Fiber &f = block_->fibers[size_t(block_->current)];
+  f.state = State::kDone;
+  switchTo(f.context, block_->scheduler);
+  fail("a finished thread was resumed");
+}
+
+/// Makes `f` start in fiberMain on the stack [stack, stack + bytes).
+void startFiber(Fiber &f, char *stack, size_t bytes, Context &scheduler) {
+#if defined(__x86_64__)
+  // The frame braidEmuSwitch pops: the control words, six registers, and
+  // fiberMain as the return address, placed so that fiberMain starts with
+  // the stack aligned as after a call (rsp + 8 a multiple of 16).
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15);
+  uint64_t *ret = reinterpret_cast<uint64_t *>(top - 16);
+  *ret = reinterpret_cast<uint64_t>(&fiberMain);
+  uint64_t *frame = ret - 7;
+  std::memset(frame, 0, 7 * sizeof(uint64_t));
+  uint32_t mxcsr;
+  uint16_t fpucw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpucw));
+  std::memcpy(frame, &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char *>(frame) + 4, &fpucw, 2);
+  f.context.sp = frame;
+  (void)scheduler;
+#else
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = stack;
+  f.context.uc_stack.ss_size = bytes;
+  f.context.uc_link = &scheduler;
+  makecontext(&f.context, reinterpret_cast<void (*)()>(&fiberMain), 0);
+#endif
+}
+
+/// Releases the lanes of each warp whose operation every lane of its mask
+/// has reached; true if any were.
+bool releaseWarps(Block &b) {
+  bool released = false;
+  const int warps = (int(b.fibers.size()) + 31) / 32;
+  for (int w = 0; w < warps; ++w) {
+    const int lanes = laneCount(b, w);
+    Fiber *lanesOf = &b.fibers[size_t(w) * 32];
+    int first = -1;
+    for (int l = 0; l < lanes && first < 0; ++l)
+      if (lanesOf[l].state == State::kAtWarpBarrier)
+        first = l;
+    if (first < 0)
+      continue;
+    const unsigned existing = lanes == 32 ? ~0u : (1u << lanes) - 1;
+    const unsigned mask = lanesOf[first].mask & existing;
+    if (!((mask >> first) & 1u))
+      fail("a lane takes part in a warp-collective operation its mask "
+           "leaves out");
+    bool ready = true;
+    for (int l = 0; l < lanes; ++l) {
+      if (!((mask >> l) & 1u))
+        continue;
+      if (lanesOf[l].state == State::kDone)
+        fail("a lane of a warp-collective operation's mask exited before "
+             "reaching it");
+      if (lanesOf[l].state != State::kAtWarpBarrier) {
+        ready = false;
+        continue;
+      }
+      if (lanesOf[l].mask != lanesOf[first].mask ||
+          (lanesOf[l].collectives & 1) != (lanesOf[first].collectives & 1))
+        fail("the lanes of a warp wait at different warp-collective "
+             "operations (divergent shuffles or tensor-core products)");
+    }
+    if (!ready)
+      continue;
+    for (int l = 0; l < lanes; ++l)
+      if ((mask >> l) & 1u)
+        lanesOf[l].state = State::kReady;
+    released = true;
+  }
+  return released;
+}
+
+void runBlock(Block &b) {
+  for (;;) {
+    bool ran = false;
+    for (size_t i = 0; i < b.fibers.size(); ++i) {
+      if (b.fibers[i].state != State::kReady)
+        continue;
+      b.current = int(i);
+      threadIdx_ = b.fibers[i].index;
+      switchTo(b.scheduler, b.fibers[i].context);
+      ran = true;
+    }
+    if (ran)
+      continue;
+    if (releaseWarps(b))
+      continue;
+    size_t atBarrier = 0, done = 0;
+    for (const Fiber &f : b.fibers) {
+      atBarrier += f.state == State::kAtBlockBarrier;
+      done += f.state == State::kDone;
+    }
+    if (done == b.fibers.size())
+      return;
+    if (atBarrier + done == b.fibers.size()) {
+      // Threads that exited count as arrived.
+      for (Fiber &f : b.fibers)
+        if (f.state == State::kAtBlockBarrier)
+          f.state = State::kReady;
+      continue;
+    }
+    b.current = -1;
+    fail("a block's threads wait at different barriers (__syncthreads in "
+         "divergent code, or a warp-collective operation some lanes never "
+         "reach)");
+  }
+}
+
+struct Stacks {
+  void *base = nullptr;
+  size_t bytes = 0;
+  ~Stacks() {
+    if (base)
+      munmap(base, bytes);
+  }
+};
+
+thread_local cudaError_t lastError_ = cudaSuccess;
+
+std::mutex attributesMutex_;
+std::map<const void *, int> maxDynamicShared_;
+
+} // namespace
+
+bool setMaxDynamicShared(const void *kernel, int bytes) {
+  if (bytes < 0 || size_t(bytes) > kMaxSharedBytes)
+    return false;
+  std::lock_guard<std::mutex> lock(attributesMutex_);
+  maxDynamicShared_[kernel] = bytes;
+  return true;
+}
+
+void fail(const char *message) {
+  if (block_ && block_->current >= 0)
+    std::fprintf(stderr,
+                 "CUDA emulation: %s (block %u,%u,%u thread %u,%u,%u)\n",
+                 message, blockIdx_.x, blockIdx_.y, blockIdx_.z, threadIdx_.x,
+                 threadIdx_.y, threadIdx_.z);
+  else
+    std::fprintf(stderr, "CUDA emulation: %s\n", message);
+  std::fflush(stderr);
+  std::abort();
+}
+
+void syncThreads() { wait(State::kAtBlockBarrier); }
+
+void syncWarp(unsigned mask) {
+  Fiber &f = current();
+  f.mask = mask;
+  ++f.collectives;
+  wait(State::kAtWarpBarrier);
+}
+
+const unsigned char *exchange(unsigned mask, const void *value,
+                              size_t bytes) {
+  if (bytes > kSlotBytes)
+    fail("a warp-collective operation's value is too large");
+  Fiber &f = current();
+  const int t = block_->current;
+  const int bank = int(f.collectives & 1);
+  unsigned char *slots = slotsOf(*block_, t / 32, bank);
+  std::memcpy(slots + size_t(t % 32) * kSlotBytes, value, bytes);
+  f.mask = mask;
+  ++f.collectives;
+  wait(State::kAtWarpBarrier);
+  return slots;
+}
+
+int lane() {
+  current();
+  return block_->current % 32;
+}
+
+int warpLanes() {
+  current();
+  return laneCount(*block_, block_->current / 32);
+}
+
+void *dynamicShared() {
+  current();
+  return block_->shared.empty() ? nullptr : block_->shared.data();
+}
+
+namespace {
+
+float bf16At(uint32_t reg, int half) {
+  return __bfloat162float(
+      __ushort_as_bfloat16(uint16_t(half ? reg >> 16 : reg & 0xffffu)));
+}
+
+uint32_t regAt(const unsigned char *slots, int lane, int index) {
+  uint32_t r;
+  std::memcpy(&r, slots + size_t(lane) * kSlotBytes + 4 * size_t(index),
+              sizeof(r));
+  return r;
+}
+
+} // namespace
+
+void mmaM16N8K16Bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                     uint32_t b1) {
+  if (warpLanes() != 32)
+    fail("mma.sync needs a whole warp");
+  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+  const unsigned char *slots = exchange(~0u, mine, sizeof(mine));
+  // A[row][k] and B[k][col] from the lanes that hold them.
+  auto aAt = [&](int row, int k) {
+    const int lane = (row % 8) * 4 + (k % 8) / 2;
+    const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return bf16At(regAt(slots, lane, reg), k % 2);
+  };
+  auto bAt = [&](int k, int col) {
+    const int lane = col * 4 + (k % 8) / 2;
+    return bf16At(regAt(slots, lane, 4 + (k >= 8 ? 1 : 0)), k % 2);
+  };
+  const int l = lane(), g = l / 4, t = l % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+    float sum = c[e];
+    for (int k = 0; k < 16; ++k)
+      sum += aAt(row, k) * bAt(k, col);
+    c[e] = sum;
+  }
+}
+
+void ldmatrix(uint32_t *r, int count, const void *row, bool trans) {
+  if (warpLanes() != 32)
+    fail("ldmatrix needs a whole warp");
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0)
+    fail("ldmatrix: a row address that is not 16-byte aligned");
+  const unsigned char *slots = exchange(~0u, &row, sizeof(row));
+  auto rowOf = [&](int matrix, int r8) {
+    const void *p;
+    std::memcpy(&p, slots + size_t(matrix * 8 + r8) * kSlotBytes, sizeof(p));
+    return static_cast<const uint16_t *>(p);
+  };
+  const int l = lane(), g = l / 4, t = l % 4;
+  for (int i = 0; i < count; ++i) {
+    uint16_t lo, hi;
+    if (trans) {
+      lo = rowOf(i, 2 * t)[g];
+      hi = rowOf(i, 2 * t + 1)[g];
+    } else {
+      lo = rowOf(i, g)[2 * t];
+      hi = rowOf(i, g)[2 * t + 1];
+    }
+    r[i] = uint32_t(lo) | (uint32_t(hi) << 16);
+  }
+}
+
+void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
+  if (block_)
+    fail("a kernel launched from device code (dynamic parallelism)");
+  const dim3 g = config.grid, bd = config.block;
+  const uint64_t threads = uint64_t(bd.x) * bd.y * bd.z;
+  if (threads == 0 || threads > kMaxThreadsPerBlock || bd.z > 64 ||
+      g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu ||
+      g.y > 65535 || g.z > 65535) {
+    lastError_ = cudaErrorInvalidConfiguration;
+    return;
+  }
+  size_t sharedLimit = kDefaultSharedBytes;
+  {
+    std::lock_guard<std::mutex> lock(attributesMutex_);
+    if (auto it = maxDynamicShared_.find(config.kernel);
+        it != maxDynamicShared_.end())
+      sharedLimit = size_t(it->second);
+  }
+  if (config.sharedBytes > sharedLimit) {
+    lastError_ = cudaErrorInvalidValue;
+    return;
+  }
+
+  Stacks stacks;
+  stacks.bytes = size_t(threads) * kStackBytes;
+  stacks.base = mmap(nullptr, stacks.bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (stacks.base == MAP_FAILED) {
+    stacks.base = nullptr;
+    lastError_ = cudaErrorMemoryAllocation;
+    return;
+  }
+  Block b;
+  b.fibers.resize(size_t(threads));
+  b.body = &body;
+  b.slots.assign(size_t((threads + 31) / 32) * 2 * 32 * kSlotBytes, 0);
+  b.shared.assign(config.sharedBytes, 0);
+  gridDim_ = g;
+  blockDim_ = bd;
+  block_ = &b;
+  for (unsigned z = 0; z < g.z; ++z)
+    for (unsigned y = 0; y < g.y; ++y)
+      for (unsigned x = 0; x < g.x; ++x) {
+        blockIdx_ = uint3{x, y, z};
+        // Shared memory starts undefined on a device; a pattern that is
+        // neither zero nor a small number makes reads before writes show.
+        std::fill(b.shared.begin(), b.shared.end(), 0xa5);
+        size_t i = 0;
+        for (unsigned tz = 0; tz < bd.z; ++tz)
+          for (unsigned ty = 0; ty < bd.y; ++ty)
+            for (unsigned tx = 0; tx < bd.x; ++tx, ++i) {
+              Fiber &f = b.fibers[i];
+              f.state = State::kReady;
+              f.index = uint3{tx, ty, tz};
+              f.mask = 0;
+              f.collectives = 0;
+              startFiber(f, static_cast<char *>(stacks.base) + i * kStackBytes,
+                         kStackBytes, b.scheduler);
+            }
+        runBlock(b);
+      }
+  block_ = nullptr;
+}
+
+} // namespace braid::cuda::emu
+
+//===----------------------------------------------------------------------===//
+// The runtime API's subset (cuda_runtime_api.h's declarations).
+//===----------------------------------------------------------------------===//
+
+using braid::cuda::emu::lastError_;
+
+namespace {
+
+cudaError_t record(cudaError_t e) {
+  if (e != cudaSuccess)
+    lastError_ = e;
+  return e;
+}
+
+struct EmuEvent {
+  double seconds = -1;
+};
+
+double now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *count) {
+  if (!count)
+    return record(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : record(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDevice(int *device) {
+  if (!device)
+    return record(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = lastError_;
+  lastError_ = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return lastError_; }
+
+const char *cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess:
+    return "cudaSuccess";
+  case cudaErrorInvalidValue:
+    return "cudaErrorInvalidValue";
+  case cudaErrorMemoryAllocation:
+    return "cudaErrorMemoryAllocation";
+  case cudaErrorInvalidConfiguration:
+    return "cudaErrorInvalidConfiguration";
+  case cudaErrorInvalidDevice:
+    return "cudaErrorInvalidDevice";
+  case cudaErrorInvalidResourceHandle:
+    return "cudaErrorInvalidResourceHandle";
+  default:
+    return "cudaErrorUnknown";
+  }
+}
+
+const char *cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess:
+    return "no error";
+  case cudaErrorInvalidValue:
+    return "invalid argument";
+  case cudaErrorMemoryAllocation:
+    return "out of memory";
+  case cudaErrorInvalidConfiguration:
+    return "invalid configuration argument";
+  case cudaErrorInvalidDevice:
+    return "invalid device ordinal";
+  case cudaErrorInvalidResourceHandle:
+    return "invalid resource handle";
+  default:
+    return "unknown error";
+  }
+}
+
+cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  if (!devPtr)
+    return record(cudaErrorInvalidValue);
+  // 256-byte aligned, as cudaMalloc's allocations are.
+  void *p = std::aligned_alloc(256, std::max<size_t>(256, (size + 255) / 256 *
+                                                             256));
+  if (!p)
+    return record(cudaErrorMemoryAllocation);
+  *devPtr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *devPtr) {
+  std::free(devPtr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
+                       enum cudaMemcpyKind) {
+  if (count && (!dst || !src))
+    return record(cudaErrorInvalidValue);
+  if (count)
+    std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
+                            enum cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
+  if (count && !devPtr)
+    return record(cudaErrorInvalidValue);
+  if (count)
+    std::memset(devPtr, value, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
+                            cudaStream_t) {
+  return cudaMemset(devPtr, value, count);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *stream) {
+  if (!stream)
+    return record(cudaErrorInvalidValue);
+  *stream = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int) {
+  return cudaStreamCreate(stream);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char *>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) {
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event) {
+  if (!event)
+    return record(cudaErrorInvalidValue);
+  *event = reinterpret_cast<cudaEvent_t>(new EmuEvent);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int) {
+  return cudaEventCreate(event);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<EmuEvent *>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (!event)
+    return record(cudaErrorInvalidResourceHandle);
+  reinterpret_cast<EmuEvent *>(event)->seconds = now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start,
+                                 cudaEvent_t end) {
+  if (!ms || !start || !end)
+    return record(cudaErrorInvalidValue);
+  const double a = reinterpret_cast<EmuEvent *>(start)->seconds;
+  const double b = reinterpret_cast<EmuEvent *>(end)->seconds;
+  if (a < 0 || b < 0)
+    return record(cudaErrorInvalidResourceHandle);
+  *ms = float((b - a) * 1e3);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *func,
+                                 enum cudaFuncAttribute attr, int value) {
+  if (!func)
+    return record(cudaErrorInvalidValue);
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize &&
+      !braid::cuda::emu::setMaxDynamicShared(func, value))
+    return record(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+
+} // extern "C"

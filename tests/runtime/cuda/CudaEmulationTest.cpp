@@ -1,0 +1,249 @@
+//===- CudaEmulationTest.cpp - The CUDA emulation against CUDA's rules ----===//
+//
+// The emulation (runtime/cuda/emu) is what the CUDA tests run on without a
+// GPU, so its own semantics are checked here against what the CUDA
+// programming guide and the PTX ISA state, with expectations derived
+// independently of it: shuffles, the fragments of mma.sync.m16n8k16 and
+// ldmatrix (the layouts Mma.cuh documents, element by element, against a
+// plain product of small integers, which float sums exactly), the launch
+// checks, shared memory, and the barrier errors it must report rather than
+// hide. Built under the emulation only.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/Device.cuh"
+#include "runtime/cuda/Mma.cuh"
+
+#include "tests/runtime/cuda/CudaTestUtil.h"
+
+#include "gtest/gtest.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace braid::cuda {
+namespace {
+
+using cudatest::Device;
+
+__global__ void shuffleKernel(int *xorOut, int *fromOut, int *downOut) {
+  const int t = int(threadIdx.x), lane = t % 32;
+  const int v = 100 * (t / 32) + lane;
+  xorOut[t] = __shfl_xor_sync(0xffffffffu, v, 5);
+  fromOut[t] = __shfl_sync(0xffffffffu, v, 7);
+  downOut[t] = __shfl_down_sync(0xffffffffu, v, 3);
+}
+
+TEST(CudaEmulation, ShufflesFollowTheirLanes) {
+  Device<int> x(64), f(64), d(64);
+  BRAID_LAUNCH(1, 64, 0, nullptr, shuffleKernel)(x.get(), f.get(), d.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> xs = x.host(), fs = f.host(), ds = d.host();
+  for (int t = 0; t < 64; ++t) {
+    const int warp = t / 32, lane = t % 32;
+    EXPECT_EQ(xs[t], 100 * warp + (lane ^ 5)) << t;
+    EXPECT_EQ(fs[t], 100 * warp + 7) << t;
+    // A source past the warp's end gives the lane's own value.
+    EXPECT_EQ(ds[t], 100 * warp + (lane + 3 < 32 ? lane + 3 : lane)) << t;
+  }
+}
+
+__global__ void blockSumKernel(const float *in, float *out) {
+  __shared__ float partial[4];
+  float v = in[blockIdx.x * blockDim.x + threadIdx.x];
+  for (int o = 16; o > 0; o /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0)
+    partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = partial[0] + partial[1] + partial[2] + partial[3];
+}
+
+TEST(CudaEmulation, SharedMemoryAndBarriersPerBlock) {
+  std::vector<float> in(3 * 128);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = float(i % 7);
+  Device<float> gin(in), gout(3);
+  BRAID_LAUNCH(3, 128, 0, nullptr, blockSumKernel)(gin.get(), gout.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> out = gout.host();
+  for (int b = 0; b < 3; ++b) {
+    float want = 0;
+    for (int i = 0; i < 128; ++i)
+      want += in[b * 128 + i];
+    EXPECT_EQ(out[b], want) << b;
+  }
+}
+
+/// Small integers as bf16: products and their sums are exact in float.
+float smallValue(int i, int salt) { return float((i * 7 + salt * 3) % 9 - 4); }
+
+/// Two bf16 of a row-major matrix as one fragment register (lo first).
+uint32_t pair(const __nv_bfloat16 *m, int stride, int r, int c, int dr = 0,
+              int dc = 1) {
+  uint16_t lo, hi;
+  std::memcpy(&lo, &m[r * stride + c], 2);
+  std::memcpy(&hi, &m[(r + dr) * stride + c + dc], 2);
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+
+// A (16 x 16) and B (16 x 8, given as Bᵀ rows: bt[n][k]) row-major in
+// global memory; fragments built from the PTX layouts; C row-major.
+__global__ void mmaKernel(const __nv_bfloat16 *a, const __nv_bfloat16 *bt,
+                          float *c) {
+  const int l = int(threadIdx.x), g = l / 4, t = l % 4;
+  uint32_t af[4] = {pair(a, 16, g, 2 * t), pair(a, 16, g + 8, 2 * t),
+                    pair(a, 16, g, 2 * t + 8), pair(a, 16, g + 8, 2 * t + 8)};
+  // B[k][n] = bt[n][k]: b0 holds B[2t][g], B[2t+1][g].
+  const uint32_t b0 = pair(bt, 16, g, 2 * t), b1 = pair(bt, 16, g, 2 * t + 8);
+  float acc[4] = {1, 1, 1, 1};
+  mma16816(acc, af, b0, b1);
+  c[g * 8 + 2 * t] = acc[0];
+  c[g * 8 + 2 * t + 1] = acc[1];
+  c[(g + 8) * 8 + 2 * t] = acc[2];
+  c[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+TEST(CudaEmulation, MmaComputesTheProductInPtxLayouts) {
+  std::vector<__nv_bfloat16> a(16 * 16), bt(8 * 16);
+  for (int i = 0; i < 256; ++i)
+    a[i] = __float2bfloat16_rn(smallValue(i, 1));
+  for (int i = 0; i < 128; ++i)
+    bt[i] = __float2bfloat16_rn(smallValue(i, 2));
+  Device<__nv_bfloat16> ga(a), gbt(bt);
+  Device<float> gc(16 * 8);
+  BRAID_LAUNCH(1, 32, 0, nullptr, mmaKernel)(ga.get(), gbt.get(), gc.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> c = gc.host();
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 8; ++n) {
+      float want = 1; // the accumulator's start
+      for (int k = 0; k < 16; ++k)
+        want += smallValue(m * 16 + k, 1) * smallValue(n * 16 + k, 2);
+      EXPECT_EQ(c[m * 8 + n], want) << m << ", " << n;
+    }
+}
+
+// Four 8 x 8 matrices side by side in a 16 x 16 shared tile (matrix i at
+// rows 8 (i % 2), columns 8 (i / 2): the A operand's order); every lane
+// writes what ldmatrix gave it, and what .trans gave it.
+__global__ void ldmatrixKernel(const __nv_bfloat16 *m, uint32_t *plain,
+                               uint32_t *trans) {
+  __shared__ __align__(16) __nv_bfloat16 tile[16 * 24]; // pitch 24
+  const int l = int(threadIdx.x);
+  for (int i = l; i < 256; i += 32)
+    tile[(i / 16) * 24 + i % 16] = m[i];
+  __syncwarp();
+  const int matrix = l / 8, row = l % 8;
+  const __nv_bfloat16 *addr =
+      tile + ((matrix % 2) * 8 + row) * 24 + (matrix / 2) * 8;
+  uint32_t r[4], rt[4];
+  ldmatrixX4(r, addr);
+  ldmatrixX4Trans(rt, addr);
+  for (int i = 0; i < 4; ++i) {
+    plain[l * 4 + i] = r[i];
+    trans[l * 4 + i] = rt[i];
+  }
+}
+
+TEST(CudaEmulation, LdmatrixGivesEachLaneItsElements) {
+  std::vector<__nv_bfloat16> m(256);
+  for (int i = 0; i < 256; ++i)
+    m[i] = __float2bfloat16_rn(float(i)); // exact up to 256
+  Device<__nv_bfloat16> gm(m);
+  Device<uint32_t> gplain(128), gtrans(128);
+  BRAID_LAUNCH(1, 32, 0, nullptr, ldmatrixKernel)(gm.get(), gplain.get(),
+                                                  gtrans.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<uint32_t> plain = gplain.host(), trans = gtrans.host();
+  auto element = [](int matrix, int r, int c) {
+    return float(((matrix % 2) * 8 + r) * 16 + (matrix / 2) * 8 + c);
+  };
+  auto half = [](uint32_t v, int i) {
+    return __bfloat162float(
+        __ushort_as_bfloat16(uint16_t(i ? v >> 16 : v & 0xffffu)));
+  };
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(half(plain[l * 4 + i], 0), element(i, g, 2 * t));
+      EXPECT_EQ(half(plain[l * 4 + i], 1), element(i, g, 2 * t + 1));
+      EXPECT_EQ(half(trans[l * 4 + i], 0), element(i, 2 * t, g));
+      EXPECT_EQ(half(trans[l * 4 + i], 1), element(i, 2 * t + 1, g));
+    }
+  }
+}
+
+__global__ void dynamicSharedKernel(int *out) {
+  BRAID_DYNAMIC_SHARED(int, values);
+  values[threadIdx.x] = int(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = values[blockDim.x - 1 - threadIdx.x];
+}
+
+TEST(CudaEmulation, LaunchesAreCheckedAsADeviceChecksThem) {
+  Device<int> out(1024);
+  BRAID_LAUNCH(1, 1025, 0, nullptr, dynamicSharedKernel)(out.get());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  BRAID_LAUNCH(0, 32, 0, nullptr, dynamicSharedKernel)(out.get());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  // More than 48 KiB of dynamic shared memory needs the kernel's attribute.
+  const int big = 64 << 10;
+  BRAID_LAUNCH(1, 32, big, nullptr, dynamicSharedKernel)(out.get());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFuncSetAttribute(dynamicSharedKernel,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 big),
+            cudaSuccess);
+  BRAID_LAUNCH(1, 32, big, nullptr, dynamicSharedKernel)(out.get());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaFuncSetAttribute(dynamicSharedKernel,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 228 << 10),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue); // and it is the last
+  BRAID_LAUNCH(1, 1024, 1024 * sizeof(int), nullptr,
+               dynamicSharedKernel)(out.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> got = out.host();
+  for (int t = 0; t < 1024; ++t)
+    EXPECT_EQ(got[t], 1023 - t);
+}
+
+__global__ void divergentBarrierKernel() {
+  if (threadIdx.x < 16)
+    __syncthreads();
+  else
+    __syncwarp();
+}
+
+__global__ void exitedLaneKernel(int *out) {
+  if (threadIdx.x == 5)
+    return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, int(threadIdx.x), 1);
+}
+
+__global__ void exitedThreadsCountAtBarriers(int *out) {
+  if (threadIdx.x >= 32)
+    return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+TEST(CudaEmulationDeathTest, DivergentBarriersAreReported) {
+  EXPECT_DEATH(
+      BRAID_LAUNCH(1, 32, 0, nullptr, divergentBarrierKernel)(),
+      "wait at different barriers");
+  Device<int> out(64);
+  EXPECT_DEATH(
+      BRAID_LAUNCH(1, 32, 0, nullptr, exitedLaneKernel)(out.get()),
+      "exited before reaching it");
+  // Threads that have exited do not hold a barrier up.
+  BRAID_LAUNCH(1, 64, 0, nullptr, exitedThreadsCountAtBarriers)(out.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out.host()[31], 1);
+}
+
+} // namespace
+} // namespace braid::cuda
