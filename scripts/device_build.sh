@@ -84,6 +84,10 @@ braidc="$main/bin/braidc"
   -o "$out/plans/bf16.plan"
 "$braidc" --preset tiny-llama --seq-len 32 --dp 2 --emit=plan \
   -o "$out/plans/dp2.plan"
+"$braidc" "$root/tests/runtime/cuda/tiny-llama-hd64.textproto" --emit=plan \
+  -o "$out/plans/fp32-hd64.plan"
+"$braidc" "$root/tests/runtime/cuda/tiny-llama-hd64.textproto" \
+  --precision bf16 --emit=plan -o "$out/plans/bf16-hd64.plan"
 
 # The end-to-end comparison's inputs, and the benchmark's plans.
 python3 "$root/tests/e2e/cuda_train.py" --bin "$main/bin" \

@@ -71,13 +71,31 @@ bool attentionForwardOnTensorCores(const void *q, const void *k, const void *v,
 /// and results as attentionForward<bf16> (the probabilities are rounded to
 /// bf16 before they multiply V, as FlashAttention's are). Returns
 /// cudaErrorInvalidValue where attentionForwardOnTensorCores does not hold.
-/// The executor does not call it yet: it has not run on a GPU.
 cudaError_t attentionForwardTensorCores(const __nv_bfloat16 *q,
                                         const __nv_bfloat16 *k,
                                         const __nv_bfloat16 *v,
                                         const AttentionShape &s,
                                         __nv_bfloat16 *out, float *lse,
                                         cudaStream_t stream);
+
+/// Whether attentionBackwardTensorCores takes this shape and these buffers:
+/// as the forward, every operand 16-byte aligned.
+bool attentionBackwardOnTensorCores(const void *q, const void *k,
+                                    const void *v, const void *out,
+                                    const void *dout, const void *dq,
+                                    const void *dk, const void *dv,
+                                    const AttentionShape &s);
+
+/// The backward for bf16 on tensor cores (AttentionTensorCores.cu), same
+/// operands, results and workspace as attentionBackward<bf16>; the
+/// probabilities and their gradients are rounded to bf16 before they
+/// multiply dout, Q and K. Returns cudaErrorInvalidValue where
+/// attentionBackwardOnTensorCores does not hold.
+cudaError_t attentionBackwardTensorCores(
+    const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+    const __nv_bfloat16 *out, const float *lse, const __nv_bfloat16 *dout,
+    const AttentionShape &s, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
+    __nv_bfloat16 *dv, float *workspace, cudaStream_t stream);
 
 } // namespace braid::cuda
 

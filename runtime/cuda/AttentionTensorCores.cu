@@ -23,6 +23,21 @@
 // masked out. The log-sum-exp is written in float, in natural units, as the
 // CUDA-core kernel (Attention.cu) and the CPU's are.
 //
+// Backward (FlashAttention-2's, without atomics, as the CUDA-core kernels):
+// D_i = dout_i · out_i per query row first, then two kernels whose every
+// output element has one writer:
+//
+// - dk and dv over key rows: a block of 4 warps holds 64 keys (16 per warp)
+//   and their values in shared memory and streams the query tiles of every
+//   query head of its kv head; per tile, Sᵀ = K Qᵀ and dPᵀ = V doutᵀ,
+//   Pᵀ = exp(Sᵀ scale + bias - lse), dSᵀ = Pᵀ (dPᵀ - D) scale, then
+//   dv += Pᵀ dout and dk += dSᵀ Q, the accumulators again becoming the A
+//   fragments (rounded to bf16);
+// - dq over query rows: 64 queries per block with their output gradients,
+//   streaming key tiles: S and dP as above, dq += dS K.
+//
+// Causal tiles wholly above the diagonal are skipped in both.
+//
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Attention.h"
@@ -54,6 +69,7 @@ template <int D> constexpr size_t sharedBytes() {
 struct TcParams {
   int64_t seq, heads, kvHeads;
   float scaleLog2; // the scale, times log2(e)
+  float scale;
   bool causal, alibi;
   int64_t headOffset, allHeads, allKvHeads, kvHeadOffset;
 
@@ -66,16 +82,16 @@ struct TcParams {
   }
 };
 
-/// Copies rows [row0, row0 + kTcKeys) of a [seq, stride] bf16 matrix (D
+/// Copies rows [row0, row0 + Rows) of a [seq, stride] bf16 matrix (D
 /// columns from `src`) into `dst` (pitch P), 16 bytes at a time; rows past
 /// `seq` become zeros.
-template <int D>
+template <int D, int Rows = kTcKeys>
 __device__ __forceinline__ void loadRows(const __nv_bfloat16 *src,
                                          int64_t stride, int64_t row0,
                                          int64_t seq, __nv_bfloat16 *dst) {
   constexpr int P = pitchOf<D>();
   constexpr int kVectors = D / 8; // 16-byte vectors per row
-  for (int idx = threadIdx.x; idx < kTcKeys * kVectors; idx += kTcWarps * 32) {
+  for (int idx = threadIdx.x; idx < Rows * kVectors; idx += kTcWarps * 32) {
     const int r = idx / kVectors, c = (idx % kVectors) * 8;
     uint4 value = make_uint4(0, 0, 0, 0);
     if (row0 + r < seq)
@@ -245,23 +261,343 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   }
 }
 
+//===-- Backward ----------------------------------------------------------===//
+
+/// Sets every accumulator of `acc` to 0.
+template <int N> __device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[n][e] = 0;
+}
+
+/// The probability of query i for key j from the raw score q·k: exp(score
+/// scale + ALiBi's bias - lse), in the base-2 domain (`lseLog2` is the
+/// row's log-sum-exp times log2 e); 0 where the pair is masked.
+__device__ __forceinline__ float probability(float score, const TcParams &p,
+                                             float slopeLog2, int64_t i,
+                                             int64_t j, float lseLog2) {
+  const bool valid = i < p.seq && j < p.seq && (!p.causal || j <= i);
+  return valid ? exp2f(score * p.scaleLog2 - slopeLog2 * float(i - j) - lseLog2)
+               : 0.0f;
+}
+
+/// acc[n] (n < NT: 16 x 8 tiles) += A Bᵀ over D: A the warp's 16 rows at
+/// `a` and B the tile's 8 NT rows at `b`, both [row][dim] in shared memory
+/// (pitch P): scores against a tile's rows (S = Q Kᵀ, dP = dout Vᵀ, and the
+/// transposed ones of the key side).
+template <int D, int NT>
+__device__ __forceinline__ void rowProducts(float (&acc)[NT][4],
+                                            const __nv_bfloat16 *a,
+                                            const __nv_bfloat16 *b, int lane) {
+  constexpr int P = pitchOf<D>();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t af[4];
+    ldmatrixX4(af, a + (lane & 15) * P + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int n = 0; n < NT; n += 2) {
+      uint32_t bf[4];
+      ldmatrixX4(bf, b + (n * 8 + (lane & 7) + ((lane >> 4) << 3)) * P +
+                         kk * 16 + ((lane >> 3) & 1) * 8);
+      mma16816(acc[n], af, bf[0], bf[1]);
+      mma16816(acc[n + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+/// acc[t] (t < D / 8: the warp's 16 x D) += X B: X (16 x 16 KS) the
+/// accumulators of rowProducts, rounded to bf16 as A fragments, B the 16 KS
+/// rows at `b` ([row][dim], pitch P, loaded transposed).
+template <int D, int KS>
+__device__ __forceinline__ void accumulateTimesRows(float (&acc)[D / 8][4],
+                                                   const float (&x)[2 * KS][4],
+                                                   const __nv_bfloat16 *b,
+                                                   int lane) {
+  constexpr int P = pitchOf<D>();
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    uint32_t xa[4];
+    xa[0] = packBf16(x[2 * ks][0], x[2 * ks][1]);
+    xa[1] = packBf16(x[2 * ks][2], x[2 * ks][3]);
+    xa[2] = packBf16(x[2 * ks + 1][0], x[2 * ks + 1][1]);
+    xa[3] = packBf16(x[2 * ks + 1][2], x[2 * ks + 1][3]);
+#pragma unroll
+    for (int t = 0; t < D / 8; t += 2) {
+      uint32_t bf[4];
+      ldmatrixX4Trans(bf, b + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) *
+                                  P +
+                              t * 8 + (lane >> 4) * 8);
+      mma16816(acc[t], xa, bf[0], bf[1]);
+      mma16816(acc[t + 1], xa, bf[2], bf[3]);
+    }
+  }
+}
+
+/// Writes the warp's 16 x D accumulators to rows `row0` and `row0` + 8 (this
+/// thread's) of a [seq, stride] bf16 matrix at `dst`, rows past `seq` left.
+template <int D>
+__device__ __forceinline__ void storeRows(const float (&acc)[D / 8][4],
+                                          __nv_bfloat16 *dst, int64_t stride,
+                                          int64_t row0, int64_t seq,
+                                          int quadCol) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row0 + 8 * r;
+    if (i >= seq)
+      continue;
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t)
+      *reinterpret_cast<__nv_bfloat162 *>(dst + i * stride + t * 8 +
+                                          quadCol * 2) =
+          __floats2bfloat162_rn(acc[t][2 * r], acc[t][2 * r + 1]);
+  }
+}
+
+/// D_i = dout_i · out_i for every query row and head (one warp a row), into
+/// rowDots [batch, heads, seq].
+template <int D>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    rowDotsTcKernel(const __nv_bfloat16 *out, const __nv_bfloat16 *dout,
+                    int64_t rows, int64_t seq, int64_t heads, float *rowDots) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * kTcWarps + (threadIdx.x >> 5);
+  if (r >= rows)
+    return; // the whole warp
+  float sum = 0;
+  for (int d = lane * 2; d < D; d += 64) {
+    const float2 o = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162 *>(out + r * D + d));
+    const float2 g = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162 *>(dout + r * D + d));
+    sum += o.x * g.x + o.y * g.y;
+  }
+  sum = warpSum(sum);
+  // r runs over [batch, seq, heads].
+  const int64_t h = r % heads, i = (r / heads) % seq, b = r / heads / seq;
+  if (lane == 0)
+    rowDots[(b * heads + h) * seq + i] = sum;
+}
+
+/// dk and dv for 64 keys of one kv head (see the file comment), query
+/// tiles of QT rows.
+template <int D, int QT>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    attentionGradKvTcKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                            const __nv_bfloat16 *v, const float *lse,
+                            const __nv_bfloat16 *dout, const float *rowDots,
+                            TcParams p, __nv_bfloat16 *dk, __nv_bfloat16 *dv) {
+  constexpr int P = pitchOf<D>();
+  constexpr int NT = QT / 8, DT = D / 8;
+  BRAID_DYNAMIC_SHARED(unsigned char, shared);
+  __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(shared);
+  __nv_bfloat16 *vs = ks + kTcKeys * P;
+  __nv_bfloat16 *qs = vs + kTcKeys * P;
+  __nv_bfloat16 *gs = qs + QT * P;
+  float *lseTile = reinterpret_cast<float *>(gs + QT * P); // log2 units
+  float *dotTile = lseTile + QT;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int quadRow = lane >> 2, quadCol = lane & 3;
+  const int64_t b = blockIdx.z, g = blockIdx.y;
+  const int64_t qStride = p.heads * D, kvStride = p.kvHeads * D;
+  const int64_t kvAt = b * p.seq * kvStride + g * D;
+  const int64_t keyBase = int64_t(blockIdx.x) * kTcKeys;
+  const int64_t key0 = keyBase + warp * 16 + quadRow; // and key0 + 8
+  loadRows<D>(k + kvAt, kvStride, keyBase, p.seq, ks);
+  loadRows<D>(v + kvAt, kvStride, keyBase, p.seq, vs);
+
+  float dkAcc[DT][4], dvAcc[DT][4];
+  zero(dkAcc);
+  zero(dvAcc);
+
+  // This kv head's query heads among the shard's (cpu::attentionBackward).
+  const int64_t group = p.allHeads / p.allKvHeads;
+  const int64_t firstHead = (p.kvHeadOffset + g) * group - p.headOffset;
+  const int64_t first = firstHead > 0 ? firstHead : 0;
+  const int64_t last =
+      firstHead + group < p.heads ? firstHead + group : p.heads;
+  // Causal: no query before the block's first key sees it.
+  const int64_t queryStart = p.causal ? keyBase / QT * QT : 0;
+  for (int64_t h = first; h < last; ++h) {
+    const float slopeLog2 = p.slope(h) * kLog2e;
+    const int64_t qAt = b * p.seq * qStride + h * D;
+    const int64_t statAt = (b * p.heads + h) * p.seq;
+    for (int64_t i0 = queryStart; i0 < p.seq; i0 += QT) {
+      __syncthreads(); // the previous tile is no longer read
+      loadRows<D, QT>(q + qAt, qStride, i0, p.seq, qs);
+      loadRows<D, QT>(dout + qAt, qStride, i0, p.seq, gs);
+      if (threadIdx.x < QT) {
+        const int64_t i = i0 + threadIdx.x;
+        lseTile[threadIdx.x] = i < p.seq ? lse[statAt + i] * kLog2e : 0.0f;
+        dotTile[threadIdx.x] = i < p.seq ? rowDots[statAt + i] : 0.0f;
+      }
+      __syncthreads();
+
+      float st[NT][4], dpt[NT][4];
+      zero(st);
+      zero(dpt);
+      rowProducts<D, NT>(st, ks + warp * 16 * P, qs, lane);
+      rowProducts<D, NT>(dpt, vs + warp * 16 * P, gs, lane);
+      // Pᵀ and dSᵀ: element (key j, query i).
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t j = key0 + (e >> 1) * 8;
+          const int iq = n * 8 + quadCol * 2 + (e & 1);
+          const float pe =
+              probability(st[n][e], p, slopeLog2, i0 + iq, j, lseTile[iq]);
+          st[n][e] = pe;
+          dpt[n][e] = pe * (dpt[n][e] - dotTile[iq]) * p.scale;
+        }
+      accumulateTimesRows<D, QT / 16>(dvAcc, st, gs, lane);
+      accumulateTimesRows<D, QT / 16>(dkAcc, dpt, qs, lane);
+    }
+  }
+  storeRows<D>(dkAcc, dk + kvAt, kvStride, key0, p.seq, quadCol);
+  storeRows<D>(dvAcc, dv + kvAt, kvStride, key0, p.seq, quadCol);
+}
+
+/// dq for 64 query rows of one head (see the file comment).
+template <int D>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    attentionGradQueryTcKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                               const __nv_bfloat16 *v, const float *lse,
+                               const __nv_bfloat16 *dout, const float *rowDots,
+                               TcParams p, __nv_bfloat16 *dq) {
+  constexpr int P = pitchOf<D>();
+  constexpr int NT = kTcKeys / 8, DT = D / 8;
+  BRAID_DYNAMIC_SHARED(unsigned char, shared);
+  __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(shared);
+  __nv_bfloat16 *gs = qs + kTcRows * P;
+  __nv_bfloat16 *ks = gs + kTcRows * P;
+  __nv_bfloat16 *vs = ks + kTcKeys * P;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int quadRow = lane >> 2, quadCol = lane & 3;
+  const int64_t b = blockIdx.z, h = blockIdx.y, g = p.kvHeadOf(h);
+  const int64_t qStride = p.heads * D, kvStride = p.kvHeads * D;
+  const int64_t qAt = b * p.seq * qStride + h * D;
+  const int64_t kvAt = b * p.seq * kvStride + g * D;
+  const int64_t rowBase = int64_t(blockIdx.x) * kTcRows;
+  const int64_t row0 = rowBase + warp * 16 + quadRow; // and row0 + 8
+  const int64_t statAt = (b * p.heads + h) * p.seq;
+  const float slopeLog2 = p.slope(h) * kLog2e;
+  float lseRow[2], dotRow[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row0 + 8 * r;
+    lseRow[r] = i < p.seq ? lse[statAt + i] * kLog2e : 0.0f;
+    dotRow[r] = i < p.seq ? rowDots[statAt + i] : 0.0f;
+  }
+  loadRows<D>(q + qAt, qStride, rowBase, p.seq, qs);
+  loadRows<D>(dout + qAt, qStride, rowBase, p.seq, gs);
+
+  float dqAcc[DT][4];
+  zero(dqAcc);
+  const int64_t keyEnd =
+      p.causal ? (rowBase + kTcRows < p.seq ? rowBase + kTcRows : p.seq)
+               : p.seq;
+  for (int64_t j0 = 0; j0 < keyEnd; j0 += kTcKeys) {
+    __syncthreads(); // the previous tile is no longer read
+    loadRows<D>(k + kvAt, kvStride, j0, p.seq, ks);
+    loadRows<D>(v + kvAt, kvStride, j0, p.seq, vs);
+    __syncthreads();
+    float s[NT][4], dp[NT][4];
+    zero(s);
+    zero(dp);
+    rowProducts<D, NT>(s, qs + warp * 16 * P, ks, lane);
+    rowProducts<D, NT>(dp, gs + warp * 16 * P, vs, lane);
+    // dS: element (query i, key j).
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = row0 + (e >> 1) * 8;
+        const int64_t j = j0 + n * 8 + quadCol * 2 + (e & 1);
+        const float pe =
+            probability(s[n][e], p, slopeLog2, i, j, lseRow[e >> 1]);
+        s[n][e] = pe * (dp[n][e] - dotRow[e >> 1]) * p.scale;
+      }
+    accumulateTimesRows<D, kTcKeys / 16>(dqAcc, s, ks, lane);
+  }
+  storeRows<D>(dqAcc, dq + qAt, qStride, row0, p.seq, quadCol);
+}
+
+TcParams paramsOf(const AttentionShape &s) {
+  return {s.seq,         s.heads,      s.kvHeads,      float(s.scale) * kLog2e,
+          float(s.scale), s.causal,    s.alibi,        s.headOffset,
+          s.allHeads(),  s.allKvHeads(), s.kvHeadOffset};
+}
+
+/// Lets `kernel` have `bytes` of dynamic shared memory (beyond the default
+/// 48 KiB up to the device's limit).
+template <typename Kernel>
+cudaError_t allowShared(Kernel kernel, size_t bytes) {
+  return cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
 template <int D>
 cudaError_t launchTc(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                      const __nv_bfloat16 *v, const AttentionShape &s,
                      __nv_bfloat16 *out, float *lse, cudaStream_t stream) {
   const size_t bytes = sharedBytes<D>();
-  cudaError_t e = cudaFuncSetAttribute(
-      attentionForwardTcKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      int(bytes));
-  if (e != cudaSuccess)
+  if (cudaError_t e = allowShared(attentionForwardTcKernel<D>, bytes);
+      e != cudaSuccess)
     return e;
-  TcParams p{
-      s.seq,          s.heads,       s.kvHeads,    float(s.scale) * kLog2e,
-      s.causal,       s.alibi,       s.headOffset, s.allHeads(),
-      s.allKvHeads(), s.kvHeadOffset};
+  const TcParams p = paramsOf(s);
   dim3 grid(unsigned((s.seq + kTcRows - 1) / kTcRows), unsigned(s.heads),
             unsigned(s.batch));
-  BRAID_LAUNCH(grid, kTcWarps * 32, bytes, stream, attentionForwardTcKernel<D>)(q, k, v, p, out, lse);
+  BRAID_LAUNCH(grid, kTcWarps * 32, bytes, stream,
+               attentionForwardTcKernel<D>)(q, k, v, p, out, lse);
+  return cudaGetLastError();
+}
+
+/// The query tile of the dk and dv kernel: 64 rows, 32 at head dimension
+/// 128 (fewer accumulators per thread beside dk's and dv's 128).
+template <int D> constexpr int gradQueryTile() { return D == 64 ? 64 : 32; }
+
+template <int D>
+cudaError_t launchBackwardTc(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                             const __nv_bfloat16 *v, const __nv_bfloat16 *out,
+                             const float *lse, const __nv_bfloat16 *dout,
+                             const AttentionShape &s, __nv_bfloat16 *dq,
+                             __nv_bfloat16 *dk, __nv_bfloat16 *dv,
+                             float *rowDots, cudaStream_t stream) {
+  constexpr int QT = gradQueryTile<D>();
+  constexpr size_t P = pitchOf<D>();
+  const TcParams p = paramsOf(s);
+  const int64_t rows = s.batch * s.seq * s.heads;
+  BRAID_LAUNCH(unsigned((rows + kTcWarps - 1) / kTcWarps), kTcWarps * 32, 0,
+               stream, rowDotsTcKernel<D>)(out, dout, rows, s.seq, s.heads,
+                                           rowDots);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return e;
+
+  const size_t queryBytes = 4 * kTcKeys * P * sizeof(__nv_bfloat16);
+  if (cudaError_t e = allowShared(attentionGradQueryTcKernel<D>, queryBytes);
+      e != cudaSuccess)
+    return e;
+  const unsigned blocks = unsigned((s.seq + kTcKeys - 1) / kTcKeys);
+  BRAID_LAUNCH(dim3(blocks, unsigned(s.heads), unsigned(s.batch)),
+               kTcWarps * 32, queryBytes, stream,
+               attentionGradQueryTcKernel<D>)(q, k, v, lse, dout, rowDots, p,
+                                              dq);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return e;
+
+  const size_t kvBytes = (2 * kTcKeys + 2 * QT) * P * sizeof(__nv_bfloat16) +
+                         2 * QT * sizeof(float);
+  if (cudaError_t e = allowShared(attentionGradKvTcKernel<D, QT>, kvBytes);
+      e != cudaSuccess)
+    return e;
+  BRAID_LAUNCH(dim3(blocks, unsigned(s.kvHeads), unsigned(s.batch)),
+               kTcWarps * 32, kvBytes, stream,
+               attentionGradKvTcKernel<D, QT>)(q, k, v, lse, dout, rowDots, p,
+                                               dk, dv);
   return cudaGetLastError();
 }
 
@@ -289,6 +625,30 @@ cudaError_t attentionForwardTensorCores(const __nv_bfloat16 *q,
   if (s.headDim == 64)
     return launchTc<64>(q, k, v, s, out, lse, stream);
   return launchTc<128>(q, k, v, s, out, lse, stream);
+}
+
+bool attentionBackwardOnTensorCores(const void *q, const void *k,
+                                    const void *v, const void *out,
+                                    const void *dout, const void *dq,
+                                    const void *dk, const void *dv,
+                                    const AttentionShape &s) {
+  return attentionForwardOnTensorCores(q, k, v, out, s) && aligned16(dout) &&
+         aligned16(dq) && aligned16(dk) && aligned16(dv) &&
+         s.allKvHeads() > 0 && s.allHeads() % s.allKvHeads() == 0;
+}
+
+cudaError_t attentionBackwardTensorCores(
+    const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+    const __nv_bfloat16 *out, const float *lse, const __nv_bfloat16 *dout,
+    const AttentionShape &s, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
+    __nv_bfloat16 *dv, float *workspace, cudaStream_t stream) {
+  if (!attentionBackwardOnTensorCores(q, k, v, out, dout, dq, dk, dv, s))
+    return cudaErrorInvalidValue;
+  if (s.headDim == 64)
+    return launchBackwardTc<64>(q, k, v, out, lse, dout, s, dq, dk, dv,
+                                workspace, stream);
+  return launchBackwardTc<128>(q, k, v, out, lse, dout, s, dq, dk, dv,
+                               workspace, stream);
 }
 
 } // namespace braid::cuda

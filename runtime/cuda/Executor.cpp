@@ -619,11 +619,25 @@ absl::Status Executor::runTyped(const Instruction &inst,
     if (inst.outputs_size() < 2)
       return absl::FailedPreconditionError(
           "ATTENTION keeps no log-sum-exp (recompile the plan)");
+    // bf16 on tensor cores where the kernels take the shape (head
+    // dimensions 64 and 128), else in float on CUDA cores.
+    if constexpr (std::is_same_v<T, bf16>)
+      if (attentionForwardOnTensorCores(x(0), x(1), x(2), y(0), s))
+        return launched(
+            attentionForwardTensorCores(x(0), x(1), x(2), s, y(0), yf(1), st),
+            inst);
     return launched(attentionForward(x(0), x(1), x(2), s, y(0), yf(1), st),
                     inst);
   }
   case plan::ATTENTION_GRAD: {
     cpu::AttentionShape s = attentionShape(plan_, inst);
+    if constexpr (std::is_same_v<T, bf16>)
+      if (attentionBackwardOnTensorCores(x(0), x(1), x(2), x(3), x(4), y(0),
+                                         y(1), y(2), s))
+        return launched(attentionBackwardTensorCores(
+                            x(0), x(1), x(2), x(3), xf(5), x(4), s, y(0), y(1),
+                            y(2), attentionRows_, st),
+                        inst);
     return launched(attentionBackward(x(0), x(1), x(2), x(3), xf(5), x(4), s,
                                       y(0), y(1), y(2), attentionRows_, st),
                     inst);

@@ -184,6 +184,76 @@ void compareTensorCores(const cpu::AttentionShape &s) {
   expectClose(glse.host(), lse, 1e-5, 1e-5, "lse");
 }
 
+/// The tensor-core backward against the CPU's on the same bf16 inputs (the
+/// output as stored in bf16, the CPU's log-sum-exp): dq, dk and dv within
+/// the bf16 tolerance of the float kernels' comparison (the probabilities
+/// and their gradients, rounded to bf16 as the products' operands, add at
+/// most 2^-9 relative to each term).
+void compareTensorCoresBackward(const cpu::AttentionShape &s) {
+  SCOPED_TRACE("backward: batch " + std::to_string(s.batch) + " seq " +
+               std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
+               "/" + std::to_string(s.kvHeads) + " headDim " +
+               std::to_string(s.headDim) + (s.causal ? " causal" : "") +
+               (s.alibi ? " alibi" : "") +
+               (s.globalHeads ? " shard at " + std::to_string(s.headOffset)
+                              : ""));
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  std::vector<float> q = rounded<bf16>(randomValues(qn, 41)),
+                     k = rounded<bf16>(randomValues(kvn, 42)),
+                     v = rounded<bf16>(randomValues(kvn, 43)),
+                     dout = rounded<bf16>(randomValues(qn, 44));
+  std::vector<float> out(qn), lse(rows), dq(qn), dk(kvn), dv(kvn);
+  cpu::attentionForward(q.data(), k.data(), v.data(), s, out.data(),
+                        lse.data());
+  std::vector<float> storedOut = rounded<bf16>(out);
+  cpu::attentionBackward(q.data(), k.data(), v.data(), storedOut.data(),
+                         lse.data(), dout.data(), s, dq.data(), dk.data(),
+                         dv.data());
+  Device<bf16> gq(as<bf16>(q)), gk(as<bf16>(k)), gv(as<bf16>(v)),
+      gout(as<bf16>(storedOut)), gdout(as<bf16>(dout)), gdq(qn),
+      gdk(as<bf16>(randomValues(kvn, 45))), gdv(as<bf16>(randomValues(kvn, 46)));
+  Device<float> glse(lse),
+      workspace(cuda::attentionBackwardWorkspaceBytes(s) / sizeof(float));
+  ASSERT_TRUE(cuda::attentionBackwardOnTensorCores(
+      gq.get(), gk.get(), gv.get(), gout.get(), gdout.get(), gdq.get(),
+      gdk.get(), gdv.get(), s));
+  ASSERT_EQ(cuda::attentionBackwardTensorCores(
+                gq.get(), gk.get(), gv.get(), gout.get(), glse.get(),
+                gdout.get(), s, gdq.get(), gdk.get(), gdv.get(),
+                workspace.get(), nullptr),
+            cudaSuccess);
+  expectClose(gdq.host(), dq, 1.0 / 128, largest(dq) / 128, "dq");
+  // dk and dv were filled with noise first: they are overwritten.
+  expectClose(gdk.host(), dk, 1.0 / 128, largest(dk) / 128, "dk");
+  expectClose(gdv.host(), dv, 1.0 / 128, largest(dv) / 128, "dv");
+}
+
+TEST_F(CudaKernels, TensorCoreBackward) {
+  // As the forward's shapes: tiles of 64 keys and queries (32 queries in
+  // dk and dv at head dimension 128), partial and whole.
+  compareTensorCoresBackward(shape(2, 77, 4, 4, 64, true));
+  compareTensorCoresBackward(shape(1, 40, 2, 2, 64, false));
+  compareTensorCoresBackward(shape(1, 130, 6, 3, 64, true));
+  compareTensorCoresBackward(shape(1, 100, 6, 6, 128, false, true));
+  compareTensorCoresBackward(shape(2, 200, 4, 2, 128, true));
+  // A tensor-parallel shard: query heads 2-3 of 8, kv head 1 of 4; and one
+  // whose kv heads have no query head here (zeros).
+  cpu::AttentionShape s = shape(2, 90, 2, 1, 64, true, true);
+  s.globalHeads = 8;
+  s.globalKvHeads = 4;
+  s.headOffset = 2;
+  s.kvHeadOffset = 1;
+  compareTensorCoresBackward(s);
+  cpu::AttentionShape t = shape(1, 40, 2, 2, 128, false);
+  t.globalHeads = 4;
+  t.globalKvHeads = 2;
+  t.headOffset = 0;
+  t.kvHeadOffset = 0;
+  compareTensorCoresBackward(t);
+}
+
 TEST_F(CudaKernels, TensorCoreForward) {
   // Tiles of 64 rows and keys: sequences inside the first tile, across
   // several and ending inside one; causal and not; grouped queries; ALiBi.

@@ -31,7 +31,8 @@ using namespace braid::cudatest;
 
 namespace {
 
-/// The compiled plan `name` (fp32, bf16, dp2): from the directory
+/// The compiled plan `name` (fp32, bf16, dp2, fp32-hd64, bf16-hd64): from
+/// the directory
 /// $BRAID_TEST_PLANS when set, else from the build's.
 plan::Plan load(const std::string &name) {
   std::string dir;
@@ -149,19 +150,37 @@ TEST_F(CudaKernels, Fp32StepsMatchTheCpu) {
   std::cout << "\n";
 }
 
-TEST_F(CudaKernels, MixedPrecisionStepsFollowFp32) {
-  plan::Plan fp32 = load("fp32");
-  plan::Plan bf16 = load("bf16");
-  Start start = startOf(fp32, 6);
+/// Trains the bf16 plan `mixed` on the GPU and the fp32 plan `fp32` on the
+/// CPU from the same start for 5 steps: the losses agree within 2e-2.
+void expectMixedFollowsFp32(const std::string &fp32Name,
+                            const std::string &mixedName, uint32_t seed) {
+  plan::Plan fp32 = load(fp32Name);
+  plan::Plan mixed = load(mixedName);
+  Start start = startOf(fp32, seed);
   auto cpuExec = exec::Executor::Create(fp32);
   ASSERT_TRUE(cpuExec.ok()) << cpuExec.status();
-  auto gpuExec = cuda::Executor::Create(bf16);
+  auto gpuExec = cuda::Executor::Create(mixed);
   ASSERT_TRUE(gpuExec.ok()) << gpuExec.status();
   const int steps = 5;
   std::vector<double> want = train(**cpuExec, start, steps, false);
   std::vector<double> got = train(**gpuExec, start, steps, true);
   for (int i = 0; i < steps; ++i)
     EXPECT_NEAR(got[i], want[i], 2e-2 * std::abs(want[i])) << "step " << i + 1;
+  std::cout << mixedName << " on the GPU against " << fp32Name
+            << " on the CPU, losses:";
+  for (int i = 0; i < steps; ++i)
+    std::cout << " " << got[i] << " / " << want[i];
+  std::cout << "\n";
+}
+
+TEST_F(CudaKernels, MixedPrecisionStepsFollowFp32) {
+  expectMixedFollowsFp32("fp32", "bf16", 6);
+}
+
+TEST_F(CudaKernels, TensorCoreAttentionStepsFollowFp32) {
+  // Heads of 64 dimensions: the bf16 plan's attention runs on tensor cores
+  // (forward and backward), over sequences of 80 (a partial tile).
+  expectMixedFollowsFp32("fp32-hd64", "bf16-hd64", 7);
 }
 
 // Checked before any device call, so these run without a GPU.
