@@ -273,10 +273,35 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
 absl::StatusOr<absl::Span<uint8_t>> Executor::Bytes(int id) {
   if (id < 0 || id >= plan_.buffers_size())
     return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
-  return absl::UnimplementedError(absl::StrCat(
-      "buffer '", plan_.buffers(id).name(),
-      "' is in GPU memory: checkpoints of a CUDA run are not implemented yet "
-      "(--save-params writes the trained parameters)"));
+  std::vector<uint8_t> &host = hostBytes_[id];
+  host.resize(size_t(bytes_[id]));
+  if (!host.empty()) {
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(host.data(), address(id, 0), host.size(),
+                                     cudaMemcpyDeviceToHost, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  return absl::MakeSpan(host);
+}
+
+absl::Status Executor::CommitBytes(int id) {
+  auto it = hostBytes_.find(id);
+  if (it == hostBytes_.end())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "buffer ", id, " was not taken with Bytes before CommitBytes"));
+  const std::vector<uint8_t> &host = it->second;
+  if (!host.empty()) {
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, 0), host.data(), host.size(),
+                                     cudaMemcpyHostToDevice, stream_));
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // A scalar the host keeps (lr, step) follows its buffer.
+  if (auto scalar = hostScalars_.find(id); scalar != hostScalars_.end()) {
+    absl::StatusOr<std::vector<double>> values = Read(id);
+    if (!values.ok())
+      return values.status();
+    scalar->second = values->empty() ? 0.0 : (*values)[0];
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Executor::SetTrace(exec::Trace *trace) {

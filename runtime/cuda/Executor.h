@@ -21,7 +21,8 @@
 // executor (`braid-run --device cuda`). With profiling on, Run times each
 // instruction with a pair of CUDA events and waits for the function's end
 // (the only host synchronisation in Run, and only then). Buffers are not
-// host memory: Bytes (checkpoints) and traces are refused.
+// host memory: Bytes (checkpoints) copies a buffer to the host and
+// CommitBytes back; traces are refused.
 //
 // Not yet: several ranks (NCCL collectives, send and receive), pipeline
 // stages, vocabulary-parallel cross-entropy, FP16. A plan that needs them
@@ -72,8 +73,13 @@ public:
   /// everything enqueued so far has run.
   absl::StatusOr<std::vector<double>> Read(int id,
                                            int64_t slot = 0) const override;
-  /// Unimplemented: the arena is device memory.
+  /// A host copy of (the first copy of) buffer `id`, after everything
+  /// enqueued so far has run (checkpoints): kept per buffer until
+  /// CommitBytes copies it back or the next Bytes refreshes it.
   absl::StatusOr<absl::Span<uint8_t>> Bytes(int id) override;
+  /// Copies the host copy Bytes(id) gave back into the buffer; waits until
+  /// the copy is done.
+  absl::Status CommitBytes(int id) override;
 
   /// Enqueues function `name` on the executor's stream and returns; a
   /// launch's error is returned at once, an error inside a kernel at the
@@ -145,6 +151,8 @@ private:
   std::vector<cudaEvent_t> events_;
   /// Host copies of the scalars written with Write (lr, step), by buffer.
   std::map<int, double> hostScalars_;
+  /// Host copies of buffers handed out by Bytes, by buffer.
+  std::map<int, std::vector<uint8_t>> hostBytes_;
   /// The token ids of each buffer that tables read: [0, vocab), or the
   /// cross-entropy's ignore_index.
   struct IdCheck {

@@ -78,9 +78,14 @@ public:
   virtual absl::StatusOr<std::vector<double>> Read(int id,
                                                    int64_t slot = 0) const = 0;
   /// The bytes of (the first copy of) buffer `id` in host memory, to read or
-  /// write in place (checkpoints). A backend whose arena is not in host
-  /// memory answers Unimplemented.
+  /// write in place (checkpoints), after everything run so far. A backend
+  /// whose arena is not in host memory returns a host copy of the buffer,
+  /// valid until the next call of Bytes or CommitBytes for it.
   virtual absl::StatusOr<absl::Span<uint8_t>> Bytes(int id) = 0;
+  /// Makes what was written into Bytes(id) the buffer's contents: nothing
+  /// to do where Bytes is the buffer itself; a device backend copies the
+  /// host copy back.
+  virtual absl::Status CommitBytes(int id) = 0;
 
   /// Runs function `name` on slot `slot` of the slotted buffers it names. A
   /// device backend may return before the kernels have run: Read waits for

@@ -193,7 +193,12 @@ Holdings(const plan::Plan &plan, const std::vector<int64_t> &coords) {
     if (inst.inputs_size() < 4)
       return bad(i, "fewer than 4 inputs");
     int p = inst.inputs(0), m = inst.inputs(2), v = inst.inputs(3);
-    const plan::Buffer &pb = plan.buffers(p);
+    // Mixed precision: ADAMW updates the f32 master weights (its first
+    // input) and rounds them into the parameter (its fourth output); the
+    // masters are what is saved as the parameter's values.
+    const bool masters = inst.outputs_size() >= 4;
+    const int named = masters ? inst.outputs(3) : p;
+    const plan::Buffer &pb = plan.buffers(named);
     int64_t blockSize = numel(plan.buffers(m));
     if (numel(plan.buffers(v)) != blockSize)
       return bad(i, "its moments differ in size");
@@ -204,19 +209,24 @@ Holdings(const plan::Plan &plan, const std::vector<int64_t> &coords) {
     else if (inst.rank_axis() == "dp")
       flat = p;
     if (flat < 0) {
-      // A parameter of its own, its moments beside it.
+      // A parameter of its own, its moments (and masters) beside it.
       if (pb.role() != plan::PARAMETER || pb.name().empty())
         return bad(i, absl::StrCat("its parameter '", pb.name(),
                                    "' is no named parameter"));
       int64_t n = numel(pb);
-      if (blockSize != n)
-        return bad(i, "its moments and parameter differ in size");
+      if (blockSize != n || numel(plan.buffers(p)) != n)
+        return bad(i, "its moments, masters and parameter differ in size");
       for (auto [state, buffer] : {std::pair<const char *, int>{"param", p},
                                    {"exp_avg", m},
                                    {"exp_avg_sq", v}})
-        out.push_back({pb.name(), state, p, buffer, 0, 0, n, false});
+        out.push_back({pb.name(), state, named, buffer, 0, 0, n, false});
       continue;
     }
+    if (masters)
+      return absl::UnimplementedError(absl::StrCat(
+          "function '", update, "' instruction ", i,
+          ": checkpoints of mixed precision with ZeRO's sharded master "
+          "weights are not implemented yet"));
     // ZeRO: a flat bucket whose members are views; the rank's moments (and
     // with ZeRO-3 its parameters) are block d of it.
     int64_t base = d * blockSize;
@@ -298,14 +308,21 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
   std::vector<double> report(3 + most, 0.0); // ok, crc, bytes, piece crcs
   absl::Status wrote = [&]() -> absl::Status {
     std::vector<ckpt::TensorToWrite> tensors;
+    // Each buffer's bytes taken once (a device backend copies them).
+    std::map<int, absl::Span<uint8_t>> taken;
     for (size_t k = 0; k < mine.size(); ++k) {
       const WritePiece &w = mine[k];
       if (plan.buffers(w.buffer).dtype() != plan::F32)
         return absl::UnimplementedError(absl::StrCat(
             "parameter ", w.name, ": checkpoints hold F32 buffers only"));
-      absl::StatusOr<absl::Span<uint8_t>> bytes = e.Bytes(w.buffer);
-      if (!bytes.ok())
-        return bytes.status();
+      auto it = taken.find(w.buffer);
+      if (it == taken.end()) {
+        absl::StatusOr<absl::Span<uint8_t>> bytes = e.Bytes(w.buffer);
+        if (!bytes.ok())
+          return bytes.status();
+        it = taken.emplace(w.buffer, *bytes).first;
+      }
+      const absl::Span<uint8_t> *bytes = &it->second;
       absl::Span<const uint8_t> data = bytes->subspan(
           size_t(w.bufferOffset) * sizeof(float),
           size_t(w.end - w.begin) * sizeof(float));
@@ -484,6 +501,9 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
     absl::StatusOr<std::vector<Holding>> holdings = Holdings(plan, coords);
     if (!holdings.ok())
       return holdings.status();
+    // Each buffer's bytes taken once and committed once all its holdings
+    // are read (a device backend copies them in and back).
+    std::map<int, absl::Span<uint8_t>> taken;
     for (const Holding &h : *holdings) {
       if (!optimizer && h.state != "param")
         continue;
@@ -491,10 +511,14 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
       if (plan.buffers(h.buffer).dtype() != plan::F32)
         return absl::UnimplementedError(absl::StrCat(
             "parameter ", h.name, ": checkpoints load into F32 buffers only"));
-      absl::StatusOr<absl::Span<uint8_t>> bytes = e.Bytes(h.buffer);
-      if (!bytes.ok())
-        return bytes.status();
-      float *dst = reinterpret_cast<float *>(bytes->data()) + h.bufferOffset;
+      auto it = taken.find(h.buffer);
+      if (it == taken.end()) {
+        absl::StatusOr<absl::Span<uint8_t>> bytes = e.Bytes(h.buffer);
+        if (!bytes.ok())
+          return bytes.status();
+        it = taken.emplace(h.buffer, *bytes).first;
+      }
+      float *dst = reinterpret_cast<float *>(it->second.data()) + h.bufferOffset;
       int64_t c = p.has_shard() ? coordinate(plan.mesh(), coords,
                                              p.shard().axis())
                                 : 0;
@@ -510,6 +534,9 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
           return s;
       }
     }
+    for (const auto &[buffer, bytes] : taken)
+      if (absl::Status s = e.CommitBytes(buffer); !s.ok())
+        return s;
     state.step = m.step();
     state.consumedSamples = m.consumed_samples();
     state.plannedSteps = m.planned_steps();

@@ -75,6 +75,8 @@ public:
   /// read or write in place (checkpoints); FailedPrecondition for a buffer
   /// of another pipeline stage.
   absl::StatusOr<absl::Span<uint8_t>> Bytes(int id) override;
+  /// Nothing to do: Bytes is the buffer.
+  absl::Status CommitBytes(int id) override { return absl::OkStatus(); }
 
   /// Runs function `name` once, on slot `slot` of the slotted buffers it
   /// names (which must have that slot).

@@ -181,13 +181,11 @@ absl::StatusOr<std::vector<double>> readParameter(const Backend &e, int id) {
                              flat.begin() + home.flatOffset + count);
 }
 
-/// Mixed precision: sets each F32 master copy of this rank's stage to the
-/// weights it is rounded into (ADAMW's first input and fourth output; with a
-/// rank_axis, the rank's block of the flat weights), once the weights hold
-/// their initial values. The masters start as the BF16 (or F16) weights
-/// widened, as Megatron's do.
-absl::Status initMasterWeights(Backend &e, int64_t stage) {
-  const plan::Plan &plan = e.plan();
+/// Mixed precision: calls `f(inst, master, weights)` once for each ADAMW of
+/// this rank's stage that updates F32 master weights (its first input) and
+/// rounds them into the weights (its fourth output); stops at an error.
+template <typename F>
+absl::Status forEachMaster(const plan::Plan &plan, int64_t stage, F f) {
   std::set<int> done;
   for (const plan::Function &fn : plan.functions())
     for (const plan::Instruction &inst : fn.body()) {
@@ -196,24 +194,54 @@ absl::Status initMasterWeights(Backend &e, int64_t stage) {
       int master = inst.inputs(0), weights = inst.outputs(3);
       if (plan.buffers(master).stage() != stage || !done.insert(master).second)
         continue;
-      absl::StatusOr<std::vector<double>> values = e.Read(weights);
-      if (!values.ok())
-        return values.status();
-      int64_t n = numel(plan.buffers(master));
-      int64_t first = inst.rank_axis().empty()
-                          ? 0
-                          : coordinateAlong(e, inst.rank_axis()) * n;
-      if (first + n > int64_t(values->size()))
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the master weights '", plan.buffers(master).name(), "' (", n,
-            " elements from ", first, ") lie outside the weights '",
-            plan.buffers(weights).name(), "' (", values->size(), ")"));
-      if (absl::Status s = e.Write(
-              master, absl::MakeConstSpan(values->data() + first, size_t(n)));
-          !s.ok())
+      if (absl::Status s = f(inst, master, weights); !s.ok())
         return s;
     }
   return absl::OkStatus();
+}
+
+/// Mixed precision: sets each F32 master copy of this rank's stage to the
+/// weights it is rounded into (with a rank_axis, the rank's block of the
+/// flat weights), once the weights hold their initial values. The masters
+/// start as the BF16 (or F16) weights widened, as Megatron's do.
+absl::Status initMasterWeights(Backend &e, int64_t stage) {
+  const plan::Plan &plan = e.plan();
+  return forEachMaster(plan, stage, [&](const plan::Instruction &inst,
+                                        int master, int weights) {
+    absl::StatusOr<std::vector<double>> values = e.Read(weights);
+    if (!values.ok())
+      return values.status();
+    int64_t n = numel(plan.buffers(master));
+    int64_t first = inst.rank_axis().empty()
+                        ? 0
+                        : coordinateAlong(e, inst.rank_axis()) * n;
+    if (first + n > int64_t(values->size()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the master weights '", plan.buffers(master).name(), "' (", n,
+          " elements from ", first, ") lie outside the weights '",
+          plan.buffers(weights).name(), "' (", values->size(), ")"));
+    return e.Write(master,
+                   absl::MakeConstSpan(values->data() + first, size_t(n)));
+  });
+}
+
+/// Mixed precision, after a checkpoint loaded the f32 master weights of this
+/// rank's stage: sets the weights each is rounded into from them, as the
+/// update does.
+absl::Status weightsFromMasters(Backend &e, int64_t stage) {
+  const plan::Plan &plan = e.plan();
+  return forEachMaster(plan, stage, [&](const plan::Instruction &inst,
+                                        int master, int weights) {
+    if (!inst.rank_axis().empty())
+      return absl::UnimplementedError(absl::StrCat(
+          "the master weights '", plan.buffers(master).name(),
+          "' are sharded over ", inst.rank_axis(),
+          ": loading them from a checkpoint is not implemented yet"));
+    absl::StatusOr<std::vector<double>> values = e.Read(master);
+    if (!values.ok())
+      return values.status();
+    return e.Write(weights, *values);
+  });
 }
 
 /// Writes every parameter of the plan, whole and as float32, to a
@@ -1046,11 +1074,13 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       return s;
   }
 
-  // Mixed precision: the masters of weights that were just set (a resumed
-  // run loaded its own).
-  if (options.load.empty())
-    if (absl::Status s = initMasterWeights(e, stage); !s.ok())
-      return s;
+  // Mixed precision: the masters of weights that were just set; or, from a
+  // Braid checkpoint (which holds the masters as the parameters' values),
+  // the weights rounded from the masters it loaded.
+  if (absl::Status s = fromCheckpoint ? weightsFromMasters(e, stage)
+                                      : initMasterWeights(e, stage);
+      !s.ok())
+    return s;
 
   // Data: the run continues the data order where the resumed run left it.
   int64_t batch = t.micro_batch_size(), seq = t.seq_length();

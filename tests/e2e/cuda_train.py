@@ -11,8 +11,12 @@ Trains the same plans, from the same seeded weights on the same samples, for
   llama-bf16   tiny-llama in mixed precision on the GPU against the fp32
                plan on the CPU                               within 2e-2
 
-then runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and
-checks that the kernels' share of the step is reported.
+then resumes llama-fp32 and llama-bf16 on the GPU from the checkpoints their
+runs saved after step 10 (the master weights and moments of mixed precision
+included) and checks that steps 11-20 repeat the uninterrupted run's losses
+(within 1e-5 relative: float atomics may sum in another order on a GPU), and
+runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and checks
+that the kernels' share of the step is reported.
 
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT [--inputs DIR]
                 [--braid-run NAME]
@@ -72,9 +76,18 @@ def prepare(setup, out):
              "-o", os.path.join(out, name + ".plan")])
 
 
-def train(setup, inputs, name, device, extra=()):
+RESUME_AT = 10
+RESUMED = ("llama-fp32", "llama-bf16")
+RESUME_TOLERANCE = 1e-5
+
+
+def checkpoints(setup, name):
+    return setup.w(f"{name}-checkpoints")
+
+
+def train(setup, inputs, name, device, extra=(), expect=STEPS):
     """Runs plan `name` on `device`; returns (losses, stdout), or None when
-    there is no GPU to run it on."""
+    there is no GPU to run it on. `expect`: the steps it logs."""
     metrics = setup.w(f"{name}-{device}.jsonl")
     cmd = [setup.b(setup.args.braid_run), os.path.join(inputs, name + ".plan"),
            "--data", os.path.join(inputs, "data"), "--device", device,
@@ -86,8 +99,8 @@ def train(setup, inputs, name, device, extra=()):
         sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     with open(metrics) as f:
         losses = [json.loads(line)["loss"] for line in f]
-    if len(losses) != STEPS:
-        sys.exit(f"FAILED: {name} on {device}: {len(losses)} steps, not {STEPS}")
+    if len(losses) != expect:
+        sys.exit(f"FAILED: {name} on {device}: {len(losses)} steps, not {expect}")
     return losses, p.stdout
 
 
@@ -107,11 +120,18 @@ def main():
 
     failed = False
     cpu = {}
+    gpu = {}
     for gpu_plan, cpu_plan, tolerance in COMPARISONS:
-        got = train(setup, inputs, gpu_plan, "cuda")
+        save = []
+        if gpu_plan in RESUMED:
+            shutil.rmtree(checkpoints(setup, gpu_plan), ignore_errors=True)
+            save = ["--save", checkpoints(setup, gpu_plan),
+                    "--save-every", str(RESUME_AT)]
+        got = train(setup, inputs, gpu_plan, "cuda", save)
         if got is None:
             print("SKIP: no GPU (or no CUDA backend) for braid-run --device cuda")
             return SKIP
+        gpu[gpu_plan] = got[0]
         if cpu_plan not in cpu:
             cpu[cpu_plan] = train(setup, inputs, cpu_plan, "cpu")[0]
         want = cpu[cpu_plan]
@@ -123,6 +143,20 @@ def main():
               f"(tolerance {tolerance:g}) {'ok' if ok else 'FAILED'}")
         print("  CPU:", " ".join(f"{x:.6f}" for x in want))
         print("  GPU:", " ".join(f"{x:.6f}" for x in got[0]))
+
+    # Resumed from step 10's checkpoint: steps 11-20 as the whole run's.
+    for name in RESUMED:
+        step_dir = os.path.join(checkpoints(setup, name),
+                                f"step-{RESUME_AT:08d}")
+        resumed = train(setup, inputs, name, "cuda", ["--load", step_dir],
+                        expect=STEPS - RESUME_AT)[0]
+        whole = gpu[name][RESUME_AT:]
+        worst = max(abs(r - w) / abs(w) for r, w in zip(resumed, whole))
+        ok = worst <= RESUME_TOLERANCE
+        failed |= not ok
+        print(f"{name} on the GPU resumed at step {RESUME_AT}: largest relative "
+              f"loss difference from the whole run {worst:.3g} (tolerance "
+              f"{RESUME_TOLERANCE:g}) {'ok' if ok else 'FAILED'}")
 
     # The kernels' breakdown of a step, from CUDA events.
     _, out = train(setup, inputs, "llama-fp32", "cuda", ["--profile"])

@@ -44,7 +44,7 @@ thread_local dim3 gridDim_;
 
 namespace {
 
-constexpr size_t kStackBytes = size_t(256) << 10;
+constexpr size_t kStackBytes = size_t(128) << 10;
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr size_t kDefaultSharedBytes = size_t(48) << 10;
 constexpr size_t kMaxSharedBytes = size_t(227) << 10; // sm_90's opt-in limit
@@ -94,9 +94,10 @@ Fiber &current() {
 }
 
 #if defined(__x86_64__)
-// Saves the callee-saved registers (and the SSE and x87 control words) on
-// this stack, stores its pointer in *save, and resumes the context whose
-// stack pointer is `load` (System V ABI).
+// Saves the callee-saved registers on this stack, stores its pointer in
+// *save, and resumes the context whose stack pointer is `load` (System V
+// ABI). The SSE and x87 control words are left alone: every fiber runs on
+// the launching thread's, which kernels do not change.
 extern "C" void braidEmuSwitch(void **save, void *load);
 asm(R"(
   .text
@@ -109,14 +110,8 @@ braidEmuSwitch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -134,37 +129,45 @@ void switchTo(Context &save, Context &load) {
 void switchTo(Context &save, Context &load) { swapcontext(&save, &load); }
 #endif
 
+/// Leaves fiber `f` (its state set): straight to the next ready fiber in
+/// the block's order, else back to the scheduler.
+void leave(Fiber &f) {
+  Block &b = *block_;
+  for (size_t i = size_t(b.current) + 1; i < b.fibers.size(); ++i)
+    if (b.fibers[i].state == State::kReady) {
+      b.current = int(i);
+      threadIdx_ = b.fibers[i].index;
+      switchTo(f.context, b.fibers[i].context);
+      return;
+    }
+  switchTo(f.context, b.scheduler);
+}
+
 void wait(State state) {
   Fiber &f = current();
   f.state = state;
-  switchTo(f.context, block_->scheduler);
+  leave(f);
 }
 
 [[noreturn]] void fiberMain() {
   (*block_->body)();
   Fiber &f = block_->fibers[size_t(block_->current)];
   f.state = State::kDone;
-  switchTo(f.context, block_->scheduler);
+  leave(f);
   fail("a finished thread was resumed");
 }
 
 /// Makes `f` start in fiberMain on the stack [stack, stack + bytes).
 void startFiber(Fiber &f, char *stack, size_t bytes, Context &scheduler) {
 #if defined(__x86_64__)
-  // The frame braidEmuSwitch pops: the control words, six registers, and
-  // fiberMain as the return address, placed so that fiberMain starts with
-  // the stack aligned as after a call (rsp + 8 a multiple of 16).
+  // The frame braidEmuSwitch pops: six registers, and fiberMain as the
+  // return address, placed so that fiberMain starts with the stack aligned
+  // as after a call (rsp + 8 a multiple of 16).
   uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15);
   uint64_t *ret = reinterpret_cast<uint64_t *>(top - 16);
   *ret = reinterpret_cast<uint64_t>(&fiberMain);
-  uint64_t *frame = ret - 7;
-  std::memset(frame, 0, 7 * sizeof(uint64_t));
-  uint32_t mxcsr;
-  uint16_t fpucw;
-  asm volatile("stmxcsr %0" : "=m"(mxcsr));
-  asm volatile("fnstcw %0" : "=m"(fpucw));
-  std::memcpy(frame, &mxcsr, 4);
-  std::memcpy(reinterpret_cast<char *>(frame) + 4, &fpucw, 2);
+  uint64_t *frame = ret - 6;
+  std::memset(frame, 0, 6 * sizeof(uint64_t));
   f.context.sp = frame;
   (void)scheduler;
 #else
