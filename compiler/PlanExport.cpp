@@ -263,6 +263,14 @@ plan::Training braid::trainingSettings(const ModelConfig &model,
   t.set_num_layers(model.numLayers);
   t.set_data_path(data.path());
   t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
+  if (model.dtype == spec::FP16) {
+    plan::LossScaling &s = *t.mutable_loss_scaling();
+    s.set_static_scale(train.lossScale);
+    s.set_initial(train.initialLossScale);
+    s.set_min(train.minLossScale);
+    s.set_window(train.lossScaleWindow);
+    s.set_hysteresis(train.hysteresis);
+  }
   std::string spec;
   google::protobuf::TextFormat::PrintToString(inlineModelSpec(model), &spec);
   t.set_model_spec(spec);

@@ -32,6 +32,16 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
     c.warmupSteps = t.warmup_steps();
   if (t.has_lr_decay())
     c.lrDecay = t.lr_decay();
+  if (t.has_loss_scale())
+    c.lossScale = t.loss_scale();
+  if (t.has_initial_loss_scale())
+    c.initialLossScale = t.initial_loss_scale();
+  if (t.has_min_loss_scale())
+    c.minLossScale = t.min_loss_scale();
+  if (t.has_loss_scale_window())
+    c.lossScaleWindow = t.loss_scale_window();
+  if (t.has_hysteresis())
+    c.hysteresis = t.hysteresis();
   auto fail = [](const char *field, double value, const char *rule) {
     std::string s;
     llvm::raw_string_ostream(s) << "train." << field << " = " << value
@@ -58,6 +68,31 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
     return fail("min_lr", c.minLr, "in [0, lr]");
   if (c.warmupSteps < 0 || c.warmupSteps > c.steps)
     return fail("warmup_steps", double(c.warmupSteps), "in [0, steps]");
+  const bool fp16 = t.has_precision() && t.precision() == spec::FP16;
+  for (auto [set, field] :
+       {std::pair<bool, const char *>{t.has_loss_scale(), "loss_scale"},
+        {t.has_initial_loss_scale(), "initial_loss_scale"},
+        {t.has_min_loss_scale(), "min_loss_scale"},
+        {t.has_loss_scale_window(), "loss_scale_window"},
+        {t.has_hysteresis(), "hysteresis"}})
+    if (set && !fp16)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          std::string("train.") + field +
+              " scales the loss of fp16 training: it needs train.precision "
+              "FP16");
+  if (!(c.lossScale >= 0) || std::isinf(c.lossScale))
+    return fail("loss_scale", c.lossScale, ">= 0 (0: dynamic)");
+  if (!(c.minLossScale > 0) || std::isinf(c.minLossScale))
+    return fail("min_loss_scale", c.minLossScale, "> 0");
+  if (!(c.initialLossScale >= c.minLossScale) ||
+      std::isinf(c.initialLossScale))
+    return fail("initial_loss_scale", c.initialLossScale,
+                ">= min_loss_scale and finite");
+  if (c.lossScaleWindow < 1)
+    return fail("loss_scale_window", double(c.lossScaleWindow), ">= 1");
+  if (c.hysteresis < 1)
+    return fail("hysteresis", double(c.hysteresis), ">= 1");
   if (c.lrDecay != "constant" && c.lrDecay != "linear" && c.lrDecay != "cosine")
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

@@ -22,6 +22,12 @@ struct TrainConfig {
   double lr = 3e-4, minLr = 3e-5;
   int64_t warmupSteps = 0;
   std::string lrDecay = "cosine";
+  /// fp16's loss scaling (used with precision FP16): static when
+  /// lossScale > 0, else dynamic (Megatron's defaults but the initial
+  /// scale, 2^16 as PyTorch's GradScaler rather than 2^32, which costs a
+  /// run its first 17 steps).
+  double lossScale = 0, initialLossScale = 65536, minLossScale = 1;
+  int64_t lossScaleWindow = 1000, hysteresis = 2;
 };
 
 /// Resolves `job.train`; errors name the field, its value and the rule.

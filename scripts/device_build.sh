@@ -84,6 +84,8 @@ braidc="$main/bin/braidc"
   -o "$out/plans/bf16.plan"
 "$braidc" --preset tiny-llama --seq-len 32 --dp 2 --emit=plan \
   -o "$out/plans/dp2.plan"
+"$braidc" --preset tiny-llama --seq-len 32 --precision fp16 --emit=plan \
+  -o "$out/plans/fp16.plan"
 "$braidc" "$root/tests/runtime/cuda/tiny-llama-hd64.textproto" --emit=plan \
   -o "$out/plans/fp32-hd64.plan"
 "$braidc" "$root/tests/runtime/cuda/tiny-llama-hd64.textproto" \

@@ -508,6 +508,7 @@ cudaError_t attentionBackward(const T *q, const T *k, const T *v, const T *out,
       const AttentionShape &, T *, T *, T *, float *, cudaStream_t);
 BRAID_INSTANTIATE_ATTENTION(float)
 BRAID_INSTANTIATE_ATTENTION(__nv_bfloat16)
+BRAID_INSTANTIATE_ATTENTION(__half)
 #undef BRAID_INSTANTIATE_ATTENTION
 
 } // namespace braid::cuda

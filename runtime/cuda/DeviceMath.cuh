@@ -14,6 +14,7 @@
 #include "runtime/cuda/Device.cuh"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -23,6 +24,7 @@ __device__ __forceinline__ float toFloat(float x) { return x; }
 __device__ __forceinline__ float toFloat(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
+__device__ __forceinline__ float toFloat(__half x) { return __half2float(x); }
 
 template <typename T> __device__ __forceinline__ T fromFloat(float x);
 template <> __device__ __forceinline__ float fromFloat<float>(float x) {
@@ -31,6 +33,9 @@ template <> __device__ __forceinline__ float fromFloat<float>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half fromFloat<__half>(float x) {
+  return __float2half_rn(x);
 }
 
 template <typename V> __device__ __forceinline__ V warpSum(V v) {

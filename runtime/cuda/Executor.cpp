@@ -45,10 +45,10 @@ std::string unsupported(const plan::Plan &plan) {
   if (plan.pipeline().stages_size() > 0)
     return "the plan has pipeline stages; the CUDA executor runs one rank";
   for (const Buffer &b : plan.buffers())
-    if (b.dtype() == plan::F16 || b.dtype() == plan::F64)
+    if (b.dtype() == plan::F64)
       return absl::StrCat("buffer '", b.name(), "' is ",
                           plan::DType_Name(b.dtype()),
-                          "; the CUDA kernels compute in F32 and BF16");
+                          "; the CUDA kernels compute in F32, BF16 and F16");
   for (const plan::Function &fn : plan.functions())
     for (const Instruction &inst : fn.body()) {
       switch (inst.kernel()) {
@@ -139,8 +139,10 @@ template <> float fromDouble<float>(double v) { return float(v); }
 template <> bf16 fromDouble<bf16>(double v) {
   return __float2bfloat16_rn(float(v));
 }
+template <> f16 fromDouble<f16>(double v) { return __float2half_rn(float(v)); }
 double toDouble(float v) { return v; }
 double toDouble(bf16 v) { return __bfloat162float(v); }
+double toDouble(f16 v) { return __half2float(v); }
 
 } // namespace
 
@@ -175,8 +177,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
   const plan::Plan &p = e->plan_;
   for (const Buffer &b : p.buffers()) {
     e->bytes_.push_back(plan::NumElements(b) * plan::DTypeBytes(b.dtype()));
-    if (b.dtype() == plan::BF16)
-      e->compute_ = plan::BF16;
+    if (b.dtype() == plan::BF16 || b.dtype() == plan::F16)
+      e->compute_ = b.dtype();
   }
   // The workspaces, from the largest instruction of each kind.
   int64_t statRows = 1, attentionRows = 1;
@@ -262,6 +264,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
         bool bias = inst.kernel() == plan::LINEAR && inst.inputs_size() == 3;
         absl::Status s = e->compute_ == plan::BF16
                              ? e->gemm_->Prepare<bf16>(shape, bias)
+                         : e->compute_ == plan::F16
+                             ? e->gemm_->Prepare<f16>(shape, bias)
                              : e->gemm_->Prepare<float>(shape, bias);
         if (!s.ok())
           return s;
@@ -370,7 +374,8 @@ absl::Status Executor::Write(int id, absl::Span<const double> values,
   auto fill = [&](auto *out) {
     using T = std::remove_pointer_t<decltype(out)>;
     for (size_t i = 0; i < values.size(); ++i) {
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>)
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16> ||
+                    std::is_same_v<T, f16>)
         out[i] = fromDouble<T>(values[i]);
       else
         out[i] = T(values[i]);
@@ -382,6 +387,9 @@ absl::Status Executor::Write(int id, absl::Span<const double> values,
     break;
   case plan::BF16:
     fill(reinterpret_cast<bf16 *>(host.data()));
+    break;
+  case plan::F16:
+    fill(reinterpret_cast<f16 *>(host.data()));
     break;
   case plan::I32:
     fill(reinterpret_cast<int32_t *>(host.data()));
@@ -429,6 +437,9 @@ absl::StatusOr<std::vector<double>> Executor::Read(int id, int64_t slot) const {
       break;
     case plan::BF16:
       out[i] = toDouble(reinterpret_cast<const bf16 *>(host.data())[i]);
+      break;
+    case plan::F16:
+      out[i] = toDouble(reinterpret_cast<const f16 *>(host.data())[i]);
       break;
     case plan::I32:
       out[i] = reinterpret_cast<const int32_t *>(host.data())[i];
@@ -513,6 +524,8 @@ absl::Status Executor::runInstruction(const Instruction &inst,
   }
   if (dtype == plan::BF16)
     return runTyped<bf16>(inst, context, slot, op);
+  if (dtype == plan::F16)
+    return runTyped<f16>(inst, context, slot, op);
   return runTyped<float>(inst, context, slot, op);
 }
 
@@ -760,8 +773,9 @@ absl::Status Executor::runTyped(const Instruction &inst,
                        inst);
           !s.ok())
         return s;
+    // Unscaled by the loss scale (fp16): Backend::SetLossScale.
     return launched(gradClip(sumSquares_, plan::FloatAttr(inst, "max_norm"),
-                             yf(0), yf(1), st),
+                             yf(0), yf(1), st, 1.0 / lossScale_),
                     inst);
   }
   case plan::ADAMW: {
@@ -779,7 +793,7 @@ absl::Status Executor::runTyped(const Instruction &inst,
       if (!inst.rank_axis().empty())
         return absl::UnimplementedError("ZeRO's sharded AdamW needs several "
                                         "ranks");
-    } else if (compute_ == plan::BF16) {
+    } else if (compute_ != plan::F32) {
       return absl::FailedPreconditionError(
           "ADAMW of a mixed-precision plan without master weights");
     }

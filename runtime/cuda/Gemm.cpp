@@ -12,7 +12,9 @@ namespace braid::cuda {
 namespace {
 
 template <typename T> cudaDataType_t dataType() {
-  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+  return std::is_same_v<T, float>  ? CUDA_R_32F
+         : std::is_same_v<T, bf16> ? CUDA_R_16BF
+                                   : CUDA_R_16F;
 }
 
 /// The largest power of two up to 256 that divides every address.
@@ -222,25 +224,17 @@ absl::Status Gemm::Prepare(const cpu::LinearShape &s, bool bias) {
   return absl::OkStatus();
 }
 
-template absl::Status Gemm::LinearForward<float>(const float *, const float *,
-                                                 const float *,
-                                                 const cpu::LinearShape &,
-                                                 float *, cudaStream_t);
-template absl::Status Gemm::LinearForward<bf16>(const bf16 *, const bf16 *,
-                                                const bf16 *,
-                                                const cpu::LinearShape &,
-                                                bf16 *, cudaStream_t);
-template absl::Status Gemm::LinearBackward<float>(const float *, const float *,
-                                                  const float *,
-                                                  const cpu::LinearShape &,
-                                                  float *, float *, float *,
-                                                  cudaStream_t);
-template absl::Status Gemm::LinearBackward<bf16>(const bf16 *, const bf16 *,
-                                                 const bf16 *,
-                                                 const cpu::LinearShape &,
-                                                 bf16 *, float *, float *,
-                                                 cudaStream_t);
-template absl::Status Gemm::Prepare<float>(const cpu::LinearShape &, bool);
-template absl::Status Gemm::Prepare<bf16>(const cpu::LinearShape &, bool);
+#define BRAID_INSTANTIATE_GEMM(T)                                              \
+  template absl::Status Gemm::LinearForward<T>(                                \
+      const T *, const T *, const T *, const cpu::LinearShape &, T *,          \
+      cudaStream_t);                                                           \
+  template absl::Status Gemm::LinearBackward<T>(                               \
+      const T *, const T *, const T *, const cpu::LinearShape &, T *, float *, \
+      float *, cudaStream_t);                                                  \
+  template absl::Status Gemm::Prepare<T>(const cpu::LinearShape &, bool);
+BRAID_INSTANTIATE_GEMM(float)
+BRAID_INSTANTIATE_GEMM(bf16)
+BRAID_INSTANTIATE_GEMM(f16)
+#undef BRAID_INSTANTIATE_GEMM
 
 } // namespace braid::cuda

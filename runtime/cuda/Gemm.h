@@ -2,7 +2,7 @@
 //
 // The matrix products of a linear layer (runtime/cpu/Kernels.h's
 // linearForward and linearBackward, same shapes and layouts) on cuBLASLt:
-// T inputs (float or bf16), float accumulation (CUBLAS_COMPUTE_32F: no TF32,
+// T inputs (float, bf16 or fp16), float accumulation (CUBLAS_COMPUTE_32F: no TF32,
 // so that fp32 mode checks against the CPU), the weight gradient accumulated
 // in float (beta = 1). The bias rides cuBLASLt's bias epilogue when it is
 // not scaled.

@@ -910,15 +910,15 @@ __global__ void normStatisticsKernel(const T *x, int64_t d, float eps,
 }
 
 __global__ void gradClipKernel(const double *sumSquares, double maxNorm,
-                               float *norm, float *scale) {
-  const double n = sqrt(sumSquares[0]);
+                               double preScale, float *norm, float *scale) {
+  const double n = sqrt(sumSquares[0]) * preScale;
   norm[0] = float(n);
   if (!isfinite(n)) {
     scale[0] = NAN;
     return;
   }
   const double coef = maxNorm / (n + 1e-6);
-  scale[0] = maxNorm > 0 && coef < 1 ? float(coef) : 1.0f;
+  scale[0] = float(preScale * (maxNorm > 0 && coef < 1 ? coef : 1.0));
 }
 
 } // namespace
@@ -965,8 +965,9 @@ cudaError_t countTargets(const int32_t *targets, int64_t rows,
 }
 
 cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
-                     float *scale, cudaStream_t stream) {
-  BRAID_LAUNCH(1, 1, 0, stream, gradClipKernel)(sumSquares, maxNorm, norm, scale);
+                     float *scale, cudaStream_t stream, double preScale) {
+  BRAID_LAUNCH(1, 1, 0, stream, gradClipKernel)(sumSquares, maxNorm, preScale,
+                                                norm, scale);
   return cudaGetLastError();
 }
 
@@ -1042,5 +1043,6 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
 
 BRAID_INSTANTIATE(float)
 BRAID_INSTANTIATE(bf16)
+BRAID_INSTANTIATE(f16)
 
 } // namespace braid::cuda

@@ -30,6 +30,7 @@
 #include "runtime/cpu/Kernels.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -37,6 +38,7 @@
 namespace braid::cuda {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 //===-- Embeddings --------------------------------------------------------===//
 
@@ -219,9 +221,12 @@ cudaError_t gradSumOfSquares(const float *grad, int64_t n, double *sumSquares,
 /// From sumSquares[0], as cpu::computeGradClip (pre-scale 1): norm[0] =
 /// √sum and scale[0] = min(1, maxNorm / (norm + 1e-6)) (1 when maxNorm is
 /// 0); a non-finite norm gives scale NaN, which makes adamwStep skip the
-/// update.
+/// update. With `preScale` (1 / the loss scale under fp16) the gradients
+/// summed are the loss's times 1 / preScale: norm is of the unscaled
+/// gradients and scale unscales as well as clips (as cpu::computeGradClip).
 cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
-                     float *scale, cudaStream_t stream);
+                     float *scale, cudaStream_t stream,
+                     double preScale = 1.0);
 
 /// One AdamW update of n fp32 master weights, as cpu::adamwStep: with
 /// g = grad * gradScale[0] (read on the device: clipping is decided there),

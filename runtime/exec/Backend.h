@@ -98,6 +98,14 @@ public:
   /// The pipeline stage whose program this rank runs (0 without one).
   virtual int64_t Stage() const = 0;
 
+  /// The factor the loss is scaled by in the gradients the micro-steps
+  /// produce (the trainer seeds the backward with it through loss_grad:
+  /// fp16's loss scaling). GRAD_NORM reports the norm of the gradients
+  /// divided by it, and a clip scale that divides by it as well, so that
+  /// the update sees the unscaled gradients. 1 unless set.
+  void SetLossScale(double scale) { lossScale_ = scale; }
+  double LossScale() const { return lossScale_; }
+
   /// Bytes of this rank's arena: what the plan predicts and the backend
   /// allocated.
   virtual int64_t ArenaBytes() const = 0;
@@ -133,6 +141,9 @@ public:
   /// that cannot time its kernels on the host's clock answers Unimplemented.
   virtual absl::Status SetTrace(Trace *trace) = 0;
   virtual Trace *trace() const = 0;
+
+protected:
+  double lossScale_ = 1.0;
 };
 
 } // namespace braid::exec

@@ -980,8 +980,8 @@ absl::Status Executor::runInstruction(const Instruction &inst,
     }
     if (!norm.ok())
       return norm.status();
-    absl::StatusOr<cpu::GradClip> clip =
-        cpu::computeGradClip(*norm, floatAttr(inst, "max_norm"));
+    absl::StatusOr<cpu::GradClip> clip = cpu::computeGradClip(
+        *norm, floatAttr(inst, "max_norm"), 1.0 / lossScale_);
     if (!clip.ok())
       return clip.status();
     *y(0) = T(clip->norm);

@@ -13,6 +13,7 @@
 #include "runtime/exec/Checkpointing.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Init.h"
+#include "runtime/exec/LossScaler.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/Shards.h"
@@ -707,7 +708,9 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
             run(fns.zero_grads(), -1, TracePhase::kZeroGrads, "zero_grads");
         !s.ok())
       return s;
-  if (absl::Status s = e.Write(*lossGrad, {1.0 / double(micros * share->ranks)});
+  // The mean over the step's micro-batches, times the loss scale (fp16).
+  if (absl::Status s = e.Write(*lossGrad, {e.LossScale() /
+                                           double(micros * share->ranks)});
       !s.ok())
     return s;
   double sum = 0;
@@ -768,7 +771,7 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
         return s->status();
     loss = *lossId;
     if (absl::Status s = writeEveryCopy(
-            e, *lossGrad, {1.0 / double(micros * share->ranks)});
+            e, *lossGrad, {e.LossScale() / double(micros * share->ranks)});
         !s.ok())
       return s;
   }
@@ -1240,8 +1243,14 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     if (absl::Status st = save(resumed.step); !st.ok())
       return st;
   std::vector<double> stepTimes;
+  // fp16: the loss scale (LossScaler.h), applied through the backend.
+  std::optional<LossScaler> scaler;
+  if (t.has_loss_scaling())
+    scaler.emplace(t.loss_scaling());
   for (int64_t s = firstStep; s <= steps; ++s) {
     auto stepStart = std::chrono::steady_clock::now();
+    if (scaler)
+      e.SetLossScale(scaler->scale());
     double rate = schedule->lrForUpdate(s);
     for (auto [id, values] :
          {std::pair<int, std::vector<double>>{lr, {rate}}, {step, {double(s)}}})
@@ -1289,6 +1298,17 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     if (!normValue.ok())
       return normValue.status();
     double lossValue = *stepLoss, norm = (*normValue)[0];
+    const double lossScale = e.LossScale();
+    if (scaler) {
+      // A non-finite norm: the gradients overflowed and the update skipped
+      // the step (every rank sees the same norm).
+      scaler->Update(std::isfinite(norm));
+      if (!std::isfinite(norm) && options.log)
+        *options.log << absl::StrFormat(
+            "step %d: the gradients overflowed at loss scale %g: step "
+            "skipped, the scale is now %g\n",
+            s, lossScale, scaler->scale());
+    }
     auto now = std::chrono::steady_clock::now();
     double stepTime = std::chrono::duration<double>(now - stepStart).count();
     double elapsed = std::chrono::duration<double>(now - start).count();
@@ -1321,9 +1341,10 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       metrics << absl::StrFormat(
           "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
           "\"tokens\": %d, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, "
-          "\"predicted_mem_bytes\": %d, \"peak_mem_bytes\": %d}\n",
+          "\"predicted_mem_bytes\": %d, \"peak_mem_bytes\": %d, "
+          "\"loss_scale\": %.9g}\n",
           s, lossValue, rate, norm, globalBatch * seq, stepTime, tokensPerS,
-          int64_t(memory[0]), int64_t(memory[1]));
+          int64_t(memory[0]), int64_t(memory[1]), lossScale);
     if (!options.save.empty() &&
         ((options.saveEvery > 0 && s % options.saveEvery == 0) || s == steps))
       if (absl::Status st = save(s); !st.ok())

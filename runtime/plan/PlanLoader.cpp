@@ -1076,6 +1076,22 @@ absl::Status validateTraining(const Plan &plan,
       t.micro_batch_size() * t.seq_length() > (int64_t(1) << 40))
     return absl::InvalidArgumentError(
         "training: micro_batch_size x micro_batches x seq_length is too large");
+  if (t.has_loss_scaling()) {
+    const LossScaling &s = t.loss_scaling();
+    auto finite = [](double v) { return std::isfinite(v); };
+    if (!(s.static_scale() >= 0) || !finite(s.static_scale()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.loss_scaling.static_scale = ", s.static_scale(),
+          " must be >= 0 and finite (0: dynamic)"));
+    if (s.static_scale() == 0 &&
+        (!(s.min() > 0) || !(s.initial() >= s.min()) || !finite(s.initial()) ||
+         s.window() < 1 || s.hysteresis() < 1))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.loss_scaling: a dynamic scale needs 0 < min <= initial "
+          "(finite), window >= 1 and hysteresis >= 1; the plan has min ",
+          s.min(), ", initial ", s.initial(), ", window ", s.window(),
+          ", hysteresis ", s.hysteresis()));
+  }
   // With a pipeline, the stages' functions make the step.
   if (plan.pipeline().stages_size())
     return absl::OkStatus();

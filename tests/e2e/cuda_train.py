@@ -10,6 +10,7 @@ Trains the same plans, from the same seeded weights on the same samples, for
                two micro-batches of 2 (gradient accumulation) within 1e-4
   llama-bf16   tiny-llama in mixed precision on the GPU against the fp32
                plan on the CPU                               within 2e-2
+  llama-fp16   the same in fp16 with dynamic loss scaling    within 2e-2
 
 then resumes llama-fp32 and llama-bf16 on the GPU from the checkpoints their
 runs saved after step 10 (the master weights and moments of mixed precision
@@ -48,12 +49,14 @@ JOBS = {
     "gpt2-fp32": ('preset: "tiny-gpt2"',
                   "micro_batch_size: 2 global_batch_size: 4", ""),
     "llama-bf16": ('preset: "tiny-llama"', "micro_batch_size: 4", "BF16"),
+    "llama-fp16": ('preset: "tiny-llama"', "micro_batch_size: 4", "FP16"),
 }
 # (GPU plan, CPU plan, relative tolerance of each step's loss)
 COMPARISONS = [
     ("llama-fp32", "llama-fp32", 1e-4),
     ("gpt2-fp32", "gpt2-fp32", 1e-4),
     ("llama-bf16", "llama-fp32", 2e-2),
+    ("llama-fp16", "llama-fp32", 2e-2),
 ]
 NO_DEVICE = ("no CUDA device to run the plan on",
              "this build has no CUDA backend")
@@ -98,7 +101,11 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS):
             return None
         sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     with open(metrics) as f:
-        losses = [json.loads(line)["loss"] for line in f]
+        records = [json.loads(line) for line in f]
+    losses = [r["loss"] for r in records]
+    scales = sorted({r["loss_scale"] for r in records})
+    if scales != [1]:
+        print(f"  {name} on {device}: loss scales {scales}")
     if len(losses) != expect:
         sys.exit(f"FAILED: {name} on {device}: {len(losses)} steps, not {expect}")
     return losses, p.stdout

@@ -142,8 +142,10 @@ TEST(PlanEndToEnd, TinyGpt2StepMatchesTheIR) {
 
 /// The state after one optimizer step of `job`'s plan from fixed parameters,
 /// moments and samples: the loss, the gradient norm, then every parameter
-/// and moment (by buffer name).
-std::map<std::string, Buffer> stepOnce(spec::JobSpec job, int64_t samples) {
+/// and moment (by buffer name). `lossScale`: the backend's loss scale
+/// (Backend::SetLossScale), which RunStep seeds the backward with.
+std::map<std::string, Buffer> stepOnce(spec::JobSpec job, int64_t samples,
+                                       double lossScale = 1.0) {
   mlir::MLIRContext context;
   ModelConfig config;
   TrainConfig train;
@@ -189,6 +191,7 @@ std::map<std::string, Buffer> stepOnce(spec::JobSpec job, int64_t samples) {
       return s;
     return e.Write(e.FindBuffer("targets"), targets);
   };
+  e.SetLossScale(lossScale);
   absl::StatusOr<double> loss = exec::RunStep(e, 99, 3, feed);
   EXPECT_TRUE(loss.ok()) << loss.status();
   if (!loss.ok())
@@ -245,6 +248,26 @@ TEST(PlanEndToEnd, AccumulationMatchesOneBatchTinyGpt2WithDropout) {
 }
 
 /// A global batch that whole micro-batches cannot make is refused.
+TEST(PlanEndToEnd, LossScaleIsDividedOut) {
+  // fp16's loss scaling on the executor: the backward seeded with 1024 times
+  // the loss gradient, the update dividing it out (GRAD_NORM's norm and clip
+  // scale). A power of two scales every product and sum exactly, so the
+  // step is the unscaled one to the bit, clipping included.
+  spec::JobSpec job = presetJob("tiny-llama");
+  job.mutable_train()->set_precision(spec::FP64);
+  job.mutable_data()->set_seq_length(6);
+  job.mutable_train()->set_clip_grad(0.05);
+  job.mutable_parallel()->set_micro_batch_size(2);
+  job.mutable_parallel()->set_global_batch_size(4);
+  std::map<std::string, Buffer> plain = stepOnce(job, 4),
+                                scaled = stepOnce(job, 4, 1024.0);
+  ASSERT_FALSE(plain.empty());
+  ASSERT_EQ(plain.size(), scaled.size());
+  for (const auto &[name, expected] : plain)
+    EXPECT_EQ(scaled.at(name), expected) << name;
+  EXPECT_GT(plain.at("(grad_norm)")[0], 0.05); // clipping acted
+}
+
 TEST(PlanEndToEnd, GlobalBatchMustDivide) {
   spec::JobSpec job = presetJob("tiny-llama");
   job.mutable_parallel()->set_micro_batch_size(3);

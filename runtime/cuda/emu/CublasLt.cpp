@@ -6,7 +6,7 @@
 //
 //   D = alpha op(A) op(B) + beta C (+ bias, one value per row of D)
 //
-// A and B in f32 or bf16 (the same type), C and D in that type or f32,
+// A and B in f32, bf16 or fp16 (the same type), C and D in that type or f32,
 // accumulation and scale in f32; products summed in the order of k in
 // float. The heuristic answers one algorithm that remembers the operand
 // alignment the preference promised, and the matmul refuses
@@ -66,17 +66,23 @@ cublasStatus_t setField(F &field, const void *buf, size_t sizeInBytes) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-bool known(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
+bool known(cudaDataType_t t) {
+  return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F;
+}
 
 float load(const void *base, cudaDataType_t t, size_t i) {
   if (t == CUDA_R_32F)
     return static_cast<const float *>(base)[i];
+  if (t == CUDA_R_16F)
+    return __half2float(static_cast<const __half *>(base)[i]);
   return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i]);
 }
 
 void store(void *base, cudaDataType_t t, size_t i, float v) {
   if (t == CUDA_R_32F)
     static_cast<float *>(base)[i] = v;
+  else if (t == CUDA_R_16F)
+    static_cast<__half *>(base)[i] = __float2half_rn(v);
   else
     static_cast<__nv_bfloat16 *>(base)[i] = __float2bfloat16_rn(v);
 }

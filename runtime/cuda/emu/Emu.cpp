@@ -570,6 +570,9 @@ cudaError_t cudaMalloc(void **devPtr, size_t size) {
                                                              256));
   if (!p)
     return record(cudaErrorMemoryAllocation);
+  // Device memory starts undefined: all ones (NaN as floats) makes a read
+  // before any write show.
+  std::memset(p, 0xff, size);
   *devPtr = p;
   return cudaSuccess;
 }

@@ -22,7 +22,8 @@
 //   message, as the compute sanitizer would report it.
 // - __shared__ variables are static (blocks run one at a time); dynamic
 //   shared memory is a buffer of the launch's size (BRAID_DYNAMIC_SHARED).
-// - Device memory is host memory (cudaMalloc); streams and events are
+// - Device memory is host memory (cudaMalloc), filled with ones (NaN as
+//   floats) as it is undefined on a device; streams and events are
 //   synchronous, events record the host's clock.
 // - mma.sync.m16n8k16 (bf16 in, float accumulation) and ldmatrix (x4,
 //   optionally transposed) gather the warp's fragments with PTX's layouts
@@ -48,6 +49,7 @@
 #define BRAID_CUDA_EMULATION 1
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>

@@ -38,7 +38,7 @@ using namespace braid::cudatest;
 namespace {
 
 template <typename T> class CudaAttention : public CudaKernels {};
-using Types = ::testing::Types<float, bf16>;
+using Types = ::testing::Types<float, bf16, f16>;
 TYPED_TEST_SUITE(CudaAttention, Types);
 
 double largest(const std::vector<float> &v) {
@@ -87,7 +87,7 @@ template <typename T> void compare(const cpu::AttentionShape &s) {
                                     nullptr),
             cudaSuccess);
   const double rel = relativeTolerance<T>();
-  const double floor = std::is_same_v<T, float> ? 1e-5 : 1.0 / 128;
+  const double floor = relativeTolerance<T>();
   expectClose(gout.host(), out, rel, floor * largest(out), "out");
   expectClose(glse.host(), lse, 1e-5, 1e-6, "lse");
   expectClose(gdq.host(), dq, rel, floor * largest(dq), "dq");

@@ -31,8 +31,8 @@ using namespace braid::cudatest;
 
 namespace {
 
-/// The compiled plan `name` (fp32, bf16, dp2, fp32-hd64, bf16-hd64): from
-/// the directory
+/// The compiled plan `name` (fp32, bf16, fp16, dp2, fp32-hd64, bf16-hd64):
+/// from the directory
 /// $BRAID_TEST_PLANS when set, else from the build's.
 plan::Plan load(const std::string &name) {
   std::string dir;
@@ -90,9 +90,11 @@ Start startOf(const plan::Plan &plan, uint32_t seed) {
 
 /// Runs `steps` steps of one micro-batch on `e` (either executor) and
 /// returns the losses; `masters` also writes each parameter's values into
-/// its master weights (mixed precision).
+/// its master weights (mixed precision); `lossScale` seeds the backward and
+/// is divided out by the update (fp16).
 template <typename E>
-std::vector<double> train(E &e, const Start &start, int steps, bool masters) {
+std::vector<double> train(E &e, const Start &start, int steps, bool masters,
+                          double lossScale = 1.0) {
   const plan::Plan &plan = e.plan();
   for (const auto &[name, values] : start.params) {
     EXPECT_TRUE(e.Write(e.FindBuffer(name), values).ok()) << name;
@@ -103,7 +105,8 @@ std::vector<double> train(E &e, const Start &start, int steps, bool masters) {
   EXPECT_TRUE(e.Write(e.FindBuffer("tokens"), start.tokens).ok());
   EXPECT_TRUE(e.Write(e.FindBuffer("targets"), start.targets).ok());
   EXPECT_TRUE(
-      e.Write(e.FindBuffer("loss_grad"), std::vector<double>{1.0}).ok());
+      e.Write(e.FindBuffer("loss_grad"), std::vector<double>{lossScale}).ok());
+  e.SetLossScale(lossScale);
   const plan::StepFunctions &fns = plan.training().step();
   std::vector<double> losses;
   for (int step = 1; step <= steps; ++step) {
@@ -150,10 +153,12 @@ TEST_F(CudaKernels, Fp32StepsMatchTheCpu) {
   std::cout << "\n";
 }
 
-/// Trains the bf16 plan `mixed` on the GPU and the fp32 plan `fp32` on the
-/// CPU from the same start for 5 steps: the losses agree within 2e-2.
+/// Trains the bf16 or fp16 plan `mixed` on the GPU (with the loss scaled by
+/// `lossScale`) and the fp32 plan `fp32` on the CPU from the same start for
+/// 5 steps: the losses agree within 2e-2.
 void expectMixedFollowsFp32(const std::string &fp32Name,
-                            const std::string &mixedName, uint32_t seed) {
+                            const std::string &mixedName, uint32_t seed,
+                            double lossScale = 1.0) {
   plan::Plan fp32 = load(fp32Name);
   plan::Plan mixed = load(mixedName);
   Start start = startOf(fp32, seed);
@@ -163,7 +168,7 @@ void expectMixedFollowsFp32(const std::string &fp32Name,
   ASSERT_TRUE(gpuExec.ok()) << gpuExec.status();
   const int steps = 5;
   std::vector<double> want = train(**cpuExec, start, steps, false);
-  std::vector<double> got = train(**gpuExec, start, steps, true);
+  std::vector<double> got = train(**gpuExec, start, steps, true, lossScale);
   for (int i = 0; i < steps; ++i)
     EXPECT_NEAR(got[i], want[i], 2e-2 * std::abs(want[i])) << "step " << i + 1;
   std::cout << mixedName << " on the GPU against " << fp32Name
@@ -175,6 +180,39 @@ void expectMixedFollowsFp32(const std::string &fp32Name,
 
 TEST_F(CudaKernels, MixedPrecisionStepsFollowFp32) {
   expectMixedFollowsFp32("fp32", "bf16", 6);
+}
+
+TEST_F(CudaKernels, Fp16StepsWithLossScalingFollowFp32) {
+  // fp16 weights and activations, the loss scaled by 1024 in backward and
+  // divided out by the update.
+  expectMixedFollowsFp32("fp32", "fp16", 8, 1024.0);
+}
+
+TEST_F(CudaKernels, Fp16OverflowSkipsTheStep) {
+  // A loss scale of 2^48 overflows fp16's gradients: the gradient norm is
+  // not finite and the update leaves every master weight and moment as it
+  // was (the trainer's LossScaler then lowers the scale).
+  plan::Plan fp16 = load("fp16");
+  Start start = startOf(fp16, 9);
+  auto e = cuda::Executor::Create(fp16);
+  ASSERT_TRUE(e.ok()) << e.status();
+  train(**e, start, 2, true, std::ldexp(1.0, 48));
+  absl::StatusOr<std::vector<double>> norm =
+      (*e)->Read((*e)->FindBuffer("grad_norm"));
+  ASSERT_TRUE(norm.ok()) << norm.status();
+  EXPECT_FALSE(std::isfinite((*norm)[0])) << (*norm)[0];
+  for (const auto &[name, values] : start.params) {
+    absl::StatusOr<std::vector<double>> master =
+        (*e)->Read((*e)->FindBuffer("master:" + name));
+    ASSERT_TRUE(master.ok()) << master.status();
+    for (size_t i = 0; i < values.size(); ++i)
+      ASSERT_EQ((*master)[i], float(values[i])) << name << "[" << i << "]";
+    absl::StatusOr<std::vector<double>> m =
+        (*e)->Read((*e)->FindBuffer("exp_avg:" + name));
+    ASSERT_TRUE(m.ok()) << m.status();
+    for (double x : *m)
+      ASSERT_EQ(x, 0.0) << name;
+  }
 }
 
 TEST_F(CudaKernels, TensorCoreAttentionStepsFollowFp32) {

@@ -7,7 +7,8 @@
 // bf16: the inputs are rounded to bf16 first and the reference runs in float
 // on the rounded inputs, so what is compared is the kernel's arithmetic and
 // its one rounding of each stored value: within 1/128 relative (bf16 keeps 8
-// significant bits, a rounding is at most 1/256).
+// significant bits, a rounding is at most 1/256); fp16 likewise within
+// 1/1024 (11 bits).
 //
 // Without a CUDA device every test skips.
 //
@@ -31,11 +32,12 @@
 using namespace braid;
 using namespace braid::cudatest;
 using cuda::bf16;
+using cuda::f16;
 
 namespace {
 
 template <typename T> class CudaKernelsOf : public CudaKernels {};
-using Types = ::testing::Types<float, bf16>;
+using Types = ::testing::Types<float, bf16, f16>;
 TYPED_TEST_SUITE(CudaKernelsOf, Types);
 
 TYPED_TEST(CudaKernelsOf, RmsNorm) {

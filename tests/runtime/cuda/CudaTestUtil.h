@@ -10,6 +10,7 @@
 #define BRAID_TESTS_RUNTIME_CUDA_CUDATESTUTIL_H
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include "gtest/gtest.h"
@@ -25,6 +26,7 @@
 namespace braid::cudatest {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 inline bool haveDevice() {
   int count = 0;
@@ -87,6 +89,7 @@ inline std::vector<float> randomValues(size_t n, uint32_t seed,
 
 inline float toFloat(float x) { return x; }
 inline float toFloat(bf16 x) { return __bfloat162float(x); }
+inline float toFloat(f16 x) { return __half2float(x); }
 
 template <typename T> std::vector<T> as(const std::vector<float> &v) {
   std::vector<T> out(v.size());
@@ -102,6 +105,13 @@ template <> inline std::vector<bf16> as<bf16>(const std::vector<float> &v) {
   return out;
 }
 
+template <> inline std::vector<f16> as<f16>(const std::vector<float> &v) {
+  std::vector<f16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = __float2half_rn(v[i]);
+  return out;
+}
+
 /// The values the kernel of type T reads: rounded to T.
 template <typename T> std::vector<float> rounded(const std::vector<float> &v) {
   std::vector<T> r = as<T>(v);
@@ -111,11 +121,15 @@ template <typename T> std::vector<float> rounded(const std::vector<float> &v) {
   return out;
 }
 
+/// Four of T's roundings (at most half a unit in the last place each):
+/// bf16 keeps 8 significant bits, fp16 11.
 template <typename T> double relativeTolerance() {
-  return std::is_same_v<T, float> ? 1e-5 : 1.0 / 128;
+  return std::is_same_v<T, float> ? 1e-5
+         : std::is_same_v<T, f16> ? 1.0 / 1024
+                                  : 1.0 / 128;
 }
 template <typename T> double absoluteTolerance() {
-  return std::is_same_v<T, float> ? 1e-6 : 1e-3;
+  return std::is_same_v<T, float> ? 1e-6 : std::is_same_v<T, f16> ? 1e-4 : 1e-3;
 }
 
 /// Every element of `got` within rel·|want| + abs of `want`; reports the
