@@ -70,6 +70,11 @@ struct Fiber {
 
 struct Block {
   std::vector<Fiber> fibers;
+  /// The order the threads run in between barriers: by index, or reversed
+  /// (BRAID_CUDA_EMULATION_ORDER=reverse), so that a kernel that reads
+  /// what another thread wrote without a barrier between sees it missing in
+  /// one order or the other.
+  std::vector<int> order, position;
   Context scheduler;
   int current = -1;
   const std::function<void()> *body = nullptr;
@@ -133,13 +138,16 @@ void switchTo(Context &save, Context &load) { swapcontext(&save, &load); }
 /// the block's order, else back to the scheduler.
 void leave(Fiber &f) {
   Block &b = *block_;
-  for (size_t i = size_t(b.current) + 1; i < b.fibers.size(); ++i)
-    if (b.fibers[i].state == State::kReady) {
-      b.current = int(i);
-      threadIdx_ = b.fibers[i].index;
-      switchTo(f.context, b.fibers[i].context);
+  for (size_t k = size_t(b.position[size_t(b.current)]) + 1; k < b.order.size();
+       ++k) {
+    const int i = b.order[k];
+    if (b.fibers[size_t(i)].state == State::kReady) {
+      b.current = i;
+      threadIdx_ = b.fibers[size_t(i)].index;
+      switchTo(f.context, b.fibers[size_t(i)].context);
       return;
     }
+  }
   switchTo(f.context, b.scheduler);
 }
 
@@ -227,12 +235,12 @@ bool releaseWarps(Block &b) {
 void runBlock(Block &b) {
   for (;;) {
     bool ran = false;
-    for (size_t i = 0; i < b.fibers.size(); ++i) {
-      if (b.fibers[i].state != State::kReady)
+    for (int i : b.order) {
+      if (b.fibers[size_t(i)].state != State::kReady)
         continue;
-      b.current = int(i);
-      threadIdx_ = b.fibers[i].index;
-      switchTo(b.scheduler, b.fibers[i].context);
+      b.current = i;
+      threadIdx_ = b.fibers[size_t(i)].index;
+      switchTo(b.scheduler, b.fibers[size_t(i)].context);
       ran = true;
     }
     if (ran)
@@ -436,6 +444,17 @@ void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
   }
   Block b;
   b.fibers.resize(size_t(threads));
+  b.order.resize(size_t(threads));
+  b.position.resize(size_t(threads));
+  static const bool reverse = [] {
+    const char *order = std::getenv("BRAID_CUDA_EMULATION_ORDER");
+    return order && std::string(order) == "reverse";
+  }();
+  for (size_t k = 0; k < size_t(threads); ++k) {
+    const int i = reverse ? int(threads - 1 - k) : int(k);
+    b.order[k] = i;
+    b.position[size_t(i)] = int(k);
+  }
   b.body = &body;
   b.slots.assign(size_t((threads + 31) / 32) * 2 * 32 * kSlotBytes, 0);
   b.shared.assign(config.sharedBytes, 0);

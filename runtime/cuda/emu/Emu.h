@@ -12,7 +12,10 @@
 //   another; a block's threads are fibers on the calling thread, switched at
 //   __syncthreads and at every warp-collective operation (shuffles,
 //   __syncwarp, ldmatrix, mma), so the order of a block's threads between
-//   barriers is the only freedom taken. Launch configurations are checked as
+//   barriers is the only freedom taken: by thread index, or reversed with
+//   BRAID_CUDA_EMULATION_ORDER=reverse (a barrier missing between a write
+//   and another thread's read shows in one order or the other; the tests
+//   run in both). Launch configurations are checked as
 //   a device checks them (threads per block, grid extents, dynamic shared
 //   memory against 48 KiB or the kernel's cudaFuncSetAttribute); a failed
 //   check is the launch's error (cudaGetLastError).
