@@ -90,6 +90,8 @@ braidc="$main/bin/braidc"
   -o "$out/plans/fp32-hd64.plan"
 "$braidc" "$root/tests/runtime/cuda/tiny-llama-hd64.textproto" \
   --precision bf16 --emit=plan -o "$out/plans/bf16-hd64.plan"
+"$braidc" "$root/tests/runtime/cuda/tiny-llama-hd64.textproto" \
+  --precision fp16 --emit=plan -o "$out/plans/fp16-hd64.plan"
 
 # The end-to-end comparison's inputs, and the benchmark's plans.
 python3 "$root/tests/e2e/cuda_train.py" --bin "$main/bin" \

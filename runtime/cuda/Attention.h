@@ -32,6 +32,7 @@
 #include "runtime/cpu/Kernels.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -66,10 +67,11 @@ cudaError_t attentionBackward(const T *q, const T *k, const T *v, const T *out,
 bool attentionForwardOnTensorCores(const void *q, const void *k, const void *v,
                                    const void *out, const AttentionShape &s);
 
-/// The forward for bf16 on tensor cores (AttentionTensorCores.cu:
-/// FlashAttention-2's tiling on mma.sync, sm_80 and later), same operands
-/// and results as attentionForward<bf16> (the probabilities are rounded to
-/// bf16 before they multiply V, as FlashAttention's are). Returns
+/// The forward for bf16 (and fp16, below) on tensor cores
+/// (AttentionTensorCores.cu: FlashAttention-2's tiling on mma.sync, sm_80
+/// and later), same operands and results as attentionForward<bf16> (the
+/// probabilities are rounded to bf16 before they multiply V, as
+/// FlashAttention's are). Returns
 /// cudaErrorInvalidValue where attentionForwardOnTensorCores does not hold.
 cudaError_t attentionForwardTensorCores(const __nv_bfloat16 *q,
                                         const __nv_bfloat16 *k,
@@ -77,6 +79,11 @@ cudaError_t attentionForwardTensorCores(const __nv_bfloat16 *q,
                                         const AttentionShape &s,
                                         __nv_bfloat16 *out, float *lse,
                                         cudaStream_t stream);
+/// The same for fp16.
+cudaError_t attentionForwardTensorCores(const __half *q, const __half *k,
+                                        const __half *v,
+                                        const AttentionShape &s, __half *out,
+                                        float *lse, cudaStream_t stream);
 
 /// Whether attentionBackwardTensorCores takes this shape and these buffers:
 /// as the forward, every operand 16-byte aligned.
@@ -96,6 +103,11 @@ cudaError_t attentionBackwardTensorCores(
     const __nv_bfloat16 *out, const float *lse, const __nv_bfloat16 *dout,
     const AttentionShape &s, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
     __nv_bfloat16 *dv, float *workspace, cudaStream_t stream);
+/// The same for fp16.
+cudaError_t attentionBackwardTensorCores(
+    const __half *q, const __half *k, const __half *v, const __half *out,
+    const float *lse, const __half *dout, const AttentionShape &s, __half *dq,
+    __half *dk, __half *dv, float *workspace, cudaStream_t stream);
 
 } // namespace braid::cuda
 

@@ -1,8 +1,8 @@
 //===- AttentionTensorCores.cu - Attention's forward on tensor cores ------===//
 //
-// FlashAttention-2's forward for bf16 with the warp-level tensor-core
-// product mma.sync.m16n8k16 (bf16 inputs, float accumulators; sm_80 and
-// later). A block of 4 warps takes 64 query rows of one (batch, head), 16
+// FlashAttention-2's forward for bf16 and fp16 (E) with the warp-level
+// tensor-core product mma.sync.m16n8k16 (E inputs, float accumulators;
+// sm_80 and later). A block of 4 warps takes 64 query rows of one (batch, head), 16
 // per warp, and streams the keys and values through shared memory in tiles
 // of 64 rows:
 //
@@ -62,8 +62,11 @@ constexpr float kLn2 = 0.6931471805599453f;
 /// (and each row stays 16-byte aligned).
 template <int D> constexpr int pitchOf() { return D + 8; }
 
+/// Both element types (bf16, fp16) are 16 bits.
+constexpr size_t kElementBytes = 2;
+
 template <int D> constexpr size_t sharedBytes() {
-  return size_t(3) * kTcKeys * pitchOf<D>() * sizeof(__nv_bfloat16);
+  return size_t(3) * kTcKeys * pitchOf<D>() * kElementBytes;
 }
 
 struct TcParams {
@@ -85,10 +88,9 @@ struct TcParams {
 /// Copies rows [row0, row0 + Rows) of a [seq, stride] bf16 matrix (D
 /// columns from `src`) into `dst` (pitch P), 16 bytes at a time; rows past
 /// `seq` become zeros.
-template <int D, int Rows = kTcKeys>
-__device__ __forceinline__ void loadRows(const __nv_bfloat16 *src,
-                                         int64_t stride, int64_t row0,
-                                         int64_t seq, __nv_bfloat16 *dst) {
+template <int D, int Rows = kTcKeys, typename E>
+__device__ __forceinline__ void loadRows(const E *src, int64_t stride,
+                                         int64_t row0, int64_t seq, E *dst) {
   constexpr int P = pitchOf<D>();
   constexpr int kVectors = D / 8; // 16-byte vectors per row
   for (int idx = threadIdx.x; idx < Rows * kVectors; idx += kTcWarps * 32) {
@@ -100,26 +102,25 @@ __device__ __forceinline__ void loadRows(const __nv_bfloat16 *src,
   }
 }
 
-template <int D>
+template <typename E, int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    attentionForwardTcKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                             const __nv_bfloat16 *v, TcParams p,
-                             __nv_bfloat16 *out, float *lse) {
+    attentionForwardTcKernel(const E *q, const E *k, const E *v, TcParams p,
+                             E *out, float *lse) {
   constexpr int P = pitchOf<D>();
   constexpr int kSteps = D / 16;   // k-steps of Q Kᵀ
   constexpr int kDimTiles = D / 8; // n-tiles of P V
   BRAID_DYNAMIC_SHARED(unsigned char, shared);
-  __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(shared);
-  __nv_bfloat16 *ks = qs + kTcKeys * P;
-  __nv_bfloat16 *vs = ks + kTcKeys * P;
+  E *qs = reinterpret_cast<E *>(shared);
+  E *ks = qs + kTcKeys * P;
+  E *vs = ks + kTcKeys * P;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int quadRow = lane >> 2, quadCol = lane & 3;
   const int64_t b = blockIdx.z, h = blockIdx.y, g = p.kvHeadOf(h);
   const int64_t qStride = p.heads * D, kvStride = p.kvHeads * D;
-  const __nv_bfloat16 *qb = q + b * p.seq * qStride + h * D;
-  const __nv_bfloat16 *kb = k + b * p.seq * kvStride + g * D;
-  const __nv_bfloat16 *vb = v + b * p.seq * kvStride + g * D;
+  const E *qb = q + b * p.seq * qStride + h * D;
+  const E *kb = k + b * p.seq * kvStride + g * D;
+  const E *vb = v + b * p.seq * kvStride + g * D;
   const int64_t rowBase = int64_t(blockIdx.x) * kTcRows;
   // This thread's two rows (of the warp's 16): quadRow and quadRow + 8.
   const int64_t row0 = rowBase + warp * 16 + quadRow, row1 = row0 + 8;
@@ -164,8 +165,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         const int key = n * 8 + (lane & 7) + ((lane >> 4) << 3);
         const int dim = kk * 16 + ((lane >> 3) & 1) * 8;
         ldmatrixX4(kf, ks + key * P + dim);
-        mma16816(s[n], qa[kk], kf[0], kf[1]);
-        mma16816(s[n + 1], qa[kk], kf[2], kf[3]);
+        mma16816<E>(s[n], qa[kk], kf[0], kf[1]);
+        mma16816<E>(s[n + 1], qa[kk], kf[2], kf[3]);
       }
 
     // Scores in the base-2 domain, masked; the rows' new maxima.
@@ -223,18 +224,18 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 #pragma unroll
     for (int ks16 = 0; ks16 < 4; ++ks16) {
       uint32_t pa[4];
-      pa[0] = packBf16(s[2 * ks16][0], s[2 * ks16][1]);
-      pa[1] = packBf16(s[2 * ks16][2], s[2 * ks16][3]);
-      pa[2] = packBf16(s[2 * ks16 + 1][0], s[2 * ks16 + 1][1]);
-      pa[3] = packBf16(s[2 * ks16 + 1][2], s[2 * ks16 + 1][3]);
+      pa[0] = packPair<E>(s[2 * ks16][0], s[2 * ks16][1]);
+      pa[1] = packPair<E>(s[2 * ks16][2], s[2 * ks16][3]);
+      pa[2] = packPair<E>(s[2 * ks16 + 1][0], s[2 * ks16 + 1][1]);
+      pa[3] = packPair<E>(s[2 * ks16 + 1][2], s[2 * ks16 + 1][3]);
 #pragma unroll
       for (int t = 0; t < kDimTiles; t += 2) {
         uint32_t vf[4];
         const int key = ks16 * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         const int dim = t * 8 + (lane >> 4) * 8;
         ldmatrixX4Trans(vf, vs + key * P + dim);
-        mma16816(o[t], pa, vf[0], vf[1]);
-        mma16816(o[t + 1], pa, vf[2], vf[3]);
+        mma16816<E>(o[t], pa, vf[0], vf[1]);
+        mma16816<E>(o[t + 1], pa, vf[2], vf[3]);
       }
     }
   }
@@ -251,11 +252,11 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     if (i >= p.seq)
       continue;
     const float inv = 1.0f / l[r];
-    __nv_bfloat16 *oi = out + b * p.seq * qStride + h * D + i * qStride;
+    E *oi = out + b * p.seq * qStride + h * D + i * qStride;
 #pragma unroll
     for (int t = 0; t < kDimTiles; ++t)
-      *reinterpret_cast<__nv_bfloat162 *>(oi + t * 8 + quadCol * 2) =
-          __floats2bfloat162_rn(o[t][2 * r] * inv, o[t][2 * r + 1] * inv);
+      storePair(oi + t * 8 + quadCol * 2, o[t][2 * r] * inv,
+                o[t][2 * r + 1] * inv);
     if (quadCol == 0)
       lse[(b * p.heads + h) * p.seq + i] = (m[r] + log2f(l[r])) * kLn2;
   }
@@ -287,10 +288,9 @@ __device__ __forceinline__ float probability(float score, const TcParams &p,
 /// `a` and B the tile's 8 NT rows at `b`, both [row][dim] in shared memory
 /// (pitch P): scores against a tile's rows (S = Q Kᵀ, dP = dout Vᵀ, and the
 /// transposed ones of the key side).
-template <int D, int NT>
-__device__ __forceinline__ void rowProducts(float (&acc)[NT][4],
-                                            const __nv_bfloat16 *a,
-                                            const __nv_bfloat16 *b, int lane) {
+template <int D, int NT, typename E>
+__device__ __forceinline__ void rowProducts(float (&acc)[NT][4], const E *a,
+                                            const E *b, int lane) {
   constexpr int P = pitchOf<D>();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
@@ -301,8 +301,8 @@ __device__ __forceinline__ void rowProducts(float (&acc)[NT][4],
       uint32_t bf[4];
       ldmatrixX4(bf, b + (n * 8 + (lane & 7) + ((lane >> 4) << 3)) * P +
                          kk * 16 + ((lane >> 3) & 1) * 8);
-      mma16816(acc[n], af, bf[0], bf[1]);
-      mma16816(acc[n + 1], af, bf[2], bf[3]);
+      mma16816<E>(acc[n], af, bf[0], bf[1]);
+      mma16816<E>(acc[n + 1], af, bf[2], bf[3]);
     }
   }
 }
@@ -310,38 +310,36 @@ __device__ __forceinline__ void rowProducts(float (&acc)[NT][4],
 /// acc[t] (t < D / 8: the warp's 16 x D) += X B: X (16 x 16 KS) the
 /// accumulators of rowProducts, rounded to bf16 as A fragments, B the 16 KS
 /// rows at `b` ([row][dim], pitch P, loaded transposed).
-template <int D, int KS>
+template <int D, int KS, typename E>
 __device__ __forceinline__ void accumulateTimesRows(float (&acc)[D / 8][4],
                                                    const float (&x)[2 * KS][4],
-                                                   const __nv_bfloat16 *b,
-                                                   int lane) {
+                                                   const E *b, int lane) {
   constexpr int P = pitchOf<D>();
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     uint32_t xa[4];
-    xa[0] = packBf16(x[2 * ks][0], x[2 * ks][1]);
-    xa[1] = packBf16(x[2 * ks][2], x[2 * ks][3]);
-    xa[2] = packBf16(x[2 * ks + 1][0], x[2 * ks + 1][1]);
-    xa[3] = packBf16(x[2 * ks + 1][2], x[2 * ks + 1][3]);
+    xa[0] = packPair<E>(x[2 * ks][0], x[2 * ks][1]);
+    xa[1] = packPair<E>(x[2 * ks][2], x[2 * ks][3]);
+    xa[2] = packPair<E>(x[2 * ks + 1][0], x[2 * ks + 1][1]);
+    xa[3] = packPair<E>(x[2 * ks + 1][2], x[2 * ks + 1][3]);
 #pragma unroll
     for (int t = 0; t < D / 8; t += 2) {
       uint32_t bf[4];
       ldmatrixX4Trans(bf, b + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) *
                                   P +
                               t * 8 + (lane >> 4) * 8);
-      mma16816(acc[t], xa, bf[0], bf[1]);
-      mma16816(acc[t + 1], xa, bf[2], bf[3]);
+      mma16816<E>(acc[t], xa, bf[0], bf[1]);
+      mma16816<E>(acc[t + 1], xa, bf[2], bf[3]);
     }
   }
 }
 
 /// Writes the warp's 16 x D accumulators to rows `row0` and `row0` + 8 (this
 /// thread's) of a [seq, stride] bf16 matrix at `dst`, rows past `seq` left.
-template <int D>
-__device__ __forceinline__ void storeRows(const float (&acc)[D / 8][4],
-                                          __nv_bfloat16 *dst, int64_t stride,
-                                          int64_t row0, int64_t seq,
-                                          int quadCol) {
+template <int D, typename E>
+__device__ __forceinline__ void storeRows(const float (&acc)[D / 8][4], E *dst,
+                                          int64_t stride, int64_t row0,
+                                          int64_t seq, int quadCol) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = row0 + 8 * r;
@@ -349,28 +347,25 @@ __device__ __forceinline__ void storeRows(const float (&acc)[D / 8][4],
       continue;
 #pragma unroll
     for (int t = 0; t < D / 8; ++t)
-      *reinterpret_cast<__nv_bfloat162 *>(dst + i * stride + t * 8 +
-                                          quadCol * 2) =
-          __floats2bfloat162_rn(acc[t][2 * r], acc[t][2 * r + 1]);
+      storePair(dst + i * stride + t * 8 + quadCol * 2, acc[t][2 * r],
+                acc[t][2 * r + 1]);
   }
 }
 
 /// D_i = dout_i · out_i for every query row and head (one warp a row), into
 /// rowDots [batch, heads, seq].
-template <int D>
+template <typename E, int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    rowDotsTcKernel(const __nv_bfloat16 *out, const __nv_bfloat16 *dout,
-                    int64_t rows, int64_t seq, int64_t heads, float *rowDots) {
+    rowDotsTcKernel(const E *out, const E *dout, int64_t rows, int64_t seq,
+                    int64_t heads, float *rowDots) {
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kTcWarps + (threadIdx.x >> 5);
   if (r >= rows)
     return; // the whole warp
   float sum = 0;
   for (int d = lane * 2; d < D; d += 64) {
-    const float2 o = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162 *>(out + r * D + d));
-    const float2 g = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162 *>(dout + r * D + d));
+    const float2 o = loadPair(out + r * D + d);
+    const float2 g = loadPair(dout + r * D + d);
     sum += o.x * g.x + o.y * g.y;
   }
   sum = warpSum(sum);
@@ -382,19 +377,18 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 
 /// dk and dv for 64 keys of one kv head (see the file comment), query
 /// tiles of QT rows.
-template <int D, int QT>
+template <typename E, int D, int QT>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    attentionGradKvTcKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                            const __nv_bfloat16 *v, const float *lse,
-                            const __nv_bfloat16 *dout, const float *rowDots,
-                            TcParams p, __nv_bfloat16 *dk, __nv_bfloat16 *dv) {
+    attentionGradKvTcKernel(const E *q, const E *k, const E *v,
+                            const float *lse, const E *dout,
+                            const float *rowDots, TcParams p, E *dk, E *dv) {
   constexpr int P = pitchOf<D>();
   constexpr int NT = QT / 8, DT = D / 8;
   BRAID_DYNAMIC_SHARED(unsigned char, shared);
-  __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(shared);
-  __nv_bfloat16 *vs = ks + kTcKeys * P;
-  __nv_bfloat16 *qs = vs + kTcKeys * P;
-  __nv_bfloat16 *gs = qs + QT * P;
+  E *ks = reinterpret_cast<E *>(shared);
+  E *vs = ks + kTcKeys * P;
+  E *qs = vs + kTcKeys * P;
+  E *gs = qs + QT * P;
   float *lseTile = reinterpret_cast<float *>(gs + QT * P); // log2 units
   float *dotTile = lseTile + QT;
 
@@ -461,19 +455,18 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 }
 
 /// dq for 64 query rows of one head (see the file comment).
-template <int D>
+template <typename E, int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    attentionGradQueryTcKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                               const __nv_bfloat16 *v, const float *lse,
-                               const __nv_bfloat16 *dout, const float *rowDots,
-                               TcParams p, __nv_bfloat16 *dq) {
+    attentionGradQueryTcKernel(const E *q, const E *k, const E *v,
+                               const float *lse, const E *dout,
+                               const float *rowDots, TcParams p, E *dq) {
   constexpr int P = pitchOf<D>();
   constexpr int NT = kTcKeys / 8, DT = D / 8;
   BRAID_DYNAMIC_SHARED(unsigned char, shared);
-  __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(shared);
-  __nv_bfloat16 *gs = qs + kTcRows * P;
-  __nv_bfloat16 *ks = gs + kTcRows * P;
-  __nv_bfloat16 *vs = ks + kTcKeys * P;
+  E *qs = reinterpret_cast<E *>(shared);
+  E *gs = qs + kTcRows * P;
+  E *ks = gs + kTcRows * P;
+  E *vs = ks + kTcKeys * P;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int quadRow = lane >> 2, quadCol = lane & 3;
@@ -540,19 +533,19 @@ cudaError_t allowShared(Kernel kernel, size_t bytes) {
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
-template <int D>
-cudaError_t launchTc(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                     const __nv_bfloat16 *v, const AttentionShape &s,
-                     __nv_bfloat16 *out, float *lse, cudaStream_t stream) {
+template <typename E, int D>
+cudaError_t launchTc(const E *q, const E *k, const E *v,
+                     const AttentionShape &s, E *out, float *lse,
+                     cudaStream_t stream) {
   const size_t bytes = sharedBytes<D>();
-  if (cudaError_t e = allowShared(attentionForwardTcKernel<D>, bytes);
+  if (cudaError_t e = allowShared(attentionForwardTcKernel<E, D>, bytes);
       e != cudaSuccess)
     return e;
   const TcParams p = paramsOf(s);
   dim3 grid(unsigned((s.seq + kTcRows - 1) / kTcRows), unsigned(s.heads),
             unsigned(s.batch));
   BRAID_LAUNCH(grid, kTcWarps * 32, bytes, stream,
-               attentionForwardTcKernel<D>)(q, k, v, p, out, lse);
+               attentionForwardTcKernel<E, D>)(q, k, v, p, out, lse);
   return cudaGetLastError();
 }
 
@@ -560,43 +553,42 @@ cudaError_t launchTc(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
 /// 128 (fewer accumulators per thread beside dk's and dv's 128).
 template <int D> constexpr int gradQueryTile() { return D == 64 ? 64 : 32; }
 
-template <int D>
-cudaError_t launchBackwardTc(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                             const __nv_bfloat16 *v, const __nv_bfloat16 *out,
-                             const float *lse, const __nv_bfloat16 *dout,
-                             const AttentionShape &s, __nv_bfloat16 *dq,
-                             __nv_bfloat16 *dk, __nv_bfloat16 *dv,
+template <typename E, int D>
+cudaError_t launchBackwardTc(const E *q, const E *k, const E *v, const E *out,
+                             const float *lse, const E *dout,
+                             const AttentionShape &s, E *dq, E *dk, E *dv,
                              float *rowDots, cudaStream_t stream) {
   constexpr int QT = gradQueryTile<D>();
   constexpr size_t P = pitchOf<D>();
   const TcParams p = paramsOf(s);
   const int64_t rows = s.batch * s.seq * s.heads;
   BRAID_LAUNCH(unsigned((rows + kTcWarps - 1) / kTcWarps), kTcWarps * 32, 0,
-               stream, rowDotsTcKernel<D>)(out, dout, rows, s.seq, s.heads,
+               stream, rowDotsTcKernel<E, D>)(out, dout, rows, s.seq, s.heads,
                                            rowDots);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
 
-  const size_t queryBytes = 4 * kTcKeys * P * sizeof(__nv_bfloat16);
-  if (cudaError_t e = allowShared(attentionGradQueryTcKernel<D>, queryBytes);
+  const size_t queryBytes = 4 * kTcKeys * P * kElementBytes;
+  if (cudaError_t e =
+          allowShared(attentionGradQueryTcKernel<E, D>, queryBytes);
       e != cudaSuccess)
     return e;
   const unsigned blocks = unsigned((s.seq + kTcKeys - 1) / kTcKeys);
   BRAID_LAUNCH(dim3(blocks, unsigned(s.heads), unsigned(s.batch)),
                kTcWarps * 32, queryBytes, stream,
-               attentionGradQueryTcKernel<D>)(q, k, v, lse, dout, rowDots, p,
+               attentionGradQueryTcKernel<E, D>)(q, k, v, lse, dout, rowDots, p,
                                               dq);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
 
-  const size_t kvBytes = (2 * kTcKeys + 2 * QT) * P * sizeof(__nv_bfloat16) +
+  const size_t kvBytes = (2 * kTcKeys + 2 * QT) * P * kElementBytes +
                          2 * QT * sizeof(float);
-  if (cudaError_t e = allowShared(attentionGradKvTcKernel<D, QT>, kvBytes);
+  if (cudaError_t e = allowShared(attentionGradKvTcKernel<E, D, QT>, kvBytes);
       e != cudaSuccess)
     return e;
   BRAID_LAUNCH(dim3(blocks, unsigned(s.kvHeads), unsigned(s.batch)),
                kTcWarps * 32, kvBytes, stream,
-               attentionGradKvTcKernel<D, QT>)(q, k, v, lse, dout, rowDots, p,
+               attentionGradKvTcKernel<E, D, QT>)(q, k, v, lse, dout, rowDots, p,
                                                dk, dv);
   return cudaGetLastError();
 }
@@ -614,17 +606,49 @@ bool attentionForwardOnTensorCores(const void *q, const void *k, const void *v,
          aligned16(v) && aligned16(out);
 }
 
+namespace {
+
+template <typename E>
+cudaError_t forwardTensorCores(const E *q, const E *k, const E *v,
+                               const AttentionShape &s, E *out, float *lse,
+                               cudaStream_t stream) {
+  if (!attentionForwardOnTensorCores(q, k, v, out, s))
+    return cudaErrorInvalidValue;
+  if (s.headDim == 64)
+    return launchTc<E, 64>(q, k, v, s, out, lse, stream);
+  return launchTc<E, 128>(q, k, v, s, out, lse, stream);
+}
+
+template <typename E>
+cudaError_t backwardTensorCores(const E *q, const E *k, const E *v,
+                                const E *out, const float *lse, const E *dout,
+                                const AttentionShape &s, E *dq, E *dk, E *dv,
+                                float *workspace, cudaStream_t stream) {
+  if (!attentionBackwardOnTensorCores(q, k, v, out, dout, dq, dk, dv, s))
+    return cudaErrorInvalidValue;
+  if (s.headDim == 64)
+    return launchBackwardTc<E, 64>(q, k, v, out, lse, dout, s, dq, dk, dv,
+                                   workspace, stream);
+  return launchBackwardTc<E, 128>(q, k, v, out, lse, dout, s, dq, dk, dv,
+                                  workspace, stream);
+}
+
+} // namespace
+
 cudaError_t attentionForwardTensorCores(const __nv_bfloat16 *q,
                                         const __nv_bfloat16 *k,
                                         const __nv_bfloat16 *v,
                                         const AttentionShape &s,
                                         __nv_bfloat16 *out, float *lse,
                                         cudaStream_t stream) {
-  if (!attentionForwardOnTensorCores(q, k, v, out, s))
-    return cudaErrorInvalidValue;
-  if (s.headDim == 64)
-    return launchTc<64>(q, k, v, s, out, lse, stream);
-  return launchTc<128>(q, k, v, s, out, lse, stream);
+  return forwardTensorCores(q, k, v, s, out, lse, stream);
+}
+
+cudaError_t attentionForwardTensorCores(const __half *q, const __half *k,
+                                        const __half *v,
+                                        const AttentionShape &s, __half *out,
+                                        float *lse, cudaStream_t stream) {
+  return forwardTensorCores(q, k, v, s, out, lse, stream);
 }
 
 bool attentionBackwardOnTensorCores(const void *q, const void *k,
@@ -642,13 +666,16 @@ cudaError_t attentionBackwardTensorCores(
     const __nv_bfloat16 *out, const float *lse, const __nv_bfloat16 *dout,
     const AttentionShape &s, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
     __nv_bfloat16 *dv, float *workspace, cudaStream_t stream) {
-  if (!attentionBackwardOnTensorCores(q, k, v, out, dout, dq, dk, dv, s))
-    return cudaErrorInvalidValue;
-  if (s.headDim == 64)
-    return launchBackwardTc<64>(q, k, v, out, lse, dout, s, dq, dk, dv,
-                                workspace, stream);
-  return launchBackwardTc<128>(q, k, v, out, lse, dout, s, dq, dk, dv,
-                               workspace, stream);
+  return backwardTensorCores(q, k, v, out, lse, dout, s, dq, dk, dv, workspace,
+                             stream);
+}
+
+cudaError_t attentionBackwardTensorCores(
+    const __half *q, const __half *k, const __half *v, const __half *out,
+    const float *lse, const __half *dout, const AttentionShape &s, __half *dq,
+    __half *dk, __half *dv, float *workspace, cudaStream_t stream) {
+  return backwardTensorCores(q, k, v, out, lse, dout, s, dq, dk, dv, workspace,
+                             stream);
 }
 
 } // namespace braid::cuda

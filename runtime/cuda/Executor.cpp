@@ -657,9 +657,9 @@ absl::Status Executor::runTyped(const Instruction &inst,
     if (inst.outputs_size() < 2)
       return absl::FailedPreconditionError(
           "ATTENTION keeps no log-sum-exp (recompile the plan)");
-    // bf16 on tensor cores where the kernels take the shape (head
+    // bf16 and fp16 on tensor cores where the kernels take the shape (head
     // dimensions 64 and 128), else in float on CUDA cores.
-    if constexpr (std::is_same_v<T, bf16>)
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
       if (attentionForwardOnTensorCores(x(0), x(1), x(2), y(0), s))
         return launched(
             attentionForwardTensorCores(x(0), x(1), x(2), s, y(0), yf(1), st),
@@ -669,7 +669,7 @@ absl::Status Executor::runTyped(const Instruction &inst,
   }
   case plan::ATTENTION_GRAD: {
     cpu::AttentionShape s = attentionShape(plan_, inst);
-    if constexpr (std::is_same_v<T, bf16>)
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
       if (attentionBackwardOnTensorCores(x(0), x(1), x(2), x(3), x(4), y(0),
                                          y(1), y(2), s))
         return launched(attentionBackwardTensorCores(

@@ -2,12 +2,13 @@
 //
 // The PTX of the tensor-core kernels behind functions: ldmatrix (8 x 8
 // matrices of 16-bit elements from shared memory into the fragments of
-// mma.sync) and mma.sync.m16n8k16 with bf16 inputs and float accumulators
-// (sm_80 and later). Under the CUDA emulation (emu/Emu.h) the same functions
+// mma.sync) and mma.sync.m16n8k16 with bf16 or fp16 inputs and float
+// accumulators (sm_80 and later). Under the CUDA emulation (emu/Emu.h) the same functions
 // gather the warp's fragments on the host, with PTX's layouts.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), for lane l,
-// g = l / 4, t = l % 4, each 32-bit register two bf16 (the lower first):
+// g = l / 4, t = l % 4, each 32-bit register two 16-bit elements (the
+// lower first):
 //   A (16 x 16, row-major): a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..],
 //     a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..];
 //   B (16 x 8, column-major): b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g];
@@ -21,6 +22,7 @@
 #define BRAID_RUNTIME_CUDA_MMA_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 #include <cstring>
@@ -55,11 +57,18 @@ __device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4],
 #endif
 }
 
-/// c += a b for one 16 x 8 tile (a 16 x 16, b 16 x 8; bf16 in, float out).
+/// c += a b for one 16 x 8 tile (a 16 x 16, b 16 x 8; E = bf16 or fp16 in,
+/// float out).
+template <typename E>
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
-                                         uint32_t b0, uint32_t b1) {
+                                         uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void
+mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                        uint32_t b1) {
 #ifdef BRAID_CUDA_EMULATION
-  emu::mmaM16N8K16Bf16(c, a, b0, b1);
+  emu::mmaM16N8K16(c, a, b0, b1, false);
 #else
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -69,13 +78,57 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
 #endif
 }
 
-/// Two floats as one register of two bf16 (lo in the lower half), rounded
-/// to nearest.
-__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4],
+                                                 const uint32_t (&a)[4],
+                                                 uint32_t b0, uint32_t b1) {
+#ifdef BRAID_CUDA_EMULATION
+  emu::mmaM16N8K16(c, a, b0, b1, true);
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/// Two floats as E's pair type (lo first), rounded to nearest.
+__device__ __forceinline__ __nv_bfloat162 pairOf(float lo, float hi,
+                                                 __nv_bfloat16) {
+  return __floats2bfloat162_rn(lo, hi);
+}
+__device__ __forceinline__ __half2 pairOf(float lo, float hi, __half) {
+  return __floats2half2_rn(lo, hi);
+}
+
+/// Two floats as one register of two E (lo in the lower half), rounded to
+/// nearest: an A fragment's register.
+template <typename E>
+__device__ __forceinline__ uint32_t packPair(float lo, float hi) {
+  auto v = pairOf(lo, hi, E());
   uint32_t r;
   memcpy(&r, &v, sizeof(r));
   return r;
+}
+
+/// Stores two floats, rounded to E, at dst[0] and dst[1] (4-byte aligned).
+template <typename E>
+__device__ __forceinline__ void storePair(E *dst, float lo, float hi) {
+  auto v = pairOf(lo, hi, E());
+  memcpy(dst, &v, sizeof(v));
+}
+
+/// dst[0] and dst[1] as floats (4-byte aligned).
+__device__ __forceinline__ float2 loadPair(const __nv_bfloat16 *src) {
+  __nv_bfloat162 v;
+  memcpy(&v, src, sizeof(v));
+  return __bfloat1622float2(v);
+}
+__device__ __forceinline__ float2 loadPair(const __half *src) {
+  __half2 v;
+  memcpy(&v, src, sizeof(v));
+  return __half22float2(v);
 }
 
 } // namespace braid::cuda

@@ -345,9 +345,11 @@ void *dynamicShared() {
 
 namespace {
 
-float bf16At(uint32_t reg, int half) {
-  return __bfloat162float(
-      __ushort_as_bfloat16(uint16_t(half ? reg >> 16 : reg & 0xffffu)));
+/// Element `high` (0: the lower 16 bits) of a register of two bf16 or fp16.
+float elementAt(uint32_t reg, int high, bool f16) {
+  const uint16_t bits = uint16_t(high ? reg >> 16 : reg & 0xffffu);
+  return f16 ? __half2float(__ushort_as_half(bits))
+             : __bfloat162float(__ushort_as_bfloat16(bits));
 }
 
 uint32_t regAt(const unsigned char *slots, int lane, int index) {
@@ -359,8 +361,8 @@ uint32_t regAt(const unsigned char *slots, int lane, int index) {
 
 } // namespace
 
-void mmaM16N8K16Bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                     uint32_t b1) {
+void mmaM16N8K16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                 uint32_t b1, bool f16) {
   if (warpLanes() != 32)
     fail("mma.sync needs a whole warp");
   uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
@@ -369,11 +371,11 @@ void mmaM16N8K16Bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
   auto aAt = [&](int row, int k) {
     const int lane = (row % 8) * 4 + (k % 8) / 2;
     const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return bf16At(regAt(slots, lane, reg), k % 2);
+    return elementAt(regAt(slots, lane, reg), k % 2, f16);
   };
   auto bAt = [&](int k, int col) {
     const int lane = col * 4 + (k % 8) / 2;
-    return bf16At(regAt(slots, lane, 4 + (k >= 8 ? 1 : 0)), k % 2);
+    return elementAt(regAt(slots, lane, 4 + (k >= 8 ? 1 : 0)), k % 2, f16);
   };
   const int l = lane(), g = l / 4, t = l % 4;
   for (int e = 0; e < 4; ++e) {

@@ -28,7 +28,7 @@
 // - Device memory is host memory (cudaMalloc), filled with ones (NaN as
 //   floats) as it is undefined on a device; streams and events are
 //   synchronous, events record the host's clock.
-// - mma.sync.m16n8k16 (bf16 in, float accumulation) and ldmatrix (x4,
+// - mma.sync.m16n8k16 (bf16 or fp16 in, float accumulation) and ldmatrix (x4,
 //   optionally transposed) gather the warp's fragments with PTX's layouts
 //   and compute each lane's own elements (products in float, summed in the
 //   order of k).
@@ -113,10 +113,11 @@ bool setMaxDynamicShared(const void *kernel, int bytes);
 /// Stops the program with `message` and the running thread's coordinates.
 [[noreturn]] void fail(const char *message);
 
-/// One lane's part of mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32:
-/// c += a b over the warp, with PTX's fragment layouts.
-void mmaM16N8K16Bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                     uint32_t b1);
+/// One lane's part of mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.
+/// {bf16,f16}.f32: c += a b over the warp, with PTX's fragment layouts; the
+/// inputs are fp16 when `f16`, else bf16.
+void mmaM16N8K16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                 uint32_t b1, bool f16);
 /// One lane's part of ldmatrix.sync.aligned.m8n8.x{count}[.trans].b16:
 /// `row` is the row this lane addresses (lanes 8i..8i+7 address matrix i's
 /// rows), r[i] this lane's elements of matrix i.

@@ -41,6 +41,11 @@ template <typename T> class CudaAttention : public CudaKernels {};
 using Types = ::testing::Types<float, bf16, f16>;
 TYPED_TEST_SUITE(CudaAttention, Types);
 
+/// The tensor-core kernels' element types.
+template <typename E> class CudaTensorCores : public CudaKernels {};
+using TensorCoreTypes = ::testing::Types<bf16, f16>;
+TYPED_TEST_SUITE(CudaTensorCores, TensorCoreTypes);
+
 double largest(const std::vector<float> &v) {
   double m = 0;
   for (float x : v)
@@ -155,11 +160,12 @@ TYPED_TEST(CudaAttention, TensorParallelShard) {
   compare<TypeParam>(t);
 }
 
-/// The tensor-core forward (bf16, head dimension 64 or 128) against the CPU
-/// on the same bf16 inputs: out within the bf16 tolerance above (the
-/// probabilities it rounds to bf16 before they multiply V add at most 2^-9
-/// relative to each term), the log-sum-exp within 1e-5.
-void compareTensorCores(const cpu::AttentionShape &s) {
+/// The tensor-core forward (E = bf16 or fp16, head dimension 64 or 128)
+/// against the CPU on the same E inputs: out within E's tolerance (the
+/// probabilities it rounds to E before they multiply V add at most half a
+/// unit in E's last place relative to each term), the log-sum-exp within
+/// 1e-5.
+template <typename E> void compareTensorCores(const cpu::AttentionShape &s) {
   SCOPED_TRACE("seq " + std::to_string(s.seq) + " heads " +
                std::to_string(s.heads) + "/" + std::to_string(s.kvHeads) +
                " headDim " + std::to_string(s.headDim) +
@@ -167,28 +173,30 @@ void compareTensorCores(const cpu::AttentionShape &s) {
   const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
   const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
   const int64_t rows = s.batch * s.heads * s.seq;
-  std::vector<float> q = rounded<bf16>(randomValues(qn, 31)),
-                     k = rounded<bf16>(randomValues(kvn, 32)),
-                     v = rounded<bf16>(randomValues(kvn, 33));
+  std::vector<float> q = rounded<E>(randomValues(qn, 31)),
+                     k = rounded<E>(randomValues(kvn, 32)),
+                     v = rounded<E>(randomValues(kvn, 33));
   std::vector<float> out(qn), lse(rows);
   cpu::attentionForward(q.data(), k.data(), v.data(), s, out.data(),
                         lse.data());
-  Device<bf16> gq(as<bf16>(q)), gk(as<bf16>(k)), gv(as<bf16>(v)), gout(qn);
+  Device<E> gq(as<E>(q)), gk(as<E>(k)), gv(as<E>(v)), gout(qn);
   Device<float> glse(rows);
   ASSERT_TRUE(cuda::attentionForwardOnTensorCores(gq.get(), gk.get(), gv.get(),
                                                   gout.get(), s));
   ASSERT_EQ(cuda::attentionForwardTensorCores(gq.get(), gk.get(), gv.get(), s,
                                               gout.get(), glse.get(), nullptr),
             cudaSuccess);
-  expectClose(gout.host(), out, 1.0 / 128, largest(out) / 128, "out");
+  const double rel = relativeTolerance<E>();
+  expectClose(gout.host(), out, rel, largest(out) * rel, "out");
   expectClose(glse.host(), lse, 1e-5, 1e-5, "lse");
 }
 
-/// The tensor-core backward against the CPU's on the same bf16 inputs (the
-/// output as stored in bf16, the CPU's log-sum-exp): dq, dk and dv within
-/// the bf16 tolerance of the float kernels' comparison (the probabilities
-/// and their gradients, rounded to bf16 as the products' operands, add at
-/// most 2^-9 relative to each term).
+/// The tensor-core backward against the CPU's on the same E inputs (the
+/// output as stored in E, the CPU's log-sum-exp): dq, dk and dv within E's
+/// tolerance of the float kernels' comparison (the probabilities and their
+/// gradients, rounded to E as the products' operands, add at most half a
+/// unit in E's last place relative to each term).
+template <typename E>
 void compareTensorCoresBackward(const cpu::AttentionShape &s) {
   SCOPED_TRACE("backward: batch " + std::to_string(s.batch) + " seq " +
                std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
@@ -200,20 +208,20 @@ void compareTensorCoresBackward(const cpu::AttentionShape &s) {
   const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
   const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
   const int64_t rows = s.batch * s.heads * s.seq;
-  std::vector<float> q = rounded<bf16>(randomValues(qn, 41)),
-                     k = rounded<bf16>(randomValues(kvn, 42)),
-                     v = rounded<bf16>(randomValues(kvn, 43)),
-                     dout = rounded<bf16>(randomValues(qn, 44));
+  std::vector<float> q = rounded<E>(randomValues(qn, 41)),
+                     k = rounded<E>(randomValues(kvn, 42)),
+                     v = rounded<E>(randomValues(kvn, 43)),
+                     dout = rounded<E>(randomValues(qn, 44));
   std::vector<float> out(qn), lse(rows), dq(qn), dk(kvn), dv(kvn);
   cpu::attentionForward(q.data(), k.data(), v.data(), s, out.data(),
                         lse.data());
-  std::vector<float> storedOut = rounded<bf16>(out);
+  std::vector<float> storedOut = rounded<E>(out);
   cpu::attentionBackward(q.data(), k.data(), v.data(), storedOut.data(),
                          lse.data(), dout.data(), s, dq.data(), dk.data(),
                          dv.data());
-  Device<bf16> gq(as<bf16>(q)), gk(as<bf16>(k)), gv(as<bf16>(v)),
-      gout(as<bf16>(storedOut)), gdout(as<bf16>(dout)), gdq(qn),
-      gdk(as<bf16>(randomValues(kvn, 45))), gdv(as<bf16>(randomValues(kvn, 46)));
+  Device<E> gq(as<E>(q)), gk(as<E>(k)), gv(as<E>(v)), gout(as<E>(storedOut)),
+      gdout(as<E>(dout)), gdq(qn), gdk(as<E>(randomValues(kvn, 45))),
+      gdv(as<E>(randomValues(kvn, 46)));
   Device<float> glse(lse),
       workspace(cuda::attentionBackwardWorkspaceBytes(s) / sizeof(float));
   ASSERT_TRUE(cuda::attentionBackwardOnTensorCores(
@@ -224,20 +232,22 @@ void compareTensorCoresBackward(const cpu::AttentionShape &s) {
                 gdout.get(), s, gdq.get(), gdk.get(), gdv.get(),
                 workspace.get(), nullptr),
             cudaSuccess);
-  expectClose(gdq.host(), dq, 1.0 / 128, largest(dq) / 128, "dq");
+  const double rel = relativeTolerance<E>();
+  expectClose(gdq.host(), dq, rel, largest(dq) * rel, "dq");
   // dk and dv were filled with noise first: they are overwritten.
-  expectClose(gdk.host(), dk, 1.0 / 128, largest(dk) / 128, "dk");
-  expectClose(gdv.host(), dv, 1.0 / 128, largest(dv) / 128, "dv");
+  expectClose(gdk.host(), dk, rel, largest(dk) * rel, "dk");
+  expectClose(gdv.host(), dv, rel, largest(dv) * rel, "dv");
 }
 
-TEST_F(CudaKernels, TensorCoreBackward) {
+TYPED_TEST(CudaTensorCores, Backward) {
+  using E = TypeParam;
   // As the forward's shapes: tiles of 64 keys and queries (32 queries in
   // dk and dv at head dimension 128), partial and whole.
-  compareTensorCoresBackward(shape(2, 77, 4, 4, 64, true));
-  compareTensorCoresBackward(shape(1, 40, 2, 2, 64, false));
-  compareTensorCoresBackward(shape(1, 130, 6, 3, 64, true));
-  compareTensorCoresBackward(shape(1, 100, 6, 6, 128, false, true));
-  compareTensorCoresBackward(shape(2, 200, 4, 2, 128, true));
+  compareTensorCoresBackward<E>(shape(2, 77, 4, 4, 64, true));
+  compareTensorCoresBackward<E>(shape(1, 40, 2, 2, 64, false));
+  compareTensorCoresBackward<E>(shape(1, 130, 6, 3, 64, true));
+  compareTensorCoresBackward<E>(shape(1, 100, 6, 6, 128, false, true));
+  compareTensorCoresBackward<E>(shape(2, 200, 4, 2, 128, true));
   // A tensor-parallel shard: query heads 2-3 of 8, kv head 1 of 4; and one
   // whose kv heads have no query head here (zeros).
   cpu::AttentionShape s = shape(2, 90, 2, 1, 64, true, true);
@@ -245,31 +255,32 @@ TEST_F(CudaKernels, TensorCoreBackward) {
   s.globalKvHeads = 4;
   s.headOffset = 2;
   s.kvHeadOffset = 1;
-  compareTensorCoresBackward(s);
+  compareTensorCoresBackward<E>(s);
   cpu::AttentionShape t = shape(1, 40, 2, 2, 128, false);
   t.globalHeads = 4;
   t.globalKvHeads = 2;
   t.headOffset = 0;
   t.kvHeadOffset = 0;
-  compareTensorCoresBackward(t);
+  compareTensorCoresBackward<E>(t);
 }
 
-TEST_F(CudaKernels, TensorCoreForward) {
+TYPED_TEST(CudaTensorCores, Forward) {
+  using E = TypeParam;
   // Tiles of 64 rows and keys: sequences inside the first tile, across
   // several and ending inside one; causal and not; grouped queries; ALiBi.
-  compareTensorCores(shape(2, 77, 4, 4, 64, true));
-  compareTensorCores(shape(1, 40, 2, 2, 64, false));
-  compareTensorCores(shape(1, 130, 6, 3, 64, true));
-  compareTensorCores(shape(1, 100, 6, 6, 128, false, true));
-  compareTensorCores(shape(2, 200, 4, 2, 128, true));
-  compareTensorCores(shape(1, 256, 2, 1, 128, true, true));
+  compareTensorCores<E>(shape(2, 77, 4, 4, 64, true));
+  compareTensorCores<E>(shape(1, 40, 2, 2, 64, false));
+  compareTensorCores<E>(shape(1, 130, 6, 3, 64, true));
+  compareTensorCores<E>(shape(1, 100, 6, 6, 128, false, true));
+  compareTensorCores<E>(shape(2, 200, 4, 2, 128, true));
+  compareTensorCores<E>(shape(1, 256, 2, 1, 128, true, true));
   // A tensor-parallel shard: query heads 2-3 of 8, kv head 1 of 4.
   cpu::AttentionShape s = shape(2, 90, 2, 1, 64, true, true);
   s.globalHeads = 8;
   s.globalKvHeads = 4;
   s.headOffset = 2;
   s.kvHeadOffset = 1;
-  compareTensorCores(s);
+  compareTensorCores<E>(s);
 }
 
 TEST(CudaAttentionShape, TensorCoresTakeHeadDimensions64And128Aligned) {
@@ -286,7 +297,8 @@ TEST(CudaAttentionShape, TensorCoresTakeHeadDimensions64And128Aligned) {
         << headDim;
   EXPECT_FALSE(cuda::attentionForwardOnTensorCores(
       ok, off, ok, ok, shape(1, 8, 1, 1, 64, true)));
-  EXPECT_EQ(cuda::attentionForwardTensorCores(nullptr, nullptr, nullptr,
+  const bf16 *none = nullptr;
+  EXPECT_EQ(cuda::attentionForwardTensorCores(none, none, none,
                                               shape(1, 8, 1, 1, 80, true),
                                               nullptr, nullptr, nullptr),
             cudaErrorInvalidValue);

@@ -79,9 +79,10 @@ TEST(CudaEmulation, SharedMemoryAndBarriersPerBlock) {
 /// Small integers as bf16: products and their sums are exact in float.
 float smallValue(int i, int salt) { return float((i * 7 + salt * 3) % 9 - 4); }
 
-/// Two bf16 of a row-major matrix as one fragment register (lo first).
-uint32_t pair(const __nv_bfloat16 *m, int stride, int r, int c, int dr = 0,
-              int dc = 1) {
+/// Two 16-bit elements of a row-major matrix as one fragment register (lo
+/// first).
+template <typename E>
+uint32_t pair(const E *m, int stride, int r, int c, int dr = 0, int dc = 1) {
   uint16_t lo, hi;
   std::memcpy(&lo, &m[r * stride + c], 2);
   std::memcpy(&hi, &m[(r + dr) * stride + c + dc], 2);
@@ -90,30 +91,31 @@ uint32_t pair(const __nv_bfloat16 *m, int stride, int r, int c, int dr = 0,
 
 // A (16 x 16) and B (16 x 8, given as Bᵀ rows: bt[n][k]) row-major in
 // global memory; fragments built from the PTX layouts; C row-major.
-__global__ void mmaKernel(const __nv_bfloat16 *a, const __nv_bfloat16 *bt,
-                          float *c) {
+template <typename E>
+__global__ void mmaKernel(const E *a, const E *bt, float *c) {
   const int l = int(threadIdx.x), g = l / 4, t = l % 4;
   uint32_t af[4] = {pair(a, 16, g, 2 * t), pair(a, 16, g + 8, 2 * t),
                     pair(a, 16, g, 2 * t + 8), pair(a, 16, g + 8, 2 * t + 8)};
   // B[k][n] = bt[n][k]: b0 holds B[2t][g], B[2t+1][g].
   const uint32_t b0 = pair(bt, 16, g, 2 * t), b1 = pair(bt, 16, g, 2 * t + 8);
   float acc[4] = {1, 1, 1, 1};
-  mma16816(acc, af, b0, b1);
+  mma16816<E>(acc, af, b0, b1);
   c[g * 8 + 2 * t] = acc[0];
   c[g * 8 + 2 * t + 1] = acc[1];
   c[(g + 8) * 8 + 2 * t] = acc[2];
   c[(g + 8) * 8 + 2 * t + 1] = acc[3];
 }
 
-TEST(CudaEmulation, MmaComputesTheProductInPtxLayouts) {
-  std::vector<__nv_bfloat16> a(16 * 16), bt(8 * 16);
+/// mma.sync with E inputs: each element of C against a plain product.
+template <typename E> void checkMma(E (*convert)(float)) {
+  std::vector<E> a(16 * 16), bt(8 * 16);
   for (int i = 0; i < 256; ++i)
-    a[i] = __float2bfloat16_rn(smallValue(i, 1));
+    a[i] = convert(smallValue(i, 1));
   for (int i = 0; i < 128; ++i)
-    bt[i] = __float2bfloat16_rn(smallValue(i, 2));
-  Device<__nv_bfloat16> ga(a), gbt(bt);
+    bt[i] = convert(smallValue(i, 2));
+  Device<E> ga(a), gbt(bt);
   Device<float> gc(16 * 8);
-  BRAID_LAUNCH(1, 32, 0, nullptr, mmaKernel)(ga.get(), gbt.get(), gc.get());
+  BRAID_LAUNCH(1, 32, 0, nullptr, mmaKernel<E>)(ga.get(), gbt.get(), gc.get());
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<float> c = gc.host();
   for (int m = 0; m < 16; ++m)
@@ -123,6 +125,11 @@ TEST(CudaEmulation, MmaComputesTheProductInPtxLayouts) {
         want += smallValue(m * 16 + k, 1) * smallValue(n * 16 + k, 2);
       EXPECT_EQ(c[m * 8 + n], want) << m << ", " << n;
     }
+}
+
+TEST(CudaEmulation, MmaComputesTheProductInPtxLayouts) {
+  checkMma<__nv_bfloat16>([](float x) { return __float2bfloat16_rn(x); });
+  checkMma<__half>([](float x) { return __float2half_rn(x); });
 }
 
 // Four 8 x 8 matrices side by side in a 16 x 16 shared tile (matrix i at

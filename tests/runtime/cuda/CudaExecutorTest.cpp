@@ -31,8 +31,8 @@ using namespace braid::cudatest;
 
 namespace {
 
-/// The compiled plan `name` (fp32, bf16, fp16, dp2, fp32-hd64, bf16-hd64):
-/// from the directory
+/// The compiled plan `name` (fp32, bf16, fp16, dp2, fp32-hd64, bf16-hd64,
+/// fp16-hd64): from the directory
 /// $BRAID_TEST_PLANS when set, else from the build's.
 plan::Plan load(const std::string &name) {
   std::string dir;
@@ -216,9 +216,11 @@ TEST_F(CudaKernels, Fp16OverflowSkipsTheStep) {
 }
 
 TEST_F(CudaKernels, TensorCoreAttentionStepsFollowFp32) {
-  // Heads of 64 dimensions: the bf16 plan's attention runs on tensor cores
-  // (forward and backward), over sequences of 80 (a partial tile).
+  // Heads of 64 dimensions: the bf16 and fp16 plans' attention runs on
+  // tensor cores (forward and backward), over sequences of 80 (a partial
+  // tile).
   expectMixedFollowsFp32("fp32-hd64", "bf16-hd64", 7);
+  expectMixedFollowsFp32("fp32-hd64", "fp16-hd64", 7, 1024.0);
 }
 
 // Checked before any device call, so these run without a GPU.
