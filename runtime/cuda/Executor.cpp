@@ -9,6 +9,7 @@
 #include "runtime/plan/Work.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 #include <cuda_bf16.h>
 
@@ -221,6 +222,23 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
       default:
         break;
       }
+  // What the run needs on the device, against what it has free: a plan
+  // too large for the GPU is refused before anything is allocated, naming
+  // both (the plan's arena is exact: docs/memory.md).
+  const int64_t workspaces =
+      int64_t(sizeof(float)) * (3 * statRows + 1 + attentionRows) +
+      int64_t(sizeof(int64_t) + sizeof(double)) + Gemm::kWorkspaceBytes;
+  size_t freeBytes = 0, totalBytes = 0;
+  BRAID_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+  if (p.arena_bytes() + workspaces > int64_t(freeBytes))
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the plan needs %.3f GB on the GPU (its arena %.3f GB and the "
+        "kernels' workspaces %.3f GB) and the device has %.3f GB free of "
+        "%.3f GB: compile it for a smaller micro-batch, with recompute or "
+        "ZeRO, or over more GPUs (braidc --memory-budget, --auto)",
+        double(p.arena_bytes() + workspaces) / 1e9,
+        double(p.arena_bytes()) / 1e9, double(workspaces) / 1e9,
+        double(freeBytes) / 1e9, double(totalBytes) / 1e9));
   BRAID_CUDA_CHECK(
       cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking));
   auto allocate = [&](auto **ptr, int64_t bytes) -> absl::Status {
@@ -253,7 +271,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
   if (!gemm.ok())
     return gemm.status();
   e->gemm_ = std::move(*gemm);
-  e->workspaceBytes_ += int64_t(32) << 20;
+  e->workspaceBytes_ += int64_t(Gemm::kWorkspaceBytes);
   // cuBLASLt's algorithms, chosen now rather than in the first step.
   for (const plan::Function &fn : p.functions())
     for (const Instruction &inst : fn.body())

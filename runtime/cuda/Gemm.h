@@ -38,10 +38,11 @@ namespace braid::cuda {
 
 class Gemm {
 public:
-  /// A cuBLASLt handle and `workspaceBytes` of device workspace (cuBLASLt's
-  /// recommendation for Hopper is 32 MiB).
+  /// cuBLASLt's recommended workspace for Hopper, 32 MiB.
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  /// A cuBLASLt handle and `workspaceBytes` of device workspace.
   static absl::StatusOr<std::unique_ptr<Gemm>>
-  Create(size_t workspaceBytes = size_t(32) << 20);
+  Create(size_t workspaceBytes = kWorkspaceBytes);
   ~Gemm();
   Gemm(const Gemm &) = delete;
   Gemm &operator=(const Gemm &) = delete;

@@ -507,6 +507,24 @@ struct EmuEvent {
   double seconds = -1;
 };
 
+/// The emulated device's memory: its capacity (BRAID_CUDA_EMULATION_MEMORY
+/// bytes, read at each allocation; 80 GiB, an H100's, by default) and what
+/// cudaMalloc has handed out.
+std::mutex memoryMutex_;
+std::map<void *, size_t> allocations_;
+size_t allocated_ = 0;
+
+size_t capacity() {
+  const char *bytes = std::getenv("BRAID_CUDA_EMULATION_MEMORY");
+  if (bytes && *bytes) {
+    char *end = nullptr;
+    unsigned long long v = std::strtoull(bytes, &end, 10);
+    if (end && !*end)
+      return size_t(v);
+  }
+  return size_t(80) << 30;
+}
+
 double now() {
   return std::chrono::duration<double>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -586,11 +604,16 @@ const char *cudaGetErrorString(cudaError_t error) {
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
   if (!devPtr)
     return record(cudaErrorInvalidValue);
+  const size_t rounded = std::max<size_t>(256, (size + 255) / 256 * 256);
+  std::lock_guard<std::mutex> lock(memoryMutex_);
+  if (allocated_ + rounded > capacity())
+    return record(cudaErrorMemoryAllocation);
   // 256-byte aligned, as cudaMalloc's allocations are.
-  void *p = std::aligned_alloc(256, std::max<size_t>(256, (size + 255) / 256 *
-                                                             256));
+  void *p = std::aligned_alloc(256, rounded);
   if (!p)
     return record(cudaErrorMemoryAllocation);
+  allocations_[p] = rounded;
+  allocated_ += rounded;
   // Device memory starts undefined: all ones (NaN as floats) makes a read
   // before any write show.
   std::memset(p, 0xff, size);
@@ -599,7 +622,24 @@ cudaError_t cudaMalloc(void **devPtr, size_t size) {
 }
 
 cudaError_t cudaFree(void *devPtr) {
+  if (!devPtr)
+    return cudaSuccess;
+  std::lock_guard<std::mutex> lock(memoryMutex_);
+  auto it = allocations_.find(devPtr);
+  if (it == allocations_.end())
+    return record(cudaErrorInvalidValue);
+  allocated_ -= it->second;
+  allocations_.erase(it);
   std::free(devPtr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
+  if (!free || !total)
+    return record(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(memoryMutex_);
+  *total = capacity();
+  *free = *total > allocated_ ? *total - allocated_ : 0;
   return cudaSuccess;
 }
 

@@ -26,8 +26,9 @@
 // - __shared__ variables are static (blocks run one at a time); dynamic
 //   shared memory is a buffer of the launch's size (BRAID_DYNAMIC_SHARED).
 // - Device memory is host memory (cudaMalloc), filled with ones (NaN as
-//   floats) as it is undefined on a device; streams and events are
-//   synchronous, events record the host's clock.
+//   floats) as it is undefined on a device, out of a capacity of 80 GiB
+//   (BRAID_CUDA_EMULATION_MEMORY bytes) that cudaMemGetInfo reports; streams
+//   and events are synchronous, events record the host's clock.
 // - mma.sync.m16n8k16 (bf16 or fp16 in, float accumulation) and ldmatrix (x4,
 //   optionally transposed) gather the warp's fragments with PTX's layouts
 //   and compute each lane's own elements (products in float, summed in the

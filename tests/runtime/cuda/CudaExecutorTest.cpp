@@ -223,6 +223,24 @@ TEST_F(CudaKernels, TensorCoreAttentionStepsFollowFp32) {
   expectMixedFollowsFp32("fp32-hd64", "fp16-hd64", 7, 1024.0);
 }
 
+#ifdef BRAID_CUDA_EMULATION
+TEST_F(CudaKernels, APlanLargerThanTheGpuIsRefused) {
+  // The emulated device with 2 MB: the plan's arena alone is larger.
+  plan::Plan fp32 = load("fp32");
+  ASSERT_GT(fp32.arena_bytes(), 2000000);
+  setenv("BRAID_CUDA_EMULATION_MEMORY", "2000000", 1);
+  auto e = cuda::Executor::Create(fp32);
+  unsetenv("BRAID_CUDA_EMULATION_MEMORY");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(e.status().message().find("and the device has 0.002 GB free of "
+                                      "0.002 GB: compile it for a smaller "
+                                      "micro-batch"),
+            std::string::npos)
+      << e.status();
+}
+#endif
+
 // Checked before any device call, so these run without a GPU.
 TEST(CudaExecutor, RefusesWhatItDoesNotRunYet) {
   plan::Plan plan = load("dp2");
