@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 #include <cuda_bf16.h>
 
@@ -37,12 +38,33 @@ absl::Status launched(cudaError_t e, const Instruction &inst) {
                                           ": ", cudaGetErrorString(e)));
 }
 
-/// What this executor does not run yet, or the empty string.
-std::string unsupported(const plan::Plan &plan) {
-  if (plan::WorldSize(plan) > 1)
+/// Whether the executor can hand its buffers to `comm`: under the CUDA
+/// emulation device memory is host memory, which the MPI communicator
+/// reads; on a GPU that needs a communicator on device memory (NCCL), which
+/// is not built yet.
+bool communicatesDeviceMemory(const exec::Communicator *comm) {
+#ifdef BRAID_CUDA_EMULATION
+  return comm != nullptr;
+#else
+  (void)comm;
+  return false;
+#endif
+}
+
+/// What this executor does not run yet (with `comm`, the job's other
+/// ranks), or the empty string.
+std::string unsupported(const plan::Plan &plan, exec::Communicator *comm) {
+  if (plan::WorldSize(plan) > 1 && !communicatesDeviceMemory(comm)) {
+#ifdef BRAID_CUDA_EMULATION
+    return absl::StrCat("the plan is for ", plan::WorldSize(plan),
+                        " ranks; run it under mpirun (the CUDA emulation's "
+                        "ranks communicate through MPI)");
+#else
     return absl::StrCat("the plan is for ", plan::WorldSize(plan),
                         " ranks; the CUDA executor runs one (NCCL is not "
                         "built yet)");
+#endif
+  }
   if (plan.pipeline().stages_size() > 0)
     return "the plan has pipeline stages; the CUDA executor runs one rank";
   for (const Buffer &b : plan.buffers())
@@ -78,11 +100,17 @@ std::string unsupported(const plan::Plan &plan) {
       default:
         break;
       }
-      if (!inst.rank_axis().empty() && inst.kernel() != plan::ADAMW)
+      if (!inst.rank_axis().empty())
         return absl::StrCat("function '", fn.name(),
                             "': ", plan::Kernel_Name(inst.kernel()),
                             " on a slice of a split tensor (rank_axis '",
-                            inst.rank_axis(), "') needs several ranks");
+                            inst.rank_axis(),
+                            "') is not implemented on CUDA yet");
+      if (inst.kernel() == plan::GRAD_NORM && inst.group_size() > 0)
+        return absl::StrCat("function '", fn.name(),
+                            "': a gradient norm over the ranks of ",
+                            absl::StrJoin(inst.group(), " x "),
+                            " is not implemented on CUDA yet");
     }
   return "";
 }
@@ -163,10 +191,11 @@ Executor::~Executor() {
     cudaStreamDestroy(stream_);
 }
 
-absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
+absl::StatusOr<std::unique_ptr<Executor>>
+Executor::Create(plan::Plan plan, exec::Communicator *comm) {
   if (absl::Status s = plan::ValidatePlan(plan); !s.ok())
     return s;
-  if (std::string why = unsupported(plan); !why.empty())
+  if (std::string why = unsupported(plan, comm); !why.empty())
     return absl::UnimplementedError(why);
   int devices = 0;
   if (cudaError_t err = cudaGetDeviceCount(&devices);
@@ -175,6 +204,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(plan::Plan plan) {
         "no CUDA device to run the plan on (",
         err != cudaSuccess ? cudaGetErrorString(err) : "none found", ")"));
   std::unique_ptr<Executor> e(new Executor(std::move(plan)));
+  e->comm_ = plan::WorldSize(e->plan_) > 1 ? comm : nullptr;
   const plan::Plan &p = e->plan_;
   for (const Buffer &b : p.buffers()) {
     e->bytes_.push_back(plan::NumElements(b) * plan::DTypeBytes(b.dtype()));
@@ -580,8 +610,7 @@ absl::Status Executor::runTyped(const Instruction &inst,
                                     size_t(bytes_[inst.outputs(0)]), st),
                     inst);
   case plan::COPY:
-  case plan::ALL_REDUCE:
-    // One rank: the group is this rank alone (Create refused others).
+    // Without a rank_axis (Create refused those): a plain copy.
     for (int i = 0; i < inst.outputs_size(); ++i)
       if (inst.inputs(i) != inst.outputs(i))
         if (absl::Status s =
@@ -795,6 +824,41 @@ absl::Status Executor::runTyped(const Instruction &inst,
     return launched(gradClip(sumSquares_, plan::FloatAttr(inst, "max_norm"),
                              yf(0), yf(1), st, 1.0 / lossScale_),
                     inst);
+  }
+  case plan::ALL_REDUCE: {
+    // Over the ranks of the group's axes (data parallelism's gradients):
+    // the stream's kernels finish first, since the communicator reads the
+    // buffers once they hold the sums' inputs.
+    int64_t ranks = 1;
+    for (const std::string &axis : inst.group())
+      ranks *= plan::AxisSize(plan_.mesh(), axis);
+    if (ranks > 1 && !comm_)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "an all-reduce over ", ranks, " ranks needs the job's other ranks"));
+    std::vector<std::string> group(inst.group().begin(), inst.group().end());
+    for (int i = 0; i < inst.outputs_size(); ++i)
+      if (inst.inputs(i) != inst.outputs(i))
+        if (absl::Status s =
+                launched(cudaMemcpyAsync(address(inst.outputs(i), slot),
+                                         address(inst.inputs(i), slot),
+                                         size_t(bytes_[inst.outputs(i)]),
+                                         cudaMemcpyDeviceToDevice, st),
+                         inst);
+            !s.ok())
+          return s;
+    if (ranks == 1)
+      return absl::OkStatus();
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(st));
+    const bool max =
+        inst.int_attrs().count("max") && inst.int_attrs().at("max") != 0;
+    for (int i = 0; i < inst.outputs_size(); ++i)
+      if (absl::Status s = comm_->AllReduce(
+              group, address(inst.outputs(i), slot),
+              plan::NumElements(out(i)), out(i).dtype(),
+              max ? exec::Reduction::kMax : exec::Reduction::kSum);
+          !s.ok())
+        return s;
+    return absl::OkStatus();
   }
   case plan::ADAMW: {
     // lr and step from the host's copies (written with Write).

@@ -24,9 +24,12 @@
 // host memory: Bytes (checkpoints) copies a buffer to the host and
 // CommitBytes back; traces are refused.
 //
-// Not yet: several ranks (NCCL collectives, send and receive), pipeline
-// stages, vocabulary-parallel cross-entropy, FP16. A plan that needs them
-// is refused at Create, naming what.
+// Several ranks: data parallelism's all-reduces through an exec::Communicator
+// that takes device memory, which only the CUDA emulation has so far (its
+// MPI communicator on emulated device memory); not yet NCCL, send and
+// receive, pipeline stages, tensor parallelism's split tensors, ZeRO or the
+// vocabulary-parallel cross-entropy. A plan that needs them is refused at
+// Create, naming what.
 //
 //===----------------------------------------------------------------------===//
 
@@ -58,11 +61,15 @@ public:
 
   /// Validates `plan`, checks that this executor runs every instruction,
   /// and allocates the arena and the workspaces on the current device.
-  static absl::StatusOr<std::unique_ptr<Executor>> Create(plan::Plan plan);
+  /// `comm`: the job's other ranks, for a plan of several (data
+  /// parallelism's all-reduces); it must take device memory, which only
+  /// the CUDA emulation's MPI communicator does so far (NCCL is not built).
+  static absl::StatusOr<std::unique_ptr<Executor>>
+  Create(plan::Plan plan, exec::Communicator *comm = nullptr);
 
   const plan::Plan &plan() const override { return plan_; }
-  /// One rank: no communicator.
-  exec::Communicator *communicator() const override { return nullptr; }
+  /// The job's other ranks (null for a plan of one).
+  exec::Communicator *communicator() const override { return comm_; }
   const char *Device() const override { return "cuda"; }
 
   /// Copies `values` into copy `slot` of buffer `id`, converted to its dtype
@@ -124,6 +131,7 @@ private:
                         uint32_t op);
 
   plan::Plan plan_;
+  exec::Communicator *comm_ = nullptr;
   std::vector<int64_t> bytes_;
   uint8_t *arena_ = nullptr;
   int64_t arenaBytes_ = 0;

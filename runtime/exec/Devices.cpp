@@ -25,10 +25,11 @@ absl::StatusOr<BackendFactory> BackendFor(const std::string &device) {
 #ifdef BRAID_HAVE_CUDA
     return BackendFactory(
         [](const plan::Plan &plan,
-           Communicator *) -> absl::StatusOr<std::unique_ptr<Backend>> {
-          // It refuses a plan for several ranks, so needs no communicator.
+           Communicator *comm) -> absl::StatusOr<std::unique_ptr<Backend>> {
+          // It refuses a plan for several ranks whose communicator cannot
+          // take device memory.
           absl::StatusOr<std::unique_ptr<cuda::Executor>> e =
-              cuda::Executor::Create(plan);
+              cuda::Executor::Create(plan, comm);
           if (!e.ok())
             return e.status();
           return std::unique_ptr<Backend>(std::move(*e));

@@ -20,7 +20,7 @@ runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and checks
 that the kernels' share of the step is reported.
 
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT [--inputs DIR]
-                [--braid-run NAME]
+                [--braid-run NAME] [--data-parallel]
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT --prepare DIR
 
 Without a GPU (braid-run says there is no CUDA device, or the build has no
@@ -28,7 +28,10 @@ CUDA backend) it exits 77, which ctest counts as skipped. --prepare compiles
 the plans and the dataset into DIR and exits, for a machine that has a GPU
 but no braidc; --inputs runs from such a DIR. --braid-run names the binary
 that runs the plans (braid-run-emulated: the CUDA backend under the CUDA
-emulation, on the CPU, where the same tolerances hold).
+emulation, on the CPU, where the same tolerances hold). --data-parallel
+also trains tiny-llama over 2 data-parallel ranks (mpirun) on both devices
+and compares the losses within 1e-4: the CUDA executor's all-reduces go
+through a communicator on device memory, which only the emulation has yet.
 """
 
 import json
@@ -38,7 +41,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Setup, run  # noqa: E402
+from harness import Setup, mpirun, run  # noqa: E402
 
 SKIP = 77
 STEPS = 20
@@ -51,6 +54,9 @@ JOBS = {
     "llama-bf16": ('preset: "tiny-llama"', "micro_batch_size: 4", "BF16"),
     "llama-fp16": ('preset: "tiny-llama"', "micro_batch_size: 4", "FP16"),
 }
+# Over 2 data-parallel ranks (--data-parallel).
+DP_JOB = ("llama-dp2-fp32",
+          ('preset: "tiny-llama"', "micro_batch_size: 2 dp: 2", ""))
 # (GPU plan, CPU plan, relative tolerance of each step's loss)
 COMPARISONS = [
     ("llama-fp32", "llama-fp32", 1e-4),
@@ -68,7 +74,7 @@ def prepare(setup, out):
     prefix = setup.dataset(200_000)
     for ext in (".bin", ".idx"):
         shutil.copyfile(prefix + ext, os.path.join(out, "data" + ext))
-    for name, (model, parallel, precision) in JOBS.items():
+    for name, (model, parallel, precision) in [*JOBS.items(), DP_JOB]:
         job = os.path.join(out, name + ".textproto")
         with open(job, "w") as f:
             f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
@@ -88,11 +94,14 @@ def checkpoints(setup, name):
     return setup.w(f"{name}-checkpoints")
 
 
-def train(setup, inputs, name, device, extra=(), expect=STEPS):
-    """Runs plan `name` on `device`; returns (losses, stdout), or None when
-    there is no GPU to run it on. `expect`: the steps it logs."""
+def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1):
+    """Runs plan `name` on `device` (on `ranks` ranks under mpirun); returns
+    (losses, stdout), or None when there is no GPU to run it on. `expect`:
+    the steps it logs."""
     metrics = setup.w(f"{name}-{device}.jsonl")
-    cmd = [setup.b(setup.args.braid_run), os.path.join(inputs, name + ".plan"),
+    binary = setup.b(setup.args.braid_run if device == "cuda" else "braid-run")
+    cmd = [*(mpirun(ranks) if ranks > 1 else []), binary,
+           os.path.join(inputs, name + ".plan"),
            "--data", os.path.join(inputs, "data"), "--device", device,
            "--metrics-out", metrics, "--log-every", "5", *extra]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -115,7 +124,9 @@ def main():
     setup = Setup(lambda ap: (ap.add_argument("--inputs"),
                               ap.add_argument("--prepare"),
                               ap.add_argument("--braid-run",
-                                              default="braid-run")))
+                                              default="braid-run"),
+                              ap.add_argument("--data-parallel",
+                                              action="store_true")))
     args = setup.args
     if args.prepare:
         prepare(setup, args.prepare)
@@ -150,6 +161,17 @@ def main():
               f"(tolerance {tolerance:g}) {'ok' if ok else 'FAILED'}")
         print("  CPU:", " ".join(f"{x:.6f}" for x in want))
         print("  GPU:", " ".join(f"{x:.6f}" for x in got[0]))
+
+    if args.data_parallel:
+        name = DP_JOB[0]
+        got = train(setup, inputs, name, "cuda", ranks=2)[0]
+        want = train(setup, inputs, name, "cpu", ranks=2)[0]
+        worst = max(abs(g - c) / abs(c) for g, c in zip(got, want))
+        ok = worst <= 1e-4
+        failed |= not ok
+        print(f"{name} on 2 ranks of the GPU against the CPU's, {STEPS} "
+              f"steps: largest relative loss difference {worst:.3g} "
+              f"(tolerance 0.0001) {'ok' if ok else 'FAILED'}")
 
     # Resumed from step 10's checkpoint: steps 11-20 as the whole run's.
     for name in RESUMED:
