@@ -604,13 +604,8 @@ absl::Status Executor::runTyped(const Instruction &inst,
     return static_cast<const int32_t *>(address(inst.inputs(i), slot));
   };
   cudaStream_t st = stream_;
-  switch (inst.kernel()) {
-  case plan::ZERO:
-    return launched(cudaMemsetAsync(address(inst.outputs(0), slot), 0,
-                                    size_t(bytes_[inst.outputs(0)]), st),
-                    inst);
-  case plan::COPY:
-    // Without a rank_axis (Create refused those): a plain copy.
+  // Each output that is not its input gets the input's bytes.
+  auto copyInputs = [&]() -> absl::Status {
     for (int i = 0; i < inst.outputs_size(); ++i)
       if (inst.inputs(i) != inst.outputs(i))
         if (absl::Status s =
@@ -622,6 +617,15 @@ absl::Status Executor::runTyped(const Instruction &inst,
             !s.ok())
           return s;
     return absl::OkStatus();
+  };
+  switch (inst.kernel()) {
+  case plan::ZERO:
+    return launched(cudaMemsetAsync(address(inst.outputs(0), slot), 0,
+                                    size_t(bytes_[inst.outputs(0)]), st),
+                    inst);
+  case plan::COPY:
+    // Without a rank_axis (Create refused those): a plain copy.
+    return copyInputs();
   case plan::ADD:
     return launched(add(x(0), x(1), plan::NumElements(out(0)), y(0), st), inst);
   case plan::EMBEDDING:
@@ -836,18 +840,8 @@ absl::Status Executor::runTyped(const Instruction &inst,
       return absl::FailedPreconditionError(absl::StrCat(
           "an all-reduce over ", ranks, " ranks needs the job's other ranks"));
     std::vector<std::string> group(inst.group().begin(), inst.group().end());
-    for (int i = 0; i < inst.outputs_size(); ++i)
-      if (inst.inputs(i) != inst.outputs(i))
-        if (absl::Status s =
-                launched(cudaMemcpyAsync(address(inst.outputs(i), slot),
-                                         address(inst.inputs(i), slot),
-                                         size_t(bytes_[inst.outputs(i)]),
-                                         cudaMemcpyDeviceToDevice, st),
-                         inst);
-            !s.ok())
-          return s;
-    if (ranks == 1)
-      return absl::OkStatus();
+    if (absl::Status s = copyInputs(); !s.ok() || ranks == 1)
+      return s;
     BRAID_CUDA_CHECK(cudaStreamSynchronize(st));
     const bool max =
         inst.int_attrs().count("max") && inst.int_attrs().at("max") != 0;
