@@ -335,12 +335,16 @@ absl::StatusOr<absl::Span<uint8_t>> Executor::Bytes(int id) {
   return absl::MakeSpan(host);
 }
 
-absl::Status Executor::CommitBytes(int id) {
+absl::Status Executor::ReleaseBytes(int id, bool written) {
   auto it = hostBytes_.find(id);
   if (it == hostBytes_.end())
     return absl::FailedPreconditionError(absl::StrCat(
-        "buffer ", id, " was not taken with Bytes before CommitBytes"));
-  const std::vector<uint8_t> &host = it->second;
+        "buffer ", id, " was not taken with Bytes before ReleaseBytes"));
+  // Freed on every return.
+  std::vector<uint8_t> host = std::move(it->second);
+  hostBytes_.erase(it);
+  if (!written)
+    return absl::OkStatus();
   if (!host.empty()) {
     BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, 0), host.data(), host.size(),
                                      cudaMemcpyHostToDevice, stream_));

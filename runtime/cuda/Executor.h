@@ -22,7 +22,7 @@
 // instruction with a pair of CUDA events and waits for the function's end
 // (the only host synchronisation in Run, and only then). Buffers are not
 // host memory: Bytes (checkpoints) copies a buffer to the host and
-// CommitBytes back; traces are refused.
+// ReleaseBytes back; traces are refused.
 //
 // Several ranks: data parallelism's all-reduces through an exec::Communicator
 // that takes device memory, which only the CUDA emulation has so far (its
@@ -81,12 +81,12 @@ public:
   absl::StatusOr<std::vector<double>> Read(int id,
                                            int64_t slot = 0) const override;
   /// A host copy of (the first copy of) buffer `id`, after everything
-  /// enqueued so far has run (checkpoints): kept per buffer until
-  /// CommitBytes copies it back or the next Bytes refreshes it.
+  /// enqueued so far has run (checkpoints): kept until ReleaseBytes, or
+  /// refreshed by the next Bytes.
   absl::StatusOr<absl::Span<uint8_t>> Bytes(int id) override;
-  /// Copies the host copy Bytes(id) gave back into the buffer; waits until
-  /// the copy is done.
-  absl::Status CommitBytes(int id) override;
+  /// Copies the host copy Bytes(id) gave back into the buffer when
+  /// `written` (waiting until the copy is done), and frees it.
+  absl::Status ReleaseBytes(int id, bool written) override;
 
   /// Enqueues function `name` on the executor's stream and returns; a
   /// launch's error is returned at once, an error inside a kernel at the

@@ -80,12 +80,13 @@ public:
   /// The bytes of (the first copy of) buffer `id` in host memory, to read or
   /// write in place (checkpoints), after everything run so far. A backend
   /// whose arena is not in host memory returns a host copy of the buffer,
-  /// valid until the next call of Bytes or CommitBytes for it.
+  /// valid until ReleaseBytes (or the next Bytes) for it.
   virtual absl::StatusOr<absl::Span<uint8_t>> Bytes(int id) = 0;
-  /// Makes what was written into Bytes(id) the buffer's contents: nothing
-  /// to do where Bytes is the buffer itself; a device backend copies the
-  /// host copy back.
-  virtual absl::Status CommitBytes(int id) = 0;
+  /// Ends the use of Bytes(id): with `written`, what was written into it
+  /// becomes the buffer's contents. Nothing to do where Bytes is the buffer
+  /// itself; a device backend copies its host copy back (when written) and
+  /// frees it.
+  virtual absl::Status ReleaseBytes(int id, bool written) = 0;
 
   /// Runs function `name` on slot `slot` of the slotted buffers it names. A
   /// device backend may return before the kernels have run: Read waits for

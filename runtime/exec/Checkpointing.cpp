@@ -338,6 +338,9 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
             &written);
         !s.ok())
       return s;
+    for (const auto &[buffer, bytes] : taken)
+      if (absl::Status s = e.ReleaseBytes(buffer, /*written=*/false); !s.ok())
+        return s;
     report[0] = 1;
     report[1] = double(written.crc32);
     report[2] = double(written.bytes);
@@ -501,8 +504,8 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
     absl::StatusOr<std::vector<Holding>> holdings = Holdings(plan, coords);
     if (!holdings.ok())
       return holdings.status();
-    // Each buffer's bytes taken once and committed once all its holdings
-    // are read (a device backend copies them in and back).
+    // Each buffer's bytes taken once and released (written) once all its
+    // holdings are read (a device backend copies them in and back).
     std::map<int, absl::Span<uint8_t>> taken;
     for (const Holding &h : *holdings) {
       if (!optimizer && h.state != "param")
@@ -535,7 +538,7 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
       }
     }
     for (const auto &[buffer, bytes] : taken)
-      if (absl::Status s = e.CommitBytes(buffer); !s.ok())
+      if (absl::Status s = e.ReleaseBytes(buffer, /*written=*/true); !s.ok())
         return s;
     state.step = m.step();
     state.consumedSamples = m.consumed_samples();

@@ -76,7 +76,9 @@ public:
   /// of another pipeline stage.
   absl::StatusOr<absl::Span<uint8_t>> Bytes(int id) override;
   /// Nothing to do: Bytes is the buffer.
-  absl::Status CommitBytes(int id) override { return absl::OkStatus(); }
+  absl::Status ReleaseBytes(int id, bool written) override {
+    return absl::OkStatus();
+  }
 
   /// Runs function `name` once, on slot `slot` of the slotted buffers it
   /// names (which must have that slot).
