@@ -274,32 +274,6 @@ bool isConvertibleToFloat(Dtype dtype) {
          dtype == Dtype::kF32 || dtype == Dtype::kF64;
 }
 
-float halfToFloat(uint16_t bits) {
-  const float sign = (bits & 0x8000) ? -1.0f : 1.0f;
-  const int exponent = (bits >> 10) & 0x1f;
-  const int mantissa = bits & 0x3ff;
-  if (exponent == 0) // zero or subnormal: mantissa * 2^-24, exact in float
-    return sign * std::ldexp(static_cast<float>(mantissa), -24);
-  if (exponent == 31) {
-    if (mantissa == 0)
-      return sign * INFINITY;
-    // Keep the payload and the sign: the float NaN with the same top bits.
-    uint32_t f = (static_cast<uint32_t>(bits & 0x8000) << 16) | 0x7f800000u |
-                 (static_cast<uint32_t>(mantissa) << 13);
-    float out;
-    std::memcpy(&out, &f, 4);
-    return out;
-  }
-  return sign * std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
-}
-
-float bfloat16ToFloat(uint16_t bits) {
-  uint32_t f = static_cast<uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &f, 4);
-  return out;
-}
-
 std::string shapeToString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }

@@ -23,6 +23,8 @@
 #ifndef BRAID_RUNTIME_CKPT_SAFETENSORS_H
 #define BRAID_RUNTIME_CKPT_SAFETENSORS_H
 
+#include "runtime/common/Float16.h"
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -69,11 +71,9 @@ size_t dtypeSize(Dtype dtype);
 /// F32, F64).
 bool isConvertibleToFloat(Dtype dtype);
 
-/// Decodes one IEEE binary16 value (sign, 5 exponent bits, 10 mantissa
-/// bits), subnormals, infinities and NaNs included; exact.
-float halfToFloat(uint16_t bits);
-/// Decodes one bfloat16 value (the upper half of a binary32); exact.
-float bfloat16ToFloat(uint16_t bits);
+// halfToFloat and bfloat16ToFloat: runtime/common/Float16.h.
+using braid::bfloat16ToFloat;
+using braid::halfToFloat;
 
 /// One tensor of a file, as its header describes it (validated).
 struct TensorInfo {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "runtime/common/Float16.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <set>
 #include <utility>
@@ -67,17 +69,73 @@ absl::StatusOr<MPI_Datatype> messageType(plan::DType dtype) {
 /// elements, in order, which the receiver takes in the same pieces.
 constexpr int64_t kMaxMessageCount = int64_t(1) << 30;
 
+/// The 16-bit formats (BF16, F16) as MPI types of their own, so that one
+/// user-defined operation tells them apart; created once, after MPI_Init.
+MPI_Datatype bf16Type = MPI_DATATYPE_NULL, f16Type = MPI_DATATYPE_NULL;
+MPI_Op sum16 = MPI_OP_NULL, max16 = MPI_OP_NULL;
+
+/// inout[i] = combine(in[i], inout[i]) for the 16-bit format of `type`,
+/// computed in float and rounded to the format (to nearest even), as a
+/// device combining the two halves would.
+template <typename Combine>
+void reduce16(const void *in, void *inout, int length, MPI_Datatype type,
+              Combine combine) {
+  const bool bf16 = type == bf16Type;
+  const auto *a = static_cast<const uint16_t *>(in);
+  auto *b = static_cast<uint16_t *>(inout);
+  for (int i = 0; i < length; ++i) {
+    float x = bf16 ? bfloat16ToFloat(a[i]) : halfToFloat(a[i]);
+    float y = bf16 ? bfloat16ToFloat(b[i]) : halfToFloat(b[i]);
+    float r = combine(x, y);
+    b[i] = bf16 ? floatToBfloat16(r) : floatToHalf(r);
+  }
+}
+
+void sum16Function(void *in, void *inout, int *length, MPI_Datatype *type) {
+  reduce16(in, inout, *length, *type, [](float x, float y) { return x + y; });
+}
+
+void max16Function(void *in, void *inout, int *length, MPI_Datatype *type) {
+  // NaN wins, as it does in a float maximum that propagates it.
+  reduce16(in, inout, *length, *type, [](float x, float y) {
+    return std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y);
+  });
+}
+
+void createHalfTypes() {
+  if (bf16Type != MPI_DATATYPE_NULL)
+    return;
+  MPI_Type_contiguous(1, MPI_UINT16_T, &bf16Type);
+  MPI_Type_commit(&bf16Type);
+  MPI_Type_contiguous(1, MPI_UINT16_T, &f16Type);
+  MPI_Type_commit(&f16Type);
+  MPI_Op_create(&sum16Function, /*commute=*/1, &sum16);
+  MPI_Op_create(&max16Function, /*commute=*/1, &max16);
+}
+
 absl::StatusOr<MPI_Datatype> mpiType(plan::DType dtype) {
   switch (dtype) {
   case plan::F32:
     return MPI_FLOAT;
   case plan::F64:
     return MPI_DOUBLE;
+  case plan::BF16:
+    return bf16Type;
+  case plan::F16:
+    return f16Type;
   default:
     return absl::UnimplementedError(
         absl::StrCat("collectives on ", plan::DType_Name(dtype),
-                     " on MPI (expected F32 or F64)"));
+                     " on MPI (expected F32, F64, BF16 or F16)"));
   }
+}
+
+/// The MPI operation of a reduction on `type`.
+MPI_Op mpiOp(MPI_Datatype type, exec::Reduction op) {
+  bool half = type == bf16Type || type == f16Type;
+  if (op == exec::Reduction::kMax)
+    return half ? max16 : MPI_MAX;
+  return half ? sum16 : MPI_SUM;
 }
 
 /// The communicator and element type of one collective call.
@@ -127,6 +185,7 @@ MpiCommunicator::Create(const plan::Plan &plan) {
   // Errors come back as codes, so a failing collective becomes a message
   // (and then an abort of the job) rather than a silent hang.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  createHalfTypes();
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -264,7 +323,7 @@ absl::StatusOr<int64_t> MpiCommunicator::StartReduceScatter(
     return s;
   MPI_Request request;
   if (int rc = MPI_Ireduce_scatter_block(in, out, int(countPerRank),
-                                         call->type, MPI_SUM, call->comm,
+                                         call->type, mpiOp(call->type, exec::Reduction::kSum), call->comm,
                                          &request);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Ireduce_scatter_block");
@@ -324,7 +383,8 @@ absl::Status MpiCommunicator::ReduceScatter(absl::Span<const std::string> axes,
   if (absl::Status s = checkScatterCount(countPerRank); !s.ok())
     return s;
   if (int rc = MPI_Reduce_scatter_block(in, out, int(countPerRank), call->type,
-                                        MPI_SUM, call->comm);
+                                        mpiOp(call->type, exec::Reduction::kSum),
+                                        call->comm);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Reduce_scatter_block");
   return absl::OkStatus();
@@ -343,7 +403,7 @@ absl::Status MpiCommunicator::AllReduce(absl::Span<const std::string> axes,
   for (int64_t done = 0; done < count; done += kMaxCount) {
     int n = int(std::min(kMaxCount, count - done));
     if (int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * bytes, n, call->type,
-                               op == exec::Reduction::kMax ? MPI_MAX : MPI_SUM,
+                               mpiOp(call->type, op),
                                call->comm);
         rc != MPI_SUCCESS)
       return mpiError(rc, "MPI_Allreduce");

@@ -45,8 +45,9 @@ public:
                          exec::Reduction op = exec::Reduction::kSum) override;
   absl::Status AllGather(absl::Span<const std::string> axes, const void *in,
                          void *out, int64_t count, plan::DType dtype) override;
-  /// Sums F32 or F64 (MPI_Reduce_scatter_block: the order of the sum is
-  /// MPI's, the same on every run of the same job).
+  /// Sums F32, F64, BF16 or F16 (MPI_Reduce_scatter_block: the order of the
+  /// sum is MPI's, the same on every run of the same job; the 16-bit formats
+  /// add two values at a time in float, rounding each sum to the format).
   absl::Status ReduceScatter(absl::Span<const std::string> axes, const void *in,
                              void *out, int64_t countPerRank,
                              plan::DType dtype) override;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/MpiCommunicator.h"
+#include "runtime/common/Float16.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/exec/Executor.h"
@@ -81,9 +82,47 @@ TEST(MpiCommunicator, RefusesIntegerDtypes) {
   int32_t in[2] = {1, 2}, out = 0;
   s = theComm->ReduceScatter({"tp"}, in, &out, 1, plan::I32);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_NE(s.message().find("collectives on I32 on MPI (expected F32 or F64)"),
+  EXPECT_NE(s.message().find(
+                "collectives on I32 on MPI (expected F32, F64, BF16 or F16)"),
             absl::string_view::npos)
       << s;
+}
+
+// BF16 and F16 (the CUDA backend's mixed precision): sums in float rounded
+// to the format, maxima, reduce-scatters and gathers of the 16-bit words.
+// Rank g contributes 1 + g/256 on tp (group 2d, 2d+1). f16 holds the
+// contributions and their sum 2 + (4d + 1)/256 exactly; bf16 (8 significant
+// bits) rounds the odd contributions, then the sum, each to nearest even.
+TEST(MpiCommunicator, ReducesHalfPrecision) {
+  int64_t r = theComm->Rank(), d = r / 2, t = r % 2;
+  for (plan::DType dtype : {plan::BF16, plan::F16}) {
+    bool bf = dtype == plan::BF16;
+    auto enc = [&](float v) { return bf ? floatToBfloat16(v) : floatToHalf(v); };
+    auto dec = [&](uint16_t v) {
+      return bf ? bfloat16ToFloat(v) : halfToFloat(v);
+    };
+    uint16_t x = enc(1.0f + float(r) / 256);
+    // Each contribution is exact in f16 (11 bits); in bf16 1 + g/256 is a
+    // multiple of 2^-7 only for even g, so the operands round first.
+    float a = dec(enc(1.0f + float(2 * d) / 256)),
+          b = dec(enc(1.0f + float(2 * d + 1) / 256));
+    ASSERT_TRUE(theComm->AllReduce({"tp"}, &x, 1, dtype).ok());
+    EXPECT_EQ(dec(x), dec(enc(a + b))) << plan::DType_Name(dtype);
+    if (!bf)
+      EXPECT_EQ(dec(x), 2.0f + float(4 * d + 1) / 256);
+    uint16_t m = enc(-float(r));
+    ASSERT_TRUE(
+        theComm->AllReduce({"dp", "tp"}, &m, 1, dtype, exec::Reduction::kMax)
+            .ok());
+    EXPECT_EQ(dec(m), 0.0f);
+    uint16_t in[2] = {enc(float(r)), enc(float(10 * r))}, out = 0;
+    ASSERT_TRUE(theComm->ReduceScatter({"tp"}, in, &out, 1, dtype).ok());
+    EXPECT_EQ(dec(out), t == 0 ? float(4 * d + 1) : float(10 * (4 * d + 1)));
+    uint16_t all[2] = {0, 0}, mine = enc(float(r) + 0.5f);
+    ASSERT_TRUE(theComm->AllGather({"tp"}, &mine, all, 1, dtype).ok());
+    EXPECT_EQ(dec(all[0]), float(2 * d) + 0.5f);
+    EXPECT_EQ(dec(all[1]), float(2 * d + 1) + 0.5f);
+  }
 }
 
 // A reduce-scatter sums the group's inputs and leaves each rank the block
