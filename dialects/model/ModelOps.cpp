@@ -919,11 +919,13 @@ LogicalResult CrossEntropyPartialOp::verify() {
   if (failed(verifyIsType(*this, "row_max", getRowMax(),
                           rowsType(logits, logits.getElementType()))))
     return failure();
-  // CEP3: the result is [rows..., 2].
+  // CEP3: the result is [rows..., 2], of the loss's element type.
   SmallVector<int64_t> shape(logits.getShape());
   shape.back() = 2;
-  if (failed(verifyIsType(*this, "the result", getPartial(),
-                          withShape(logits, shape))))
+  if (failed(verifyIsType(
+          *this, "the result", getPartial(),
+          RankedTensorType::get(
+              shape, lossElementType(logits.getElementType())))))
     return failure();
   // CEP4: vocab_axis is a mesh axis.
   if (auto axis = getVocabAxis())
@@ -943,8 +945,16 @@ LogicalResult CrossEntropyFinishOp::verify() {
     return emitOpError("sums are ")
            << shapeStr(sums.getShape())
            << " but need rank >= 2 and a last dimension of 2";
+  // row_max is in the logits' element type, the sums in its loss type
+  // (bf16 logits, f32 sums).
+  Type maxElement = getRowMax().getType().getElementType();
   if (failed(verifyIsType(*this, "row_max", getRowMax(),
-                          rowsType(sums, sums.getElementType()))))
+                          rowsType(sums, maxElement))))
+    return failure();
+  if (failed(verifyIsType(
+          *this, "the sums' tensor", getSums(),
+          RankedTensorType::get(sums.getShape(),
+                                lossElementType(maxElement)))))
     return failure();
   if (failed(verifyLogitsTargets(*this, sums, getTargets().getType())))
     return failure();

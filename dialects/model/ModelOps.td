@@ -710,7 +710,8 @@ def Model_CrossEntropyPartialOp : Model_ComputeOp<"cross_entropy_partial"> {
     - CEP2: `row_max` is the logits' shape without the last dimension, of
       their element type.
     - CEP3: the result is the logits' shape with the last dimension 2, of
-      their element type.
+      the loss's element type (CE2: f32 for bf16, f16 and f32 logits, f64
+      for f64), so that sums of exponentials keep float's precision.
     - CEP4: `vocab_axis`, when present, is an axis of the module's mesh.
   }];
   let arguments = (ins Model_FloatTensor:$logits, Model_IndexTensor:$targets,
@@ -744,8 +745,8 @@ def Model_CrossEntropyFinishOp : Model_ComputeOp<"cross_entropy_finish"> {
 
     Constraints:
     - CEF1: `sums` has rank at least 2 and last dimension 2; `row_max`
-      and the targets are its shape without the last dimension, and
-      `row_max` has its element type.
+      and the targets are its shape without the last dimension; `sums`'
+      element type is the loss type (CE2) of `row_max`'s (the logits').
     - CEF2: the loss is the rank-0 loss type of `sums`' element type (as
       CE2) and `lse` is `row_max`'s shape of the loss's element type.
   }];

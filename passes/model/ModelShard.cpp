@@ -456,8 +456,11 @@ LogicalResult TensorParallel::visitCrossEntropy(CrossEntropyOp op) {
           .getResult(0);
   SmallVector<int64_t> pairShape(type.getShape());
   pairShape.back() = 2;
+  // The partials in the loss's element type (f32 for bf16 logits): sums of
+  // exponentials in bf16 would keep 8 bits.
+  Type lossElement = cast<ShapedType>(op.getLoss().getType()).getElementType();
   auto partial = b.create<CrossEntropyPartialOp>(
-      loc, RankedTensorType::get(pairShape, type.getElementType()), logits,
+      loc, RankedTensorType::get(pairShape, lossElement), logits,
       op.getTargets(), rowMax, op.getIgnoreIndexAttr(), b.getStringAttr(kTp));
   Value sums =
       createAllReduce(loc, partial,

@@ -669,8 +669,9 @@ absl::Status InstructionChecker::checkCrossEntropy() {
   }
   if (k == CROSS_ENTROPY_FINISH) {
     // (summed, global_max, targets) -> (loss, lse); the rows' shape is
-    // global_max's.
-    BRAID_RETURN_IF_ERROR(dtypes({2}, {3, 4}));
+    // global_max's. The sums, loss and lse may be F32 where the logits'
+    // global_max is BF16 or F16 (mixed precision).
+    BRAID_RETURN_IF_ERROR(dtypes({2}, {0, 3, 4}));
     BRAID_RETURN_IF_ERROR(
         intAttr("ignore_index", INT32_MIN, INT32_MAX).status());
     const Buffer &globalMax = in(1);
@@ -683,11 +684,12 @@ absl::Status InstructionChecker::checkCrossEntropy() {
     lead.push_back(2);
     return shape(in(0), lead, "summed");
   }
-  // The loss, dloss and lse may be F32 (mixed precision).
+  // The loss, dloss, lse and the partial sums may be F32 (mixed
+  // precision).
   BRAID_RETURN_IF_ERROR(k == CROSS_ENTROPY_MAX    ? dtypes()
                         : k == CROSS_ENTROPY      ? dtypes({1}, {2, 3})
                         : k == CROSS_ENTROPY_GRAD ? dtypes({1}, {2, 3})
-                                                  : dtypes({1}));
+                                                  : dtypes({1}, {3}));
   if (k != CROSS_ENTROPY_MAX)
     BRAID_RETURN_IF_ERROR(
         intAttr("ignore_index", INT32_MIN, INT32_MAX).status());
@@ -1445,6 +1447,13 @@ std::vector<int64_t> MeshCoordinates(const Mesh &mesh, int64_t rank) {
     rank /= mesh.sizes(i);
   }
   return coords;
+}
+
+int64_t GroupSize(const Plan &plan, const Instruction &inst) {
+  int64_t ranks = 1;
+  for (const std::string &axis : inst.group())
+    ranks *= AxisSize(plan.mesh(), axis);
+  return ranks;
 }
 
 int64_t AxisSize(const Mesh &mesh, absl::string_view axis) {

@@ -1275,6 +1275,24 @@ func.func @cep3_pairs(%l: tensor<2x3x8xf32>, %t: tensor<2x3xi32>, %m: tensor<2x3
 
 // -----
 
+// Tests CEP3: the partials of bf16 logits are f32, the loss's type.
+func.func @cep3_bf16(%l: tensor<2x3x8xbf16>, %t: tensor<2x3xi32>, %m: tensor<2x3xbf16>) {
+  // expected-error @+1 {{'model.cross_entropy_partial' op the result is 'tensor<2x3x2xbf16>' but must be 'tensor<2x3x2xf32>'}}
+  %p = model.cross_entropy_partial %l, %t, %m ignore_index = -100 : (tensor<2x3x8xbf16>, tensor<2x3xi32>, tensor<2x3xbf16>) -> tensor<2x3x2xbf16>
+  return
+}
+
+// -----
+
+// Tests CEF1: the sums of bf16 logits are f32, the loss type of bf16.
+func.func @cef1_bf16_sums(%s: tensor<2x3x2xbf16>, %m: tensor<2x3xbf16>, %t: tensor<2x3xi32>) {
+  // expected-error @+1 {{'model.cross_entropy_finish' op the sums' tensor is 'tensor<2x3x2xbf16>' but must be 'tensor<2x3x2xf32>'}}
+  %loss, %lse = model.cross_entropy_finish %s, %m, %t ignore_index = -100 : (tensor<2x3x2xbf16>, tensor<2x3xbf16>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xf32>)
+  return
+}
+
+// -----
+
 // Tests CEP4: vocab_axis is an axis of the mesh.
 model.mesh @mesh axes = ["dp"] sizes = [2]
 func.func @cep4_axis(%l: tensor<2x3x8xf32>, %t: tensor<2x3xi32>, %m: tensor<2x3xf32>) {
@@ -1294,10 +1312,10 @@ func.func @cef1_sums(%s: tensor<2x3x4xf32>, %m: tensor<2x3xf32>, %t: tensor<2x3x
 
 // -----
 
-// Tests CEF2: the log-sum-exp of bf16 sums is f32, as the loss.
-func.func @cef2_lse(%s: tensor<2x3x2xbf16>, %m: tensor<2x3xbf16>, %t: tensor<2x3xi32>) {
+// Tests CEF2: the log-sum-exp of bf16 logits' (f32) sums is f32, as the loss.
+func.func @cef2_lse(%s: tensor<2x3x2xf32>, %m: tensor<2x3xbf16>, %t: tensor<2x3xi32>) {
   // expected-error @+1 {{'model.cross_entropy_finish' op lse is 'tensor<2x3xbf16>' but must be 'tensor<2x3xf32>'}}
-  %loss, %lse = model.cross_entropy_finish %s, %m, %t ignore_index = -100 : (tensor<2x3x2xbf16>, tensor<2x3xbf16>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xbf16>)
+  %loss, %lse = model.cross_entropy_finish %s, %m, %t ignore_index = -100 : (tensor<2x3x2xf32>, tensor<2x3xbf16>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xbf16>)
   return
 }
 

@@ -710,7 +710,8 @@ model.mesh @mesh axes = ["dp", "tp"] sizes = [1, 2]
 func.func @tensor_parallel(%table: tensor<8x4xf32>, %ids: tensor<2x3xi32>,
                            %x: tensor<2x3x2xf32>, %w: tensor<4x2xf32>, %b: tensor<4xf32>,
                            %q: tensor<2x3x4xf32>, %k: tensor<2x3x4xf32>,
-                           %logits: tensor<2x3x8xf32>, %dloss: tensor<f32>) {
+                           %logits: tensor<2x3x8xf32>, %dloss: tensor<f32>,
+                           %lb: tensor<2x3x8xbf16>) {
   // CHECK: model.embedding %{{.+}}[%{{.+}}] vocab_axis = "tp" : (tensor<8x4xf32>, tensor<2x3xi32>) -> tensor<2x3x4xf32>
   %e = model.embedding %table[%ids] vocab_axis = "tp" : (tensor<8x4xf32>, tensor<2x3xi32>) -> tensor<2x3x4xf32>
   // CHECK: model.embedding_grad %{{.+}}[%{{.+}}] vocab_axis = "tp" : (tensor<2x3x4xf32>, tensor<2x3xi32>) -> tensor<8x4xf32>
@@ -729,6 +730,12 @@ func.func @tensor_parallel(%table: tensor<8x4xf32>, %ids: tensor<2x3xi32>,
   %p = model.cross_entropy_partial %logits, %ids, %gm ignore_index = -100 vocab_axis = "tp" : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<2x3x2xf32>
   // CHECK: %{{.+}}, %[[LSE:.+]] = model.cross_entropy_finish %[[P]], %[[GM]], %{{.+}} ignore_index = -100 : (tensor<2x3x2xf32>, tensor<2x3xf32>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xf32>)
   %loss, %lse = model.cross_entropy_finish %p, %gm, %ids ignore_index = -100 : (tensor<2x3x2xf32>, tensor<2x3xf32>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xf32>)
+  // bf16 logits: the partials and the log-sum-exp in f32.
+  %mb = model.cross_entropy_max %lb : (tensor<2x3x8xbf16>) -> tensor<2x3xbf16>
+  // CHECK: model.cross_entropy_partial {{.+}} -> tensor<2x3x2xf32>
+  %pb = model.cross_entropy_partial %lb, %ids, %mb ignore_index = -100 vocab_axis = "tp" : (tensor<2x3x8xbf16>, tensor<2x3xi32>, tensor<2x3xbf16>) -> tensor<2x3x2xf32>
+  // CHECK: model.cross_entropy_finish {{.+}} : (tensor<2x3x2xf32>, tensor<2x3xbf16>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xf32>)
+  %lossb, %lseb = model.cross_entropy_finish %pb, %mb, %ids ignore_index = -100 : (tensor<2x3x2xf32>, tensor<2x3xbf16>, tensor<2x3xi32>) -> (tensor<f32>, tensor<2x3xf32>)
   // CHECK: model.cross_entropy_grad %{{.+}}, %{{.+}}, %{{.+}} lse %[[LSE]] ignore_index = -100 vocab_axis = "tp" :
   %dl = model.cross_entropy_grad %logits, %ids, %dloss lse %lse ignore_index = -100 vocab_axis = "tp" : (tensor<2x3x8xf32>, tensor<2x3xi32>, tensor<f32>, tensor<2x3xf32>) -> tensor<2x3x8xf32>
   // CHECK: model.grad_norm %{{.+}}, %{{.+}} max_norm = 1.000000e+00 over @mesh ["tp"] replicated = [false, true] :
