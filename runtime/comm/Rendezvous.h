@@ -1,0 +1,53 @@
+//===- Rendezvous.h - Where the ranks of a job meet, without MPI -*- C++ -*-===//
+//
+// The bootstrap of a job that MPI does not connect (NCCL's communicators on
+// GPUs): the ranks find each other through the environment torchrun and
+// Megatron's launchers set, RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+// (or, under mpirun, its own rank and size variables). Rank 0 listens on
+// MASTER_ADDR:MASTER_PORT, every other rank connects to it, and rank 0 gives
+// them all the same bytes (NCCL's unique id). Plain TCP sockets: no MPI, no
+// CUDA.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_COMM_RENDEZVOUS_H
+#define BRAID_RUNTIME_COMM_RENDEZVOUS_H
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include <cstdint>
+#include <string>
+
+namespace braid::comm {
+
+struct RendezvousConfig {
+  int64_t rank = 0;
+  int64_t worldSize = 1;
+  /// Rank 0's address (a name or a numeric IPv4 or IPv6 address) and port.
+  std::string host = "127.0.0.1";
+  int port = 29500;
+  /// How long the ranks wait for each other before giving up.
+  double timeoutSeconds = 300;
+};
+
+/// The rendezvous of this process from its environment: RANK and
+/// WORLD_SIZE (else mpirun's OMPI_COMM_WORLD_RANK and _SIZE, or PMI_RANK and
+/// PMI_SIZE), MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default
+/// 29500); BRAID_RENDEZVOUS_TIMEOUT in seconds (default 300). A missing rank
+/// or size, or a value that is not a number in range, is an error naming
+/// the variable.
+absl::StatusOr<RendezvousConfig> RendezvousFromEnvironment();
+
+/// Rank 0 gives `bytes` to every other rank of the job: on rank 0 `bytes` is
+/// sent, on the others it is replaced by what rank 0 sent. Every rank of the
+/// job calls it once with the same `tag` (a rank of another job, or of
+/// another call, is refused and named). Returns when every rank has its
+/// copy; an error names the rank or address that was not reached within
+/// the timeout.
+absl::Status RendezvousBroadcast(const RendezvousConfig &config,
+                                 const std::string &tag, std::string &bytes);
+
+} // namespace braid::comm
+
+#endif // BRAID_RUNTIME_COMM_RENDEZVOUS_H
