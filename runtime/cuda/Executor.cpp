@@ -65,58 +65,23 @@ std::string unsupported(const plan::Plan &plan, exec::Communicator *comm) {
                         "built yet)");
 #endif
   }
-  if (plan.pipeline().stages_size() > 0)
-    return "the plan has pipeline stages; the CUDA executor runs one rank";
   for (const Buffer &b : plan.buffers())
     if (b.dtype() == plan::F64)
       return absl::StrCat("buffer '", b.name(), "' is ",
                           plan::DType_Name(b.dtype()),
                           "; the CUDA kernels compute in F32, BF16 and F16");
   for (const plan::Function &fn : plan.functions())
-    for (const Instruction &inst : fn.body()) {
-      switch (inst.kernel()) {
-      case plan::CROSS_ENTROPY_MAX:
-      case plan::CROSS_ENTROPY_PARTIAL:
-      case plan::CROSS_ENTROPY_FINISH:
-      case plan::SEND:
-      case plan::RECV:
-      case plan::ALL_GATHER:
-      case plan::REDUCE_SCATTER:
-      case plan::WAIT:
+    for (const Instruction &inst : fn.body())
+      if (inst.kernel() == plan::ATTENTION_GRAD && inst.inputs_size() < 6)
         return absl::StrCat("function '", fn.name(),
-                            "': ", plan::Kernel_Name(inst.kernel()),
-                            " is not implemented on CUDA yet");
-      case plan::ATTENTION_GRAD:
-        if (inst.inputs_size() < 6)
-          return absl::StrCat("function '", fn.name(),
-                              "': ATTENTION_GRAD without the forward's "
-                              "log-sum-exp (recompile the plan)");
-        break;
-      case plan::CROSS_ENTROPY_GRAD:
-        if (inst.int_attrs().count("vocab_start_stride"))
-          return "a vocabulary-parallel cross-entropy is not implemented on "
-                 "CUDA yet";
-        break;
-      default:
-        break;
-      }
-      if (!inst.rank_axis().empty())
-        return absl::StrCat("function '", fn.name(),
-                            "': ", plan::Kernel_Name(inst.kernel()),
-                            " on a slice of a split tensor (rank_axis '",
-                            inst.rank_axis(),
-                            "') is not implemented on CUDA yet");
-      if (inst.kernel() == plan::GRAD_NORM && inst.group_size() > 0)
-        return absl::StrCat("function '", fn.name(),
-                            "': a gradient norm over the ranks of ",
-                            absl::StrJoin(inst.group(), " x "),
-                            " is not implemented on CUDA yet");
-    }
+                            "': ATTENTION_GRAD without the forward's "
+                            "log-sum-exp (recompile the plan)");
   return "";
 }
 
 cpu::AttentionShape attentionShape(const plan::Plan &plan,
-                                   const Instruction &inst) {
+                                   const Instruction &inst,
+                                   int64_t coordinate = 0) {
   const Buffer &q = plan.buffers(inst.inputs(0));
   int64_t heads = plan::IntAttr(inst, "heads");
   cpu::AttentionShape s{};
@@ -128,6 +93,14 @@ cpu::AttentionShape attentionShape(const plan::Plan &plan,
   s.scale = plan::FloatAttr(inst, "scale");
   s.causal = plan::IntAttr(inst, "causal") != 0;
   s.alibi = plan::IntAttr(inst, "alibi") != 0;
+  if (inst.int_attrs().count("global_heads")) {
+    // This rank's slice of the heads (tensor parallelism): `coordinate`
+    // along the instruction's rank_axis.
+    s.globalHeads = plan::IntAttr(inst, "global_heads");
+    s.globalKvHeads = plan::IntAttr(inst, "global_kv_heads");
+    s.headOffset = coordinate * plan::IntAttr(inst, "head_offset_stride");
+    s.kvHeadOffset = coordinate * plan::IntAttr(inst, "kv_head_offset_stride");
+  }
   return s;
 }
 
@@ -184,7 +157,8 @@ Executor::~Executor() {
        {static_cast<void *>(arena_), static_cast<void *>(rowStats_),
         static_cast<void *>(lossTerms_), static_cast<void *>(lossScratch_),
         static_cast<void *>(attentionRows_), static_cast<void *>(counted_),
-        static_cast<void *>(sumSquares_)})
+        static_cast<void *>(sumSquares_),
+        static_cast<void *>(collectiveScratch_)})
     if (p)
       cudaFree(p);
   if (stream_)
@@ -206,15 +180,30 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
   std::unique_ptr<Executor> e(new Executor(std::move(plan)));
   e->comm_ = plan::WorldSize(e->plan_) > 1 ? comm : nullptr;
   const plan::Plan &p = e->plan_;
+  if (e->comm_)
+    if (absl::Status s =
+            plan::CheckMeshCoordinates(p.mesh(), e->comm_->Coordinates());
+        !s.ok())
+      return s;
+  // The rank's arena: its pipeline stage's (the loader checked that the
+  // stage's buffers lie inside it), or the plan's.
+  e->arenaBytes_ = p.arena_bytes();
+  if (p.pipeline().stages_size() > 0) {
+    e->stage_ = e->coordinate("pp");
+    e->arenaBytes_ = p.pipeline().stages(int(e->stage_)).arena_bytes();
+  }
   for (const Buffer &b : p.buffers()) {
     e->bytes_.push_back(plan::NumElements(b) * plan::DTypeBytes(b.dtype()));
     if (b.dtype() == plan::BF16 || b.dtype() == plan::F16)
       e->compute_ = b.dtype();
   }
-  // The workspaces, from the largest instruction of each kind.
-  int64_t statRows = 1, attentionRows = 1;
+  // The workspaces, from the largest instruction of each kind this rank
+  // runs.
+  int64_t statRows = 1, attentionRows = 1, collectiveBytes = 0;
   for (const plan::Function &fn : p.functions())
-    for (const Instruction &inst : fn.body())
+    for (const Instruction &inst : fn.body()) {
+      if (!e->runsHere(inst))
+        continue;
       switch (inst.kernel()) {
       case plan::RMS_NORM:
       case plan::RMS_NORM_GRAD:
@@ -225,7 +214,8 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
       case plan::EMBEDDING:
       case plan::EMBEDDING_GRAD:
       case plan::CROSS_ENTROPY:
-      case plan::CROSS_ENTROPY_GRAD: {
+      case plan::CROSS_ENTROPY_GRAD:
+      case plan::CROSS_ENTROPY_PARTIAL: {
         // Token ids index tables on the device, where nothing checks them:
         // Write checks them against the smallest table that reads them.
         bool embedding = inst.kernel() == plan::EMBEDDING ||
@@ -234,6 +224,10 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
             p.buffers(inst.kernel() == plan::EMBEDDING_GRAD ? inst.outputs(0)
                                                             : inst.inputs(0));
         int64_t vocab = embedding ? table.shape(0) : last(table);
+        // A slice of the vocabulary: the ids are global.
+        if (embedding ? !inst.rank_axis().empty()
+                      : inst.int_attrs().count("vocab_start_stride") > 0)
+          vocab *= plan::AxisSize(p.mesh(), inst.rank_axis());
         IdCheck &check = e->idChecks_[inst.inputs(1)];
         check.vocab = check.vocab ? std::min(check.vocab, vocab) : vocab;
         if (!embedding) {
@@ -243,31 +237,41 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
         }
         break;
       }
+      case plan::CROSS_ENTROPY_FINISH:
+        statRows = std::max(statRows, plan::NumElements(p.buffers(inst.inputs(1))));
+        break;
       case plan::ATTENTION_GRAD:
         attentionRows =
             std::max(attentionRows,
                      attentionBackwardWorkspaceBytes(attentionShape(p, inst)) /
                          int64_t(sizeof(float)));
         break;
+      case plan::ALL_GATHER:
+      case plan::REDUCE_SCATTER:
+        collectiveBytes =
+            std::max(collectiveBytes, e->collectiveScratchBytes(inst));
+        break;
       default:
         break;
       }
+    }
   // What the run needs on the device, against what it has free: a plan
   // too large for the GPU is refused before anything is allocated, naming
   // both (the plan's arena is exact: docs/memory.md).
   const int64_t workspaces =
       int64_t(sizeof(float)) * (3 * statRows + 1 + attentionRows) +
-      int64_t(sizeof(int64_t) + sizeof(double)) + Gemm::kWorkspaceBytes;
+      int64_t(sizeof(int64_t) + 2 * sizeof(double)) + collectiveBytes +
+      Gemm::kWorkspaceBytes;
   size_t freeBytes = 0, totalBytes = 0;
   BRAID_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
-  if (p.arena_bytes() + workspaces > int64_t(freeBytes))
+  if (e->arenaBytes_ + workspaces > int64_t(freeBytes))
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the plan needs %.3f GB on the GPU (its arena %.3f GB and the "
         "kernels' workspaces %.3f GB) and the device has %.3f GB free of "
         "%.3f GB: compile it for a smaller micro-batch, with recompute or "
         "ZeRO, or over more GPUs (braidc --memory-budget, --auto)",
-        double(p.arena_bytes() + workspaces) / 1e9,
-        double(p.arena_bytes()) / 1e9, double(workspaces) / 1e9,
+        double(e->arenaBytes_ + workspaces) / 1e9,
+        double(e->arenaBytes_) / 1e9, double(workspaces) / 1e9,
         double(freeBytes) / 1e9, double(totalBytes) / 1e9));
   BRAID_CUDA_CHECK(
       cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking));
@@ -281,7 +285,6 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
                        " bytes on the GPU: ", cudaGetErrorString(err)));
     return absl::OkStatus();
   };
-  e->arenaBytes_ = p.arena_bytes();
   if (absl::Status s = allocate(&e->arena_, e->arenaBytes_); !s.ok())
     return s;
   e->workspaceBytes_ = 0; // the arena is not a workspace
@@ -291,7 +294,8 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
         allocate(&e->lossScratch_, int64_t(sizeof(float))),
         allocate(&e->attentionRows_, attentionRows * int64_t(sizeof(float))),
         allocate(&e->counted_, int64_t(sizeof(int64_t))),
-        allocate(&e->sumSquares_, int64_t(sizeof(double)))})
+        allocate(&e->sumSquares_, 2 * int64_t(sizeof(double))),
+        allocate(&e->collectiveScratch_, collectiveBytes)})
     if (!s.ok())
       return s;
   // The arena starts zeroed, as the CPU backend's pages do.
@@ -305,9 +309,9 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
   // cuBLASLt's algorithms, chosen now rather than in the first step.
   for (const plan::Function &fn : p.functions())
     for (const Instruction &inst : fn.body())
-      if (inst.kernel() == plan::LINEAR ||
+      if (e->runsHere(inst) && (inst.kernel() == plan::LINEAR ||
           inst.kernel() == plan::LINEAR_GRAD_INPUT ||
-          inst.kernel() == plan::LINEAR_GRAD_WEIGHT) {
+                                inst.kernel() == plan::LINEAR_GRAD_WEIGHT)) {
         cpu::LinearShape shape = linearShapeOf(p, inst);
         bool bias = inst.kernel() == plan::LINEAR && inst.inputs_size() == 3;
         absl::Status s = e->compute_ == plan::BF16
@@ -323,8 +327,8 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
 }
 
 absl::StatusOr<absl::Span<uint8_t>> Executor::Bytes(int id) {
-  if (id < 0 || id >= plan_.buffers_size())
-    return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
+  if (absl::Status s = checkOwned(id); !s.ok())
+    return s;
   std::vector<uint8_t> &host = hostBytes_[id];
   host.resize(size_t(bytes_[id]));
   if (!host.empty()) {
@@ -405,6 +409,59 @@ void *Executor::address(int id, int64_t slot) const {
   return arena_ + b.offset() + (b.slots() >= 2 ? slot * bytes_[id] : 0);
 }
 
+int64_t Executor::coordinate(absl::string_view axis) const {
+  return comm_ ? plan::AxisCoordinate(plan_.mesh(), comm_->Coordinates(), axis)
+               : 0;
+}
+
+int64_t Executor::rankCoordinate(const Instruction &inst) const {
+  return inst.rank_axis().empty() ? 0 : coordinate(inst.rank_axis());
+}
+
+int64_t Executor::groupPlace(const Instruction &inst) const {
+  return comm_ ? plan::GroupPlace(plan_, inst, comm_->Coordinates()) : 0;
+}
+
+bool Executor::runsHere(const Instruction &inst) const {
+  if (plan_.pipeline().stages_size() == 0)
+    return true;
+  int id = inst.outputs_size() ? inst.outputs(0)
+           : inst.inputs_size() ? inst.inputs(0)
+                                : -1;
+  return id < 0 || plan_.buffers(id).stage() == stage_;
+}
+
+absl::Status Executor::checkOwned(int id) const {
+  if (id < 0 || id >= plan_.buffers_size())
+    return absl::OutOfRangeError(absl::StrCat(
+        "buffer ", id, " does not exist (the plan has ", plan_.buffers_size(),
+        ")"));
+  return plan::CheckBufferOnStage(plan_, id, stage_);
+}
+
+int64_t Executor::collectiveScratchBytes(const Instruction &inst) const {
+  // An all-gather in place (ZeRO's parameters) needs none; otherwise one
+  // for a slice along a dimension other than the first (the ranks' blocks
+  // are then not contiguous in the full tensor), or for buffers that share
+  // arena bytes (a collective's in and out must not).
+  bool gather = inst.kernel() == plan::ALL_GATHER;
+  const Buffer &x = plan_.buffers(inst.inputs(0)),
+               &y = plan_.buffers(inst.outputs(0));
+  if (gather && inst.inputs(0) == inst.outputs(0))
+    return 0;
+  const Buffer &slice = gather ? x : y;
+  int64_t along = plan::IntAttr(inst, "dim"), outer = 1;
+  for (int i = 0; i < along && i < slice.shape_size(); ++i)
+    outer *= slice.shape(i);
+  int64_t xBytes = bytes_[inst.inputs(0)], yBytes = bytes_[inst.outputs(0)];
+  bool overlap = x.stage() == y.stage() && xBytes && yBytes &&
+                 x.offset() < y.offset() + yBytes &&
+                 y.offset() < x.offset() + xBytes;
+  if (outer == 1 && !overlap)
+    return 0;
+  return std::max(xBytes, yBytes);
+}
+
 absl::Status Executor::Synchronize() const {
   BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
@@ -412,8 +469,8 @@ absl::Status Executor::Synchronize() const {
 
 absl::Status Executor::Write(int id, absl::Span<const double> values,
                              int64_t slot) {
-  if (id < 0 || id >= plan_.buffers_size())
-    return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
+  if (absl::Status s = checkOwned(id); !s.ok())
+    return s;
   const Buffer &b = plan_.buffers(id);
   if (int64_t(values.size()) != plan::NumElements(b))
     return absl::InvalidArgumentError(
@@ -471,8 +528,8 @@ absl::Status Executor::Write(int id, absl::Span<const double> values,
 }
 
 absl::StatusOr<std::vector<double>> Executor::Read(int id, int64_t slot) const {
-  if (id < 0 || id >= plan_.buffers_size())
-    return absl::OutOfRangeError(absl::StrCat("no buffer ", id));
+  if (absl::Status s = checkOwned(id); !s.ok())
+    return s;
   const Buffer &b = plan_.buffers(id);
   if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
     return absl::OutOfRangeError(absl::StrCat(
@@ -515,9 +572,14 @@ absl::Status Executor::Run(absl::string_view name,
   if (!fn)
     return absl::NotFoundError(
         absl::StrCat("the plan has no function '", name, "'"));
+  // Every buffer it names is in this rank's arena and has the slot, before
+  // anything runs.
   for (const Instruction &inst : fn->body())
     for (const auto *ids : {&inst.inputs(), &inst.outputs()})
       for (int32_t id : *ids) {
+        if (absl::Status s = checkOwned(id); !s.ok())
+          return absl::Status(s.code(), absl::StrCat("function '", name,
+                                                     "': ", s.message()));
         const Buffer &b = plan_.buffers(id);
         if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
           return absl::OutOfRangeError(
@@ -557,9 +619,114 @@ absl::Status Executor::Run(absl::string_view name,
   return absl::OkStatus();
 }
 
+absl::Status Executor::runCommunication(const Instruction &inst,
+                                        int64_t slot) {
+  const plan::Kernel kernel = inst.kernel();
+  // Collectives complete before the instruction that starts them returns
+  // (async ones too): a WAIT finds nothing in flight.
+  if (kernel == plan::WAIT)
+    return absl::OkStatus();
+  auto at = [&](int id) { return static_cast<uint8_t *>(address(id, slot)); };
+  if (kernel == plan::SEND || kernel == plan::RECV) {
+    bool send = kernel == plan::SEND;
+    int id = send ? inst.inputs(0) : inst.outputs(0);
+    const Buffer &b = plan_.buffers(id);
+    int64_t peer = plan::IntAttr(inst, "peer");
+    if (!comm_)
+      return absl::FailedPreconditionError(absl::StrCat(
+          send ? "a send to" : "a receive from", " the ",
+          peer > 0 ? "next" : "previous", " rank along '", inst.rank_axis(),
+          "' needs the job's other ranks"));
+    // The communicator reads and writes device memory once the kernels
+    // before have run; a send is a copy (the buffer may be written at once).
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!send)
+      return comm_->Recv(inst.rank_axis(), peer, at(id),
+                         plan::NumElements(b), b.dtype());
+    return comm_->Send(inst.rank_axis(), peer, at(id), plan::NumElements(b),
+                       b.dtype());
+  }
+  // ALL_GATHER and REDUCE_SCATTER along `dim`, viewed as [outer, n, inner]:
+  // each rank holds the slice of `chunk` = n x inner elements per outer row
+  // (x gathered, y scattered), the full tensor `ranks` blocks of it per
+  // row. The communicator's buffers are the ranks' blocks one after the
+  // other, so with outer > 1 (or x and y sharing bytes) they are laid out
+  // through the collective scratch, by strided copies on the stream.
+  bool gather = kernel == plan::ALL_GATHER;
+  const Buffer &x = plan_.buffers(inst.inputs(0)),
+               &y = plan_.buffers(inst.outputs(0));
+  const Buffer &slice = gather ? x : y;
+  const int64_t ranks = plan::GroupSize(plan_, inst);
+  const int64_t element = plan::DTypeBytes(y.dtype());
+  int64_t along = plan::IntAttr(inst, "dim"), outer = 1, chunk = 1;
+  for (int i = 0; i < slice.shape_size(); ++i)
+    (i < along ? outer : chunk) *= slice.shape(i);
+  const int64_t count = outer * chunk;
+  uint8_t *in = at(inst.inputs(0)), *out = at(inst.outputs(0));
+  if (ranks == 1) {
+    if (in != out)
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(out, in, size_t(count * element),
+                                       cudaMemcpyDeviceToDevice, stream_));
+    return absl::OkStatus();
+  }
+  if (!comm_)
+    return absl::FailedPreconditionError(absl::StrCat(
+        gather ? "an all-gather" : "a reduce-scatter", " over ", ranks,
+        " ranks needs the job's other ranks"));
+  std::vector<std::string> group(inst.group().begin(), inst.group().end());
+  if (gather && inst.inputs(0) == inst.outputs(0)) {
+    // In place (ZeRO's parameters): this rank's block of the flat buffer is
+    // already there, at its place in the group.
+    int64_t block = plan::NumElements(y) / ranks;
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return comm_->AllGather(group, out + groupPlace(inst) * block * element,
+                            out, block, y.dtype());
+  }
+  const size_t row = size_t(chunk * element);
+  if (collectiveScratchBytes(inst) == 0) {
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (gather)
+      return comm_->AllGather(group, in, out, count, y.dtype());
+    return comm_->ReduceScatter(group, in, out, count, y.dtype());
+  }
+  uint8_t *scratch = collectiveScratch_;
+  if (gather) {
+    // scratch [rank][outer][chunk] -> y [outer][rank][chunk].
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (absl::Status s = comm_->AllGather(group, in, scratch, count, y.dtype());
+        !s.ok())
+      return s;
+    for (int64_t k = 0; k < ranks; ++k)
+      BRAID_CUDA_CHECK(cudaMemcpy2DAsync(
+          out + k * chunk * element, size_t(ranks) * row,
+          scratch + k * count * element, row, row, size_t(outer),
+          cudaMemcpyDeviceToDevice, stream_));
+    return absl::OkStatus();
+  }
+  // x [outer][rank][chunk] -> scratch [rank][outer][chunk], the blocks
+  // ordered by the rank they go to.
+  for (int64_t k = 0; k < ranks; ++k)
+    BRAID_CUDA_CHECK(cudaMemcpy2DAsync(
+        scratch + k * count * element, row, in + k * chunk * element,
+        size_t(ranks) * row, row, size_t(outer), cudaMemcpyDeviceToDevice,
+        stream_));
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return comm_->ReduceScatter(group, scratch, out, count, y.dtype());
+}
+
 absl::Status Executor::runInstruction(const Instruction &inst,
                                       const exec::StepContext &context,
                                       int64_t slot, uint32_t op) {
+  switch (inst.kernel()) {
+  case plan::SEND:
+  case plan::RECV:
+  case plan::WAIT:
+  case plan::ALL_GATHER:
+  case plan::REDUCE_SCATTER:
+    return runCommunication(inst, slot);
+  default:
+    break;
+  }
   // Kernels of one dtype throughout (the gradients' sums, zeroing, copies)
   // run in their operands' dtype; the others in the plan's compute dtype,
   // their wide operands (parameter gradients, statistics) f32.
@@ -608,6 +775,13 @@ absl::Status Executor::runTyped(const Instruction &inst,
     return static_cast<const int32_t *>(address(inst.inputs(i), slot));
   };
   cudaStream_t st = stream_;
+  // A slice along the instruction's rank_axis: its first index, the rank's
+  // coordinate x the stride attribute (validated by the loader), or 0.
+  auto sliceStart = [&](const char *strideAttr) -> int64_t {
+    auto it = inst.int_attrs().find(strideAttr);
+    return it == inst.int_attrs().end() ? 0 : rankCoordinate(inst) * it->second;
+  };
+  auto vocabStart = [&]() { return sliceStart("vocab_start_stride"); };
   // Each output that is not its input gets the input's bytes.
   auto copyInputs = [&]() -> absl::Status {
     for (int i = 0; i < inst.outputs_size(); ++i)
@@ -627,28 +801,49 @@ absl::Status Executor::runTyped(const Instruction &inst,
     return launched(cudaMemsetAsync(address(inst.outputs(0), slot), 0,
                                     size_t(bytes_[inst.outputs(0)]), st),
                     inst);
-  case plan::COPY:
-    // Without a rank_axis (Create refused those): a plain copy.
-    return copyInputs();
+  case plan::COPY: {
+    // With a rank_axis x goes to this rank's block of y (ZeRO-3: the rank's
+    // parameters into the flat buffer they are gathered in).
+    if (inst.rank_axis().empty())
+      return copyInputs();
+    int64_t n = bytes_[inst.inputs(0)];
+    return launched(cudaMemcpyAsync(static_cast<uint8_t *>(address(
+                                        inst.outputs(0), slot)) +
+                                        rankCoordinate(inst) * n,
+                                    address(inst.inputs(0), slot), size_t(n),
+                                    cudaMemcpyDeviceToDevice, st),
+                    inst);
+  }
   case plan::ADD:
     return launched(add(x(0), x(1), plan::NumElements(out(0)), y(0), st), inst);
   case plan::EMBEDDING:
-    return launched(embeddingForward(x(0), ids(1), plan::NumElements(in(1)),
-                                     last(in(0)), y(0), st),
+    // With a rank_axis the table is this rank's rows of the vocabulary, from
+    // vocabStart(); the ids are global.
+    return launched(embeddingForwardRange(x(0), ids(1),
+                                          plan::NumElements(in(1)), last(in(0)),
+                                          vocabStart(), in(0).shape(0), y(0),
+                                          st),
                     inst);
   case plan::EMBEDDING_GRAD:
-    return launched(embeddingBackward(x(0), ids(1), plan::NumElements(in(1)),
-                                      last(out(0)), yf(0), st),
+    return launched(embeddingBackwardRange(x(0), ids(1),
+                                           plan::NumElements(in(1)),
+                                           last(out(0)), vocabStart(),
+                                           out(0).shape(0), yf(0), st),
                     inst);
+  // out or dy [batch, s, hidden] are positions [start, start + s) of the
+  // table: start is 0, or with a rank_axis (sequence parallel) the rank's
+  // coordinate x seq_start_stride.
   case plan::POSITION_EMBEDDING:
-    return launched(positionEmbeddingForward(x(0), out(0).shape(0),
-                                             out(0).shape(1), last(out(0)),
-                                             y(0), st),
+    return launched(positionEmbeddingForward(
+                        x(0) + sliceStart("seq_start_stride") * last(out(0)),
+                        out(0).shape(0), out(0).shape(1), last(out(0)), y(0),
+                        st),
                     inst);
   case plan::POSITION_EMBEDDING_GRAD:
-    return launched(positionEmbeddingBackward(x(0), in(0).shape(0),
-                                              in(0).shape(1), last(in(0)),
-                                              yf(0), st),
+    return launched(positionEmbeddingBackward(
+                        x(0), in(0).shape(0), in(0).shape(1), last(in(0)),
+                        yf(0) + sliceStart("seq_start_stride") * last(in(0)),
+                        st),
                     inst);
   case plan::LINEAR:
     return gemm_->LinearForward(x(0), x(1),
@@ -708,7 +903,7 @@ absl::Status Executor::runTyped(const Instruction &inst,
                     inst);
   }
   case plan::ATTENTION: {
-    cpu::AttentionShape s = attentionShape(plan_, inst);
+    cpu::AttentionShape s = attentionShape(plan_, inst, rankCoordinate(inst));
     if (inst.outputs_size() < 2)
       return absl::FailedPreconditionError(
           "ATTENTION keeps no log-sum-exp (recompile the plan)");
@@ -723,7 +918,7 @@ absl::Status Executor::runTyped(const Instruction &inst,
                     inst);
   }
   case plan::ATTENTION_GRAD: {
-    cpu::AttentionShape s = attentionShape(plan_, inst);
+    cpu::AttentionShape s = attentionShape(plan_, inst, rankCoordinate(inst));
     if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
       if (attentionBackwardOnTensorCores(x(0), x(1), x(2), x(3), x(4), y(0),
                                          y(1), y(2), s))
@@ -776,12 +971,36 @@ absl::Status Executor::runTyped(const Instruction &inst,
     int64_t perSample = n / std::max<int64_t>(samples, 1);
     cpu::GlobalIndexing at{samples, perSample, perSample, context.sampleOffset,
                            0};
+    if (!inst.rank_axis().empty()) {
+      // Sequence parallel: the rank holds a slice of each sample's elements,
+      // the axis' ranks the whole sample.
+      at.globalCols =
+          perSample * plan::AxisSize(plan_.mesh(), inst.rank_axis());
+      at.colOffset = sliceStart("col_offset_stride");
+    }
     cpu::DropoutKey key{context.seed, context.step,
                         uint32_t(plan::IntAttr(inst, "rng_id"))};
     return launched(
         dropoutForward(x(0), at, plan::FloatAttr(inst, "rate"), key, y(0), st),
         inst);
   }
+  case plan::CROSS_ENTROPY_MAX:
+    return launched(crossEntropyRowMax(x(0), rowsOf(in(0)), last(in(0)), y(0),
+                                       st),
+                    inst);
+  case plan::CROSS_ENTROPY_PARTIAL:
+    return launched(crossEntropyPartial(x(0), ids(1), x(2), rowsOf(in(0)),
+                                        last(in(0)), vocabStart(),
+                                        plan::IntAttr(inst, "ignore_index"),
+                                        yf(0), st),
+                    inst);
+  case plan::CROSS_ENTROPY_FINISH:
+    // (summed, global max, targets) -> (loss, lse), the same on every rank.
+    return launched(crossEntropyFinish(
+                        xf(0), x(1), ids(2), plan::NumElements(in(1)),
+                        plan::IntAttr(inst, "ignore_index"), yf(1),
+                        lossTerms_, yf(0), counted_, st),
+                    inst);
   case plan::CROSS_ENTROPY:
   case plan::CROSS_ENTROPY_GRAD: {
     // The log-sum-exp: the plan's buffer when it keeps one (the forward's
@@ -810,24 +1029,58 @@ absl::Status Executor::runTyped(const Instruction &inst,
                !s.ok()) {
       return s;
     }
+    // With a kept log-sum-exp on a slice of the vocabulary, the global one
+    // of CROSS_ENTROPY_FINISH and the slice's first id.
     return launched(crossEntropyBackward(x(0), ids(1), lse, xf(2), rows, vocab,
-                                         ignore, counted_, y(0), st),
+                                         ignore, counted_, y(0), st,
+                                         vocabStart()),
                     inst);
   }
   case plan::GRAD_NORM: {
-    if (inst.group_size() > 0 && plan::WorldSize(plan_) > 1)
-      return absl::UnimplementedError("a gradient norm over several ranks");
-    if (absl::Status s =
-            launched(cudaMemsetAsync(sumSquares_, 0, sizeof(double), st), inst);
+    // Over a group's ranks the first split_inputs gradients are this rank's
+    // slices, the others replicated on `copies` ranks of the group: each
+    // rank adds its slices' squares (sumSquares_[0]) and its share of the
+    // replicated ones' (sumSquares_[1]), and the group's sum of those is
+    // the squared norm. Without a group every input counts once.
+    const bool grouped = inst.group_size() > 0;
+    const int64_t ranks = plan::GroupSize(plan_, inst);
+    const int64_t split =
+        grouped ? plan::IntAttr(inst, "split_inputs") : inst.inputs_size();
+    if (grouped && ranks > 1 && !comm_)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a gradient norm over ", ranks, " ranks needs the job's other "
+          "ranks"));
+    if (absl::Status s = launched(
+            cudaMemsetAsync(sumSquares_, 0, 2 * sizeof(double), st), inst);
         !s.ok())
       return s;
     for (int i = 0; i < inst.inputs_size(); ++i)
+      if (absl::Status s = launched(
+              gradSumOfSquares(xf(i), plan::NumElements(in(i)),
+                               sumSquares_ + (i < split ? 0 : 1), st),
+              inst);
+          !s.ok())
+        return s;
+    if (grouped) {
+      auto copies = inst.int_attrs().find("replicated_copies");
+      double share = 1.0 / double(copies == inst.int_attrs().end()
+                                      ? ranks
+                                      : copies->second);
       if (absl::Status s =
-              launched(gradSumOfSquares(xf(i), plan::NumElements(in(i)),
-                                        sumSquares_, st),
+              launched(addScaled(sumSquares_ + 1, share, sumSquares_, st),
                        inst);
           !s.ok())
         return s;
+      if (ranks > 1) {
+        BRAID_CUDA_CHECK(cudaStreamSynchronize(st));
+        std::vector<std::string> group(inst.group().begin(),
+                                       inst.group().end());
+        if (absl::Status s = comm_->AllReduce(group, sumSquares_, 1,
+                                              plan::F64, exec::Reduction::kSum);
+            !s.ok())
+          return s;
+      }
+    }
     // Unscaled by the loss scale (fp16): Backend::SetLossScale.
     return launched(gradClip(sumSquares_, plan::FloatAttr(inst, "max_norm"),
                              yf(0), yf(1), st, 1.0 / lossScale_),
@@ -866,18 +1119,23 @@ absl::Status Executor::runTyped(const Instruction &inst,
       return absl::FailedPreconditionError(
           "ADAMW: the learning rate and the step must be written with Write "
           "before the update runs");
+    // With a rank_axis (ZeRO) the gradient and moments are this rank's
+    // block of the flat parameters: block c of the axis' ranks. A buffer of
+    // all the blocks (fp32's parameters, mixed precision's low-precision
+    // copy) is updated at block c; mixed precision's masters hold only
+    // this rank's block.
     int64_t n = plan::NumElements(in(2));
+    auto block = [&](int output) {
+      return plan::NumElements(out(output)) > n ? rankCoordinate(inst) * n : 0;
+    };
     T *copy = nullptr;
-    if (inst.outputs_size() == 4) {
-      copy = y(3);
-      if (!inst.rank_axis().empty())
-        return absl::UnimplementedError("ZeRO's sharded AdamW needs several "
-                                        "ranks");
-    } else if (compute_ != plan::F32) {
+    if (inst.outputs_size() == 4)
+      copy = y(3) + block(3);
+    else if (compute_ != plan::F32)
       return absl::FailedPreconditionError(
           "ADAMW of a mixed-precision plan without master weights");
-    }
-    return launched(adamwStep<T>(yf(0), xf(1), yf(1), yf(2), n, lr->second,
+    return launched(adamwStep<T>(yf(0) + block(0), xf(1), yf(1), yf(2), n,
+                                 lr->second,
                                  plan::FloatAttr(inst, "beta1"),
                                  plan::FloatAttr(inst, "beta2"),
                                  plan::FloatAttr(inst, "eps"),

@@ -24,12 +24,16 @@
 // host memory: Bytes (checkpoints) copies a buffer to the host and
 // ReleaseBytes back; traces are refused.
 //
-// Several ranks: data parallelism's all-reduces through an exec::Communicator
-// that takes device memory, which only the CUDA emulation has so far (its
-// MPI communicator on emulated device memory); not yet NCCL, send and
-// receive, pipeline stages, tensor parallelism's split tensors, ZeRO or the
-// vocabulary-parallel cross-entropy. A plan that needs them is refused at
-// Create, naming what.
+// Several ranks: every plan the CPU executor runs over several ranks (data,
+// tensor and sequence parallelism, pipeline stages with their stage's arena
+// only, ZeRO 1-3, the vocabulary-parallel embedding and loss), through an
+// exec::Communicator that takes device memory: under the CUDA emulation the
+// MPI communicator (emulated device memory is host memory); the executor
+// then waits for its stream before each collective. Collectives complete
+// before the instruction that starts them returns, so a WAIT finds nothing
+// in flight (the overlap ZeRO's asynchronous collectives plan is not had
+// yet). A plan for several ranks with no such communicator is refused at
+// Create, naming why.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,9 +65,8 @@ public:
 
   /// Validates `plan`, checks that this executor runs every instruction,
   /// and allocates the arena and the workspaces on the current device.
-  /// `comm`: the job's other ranks, for a plan of several (data
-  /// parallelism's all-reduces); it must take device memory, which only
-  /// the CUDA emulation's MPI communicator does so far (NCCL is not built).
+  /// `comm`: the job's other ranks, for a plan of several; it must take
+  /// device memory (see the file comment).
   static absl::StatusOr<std::unique_ptr<Executor>>
   Create(plan::Plan plan, exec::Communicator *comm = nullptr);
 
@@ -94,12 +97,16 @@ public:
   /// last kernel.
   absl::Status Run(absl::string_view name, const exec::StepContext &context,
                    int64_t slot = 0) override;
-  /// Nothing to wait for: one rank sends nothing.
-  absl::Status WaitSends() override { return absl::OkStatus(); }
+  /// Waits until the communicator's sends have left (pipeline stages).
+  absl::Status WaitSends() override {
+    return comm_ ? comm_->WaitSends() : absl::OkStatus();
+  }
   /// Waits for everything enqueued.
   absl::Status Synchronize() const;
 
-  int64_t Stage() const override { return 0; }
+  /// The pipeline stage this rank runs (its coordinate along "pp"), 0
+  /// without stages.
+  int64_t Stage() const override { return stage_; }
   cudaStream_t stream() const { return stream_; }
   int64_t ArenaBytes() const override { return arenaBytes_; }
   /// The arena, committed when it was allocated.
@@ -122,6 +129,23 @@ public:
 private:
   explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
   void *address(int id, int64_t slot) const;
+  /// This rank's coordinate along mesh axis `axis` (0 for one rank).
+  int64_t coordinate(absl::string_view axis) const;
+  /// This rank's coordinate along the instruction's rank_axis (0 without).
+  int64_t rankCoordinate(const plan::Instruction &inst) const;
+  /// This rank's place in the group of a collective instruction, in the
+  /// communicator's order (row-major over the group's axes).
+  int64_t groupPlace(const plan::Instruction &inst) const;
+  /// Whether this rank runs `inst`: every instruction, or with pipeline
+  /// stages those on its stage's buffers.
+  bool runsHere(const plan::Instruction &inst) const;
+  /// OK when buffer `id` exists and lies in this rank's arena.
+  absl::Status checkOwned(int id) const;
+  /// The scratch an ALL_GATHER or REDUCE_SCATTER lays the ranks' blocks out
+  /// in (0 when its buffers are the communicator's layout already).
+  int64_t collectiveScratchBytes(const plan::Instruction &inst) const;
+  /// SEND, RECV, WAIT, ALL_GATHER and REDUCE_SCATTER, whatever the dtype.
+  absl::Status runCommunication(const plan::Instruction &inst, int64_t slot);
   absl::Status runInstruction(const plan::Instruction &inst,
                               const exec::StepContext &context, int64_t slot,
                               uint32_t op);
@@ -132,6 +156,8 @@ private:
 
   plan::Plan plan_;
   exec::Communicator *comm_ = nullptr;
+  /// The pipeline stage this rank runs.
+  int64_t stage_ = 0;
   std::vector<int64_t> bytes_;
   uint8_t *arena_ = nullptr;
   int64_t arenaBytes_ = 0;
@@ -149,6 +175,8 @@ private:
   float *attentionRows_ = nullptr;
   int64_t *counted_ = nullptr;
   double *sumSquares_ = nullptr;
+  /// The collectives' layout scratch (collectiveScratchBytes, the largest).
+  uint8_t *collectiveScratch_ = nullptr;
   int64_t workspaceBytes_ = 0;
   /// Profiling (empty while off): seconds and work per kernel kind, each
   /// instruction's work by function and instruction, and the events around

@@ -73,22 +73,35 @@ unsigned gridFor(int64_t n) {
 
 //===-- Embeddings --------------------------------------------------------===//
 
+/// Rows whose id is outside [vocabStart, vocabStart + localVocab) belong to
+/// another rank's slice of the table (vocabulary parallelism): zeros
+/// forward, nothing backward. The whole table is the range [0, INT64_MAX).
+__device__ bool inSlice(int64_t id, int64_t vocabStart, int64_t localVocab) {
+  return id >= vocabStart && id - vocabStart < localVocab;
+}
+
 template <typename T>
 __global__ void embeddingForwardKernel(const T *table, const int32_t *ids,
-                                       int64_t rows, int64_t hidden, T *out) {
+                                       int64_t rows, int64_t hidden,
+                                       int64_t vocabStart, int64_t localVocab,
+                                       T *out) {
   BRAID_GRID_STRIDE(i, rows * hidden) {
-    int64_t r = i / hidden, c = i % hidden;
-    out[i] = table[int64_t(ids[r]) * hidden + c];
+    int64_t r = i / hidden, c = i % hidden, id = ids[r];
+    out[i] = inSlice(id, vocabStart, localVocab)
+                 ? table[(id - vocabStart) * hidden + c]
+                 : fromFloat<T>(0.0f);
   }
 }
 
 template <typename T>
 __global__ void embeddingBackwardKernel(const T *dout, const int32_t *ids,
                                         int64_t rows, int64_t hidden,
+                                        int64_t vocabStart, int64_t localVocab,
                                         float *dtable) {
   BRAID_GRID_STRIDE(i, rows * hidden) {
-    int64_t r = i / hidden, c = i % hidden;
-    atomicAdd(dtable + int64_t(ids[r]) * hidden + c, toFloat(dout[i]));
+    int64_t r = i / hidden, c = i % hidden, id = ids[r];
+    if (inSlice(id, vocabStart, localVocab))
+      atomicAdd(dtable + (id - vocabStart) * hidden + c, toFloat(dout[i]));
   }
 }
 
@@ -296,7 +309,8 @@ template <typename T>
 __global__ void crossEntropyBackwardKernel(const T *logits,
                                            const int32_t *targets,
                                            const float *lse, const float *dloss,
-                                           int64_t vocab, int64_t ignoreIndex,
+                                           int64_t vocab, int64_t vocabStart,
+                                           int64_t ignoreIndex,
                                            const int64_t *counted, T *dlogits) {
   const int64_t r = blockIdx.x;
   const int64_t t = targets[r];
@@ -311,7 +325,67 @@ __global__ void crossEntropyBackwardKernel(const T *logits,
   const float l = lse[r];
   for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
     float p = expf(toFloat(row[c]) - l) * scale;
-    g[c] = fromFloat<T>(c == t ? p - scale : p);
+    g[c] = fromFloat<T>(c + vocabStart == t ? p - scale : p);
+  }
+}
+
+/// The vocabulary-parallel loss (runtime/cpu/VocabParallel.h), one block
+/// per row of this rank's columns.
+template <typename T>
+__global__ void crossEntropyRowMaxKernel(const T *logits, int64_t vocab,
+                                         T *rowMax) {
+  __shared__ float shared[32];
+  const T *row = logits + int64_t(blockIdx.x) * vocab;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x)
+    m = fmaxf(m, toFloat(row[c]));
+  m = blockMax(m, shared);
+  if (threadIdx.x == 0)
+    rowMax[blockIdx.x] = fromFloat<T>(m); // one of the row's values: exact
+}
+
+template <typename T>
+__global__ void crossEntropyPartialKernel(const T *logits,
+                                          const int32_t *targets,
+                                          const T *globalMax, int64_t vocab,
+                                          int64_t vocabStart,
+                                          int64_t ignoreIndex, float *partial) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x, t = targets[r];
+  if (t == ignoreIndex) {
+    if (threadIdx.x == 0)
+      partial[2 * r] = partial[2 * r + 1] = 0.0f;
+    return;
+  }
+  const T *row = logits + r * vocab;
+  const float m = toFloat(globalMax[r]);
+  float sum = 0;
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x)
+    sum += expf(toFloat(row[c]) - m);
+  sum = blockSum(sum, shared);
+  if (threadIdx.x == 0) {
+    partial[2 * r] = sum;
+    partial[2 * r + 1] =
+        inSlice(t, vocabStart, vocab) ? toFloat(row[t - vocabStart]) : 0.0f;
+  }
+}
+
+template <typename T>
+__global__ void crossEntropyFinishKernel(const float *summed,
+                                         const T *globalMax,
+                                         const int32_t *targets, int64_t rows,
+                                         int64_t ignoreIndex, float *lse,
+                                         float *terms) {
+  BRAID_GRID_STRIDE(r, rows) {
+    const float m = toFloat(globalMax[r]);
+    if (targets[r] == ignoreIndex) {
+      lse[r] = m; // the partials are 0 here: no log(0)
+      terms[r] = 0.0f;
+    } else {
+      float l = m + logf(summed[2 * r]);
+      lse[r] = l;
+      terms[r] = l - summed[2 * r + 1];
+    }
   }
 }
 
@@ -362,21 +436,41 @@ __global__ void adamwKernel(float *param, const float *grad, float *m, float *v,
 template <typename T>
 cudaError_t embeddingForward(const T *table, const int32_t *ids, int64_t rows,
                              int64_t hidden, T *out, cudaStream_t stream) {
-  if (rows * hidden == 0)
-    return cudaSuccess;
-  BRAID_LAUNCH(gridFor(rows * hidden), kThreads, 0, stream, embeddingForwardKernel<T>)(
-      table, ids, rows, hidden, out);
-  return cudaGetLastError();
+  return embeddingForwardRange(table, ids, rows, hidden, 0, INT64_MAX, out,
+                               stream);
 }
 
 template <typename T>
 cudaError_t embeddingBackward(const T *dout, const int32_t *ids, int64_t rows,
                               int64_t hidden, float *dtable,
                               cudaStream_t stream) {
+  return embeddingBackwardRange(dout, ids, rows, hidden, 0, INT64_MAX, dtable,
+                                stream);
+}
+
+template <typename T>
+cudaError_t embeddingForwardRange(const T *table, const int32_t *ids,
+                                  int64_t rows, int64_t hidden,
+                                  int64_t vocabStart, int64_t localVocab,
+                                  T *out, cudaStream_t stream) {
   if (rows * hidden == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(gridFor(rows * hidden), kThreads, 0, stream, embeddingBackwardKernel<T>)(
-      dout, ids, rows, hidden, dtable);
+  BRAID_LAUNCH(gridFor(rows * hidden), kThreads, 0, stream,
+               embeddingForwardKernel<T>)(table, ids, rows, hidden, vocabStart,
+                                          localVocab, out);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t embeddingBackwardRange(const T *dout, const int32_t *ids,
+                                   int64_t rows, int64_t hidden,
+                                   int64_t vocabStart, int64_t localVocab,
+                                   float *dtable, cudaStream_t stream) {
+  if (rows * hidden == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(gridFor(rows * hidden), kThreads, 0, stream,
+               embeddingBackwardKernel<T>)(dout, ids, rows, hidden, vocabStart,
+                                           localVocab, dtable);
   return cudaGetLastError();
 }
 
@@ -495,11 +589,56 @@ cudaError_t crossEntropyBackward(const T *logits, const int32_t *targets,
                                  const float *lse, const float *dloss,
                                  int64_t rows, int64_t vocab,
                                  int64_t ignoreIndex, const int64_t *counted,
-                                 T *dlogits, cudaStream_t stream) {
+                                 T *dlogits, cudaStream_t stream,
+                                 int64_t vocabStart) {
   if (rows == 0 || vocab == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, crossEntropyBackwardKernel<T>)(
-      logits, targets, lse, dloss, vocab, ignoreIndex, counted, dlogits);
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream,
+               crossEntropyBackwardKernel<T>)(logits, targets, lse, dloss,
+                                              vocab, vocabStart, ignoreIndex,
+                                              counted, dlogits);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t crossEntropyRowMax(const T *logits, int64_t rows, int64_t vocab,
+                               T *rowMax, cudaStream_t stream) {
+  if (rows == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream,
+               crossEntropyRowMaxKernel<T>)(logits, vocab, rowMax);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t crossEntropyPartial(const T *logits, const int32_t *targets,
+                                const T *globalMax, int64_t rows,
+                                int64_t vocab, int64_t vocabStart,
+                                int64_t ignoreIndex, float *partial,
+                                cudaStream_t stream) {
+  if (rows == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream,
+               crossEntropyPartialKernel<T>)(logits, targets, globalMax, vocab,
+                                             vocabStart, ignoreIndex, partial);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t crossEntropyFinish(const float *summed, const T *globalMax,
+                               const int32_t *targets, int64_t rows,
+                               int64_t ignoreIndex, float *lse, float *terms,
+                               float *loss, int64_t *counted,
+                               cudaStream_t stream) {
+  if (rows > 0) {
+    BRAID_LAUNCH(gridFor(rows), kThreads, 0, stream,
+                 crossEntropyFinishKernel<T>)(summed, globalMax, targets, rows,
+                                              ignoreIndex, lse, terms);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return e;
+  }
+  BRAID_LAUNCH(1, 1024, 0, stream, crossEntropyMeanKernel)(
+      targets, terms, rows, ignoreIndex, loss, counted);
   return cudaGetLastError();
 }
 
@@ -964,6 +1103,19 @@ cudaError_t countTargets(const int32_t *targets, int64_t rows,
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void addScaledKernel(const double *part, double share,
+                                double *sum) {
+  sum[0] += share * part[0];
+}
+} // namespace
+
+cudaError_t addScaled(const double *part, double share, double *sum,
+                      cudaStream_t stream) {
+  BRAID_LAUNCH(1, 1, 0, stream, addScaledKernel)(part, share, sum);
+  return cudaGetLastError();
+}
+
 cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
                      float *scale, cudaStream_t stream, double preScale) {
   BRAID_LAUNCH(1, 1, 0, stream, gradClipKernel)(sumSquares, maxNorm, preScale,
@@ -1001,7 +1153,21 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
       float *, int64_t *, cudaStream_t);                                       \
   template cudaError_t crossEntropyBackward<T>(                                \
       const T *, const int32_t *, const float *, const float *, int64_t,       \
-      int64_t, int64_t, const int64_t *, T *, cudaStream_t);                   \
+      int64_t, int64_t, const int64_t *, T *, cudaStream_t, int64_t);          \
+  template cudaError_t embeddingForwardRange<T>(const T *, const int32_t *,    \
+                                                int64_t, int64_t, int64_t,     \
+                                                int64_t, T *, cudaStream_t);   \
+  template cudaError_t embeddingBackwardRange<T>(                              \
+      const T *, const int32_t *, int64_t, int64_t, int64_t, int64_t, float *, \
+      cudaStream_t);                                                           \
+  template cudaError_t crossEntropyRowMax<T>(const T *, int64_t, int64_t, T *, \
+                                             cudaStream_t);                    \
+  template cudaError_t crossEntropyPartial<T>(                                 \
+      const T *, const int32_t *, const T *, int64_t, int64_t, int64_t,        \
+      int64_t, float *, cudaStream_t);                                         \
+  template cudaError_t crossEntropyFinish<T>(                                  \
+      const float *, const T *, const int32_t *, int64_t, int64_t, float *,    \
+      float *, float *, int64_t *, cudaStream_t);                              \
   template cudaError_t adamwStep<T>(                                           \
       float *, const float *, float *, float *, int64_t, double, double,       \
       double, double, double, int64_t, const float *, T *, cudaStream_t);      \

@@ -52,6 +52,22 @@ cudaError_t embeddingBackward(const T *dout, const int32_t *ids, int64_t rows,
                               int64_t hidden, float *dtable,
                               cudaStream_t stream);
 
+/// The vocabulary-parallel embedding (runtime/cpu/VocabParallel.h): `table`
+/// is this rank's rows [vocabStart, vocabStart + localVocab) of the
+/// vocabulary; out[r, :] is the row of ids[r] when it is one of them, else 0
+/// (the ranks' outputs are then summed). Ids may be anything.
+template <typename T>
+cudaError_t embeddingForwardRange(const T *table, const int32_t *ids,
+                                  int64_t rows, int64_t hidden,
+                                  int64_t vocabStart, int64_t localVocab,
+                                  T *out, cudaStream_t stream);
+/// dtable[ids[r] - vocabStart, :] += dout[r, :] for the ids of the slice.
+template <typename T>
+cudaError_t embeddingBackwardRange(const T *dout, const int32_t *ids,
+                                   int64_t rows, int64_t hidden,
+                                   int64_t vocabStart, int64_t localVocab,
+                                   float *dtable, cudaStream_t stream);
+
 /// out[b, s, :] = table[s, :].
 template <typename T>
 cudaError_t positionEmbeddingForward(const T *table, int64_t batch, int64_t seq,
@@ -203,13 +219,45 @@ cudaError_t countTargets(const int32_t *targets, int64_t rows,
                          int64_t ignoreIndex, int64_t *counted,
                          cudaStream_t stream);
 /// dlogits = dloss[0] * (softmax - onehot) / counted[0] (0 on ignored rows),
-/// dloss and counted read on the device.
+/// dloss and counted read on the device. With vocabStart (a vocabulary
+/// slice) the logits are columns [vocabStart, vocabStart + vocab) of the
+/// whole row, lse the whole row's (crossEntropyFinish) and the targets
+/// global ids.
 template <typename T>
 cudaError_t crossEntropyBackward(const T *logits, const int32_t *targets,
                                  const float *lse, const float *dloss,
                                  int64_t rows, int64_t vocab,
                                  int64_t ignoreIndex, const int64_t *counted,
-                                 T *dlogits, cudaStream_t stream);
+                                 T *dlogits, cudaStream_t stream,
+                                 int64_t vocabStart = 0);
+
+/// The vocabulary-parallel loss (runtime/cpu/VocabParallel.h: the ranks
+/// hold columns of the logits, and all-reduce between the steps):
+/// rowMax[r] = the maximum of this rank's columns of row r (-inf when
+/// vocab is 0);
+template <typename T>
+cudaError_t crossEntropyRowMax(const T *logits, int64_t rows, int64_t vocab,
+                               T *rowMax, cudaStream_t stream);
+/// partial[2r] = Σ_c exp(logits[r, c] - globalMax[r]) over this rank's
+/// columns, partial[2r + 1] = the target's logit when this rank holds it,
+/// else 0; both 0 on ignored rows. In float whatever T (the sums of
+/// exponentials would lose all but 8 bits in bf16);
+template <typename T>
+cudaError_t crossEntropyPartial(const T *logits, const int32_t *targets,
+                                const T *globalMax, int64_t rows,
+                                int64_t vocab, int64_t vocabStart,
+                                int64_t ignoreIndex, float *partial,
+                                cudaStream_t stream);
+/// from the summed partials: lse[r] = globalMax[r] + log(summed[2r]) (the
+/// row's maximum on ignored rows), loss[0] = the mean of lse[r] -
+/// summed[2r + 1] over the counted rows, counted[0] their number; `terms`
+/// (rows floats) is scratch, as crossEntropyForward's.
+template <typename T>
+cudaError_t crossEntropyFinish(const float *summed, const T *globalMax,
+                               const int32_t *targets, int64_t rows,
+                               int64_t ignoreIndex, float *lse, float *terms,
+                               float *loss, int64_t *counted,
+                               cudaStream_t stream);
 
 //===-- Optimizer ---------------------------------------------------------===//
 
@@ -217,6 +265,11 @@ cudaError_t crossEntropyBackward(const T *logits, const int32_t *targets,
 /// quantity the global gradient norm all-reduces (cpu::gradSumOfSquares).
 cudaError_t gradSumOfSquares(const float *grad, int64_t n, double *sumSquares,
                              cudaStream_t stream);
+
+/// sum[0] += share * part[0] (a gradient norm over ranks: this rank's share
+/// of the squares of gradients that several ranks hold).
+cudaError_t addScaled(const double *part, double share, double *sum,
+                      cudaStream_t stream);
 
 /// From sumSquares[0], as cpu::computeGradClip (pre-scale 1): norm[0] =
 /// √sum and scale[0] = min(1, maxNorm / (norm + 1e-6)) (1 when maxNorm is

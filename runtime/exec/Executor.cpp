@@ -35,13 +35,8 @@ double (&floatAttr)(const Instruction &, const std::string &) = plan::FloatAttr;
 int64_t last(const Buffer &b) { return b.shape(b.shape_size() - 1); }
 int64_t dim(const Buffer &b, int i) { return b.shape(i); }
 
-/// The number of ranks in a collective's group (1 without one).
-int64_t groupSize(const plan::Plan &plan, const Instruction &inst) {
-  int64_t ranks = 1;
-  for (const std::string &axis : inst.group())
-    ranks *= plan::AxisSize(plan.mesh(), axis);
-  return ranks;
-}
+int64_t (&groupSize)(const plan::Plan &, const Instruction &) =
+    plan::GroupSize;
 
 /// Whether `kernel` computes a gradient of the backward pass.
 bool isGradient(plan::Kernel kernel) {
@@ -87,17 +82,11 @@ Executor::Create(plan::Plan plan, Communicator *comm) {
     return s;
   // The slices of rank_axis kernels are offsets by the rank's coordinates,
   // which the loader's checks cover only inside the mesh.
-  if (comm) {
-    const std::vector<int64_t> &coords = comm->Coordinates();
-    bool inside = int(coords.size()) == plan.mesh().sizes_size();
-    for (int i = 0; inside && i < plan.mesh().sizes_size(); ++i)
-      inside = coords[i] >= 0 && coords[i] < plan.mesh().sizes(i);
-    if (!inside)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the communicator's coordinates (", absl::StrJoin(coords, ", "),
-          ") are not a rank of the plan's mesh (sizes ",
-          absl::StrJoin(plan.mesh().sizes(), " x "), ")"));
-  }
+  if (comm)
+    if (absl::Status s =
+            plan::CheckMeshCoordinates(plan.mesh(), comm->Coordinates());
+        !s.ok())
+      return s;
   if (absl::Status s = CheckRunsOnCpu(plan); !s.ok())
     return s;
   std::unique_ptr<Executor> executor(new Executor(std::move(plan)));
@@ -167,13 +156,7 @@ int64_t Executor::TouchedArenaBytes() const {
 }
 
 absl::Status Executor::checkOwned(int id) const {
-  const Buffer &b = plan_.buffers(id);
-  if (plan_.pipeline().stages_size() == 0 || b.stage() == stage_)
-    return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("buffer '", b.name(), "' belongs to pipeline stage ",
-                   b.stage(), ", which other ranks run; this rank runs stage ",
-                   stage_, " and holds only its arena"));
+  return plan::CheckBufferOnStage(plan_, id, stage_);
 }
 
 absl::StatusOr<absl::Span<uint8_t>> Executor::Bytes(int id) {
@@ -467,27 +450,14 @@ absl::Status Executor::runPointToPoint(const Instruction &inst, int64_t slot) {
 }
 
 int64_t Executor::groupPlace(const Instruction &inst) const {
-  // Row-major over the group's axes, as the communicator orders its ranks.
-  int64_t place = 0;
-  for (const std::string &axis : inst.group()) {
-    int64_t size = plan::AxisSize(plan_.mesh(), axis);
-    int64_t c = 0;
-    for (int i = 0; i < plan_.mesh().axes_size(); ++i)
-      if (plan_.mesh().axes(i) == axis)
-        c = comm_->Coordinates()[i];
-    place = place * size + c;
-  }
-  return place;
+  return plan::GroupPlace(plan_, inst, comm_->Coordinates());
 }
 
 int64_t Executor::rankCoordinate(const Instruction &inst) const {
   if (inst.rank_axis().empty() || !comm_)
     return 0;
-  const std::vector<int64_t> &coords = comm_->Coordinates();
-  for (int i = 0; i < plan_.mesh().axes_size(); ++i)
-    if (plan_.mesh().axes(i) == inst.rank_axis() && i < int(coords.size()))
-      return coords[i];
-  return 0;
+  return plan::AxisCoordinate(plan_.mesh(), comm_->Coordinates(),
+                              inst.rank_axis());
 }
 
 template <typename T>

@@ -1449,6 +1449,46 @@ std::vector<int64_t> MeshCoordinates(const Mesh &mesh, int64_t rank) {
   return coords;
 }
 
+absl::Status CheckMeshCoordinates(const Mesh &mesh,
+                                  absl::Span<const int64_t> coords) {
+  bool inside = int(coords.size()) == mesh.sizes_size();
+  for (int i = 0; inside && i < mesh.sizes_size(); ++i)
+    inside = coords[i] >= 0 && coords[i] < mesh.sizes(i);
+  if (inside)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the communicator's coordinates (", absl::StrJoin(coords, ", "),
+      ") are not a rank of the plan's mesh (sizes ",
+      absl::StrJoin(mesh.sizes(), " x "), ")"));
+}
+
+int64_t AxisCoordinate(const Mesh &mesh, absl::Span<const int64_t> coords,
+                       absl::string_view axis) {
+  for (int i = 0; i < mesh.axes_size(); ++i)
+    if (mesh.axes(i) == axis && i < int(coords.size()))
+      return coords[i];
+  return 0;
+}
+
+int64_t GroupPlace(const Plan &plan, const Instruction &inst,
+                   absl::Span<const int64_t> coords) {
+  int64_t place = 0;
+  for (const std::string &axis : inst.group())
+    place = place * AxisSize(plan.mesh(), axis) +
+            AxisCoordinate(plan.mesh(), coords, axis);
+  return place;
+}
+
+absl::Status CheckBufferOnStage(const Plan &plan, int id, int64_t stage) {
+  const Buffer &b = plan.buffers(id);
+  if (plan.pipeline().stages_size() == 0 || b.stage() == stage)
+    return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("buffer '", b.name(), "' belongs to pipeline stage ",
+                   b.stage(), ", which other ranks run; this rank runs stage ",
+                   stage, " and holds only its arena"));
+}
+
 int64_t GroupSize(const Plan &plan, const Instruction &inst) {
   int64_t ranks = 1;
   for (const std::string &axis : inst.group())

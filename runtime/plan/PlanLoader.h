@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 #include <cstdint>
 #include <string>
@@ -73,6 +74,32 @@ std::vector<int64_t> MeshCoordinates(const Mesh &mesh, int64_t rank);
 
 /// The size of mesh axis `axis`, or 1 when the mesh has no such axis.
 int64_t AxisSize(const Mesh &mesh, absl::string_view axis);
+
+/// The number of ranks in the group of collective `inst`: the product of
+/// the sizes of the mesh axes it names (1 without any).
+int64_t GroupSize(const Plan &plan, const Instruction &inst);
+
+/// OK when `coords` name a rank of `mesh` (one coordinate per axis, each
+/// inside it); otherwise an error naming both. Executors check their
+/// communicator's coordinates with it: rank-dependent offsets (a slice of
+/// the vocabulary, of the heads) are only checked inside the mesh.
+absl::Status CheckMeshCoordinates(const Mesh &mesh,
+                                  absl::Span<const int64_t> coords);
+
+/// The coordinate along `axis` in `coords` (0 when the mesh has no such
+/// axis, or `coords` none for it).
+int64_t AxisCoordinate(const Mesh &mesh, absl::Span<const int64_t> coords,
+                       absl::string_view axis);
+
+/// The place, in the group of collective `inst`, of the rank at `coords`:
+/// row-major over the group's axes, as communicators order their ranks.
+int64_t GroupPlace(const Plan &plan, const Instruction &inst,
+                   absl::Span<const int64_t> coords);
+
+/// OK when buffer `id` lies in the arena of the rank that runs pipeline
+/// stage `stage` (every buffer, without stages); otherwise an error naming
+/// the buffer's stage.
+absl::Status CheckBufferOnStage(const Plan &plan, int id, int64_t stage);
 
 /// Bytes of one element of `dtype` (0 for an unknown dtype).
 int64_t DTypeBytes(DType dtype);

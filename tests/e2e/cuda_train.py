@@ -20,7 +20,7 @@ runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and checks
 that the kernels' share of the step is reported.
 
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT [--inputs DIR]
-                [--braid-run NAME] [--data-parallel]
+                [--braid-run NAME] [--parallel]
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT --prepare DIR
 
 Without a GPU (braid-run says there is no CUDA device, or the build has no
@@ -28,10 +28,13 @@ CUDA backend) it exits 77, which ctest counts as skipped. --prepare compiles
 the plans and the dataset into DIR and exits, for a machine that has a GPU
 but no braidc; --inputs runs from such a DIR. --braid-run names the binary
 that runs the plans (braid-run-emulated: the CUDA backend under the CUDA
-emulation, on the CPU, where the same tolerances hold). --data-parallel
-also trains tiny-llama over 2 data-parallel ranks (mpirun) on both devices
-and compares the losses within 1e-4: the CUDA executor's all-reduces go
-through a communicator on device memory, which only the emulation has yet.
+emulation, on the CPU, where the same tolerances hold). --parallel also
+trains the plans of PARALLEL over 2 ranks (mpirun) on both devices and
+compares their losses: data, tensor and sequence parallelism, pipeline
+stages and ZeRO, in fp32 (within 1e-4 of the CPU) and in bf16 (within 2e-2
+of the CPU's fp32 run of the same layout). The CUDA executor's
+communication goes through a communicator on device memory, which only the
+emulation has yet.
 """
 
 import json
@@ -54,9 +57,40 @@ JOBS = {
     "llama-bf16": ('preset: "tiny-llama"', "micro_batch_size: 4", "BF16"),
     "llama-fp16": ('preset: "tiny-llama"', "micro_batch_size: 4", "FP16"),
 }
-# Over 2 data-parallel ranks (--data-parallel).
-DP_JOB = ("llama-dp2-fp32",
-          ('preset: "tiny-llama"', "micro_batch_size: 2 dp: 2", ""))
+# Over 2 ranks (--parallel): name -> (model, parallel fields, precision,
+# CPU plan, relative tolerance), trained for PARALLEL_STEPS.
+PARALLEL_STEPS = 8
+PARALLEL = {
+    "llama-dp2-fp32": ('preset: "tiny-llama"', "micro_batch_size: 2 dp: 2",
+                       "", "llama-dp2-fp32", 1e-4),
+    # Vocabulary-parallel embedding and loss, heads split, sequence-parallel
+    # gathers and reduce-scatters along the sequence.
+    "llama-tp2-sp-fp32": ('preset: "tiny-llama"',
+                          "micro_batch_size: 4 tp: 2 sp: true", "",
+                          "llama-tp2-sp-fp32", 1e-4),
+    "llama-tp2-sp-bf16": ('preset: "tiny-llama"',
+                          "micro_batch_size: 4 tp: 2 sp: true", "BF16",
+                          "llama-tp2-sp-fp32", 2e-2),
+    # LayerNorm, biases and learned positions, sliced along the sequence.
+    "gpt2-tp2-sp-fp32": ('preset: "tiny-gpt2"',
+                         "micro_batch_size: 4 tp: 2 sp: true", "",
+                         "gpt2-tp2-sp-fp32", 1e-4),
+    # Two stages, sends and receives, four micro-batches (1F1B).
+    "llama-pp2-fp32": ('preset: "tiny-llama"',
+                       "micro_batch_size: 1 global_batch_size: 4 pp: 2", "",
+                       "llama-pp2-fp32", 1e-4),
+    # ZeRO-3: parameters gathered in place, asynchronous collectives.
+    "llama-dp2-zero3-fp32": ('preset: "tiny-llama"',
+                             "micro_batch_size: 1 global_batch_size: 4 dp: 2 "
+                             "zero: 3", "", "llama-dp2-zero3-fp32", 1e-4),
+    # ZeRO-1 in mixed precision: f32 masters of this rank's block.
+    "llama-dp2-zero1-bf16": ('preset: "tiny-llama"',
+                             "micro_batch_size: 2 dp: 2 zero: 1", "BF16",
+                             "llama-dp2-zero1-fp32", 2e-2),
+    "llama-dp2-zero1-fp32": ('preset: "tiny-llama"',
+                             "micro_batch_size: 2 dp: 2 zero: 1", "", None,
+                             None),
+}
 # (GPU plan, CPU plan, relative tolerance of each step's loss)
 COMPARISONS = [
     ("llama-fp32", "llama-fp32", 1e-4),
@@ -74,11 +108,13 @@ def prepare(setup, out):
     prefix = setup.dataset(200_000)
     for ext in (".bin", ".idx"):
         shutil.copyfile(prefix + ext, os.path.join(out, "data" + ext))
-    for name, (model, parallel, precision) in [*JOBS.items(), DP_JOB]:
+    jobs = [(name, *job, STEPS) for name, job in JOBS.items()]
+    jobs += [(name, *job[:3], PARALLEL_STEPS) for name, job in PARALLEL.items()]
+    for name, model, parallel, precision, steps in jobs:
         job = os.path.join(out, name + ".textproto")
         with open(job, "w") as f:
             f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
-                    f"train {{ steps: {STEPS} lr: 1e-3 warmup_steps: 2 seed: 11"
+                    f"train {{ steps: {steps} lr: 1e-3 warmup_steps: 2 seed: 11"
                     + (f" precision: {precision}" if precision else "")
                     + " }\ndata { seq_length: 64 }\n")
         run([setup.b("braidc"), job, "--emit=plan",
@@ -125,7 +161,7 @@ def main():
                               ap.add_argument("--prepare"),
                               ap.add_argument("--braid-run",
                                               default="braid-run"),
-                              ap.add_argument("--data-parallel",
+                              ap.add_argument("--parallel",
                                               action="store_true")))
     args = setup.args
     if args.prepare:
@@ -162,16 +198,25 @@ def main():
         print("  CPU:", " ".join(f"{x:.6f}" for x in want))
         print("  GPU:", " ".join(f"{x:.6f}" for x in got[0]))
 
-    if args.data_parallel:
-        name = DP_JOB[0]
-        got = train(setup, inputs, name, "cuda", ranks=2)[0]
-        want = train(setup, inputs, name, "cpu", ranks=2)[0]
-        worst = max(abs(g - c) / abs(c) for g, c in zip(got, want))
-        ok = worst <= 1e-4
-        failed |= not ok
-        print(f"{name} on 2 ranks of the GPU against the CPU's, {STEPS} "
-              f"steps: largest relative loss difference {worst:.3g} "
-              f"(tolerance 0.0001) {'ok' if ok else 'FAILED'}")
+    if args.parallel:
+        for name, (_, _, _, cpu_plan, tolerance) in PARALLEL.items():
+            if cpu_plan is None:
+                continue
+            got = train(setup, inputs, name, "cuda", expect=PARALLEL_STEPS,
+                        ranks=2)[0]
+            if cpu_plan not in cpu:
+                cpu[cpu_plan] = train(setup, inputs, cpu_plan, "cpu",
+                                      expect=PARALLEL_STEPS, ranks=2)[0]
+            want = cpu[cpu_plan]
+            worst = max(abs(g - c) / abs(c) for g, c in zip(got, want))
+            ok = worst <= tolerance
+            failed |= not ok
+            print(f"{name} on 2 ranks of the GPU against {cpu_plan} on the "
+                  f"CPU's, {PARALLEL_STEPS} steps: largest relative loss "
+                  f"difference {worst:.3g} (tolerance {tolerance:g}) "
+                  f"{'ok' if ok else 'FAILED'}")
+            print("  CPU:", " ".join(f"{x:.6f}" for x in want))
+            print("  GPU:", " ".join(f"{x:.6f}" for x in got))
 
     # Resumed from step 10's checkpoint: steps 11-20 as the whole run's.
     for name in RESUMED:

@@ -577,6 +577,8 @@ const char *cudaGetErrorName(cudaError_t error) {
     return "cudaErrorInvalidDevice";
   case cudaErrorInvalidResourceHandle:
     return "cudaErrorInvalidResourceHandle";
+  case cudaErrorInvalidPitchValue:
+    return "cudaErrorInvalidPitchValue";
   default:
     return "cudaErrorUnknown";
   }
@@ -596,6 +598,8 @@ const char *cudaGetErrorString(cudaError_t error) {
     return "invalid device ordinal";
   case cudaErrorInvalidResourceHandle:
     return "invalid resource handle";
+  case cudaErrorInvalidPitchValue:
+    return "invalid pitch argument";
   default:
     return "unknown error";
   }
@@ -655,6 +659,27 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
                             enum cudaMemcpyKind kind, cudaStream_t) {
   return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src,
+                         size_t spitch, size_t width, size_t height,
+                         enum cudaMemcpyKind kind) {
+  // As CUDA: a row wider than either pitch is an error.
+  if (width > dpitch || width > spitch)
+    return record(cudaErrorInvalidPitchValue);
+  for (size_t r = 0; r < height; ++r)
+    if (cudaError_t e = cudaMemcpy(static_cast<char *>(dst) + r * dpitch,
+                                   static_cast<const char *>(src) + r * spitch,
+                                   width, kind);
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
+                              size_t spitch, size_t width, size_t height,
+                              enum cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
 }
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) {

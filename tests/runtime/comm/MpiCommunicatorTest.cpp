@@ -108,8 +108,9 @@ TEST(MpiCommunicator, ReducesHalfPrecision) {
           b = dec(enc(1.0f + float(2 * d + 1) / 256));
     ASSERT_TRUE(theComm->AllReduce({"tp"}, &x, 1, dtype).ok());
     EXPECT_EQ(dec(x), dec(enc(a + b))) << plan::DType_Name(dtype);
-    if (!bf)
+    if (!bf) {
       EXPECT_EQ(dec(x), 2.0f + float(4 * d + 1) / 256);
+    }
     uint16_t m = enc(-float(r));
     ASSERT_TRUE(
         theComm->AllReduce({"dp", "tp"}, &m, 1, dtype, exec::Reduction::kMax)

@@ -16,6 +16,7 @@
 
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
+#include "runtime/cpu/VocabParallel.h"
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
 
@@ -23,8 +24,10 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -184,6 +187,123 @@ TYPED_TEST(CudaKernelsOf, CrossEntropy) {
   expectClose(glse.host(), lse, 1e-5, 1e-6, "lse");
   expectClose(gdlogits.host(), dlogits, relativeTolerance<T>(), 1e-7,
               "dlogits");
+}
+
+TYPED_TEST(CudaKernelsOf, VocabularyParallelEmbedding) {
+  using T = TypeParam;
+  // The vocabulary of 50 split in slices of 20 (the last one short, 10
+  // rows): each slice's output and gradient against the CPU's kernels of
+  // the same slice (runtime/cpu/VocabParallel.h), ids from every slice.
+  const int64_t vocab = 50, hidden = 72, rows = 130, local = 20;
+  std::vector<int32_t> ids(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    ids[r] = int32_t((r * 11) % vocab);
+  for (int64_t start = 0; start < vocab; start += local) {
+    SCOPED_TRACE(testing::Message() << "slice from " << start);
+    int64_t n = std::min(local, vocab - start);
+    std::vector<float> table = rounded<T>(randomValues(n * hidden, 40)),
+                       dout = rounded<T>(randomValues(rows * hidden, 41));
+    std::vector<float> out(rows * hidden), dtable = randomValues(n * hidden, 42);
+    std::vector<float> dtable0 = dtable;
+    cpu::embeddingForwardRange(table.data(), ids.data(), rows, hidden, start,
+                               n, out.data());
+    cpu::embeddingBackwardRange(dout.data(), ids.data(), rows, hidden, start,
+                                n, dtable.data());
+    Device<T> gtable(as<T>(table)), gdout(as<T>(dout)), gout(rows * hidden);
+    Device<int32_t> gids(ids);
+    Device<float> gdtable(dtable0);
+    ASSERT_EQ(cuda::embeddingForwardRange(gtable.get(), gids.get(), rows,
+                                          hidden, start, n, gout.get(),
+                                          nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::embeddingBackwardRange(gdout.get(), gids.get(), rows,
+                                           hidden, start, n, gdtable.get(),
+                                           nullptr),
+              cudaSuccess);
+    expectClose(gout.host(), out, 0, 0, "out");
+    expectClose(gdtable.host(), dtable, 1e-5, 1e-5, "dtable");
+  }
+}
+
+TYPED_TEST(CudaKernelsOf, VocabularyParallelCrossEntropy) {
+  using T = TypeParam;
+  // Two slices of a vocabulary of 3001 (1500 and 1501 columns), each
+  // rank's logits a copy of its columns. The ranks' partials summed on the
+  // host (the all-reduces) must give the whole-row loss, lse and gradient
+  // of the CPU's single-rank kernels on the same logits.
+  const int64_t rows = 21, vocab = 3001, ignore = -100;
+  const int64_t starts[2] = {0, 1500}, widths[2] = {1500, 1501};
+  std::vector<float> logits = rounded<T>(randomValues(rows * vocab, 43, 2.0f));
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    targets[r] = r % 7 == 2 ? int32_t(ignore) : int32_t((r * 977) % vocab);
+  std::vector<float> lse(rows), dlogits(rows * vocab);
+  int64_t counted = 0;
+  float loss = cpu::crossEntropyForward(logits.data(), targets.data(), rows,
+                                        vocab, ignore, lse.data(), &counted);
+  cpu::crossEntropyBackward(logits.data(), targets.data(), lse.data(), 0.5f,
+                            rows, vocab, ignore, counted, dlogits.data());
+  Device<int32_t> gtargets(targets);
+  std::vector<std::unique_ptr<Device<T>>> slices;
+  std::vector<float> globalMax(rows, -INFINITY);
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> part(rows * widths[k]);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < widths[k]; ++c)
+        part[r * widths[k] + c] = logits[r * vocab + starts[k] + c];
+    slices.push_back(std::make_unique<Device<T>>(as<T>(part)));
+    Device<T> gmax(rows);
+    ASSERT_EQ(cuda::crossEntropyRowMax(slices[k]->get(), rows, widths[k],
+                                       gmax.get(), nullptr),
+              cudaSuccess);
+    std::vector<T> m = gmax.host();
+    for (int64_t r = 0; r < rows; ++r)
+      globalMax[r] = std::max(globalMax[r], toFloat(m[r]));
+  }
+  for (int64_t r = 0; r < rows; ++r) // the maximum is one of the logits
+    EXPECT_EQ(globalMax[r], *std::max_element(&logits[r * vocab],
+                                              &logits[(r + 1) * vocab]));
+  Device<T> gmax(as<T>(globalMax));
+  std::vector<float> summed(2 * rows, 0.0f);
+  for (int k = 0; k < 2; ++k) {
+    Device<float> gpartial(2 * rows);
+    ASSERT_EQ(cuda::crossEntropyPartial(slices[k]->get(), gtargets.get(),
+                                        gmax.get(), rows, widths[k], starts[k],
+                                        ignore, gpartial.get(), nullptr),
+              cudaSuccess);
+    std::vector<float> p = gpartial.host();
+    for (int64_t i = 0; i < 2 * rows; ++i)
+      summed[i] += p[i];
+  }
+  Device<float> gsummed(summed), glse(rows), gterms(rows), gloss(1),
+      gdloss(std::vector<float>{0.5f});
+  Device<int64_t> gcounted(1);
+  ASSERT_EQ(cuda::crossEntropyFinish(gsummed.get(), gmax.get(), gtargets.get(),
+                                     rows, ignore, glse.get(), gterms.get(),
+                                     gloss.get(), gcounted.get(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(gcounted.host()[0], counted);
+  expectClose(gloss.host(), {loss}, 1e-5, 1e-6, "loss");
+  std::vector<float> gotLse = glse.host();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] != ignore) {
+      EXPECT_NEAR(gotLse[r], lse[r], 1e-5 * std::abs(lse[r]) + 1e-6) << r;
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    Device<T> gdlogits(rows * widths[k]);
+    ASSERT_EQ(cuda::crossEntropyBackward(slices[k]->get(), gtargets.get(),
+                                         glse.get(), gdloss.get(), rows,
+                                         widths[k], ignore, gcounted.get(),
+                                         gdlogits.get(), nullptr, starts[k]),
+              cudaSuccess);
+    std::vector<float> want(rows * widths[k]);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < widths[k]; ++c)
+        want[r * widths[k] + c] = dlogits[r * vocab + starts[k] + c];
+    expectClose(gdlogits.host(), want, relativeTolerance<T>(), 1e-7,
+                "dlogits");
+  }
 }
 
 TYPED_TEST(CudaKernelsOf, Linear) {
