@@ -23,11 +23,6 @@
 namespace braid::comm {
 namespace {
 
-std::string groupKey(std::vector<std::string> axes) {
-  std::sort(axes.begin(), axes.end());
-  return absl::StrJoin(axes, ",");
-}
-
 const char *envOf(std::initializer_list<const char *> names) {
   for (const char *name : names)
     if (const char *v = std::getenv(name))
@@ -193,53 +188,28 @@ MpiCommunicator::Create(const plan::Plan &plan) {
   c->mesh_ = plan.mesh();
   c->rank_ = rank;
   int64_t world = plan::WorldSize(plan);
-  if (world != size) {
-    std::vector<std::string> axes;
-    for (int i = 0; i < plan.mesh().axes_size(); ++i)
-      axes.push_back(absl::StrCat(plan.mesh().axes(i), " ", plan.mesh().sizes(i)));
+  if (world != size)
     return absl::FailedPreconditionError(absl::StrCat(
-        "the plan is for ", world, " ranks (", absl::StrJoin(axes, " x "),
+        "the plan is for ", world, " ranks (", plan::DescribeMesh(plan.mesh()),
         ") but the job has ", size, ": start it with mpirun -np ", world));
-  }
   c->coords_ = plan::MeshCoordinates(plan.mesh(), rank);
   // Every group the plan uses, in one order on every rank (the plan is the
   // same everywhere), since creating a communicator is collective.
-  std::set<std::string> keys;
-  std::vector<std::vector<std::string>> groups;
-  for (const plan::Function &fn : plan.functions())
-    for (const plan::Instruction &inst : fn.body())
-      if (inst.group_size()) {
-        std::vector<std::string> axes(inst.group().begin(), inst.group().end());
-        if (keys.insert(groupKey(axes)).second)
-          groups.push_back(axes);
-      }
-  // And every single axis: the point-to-point messages of pipeline stages
-  // and the trainer's own collectives (the loss over "dp" and "pp", the
-  // gathers of split parameters) use them, and ranks of different stages
-  // reach those at different points of their programs, so no group can be
-  // created later.
-  for (const std::string &axis : plan.mesh().axes())
-    if (keys.insert(groupKey({axis})).second)
-      groups.push_back({axis});
-  for (const std::vector<std::string> &axes : groups)
+  for (const std::vector<std::string> &axes : plan::CommunicationGroups(plan))
     if (absl::Status s = c->addGroup(axes); !s.ok())
       return s;
   return c;
 }
 
 absl::Status MpiCommunicator::addGroup(const std::vector<std::string> &axes) {
-  // The ranks of a group share their coordinates along every other axis:
-  // that is the colour; their world rank orders them.
-  int64_t color = 0;
-  for (int i = 0; i < mesh_.axes_size(); ++i)
-    if (std::find(axes.begin(), axes.end(), mesh_.axes(i)) == axes.end())
-      color = color * mesh_.sizes(i) + coords_[i];
+  // The ranks of a group share a colour; their world rank orders them.
+  int64_t color = plan::GroupColor(mesh_, coords_, axes);
   MPI_Comm group;
   if (int rc = MPI_Comm_split(MPI_COMM_WORLD, int(color), int(rank_), &group);
       rc != MPI_SUCCESS)
-    return mpiError(rc, absl::StrCat("creating the group {", groupKey(axes), "}"));
+    return mpiError(rc, absl::StrCat("creating the group {", plan::GroupKey(axes), "}"));
   MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN);
-  groups_[groupKey(axes)] = group;
+  groups_[plan::GroupKey(axes)] = group;
   return absl::OkStatus();
 }
 
@@ -262,13 +232,13 @@ MpiCommunicator::~MpiCommunicator() {
 absl::StatusOr<void *>
 MpiCommunicator::group(absl::Span<const std::string> axes) {
   std::vector<std::string> list(axes.begin(), axes.end());
-  auto it = groups_.find(groupKey(list));
+  auto it = groups_.find(plan::GroupKey(list));
   if (it == groups_.end()) {
     // A group the plan's instructions do not name (the trainer's own
     // gathers): created now, which every rank does at the same point.
     if (absl::Status s = addGroup(list); !s.ok())
       return s;
-    it = groups_.find(groupKey(list));
+    it = groups_.find(plan::GroupKey(list));
   }
   return it->second;
 }

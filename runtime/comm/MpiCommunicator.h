@@ -74,7 +74,7 @@ public:
 
   /// Ends every rank of the job with `code`, so that none of them waits
   /// forever in a collective for this one (after an error here).
-  [[noreturn]] void Abort(int code);
+  [[noreturn]] void Abort(int code) override;
 
 private:
   MpiCommunicator();

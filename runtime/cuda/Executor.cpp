@@ -5,6 +5,7 @@
 #include "runtime/cuda/Attention.h"
 #include "runtime/cuda/Check.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/StreamCommunicator.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/Work.h"
 
@@ -20,6 +21,12 @@
 
 namespace braid::cuda {
 namespace {
+
+#define BRAID_RETURN_IF_ERROR(expr)                                            \
+  do {                                                                         \
+    if (absl::Status status_ = (expr); !status_.ok())                          \
+      return status_;                                                          \
+  } while (0)
 
 using plan::Buffer;
 using plan::Instruction;
@@ -38,16 +45,14 @@ absl::Status launched(cudaError_t e, const Instruction &inst) {
                                           ": ", cudaGetErrorString(e)));
 }
 
-/// Whether the executor can hand its buffers to `comm`: under the CUDA
-/// emulation device memory is host memory, which the MPI communicator
-/// reads; on a GPU that needs a communicator on device memory (NCCL), which
-/// is not built yet.
+/// Whether the executor can hand its buffers to `comm`: a communicator on
+/// streams (NCCL) takes device memory; under the CUDA emulation device
+/// memory is host memory, which any communicator (MPI's) reads.
 bool communicatesDeviceMemory(const exec::Communicator *comm) {
 #ifdef BRAID_CUDA_EMULATION
   return comm != nullptr;
 #else
-  (void)comm;
-  return false;
+  return dynamic_cast<const StreamCommunicator *>(comm) != nullptr;
 #endif
 }
 
@@ -55,15 +60,9 @@ bool communicatesDeviceMemory(const exec::Communicator *comm) {
 /// ranks), or the empty string.
 std::string unsupported(const plan::Plan &plan, exec::Communicator *comm) {
   if (plan::WorldSize(plan) > 1 && !communicatesDeviceMemory(comm)) {
-#ifdef BRAID_CUDA_EMULATION
     return absl::StrCat("the plan is for ", plan::WorldSize(plan),
-                        " ranks; run it under mpirun (the CUDA emulation's "
-                        "ranks communicate through MPI)");
-#else
-    return absl::StrCat("the plan is for ", plan::WorldSize(plan),
-                        " ranks; the CUDA executor runs one (NCCL is not "
-                        "built yet)");
-#endif
+                        " ranks and the CUDA executor was given no "
+                        "communicator on device memory (NCCL's)");
   }
   for (const Buffer &b : plan.buffers())
     if (b.dtype() == plan::F64)
@@ -152,6 +151,10 @@ Executor::~Executor() {
   if (stream_)
     cudaStreamSynchronize(stream_);
   for (cudaEvent_t event : events_)
+    cudaEventDestroy(event);
+  for (const PendingSend &send : pendingSends_)
+    cudaEventDestroy(send.done);
+  for (cudaEvent_t event : sendEvents_)
     cudaEventDestroy(event);
   for (void *p :
        {static_cast<void *>(arena_), static_cast<void *>(rowStats_),
@@ -275,6 +278,10 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
         double(freeBytes) / 1e9, double(totalBytes) / 1e9));
   BRAID_CUDA_CHECK(
       cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking));
+  // A communicator on streams enqueues on the executor's.
+  e->streamComm_ = dynamic_cast<StreamCommunicator *>(e->comm_);
+  if (e->streamComm_)
+    BRAID_RETURN_IF_ERROR(e->streamComm_->SetStream(e->stream_));
   auto allocate = [&](auto **ptr, int64_t bytes) -> absl::Status {
     e->workspaceBytes_ += bytes;
     cudaError_t err = cudaMalloc(reinterpret_cast<void **>(ptr),
@@ -462,6 +469,47 @@ int64_t Executor::collectiveScratchBytes(const Instruction &inst) const {
   return std::max(xBytes, yBytes);
 }
 
+absl::Status Executor::beforeCommunication() {
+  // A communicator on streams orders itself after the kernels; any other
+  // reads the buffers from the host, once they hold the kernels' results.
+  if (!streamComm_)
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status Executor::waitForSends(uint8_t *begin, int64_t bytes) {
+  for (size_t i = 0; i < pendingSends_.size();) {
+    const PendingSend &send = pendingSends_[i];
+    if (begin < send.end && send.begin < begin + bytes) {
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream_, send.done, 0));
+      sendEvents_.push_back(send.done);
+      pendingSends_.erase(pendingSends_.begin() + long(i));
+    } else {
+      ++i;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::waitForSends(const Instruction &inst, int64_t slot) {
+  for (int32_t id : inst.outputs()) {
+    if (pendingSends_.empty())
+      break;
+    BRAID_RETURN_IF_ERROR(waitForSends(
+        static_cast<uint8_t *>(address(id, slot)), bytes_[id]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::WaitSends() {
+  if (!comm_)
+    return absl::OkStatus();
+  for (const PendingSend &send : pendingSends_)
+    sendEvents_.push_back(send.done);
+  pendingSends_.clear();
+  return comm_->WaitSends();
+}
+
 absl::Status Executor::Synchronize() const {
   BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
@@ -521,6 +569,8 @@ absl::Status Executor::Write(int id, absl::Span<const double> values,
     }
   if (values.size() == 1)
     hostScalars_[id] = values[0];
+  BRAID_RETURN_IF_ERROR(waitForSends(static_cast<uint8_t *>(address(id, slot)),
+                                     bytes_[id]));
   BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, slot), host.data(), host.size(),
                                    cudaMemcpyHostToDevice, stream_));
   BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -591,8 +641,10 @@ absl::Status Executor::Run(absl::string_view name,
     const Instruction &inst = fn->body(i);
     if (timed)
       BRAID_CUDA_CHECK(cudaEventRecord(events_[size_t(i)], stream_));
-    if (absl::Status s = runInstruction(inst, context, slot, uint32_t(i));
-        !s.ok())
+    absl::Status s = waitForSends(inst, slot);
+    if (s.ok())
+      s = runInstruction(inst, context, slot, uint32_t(i));
+    if (!s.ok())
       return absl::Status(s.code(),
                           absl::StrCat("function '", name, "', ",
                                        inst.provenance(), ": ", s.message()));
@@ -639,12 +691,25 @@ absl::Status Executor::runCommunication(const Instruction &inst,
           "' needs the job's other ranks"));
     // The communicator reads and writes device memory once the kernels
     // before have run; a send is a copy (the buffer may be written at once).
-    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    BRAID_RETURN_IF_ERROR(beforeCommunication());
     if (!send)
       return comm_->Recv(inst.rank_axis(), peer, at(id),
                          plan::NumElements(b), b.dtype());
-    return comm_->Send(inst.rank_axis(), peer, at(id), plan::NumElements(b),
-                       b.dtype());
+    BRAID_RETURN_IF_ERROR(comm_->Send(inst.rank_axis(), peer, at(id),
+                                      plan::NumElements(b), b.dtype()));
+    if (!streamComm_)
+      return absl::OkStatus();
+    // On a stream of the communicator's: the bytes must not be written
+    // again before the send is done (waitForSends).
+    cudaEvent_t done = nullptr;
+    if (!sendEvents_.empty()) {
+      done = sendEvents_.back();
+      sendEvents_.pop_back();
+    } else {
+      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    }
+    pendingSends_.push_back({at(id), at(id) + bytes_[id], done});
+    return streamComm_->RecordSendsDone(done);
   }
   // ALL_GATHER and REDUCE_SCATTER along `dim`, viewed as [outer, n, inner]:
   // each rank holds the slice of `chunk` = n x inner elements per outer row
@@ -678,13 +743,13 @@ absl::Status Executor::runCommunication(const Instruction &inst,
     // In place (ZeRO's parameters): this rank's block of the flat buffer is
     // already there, at its place in the group.
     int64_t block = plan::NumElements(y) / ranks;
-    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    BRAID_RETURN_IF_ERROR(beforeCommunication());
     return comm_->AllGather(group, out + groupPlace(inst) * block * element,
                             out, block, y.dtype());
   }
   const size_t row = size_t(chunk * element);
   if (collectiveScratchBytes(inst) == 0) {
-    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    BRAID_RETURN_IF_ERROR(beforeCommunication());
     if (gather)
       return comm_->AllGather(group, in, out, count, y.dtype());
     return comm_->ReduceScatter(group, in, out, count, y.dtype());
@@ -692,7 +757,7 @@ absl::Status Executor::runCommunication(const Instruction &inst,
   uint8_t *scratch = collectiveScratch_;
   if (gather) {
     // scratch [rank][outer][chunk] -> y [outer][rank][chunk].
-    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    BRAID_RETURN_IF_ERROR(beforeCommunication());
     if (absl::Status s = comm_->AllGather(group, in, scratch, count, y.dtype());
         !s.ok())
       return s;
@@ -710,7 +775,7 @@ absl::Status Executor::runCommunication(const Instruction &inst,
         scratch + k * count * element, row, in + k * chunk * element,
         size_t(ranks) * row, row, size_t(outer), cudaMemcpyDeviceToDevice,
         stream_));
-  BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  BRAID_RETURN_IF_ERROR(beforeCommunication());
   return comm_->ReduceScatter(group, scratch, out, count, y.dtype());
 }
 
@@ -1072,7 +1137,7 @@ absl::Status Executor::runTyped(const Instruction &inst,
           !s.ok())
         return s;
       if (ranks > 1) {
-        BRAID_CUDA_CHECK(cudaStreamSynchronize(st));
+        BRAID_RETURN_IF_ERROR(beforeCommunication());
         std::vector<std::string> group(inst.group().begin(),
                                        inst.group().end());
         if (absl::Status s = comm_->AllReduce(group, sumSquares_, 1,
@@ -1099,7 +1164,7 @@ absl::Status Executor::runTyped(const Instruction &inst,
     std::vector<std::string> group(inst.group().begin(), inst.group().end());
     if (absl::Status s = copyInputs(); !s.ok() || ranks == 1)
       return s;
-    BRAID_CUDA_CHECK(cudaStreamSynchronize(st));
+    BRAID_RETURN_IF_ERROR(beforeCommunication());
     const bool max =
         inst.int_attrs().count("max") && inst.int_attrs().at("max") != 0;
     for (int i = 0; i < inst.outputs_size(); ++i)

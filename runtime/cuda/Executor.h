@@ -57,6 +57,8 @@
 
 namespace braid::cuda {
 
+class StreamCommunicator;
+
 class Executor : public exec::Backend {
 public:
   ~Executor() override;
@@ -97,10 +99,9 @@ public:
   /// last kernel.
   absl::Status Run(absl::string_view name, const exec::StepContext &context,
                    int64_t slot = 0) override;
-  /// Waits until the communicator's sends have left (pipeline stages).
-  absl::Status WaitSends() override {
-    return comm_ ? comm_->WaitSends() : absl::OkStatus();
-  }
+  /// The communicator's sends have left (pipeline stages): on streams,
+  /// the executor's stream waits for them.
+  absl::Status WaitSends() override;
   /// Waits for everything enqueued.
   absl::Status Synchronize() const;
 
@@ -146,6 +147,13 @@ private:
   int64_t collectiveScratchBytes(const plan::Instruction &inst) const;
   /// SEND, RECV, WAIT, ALL_GATHER and REDUCE_SCATTER, whatever the dtype.
   absl::Status runCommunication(const plan::Instruction &inst, int64_t slot);
+  /// Before a call of the communicator: the host waits for the stream,
+  /// unless the communicator enqueues on it.
+  absl::Status beforeCommunication();
+  /// The stream waits for the sends still reading bytes [begin, begin +
+  /// bytes), or the outputs of `inst`, before they are written.
+  absl::Status waitForSends(uint8_t *begin, int64_t bytes);
+  absl::Status waitForSends(const plan::Instruction &inst, int64_t slot);
   absl::Status runInstruction(const plan::Instruction &inst,
                               const exec::StepContext &context, int64_t slot,
                               uint32_t op);
@@ -156,6 +164,16 @@ private:
 
   plan::Plan plan_;
   exec::Communicator *comm_ = nullptr;
+  /// comm_ when it enqueues on streams (NCCL), else null.
+  StreamCommunicator *streamComm_ = nullptr;
+  /// Sends on the communicator's stream whose bytes must not be written
+  /// before `done`; events to reuse for them.
+  struct PendingSend {
+    uint8_t *begin, *end;
+    cudaEvent_t done;
+  };
+  std::vector<PendingSend> pendingSends_;
+  std::vector<cudaEvent_t> sendEvents_;
   /// The pipeline stage this rank runs.
   int64_t stage_ = 0;
   std::vector<int64_t> bytes_;

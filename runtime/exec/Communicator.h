@@ -2,8 +2,8 @@
 //
 // What the executor needs from the other ranks of a job: the collectives of
 // the plan, over groups named by mesh axes, and the point-to-point messages
-// between pipeline stages. runtime/comm implements it on MPI (CPU); the CUDA
-// backend will implement it on NCCL.
+// between pipeline stages. runtime/comm implements it on MPI (CPU), the CUDA
+// backend on NCCL (runtime/cuda/NcclCommunicator.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,11 @@ public:
   /// Waits until every Send of this rank has completed (its data may then be
   /// written again).
   virtual absl::Status WaitSends() { return absl::OkStatus(); }
+
+  /// Ends every rank of the job with `code`, so that none of them waits
+  /// forever in a collective for this one (after an error here). The
+  /// default ends this process only.
+  [[noreturn]] virtual void Abort(int code) { std::_Exit(code); }
 };
 
 } // namespace braid::exec

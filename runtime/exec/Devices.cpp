@@ -5,6 +5,12 @@
 #ifdef BRAID_HAVE_CUDA
 #include "runtime/cuda/Executor.h"
 #endif
+#ifdef BRAID_HAVE_NCCL
+#include "runtime/comm/Rendezvous.h"
+#include "runtime/cuda/NcclCommunicator.h"
+#endif
+
+#include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -42,6 +48,29 @@ absl::StatusOr<BackendFactory> BackendFor(const std::string &device) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device ", device, " is not one of cpu, cuda"));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>>
+CommunicatorFor(const std::string &device, const plan::Plan &plan) {
+  if (device != "cuda")
+    return std::unique_ptr<Communicator>();
+#ifdef BRAID_HAVE_NCCL
+  absl::StatusOr<comm::RendezvousConfig> rendezvous =
+      comm::RendezvousFromEnvironment();
+  if (!rendezvous.ok())
+    return rendezvous.status();
+  absl::StatusOr<std::unique_ptr<cuda::NcclCommunicator>> nccl =
+      cuda::NcclCommunicator::Create(plan, *rendezvous);
+  if (!nccl.ok())
+    return nccl.status();
+  return std::unique_ptr<Communicator>(std::move(*nccl));
+#else
+  return absl::UnimplementedError(absl::StrCat(
+      "--device cuda over ", plan::WorldSize(plan),
+      " ranks: this build has no NCCL communicator",
+      HaveCudaBackend() ? " (the CUDA emulation's needs MPI: BRAID_WITH_MPI)"
+                        : ""));
+#endif
 }
 
 } // namespace braid::exec

@@ -2,8 +2,8 @@
 //
 // Maps the trainer's --device to the factory of its backend (Backend.h):
 // "cpu" to null (the trainer's default, the CPU executor), "cuda" to the
-// one-GPU executor (runtime/cuda/Executor.h) in a build with the CUDA
-// backend. A separate library from BraidExec, so that the CPU runtime does
+// CUDA executor (runtime/cuda/Executor.h) in a build with the CUDA backend,
+// and a plan of several ranks on it to NCCL's communicator. A separate library from BraidExec, so that the CPU runtime does
 // not link CUDA: the tools that take --device link this one.
 //
 //===----------------------------------------------------------------------===//
@@ -11,10 +11,12 @@
 #ifndef BRAID_RUNTIME_EXEC_DEVICES_H
 #define BRAID_RUNTIME_EXEC_DEVICES_H
 
+#include "runtime/exec/Communicator.h"
 #include "runtime/exec/Trainer.h"
 
 #include "absl/status/statusor.h"
 
+#include <memory>
 #include <string>
 
 namespace braid::exec {
@@ -25,6 +27,14 @@ bool HaveCudaBackend();
 /// The factory for `device` (null for "cpu"); an error naming the device
 /// when this build has no backend for it.
 absl::StatusOr<BackendFactory> BackendFor(const std::string &device);
+
+/// The communicator between the ranks of a plan for several on `device`:
+/// for "cuda" NCCL's (runtime/cuda/NcclCommunicator.h), whose ranks meet
+/// through the environment's rendezvous (RANK, WORLD_SIZE, MASTER_ADDR,
+/// MASTER_PORT, or mpirun's rank and size: runtime/comm/Rendezvous.h); null
+/// for "cpu", whose ranks are an MPI job's (the caller makes that one).
+absl::StatusOr<std::unique_ptr<Communicator>>
+CommunicatorFor(const std::string &device, const plan::Plan &plan);
 
 } // namespace braid::exec
 

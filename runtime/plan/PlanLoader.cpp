@@ -1449,6 +1449,43 @@ std::vector<int64_t> MeshCoordinates(const Mesh &mesh, int64_t rank) {
   return coords;
 }
 
+std::string DescribeMesh(const Mesh &mesh) {
+  std::vector<std::string> axes;
+  for (int i = 0; i < mesh.axes_size(); ++i)
+    axes.push_back(absl::StrCat(mesh.axes(i), " ", mesh.sizes(i)));
+  return absl::StrJoin(axes, " x ");
+}
+
+std::string GroupKey(std::vector<std::string> axes) {
+  std::sort(axes.begin(), axes.end());
+  return absl::StrJoin(axes, ",");
+}
+
+std::vector<std::vector<std::string>> CommunicationGroups(const Plan &plan) {
+  std::set<std::string> keys;
+  std::vector<std::vector<std::string>> groups;
+  for (const Function &fn : plan.functions())
+    for (const Instruction &inst : fn.body())
+      if (inst.group_size()) {
+        std::vector<std::string> axes(inst.group().begin(), inst.group().end());
+        if (keys.insert(GroupKey(axes)).second)
+          groups.push_back(axes);
+      }
+  for (const std::string &axis : plan.mesh().axes())
+    if (keys.insert(GroupKey({axis})).second)
+      groups.push_back({axis});
+  return groups;
+}
+
+int64_t GroupColor(const Mesh &mesh, absl::Span<const int64_t> coords,
+                   const std::vector<std::string> &axes) {
+  int64_t color = 0;
+  for (int i = 0; i < mesh.axes_size(); ++i)
+    if (std::find(axes.begin(), axes.end(), mesh.axes(i)) == axes.end())
+      color = color * mesh.sizes(i) + coords[i];
+  return color;
+}
+
 absl::Status CheckMeshCoordinates(const Mesh &mesh,
                                   absl::Span<const int64_t> coords) {
   bool inside = int(coords.size()) == mesh.sizes_size();

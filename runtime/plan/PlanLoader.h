@@ -79,6 +79,26 @@ int64_t AxisSize(const Mesh &mesh, absl::string_view axis);
 /// the sizes of the mesh axes it names (1 without any).
 int64_t GroupSize(const Plan &plan, const Instruction &inst);
 
+/// "dp 2 x tp 4": the mesh's axes and sizes, for messages.
+std::string DescribeMesh(const Mesh &mesh);
+
+/// A group of mesh axes as communicators key it: the names sorted, joined
+/// by commas.
+std::string GroupKey(std::vector<std::string> axes);
+
+/// The groups a communicator of `plan` needs, in one order on every rank
+/// (creating a group is collective): every group of mesh axes the plan's
+/// collectives name, in the order they first appear, then each single axis
+/// (the pipeline's messages and the trainer's own collectives use those;
+/// ranks of different stages reach them at different points of their
+/// programs, so none can be created later).
+std::vector<std::vector<std::string>> CommunicationGroups(const Plan &plan);
+
+/// The colour of the group along `axes` of the rank at `coords`: the ranks
+/// sharing their coordinates along every other axis share it.
+int64_t GroupColor(const Mesh &mesh, absl::Span<const int64_t> coords,
+                   const std::vector<std::string> &axes);
+
 /// OK when `coords` name a rank of `mesh` (one coordinate per axis, each
 /// inside it); otherwise an error naming both. Executors check their
 /// communicator's coordinates with it: rank-dependent offsets (a slice of

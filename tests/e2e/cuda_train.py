@@ -32,14 +32,17 @@ emulation, on the CPU, where the same tolerances hold). --parallel also
 trains the plans of PARALLEL over 2 ranks (mpirun) on both devices and
 compares their losses: data, tensor and sequence parallelism, pipeline
 stages and ZeRO, in fp32 (within 1e-4 of the CPU) and in bf16 (within 2e-2
-of the CPU's fp32 run of the same layout). The CUDA executor's
-communication goes through a communicator on device memory, which only the
-emulation has yet.
+of the CPU's fp32 run of the same layout). On the GPU the ranks talk
+through NCCL (runtime/cuda/NcclCommunicator.h) and meet through the
+rendezvous of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (mpirun's rank
+and size, and a free port here); under the emulation the same code runs on
+the emulated NCCL.
 """
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -140,7 +143,13 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1):
            os.path.join(inputs, name + ".plan"),
            "--data", os.path.join(inputs, "data"), "--device", device,
            "--metrics-out", metrics, "--log-every", "5", *extra]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if ranks > 1:
+        # NCCL's ranks meet on a port of this machine (rank 0 listens).
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            env["MASTER_PORT"] = str(s.getsockname()[1])
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         if device == "cuda" and any(m in p.stderr for m in NO_DEVICE):
             return None

@@ -151,11 +151,29 @@ int main(int argc, char **argv) {
               << " rank: compile the plan with dp >= 2\n";
     return 1;
   }
+  // A plan for several ranks on GPUs: its ranks talk through NCCL, and meet
+  // through the environment's rendezvous (RANK, WORLD_SIZE, MASTER_ADDR,
+  // MASTER_PORT, or mpirun's rank and size).
+  std::unique_ptr<braid::exec::Communicator> deviceComm;
+  braid::exec::Communicator *jobComm = nullptr;
+  if (options.device == "cuda" && braid::plan::WorldSize(*plan) > 1 &&
+      benchOut.empty()) {
+    absl::StatusOr<std::unique_ptr<braid::exec::Communicator>> created =
+        braid::exec::CommunicatorFor(options.device, *plan);
+    if (!created.ok()) {
+      std::cerr << "braid-run: error: " << created.status().message() << "\n";
+      return 1;
+    }
+    deviceComm = std::move(*created);
+    jobComm = deviceComm.get();
+  }
 #ifdef BRAID_HAVE_MPI
-  // A plan for several ranks runs as one rank of an MPI job; so does a
-  // one-rank plan that mpirun started (it then checks the job's size).
+  // Otherwise a plan for several ranks runs as one rank of an MPI job; so
+  // does a one-rank plan that mpirun started (it then checks the job's
+  // size).
   std::unique_ptr<braid::comm::MpiCommunicator> comm;
-  if (braid::plan::WorldSize(*plan) > 1 || braid::comm::LaunchedByMpi()) {
+  if (!jobComm &&
+      (braid::plan::WorldSize(*plan) > 1 || braid::comm::LaunchedByMpi())) {
     if (!braid::comm::LaunchedByMpi()) {
       std::cerr << "braid-run: error: the plan is for "
                 << braid::plan::WorldSize(*plan)
@@ -171,16 +189,9 @@ int main(int argc, char **argv) {
       return 1;
     }
     comm = std::move(*created);
-    options.comm = comm.get();
     if (!benchOut.empty())
       return benchCollectives(*comm, *plan, benchOut);
-    // Rank 0 speaks for the job. (Every rank profiles for --profile-out:
-    // rank 0 gathers their profiles.)
-    if (comm->Rank() != 0) {
-      options.log = nullptr;
-      options.metricsOut.clear();
-      options.profile = false;
-    }
+    jobComm = comm.get();
     // Ranks sharing a node share its cores.
     if (options.threads == 0)
       options.threads = std::max<int64_t>(
@@ -188,31 +199,38 @@ int main(int argc, char **argv) {
                  braid::comm::LocalRanks());
   }
 #else
-  if (braid::plan::WorldSize(*plan) > 1 || !benchOut.empty()) {
+  if (!jobComm &&
+      (braid::plan::WorldSize(*plan) > 1 || !benchOut.empty())) {
     std::cerr << "braid-run: error: "
               << (benchOut.empty()
                       ? "the plan is for " +
                             std::to_string(braid::plan::WorldSize(*plan)) +
-                            " ranks"
+                            " ranks on the CPU"
                       : std::string("--bench-collectives"))
               << ": this braid-run was built without MPI (BRAID_WITH_MPI=OFF)"
               << "\n";
     return 1;
   }
 #endif
+  if (jobComm) {
+    options.comm = jobComm;
+    // Rank 0 speaks for the job. (Every rank profiles for --profile-out:
+    // rank 0 gathers their profiles.)
+    if (jobComm->Rank() != 0) {
+      options.log = nullptr;
+      options.metricsOut.clear();
+      options.profile = false;
+    }
+  }
   absl::Status status = braid::exec::Train(*plan, options);
   if (!status.ok()) {
     std::string rank;
-#ifdef BRAID_HAVE_MPI
-    if (comm)
-      rank = "rank " + std::to_string(comm->Rank()) + ": ";
-#endif
+    if (jobComm)
+      rank = "rank " + std::to_string(jobComm->Rank()) + ": ";
     std::cerr << "braid-run: error: " << rank << status.message() << "\n";
-#ifdef BRAID_HAVE_MPI
     // The other ranks may be waiting for this one in a collective.
-    if (comm)
-      comm->Abort(1);
-#endif
+    if (jobComm)
+      jobComm->Abort(1);
     return 1;
   }
   return 0;

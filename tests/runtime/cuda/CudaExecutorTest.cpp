@@ -7,8 +7,8 @@
 // magnitude; the mixed-precision (bf16) plan's losses agree with the fp32
 // CPU run within 2e-2 relative (the acceptance of the CUDA backend).
 //
-// What the executor refuses (several ranks, pipeline stages) is checked
-// without a device; the rest skips without one.
+// What the executor refuses (several ranks without a communicator, an
+// invalid plan) is checked without a device; the rest skips without one.
 //
 //===----------------------------------------------------------------------===//
 
@@ -242,18 +242,14 @@ TEST_F(CudaKernels, APlanLargerThanTheGpuIsRefused) {
 #endif
 
 // Checked before any device call, so these run without a GPU.
-TEST(CudaExecutor, RefusesWhatItDoesNotRunYet) {
+TEST(CudaExecutor, RefusesWhatItCannotRun) {
+  // A plan for several ranks without their communicator.
   plan::Plan plan = load("dp2");
   auto e = cuda::Executor::Create(plan);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
-#ifdef BRAID_CUDA_EMULATION
-  const char *why = "the plan is for 2 ranks; run it under mpirun (the CUDA "
-                    "emulation's ranks communicate through MPI)";
-#else
-  const char *why = "the plan is for 2 ranks; the CUDA executor runs one "
-                    "(NCCL is not built yet)";
-#endif
+  const char *why = "the plan is for 2 ranks and the CUDA executor was given "
+                    "no communicator on device memory (NCCL's)";
   EXPECT_NE(e.status().message().find(why), std::string::npos) << e.status();
   // An invalid plan gets the loader's error.
   plan::Plan invalid = load("fp32");

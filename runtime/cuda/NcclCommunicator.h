@@ -1,0 +1,103 @@
+//===- NcclCommunicator.h - The plan's communication on NCCL ----*- C++ -*-===//
+//
+// The CUDA backend's communication between ranks, one GPU per rank: NCCL's
+// collectives and point-to-point messages, enqueued on streams
+// (StreamCommunicator.h).
+//
+// Bootstrap: rank 0 makes NCCL's unique id and gives it to the other ranks
+// through the rendezvous (runtime/comm/Rendezvous.h: RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, or mpirun's rank and size), and every rank
+// joins the world communicator with it. The world then splits
+// (ncclCommSplit, collective over the world, in the same order on every
+// rank) into one communicator per group the plan's collectives name and per
+// mesh axis, as the MPI communicator does. Point-to-point messages along an
+// axis use two more communicators of the axis' ranks, one per direction
+// (towards higher or lower coordinates): NCCL runs one communicator's
+// operations in the order they were enqueued, so a stage's send to the next
+// stage and its receive from it on one communicator could wait for each
+// other; in one direction the waits only ever go one way along the axis.
+//
+// Under the CUDA emulation the same code runs against the emulated NCCL
+// (runtime/cuda/emu/Nccl.cpp, on MPI: the ranks are started by mpirun).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CUDA_NCCLCOMMUNICATOR_H
+#define BRAID_RUNTIME_CUDA_NCCLCOMMUNICATOR_H
+
+#include "runtime/comm/Rendezvous.h"
+#include "runtime/cuda/StreamCommunicator.h"
+#include "runtime/plan/plan.pb.h"
+
+#include "absl/status/statusor.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braid::cuda {
+
+class NcclCommunicator : public StreamCommunicator {
+public:
+  /// Joins the job of `rendezvous` (which must have as many ranks as the
+  /// plan's mesh) on the current device, and creates the communicators of
+  /// every group the plan uses.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>>
+  Create(const plan::Plan &plan, const comm::RendezvousConfig &rendezvous);
+  ~NcclCommunicator() override;
+
+  int64_t Rank() const override { return rank_; }
+  const std::vector<int64_t> &Coordinates() const override { return coords_; }
+  /// F32, F64, BF16, F16 (sums and maxima), I32 and I64.
+  absl::Status AllReduce(absl::Span<const std::string> axes, void *data,
+                         int64_t count, plan::DType dtype,
+                         exec::Reduction op = exec::Reduction::kSum) override;
+  absl::Status AllGather(absl::Span<const std::string> axes, const void *in,
+                         void *out, int64_t count, plan::DType dtype) override;
+  absl::Status ReduceScatter(absl::Span<const std::string> axes, const void *in,
+                             void *out, int64_t countPerRank,
+                             plan::DType dtype) override;
+  absl::Status Send(absl::string_view axis, int64_t peerOffset,
+                    const void *data, int64_t count,
+                    plan::DType dtype) override;
+  absl::Status Recv(absl::string_view axis, int64_t peerOffset, void *data,
+                    int64_t count, plan::DType dtype) override;
+  /// The compute stream waits for every send enqueued so far.
+  absl::Status WaitSends() override;
+
+  absl::Status SetStream(cudaStream_t stream) override;
+  absl::Status RecordSendsDone(cudaEvent_t event) override;
+  [[noreturn]] void Abort(int code) override;
+
+private:
+  NcclCommunicator() = default;
+  /// Splits the world into the groups along `axes` (collective).
+  absl::Status addGroup(const std::vector<std::string> &axes);
+  absl::StatusOr<void *> group(absl::Span<const std::string> axes);
+  /// The communicator of the group along `axes` and NCCL's type of
+  /// `dtype` (an ncclDataType_t).
+  absl::StatusOr<std::pair<void *, int>> call(absl::Span<const std::string> axes,
+                                              plan::DType dtype);
+  /// The communicator of messages from this rank towards `peerOffset`
+  /// along `axis` (send) or from it (receive), and the peer's rank in it.
+  absl::StatusOr<std::pair<void *, int>>
+  peer(absl::string_view axis, int64_t peerOffset, bool send);
+
+  plan::Mesh mesh_;
+  int64_t rank_ = 0;
+  std::vector<int64_t> coords_;
+  /// ncclComm_t values (kept out of this header like NCCL's types).
+  void *world_ = nullptr;
+  std::map<std::string, void *> groups_;
+  /// Per axis: the communicators of messages towards higher coordinates
+  /// ("+") and towards lower ones ("-").
+  std::map<std::string, void *> upward_, downward_;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t sendStream_ = nullptr;
+  cudaEvent_t ordered_ = nullptr;
+};
+
+} // namespace braid::cuda
+
+#endif // BRAID_RUNTIME_CUDA_NCCLCOMMUNICATOR_H
