@@ -15,6 +15,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -186,6 +187,16 @@ absl::StatusOr<Manifest> ReadManifest(const std::string &dir) {
                             kCheckpointVersion, ", the one this build reads"));
   if (m.step() < 0 || m.consumed_samples() < 0)
     return bad("a negative step or sample count");
+  if (m.has_loss_scaler()) {
+    const LossScaler &ls = m.loss_scaler();
+    if (!(std::isfinite(ls.scale()) && ls.scale() > 0) ||
+        ls.growth_tracker() < 0 || ls.skipped_steps() < 0 ||
+        ls.skipped_steps() > m.step())
+      return bad(absl::StrCat(
+          "a loss scaler's state out of range (scale ", ls.scale(),
+          ", growth tracker ", ls.growth_tracker(), ", ", ls.skipped_steps(),
+          " steps skipped of ", m.step(), ")"));
+  }
   if (m.mesh().axes_size() != m.mesh().sizes_size())
     return bad("the mesh's axes and sizes differ in number");
   for (int64_t size : m.mesh().sizes())

@@ -380,6 +380,13 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
     m.set_planned_steps(state.plannedSteps);
     m.set_global_batch_size(state.globalBatch);
     m.set_data_order(state.dataOrder);
+    if (state.lossScaler) {
+      ckpt::LossScaler *ls = m.mutable_loss_scaler();
+      ls->set_scale(state.lossScaler->scale);
+      ls->set_growth_tracker(state.lossScaler->growthTracker);
+      ls->set_hysteresis_tracker(state.lossScaler->hysteresisTracker);
+      ls->set_skipped_steps(state.lossScaler->skipped);
+    }
     m.set_model_spec(plan.training().model_spec());
     plan::Training training = plan.training();
     training.clear_model_spec();
@@ -546,6 +553,11 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
     state.globalBatch = m.global_batch_size();
     state.seed = m.seed();
     state.dataOrder = m.data_order();
+    if (m.has_loss_scaler())
+      state.lossScaler = LossScaler::State{
+          m.loss_scaler().scale(), m.loss_scaler().growth_tracker(),
+          m.loss_scaler().hysteresis_tracker(),
+          m.loss_scaler().skipped_steps()};
     return absl::OkStatus();
   }();
   if (absl::Status s = agree(e, loaded, "to load the checkpoint"); !s.ok())

@@ -25,11 +25,13 @@
 #define BRAID_RUNTIME_EXEC_CHECKPOINTING_H
 
 #include "runtime/exec/Backend.h"
+#include "runtime/exec/LossScaler.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,8 @@ struct RunState {
   int64_t globalBatch = 0;
   uint64_t seed = 0;
   std::string dataOrder;
+  /// fp16's loss scaler after `step` (absent without loss scaling).
+  std::optional<LossScaler::State> lossScaler;
 };
 
 struct SaveReport {

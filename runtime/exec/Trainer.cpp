@@ -1214,10 +1214,20 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> sample;
   std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
+  // fp16: the loss scale (LossScaler.h), applied through the backend; a
+  // resumed run continues the scaler it saved.
+  std::optional<LossScaler> scaler;
+  if (t.has_loss_scaling()) {
+    scaler.emplace(t.loss_scaling());
+    if (resumed.lossScaler)
+      scaler->Restore(*resumed.lossScaler);
+  }
   // A checkpoint after step `s` (or of the state loaded, at `s` = the
   // first step - 1, when there is nothing to train).
   auto save = [&](int64_t s) -> absl::Status {
     RunState state;
+    if (scaler)
+      state.lossScaler = scaler->state();
     state.step = s;
     state.consumedSamples =
         resumed.consumedSamples + (s - resumed.step) * globalBatch;
@@ -1243,17 +1253,18 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     if (absl::Status st = save(resumed.step); !st.ok())
       return st;
   std::vector<double> stepTimes;
-  // fp16: the loss scale (LossScaler.h), applied through the backend.
-  std::optional<LossScaler> scaler;
-  if (t.has_loss_scaling())
-    scaler.emplace(t.loss_scaling());
   for (int64_t s = firstStep; s <= steps; ++s) {
     auto stepStart = std::chrono::steady_clock::now();
     if (scaler)
       e.SetLossScale(scaler->scale());
-    double rate = schedule->lrForUpdate(s);
+    // The update this step makes: steps skipped for overflow made none, so
+    // AdamW's bias correction and the schedule count only the others (as
+    // Megatron's optimizer and scheduler do).
+    const int64_t update = s - (scaler ? scaler->skipped() : 0);
+    double rate = schedule->lrForUpdate(update);
     for (auto [id, values] :
-         {std::pair<int, std::vector<double>>{lr, {rate}}, {step, {double(s)}}})
+         {std::pair<int, std::vector<double>>{lr, {rate}},
+          {step, {double(update)}}})
       if (absl::Status st = writeEveryCopy(e, id, values); !st.ok())
         return st;
     // Micro-batch m of step s on data-parallel rank d holds the samples that
@@ -1337,14 +1348,19 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           int(std::to_string(steps).size()), s, steps, lossValue, rate, norm,
           tokensPerS, elapsed,
           elapsed / double(s - firstStep + 1) * double(steps - s));
+    // A step skipped for overflow has no gradient norm: JSON's null (JSON
+    // has no NaN), and "skipped".
     if (metrics)
       metrics << absl::StrFormat(
-          "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+          "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, "
           "\"tokens\": %d, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, "
           "\"predicted_mem_bytes\": %d, \"peak_mem_bytes\": %d, "
-          "\"loss_scale\": %.9g}\n",
-          s, lossValue, rate, norm, globalBatch * seq, stepTime, tokensPerS,
-          int64_t(memory[0]), int64_t(memory[1]), lossScale);
+          "\"loss_scale\": %.9g%s}\n",
+          s, lossValue, rate,
+          std::isfinite(norm) ? absl::StrFormat("%.9g", norm) : "null",
+          globalBatch * seq, stepTime, tokensPerS, int64_t(memory[0]),
+          int64_t(memory[1]), lossScale,
+          std::isfinite(norm) ? "" : ", \"skipped\": true");
     if (!options.save.empty() &&
         ((options.saveEvery > 0 && s % options.saveEvery == 0) || s == steps))
       if (absl::Status st = save(s); !st.ok())

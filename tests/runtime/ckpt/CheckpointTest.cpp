@@ -172,6 +172,8 @@ struct ManifestText {
   /// JSON appended to the first tensor's pieces / to the tensors.
   std::string extraPieces;
   std::string extraTensors;
+  /// JSON fields appended at the top level (after "mesh").
+  std::string extraFields;
 
   static constexpr char kUp[] = "layers.0.mlp.up_proj.weight";
 
@@ -188,7 +190,8 @@ struct ManifestText {
     return absl::StrCat(
         R"({"format": ")", format, R"(", "version": )", version,
         R"(, "step": "3", "consumed_samples": "96", "seed": "1234",
-  "mesh": {"axes": ["dp", "tp"], "sizes": ["1", "2"]},
+  "mesh": {"axes": ["dp", "tp"], "sizes": ["1", "2"]},)",
+        extraFields, R"(
   "tensors": [{"name": ")",
         kUp, R"(", "shape": ["4", "3"], "dtype": ")", dtype,
         R"(", "sharding": {"axis": ")", axis, R"(", "dim": 0}, "pieces": [)",
@@ -249,6 +252,24 @@ TEST_F(ManifestTest, MissingOrMalformedManifest) {
   writeBytes(dir_.file(kManifestFile), R"({"format": "braid-checkpoint",)");
   m = ReadManifest(dir_.path());
   expectMentions(m.status(), {dir_.file(kManifestFile)});
+}
+
+// fp16's loss scaler: read back, and refused out of range (the step is 3).
+TEST_F(ManifestTest, LossScalerState) {
+  ManifestText text;
+  text.extraFields = R"("loss_scaler": {"scale": 1024, "growth_tracker": "7",
+    "hysteresis_tracker": "-1", "skipped_steps": "2"},)";
+  absl::StatusOr<Manifest> m = read(text);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->loss_scaler().scale(), 1024);
+  EXPECT_EQ(m->loss_scaler().growth_tracker(), 7);
+  EXPECT_EQ(m->loss_scaler().hysteresis_tracker(), -1);
+  EXPECT_EQ(m->loss_scaler().skipped_steps(), 2);
+  text.extraFields = R"("loss_scaler": {"scale": 1024, "skipped_steps": "4"},)";
+  expectRefused(text, {"a loss scaler's state out of range",
+                       "4 steps skipped of 3"});
+  text.extraFields = R"("loss_scaler": {"scale": 0},)";
+  expectRefused(text, {"a loss scaler's state out of range (scale 0"});
 }
 
 TEST_F(ManifestTest, RefusesWrongFormat) {
