@@ -58,9 +58,9 @@ for tool in braid-run braid-gpu-bench braid-cuda-kernel-tests \
   cp "$work/bin/$tool" "$bins/"
   strip "$bins/$tool"
   # What it links dynamically: nothing beyond the C library and CUDA's
-  # cuBLASLt (whose own needs the CUDA install meets).
+  # cuBLASLt and NCCL (which the CUDA install has, next to each other).
   extra=$(readelf -d "$bins/$tool" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
-    grep -Ev '^(libc|libm|libdl|libpthread|librt|libcublasLt|libgcc_s|ld-linux-x86-64)\.so' || true)
+    grep -Ev '^(libc|libm|libdl|libpthread|librt|libcublasLt|libnccl|libgcc_s|ld-linux-x86-64)\.so' || true)
   if [ -n "$extra" ]; then
     echo "device_build: $tool still needs" $extra >&2
     exit 1

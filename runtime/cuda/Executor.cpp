@@ -501,6 +501,23 @@ absl::Status Executor::waitForSends(const Instruction &inst, int64_t slot) {
   return absl::OkStatus();
 }
 
+absl::Status Executor::finishInFlight(const Instruction *wait) {
+  for (auto it = inFlight_.begin(); it != inFlight_.end();) {
+    bool named = !wait;
+    if (wait)
+      for (int32_t id : wait->inputs())
+        named |= std::find(it->buffers.begin(), it->buffers.end(), id) !=
+                 it->buffers.end();
+    if (!named) {
+      ++it;
+      continue;
+    }
+    BRAID_RETURN_IF_ERROR(comm_->Wait(it->handle));
+    it = inFlight_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Executor::WaitSends() {
   if (!comm_)
     return absl::OkStatus();
@@ -649,6 +666,8 @@ absl::Status Executor::Run(absl::string_view name,
                           absl::StrCat("function '", name, "', ",
                                        inst.provenance(), ": ", s.message()));
   }
+  // A function leaves nothing in flight (plans WAIT before its end).
+  BRAID_RETURN_IF_ERROR(finishInFlight(nullptr));
   if (!timed)
     return absl::OkStatus();
   // Instruction i ran between events i and i + 1.
@@ -674,10 +693,15 @@ absl::Status Executor::Run(absl::string_view name,
 absl::Status Executor::runCommunication(const Instruction &inst,
                                         int64_t slot) {
   const plan::Kernel kernel = inst.kernel();
-  // Collectives complete before the instruction that starts them returns
-  // (async ones too): a WAIT finds nothing in flight.
+  // A WAIT makes the stream wait for the collectives started on the
+  // buffers it names (only a communicator on streams starts them; others
+  // complete each collective before the instruction returns).
   if (kernel == plan::WAIT)
-    return absl::OkStatus();
+    return finishInFlight(&inst);
+  // Started here and finished by a WAIT (ZeRO's buckets): on a
+  // communicator on streams, which runs it beside the compute stream.
+  const bool async = streamComm_ && inst.int_attrs().count("async") &&
+                     inst.int_attrs().at("async") == 1;
   auto at = [&](int id) { return static_cast<uint8_t *>(address(id, slot)); };
   if (kernel == plan::SEND || kernel == plan::RECV) {
     bool send = kernel == plan::SEND;
@@ -744,15 +768,29 @@ absl::Status Executor::runCommunication(const Instruction &inst,
     // already there, at its place in the group.
     int64_t block = plan::NumElements(y) / ranks;
     BRAID_RETURN_IF_ERROR(beforeCommunication());
-    return comm_->AllGather(group, out + groupPlace(inst) * block * element,
-                            out, block, y.dtype());
+    uint8_t *own = out + groupPlace(inst) * block * element;
+    if (!async)
+      return comm_->AllGather(group, own, out, block, y.dtype());
+    absl::StatusOr<int64_t> handle =
+        comm_->StartAllGather(group, own, out, block, y.dtype());
+    if (!handle.ok())
+      return handle.status();
+    inFlight_.push_back({*handle, {inst.outputs(0)}});
+    return absl::OkStatus();
   }
   const size_t row = size_t(chunk * element);
   if (collectiveScratchBytes(inst) == 0) {
     BRAID_RETURN_IF_ERROR(beforeCommunication());
     if (gather)
       return comm_->AllGather(group, in, out, count, y.dtype());
-    return comm_->ReduceScatter(group, in, out, count, y.dtype());
+    if (!async)
+      return comm_->ReduceScatter(group, in, out, count, y.dtype());
+    absl::StatusOr<int64_t> handle =
+        comm_->StartReduceScatter(group, in, out, count, y.dtype());
+    if (!handle.ok())
+      return handle.status();
+    inFlight_.push_back({*handle, {inst.inputs(0), inst.outputs(0)}});
+    return absl::OkStatus();
   }
   uint8_t *scratch = collectiveScratch_;
   if (gather) {

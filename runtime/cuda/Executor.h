@@ -154,6 +154,9 @@ private:
   /// bytes), or the outputs of `inst`, before they are written.
   absl::Status waitForSends(uint8_t *begin, int64_t bytes);
   absl::Status waitForSends(const plan::Instruction &inst, int64_t slot);
+  /// The stream waits for the collectives started on the buffers `wait`
+  /// names (all of them when null).
+  absl::Status finishInFlight(const plan::Instruction *wait);
   absl::Status runInstruction(const plan::Instruction &inst,
                               const exec::StepContext &context, int64_t slot,
                               uint32_t op);
@@ -173,6 +176,13 @@ private:
     cudaEvent_t done;
   };
   std::vector<PendingSend> pendingSends_;
+  /// Collectives started (async) and not yet waited for, with the buffers
+  /// they read or write.
+  struct InFlight {
+    int64_t handle;
+    std::vector<int32_t> buffers;
+  };
+  std::vector<InFlight> inFlight_;
   std::vector<cudaEvent_t> sendEvents_;
   /// The pipeline stage this rank runs.
   int64_t stage_ = 0;

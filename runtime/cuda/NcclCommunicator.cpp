@@ -119,6 +119,12 @@ NcclCommunicator::Create(const plan::Plan &plan,
           "creating the stream of sends");
       !s.ok())
     return s;
+  if (absl::Status s = cudaError(cudaStreamCreateWithFlags(
+                                     &c->collectiveStream_,
+                                     cudaStreamNonBlocking),
+                                 "creating the stream of collectives");
+      !s.ok())
+    return s;
   if (absl::Status s = cudaError(
           cudaEventCreateWithFlags(&c->ordered_, cudaEventDisableTiming),
           "creating an event");
@@ -151,6 +157,14 @@ NcclCommunicator::~NcclCommunicator() {
     cudaStreamSynchronize(sendStream_);
     cudaStreamDestroy(sendStream_);
   }
+  if (collectiveStream_) {
+    cudaStreamSynchronize(collectiveStream_);
+    cudaStreamDestroy(collectiveStream_);
+  }
+  for (auto &[handle, event] : started_)
+    cudaEventDestroy(event);
+  for (cudaEvent_t event : freeEvents_)
+    cudaEventDestroy(event);
   if (ordered_)
     cudaEventDestroy(ordered_);
   for (auto *comms : {&upward_, &downward_, &groups_})
@@ -301,6 +315,106 @@ absl::Status NcclCommunicator::Recv(absl::string_view axis, int64_t peerOffset,
   return ncclError(ncclRecv(data, size_t(count), *type, from->second,
                             asComm(from->first), stream_),
                    asComm(from->first), "ncclRecv");
+}
+
+absl::StatusOr<int64_t> NcclCommunicator::startOnCollectiveStream() {
+  if (absl::Status s = cudaError(cudaEventRecord(ordered_, stream_),
+                                 "ordering a collective");
+      !s.ok())
+    return s;
+  if (absl::Status s =
+          cudaError(cudaStreamWaitEvent(collectiveStream_, ordered_, 0),
+                    "ordering a collective");
+      !s.ok())
+    return s;
+  cudaEvent_t done = nullptr;
+  if (!freeEvents_.empty()) {
+    done = freeEvents_.back();
+    freeEvents_.pop_back();
+  } else if (absl::Status s = cudaError(
+                 cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                 "creating an event");
+             !s.ok()) {
+    return s;
+  }
+  started_[nextHandle_] = done;
+  return nextHandle_++;
+}
+
+absl::StatusOr<int64_t>
+NcclCommunicator::started(absl::StatusOr<int64_t> handle,
+                          absl::Status enqueued) {
+  if (!handle.ok())
+    return handle.status();
+  cudaEvent_t done = started_.at(*handle);
+  if (!enqueued.ok()) {
+    started_.erase(*handle);
+    freeEvents_.push_back(done);
+    return enqueued;
+  }
+  if (absl::Status s = cudaError(cudaEventRecord(done, collectiveStream_),
+                                 "recording a collective");
+      !s.ok())
+    return s;
+  return *handle;
+}
+
+absl::StatusOr<int64_t> NcclCommunicator::StartReduceScatter(
+    absl::Span<const std::string> axes, const void *in, void *out,
+    int64_t countPerRank, plan::DType dtype) {
+  absl::StatusOr<std::pair<void *, int>> c = call(axes, dtype);
+  if (!c.ok())
+    return c.status();
+  absl::StatusOr<int64_t> handle = startOnCollectiveStream();
+  if (!handle.ok())
+    return handle;
+  ncclComm_t comm = asComm(c->first);
+  return started(handle, ncclError(ncclReduceScatter(
+                                       in, out, size_t(countPerRank),
+                                       ncclDataType_t(c->second), ncclSum,
+                                       comm, collectiveStream_),
+                                   comm, "ncclReduceScatter"));
+}
+
+absl::StatusOr<int64_t>
+NcclCommunicator::StartAllGather(absl::Span<const std::string> axes,
+                                 const void *in, void *out, int64_t count,
+                                 plan::DType dtype) {
+  absl::StatusOr<std::pair<void *, int>> c = call(axes, dtype);
+  if (!c.ok())
+    return c.status();
+  absl::StatusOr<int64_t> handle = startOnCollectiveStream();
+  if (!handle.ok())
+    return handle;
+  ncclComm_t comm = asComm(c->first);
+  return started(handle,
+                 ncclError(ncclAllGather(in, out, size_t(count),
+                                         ncclDataType_t(c->second), comm,
+                                         collectiveStream_),
+                           comm, "ncclAllGather"));
+}
+
+absl::StatusOr<bool> NcclCommunicator::Test(int64_t handle) {
+  auto it = started_.find(handle);
+  if (it == started_.end())
+    return true;
+  cudaError_t e = cudaEventQuery(it->second);
+  if (e == cudaErrorNotReady)
+    return false;
+  if (absl::Status s = cudaError(e, "testing a collective"); !s.ok())
+    return s;
+  return true;
+}
+
+absl::Status NcclCommunicator::Wait(int64_t handle) {
+  auto it = started_.find(handle);
+  if (it == started_.end())
+    return absl::OkStatus();
+  cudaEvent_t done = it->second;
+  started_.erase(it);
+  freeEvents_.push_back(done);
+  return cudaError(cudaStreamWaitEvent(stream_, done, 0),
+                   "waiting for a collective");
 }
 
 absl::Status NcclCommunicator::RecordSendsDone(cudaEvent_t event) {

@@ -65,6 +65,21 @@ public:
                     int64_t count, plan::DType dtype) override;
   /// The compute stream waits for every send enqueued so far.
   absl::Status WaitSends() override;
+  /// Enqueued on the communicator's stream of collectives, after the work
+  /// enqueued on the compute stream so far, so that the compute stream goes
+  /// on (ZeRO's buckets overlap the rest of backward); Wait makes the
+  /// compute stream wait for it, without the host waiting.
+  absl::StatusOr<int64_t>
+  StartReduceScatter(absl::Span<const std::string> axes, const void *in,
+                     void *out, int64_t countPerRank,
+                     plan::DType dtype) override;
+  absl::StatusOr<int64_t> StartAllGather(absl::Span<const std::string> axes,
+                                         const void *in, void *out,
+                                         int64_t count,
+                                         plan::DType dtype) override;
+  /// Whether the collective `handle` has run (cudaEventQuery).
+  absl::StatusOr<bool> Test(int64_t handle) override;
+  absl::Status Wait(int64_t handle) override;
 
   absl::Status SetStream(cudaStream_t stream) override;
   absl::Status RecordSendsDone(cudaEvent_t event) override;
@@ -79,6 +94,12 @@ private:
   /// `dtype` (an ncclDataType_t).
   absl::StatusOr<std::pair<void *, int>> call(absl::Span<const std::string> axes,
                                               plan::DType dtype);
+  /// Orders the stream of collectives after the compute stream's work,
+  /// and returns a handle whose event will follow what is enqueued next.
+  absl::StatusOr<int64_t> startOnCollectiveStream();
+  /// Records the handle's event after what was enqueued since.
+  absl::StatusOr<int64_t> started(absl::StatusOr<int64_t> handle,
+                                  absl::Status enqueued);
   /// The communicator of messages from this rank towards `peerOffset`
   /// along `axis` (send) or from it (receive), and the peer's rank in it.
   absl::StatusOr<std::pair<void *, int>>
@@ -96,6 +117,12 @@ private:
   cudaStream_t stream_ = nullptr;
   cudaStream_t sendStream_ = nullptr;
   cudaEvent_t ordered_ = nullptr;
+  /// The stream of started collectives, their completion events by handle,
+  /// and events to reuse.
+  cudaStream_t collectiveStream_ = nullptr;
+  std::map<int64_t, cudaEvent_t> started_;
+  std::vector<cudaEvent_t> freeEvents_;
+  int64_t nextHandle_ = 0;
 };
 
 } // namespace braid::cuda

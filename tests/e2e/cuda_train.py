@@ -12,10 +12,15 @@ Trains the same plans, from the same seeded weights on the same samples, for
                plan on the CPU                               within 2e-2
   llama-fp16   the same in fp16 with dynamic loss scaling    within 2e-2
 
-then resumes llama-fp32 and llama-bf16 on the GPU from the checkpoints their
-runs saved after step 10 (the master weights and moments of mixed precision
-included) and checks that steps 11-20 repeat the uninterrupted run's losses
-(within 1e-5 relative: float atomics may sum in another order on a GPU), and
+then trains llama-fp16-overflow, whose first steps overflow and are
+skipped: a skipped step is no update, so each step's learning rate must be
+the fp32 run's at the step that counts only the updates before it (the
+schedule, and AdamW's bias correction with it, wait for the updates).
+Resumes llama-fp32, llama-bf16 and llama-fp16-overflow on the GPU from the
+checkpoints their runs saved after step 10 (the master weights and moments
+of mixed precision, and the loss scaler's state, included) and checks that
+steps 11-20 repeat the uninterrupted run's losses and loss scales (within
+1e-5 relative: float atomics may sum in another order on a GPU), and
 runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and checks
 that the kernels' share of the step is reported.
 
@@ -41,6 +46,7 @@ the emulated NCCL.
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -59,6 +65,10 @@ JOBS = {
                   "micro_batch_size: 2 global_batch_size: 4", ""),
     "llama-bf16": ('preset: "tiny-llama"', "micro_batch_size: 4", "BF16"),
     "llama-fp16": ('preset: "tiny-llama"', "micro_batch_size: 4", "FP16"),
+    # A loss scale of 2^23 overflows fp16's gradients for the first steps
+    # (halving at each: hysteresis 1), which are skipped.
+    "llama-fp16-overflow": ('preset: "tiny-llama"', "micro_batch_size: 4",
+                            "FP16 initial_loss_scale: 8388608 hysteresis: 1"),
 }
 # Over 2 ranks (--parallel): name -> (model, parallel fields, precision,
 # CPU plan, relative tolerance), trained for PARALLEL_STEPS.
@@ -125,12 +135,32 @@ def prepare(setup, out):
 
 
 RESUME_AT = 10
-RESUMED = ("llama-fp32", "llama-bf16")
+RESUMED = ("llama-fp32", "llama-bf16", "llama-fp16-overflow")
 RESUME_TOLERANCE = 1e-5
 
 
 def checkpoints(setup, name):
     return setup.w(f"{name}-checkpoints")
+
+
+def free_port():
+    """A TCP port free now, below Linux's ephemeral range (32768-60999), so
+    that no socket the kernel numbers (MPI's, in a parallel test run) takes
+    it before rank 0 listens on it."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+                return port
+            except OSError:
+                continue
+    sys.exit("FAILED: no free TCP port in [20000, 32768)")
+
+
+# Each run's metrics records, by (plan, device): the last run's.
+RECORDS = {}
 
 
 def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1):
@@ -146,9 +176,7 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1):
     env = dict(os.environ)
     if ranks > 1:
         # NCCL's ranks meet on a port of this machine (rank 0 listens).
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            env["MASTER_PORT"] = str(s.getsockname()[1])
+        env["MASTER_PORT"] = str(free_port())
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         if device == "cuda" and any(m in p.stderr for m in NO_DEVICE):
@@ -156,6 +184,7 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1):
         sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     with open(metrics) as f:
         records = [json.loads(line) for line in f]
+    RECORDS[(name, device)] = records
     losses = [r["loss"] for r in records]
     scales = sorted({r["loss_scale"] for r in records})
     if scales != [1]:
@@ -207,6 +236,29 @@ def main():
         print("  CPU:", " ".join(f"{x:.6f}" for x in want))
         print("  GPU:", " ".join(f"{x:.6f}" for x in got[0]))
 
+    # Skipped steps are no updates: the learning rate of step s is the
+    # schedule's at update s - (steps skipped before s).
+    name = "llama-fp16-overflow"
+    shutil.rmtree(checkpoints(setup, name), ignore_errors=True)
+    gpu[name] = train(setup, inputs, name, "cuda",
+                      ["--save", checkpoints(setup, name), "--save-every",
+                       str(RESUME_AT)])[0]
+    records = RECORDS[(name, "cuda")]
+    reference = [r["lr"] for r in RECORDS[("llama-fp32", "cpu")]]
+    skipped, mismatched = 0, []
+    for i, r in enumerate(records):
+        if abs(r["lr"] - reference[i - skipped]) > 1e-12 * max(1, r["lr"]):
+            mismatched.append(r["step"])
+        if i + 1 < len(records) and records[i + 1]["loss_scale"] < r["loss_scale"]:
+            skipped += 1
+    ok = 0 < skipped < RESUME_AT and not mismatched
+    failed |= not ok
+    print(f"{name}: {skipped} steps skipped for overflow (loss scales "
+          f"{sorted({r['loss_scale'] for r in records}, reverse=True)}); "
+          f"learning rates follow the updates"
+          f"{'' if not mismatched else f' except at steps {mismatched}'} "
+          f"{'ok' if ok else 'FAILED'}")
+
     if args.parallel:
         for name, (_, _, _, cpu_plan, tolerance) in PARALLEL.items():
             if cpu_plan is None:
@@ -228,6 +280,7 @@ def main():
             print("  GPU:", " ".join(f"{x:.6f}" for x in got))
 
     # Resumed from step 10's checkpoint: steps 11-20 as the whole run's.
+    RECORDS_WHOLE = {name: RECORDS[(name, "cuda")] for name in RESUMED}
     for name in RESUMED:
         step_dir = os.path.join(checkpoints(setup, name),
                                 f"step-{RESUME_AT:08d}")
@@ -235,7 +288,10 @@ def main():
                         expect=STEPS - RESUME_AT)[0]
         whole = gpu[name][RESUME_AT:]
         worst = max(abs(r - w) / abs(w) for r, w in zip(resumed, whole))
-        ok = worst <= RESUME_TOLERANCE
+        scales = [r["loss_scale"] for r in RECORDS[(name, "cuda")]]
+        whole_scales = [r["loss_scale"] for r in
+                        RECORDS_WHOLE[name]][RESUME_AT:]
+        ok = worst <= RESUME_TOLERANCE and scales == whole_scales
         failed |= not ok
         print(f"{name} on the GPU resumed at step {RESUME_AT}: largest relative "
               f"loss difference from the whole run {worst:.3g} (tolerance "

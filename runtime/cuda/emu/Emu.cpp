@@ -740,6 +740,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   return cudaSuccess;
 }
 
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
 }

@@ -7,11 +7,9 @@
 
 #include "runtime/comm/Rendezvous.h"
 
-#include "gtest/gtest.h"
+#include "tests/runtime/comm/FreePort.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include "gtest/gtest.h"
 
 #include <cstdlib>
 #include <string>
@@ -21,20 +19,6 @@
 using namespace braid::comm;
 
 namespace {
-
-/// A TCP port nothing listens on (the kernel's choice, released).
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-  socklen_t n = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &n);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
 
 RendezvousConfig config(int64_t rank, int64_t world, int port,
                         double timeout = 30) {
@@ -51,7 +35,7 @@ TEST(Rendezvous, EveryRankGetsRankZerosBytes) {
   std::string payload(1 << 20, '\0');
   for (size_t i = 0; i < payload.size(); ++i)
     payload[i] = char(i * 7 + i / 256);
-  const int port = freePort(), world = 5;
+  const int port = braid::testutil::FreePort(), world = 5;
   std::vector<std::string> got(world);
   std::vector<absl::Status> status(world);
   std::vector<std::thread> ranks;
@@ -70,7 +54,7 @@ TEST(Rendezvous, EveryRankGetsRankZerosBytes) {
 }
 
 TEST(Rendezvous, RefusesARankOfAnotherJob) {
-  const int port = freePort();
+  const int port = braid::testutil::FreePort();
   absl::Status zero, stranger;
   std::string bytes = "id", theirs;
   std::thread rank0([&] {
@@ -92,7 +76,7 @@ TEST(Rendezvous, RefusesARankOfAnotherJob) {
 TEST(Rendezvous, RefusesATakenRank) {
   // Rank 1 joins twice; rank 2 never comes, so rank 0 and the first rank 1
   // time out.
-  const int port = freePort();
+  const int port = braid::testutil::FreePort();
   std::string bytes = "id", first, second;
   absl::Status zero, one, again;
   std::thread rank0([&] {
@@ -114,7 +98,7 @@ TEST(Rendezvous, RefusesATakenRank) {
 }
 
 TEST(Rendezvous, NamesTheAddressItCannotReach) {
-  RendezvousConfig c = config(1, 2, freePort(), 0.3);
+  RendezvousConfig c = config(1, 2, braid::testutil::FreePort(), 0.3);
   std::string bytes;
   absl::Status s = RendezvousBroadcast(c, "job", bytes);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);

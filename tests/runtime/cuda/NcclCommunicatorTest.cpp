@@ -14,13 +14,12 @@
 #include "runtime/cuda/NcclCommunicator.h"
 #include "runtime/plan/PlanLoader.h"
 
+#include "tests/runtime/comm/FreePort.h"
+
 #include "gtest/gtest.h"
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -165,20 +164,6 @@ TEST(NcclCommunicator, NamesAPeerOutsideTheAxis) {
       << s;
 }
 
-/// A TCP port nothing listens on (the kernel's choice, released).
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-  socklen_t n = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &n);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -187,7 +172,7 @@ int main(int argc, char **argv) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int port = rank == 0 ? freePort() : 0;
+  int port = rank == 0 ? braid::testutil::FreePort() : 0;
   MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
   comm::RendezvousConfig config;
   config.rank = rank;
