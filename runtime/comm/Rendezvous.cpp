@@ -364,6 +364,15 @@ absl::StatusOr<RendezvousConfig> RendezvousFromEnvironment() {
     return r.status();
   c.rank = *r;
   c.worldSize = *worldSize;
+  const char *localName = nullptr;
+  if (const char *local = firstSet(
+          {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"},
+          &localName)) {
+    absl::StatusOr<int64_t> l = integer(localName, local, 0, *worldSize - 1);
+    if (!l.ok())
+      return l.status();
+    c.localRank = *l;
+  }
   if (const char *host = std::getenv("MASTER_ADDR"); host && *host)
     c.host = host;
   if (const char *port = std::getenv("MASTER_PORT")) {

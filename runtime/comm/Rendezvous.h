@@ -24,6 +24,8 @@ namespace braid::comm {
 struct RendezvousConfig {
   int64_t rank = 0;
   int64_t worldSize = 1;
+  /// This rank's place among the ranks of its node (the GPU it takes).
+  int64_t localRank = 0;
   /// Rank 0's address (a name or a numeric IPv4 or IPv6 address) and port.
   std::string host = "127.0.0.1";
   int port = 29500;
@@ -33,8 +35,10 @@ struct RendezvousConfig {
 
 /// The rendezvous of this process from its environment: RANK and
 /// WORLD_SIZE (else mpirun's OMPI_COMM_WORLD_RANK and _SIZE, or PMI_RANK and
-/// PMI_SIZE), MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default
-/// 29500); BRAID_RENDEZVOUS_TIMEOUT in seconds (default 300). A missing rank
+/// PMI_SIZE), LOCAL_RANK (else OMPI_COMM_WORLD_LOCAL_RANK or
+/// MPI_LOCALRANKID; default 0), MASTER_ADDR (default 127.0.0.1) and
+/// MASTER_PORT (default 29500); BRAID_RENDEZVOUS_TIMEOUT in seconds
+/// (default 300). A missing rank
 /// or size, or a value that is not a number in range, is an error naming
 /// the variable.
 absl::StatusOr<RendezvousConfig> RendezvousFromEnvironment();

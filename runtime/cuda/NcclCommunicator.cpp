@@ -34,6 +34,17 @@ absl::Status cudaError(cudaError_t e, absl::string_view what) {
       absl::StrCat(what, " failed: ", cudaGetErrorString(e)));
 }
 
+/// Whether `p` is memory NCCL cannot read: host memory, pageable or pinned
+/// (the trainer's own values), rather than the device's.
+bool isHost(const void *p) {
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError(); // unknown to CUDA: the host's
+    return true;
+  }
+  return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+}
+
 absl::StatusOr<ncclDataType_t> ncclType(plan::DType dtype) {
   switch (dtype) {
   case plan::F32:
@@ -65,6 +76,21 @@ NcclCommunicator::Create(const plan::Plan &plan,
         "the plan is for ", world, " ranks (", plan::DescribeMesh(plan.mesh()),
         ") but the job has ", rendezvous.worldSize,
         " (WORLD_SIZE, or mpirun -np)"));
+  // One GPU per rank: the node's GPU of this rank's local place.
+  int devices = 0;
+  if (absl::Status s = cudaError(cudaGetDeviceCount(&devices),
+                                 "counting the node's GPUs");
+      !s.ok())
+    return s;
+  if (rendezvous.localRank >= devices)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rendezvous.rank, " is rank ", rendezvous.localRank,
+        " of its node (LOCAL_RANK) but the node has ", devices,
+        " GPUs: start at most one rank per GPU"));
+  if (absl::Status s = cudaError(cudaSetDevice(int(rendezvous.localRank)),
+                                 "selecting the rank's GPU");
+      !s.ok())
+    return s;
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
   c->mesh_ = plan.mesh();
   c->rank_ = rendezvous.rank;
@@ -163,6 +189,10 @@ NcclCommunicator::~NcclCommunicator() {
   }
   for (auto &[handle, event] : started_)
     cudaEventDestroy(event);
+  for (void *p : hostSends_)
+    cudaFree(p);
+  if (staging_)
+    cudaFree(staging_);
   for (cudaEvent_t event : freeEvents_)
     cudaEventDestroy(event);
   if (ordered_)
@@ -213,6 +243,26 @@ NcclCommunicator::call(absl::Span<const std::string> axes, plan::DType dtype) {
   return std::make_pair(*g, int(*type));
 }
 
+absl::StatusOr<uint8_t *> NcclCommunicator::staging(size_t bytes) {
+  if (bytes <= stagingBytes_)
+    return staging_;
+  if (staging_) {
+    if (absl::Status s = cudaError(cudaStreamSynchronize(stream_),
+                                   "growing the staging of host buffers");
+        !s.ok())
+      return s;
+    cudaFree(staging_);
+    staging_ = nullptr;
+    stagingBytes_ = 0;
+  }
+  if (absl::Status s = cudaError(cudaMalloc(&staging_, bytes),
+                                 "allocating the staging of host buffers");
+      !s.ok())
+    return s;
+  stagingBytes_ = bytes;
+  return staging_;
+}
+
 absl::Status NcclCommunicator::AllReduce(absl::Span<const std::string> axes,
                                          void *data, int64_t count,
                                          plan::DType dtype,
@@ -221,12 +271,37 @@ absl::Status NcclCommunicator::AllReduce(absl::Span<const std::string> axes,
   if (!c.ok())
     return c.status();
   ncclComm_t comm = asComm(c->first);
-  return ncclError(ncclAllReduce(data, data, size_t(count),
-                                 ncclDataType_t(c->second),
-                                 op == exec::Reduction::kMax ? ncclMax
-                                                             : ncclSum,
-                                 comm, stream_),
-                   comm, "ncclAllReduce");
+  const ncclRedOp_t redOp =
+      op == exec::Reduction::kMax ? ncclMax : ncclSum;
+  if (!isHost(data))
+    return ncclError(ncclAllReduce(data, data, size_t(count),
+                                   ncclDataType_t(c->second), redOp, comm,
+                                   stream_),
+                     comm, "ncclAllReduce");
+  // The host's values: through the staging, waited for.
+  const size_t bytes = size_t(count * plan::DTypeBytes(dtype));
+  absl::StatusOr<uint8_t *> stage = staging(bytes);
+  if (!stage.ok())
+    return stage.status();
+  if (absl::Status s = cudaError(cudaMemcpyAsync(*stage, data, bytes,
+                                                 cudaMemcpyHostToDevice,
+                                                 stream_),
+                                 "staging a host buffer");
+      !s.ok())
+    return s;
+  if (absl::Status s = ncclError(
+          ncclAllReduce(*stage, *stage, size_t(count),
+                        ncclDataType_t(c->second), redOp, comm, stream_),
+          comm, "ncclAllReduce");
+      !s.ok())
+    return s;
+  if (absl::Status s = cudaError(cudaMemcpyAsync(data, *stage, bytes,
+                                                 cudaMemcpyDeviceToHost,
+                                                 stream_),
+                                 "copying a staged buffer back");
+      !s.ok())
+    return s;
+  return cudaError(cudaStreamSynchronize(stream_), "ncclAllReduce");
 }
 
 absl::Status NcclCommunicator::AllGather(absl::Span<const std::string> axes,
@@ -237,9 +312,32 @@ absl::Status NcclCommunicator::AllGather(absl::Span<const std::string> axes,
     return c.status();
   ncclComm_t comm = asComm(c->first);
   // In place when `in` is this rank's block of `out`, which NCCL takes.
-  return ncclError(ncclAllGather(in, out, size_t(count),
-                                 ncclDataType_t(c->second), comm, stream_),
-                   comm, "ncclAllGather");
+  if (!isHost(in) && !isHost(out))
+    return ncclError(ncclAllGather(in, out, size_t(count),
+                                   ncclDataType_t(c->second), comm, stream_),
+                     comm, "ncclAllGather");
+  // The host's values: gathered in place in the staging, waited for.
+  int ranks = 0, place = 0;
+  ncclCommCount(comm, &ranks);
+  ncclCommUserRank(comm, &place);
+  const size_t bytes = size_t(count * plan::DTypeBytes(dtype));
+  absl::StatusOr<uint8_t *> stage = staging(bytes * size_t(ranks));
+  if (!stage.ok())
+    return stage.status();
+  uint8_t *own = *stage + size_t(place) * bytes;
+  for (absl::Status s :
+       {cudaError(cudaMemcpyAsync(own, in, bytes, cudaMemcpyDefault, stream_),
+                  "staging a host buffer"),
+        ncclError(ncclAllGather(own, *stage, size_t(count),
+                                ncclDataType_t(c->second), comm, stream_),
+                  comm, "ncclAllGather"),
+        cudaError(cudaMemcpyAsync(out, *stage, bytes * size_t(ranks),
+                                  cudaMemcpyDefault, stream_),
+                  "copying a staged buffer back"),
+        cudaError(cudaStreamSynchronize(stream_), "ncclAllGather")})
+    if (!s.ok())
+      return s;
+  return absl::OkStatus();
 }
 
 absl::Status NcclCommunicator::ReduceScatter(absl::Span<const std::string> axes,
@@ -250,10 +348,34 @@ absl::Status NcclCommunicator::ReduceScatter(absl::Span<const std::string> axes,
   if (!c.ok())
     return c.status();
   ncclComm_t comm = asComm(c->first);
-  return ncclError(ncclReduceScatter(in, out, size_t(countPerRank),
-                                     ncclDataType_t(c->second), ncclSum, comm,
-                                     stream_),
-                   comm, "ncclReduceScatter");
+  if (!isHost(in) && !isHost(out))
+    return ncclError(ncclReduceScatter(in, out, size_t(countPerRank),
+                                       ncclDataType_t(c->second), ncclSum,
+                                       comm, stream_),
+                     comm, "ncclReduceScatter");
+  // The host's values: the operand, then the result, in the staging.
+  int ranks = 0;
+  ncclCommCount(comm, &ranks);
+  const size_t bytes = size_t(countPerRank * plan::DTypeBytes(dtype));
+  absl::StatusOr<uint8_t *> stage = staging(bytes * size_t(ranks + 1));
+  if (!stage.ok())
+    return stage.status();
+  uint8_t *result = *stage + bytes * size_t(ranks);
+  for (absl::Status s :
+       {cudaError(cudaMemcpyAsync(*stage, in, bytes * size_t(ranks),
+                                  cudaMemcpyDefault, stream_),
+                  "staging a host buffer"),
+        ncclError(ncclReduceScatter(*stage, result, size_t(countPerRank),
+                                    ncclDataType_t(c->second), ncclSum, comm,
+                                    stream_),
+                  comm, "ncclReduceScatter"),
+        cudaError(cudaMemcpyAsync(out, result, bytes, cudaMemcpyDefault,
+                                  stream_),
+                  "copying a staged buffer back"),
+        cudaError(cudaStreamSynchronize(stream_), "ncclReduceScatter")})
+    if (!s.ok())
+      return s;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<void *, int>>
@@ -288,6 +410,23 @@ absl::Status NcclCommunicator::Send(absl::string_view axis, int64_t peerOffset,
   absl::StatusOr<ncclDataType_t> type = ncclType(dtype);
   if (!type.ok())
     return type.status();
+  // The host's values: a device copy of them, which the send reads until
+  // WaitSends.
+  if (isHost(data)) {
+    const size_t bytes = size_t(count * plan::DTypeBytes(dtype));
+    void *copy = nullptr;
+    if (absl::Status s = cudaError(cudaMalloc(&copy, std::max<size_t>(bytes, 1)),
+                                   "staging a host message");
+        !s.ok())
+      return s;
+    hostSends_.push_back(copy);
+    if (absl::Status s = cudaError(
+            cudaMemcpyAsync(copy, data, bytes, cudaMemcpyHostToDevice, stream_),
+            "staging a host message");
+        !s.ok())
+      return s;
+    data = copy;
+  }
   // After what the compute stream has enqueued (the message's bytes), on
   // the stream of sends.
   if (absl::Status s = cudaError(cudaEventRecord(ordered_, stream_),
@@ -312,9 +451,26 @@ absl::Status NcclCommunicator::Recv(absl::string_view axis, int64_t peerOffset,
   absl::StatusOr<ncclDataType_t> type = ncclType(dtype);
   if (!type.ok())
     return type.status();
-  return ncclError(ncclRecv(data, size_t(count), *type, from->second,
-                            asComm(from->first), stream_),
-                   asComm(from->first), "ncclRecv");
+  if (!isHost(data))
+    return ncclError(ncclRecv(data, size_t(count), *type, from->second,
+                              asComm(from->first), stream_),
+                     asComm(from->first), "ncclRecv");
+  // Into the host's memory: through the staging, waited for.
+  const size_t bytes = size_t(count * plan::DTypeBytes(dtype));
+  absl::StatusOr<uint8_t *> stage = staging(std::max<size_t>(bytes, 1));
+  if (!stage.ok())
+    return stage.status();
+  for (absl::Status s :
+       {ncclError(ncclRecv(*stage, size_t(count), *type, from->second,
+                           asComm(from->first), stream_),
+                  asComm(from->first), "ncclRecv"),
+        cudaError(cudaMemcpyAsync(data, *stage, bytes, cudaMemcpyDeviceToHost,
+                                  stream_),
+                  "copying a staged message back"),
+        cudaError(cudaStreamSynchronize(stream_), "ncclRecv")})
+    if (!s.ok())
+      return s;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> NcclCommunicator::startOnCollectiveStream() {
@@ -422,6 +578,16 @@ absl::Status NcclCommunicator::RecordSendsDone(cudaEvent_t event) {
 }
 
 absl::Status NcclCommunicator::WaitSends() {
+  if (!hostSends_.empty()) {
+    // The host's messages have left once the stream of sends has run.
+    if (absl::Status s = cudaError(cudaStreamSynchronize(sendStream_),
+                                   "waiting for sends");
+        !s.ok())
+      return s;
+    for (void *p : hostSends_)
+      cudaFree(p);
+    hostSends_.clear();
+  }
   if (absl::Status s =
           cudaError(cudaEventRecord(ordered_, sendStream_), "waiting for sends");
       !s.ok())

@@ -17,6 +17,12 @@
 // stage and its receive from it on one communicator could wait for each
 // other; in one direction the waits only ever go one way along the axis.
 //
+// The trainer's own collectives (the loss over the ranks, checkpoints'
+// agreement, gathers of split parameters) name host memory, which NCCL
+// cannot read: those are staged through device memory of the
+// communicator's and waited for before the call returns. Device buffers
+// (the plan's) are never staged and never waited for.
+//
 // Under the CUDA emulation the same code runs against the emulated NCCL
 // (runtime/cuda/emu/Nccl.cpp, on MPI: the ranks are started by mpirun).
 //
@@ -40,9 +46,10 @@ namespace braid::cuda {
 
 class NcclCommunicator : public StreamCommunicator {
 public:
-  /// Joins the job of `rendezvous` (which must have as many ranks as the
-  /// plan's mesh) on the current device, and creates the communicators of
-  /// every group the plan uses.
+  /// Selects the GPU of the rank's place on its node (`localRank`), joins
+  /// the job of `rendezvous` (which must have as many ranks as the plan's
+  /// mesh) on it, and creates the communicators of every group the plan
+  /// uses. The executor then allocates on that GPU.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>>
   Create(const plan::Plan &plan, const comm::RendezvousConfig &rendezvous);
   ~NcclCommunicator() override;
@@ -94,6 +101,9 @@ private:
   /// `dtype` (an ncclDataType_t).
   absl::StatusOr<std::pair<void *, int>> call(absl::Span<const std::string> axes,
                                               plan::DType dtype);
+  /// Device memory of at least `bytes` to stage host buffers through
+  /// (grown, never shrunk, outside the plan's steps).
+  absl::StatusOr<uint8_t *> staging(size_t bytes);
   /// Orders the stream of collectives after the compute stream's work,
   /// and returns a handle whose event will follow what is enqueued next.
   absl::StatusOr<int64_t> startOnCollectiveStream();
@@ -121,6 +131,11 @@ private:
   /// and events to reuse.
   cudaStream_t collectiveStream_ = nullptr;
   std::map<int64_t, cudaEvent_t> started_;
+  /// The host buffers' staging, and the copies host sends read until
+  /// WaitSends.
+  uint8_t *staging_ = nullptr;
+  size_t stagingBytes_ = 0;
+  std::vector<void *> hostSends_;
   std::vector<cudaEvent_t> freeEvents_;
   int64_t nextHandle_ = 0;
 };

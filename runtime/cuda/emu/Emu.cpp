@@ -535,21 +535,37 @@ double now() {
 
 extern "C" {
 
+/// The devices of the emulated node: BRAID_CUDA_EMULATION_DEVICES, 8 by
+/// default (a node's GPUs, so that the ranks of a job on this machine each
+/// select one, as on a GPU node); the one this process has selected.
+int deviceCount() {
+  static const int count = [] {
+    const char *v = std::getenv("BRAID_CUDA_EMULATION_DEVICES");
+    int n = v ? std::atoi(v) : 8;
+    return n > 0 ? n : 8;
+  }();
+  return count;
+}
+int currentDevice_ = 0;
+
 cudaError_t cudaGetDeviceCount(int *count) {
   if (!count)
     return record(cudaErrorInvalidValue);
-  *count = 1;
+  *count = deviceCount();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : record(cudaErrorInvalidDevice);
+  if (device < 0 || device >= deviceCount())
+    return record(cudaErrorInvalidDevice);
+  currentDevice_ = device;
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *device) {
   if (!device)
     return record(cudaErrorInvalidValue);
-  *device = 0;
+  *device = currentDevice_;
   return cudaSuccess;
 }
 
@@ -635,6 +651,28 @@ cudaError_t cudaFree(void *devPtr) {
   allocated_ -= it->second;
   allocations_.erase(it);
   std::free(devPtr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
+                                     const void *ptr) {
+  if (!attributes)
+    return record(cudaErrorInvalidValue);
+  std::memset(attributes, 0, sizeof(*attributes));
+  // Device memory is what cudaMalloc gave (and has not been freed): the
+  // allocation whose range holds `ptr`. Anything else is host memory that
+  // CUDA does not know (unregistered), as a stack or heap pointer is.
+  std::lock_guard<std::mutex> lock(memoryMutex_);
+  auto it = allocations_.upper_bound(const_cast<void *>(ptr));
+  bool device = false;
+  if (it != allocations_.begin()) {
+    --it;
+    const char *base = static_cast<const char *>(it->first);
+    device = static_cast<const char *>(ptr) < base + it->second;
+  }
+  attributes->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  attributes->device = device ? currentDevice_ : -2;
+  attributes->devicePointer = device ? const_cast<void *>(ptr) : nullptr;
   return cudaSuccess;
 }
 

@@ -9,6 +9,8 @@
 //     which the ranks exchanged themselves: the rendezvous), and the job has
 //     as many ranks as the call says;
 //   - a receive's count is the send's;
+//   - every buffer is device memory (a cudaMalloc allocation of the
+//     emulated runtime): NCCL on a GPU cannot read host memory;
 //   - only sums and maxima, of the types NCCL has.
 // Collectives gather every rank's operand and combine them in rank order,
 // in float for BF16 and F16 (rounded after each addition, as a ring of
@@ -23,6 +25,8 @@
 
 #include <mpi.h>
 #include <nccl.h>
+
+#include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
@@ -91,6 +95,31 @@ ncclResult_t fail(ncclComm_t comm, ncclResult_t r, std::string why) {
   if (comm)
     comm->lastError = std::move(why);
   return r;
+}
+
+/// Whether `bytes` bytes at `p` are device memory (nothing to check for 0).
+bool onDevice(const void *p, size_t bytes) {
+  if (bytes == 0)
+    return true;
+  cudaPointerAttributes a;
+  return cudaPointerGetAttributes(&a, p) == cudaSuccess &&
+         a.type == cudaMemoryTypeDevice &&
+         cudaPointerGetAttributes(&a, static_cast<const char *>(p) + bytes -
+                                          1) == cudaSuccess &&
+         a.type == cudaMemoryTypeDevice;
+}
+
+/// ncclInvalidArgument, naming `what`, when a buffer is not device memory.
+ncclResult_t checkDevice(ncclComm_t comm, const char *what,
+                         std::initializer_list<std::pair<const void *, size_t>>
+                             buffers) {
+  for (const auto &[p, bytes] : buffers)
+    if (!onDevice(p, bytes))
+      return fail(comm, ncclInvalidArgument,
+                  std::string(what) +
+                      ": a buffer is not device memory (NCCL reads and "
+                      "writes the GPU's memory only)");
+  return ncclSuccess;
 }
 
 /// Runs `op` now, or at ncclGroupEnd (sends before everything else).
@@ -346,11 +375,15 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclComm_t comm, cudaStream_t) {
   if (!comm || !validType(datatype))
     return ncclInvalidArgument;
+  const size_t bytes = count * typeBytes(datatype);
+  if (ncclResult_t r = checkDevice(comm, "ncclAllReduce",
+                                   {{sendbuff, bytes}, {recvbuff, bytes}});
+      r != ncclSuccess)
+    return r;
   return enqueue(
       [=]() {
         std::vector<char> all;
-        if (ncclResult_t r =
-                gatherAll(comm, sendbuff, count * typeBytes(datatype), all);
+        if (ncclResult_t r = gatherAll(comm, sendbuff, bytes, all);
             r != ncclSuccess)
           return r;
         return reduceAll(comm, all, count, datatype, op, 0, recvbuff);
@@ -363,13 +396,17 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
   if (!comm || !validType(datatype))
     return ncclInvalidArgument;
+  const size_t bytes = recvcount * typeBytes(datatype);
+  if (ncclResult_t r = checkDevice(
+          comm, "ncclReduceScatter",
+          {{sendbuff, bytes * size_t(comm->size)}, {recvbuff, bytes}});
+      r != ncclSuccess)
+    return r;
   return enqueue(
       [=]() {
         std::vector<char> all;
         if (ncclResult_t r = gatherAll(comm, sendbuff,
-                                       recvcount * size_t(comm->size) *
-                                           typeBytes(datatype),
-                                       all);
+                                       bytes * size_t(comm->size), all);
             r != ncclSuccess)
           return r;
         return reduceAll(comm, all, recvcount, datatype, op,
@@ -383,11 +420,16 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
                            ncclComm_t comm, cudaStream_t) {
   if (!comm || !validType(datatype))
     return ncclInvalidArgument;
+  const size_t bytes = sendcount * typeBytes(datatype);
+  if (ncclResult_t r = checkDevice(
+          comm, "ncclAllGather",
+          {{sendbuff, bytes}, {recvbuff, bytes * size_t(comm->size)}});
+      r != ncclSuccess)
+    return r;
   return enqueue(
       [=]() {
         std::vector<char> all;
-        if (ncclResult_t r =
-                gatherAll(comm, sendbuff, sendcount * typeBytes(datatype), all);
+        if (ncclResult_t r = gatherAll(comm, sendbuff, bytes, all);
             r != ncclSuccess)
           return r;
         std::memcpy(recvbuff, all.data(), all.size());
@@ -404,6 +446,9 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count,
   const size_t bytes = count * typeBytes(datatype);
   if (bytes > size_t(1) << 30)
     return fail(comm, ncclInvalidUsage, "the emulation sends at most 1 GiB");
+  if (ncclResult_t r = checkDevice(comm, "ncclSend", {{sendbuff, bytes}});
+      r != ncclSuccess)
+    return r;
   // The copies of sends that have left are freed.
   for (size_t i = 0; i < comm->sends.size();) {
     int done = 0;
@@ -434,6 +479,9 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
   if (!comm || !validType(datatype) || peer < 0 || peer >= comm->size)
     return ncclInvalidArgument;
   const size_t bytes = count * typeBytes(datatype);
+  if (ncclResult_t r = checkDevice(comm, "ncclRecv", {{recvbuff, bytes}});
+      r != ncclSuccess)
+    return r;
   return enqueue(
       [=]() {
         MPI_Status status;

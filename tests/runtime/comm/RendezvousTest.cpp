@@ -127,7 +127,8 @@ TEST(Rendezvous, ReadsTheEnvironment) {
   for (const char *v :
        {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
         "PMI_RANK", "PMI_SIZE", "MASTER_ADDR", "MASTER_PORT",
-        "BRAID_RENDEZVOUS_TIMEOUT"})
+        "BRAID_RENDEZVOUS_TIMEOUT", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID"})
     setEnv(v, nullptr);
   absl::StatusOr<RendezvousConfig> c = RendezvousFromEnvironment();
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -141,6 +142,12 @@ TEST(Rendezvous, ReadsTheEnvironment) {
   EXPECT_EQ(c->worldSize, 4);
   EXPECT_EQ(c->host, "127.0.0.1");
   EXPECT_EQ(c->port, 29500);
+  EXPECT_EQ(c->localRank, 0);
+  setEnv("LOCAL_RANK", "2");
+  c = RendezvousFromEnvironment();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->localRank, 2);
+  setEnv("LOCAL_RANK", nullptr);
   setEnv("MASTER_ADDR", "node7");
   setEnv("MASTER_PORT", "1234");
   setEnv("BRAID_RENDEZVOUS_TIMEOUT", "2.5");
@@ -168,6 +175,9 @@ TEST(Rendezvous, ReadsTheEnvironment) {
   setEnv("OMPI_COMM_WORLD_RANK", "2");
   expectError("OMPI_COMM_WORLD_RANK='2' is not an integer in [0, 1]");
   setEnv("OMPI_COMM_WORLD_RANK", "1");
+  setEnv("LOCAL_RANK", "5");
+  expectError("LOCAL_RANK='5' is not an integer in [0, 1]");
+  setEnv("LOCAL_RANK", nullptr);
   setEnv("MASTER_PORT", "70000");
   expectError("MASTER_PORT='70000' is not an integer in [1, 65535]");
   setEnv("MASTER_PORT", "1234");

@@ -146,6 +146,32 @@ TEST(NcclCommunicator, MessagesBothWaysAlongAnAxis) {
   cudaEventDestroy(done);
 }
 
+// The trainer's own values are host memory, which NCCL cannot read (the
+// emulated NCCL refuses it, as a GPU would fail): they are staged through
+// device memory, and ready when the call returns.
+TEST(NcclCommunicator, StagesHostBuffers) {
+  int64_t r = theComm->Rank(), p = r / 2, t = r % 2;
+  double sum = double(r);
+  ASSERT_TRUE(theComm->AllReduce({"pp", "tp"}, &sum, 1, plan::F64).ok());
+  EXPECT_EQ(sum, 6.0);
+  std::vector<double> mine = {double(r)}, all(2, -1);
+  ASSERT_TRUE(
+      theComm->AllGather({"tp"}, mine.data(), all.data(), 1, plan::F64).ok());
+  EXPECT_EQ(all, std::vector<double>({double(2 * p), double(2 * p + 1)}));
+  std::vector<float> in = {float(r), 10.0f * r};
+  float out = -1;
+  ASSERT_TRUE(theComm->ReduceScatter({"tp"}, in.data(), &out, 1, plan::F32)
+                  .ok());
+  EXPECT_EQ(out, t == 0 ? float(4 * p + 1) : 10.0f * (4 * p + 1));
+  int64_t towards = p == 0 ? 1 : -1;
+  std::vector<float> message = {float(r), 0.5f}, got(2, 0);
+  ASSERT_TRUE(theComm->Send("pp", towards, message.data(), 2, plan::F32).ok());
+  message[0] = -1; // the message was taken when Send returned
+  ASSERT_TRUE(theComm->Recv("pp", towards, got.data(), 2, plan::F32).ok());
+  ASSERT_TRUE(theComm->WaitSends().ok());
+  EXPECT_EQ(got, std::vector<float>({float(r + 2 * towards), 0.5f}));
+}
+
 TEST(NcclCommunicator, NamesAPeerOutsideTheAxis) {
   int64_t p = theComm->Rank() / 2;
   float x = 0;
