@@ -207,7 +207,7 @@ Holdings(const plan::Plan &plan, const std::vector<int64_t> &coords) {
     if (zero3)
       flat = pb.block_of() - 1;
     else if (inst.rank_axis() == "dp")
-      flat = p;
+      flat = named; // fp32's parameters, or mixed precision's rounded copy
     if (flat < 0) {
       // A parameter of its own, its moments (and masters) beside it.
       if (pb.role() != plan::PARAMETER || pb.name().empty())
@@ -222,13 +222,14 @@ Holdings(const plan::Plan &plan, const std::vector<int64_t> &coords) {
         out.push_back({pb.name(), state, named, buffer, 0, 0, n, false});
       continue;
     }
-    if (masters)
+    if (masters && zero3)
       return absl::UnimplementedError(absl::StrCat(
           "function '", update, "' instruction ", i,
-          ": checkpoints of mixed precision with ZeRO's sharded master "
-          "weights are not implemented yet"));
+          ": checkpoints of mixed precision with ZeRO-3's sharded parameters "
+          "are not implemented yet"));
     // ZeRO: a flat bucket whose members are views; the rank's moments (and
-    // with ZeRO-3 its parameters) are block d of it.
+    // with ZeRO-3 its parameters, with mixed precision its f32 masters) are
+    // block d of it.
     int64_t base = d * blockSize;
     std::vector<int> members;
     for (int j = 0; j < plan.buffers_size(); ++j) {
@@ -247,12 +248,13 @@ Holdings(const plan::Plan &plan, const std::vector<int64_t> &coords) {
       const plan::Buffer &b = plan.buffers(j);
       int64_t off = b.view_offset() / plan::DTypeBytes(b.dtype());
       int64_t n = numel(b);
-      if (!zero3) // ZeRO-1/2: every dp rank holds the whole parameter
+      // ZeRO-1/2 in fp32: every dp rank holds the whole parameter.
+      if (!zero3 && !masters)
         out.push_back({b.name(), "param", j, j, 0, 0, n, false});
       int64_t lo = std::max(off, base), hi = std::min(off + n, base + blockSize);
       if (lo >= hi)
         continue;
-      if (zero3)
+      if (zero3 || masters)
         out.push_back({b.name(), "param", j, p, lo - base, lo - off, hi - off,
                        true});
       out.push_back({b.name(), "exp_avg", j, m, lo - base, lo - off, hi - off,

@@ -228,20 +228,42 @@ absl::Status initMasterWeights(Backend &e, int64_t stage) {
 
 /// Mixed precision, after a checkpoint loaded the f32 master weights of this
 /// rank's stage: sets the weights each is rounded into from them, as the
-/// update does.
+/// update does. Masters sharded over a rank_axis (ZeRO) are this rank's
+/// block of the flat weights, which every rank of the axis holds whole: the
+/// blocks are gathered over the axis first.
 absl::Status weightsFromMasters(Backend &e, int64_t stage) {
   const plan::Plan &plan = e.plan();
   return forEachMaster(plan, stage, [&](const plan::Instruction &inst,
                                         int master, int weights) {
-    if (!inst.rank_axis().empty())
-      return absl::UnimplementedError(absl::StrCat(
-          "the master weights '", plan.buffers(master).name(),
-          "' are sharded over ", inst.rank_axis(),
-          ": loading them from a checkpoint is not implemented yet"));
     absl::StatusOr<std::vector<double>> values = e.Read(master);
     if (!values.ok())
       return values.status();
-    return e.Write(weights, *values);
+    if (inst.rank_axis().empty())
+      return e.Write(weights, *values);
+    int64_t n = int64_t(values->size());
+    int64_t ranks = plan::AxisSize(plan.mesh(), inst.rank_axis());
+    if (numel(plan.buffers(weights)) != n * ranks)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the master weights '", plan.buffers(master).name(), "' (", n,
+          " elements on each of ", ranks, " ranks along '", inst.rank_axis(),
+          "') do not make up the weights '", plan.buffers(weights).name(),
+          "' (", numel(plan.buffers(weights)), ")"));
+    std::vector<double> all(size_t(n * ranks));
+    if (ranks > 1) {
+      Communicator *comm = e.communicator();
+      if (!comm)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the master weights '", plan.buffers(master).name(),
+            "' are on the ranks along '", inst.rank_axis(),
+            "': run the plan under mpirun"));
+      if (absl::Status s = comm->AllGather({inst.rank_axis()}, values->data(),
+                                           all.data(), n, plan::F64);
+          !s.ok())
+        return s;
+    } else {
+      all = *values;
+    }
+    return e.Write(weights, all);
   });
 }
 

@@ -71,8 +71,11 @@ JOBS = {
                             "FP16 initial_loss_scale: 8388608 hysteresis: 1"),
 }
 # Over 2 ranks (--parallel): name -> (model, parallel fields, precision,
-# CPU plan, relative tolerance), trained for PARALLEL_STEPS.
+# CPU plan, relative tolerance), trained for PARALLEL_STEPS; those of
+# PARALLEL_RESUMED also resumed from their checkpoint of PARALLEL_RESUME_AT.
 PARALLEL_STEPS = 8
+PARALLEL_RESUME_AT = 4
+PARALLEL_RESUMED = ("llama-dp2-zero1-bf16",)
 PARALLEL = {
     "llama-dp2-fp32": ('preset: "tiny-llama"', "micro_batch_size: 2 dp: 2",
                        "", "llama-dp2-fp32", 1e-4),
@@ -263,8 +266,14 @@ def main():
         for name, (_, _, _, cpu_plan, tolerance) in PARALLEL.items():
             if cpu_plan is None:
                 continue
-            got = train(setup, inputs, name, "cuda", expect=PARALLEL_STEPS,
-                        ranks=2)[0]
+            save = []
+            if name in PARALLEL_RESUMED:
+                shutil.rmtree(checkpoints(setup, name), ignore_errors=True)
+                save = ["--save", checkpoints(setup, name), "--save-every",
+                        str(PARALLEL_RESUME_AT)]
+            got = train(setup, inputs, name, "cuda", save,
+                        expect=PARALLEL_STEPS, ranks=2)[0]
+            gpu[name] = got
             if cpu_plan not in cpu:
                 cpu[cpu_plan] = train(setup, inputs, cpu_plan, "cpu",
                                       expect=PARALLEL_STEPS, ranks=2)[0]
@@ -278,6 +287,22 @@ def main():
                   f"{'ok' if ok else 'FAILED'}")
             print("  CPU:", " ".join(f"{x:.6f}" for x in want))
             print("  GPU:", " ".join(f"{x:.6f}" for x in got))
+        # ZeRO's sharded f32 masters saved and loaded: the resumed run
+        # repeats the rest of the whole one.
+        for name in PARALLEL_RESUMED:
+            step_dir = os.path.join(checkpoints(setup, name),
+                                    f"step-{PARALLEL_RESUME_AT:08d}")
+            resumed = train(setup, inputs, name, "cuda", ["--load", step_dir],
+                            expect=PARALLEL_STEPS - PARALLEL_RESUME_AT,
+                            ranks=2)[0]
+            whole = gpu[name][PARALLEL_RESUME_AT:]
+            worst = max(abs(r - w) / abs(w) for r, w in zip(resumed, whole))
+            ok = worst <= RESUME_TOLERANCE
+            failed |= not ok
+            print(f"{name} on 2 ranks of the GPU resumed at step "
+                  f"{PARALLEL_RESUME_AT}: largest relative loss difference "
+                  f"from the whole run {worst:.3g} (tolerance "
+                  f"{RESUME_TOLERANCE:g}) {'ok' if ok else 'FAILED'}")
 
     # Resumed from step 10's checkpoint: steps 11-20 as the whole run's.
     RECORDS_WHOLE = {name: RECORDS[(name, "cuda")] for name in RESUMED}
