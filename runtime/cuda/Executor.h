@@ -27,13 +27,15 @@
 // Several ranks: every plan the CPU executor runs over several ranks (data,
 // tensor and sequence parallelism, pipeline stages with their stage's arena
 // only, ZeRO 1-3, the vocabulary-parallel embedding and loss), through an
-// exec::Communicator that takes device memory: under the CUDA emulation the
-// MPI communicator (emulated device memory is host memory); the executor
-// then waits for its stream before each collective. Collectives complete
-// before the instruction that starts them returns, so a WAIT finds nothing
-// in flight (the overlap ZeRO's asynchronous collectives plan is not had
-// yet). A plan for several ranks with no such communicator is refused at
-// Create, naming why.
+// exec::Communicator that takes device memory. NCCL's (StreamCommunicator.h)
+// enqueues on the executor's stream: collectives in order, the plan's
+// asynchronous ones (ZeRO's) on a stream of its own that the executor's
+// waits for at the plan's WAIT, sends on another, each waited for before
+// an instruction writes its bytes again; the host waits for none of it.
+// Under the CUDA emulation any communicator takes the (host) memory of the
+// emulated device, and one that does not enqueue on streams (MPI's) is
+// called once the executor's stream has run. A plan for several ranks with
+// no such communicator is refused at Create, naming why.
 //
 //===----------------------------------------------------------------------===//
 

@@ -533,7 +533,7 @@ double now() {
 
 } // namespace
 
-extern "C" {
+namespace {
 
 /// The devices of the emulated node: BRAID_CUDA_EMULATION_DEVICES, 8 by
 /// default (a node's GPUs, so that the ranks of a job on this machine each
@@ -547,6 +547,10 @@ int deviceCount() {
   return count;
 }
 int currentDevice_ = 0;
+
+} // namespace
+
+extern "C" {
 
 cudaError_t cudaGetDeviceCount(int *count) {
   if (!count)
