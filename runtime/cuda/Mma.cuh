@@ -2,8 +2,9 @@
 //
 // The PTX of the tensor-core kernels behind functions: ldmatrix (8 x 8
 // matrices of 16-bit elements from shared memory into the fragments of
-// mma.sync) and mma.sync.m16n8k16 with bf16 or fp16 inputs and float
-// accumulators (sm_80 and later). Under the CUDA emulation (emu/Emu.h) the same functions
+// mma.sync), mma.sync.m16n8k16 with bf16 or fp16 inputs and float
+// accumulators, and cp.async's copies into shared memory (sm_80 and
+// later). Under the CUDA emulation (emu/Emu.h) the same functions
 // gather the warp's fragments on the host, with PTX's layouts.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), for lane l,
@@ -90,6 +91,53 @@ __device__ __forceinline__ void mma16816<__half>(float (&c)[4],
                "{%0, %1, %2, %3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/// cp.async (sm_80 and later): copies Bytes (4, 8 or 16) from global memory
+/// at `src` to shared memory at `dst` (both aligned to Bytes) without the
+/// registers, or writes zeros when `valid` is false (src is then not read).
+/// The copy completes at a cpAsyncWait that lets its group complete; other
+/// threads see it after that wait and a barrier.
+template <int Bytes>
+__device__ __forceinline__ void cpAsync(void *dst, const void *src,
+                                        bool valid) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16,
+                "cp.async copies 4, 8 or 16 bytes");
+#ifdef BRAID_CUDA_EMULATION
+  emu::cpAsync(dst, src, Bytes, valid ? Bytes : 0);
+#else
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(dst));
+  // 16 bytes bypass L1 (.cg); fewer may only go through it (.ca).
+  if constexpr (Bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :
+                 : "r"(addr), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                 :
+                 : "r"(addr), "l"(src), "n"(Bytes), "r"(valid ? Bytes : 0)
+                 : "memory");
+#endif
+}
+
+/// Makes this thread's cp.async copies since the last commit one group.
+__device__ __forceinline__ void cpAsyncCommit() {
+#ifdef BRAID_CUDA_EMULATION
+  emu::cpAsyncCommit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+/// Waits until at most `Pending` of this thread's committed groups are
+/// incomplete (the newest ones).
+template <int Pending> __device__ __forceinline__ void cpAsyncWait() {
+#ifdef BRAID_CUDA_EMULATION
+  emu::cpAsyncWait(Pending);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 #endif
 }
 

@@ -60,12 +60,23 @@ struct Context {
 using Context = ucontext_t;
 #endif
 
+/// A copy of cp.async: where, and the bytes it writes there.
+struct AsyncCopy {
+  void *dst;
+  unsigned char bytes[16];
+  int size;
+};
+
 struct Fiber {
   Context context;
   State state = State::kReady;
   uint3 index;
   unsigned mask = 0;   // of the warp-collective operation it waits at
   uint64_t collectives = 0;
+  /// cp.async's copies not yet committed, and the committed groups not yet
+  /// complete (oldest first).
+  std::vector<AsyncCopy> openCopies;
+  std::vector<std::vector<AsyncCopy>> copyGroups;
 };
 
 struct Block {
@@ -75,6 +86,9 @@ struct Block {
   /// what another thread wrote without a barrier between sees it missing in
   /// one order or the other.
   std::vector<int> order, position;
+  /// Reversed also runs one warp at a time, each to the block's next
+  /// barrier (runBlock), and lands cp.async's copies when they are issued.
+  bool reverse = false;
   Context scheduler;
   int current = -1;
   const std::function<void()> *body = nullptr;
@@ -141,6 +155,8 @@ void leave(Fiber &f) {
   for (size_t k = size_t(b.position[size_t(b.current)]) + 1; k < b.order.size();
        ++k) {
     const int i = b.order[k];
+    if (b.reverse && i / 32 != b.current / 32)
+      break; // one warp at a time (runBlock)
     if (b.fibers[size_t(i)].state == State::kReady) {
       b.current = i;
       threadIdx_ = b.fibers[size_t(i)].index;
@@ -187,12 +203,10 @@ void startFiber(Fiber &f, char *stack, size_t bytes, Context &scheduler) {
 #endif
 }
 
-/// Releases the lanes of each warp whose operation every lane of its mask
-/// has reached; true if any were.
-bool releaseWarps(Block &b) {
-  bool released = false;
-  const int warps = (int(b.fibers.size()) + 31) / 32;
-  for (int w = 0; w < warps; ++w) {
+/// Releases the lanes of warp `w` if every lane of its operation's mask
+/// has reached it; true if they were.
+bool releaseWarp(Block &b, int w) {
+  {
     const int lanes = laneCount(b, w);
     Fiber *lanesOf = &b.fibers[size_t(w) * 32];
     int first = -1;
@@ -200,7 +214,7 @@ bool releaseWarps(Block &b) {
       if (lanesOf[l].state == State::kAtWarpBarrier)
         first = l;
     if (first < 0)
-      continue;
+      return false;
     const unsigned existing = lanes == 32 ? ~0u : (1u << lanes) - 1;
     const unsigned mask = lanesOf[first].mask & existing;
     if (!((mask >> first) & 1u))
@@ -223,30 +237,65 @@ bool releaseWarps(Block &b) {
              "operations (divergent shuffles or tensor-core products)");
     }
     if (!ready)
-      continue;
+      return false;
     for (int l = 0; l < lanes; ++l)
       if ((mask >> l) & 1u)
         lanesOf[l].state = State::kReady;
-    released = true;
+    return true;
   }
+}
+
+/// Releases every warp releaseWarp can; true if any was.
+bool releaseWarps(Block &b) {
+  bool released = false;
+  const int warps = (int(b.fibers.size()) + 31) / 32;
+  for (int w = 0; w < warps; ++w)
+    released |= releaseWarp(b, w);
   return released;
 }
 
+/// Runs the ready threads of warp `w` (in the block's order) until each
+/// waits or ends; true if any ran.
+bool runWarp(Block &b, int w) {
+  bool ran = false;
+  for (int i : b.order) {
+    if (i / 32 != w || b.fibers[size_t(i)].state != State::kReady)
+      continue;
+    b.current = i;
+    threadIdx_ = b.fibers[size_t(i)].index;
+    switchTo(b.scheduler, b.fibers[size_t(i)].context);
+    ran = true;
+  }
+  return ran;
+}
+
 void runBlock(Block &b) {
+  const int warps = (int(b.fibers.size()) + 31) / 32;
   for (;;) {
-    bool ran = false;
-    for (int i : b.order) {
-      if (b.fibers[size_t(i)].state != State::kReady)
+    if (b.reverse) {
+      // One warp at a time, the last first, each as far as it goes (to a
+      // barrier of the block, or its end) before the next: a warp runs
+      // ahead of the others, as a device may let it.
+      bool progressed = false;
+      for (int w = warps - 1; w >= 0 && !progressed; --w)
+        progressed = runWarp(b, w) || releaseWarp(b, w);
+      if (progressed)
         continue;
-      b.current = i;
-      threadIdx_ = b.fibers[size_t(i)].index;
-      switchTo(b.scheduler, b.fibers[size_t(i)].context);
-      ran = true;
+    } else {
+      bool ran = false;
+      for (int i : b.order) {
+        if (b.fibers[size_t(i)].state != State::kReady)
+          continue;
+        b.current = i;
+        threadIdx_ = b.fibers[size_t(i)].index;
+        switchTo(b.scheduler, b.fibers[size_t(i)].context);
+        ran = true;
+      }
+      if (ran)
+        continue;
+      if (releaseWarps(b))
+        continue;
     }
-    if (ran)
-      continue;
-    if (releaseWarps(b))
-      continue;
     size_t atBarrier = 0, done = 0;
     for (const Fiber &f : b.fibers) {
       atBarrier += f.state == State::kAtBlockBarrier;
@@ -326,6 +375,44 @@ const unsigned char *exchange(unsigned mask, const void *value,
   ++f.collectives;
   wait(State::kAtWarpBarrier);
   return slots;
+}
+
+void cpAsync(void *dst, const void *src, int bytes, int srcBytes) {
+  Fiber &f = current();
+  if (bytes != 4 && bytes != 8 && bytes != 16)
+    fail("cp.async copies 4, 8 or 16 bytes");
+  if (srcBytes < 0 || srcBytes > bytes)
+    fail("cp.async's source size is not within its copy size");
+  auto *d = static_cast<unsigned char *>(dst);
+  if (block_->shared.empty() || d < block_->shared.data() ||
+      d + bytes > block_->shared.data() + block_->shared.size())
+    fail("cp.async to memory outside the block's dynamic shared memory");
+  if (reinterpret_cast<uintptr_t>(dst) % unsigned(bytes) != 0 ||
+      (srcBytes > 0 && reinterpret_cast<uintptr_t>(src) % unsigned(bytes) != 0))
+    fail("cp.async with an address not aligned to its size");
+  AsyncCopy copy{dst, {}, bytes};
+  if (srcBytes > 0)
+    std::memcpy(copy.bytes, src, size_t(srcBytes));
+  if (block_->reverse) {
+    std::memcpy(dst, copy.bytes, size_t(bytes));
+    copy.size = 0; // landed: its wait only completes it
+  }
+  f.openCopies.push_back(copy);
+}
+
+void cpAsyncCommit() {
+  Fiber &f = current();
+  f.copyGroups.push_back(std::move(f.openCopies));
+  f.openCopies.clear();
+}
+
+void cpAsyncWait(int pending) {
+  Fiber &f = current();
+  while (f.copyGroups.size() > size_t(std::max(pending, 0))) {
+    for (const AsyncCopy &copy : f.copyGroups.front())
+      std::memcpy(copy.dst, copy.bytes, size_t(copy.size));
+    f.copyGroups.erase(f.copyGroups.begin());
+  }
 }
 
 int lane() {
@@ -452,6 +539,7 @@ void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
     const char *order = std::getenv("BRAID_CUDA_EMULATION_ORDER");
     return order && std::string(order) == "reverse";
   }();
+  b.reverse = reverse;
   for (size_t k = 0; k < size_t(threads); ++k) {
     const int i = reverse ? int(threads - 1 - k) : int(k);
     b.order[k] = i;
@@ -479,10 +567,21 @@ void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
               f.index = uint3{tx, ty, tz};
               f.mask = 0;
               f.collectives = 0;
+              f.openCopies.clear();
+              f.copyGroups.clear();
               startFiber(f, static_cast<char *>(stacks.base) + i * kStackBytes,
                          kStackBytes, b.scheduler);
             }
         runBlock(b);
+        for (size_t t = 0; t < b.fibers.size(); ++t)
+          if (!b.fibers[t].openCopies.empty() ||
+              std::any_of(b.fibers[t].copyGroups.begin(),
+                          b.fibers[t].copyGroups.end(),
+                          [](const auto &group) { return !group.empty(); })) {
+            b.current = int(t);
+            threadIdx_ = b.fibers[t].index;
+            fail("a thread ended with cp.async copies it never waited for");
+          }
       }
   block_ = nullptr;
 }

@@ -12,8 +12,10 @@
 //   another; a block's threads are fibers on the calling thread, switched at
 //   __syncthreads and at every warp-collective operation (shuffles,
 //   __syncwarp, ldmatrix, mma), so the order of a block's threads between
-//   barriers is the only freedom taken: by thread index, or reversed with
-//   BRAID_CUDA_EMULATION_ORDER=reverse (a barrier missing between a write
+//   barriers is the only freedom taken: by thread index, all warps a
+//   warp-collective operation at a time, or reversed with
+//   BRAID_CUDA_EMULATION_ORDER=reverse, one warp at a time (the last first)
+//   as far as the block's next barrier (a barrier missing between a write
 //   and another thread's read shows in one order or the other; the tests
 //   run in both). Launch configurations are checked as
 //   a device checks them (threads per block, grid extents, dynamic shared
@@ -25,6 +27,13 @@
 //   message, as the compute sanitizer would report it.
 // - __shared__ variables are static (blocks run one at a time); dynamic
 //   shared memory is a buffer of the launch's size (BRAID_DYNAMIC_SHARED).
+// - cp.async (Mma.cuh) reads its source when it is issued and writes shared
+//   memory, in the forward order, when the issuing thread's
+//   cp.async.wait_group lets its group complete (a read before that wait
+//   sees the old bytes), and in the reverse order at once (a copy into a
+//   buffer that other threads still read, without a barrier between, shows
+//   in their reads); a thread that ends with copies it never waited for
+//   stops the program.
 // - Device memory is host memory (cudaMalloc), filled with ones (NaN as
 //   floats) as it is undefined on a device, out of a capacity of 80 GiB
 //   (BRAID_CUDA_EMULATION_MEMORY bytes) that cudaMemGetInfo reports; streams
@@ -123,6 +132,20 @@ void mmaM16N8K16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
 /// `row` is the row this lane addresses (lanes 8i..8i+7 address matrix i's
 /// rows), r[i] this lane's elements of matrix i.
 void ldmatrix(uint32_t *r, int count, const void *row, bool trans);
+
+/// One thread's cp.async.{ca,cg}.shared.global of `bytes` (4, 8 or 16) to
+/// `dst` (shared memory) from `src`, of which the first `srcBytes` are read
+/// (the rest zeros). The source is read now; the shared memory is written
+/// when this thread's cpAsyncWait lets the copy's group complete (threads
+/// run in index order) or now (in reverse order): the two ends of the time
+/// a device may take.
+void cpAsync(void *dst, const void *src, int bytes, int srcBytes);
+/// cp.async.commit_group: this thread's copies since the last commit
+/// become a group.
+void cpAsyncCommit();
+/// cp.async.wait_group `pending`: completes this thread's oldest groups
+/// until at most `pending` are left.
+void cpAsyncWait(int pending);
 
 struct LaunchConfig {
   dim3 grid, block;

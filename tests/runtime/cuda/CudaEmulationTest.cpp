@@ -6,8 +6,9 @@
 // independently of it: shuffles, the fragments of mma.sync.m16n8k16 and
 // ldmatrix (the layouts Mma.cuh documents, element by element, against a
 // plain product of small integers, which float sums exactly), the launch
-// checks, shared memory, and the barrier errors it must report rather than
-// hide. Built under the emulation only.
+// checks, shared memory, cp.async's copies and the two schedules of a
+// block's warps, and the barrier and copy errors it must report rather
+// than hide. Built under the emulation only.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +20,8 @@
 #include "gtest/gtest.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace braid::cuda {
@@ -250,6 +253,108 @@ TEST(CudaEmulationDeathTest, DivergentBarriersAreReported) {
   BRAID_LAUNCH(1, 64, 0, nullptr, exitedThreadsCountAtBarriers)(out.get());
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(out.host()[31], 1);
+}
+
+/// Whether this run has the threads in reverse order (and cp.async's
+/// copies landing when issued, one warp at a time): ctest runs this binary
+/// both ways.
+bool reverseOrder() {
+  const char *order = std::getenv("BRAID_CUDA_EMULATION_ORDER");
+  return order && std::string(order) == "reverse";
+}
+
+/// Each thread copies 16 bytes into its slot of shared memory with
+/// cp.async (odd threads zeros), reads its slot before and after waiting,
+/// then, after a barrier, its neighbour's.
+__global__ void cpAsyncKernel(const uint32_t *src, uint32_t *before,
+                              uint32_t *after, uint32_t *neighbour) {
+  BRAID_DYNAMIC_SHARED(uint32_t, slots);
+  const int t = int(threadIdx.x), n = int(blockDim.x);
+  const bool valid = t % 2 == 0;
+  cpAsync<16>(slots + 4 * t, src + 4 * t, valid);
+  cpAsyncCommit();
+  before[t] = slots[4 * t];
+  cpAsyncWait<0>();
+  after[t] = slots[4 * t + 3];
+  __syncthreads();
+  neighbour[t] = slots[4 * ((t + 1) % n) + 1];
+}
+
+TEST(CudaEmulation, CpAsyncLandsByItsWaitAndZeroFills) {
+  const int threads = 64;
+  std::vector<uint32_t> values(4 * threads);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = uint32_t(1000 + i);
+  Device<uint32_t> src(values), before(threads), after(threads),
+      neighbour(threads);
+  BRAID_LAUNCH(1, threads, 16 * threads, nullptr, cpAsyncKernel)(
+      src.get(), before.get(), after.get(), neighbour.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<uint32_t> b = before.host(), a = after.host(),
+                        nb = neighbour.host();
+  for (int t = 0; t < threads; ++t) {
+    const uint32_t mine = t % 2 == 0 ? 1000 + 4 * t : 0;
+    // Before the wait: the old bytes (the emulation's pattern for
+    // undefined shared memory), or with copies that land when issued the
+    // new ones.
+    EXPECT_EQ(b[t], reverseOrder() ? mine : 0xa5a5a5a5u) << t;
+    EXPECT_EQ(a[t], t % 2 == 0 ? 1000 + 4 * t + 3 : 0) << t;
+    const int u = (t + 1) % threads;
+    EXPECT_EQ(nb[t], u % 2 == 0 ? uint32_t(1000 + 4 * u + 1) : 0u) << t;
+  }
+}
+
+/// Each thread takes a ticket before and after a warp-collective operation
+/// (no barrier between).
+__global__ void ticketKernel(int *counter, int *first, int *second) {
+  const int t = int(threadIdx.x);
+  first[t] = atomicAdd(counter, 1);
+  __syncwarp();
+  second[t] = atomicAdd(counter, 1);
+}
+
+TEST(CudaEmulation, WarpsRunTogetherOrOneAtATime) {
+  const int threads = 64;
+  Device<int> counter(std::vector<int>{0}), first(threads), second(threads);
+  BRAID_LAUNCH(1, threads, 0, nullptr, ticketKernel)(counter.get(),
+                                                     first.get(), second.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> f = first.host(), s = second.host();
+  for (int t = 0; t < threads; ++t) {
+    if (reverseOrder()) {
+      // Warp 1 (threads 63..32) to its end, then warp 0 (31..0).
+      const int k = threads - 1 - t, warpBase = 64 * (1 - t / 32);
+      EXPECT_EQ(f[t], warpBase + (k % 32)) << t;
+      EXPECT_EQ(s[t], warpBase + 32 + (k % 32)) << t;
+    } else {
+      // Every thread's first ticket before any second one.
+      EXPECT_EQ(f[t], t) << t;
+      EXPECT_EQ(s[t], threads + t) << t;
+    }
+  }
+}
+
+__global__ void unwaitedCopyKernel(const uint32_t *src) {
+  BRAID_DYNAMIC_SHARED(uint32_t, slots);
+  cpAsync<16>(slots, src, true);
+  cpAsyncCommit();
+}
+
+__global__ void misalignedCopyKernel(const uint32_t *src) {
+  BRAID_DYNAMIC_SHARED(uint32_t, slots);
+  cpAsync<16>(slots + 1, src, true);
+  cpAsyncCommit();
+  cpAsyncWait<0>();
+}
+
+TEST(CudaEmulationDeathTest, CpAsyncMisuseIsReported) {
+  Device<uint32_t> src(std::vector<uint32_t>(8, 1));
+  EXPECT_DEATH(
+      BRAID_LAUNCH(1, 1, 32, nullptr, unwaitedCopyKernel)(src.get()),
+      "cp.async copies it never waited for");
+  EXPECT_DEATH(
+      BRAID_LAUNCH(1, 1, 32, nullptr, misalignedCopyKernel)(src.get()),
+      "not aligned");
 }
 
 } // namespace
