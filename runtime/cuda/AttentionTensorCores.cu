@@ -1,4 +1,4 @@
-//===- AttentionTensorCores.cu - Attention's forward on tensor cores ------===//
+//===- AttentionTensorCores.cu - Attention on tensor cores ----------------===//
 //
 // FlashAttention-2's forward for bf16 and fp16 (E) with the warp-level
 // tensor-core product mma.sync.m16n8k16 (E inputs, float accumulators;
@@ -20,7 +20,10 @@
 //
 // Causal tiles above the diagonal are skipped, the diagonal one masked;
 // rows and keys past the sequence's end are zeros in shared memory and
-// masked out. The log-sum-exp is written in float, in natural units, as the
+// masked out. Tiles reach shared memory through cp.async into two buffers:
+// the next tile's copy runs while the block computes on this one. Causal
+// blocks over query rows take their row blocks last first (the longest
+// first). The log-sum-exp is written in float, in natural units, as the
 // CUDA-core kernel (Attention.cu) and the CPU's are.
 //
 // Backward (FlashAttention-2's, without atomics, as the CUDA-core kernels):
@@ -65,8 +68,10 @@ template <int D> constexpr int pitchOf() { return D + 8; }
 /// Both element types (bf16, fp16) are 16 bits.
 constexpr size_t kElementBytes = 2;
 
+/// The forward's shared memory: the block's query rows, and two buffers of
+/// a key tile and a value tile (one filled while the other is read).
 template <int D> constexpr size_t sharedBytes() {
-  return size_t(3) * kTcKeys * pitchOf<D>() * kElementBytes;
+  return size_t(kTcRows + 4 * kTcKeys) * pitchOf<D>() * kElementBytes;
 }
 
 struct TcParams {
@@ -85,21 +90,30 @@ struct TcParams {
   }
 };
 
-/// Copies rows [row0, row0 + Rows) of a [seq, stride] bf16 matrix (D
-/// columns from `src`) into `dst` (pitch P), 16 bytes at a time; rows past
-/// `seq` become zeros.
+/// Starts this thread's part of copying rows [row0, row0 + Rows) of a
+/// [seq, stride] matrix of E (D columns from `src`) into `dst` (pitch P),
+/// 16 bytes at a time, with cp.async: rows past `seq` become zeros. The
+/// copy is complete after the cpAsyncWait of its group and a barrier.
 template <int D, int Rows = kTcKeys, typename E>
-__device__ __forceinline__ void loadRows(const E *src, int64_t stride,
-                                         int64_t row0, int64_t seq, E *dst) {
+__device__ __forceinline__ void loadRowsAsync(const E *src, int64_t stride,
+                                              int64_t row0, int64_t seq,
+                                              E *dst) {
   constexpr int P = pitchOf<D>();
   constexpr int kVectors = D / 8; // 16-byte vectors per row
   for (int idx = threadIdx.x; idx < Rows * kVectors; idx += kTcWarps * 32) {
     const int r = idx / kVectors, c = (idx % kVectors) * 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (row0 + r < seq)
-      value = *reinterpret_cast<const uint4 *>(src + (row0 + r) * stride + c);
-    *reinterpret_cast<uint4 *>(dst + r * P + c) = value;
+    const bool valid = row0 + r < seq;
+    cpAsync<16>(dst + r * P + c, valid ? src + (row0 + r) * stride + c : src,
+              valid);
   }
+}
+
+/// The row block a block of a causal kernel over query rows takes: the
+/// last first, since rows further on see more keys (the longest blocks
+/// start first and the short ones fill the tail).
+__device__ __forceinline__ int64_t queryRowBlock(bool causal) {
+  return causal ? int64_t(gridDim.x) - 1 - int64_t(blockIdx.x)
+                : int64_t(blockIdx.x);
 }
 
 template <typename E, int D>
@@ -111,8 +125,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   constexpr int kDimTiles = D / 8; // n-tiles of P V
   BRAID_DYNAMIC_SHARED(unsigned char, shared);
   E *qs = reinterpret_cast<E *>(shared);
-  E *ks = qs + kTcKeys * P;
-  E *vs = ks + kTcKeys * P;
+  E *tiles = qs + kTcRows * P; // buffer s: keys at 2s, values at 2s + 1
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int quadRow = lane >> 2, quadCol = lane & 3;
@@ -121,14 +134,30 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const E *qb = q + b * p.seq * qStride + h * D;
   const E *kb = k + b * p.seq * kvStride + g * D;
   const E *vb = v + b * p.seq * kvStride + g * D;
-  const int64_t rowBase = int64_t(blockIdx.x) * kTcRows;
+  const int64_t rowBase = queryRowBlock(p.causal) * kTcRows;
   // This thread's two rows (of the warp's 16): quadRow and quadRow + 8.
   const int64_t row0 = rowBase + warp * 16 + quadRow, row1 = row0 + 8;
   const float slopeLog2 = p.slope(h) * kLog2e;
+  const int64_t keyEnd =
+      p.causal ? (rowBase + kTcRows < p.seq ? rowBase + kTcRows : p.seq)
+               : p.seq;
+  const int64_t keyTiles = (keyEnd + kTcKeys - 1) / kTcKeys;
+  // Key tile t (and its values) into buffer t % 2.
+  auto loadTile = [&](int64_t t) {
+    E *ks = tiles + (t & 1) * 2 * kTcKeys * P;
+    loadRowsAsync<D>(kb, kvStride, t * kTcKeys, p.seq, ks);
+    loadRowsAsync<D>(vb, kvStride, t * kTcKeys, p.seq, ks + kTcKeys * P);
+  };
 
-  // The warp's query rows, as A fragments for every k-step.
-  loadRows<D>(qb, qStride, rowBase, p.seq, qs);
+  // The query rows, then the first tile, each a group of copies.
+  loadRowsAsync<D, kTcRows>(qb, qStride, rowBase, p.seq, qs);
+  cpAsyncCommit();
+  if (keyTiles > 0)
+    loadTile(0);
+  cpAsyncCommit();
+  cpAsyncWait<1>();
   __syncthreads();
+  // The warp's query rows, as A fragments for every k-step.
   uint32_t qa[kSteps][4];
 #pragma unroll
   for (int s = 0; s < kSteps; ++s)
@@ -141,14 +170,16 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 
-  const int64_t keyEnd =
-      p.causal ? (rowBase + kTcRows < p.seq ? rowBase + kTcRows : p.seq)
-               : p.seq;
-  for (int64_t j0 = 0; j0 < keyEnd; j0 += kTcKeys) {
-    __syncthreads(); // the previous tile is no longer read
-    loadRows<D>(kb, kvStride, j0, p.seq, ks);
-    loadRows<D>(vb, kvStride, j0, p.seq, vs);
+  for (int64_t tile = 0; tile < keyTiles; ++tile) {
+    // The next tile's copy runs while this one is computed.
+    if (tile + 1 < keyTiles)
+      loadTile(tile + 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>(); // this tile's group
     __syncthreads();
+    const int64_t j0 = tile * kTcKeys;
+    const E *ks = tiles + (tile & 1) * 2 * kTcKeys * P;
+    const E *vs = ks + kTcKeys * P;
 
     // S = Q Kᵀ over the tile's 64 keys: 8 tiles of 16 x 8.
     float s[8][4];
@@ -173,18 +204,29 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     const bool edge =
         j0 + kTcKeys > p.seq || (p.causal && j0 + kTcKeys - 1 > rowBase);
     float tileMax[2] = {-INFINITY, -INFINITY};
+    if (!edge && !p.alibi) {
+      // Inside the sequence and the causal triangle, no bias: the scores.
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = e < 2 ? row0 : row1;
-        const int64_t j = j0 + n * 8 + quadCol * 2 + (e & 1);
-        float x = s[n][e] * p.scaleLog2 - slopeLog2 * float(i - j);
-        if (edge && (j >= p.seq || (p.causal && j > i)))
-          x = -INFINITY;
-        s[n][e] = x;
-        tileMax[e >> 1] = fmaxf(tileMax[e >> 1], x);
-      }
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] *= p.scaleLog2;
+          tileMax[e >> 1] = fmaxf(tileMax[e >> 1], s[n][e]);
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = e < 2 ? row0 : row1;
+          const int64_t j = j0 + n * 8 + quadCol * 2 + (e & 1);
+          float x = s[n][e] * p.scaleLog2 - slopeLog2 * float(i - j);
+          if (edge && (j >= p.seq || (p.causal && j > i)))
+            x = -INFINITY;
+          s[n][e] = x;
+          tileMax[e >> 1] = fmaxf(tileMax[e >> 1], x);
+        }
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       tileMax[r] =
@@ -238,7 +280,10 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         mma16816<E>(o[t + 1], pa, vf[2], vf[3]);
       }
     }
+    __syncthreads(); // this tile's buffer is read no more: the one after
+                     // the next may fill it
   }
+  cpAsyncWait<0>(); // (only empty groups are left)
 
   // The rows' sums over their quad, then out = O / l and the log-sum-exp.
 #pragma unroll
@@ -376,7 +421,10 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 }
 
 /// dk and dv for 64 keys of one kv head (see the file comment), query
-/// tiles of QT rows.
+/// tiles of QT rows: the keys and values stay in shared memory while the
+/// query tiles of every query head of the kv head (the rows, their output
+/// gradients, log-sum-exps and D) stream through two buffers, one filled
+/// while the other is read.
 template <typename E, int D, int QT>
 __global__ void __launch_bounds__(kTcWarps * 32)
     attentionGradKvTcKernel(const E *q, const E *k, const E *v,
@@ -387,10 +435,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   BRAID_DYNAMIC_SHARED(unsigned char, shared);
   E *ks = reinterpret_cast<E *>(shared);
   E *vs = ks + kTcKeys * P;
-  E *qs = vs + kTcKeys * P;
-  E *gs = qs + QT * P;
-  float *lseTile = reinterpret_cast<float *>(gs + QT * P); // log2 units
-  float *dotTile = lseTile + QT;
+  E *tiles = vs + kTcKeys * P; // buffer s: rows at 2s, gradients at 2s + 1
+  float *stats = reinterpret_cast<float *>(tiles + 4 * QT * P);
+  // buffer s: log-sum-exps at 2s, D at 2s + 1 (QT each)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int quadRow = lane >> 2, quadCol = lane & 3;
@@ -399,12 +446,6 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int64_t kvAt = b * p.seq * kvStride + g * D;
   const int64_t keyBase = int64_t(blockIdx.x) * kTcKeys;
   const int64_t key0 = keyBase + warp * 16 + quadRow; // and key0 + 8
-  loadRows<D>(k + kvAt, kvStride, keyBase, p.seq, ks);
-  loadRows<D>(v + kvAt, kvStride, keyBase, p.seq, vs);
-
-  float dkAcc[DT][4], dvAcc[DT][4];
-  zero(dkAcc);
-  zero(dvAcc);
 
   // This kv head's query heads among the shard's (cpu::attentionBackward).
   const int64_t group = p.allHeads / p.allKvHeads;
@@ -414,47 +455,97 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       firstHead + group < p.heads ? firstHead + group : p.heads;
   // Causal: no query before the block's first key sees it.
   const int64_t queryStart = p.causal ? keyBase / QT * QT : 0;
-  for (int64_t h = first; h < last; ++h) {
-    const float slopeLog2 = p.slope(h) * kLog2e;
+  const int64_t tilesPerHead = (p.seq - queryStart + QT - 1) / QT;
+  const int64_t queryTiles = last > first ? (last - first) * tilesPerHead : 0;
+  // Query tile t: its head and first row.
+  auto headOf = [&](int64_t t) { return first + t / tilesPerHead; };
+  auto rowOf = [&](int64_t t) { return queryStart + t % tilesPerHead * QT; };
+  auto loadTile = [&](int64_t t) {
+    const int64_t h = headOf(t), i0 = rowOf(t);
     const int64_t qAt = b * p.seq * qStride + h * D;
     const int64_t statAt = (b * p.heads + h) * p.seq;
-    for (int64_t i0 = queryStart; i0 < p.seq; i0 += QT) {
-      __syncthreads(); // the previous tile is no longer read
-      loadRows<D, QT>(q + qAt, qStride, i0, p.seq, qs);
-      loadRows<D, QT>(dout + qAt, qStride, i0, p.seq, gs);
-      if (threadIdx.x < QT) {
-        const int64_t i = i0 + threadIdx.x;
-        lseTile[threadIdx.x] = i < p.seq ? lse[statAt + i] * kLog2e : 0.0f;
-        dotTile[threadIdx.x] = i < p.seq ? rowDots[statAt + i] : 0.0f;
-      }
-      __syncthreads();
+    E *qs = tiles + (t & 1) * 2 * QT * P;
+    loadRowsAsync<D, QT>(q + qAt, qStride, i0, p.seq, qs);
+    loadRowsAsync<D, QT>(dout + qAt, qStride, i0, p.seq, qs + QT * P);
+    if (threadIdx.x < QT) {
+      const int64_t i = i0 + threadIdx.x;
+      const bool valid = i < p.seq;
+      float *st = stats + (t & 1) * 2 * QT;
+      cpAsync<4>(st + threadIdx.x, valid ? lse + statAt + i : lse, valid);
+      cpAsync<4>(st + QT + threadIdx.x, valid ? rowDots + statAt + i : rowDots,
+               valid);
+    }
+  };
+  loadRowsAsync<D>(k + kvAt, kvStride, keyBase, p.seq, ks);
+  loadRowsAsync<D>(v + kvAt, kvStride, keyBase, p.seq, vs);
+  if (queryTiles > 0)
+    loadTile(0);
+  cpAsyncCommit();
 
-      float st[NT][4], dpt[NT][4];
-      zero(st);
-      zero(dpt);
-      rowProducts<D, NT>(st, ks + warp * 16 * P, qs, lane);
-      rowProducts<D, NT>(dpt, vs + warp * 16 * P, gs, lane);
-      // Pᵀ and dSᵀ: element (key j, query i).
+  float dkAcc[DT][4], dvAcc[DT][4];
+  zero(dkAcc);
+  zero(dvAcc);
+  for (int64_t tile = 0; tile < queryTiles; ++tile) {
+    if (tile + 1 < queryTiles)
+      loadTile(tile + 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>(); // this tile's group (the first: with the keys)
+    __syncthreads();
+    const int64_t h = headOf(tile), i0 = rowOf(tile);
+    const float slopeLog2 = p.slope(h) * kLog2e;
+    const E *qs = tiles + (tile & 1) * 2 * QT * P;
+    const E *gs = qs + QT * P;
+    const float *lseTile = stats + (tile & 1) * 2 * QT;
+    const float *dotTile = lseTile + QT;
+
+    float st[NT][4], dpt[NT][4];
+    zero(st);
+    zero(dpt);
+    rowProducts<D, NT>(st, ks + warp * 16 * P, qs, lane);
+    rowProducts<D, NT>(dpt, vs + warp * 16 * P, gs, lane);
+    // Pᵀ and dSᵀ: element (key j, query i); a tile inside the sequence
+    // and the causal triangle, without a bias, needs no mask.
+    const bool plain = !p.alibi && keyBase + kTcKeys <= p.seq &&
+                       i0 + QT <= p.seq &&
+                       (!p.causal || keyBase + kTcKeys - 1 <= i0);
+    if (plain) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int iq = n * 8 + quadCol * 2 + (e & 1);
+          const float pe =
+              exp2f(st[n][e] * p.scaleLog2 - lseTile[iq] * kLog2e);
+          st[n][e] = pe;
+          dpt[n][e] = pe * (dpt[n][e] - dotTile[iq]) * p.scale;
+        }
+    } else {
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t j = key0 + (e >> 1) * 8;
           const int iq = n * 8 + quadCol * 2 + (e & 1);
-          const float pe =
-              probability(st[n][e], p, slopeLog2, i0 + iq, j, lseTile[iq]);
+          const float pe = probability(st[n][e], p, slopeLog2, i0 + iq, j,
+                                       lseTile[iq] * kLog2e);
           st[n][e] = pe;
           dpt[n][e] = pe * (dpt[n][e] - dotTile[iq]) * p.scale;
         }
-      accumulateTimesRows<D, QT / 16>(dvAcc, st, gs, lane);
-      accumulateTimesRows<D, QT / 16>(dkAcc, dpt, qs, lane);
     }
+    accumulateTimesRows<D, QT / 16>(dvAcc, st, gs, lane);
+    accumulateTimesRows<D, QT / 16>(dkAcc, dpt, qs, lane);
+    __syncthreads(); // this tile's buffer is read no more
   }
+  // Without query tiles (no query head of this kv head in the shard) the
+  // keys' copy is still waited for.
+  cpAsyncWait<0>();
   storeRows<D>(dkAcc, dk + kvAt, kvStride, key0, p.seq, quadCol);
   storeRows<D>(dvAcc, dv + kvAt, kvStride, key0, p.seq, quadCol);
 }
 
-/// dq for 64 query rows of one head (see the file comment).
+/// dq for 64 query rows of one head (see the file comment): the rows and
+/// their output gradients stay in shared memory while key tiles (with their
+/// values) stream through two buffers, one filled while the other is read.
 template <typename E, int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
     attentionGradQueryTcKernel(const E *q, const E *k, const E *v,
@@ -465,8 +556,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   BRAID_DYNAMIC_SHARED(unsigned char, shared);
   E *qs = reinterpret_cast<E *>(shared);
   E *gs = qs + kTcRows * P;
-  E *ks = gs + kTcRows * P;
-  E *vs = ks + kTcKeys * P;
+  E *tiles = gs + kTcRows * P; // buffer s: keys at 2s, values at 2s + 1
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int quadRow = lane >> 2, quadCol = lane & 3;
@@ -474,10 +564,24 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int64_t qStride = p.heads * D, kvStride = p.kvHeads * D;
   const int64_t qAt = b * p.seq * qStride + h * D;
   const int64_t kvAt = b * p.seq * kvStride + g * D;
-  const int64_t rowBase = int64_t(blockIdx.x) * kTcRows;
+  const int64_t rowBase = queryRowBlock(p.causal) * kTcRows;
   const int64_t row0 = rowBase + warp * 16 + quadRow; // and row0 + 8
   const int64_t statAt = (b * p.heads + h) * p.seq;
   const float slopeLog2 = p.slope(h) * kLog2e;
+  const int64_t keyEnd =
+      p.causal ? (rowBase + kTcRows < p.seq ? rowBase + kTcRows : p.seq)
+               : p.seq;
+  const int64_t keyTiles = (keyEnd + kTcKeys - 1) / kTcKeys;
+  auto loadTile = [&](int64_t t) {
+    E *ks = tiles + (t & 1) * 2 * kTcKeys * P;
+    loadRowsAsync<D>(k + kvAt, kvStride, t * kTcKeys, p.seq, ks);
+    loadRowsAsync<D>(v + kvAt, kvStride, t * kTcKeys, p.seq, ks + kTcKeys * P);
+  };
+  loadRowsAsync<D, kTcRows>(q + qAt, qStride, rowBase, p.seq, qs);
+  loadRowsAsync<D, kTcRows>(dout + qAt, qStride, rowBase, p.seq, gs);
+  if (keyTiles > 0)
+    loadTile(0);
+  cpAsyncCommit();
   float lseRow[2], dotRow[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -485,37 +589,52 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     lseRow[r] = i < p.seq ? lse[statAt + i] * kLog2e : 0.0f;
     dotRow[r] = i < p.seq ? rowDots[statAt + i] : 0.0f;
   }
-  loadRows<D>(q + qAt, qStride, rowBase, p.seq, qs);
-  loadRows<D>(dout + qAt, qStride, rowBase, p.seq, gs);
 
   float dqAcc[DT][4];
   zero(dqAcc);
-  const int64_t keyEnd =
-      p.causal ? (rowBase + kTcRows < p.seq ? rowBase + kTcRows : p.seq)
-               : p.seq;
-  for (int64_t j0 = 0; j0 < keyEnd; j0 += kTcKeys) {
-    __syncthreads(); // the previous tile is no longer read
-    loadRows<D>(k + kvAt, kvStride, j0, p.seq, ks);
-    loadRows<D>(v + kvAt, kvStride, j0, p.seq, vs);
+  for (int64_t tile = 0; tile < keyTiles; ++tile) {
+    if (tile + 1 < keyTiles)
+      loadTile(tile + 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>(); // this tile's group (the first: with the rows)
     __syncthreads();
+    const int64_t j0 = tile * kTcKeys;
+    const E *ks = tiles + (tile & 1) * 2 * kTcKeys * P;
+    const E *vs = ks + kTcKeys * P;
     float s[NT][4], dp[NT][4];
     zero(s);
     zero(dp);
     rowProducts<D, NT>(s, qs + warp * 16 * P, ks, lane);
     rowProducts<D, NT>(dp, gs + warp * 16 * P, vs, lane);
-    // dS: element (query i, key j).
+    // dS: element (query i, key j); a tile inside the sequence and the
+    // causal triangle, without a bias, needs no mask.
+    const bool plain = !p.alibi && j0 + kTcKeys <= p.seq &&
+                       rowBase + kTcRows <= p.seq &&
+                       (!p.causal || j0 + kTcKeys - 1 <= rowBase);
+    if (plain) {
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
+      for (int n = 0; n < NT; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = row0 + (e >> 1) * 8;
-        const int64_t j = j0 + n * 8 + quadCol * 2 + (e & 1);
-        const float pe =
-            probability(s[n][e], p, slopeLog2, i, j, lseRow[e >> 1]);
-        s[n][e] = pe * (dp[n][e] - dotRow[e >> 1]) * p.scale;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const float pe = exp2f(s[n][e] * p.scaleLog2 - lseRow[e >> 1]);
+          s[n][e] = pe * (dp[n][e] - dotRow[e >> 1]) * p.scale;
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = row0 + (e >> 1) * 8;
+          const int64_t j = j0 + n * 8 + quadCol * 2 + (e & 1);
+          const float pe =
+              probability(s[n][e], p, slopeLog2, i, j, lseRow[e >> 1]);
+          s[n][e] = pe * (dp[n][e] - dotRow[e >> 1]) * p.scale;
+        }
+    }
     accumulateTimesRows<D, kTcKeys / 16>(dqAcc, s, ks, lane);
+    __syncthreads(); // this tile's buffer is read no more
   }
+  cpAsyncWait<0>(); // (only empty groups are left)
   storeRows<D>(dqAcc, dq + qAt, qStride, row0, p.seq, quadCol);
 }
 
@@ -568,7 +687,7 @@ cudaError_t launchBackwardTc(const E *q, const E *k, const E *v, const E *out,
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
 
-  const size_t queryBytes = 4 * kTcKeys * P * kElementBytes;
+  const size_t queryBytes = (2 * kTcRows + 4 * kTcKeys) * P * kElementBytes;
   if (cudaError_t e =
           allowShared(attentionGradQueryTcKernel<E, D>, queryBytes);
       e != cudaSuccess)
@@ -581,8 +700,8 @@ cudaError_t launchBackwardTc(const E *q, const E *k, const E *v, const E *out,
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
 
-  const size_t kvBytes = (2 * kTcKeys + 2 * QT) * P * kElementBytes +
-                         2 * QT * sizeof(float);
+  const size_t kvBytes = (2 * kTcKeys + 4 * QT) * P * kElementBytes +
+                         4 * QT * sizeof(float);
   if (cudaError_t e = allowShared(attentionGradKvTcKernel<E, D, QT>, kvBytes);
       e != cudaSuccess)
     return e;
