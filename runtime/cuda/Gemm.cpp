@@ -47,6 +47,8 @@ Gemm::~Gemm() {
   }
   if (workspace_)
     cudaFree(workspace_);
+  if (scaledBias_)
+    cudaFree(scaledBias_);
   if (handle_)
     cublasLtDestroy(handle_);
 }
@@ -181,16 +183,21 @@ template <typename T>
 absl::Status Gemm::LinearForward(const T *x, const T *w, const T *bias,
                                  const cpu::LinearShape &s, T *y,
                                  cudaStream_t stream) {
-  bool epilogue = bias && s.biasScale == 1.0;
-  // A scaled bias is written first and the product added onto it, so that y
-  // is rounded to T once.
-  float beta = 0.0f;
-  if (bias && !epilogue) {
-    BRAID_CUDA_CHECK(fillBias(bias, s.biasScale, s.rows, s.out, y, stream));
-    beta = 1.0f;
+  // The bias through the epilogue, which adds it to the float product before
+  // y is rounded to T, once. A scaled bias is scaled into scaledBias_ first
+  // (rounded to T: exact for the powers of two 1 / tp is in practice).
+  // Adding it as C with beta 1 instead rounded twice on an H100 (the
+  // product to bf16, then the sum: 1.4 units in the last place off).
+  if (bias && s.biasScale != 1.0) {
+    if (scaledBiasBytes_ < size_t(s.out) * sizeof(T))
+      return absl::FailedPreconditionError(
+          "a linear with a scaled bias that was not prepared (Gemm::Prepare)");
+    T *scaled = static_cast<T *>(scaledBias_);
+    BRAID_CUDA_CHECK(scaleVector(bias, s.biasScale, s.out, scaled, stream));
+    bias = scaled;
   }
-  return run(forwardProblem<T>(s, epilogue), w, x, y, beta,
-             epilogue ? bias : nullptr, stream);
+  return run(forwardProblem<T>(s, bias != nullptr), w, x, y, 0.0f, bias,
+             stream);
 }
 
 template <typename T>
@@ -216,7 +223,16 @@ absl::Status Gemm::LinearBackward(const T *x, const T *w, const T *dy,
 
 template <typename T>
 absl::Status Gemm::Prepare(const cpu::LinearShape &s, bool bias) {
-  for (const Problem &p : {forwardProblem<T>(s, bias && s.biasScale == 1.0),
+  if (bias && s.biasScale != 1.0 &&
+      scaledBiasBytes_ < size_t(s.out) * sizeof(T)) {
+    if (scaledBias_)
+      BRAID_CUDA_CHECK(cudaFree(scaledBias_));
+    scaledBias_ = nullptr;
+    scaledBiasBytes_ = 0;
+    BRAID_CUDA_CHECK(cudaMalloc(&scaledBias_, size_t(s.out) * sizeof(T)));
+    scaledBiasBytes_ = size_t(s.out) * sizeof(T);
+  }
+  for (const Problem &p : {forwardProblem<T>(s, bias),
                            inputGradProblem<T>(s), weightGradProblem<T>(s)})
     if (p.m > 0 && p.n > 0)
       if (absl::StatusOr<Prepared *> q = prepare(p); !q.ok())

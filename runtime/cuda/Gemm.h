@@ -97,6 +97,10 @@ private:
   static Problem inputGradProblem(const cpu::LinearShape &s);
   template <typename T>
   static Problem weightGradProblem(const cpu::LinearShape &s);
+  /// A linear's scaled bias (LinearForward), for the largest one Prepare
+  /// saw.
+  void *scaledBias_ = nullptr;
+  size_t scaledBiasBytes_ = 0;
   /// A problem's descriptors and algorithm, made once.
   struct Prepared {
     cublasLtMatmulDesc_t op = nullptr;

@@ -199,22 +199,27 @@ __global__ void rmsNormInputGradKernel(const T *x, const T *w,
 
 //===-- Position encoding -------------------------------------------------===//
 
+/// One thread per (row, frequency k): the angle (in double, as the CPU's)
+/// once, then the pair (k, k + half) of every head. A warp's lanes take
+/// consecutive k, so each head's loads and stores are contiguous.
 template <typename T>
 __global__ void ropeKernel(const T *x, int64_t rows, int64_t seq, int64_t heads,
                            int64_t headDim, double theta, double sign, T *y) {
   const int64_t half = headDim / 2;
-  BRAID_GRID_STRIDE(i, rows * heads * half) {
-    const int64_t k = i % half, h = (i / half) % heads,
-                  row = i / (half * heads);
+  BRAID_GRID_STRIDE(i, rows * half) {
+    const int64_t k = i % half, row = i / half;
     const double angle =
         double(row % seq) * pow(theta, -2.0 * double(k) / double(headDim));
-    double s, c;
-    sincos(angle, &s, &c);
-    s *= sign;
-    const int64_t base = row * heads * headDim + h * headDim;
-    const float x1 = toFloat(x[base + k]), x2 = toFloat(x[base + k + half]);
-    y[base + k] = fromFloat<T>(float(x1 * c - x2 * s));
-    y[base + k + half] = fromFloat<T>(float(x2 * c + x1 * s));
+    double sd, cd;
+    sincos(angle, &sd, &cd);
+    const float s = float(sd * sign), c = float(cd);
+    const int64_t base = row * heads * headDim + k;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t at = base + h * headDim;
+      const float x1 = toFloat(x[at]), x2 = toFloat(x[at + half]);
+      y[at] = fromFloat<T>(x1 * c - x2 * s);
+      y[at + half] = fromFloat<T>(x2 * c + x1 * s);
+    }
   }
 }
 
@@ -224,16 +229,53 @@ __device__ __forceinline__ float sigmoid(float g) {
   return 1.0f / (1.0f + expf(-g));
 }
 
+/// SwiGLU of one element, silu(g)·u, rounded to T.
+template <typename T> __device__ __forceinline__ T swigluOf(float g, float u) {
+  return fromFloat<T>(g * sigmoid(g) * u);
+}
+
+/// Its gradients from dy = d: dgate and dup, rounded to T.
+template <typename T>
+__device__ __forceinline__ void swigluGradOf(float g, float u, float d,
+                                             T &dgate, T &dup) {
+  const float sg = sigmoid(g);
+  dup = fromFloat<T>(d * g * sg);
+  dgate = fromFloat<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
+}
+
+/// 16 bytes of T (16 / sizeof(T) elements) in registers, loaded and stored
+/// at once (the address 16-byte aligned).
+template <typename T> struct Vector16 {
+  static constexpr int kSize = 16 / sizeof(T);
+  T e[kSize];
+  __device__ static Vector16 load(const T *p) {
+    Vector16 v;
+    const uint4 raw = *reinterpret_cast<const uint4 *>(p);
+    memcpy(v.e, &raw, sizeof(raw));
+    return v;
+  }
+  __device__ void store(T *p) const {
+    uint4 raw;
+    memcpy(&raw, e, sizeof(raw));
+    *reinterpret_cast<uint4 *>(p) = raw;
+  }
+};
+
 /// SwiGLU over `rows` rows of `cols` outputs whose gate and up rows are
-/// `stride` apart (swigluPacked: stride 2·cols, up at gate + cols).
+/// `stride` apart (swigluPacked: stride 2·cols, up at gate + cols); y and
+/// dy are [rows, cols]. Blocks of threads take consecutive columns
+/// (blockIdx.x) of the rows blockIdx.y, blockIdx.y + gridDim.y, ...: no
+/// index divides.
 template <typename T>
 __global__ void swigluRowsForwardKernel(const T *gate, const T *up,
                                         int64_t rows, int64_t cols,
                                         int64_t stride, T *y) {
-  BRAID_GRID_STRIDE(i, rows * cols) {
-    const int64_t at = (i / cols) * stride + i % cols;
-    float g = toFloat(gate[at]);
-    y[i] = fromFloat<T>(g * sigmoid(g) * toFloat(up[at]));
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t at = r * stride + c;
+    y[r * cols + c] = swigluOf<T>(toFloat(gate[at]), toFloat(up[at]));
   }
 }
 
@@ -241,23 +283,242 @@ template <typename T>
 __global__ void
 swigluRowsBackwardKernel(const T *gate, const T *up, const T *dy, int64_t rows,
                          int64_t cols, int64_t stride, T *dgate, T *dup) {
-  BRAID_GRID_STRIDE(i, rows * cols) {
-    const int64_t at = (i / cols) * stride + i % cols;
-    float g = toFloat(gate[at]), u = toFloat(up[at]), d = toFloat(dy[i]);
-    float sg = sigmoid(g);
-    dup[at] = fromFloat<T>(d * g * sg);
-    dgate[at] = fromFloat<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t at = r * stride + c;
+    swigluGradOf(toFloat(gate[at]), toFloat(up[at]), toFloat(dy[r * cols + c]),
+                 dgate[at], dup[at]);
   }
+}
+
+/// The grid of the row kernels above: the columns' blocks, and rows up to
+/// the grid's limit of 65535 along y.
+dim3 rowsGrid(int64_t rows, int64_t cols) {
+  return dim3(unsigned((cols + kThreads - 1) / kThreads),
+              unsigned(std::min<int64_t>(rows, 65535)));
+}
+
+/// The packed row kernels 16 bytes at a time (V = Vector16<T>'s size; f a
+/// multiple of V, x, dy and the outputs 16-byte aligned): thread
+/// blockIdx.x · blockDim.x + threadIdx.x takes columns [V c, V c + V) of
+/// rows blockIdx.y, blockIdx.y + gridDim.y, ...
+template <typename T>
+__global__ void swigluPackedForwardVectorsKernel(const T *x, int64_t rows,
+                                                 int64_t f, T *y) {
+  constexpr int V = Vector16<T>::kSize;
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= f / V)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T *gate = x + r * 2 * f + c * V;
+    const Vector16<T> gv = Vector16<T>::load(gate),
+                      uv = Vector16<T>::load(gate + f);
+    Vector16<T> yv;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      yv.e[k] = swigluOf<T>(toFloat(gv.e[k]), toFloat(uv.e[k]));
+    yv.store(y + r * f + c * V);
+  }
+}
+
+template <typename T>
+__global__ void swigluPackedBackwardVectorsKernel(const T *x, const T *dy,
+                                                  int64_t rows, int64_t f,
+                                                  T *dx) {
+  constexpr int V = Vector16<T>::kSize;
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= f / V)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t at = r * 2 * f + c * V;
+    const Vector16<T> gv = Vector16<T>::load(x + at),
+                      uv = Vector16<T>::load(x + at + f),
+                      dv = Vector16<T>::load(dy + r * f + c * V);
+    Vector16<T> dg, du;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      swigluGradOf(toFloat(gv.e[k]), toFloat(uv.e[k]), toFloat(dv.e[k]),
+                   dg.e[k], du.e[k]);
+    dg.store(dx + at);
+    du.store(dx + at + f);
+  }
+}
+
+/// The grid of the packed vector kernels: the row's vectors in blocks, and
+/// up to 4096 rows at a time (a thread takes several rows).
+dim3 packedVectorsGrid(int64_t rows, int64_t vectors) {
+  return dim3(unsigned((vectors + kThreads - 1) / kThreads),
+              unsigned(std::min<int64_t>(rows, 4096)));
+}
+
+/// Elementwise SwiGLU of n contiguous elements.
+template <typename T>
+__global__ void swigluForwardKernel(const T *gate, const T *up, int64_t n,
+                                    T *y) {
+  BRAID_GRID_STRIDE(i, n) {
+    y[i] = swigluOf<T>(toFloat(gate[i]), toFloat(up[i]));
+  }
+}
+
+template <typename T>
+__global__ void swigluBackwardKernel(const T *gate, const T *up, const T *dy,
+                                     int64_t n, T *dgate, T *dup) {
+  BRAID_GRID_STRIDE(i, n) {
+    swigluGradOf(toFloat(gate[i]), toFloat(up[i]), toFloat(dy[i]), dgate[i],
+                 dup[i]);
+  }
+}
+
+/// addKernel 16 bytes at a time (a, b and y 16-byte aligned): `vectors`
+/// of Vector16<T>.
+template <typename T>
+__global__ void addVectorsKernel(const T *a, const T *b, int64_t vectors,
+                                 T *y) {
+  constexpr int V = Vector16<T>::kSize;
+  BRAID_GRID_STRIDE(i, vectors) {
+    const Vector16<T> av = Vector16<T>::load(a + i * V),
+                      bv = Vector16<T>::load(b + i * V);
+    Vector16<T> yv;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      yv.e[k] = fromFloat<T>(toFloat(av.e[k]) + toFloat(bv.e[k]));
+    yv.store(y + i * V);
+  }
+}
+
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+/// swigluForwardKernel and swigluBackwardKernel 16 bytes at a time (every
+/// operand 16-byte aligned): `vectors` of Vector16<T>.
+template <typename T>
+__global__ void swigluForwardVectorsKernel(const T *gate, const T *up,
+                                           int64_t vectors, T *y) {
+  constexpr int V = Vector16<T>::kSize;
+  BRAID_GRID_STRIDE(i, vectors) {
+    const Vector16<T> gv = Vector16<T>::load(gate + i * V),
+                      uv = Vector16<T>::load(up + i * V);
+    Vector16<T> yv;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      yv.e[k] = swigluOf<T>(toFloat(gv.e[k]), toFloat(uv.e[k]));
+    yv.store(y + i * V);
+  }
+}
+
+template <typename T>
+__global__ void swigluBackwardVectorsKernel(const T *gate, const T *up,
+                                            const T *dy, int64_t vectors,
+                                            T *dgate, T *dup) {
+  constexpr int V = Vector16<T>::kSize;
+  BRAID_GRID_STRIDE(i, vectors) {
+    const Vector16<T> gv = Vector16<T>::load(gate + i * V),
+                      uv = Vector16<T>::load(up + i * V),
+                      dv = Vector16<T>::load(dy + i * V);
+    Vector16<T> dg, du;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      swigluGradOf(toFloat(gv.e[k]), toFloat(uv.e[k]), toFloat(dv.e[k]),
+                   dg.e[k], du.e[k]);
+    dg.store(dgate + i * V);
+    du.store(dup + i * V);
+  }
+}
+
+/// The elements of n that 16-byte vectors cover when every pointer is
+/// 16-byte aligned (the vector kernels take them; the others the element
+/// kernels), else 0.
+template <typename T>
+int64_t vectorElements(int64_t n, std::initializer_list<const void *> ptrs) {
+  for (const void *p : ptrs)
+    if (!aligned16(p))
+      return 0;
+  return n / Vector16<T>::kSize * Vector16<T>::kSize;
+}
+
+/// rmsNormForwardKernel and rmsNormInputGradKernel 16 bytes at a time (d a
+/// multiple of Vector16<T>'s size, every row 16-byte aligned). dx may be dy
+/// or x: each thread reads its vectors before writing them.
+template <typename T>
+__global__ void rmsNormForwardVectorsKernel(const T *x, const T *w, int64_t d,
+                                            float eps, T *y, float *rstd) {
+  constexpr int V = Vector16<T>::kSize;
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x, vectors = d / V;
+  const T *xr = x + r * d;
+  float sum = 0;
+  for (int64_t c = threadIdx.x; c < vectors; c += blockDim.x) {
+    const Vector16<T> xv = Vector16<T>::load(xr + c * V);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float v = toFloat(xv.e[k]);
+      sum += v * v;
+    }
+  }
+  sum = blockSum(sum, shared);
+  const float inv = 1.0f / sqrtf(sum / float(d) + eps);
+  if (threadIdx.x == 0)
+    rstd[r] = inv;
+  for (int64_t c = threadIdx.x; c < vectors; c += blockDim.x) {
+    const Vector16<T> xv = Vector16<T>::load(xr + c * V),
+                      wv = Vector16<T>::load(w + c * V);
+    Vector16<T> yv;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      yv.e[k] = fromFloat<T>(toFloat(xv.e[k]) * inv * toFloat(wv.e[k]));
+    yv.store(y + r * d + c * V);
+  }
+}
+
+template <typename T>
+__global__ void rmsNormInputGradVectorsKernel(const T *x, const T *w,
+                                              const float *rstd, const T *dy,
+                                              int64_t d, T *dx) {
+  constexpr int V = Vector16<T>::kSize;
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x, vectors = d / V;
+  const T *xr = x + r * d, *gr = dy + r * d;
+  float dot = 0;
+  for (int64_t c = threadIdx.x; c < vectors; c += blockDim.x) {
+    const Vector16<T> xv = Vector16<T>::load(xr + c * V),
+                      wv = Vector16<T>::load(w + c * V),
+                      gv = Vector16<T>::load(gr + c * V);
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      dot += toFloat(xv.e[k]) * toFloat(wv.e[k]) * toFloat(gv.e[k]);
+  }
+  dot = blockSum(dot, shared);
+  const float inv = rstd[r];
+  const float k3 = inv * inv * inv * dot / float(d);
+  for (int64_t c = threadIdx.x; c < vectors; c += blockDim.x) {
+    const Vector16<T> xv = Vector16<T>::load(xr + c * V),
+                      wv = Vector16<T>::load(w + c * V),
+                      gv = Vector16<T>::load(gr + c * V);
+    Vector16<T> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      out.e[k] = fromFloat<T>(inv * toFloat(wv.e[k]) * toFloat(gv.e[k]) -
+                              toFloat(xv.e[k]) * k3);
+    out.store(dx + r * d + c * V);
+  }
+}
+
+/// Whether rows of d elements at these (row-0) addresses run 16 bytes at a
+/// time: d a multiple of Vector16<T>'s size, so that every row (and a
+/// packed row's second half) is as aligned as the first.
+template <typename T>
+bool rowVectors(int64_t d, std::initializer_list<const void *> ptrs) {
+  return d % Vector16<T>::kSize == 0 && vectorElements<T>(d, ptrs) == d;
 }
 
 //===-- Bias --------------------------------------------------------------===//
 
 template <typename T>
-__global__ void fillBiasKernel(const T *bias, float scale, int64_t rows,
-                               int64_t cols, T *y) {
-  BRAID_GRID_STRIDE(i, rows * cols) {
-    y[i] = fromFloat<T>(toFloat(bias[i % cols]) * scale);
-  }
+__global__ void scaleVectorKernel(const T *x, float scale, int64_t n, T *y) {
+  BRAID_GRID_STRIDE(i, n) { y[i] = fromFloat<T>(toFloat(x[i]) * scale); }
 }
 
 //===-- Loss --------------------------------------------------------------===//
@@ -479,6 +740,11 @@ cudaError_t rmsNormForward(const T *x, const T *w, int64_t rows, int64_t d,
                            double eps, T *y, float *rstd, cudaStream_t stream) {
   if (rows == 0 || d == 0)
     return cudaSuccess;
+  if (rowVectors<T>(d, {x, w, y})) {
+    BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream,
+                 rmsNormForwardVectorsKernel<T>)(x, w, d, float(eps), y, rstd);
+    return cudaGetLastError();
+  }
   BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, rmsNormForwardKernel<T>)(
       x, w, d, float(eps), y, rstd);
   return cudaGetLastError();
@@ -495,6 +761,11 @@ cudaError_t rmsNormBackward(const T *x, const T *w, const float *rstd,
                                        rows, d, dw, stream);
       e != cudaSuccess)
     return e;
+  if (rowVectors<T>(d, {x, w, dy, dx})) {
+    BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream,
+                 rmsNormInputGradVectorsKernel<T>)(x, w, rstd, dy, d, dx);
+    return cudaGetLastError();
+  }
   BRAID_LAUNCH(unsigned(rows), kThreads, 0, stream, rmsNormInputGradKernel<T>)(x, w, rstd,
                                                                   dy, d, dx);
   return cudaGetLastError();
@@ -507,8 +778,8 @@ template <typename T>
 cudaError_t rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
                    int64_t headDim, double theta, double sign, T *y,
                    cudaStream_t stream) {
-  int64_t n = batch * seq * heads * (headDim / 2);
-  if (n == 0)
+  int64_t n = batch * seq * (headDim / 2);
+  if (n == 0 || heads == 0)
     return cudaSuccess;
   BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, ropeKernel<T>)(x, batch * seq, seq, heads,
                                                   headDim, theta, sign, y);
@@ -536,8 +807,18 @@ cudaError_t swigluForward(const T *gate, const T *up, int64_t n, T *y,
                           cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, swigluRowsForwardKernel<T>)(gate, up, 1, n,
-                                                               n, y);
+  const int64_t done = vectorElements<T>(n, {gate, up, y});
+  if (done > 0) {
+    BRAID_LAUNCH(gridFor(done / Vector16<T>::kSize), kThreads, 0, stream,
+                 swigluForwardVectorsKernel<T>)(
+        gate, up, done / Vector16<T>::kSize, y);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return e;
+  }
+  if (done == n)
+    return cudaSuccess;
+  BRAID_LAUNCH(gridFor(n - done), kThreads, 0, stream, swigluForwardKernel<T>)(
+      gate + done, up + done, n - done, y + done);
   return cudaGetLastError();
 }
 
@@ -546,18 +827,28 @@ cudaError_t swigluBackward(const T *gate, const T *up, const T *dy, int64_t n,
                            T *dgate, T *dup, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, swigluRowsBackwardKernel<T>)(
-      gate, up, dy, 1, n, n, dgate, dup);
+  const int64_t done = vectorElements<T>(n, {gate, up, dy, dgate, dup});
+  if (done > 0) {
+    BRAID_LAUNCH(gridFor(done / Vector16<T>::kSize), kThreads, 0, stream,
+                 swigluBackwardVectorsKernel<T>)(
+        gate, up, dy, done / Vector16<T>::kSize, dgate, dup);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return e;
+  }
+  if (done == n)
+    return cudaSuccess;
+  BRAID_LAUNCH(gridFor(n - done), kThreads, 0, stream, swigluBackwardKernel<T>)(
+      gate + done, up + done, dy + done, n - done, dgate + done, dup + done);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t fillBias(const T *bias, double scale, int64_t rows, int64_t cols,
-                     T *y, cudaStream_t stream) {
-  if (rows * cols == 0)
+cudaError_t scaleVector(const T *x, double scale, int64_t n, T *y,
+                        cudaStream_t stream) {
+  if (n == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(gridFor(rows * cols), kThreads, 0, stream, fillBiasKernel<T>)(
-      bias, float(scale), rows, cols, y);
+  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, scaleVectorKernel<T>)(
+      x, float(scale), n, y);
   return cudaGetLastError();
 }
 
@@ -813,6 +1104,7 @@ __global__ void addKernel(const T *a, const T *b, int64_t n, T *y) {
   }
 }
 
+
 template <typename T>
 __global__ void dropoutKernel(const T *in, cpu::GlobalIndexing at, double rate,
                               cpu::DropoutKey key, T *out) {
@@ -940,7 +1232,13 @@ cudaError_t swigluPackedForward(const T *x, int64_t rows, int64_t f, T *y,
                                 cudaStream_t stream) {
   if (rows * f == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(gridFor(rows * f), kThreads, 0, stream, swigluRowsForwardKernel<T>)(
+  if (rowVectors<T>(f, {x, y})) {
+    BRAID_LAUNCH(packedVectorsGrid(rows, f / Vector16<T>::kSize),
+                 kThreads, 0, stream, swigluPackedForwardVectorsKernel<T>)(
+        x, rows, f, y);
+    return cudaGetLastError();
+  }
+  BRAID_LAUNCH(rowsGrid(rows, f), kThreads, 0, stream, swigluRowsForwardKernel<T>)(
       x, x + f, rows, f, 2 * f, y);
   return cudaGetLastError();
 }
@@ -950,7 +1248,13 @@ cudaError_t swigluPackedBackward(const T *x, const T *dy, int64_t rows,
                                  int64_t f, T *dx, cudaStream_t stream) {
   if (rows * f == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(gridFor(rows * f), kThreads, 0, stream, swigluRowsBackwardKernel<T>)(
+  if (rowVectors<T>(f, {x, dy, dx})) {
+    BRAID_LAUNCH(packedVectorsGrid(rows, f / Vector16<T>::kSize),
+                 kThreads, 0, stream, swigluPackedBackwardVectorsKernel<T>)(
+        x, dy, rows, f, dx);
+    return cudaGetLastError();
+  }
+  BRAID_LAUNCH(rowsGrid(rows, f), kThreads, 0, stream, swigluRowsBackwardKernel<T>)(
       x, x + f, dy, rows, f, 2 * f, dx, dx + f);
   return cudaGetLastError();
 }
@@ -978,7 +1282,19 @@ template <typename T>
 cudaError_t add(const T *a, const T *b, int64_t n, T *y, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(gridFor(n), kThreads, 0, stream, addKernel<T>)(a, b, n, y);
+  // Aligned operands: 16-byte vectors, then the elements after the last.
+  const int64_t done = vectorElements<T>(n, {a, b, y});
+  if (done > 0) {
+    const int64_t vectors = done / Vector16<T>::kSize;
+    BRAID_LAUNCH(gridFor(vectors), kThreads, 0, stream, addVectorsKernel<T>)(
+        a, b, vectors, y);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return e;
+  }
+  if (done == n)
+    return cudaSuccess;
+  BRAID_LAUNCH(gridFor(n - done), kThreads, 0, stream, addKernel<T>)(
+      a + done, b + done, n - done, y + done);
   return cudaGetLastError();
 }
 
@@ -1144,8 +1460,8 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
                                         cudaStream_t);                         \
   template cudaError_t swigluBackward<T>(const T *, const T *, const T *,      \
                                          int64_t, T *, T *, cudaStream_t);     \
-  template cudaError_t fillBias<T>(const T *, double, int64_t, int64_t, T *,   \
-                                  cudaStream_t);                               \
+  template cudaError_t scaleVector<T>(const T *, double, int64_t, T *,         \
+                                     cudaStream_t);                            \
   template cudaError_t addColumnSums<T>(const T *, int64_t, int64_t, float *,  \
                                         cudaStream_t);                         \
   template cudaError_t crossEntropyForward<T>(                                 \

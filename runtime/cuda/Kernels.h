@@ -188,12 +188,11 @@ cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
 
 //===-- Bias --------------------------------------------------------------===//
 
-/// y[r, c] = bias[c] * scale for r < rows, c < cols: a linear's bias when it
-/// is scaled (which cuBLASLt's bias epilogue cannot do), written before the
-/// product adds onto it (beta 1), so that y is rounded to T once.
+/// y[i] = x[i] * scale (rounded to T) for i < n: a linear's scaled bias,
+/// which cuBLASLt's bias epilogue then adds (Gemm::LinearForward).
 template <typename T>
-cudaError_t fillBias(const T *bias, double scale, int64_t rows, int64_t cols,
-                    T *y, cudaStream_t stream);
+cudaError_t scaleVector(const T *x, double scale, int64_t n, T *y,
+                        cudaStream_t stream);
 /// sums[c] += Σ_r x[r, c] (a bias's gradient).
 template <typename T>
 cudaError_t addColumnSums(const T *x, int64_t rows, int64_t cols, float *sums,

@@ -46,32 +46,40 @@ TYPED_TEST_SUITE(CudaKernelsOf, Types);
 TYPED_TEST(CudaKernelsOf, RmsNorm) {
   using T = TypeParam;
   // 70 rows of 1000: a row longer than a block and not a multiple of it,
-  // more rows than a block of the column sums (64).
-  const int64_t rows = 70, d = 1000;
-  std::vector<float> x = rounded<T>(randomValues(rows * d, 1)),
-                     w = rounded<T>(randomValues(d, 2, 0.5f)),
-                     dy = rounded<T>(randomValues(rows * d, 3));
-  std::vector<float> dw0 = randomValues(d, 4);
-  std::vector<float> y(rows * d), rstd(rows), dx(rows * d), dw = dw0;
-  cpu::rmsNormForward(x.data(), w.data(), rows, d, 1e-5, y.data(), rstd.data());
-  cpu::rmsNormBackward(x.data(), w.data(), rstd.data(), dy.data(), rows, d,
-                       dx.data(), dw.data());
+  // more rows than a block of dw's column sums (64), 16-byte vectors of
+  // either type; 2100 rows of 40: many blocks of the column sums, rows
+  // narrower than a block; 3 rows of 12300: a row many times a block; 5
+  // rows of 1002: vectors of neither, element by element.
+  for (auto [rows, d] : {std::pair<int64_t, int64_t>{70, 1000}, {2100, 40},
+                         {3, 12300}, {5, 1002}}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows of " << d);
+    std::vector<float> x = rounded<T>(randomValues(rows * d, 1)),
+                       w = rounded<T>(randomValues(d, 2, 0.5f)),
+                       dy = rounded<T>(randomValues(rows * d, 3));
+    std::vector<float> dw0 = randomValues(d, 4);
+    std::vector<float> y(rows * d), rstd(rows), dx(rows * d), dw = dw0;
+    cpu::rmsNormForward(x.data(), w.data(), rows, d, 1e-5, y.data(),
+                        rstd.data());
+    cpu::rmsNormBackward(x.data(), w.data(), rstd.data(), dy.data(), rows, d,
+                         dx.data(), dw.data());
 
-  Device<T> gx(as<T>(x)), gw(as<T>(w)), gdy(as<T>(dy)), gy(rows * d),
-      gdx(rows * d);
-  Device<float> grstd(rows), gdw(dw0);
-  ASSERT_EQ(cuda::rmsNormForward(gx.get(), gw.get(), rows, d, 1e-5, gy.get(),
-                                 grstd.get(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::rmsNormBackward(gx.get(), gw.get(), grstd.get(), gdy.get(),
-                                  rows, d, gdx.get(), gdw.get(), nullptr),
-            cudaSuccess);
-  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
-  expectClose(gy.host(), y, rel, abs, "y");
-  expectClose(grstd.host(), rstd, 1e-5, 1e-6, "rstd");
-  expectClose(gdx.host(), dx, rel, abs, "dx");
-  // dw is float in both: only the order of its sums differs.
-  expectClose(gdw.host(), dw, 1e-5, 1e-5, "dw");
+    Device<T> gx(as<T>(x)), gw(as<T>(w)), gdy(as<T>(dy)), gy(rows * d),
+        gdx(rows * d);
+    Device<float> grstd(rows), gdw(dw0);
+    ASSERT_EQ(cuda::rmsNormForward(gx.get(), gw.get(), rows, d, 1e-5,
+                                   gy.get(), grstd.get(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::rmsNormBackward(gx.get(), gw.get(), grstd.get(),
+                                    gdy.get(), rows, d, gdx.get(), gdw.get(),
+                                    nullptr),
+              cudaSuccess);
+    double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+    expectClose(gy.host(), y, rel, abs, "y");
+    expectClose(grstd.host(), rstd, 1e-5, 1e-6, "rstd");
+    expectClose(gdx.host(), dx, rel, abs, "dx");
+    // dw is float in both: only the order of its sums differs.
+    expectClose(gdw.host(), dw, 1e-5, 1e-5, "dw");
+  }
 }
 
 TYPED_TEST(CudaKernelsOf, Rope) {
@@ -519,21 +527,26 @@ TYPED_TEST(CudaKernelsOf, PositionEmbedding) {
 
 TYPED_TEST(CudaKernelsOf, SwigluPacked) {
   using T = TypeParam;
-  const int64_t rows = 37, f = 300;
-  std::vector<float> x = rounded<T>(randomValues(rows * 2 * f, 40, 2.0f)),
-                     dy = rounded<T>(randomValues(rows * f, 41));
-  std::vector<float> y(rows * f), dx(rows * 2 * f);
-  cpu::swigluPackedForward(x.data(), rows, f, y.data());
-  cpu::swigluPackedBackward(x.data(), dy.data(), rows, f, dx.data());
-  Device<T> gx(as<T>(x)), gdy(as<T>(dy)), gy(y.size()), gdx(dx.size());
-  ASSERT_EQ(cuda::swigluPackedForward(gx.get(), rows, f, gy.get(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::swigluPackedBackward(gx.get(), gdy.get(), rows, f, gdx.get(),
-                                       nullptr),
-            cudaSuccess);
-  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
-  expectClose(gy.host(), y, rel, abs, "y");
-  expectClose(gdx.host(), dx, rel, abs, "dx");
+  // 300 columns: 16-byte vectors of fp32, element by element in 16 bits;
+  // 304: vectors of either.
+  for (int64_t f : {300, 304}) {
+    SCOPED_TRACE(testing::Message() << f << " columns");
+    const int64_t rows = 37;
+    std::vector<float> x = rounded<T>(randomValues(rows * 2 * f, 40, 2.0f)),
+                       dy = rounded<T>(randomValues(rows * f, 41));
+    std::vector<float> y(rows * f), dx(rows * 2 * f);
+    cpu::swigluPackedForward(x.data(), rows, f, y.data());
+    cpu::swigluPackedBackward(x.data(), dy.data(), rows, f, dx.data());
+    Device<T> gx(as<T>(x)), gdy(as<T>(dy)), gy(y.size()), gdx(dx.size());
+    ASSERT_EQ(cuda::swigluPackedForward(gx.get(), rows, f, gy.get(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::swigluPackedBackward(gx.get(), gdy.get(), rows, f,
+                                         gdx.get(), nullptr),
+              cudaSuccess);
+    double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+    expectClose(gy.host(), y, rel, abs, "y");
+    expectClose(gdx.host(), dx, rel, abs, "dx");
+  }
 }
 
 TYPED_TEST(CudaKernelsOf, Gelu) {
@@ -567,8 +580,17 @@ TYPED_TEST(CudaKernelsOf, Add) {
     sum[i] = a[i] + b[i];
   Device<T> ga(as<T>(a)), gb(as<T>(b));
   // In place, into the first operand, as the plan's gradient additions run.
+  // n is no multiple of a 16-byte vector: vectors, then the last elements.
   ASSERT_EQ(cuda::add(ga.get(), gb.get(), n, ga.get(), nullptr), cudaSuccess);
   expectClose(ga.host(), sum, relativeTolerance<T>(), 0, "a + b");
+  // Operands one element past alignment: element by element.
+  Device<T> gc(as<T>(a)), gy(n);
+  ASSERT_EQ(cuda::add(gc.get() + 1, gb.get() + 1, n - 1, gy.get() + 1, nullptr),
+            cudaSuccess);
+  std::vector<T> shifted = gy.host();
+  shifted.erase(shifted.begin());
+  std::vector<float> want(sum.begin() + 1, sum.end());
+  expectClose(shifted, want, relativeTolerance<T>(), 0, "a + b, misaligned");
 }
 
 TYPED_TEST(CudaKernelsOf, DropoutDrawsTheCpuMask) {
