@@ -152,6 +152,8 @@ Executor::~Executor() {
     cudaStreamSynchronize(stream_);
   for (cudaEvent_t event : events_)
     cudaEventDestroy(event);
+  if (traceAnchor_)
+    cudaEventDestroy(traceAnchor_);
   for (const PendingSend &send : pendingSends_)
     cudaEventDestroy(send.done);
   for (cudaEvent_t event : sendEvents_)
@@ -371,36 +373,56 @@ absl::Status Executor::ReleaseBytes(int id, bool written) {
   return absl::OkStatus();
 }
 
+absl::Status Executor::createEvents() {
+  size_t longest = 0;
+  for (const plan::Function &fn : plan_.functions())
+    longest = std::max(longest, size_t(fn.body_size()));
+  while (events_.size() < longest + 1) {
+    cudaEvent_t event;
+    BRAID_CUDA_CHECK(cudaEventCreate(&event));
+    events_.push_back(event);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::anchorTrace() {
+  if (!traceAnchor_)
+    BRAID_CUDA_CHECK(cudaEventCreate(&traceAnchor_));
+  BRAID_CUDA_CHECK(cudaEventRecord(traceAnchor_, stream_));
+  BRAID_CUDA_CHECK(cudaEventSynchronize(traceAnchor_));
+  anchorTime_ = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
+
 absl::Status Executor::SetTrace(exec::Trace *trace) {
+  trace_ = nullptr;
+  tracePhases_.clear();
   if (!trace)
     return absl::OkStatus();
-  return absl::UnimplementedError(
-      "--trace times kernels on the host's clock, which the GPU's do not run "
-      "on: use --profile (CUDA events per kernel) or Nsight Systems");
+  BRAID_RETURN_IF_ERROR(createEvents());
+  // The stream idle, so that the anchor completes as the host waits for it.
+  BRAID_RETURN_IF_ERROR(Synchronize());
+  BRAID_RETURN_IF_ERROR(anchorTrace());
+  tracePhases_ = exec::KernelPhases(plan_);
+  trace_ = trace;
+  return absl::OkStatus();
 }
 
 void Executor::EnableProfile() {
   profile_.assign(plan::Kernel_ARRAYSIZE, 0.0);
   kernelProfiles_.assign(plan::Kernel_ARRAYSIZE, KernelProfile());
   work_.clear();
-  size_t longest = 0;
   for (const plan::Function &fn : plan_.functions()) {
     std::vector<std::pair<double, double>> &work = work_.emplace_back();
     for (const Instruction &inst : fn.body()) {
       plan::Work w = plan::InstructionWork(plan_, inst);
       work.push_back({w.flops, w.bytes});
     }
-    longest = std::max(longest, size_t(fn.body_size()));
   }
-  while (events_.size() < longest + 1) {
-    cudaEvent_t event;
-    if (cudaEventCreate(&event) != cudaSuccess) {
-      // Without events there is nothing to time with: profiling stays off.
-      profile_.clear();
-      kernelProfiles_.clear();
-      return;
-    }
-    events_.push_back(event);
+  if (!createEvents().ok()) {
+    // Without events there is nothing to time with: profiling stays off.
+    profile_.clear();
+    kernelProfiles_.clear();
   }
 }
 
@@ -653,7 +675,9 @@ absl::Status Executor::Run(absl::string_view name,
               absl::StrCat("function '", name, "': slot ", slot,
                            " is not a copy of buffer '", b.name(), "'"));
       }
-  bool timed = !profile_.empty();
+  bool timed = !profile_.empty() || trace_;
+  // Traced: no kernel of this call starts before now.
+  const exec::Trace::Clock::time_point runBegin = exec::Trace::Now();
   for (int i = 0; i < fn->body_size(); ++i) {
     const Instruction &inst = fn->body(i);
     if (timed)
@@ -674,19 +698,51 @@ absl::Status Executor::Run(absl::string_view name,
   int n = fn->body_size();
   BRAID_CUDA_CHECK(cudaEventRecord(events_[size_t(n)], stream_));
   BRAID_CUDA_CHECK(cudaEventSynchronize(events_[size_t(n)]));
-  for (int i = 0; i < n; ++i) {
+  // ... nor ends after now.
+  const exec::Trace::Clock::time_point runEnd = exec::Trace::Now();
+  // Event i on the host's clock: the anchor's time and what the GPU counted
+  // from the anchor to it. The anchor's time is when the host saw it
+  // complete, a little after it did: the estimate is as late, and is kept
+  // within the call (between enqueueing its first kernel and seeing its
+  // last one end), where the kernels certainly ran.
+  auto hostTime = [&](int i) -> absl::StatusOr<exec::Trace::Clock::time_point> {
     float ms = 0;
     BRAID_CUDA_CHECK(
-        cudaEventElapsedTime(&ms, events_[size_t(i)], events_[size_t(i) + 1]));
+        cudaEventElapsedTime(&ms, traceAnchor_, events_[size_t(i)]));
+    exec::Trace::Clock::time_point t =
+        anchorTime_ + std::chrono::duration_cast<exec::Trace::Clock::duration>(
+                          std::chrono::duration<double, std::milli>(ms));
+    return std::clamp(t, runBegin, runEnd);
+  };
+  for (int i = 0; i < n; ++i) {
     const Instruction &inst = fn->body(i);
-    double seconds = double(ms) * 1e-3;
-    profile_[inst.kernel()] += seconds;
-    KernelProfile &k = kernelProfiles_[inst.kernel()];
-    k.seconds += seconds;
-    k.calls += 1;
-    k.flops += work_[size_t(index)][size_t(i)].first;
-    k.bytes += work_[size_t(index)][size_t(i)].second;
+    if (!profile_.empty()) {
+      float ms = 0;
+      BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[size_t(i)],
+                                            events_[size_t(i) + 1]));
+      double seconds = double(ms) * 1e-3;
+      profile_[inst.kernel()] += seconds;
+      KernelProfile &k = kernelProfiles_[inst.kernel()];
+      k.seconds += seconds;
+      k.calls += 1;
+      k.flops += work_[size_t(index)][size_t(i)].first;
+      k.bytes += work_[size_t(index)][size_t(i)].second;
+    }
+    if (trace_) {
+      absl::StatusOr<exec::Trace::Clock::time_point> begin = hostTime(i),
+                                                     end = hostTime(i + 1);
+      if (!begin.ok())
+        return begin.status();
+      if (!end.ok())
+        return end.status();
+      trace_->AddKernel(inst, tracePhases_[size_t(index)][size_t(i)], *begin,
+                        *end);
+    }
   }
+  // The next function's events count from here: a recent anchor keeps
+  // the float milliseconds exact to the microsecond.
+  if (trace_)
+    BRAID_RETURN_IF_ERROR(anchorTrace());
   return absl::OkStatus();
 }
 

@@ -44,6 +44,7 @@
 
 #include "runtime/cuda/Gemm.h"
 #include "runtime/exec/Backend.h"
+#include "runtime/exec/Trace.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/statusor.h"
@@ -51,6 +52,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -124,10 +126,16 @@ public:
   const std::vector<KernelProfile> &KernelProfiles() const override {
     return kernelProfiles_;
   }
-  /// Unimplemented for a trace (null is accepted): the kernels run
-  /// asynchronously to the host's clock; profile, or use Nsight Systems.
+  /// Records every instruction Run runs into `trace` (null: stops), timed
+  /// by CUDA events on the executor's stream and placed on the host's clock
+  /// through an anchor event: one the host waited for while the stream was
+  /// idle (when the trace is set, and again at the end of each traced
+  /// function), whose completion the host's clock read. As with profiling,
+  /// Run then waits for each function's last kernel. A collective started
+  /// asynchronously (on NCCL's stream) shows as its start on the executor's
+  /// stream, and the plan's WAIT as the executor's stream waiting for it.
   absl::Status SetTrace(exec::Trace *trace) override;
-  exec::Trace *trace() const override { return nullptr; }
+  exec::Trace *trace() const override { return trace_; }
 
 private:
   explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
@@ -215,6 +223,18 @@ private:
   std::vector<KernelProfile> kernelProfiles_;
   std::vector<std::vector<std::pair<double, double>>> work_;
   std::vector<cudaEvent_t> events_;
+  /// Creates events_ for the longest function, if not yet there.
+  absl::Status createEvents();
+  /// Records traceAnchor_ on the (idle) stream, waits for it and reads the
+  /// host's clock into anchorTime_.
+  absl::Status anchorTrace();
+  /// The trace (null while off), each instruction's part of the step (by
+  /// function, then instruction), and the anchor event with the host time
+  /// of its completion.
+  exec::Trace *trace_ = nullptr;
+  std::vector<std::vector<exec::TracePhase>> tracePhases_;
+  cudaEvent_t traceAnchor_ = nullptr;
+  std::chrono::steady_clock::time_point anchorTime_;
   /// Host copies of the scalars written with Write (lr, step), by buffer.
   std::map<int, double> hostScalars_;
   /// Host copies of buffers handed out by Bytes, by buffer.

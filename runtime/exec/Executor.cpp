@@ -38,27 +38,6 @@ int64_t dim(const Buffer &b, int i) { return b.shape(i); }
 int64_t (&groupSize)(const plan::Plan &, const Instruction &) =
     plan::GroupSize;
 
-/// Whether `kernel` computes a gradient of the backward pass.
-bool isGradient(plan::Kernel kernel) {
-  switch (kernel) {
-  case plan::EMBEDDING_GRAD:
-  case plan::POSITION_EMBEDDING_GRAD:
-  case plan::LINEAR_GRAD_INPUT:
-  case plan::LINEAR_GRAD_WEIGHT:
-  case plan::BIAS_GRAD:
-  case plan::RMS_NORM_GRAD:
-  case plan::LAYER_NORM_GRAD:
-  case plan::ROPE_GRAD:
-  case plan::ATTENTION_GRAD:
-  case plan::SWIGLU_GRAD:
-  case plan::GELU_GRAD:
-  case plan::CROSS_ENTROPY_GRAD:
-    return true;
-  default:
-    return false;
-  }
-}
-
 } // namespace
 
 absl::Status Executor::CheckRunsOnCpu(const plan::Plan &plan) {
@@ -393,42 +372,8 @@ absl::Status Executor::finishInFlight(const Instruction *wait) {
 absl::Status Executor::SetTrace(Trace *trace) {
   trace_ = trace;
   tracePhases_.clear();
-  if (!trace)
-    return absl::OkStatus();
-  // The functions the trainer calls, by what they compute.
-  std::map<std::string, TracePhase> roles;
-  const plan::StepFunctions &step = plan_.training().step();
-  roles[step.zero_grads()] = TracePhase::kZeroGrads;
-  roles[step.update()] = TracePhase::kUpdate;
-  for (const plan::Stage &stage : plan_.pipeline().stages()) {
-    roles[stage.zero_grads()] = TracePhase::kZeroGrads;
-    roles[stage.forward()] = TracePhase::kForward;
-    roles[stage.backward()] = TracePhase::kBackward;
-    if (!stage.backward_weight().empty())
-      roles[stage.backward_weight()] = TracePhase::kBackward;
-    for (const plan::Chunk &chunk : stage.chunks()) {
-      roles[chunk.forward()] = TracePhase::kForward;
-      roles[chunk.backward()] = TracePhase::kBackward;
-      roles[chunk.backward_weight()] = TracePhase::kBackward;
-    }
-    roles[stage.update()] = TracePhase::kUpdate;
-  }
-  roles.erase("");
-  for (const plan::Function &fn : plan_.functions()) {
-    std::vector<TracePhase> &phases = tracePhases_.emplace_back();
-    auto role = roles.find(fn.name());
-    // micro_step: the forward pass, then the backward pass from the loss's
-    // gradient on.
-    TracePhase phase =
-        role == roles.end() ? TracePhase::kForward : role->second;
-    for (const Instruction &inst : fn.body()) {
-      if (role == roles.end() && isGradient(inst.kernel()))
-        phase = TracePhase::kBackward;
-      phases.push_back(role == roles.end() && inst.kernel() == plan::ADAMW
-                           ? TracePhase::kUpdate
-                           : phase);
-    }
-  }
+  if (trace)
+    tracePhases_ = KernelPhases(plan_);
   return absl::OkStatus();
 }
 

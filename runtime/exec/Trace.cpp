@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 namespace braid::exec {
 namespace {
@@ -80,7 +81,67 @@ std::string micros(int64_t ns) {
   return absl::StrFormat("%d.%03d", ns / 1000, ns % 1000);
 }
 
+/// Whether `kernel` computes a gradient of the backward pass.
+bool isGradient(plan::Kernel kernel) {
+  switch (kernel) {
+  case plan::EMBEDDING_GRAD:
+  case plan::POSITION_EMBEDDING_GRAD:
+  case plan::LINEAR_GRAD_INPUT:
+  case plan::LINEAR_GRAD_WEIGHT:
+  case plan::BIAS_GRAD:
+  case plan::RMS_NORM_GRAD:
+  case plan::LAYER_NORM_GRAD:
+  case plan::ROPE_GRAD:
+  case plan::ATTENTION_GRAD:
+  case plan::SWIGLU_GRAD:
+  case plan::GELU_GRAD:
+  case plan::CROSS_ENTROPY_GRAD:
+    return true;
+  default:
+    return false;
+  }
+}
+
 } // namespace
+
+std::vector<std::vector<TracePhase>> KernelPhases(const plan::Plan &plan) {
+  // The functions the trainer calls, by what they compute.
+  std::map<std::string, TracePhase> roles;
+  const plan::StepFunctions &step = plan.training().step();
+  roles[step.zero_grads()] = TracePhase::kZeroGrads;
+  roles[step.update()] = TracePhase::kUpdate;
+  for (const plan::Stage &stage : plan.pipeline().stages()) {
+    roles[stage.zero_grads()] = TracePhase::kZeroGrads;
+    roles[stage.forward()] = TracePhase::kForward;
+    roles[stage.backward()] = TracePhase::kBackward;
+    if (!stage.backward_weight().empty())
+      roles[stage.backward_weight()] = TracePhase::kBackward;
+    for (const plan::Chunk &chunk : stage.chunks()) {
+      roles[chunk.forward()] = TracePhase::kForward;
+      roles[chunk.backward()] = TracePhase::kBackward;
+      roles[chunk.backward_weight()] = TracePhase::kBackward;
+    }
+    roles[stage.update()] = TracePhase::kUpdate;
+  }
+  roles.erase("");
+  std::vector<std::vector<TracePhase>> phases;
+  for (const plan::Function &fn : plan.functions()) {
+    std::vector<TracePhase> &mine = phases.emplace_back();
+    auto role = roles.find(fn.name());
+    // micro_step: the forward pass, then the backward pass from the loss's
+    // gradient on.
+    TracePhase phase =
+        role == roles.end() ? TracePhase::kForward : role->second;
+    for (const plan::Instruction &inst : fn.body()) {
+      if (role == roles.end() && isGradient(inst.kernel()))
+        phase = TracePhase::kBackward;
+      mine.push_back(role == roles.end() && inst.kernel() == plan::ADAMW
+                         ? TracePhase::kUpdate
+                         : phase);
+    }
+  }
+  return phases;
+}
 
 std::string TraceQuote(absl::string_view text) { return quote(text); }
 

@@ -61,6 +61,13 @@ enum class TraceThread : uint8_t { kStep, kCalls, kCompute, kCommunication };
 /// "communication", in the category "communication".
 bool IsCommunication(const plan::Instruction &inst);
 
+/// The part of the step each instruction of each of `plan`'s functions
+/// computes (indexed by function, then instruction): the step functions'
+/// and the pipeline's roles (zero_grads, forward, backward, update); a
+/// function without a role (one-rank micro_step) is forward until its first
+/// gradient kernel and backward from there, with its ADAMW in the update.
+std::vector<std::vector<TracePhase>> KernelPhases(const plan::Plan &plan);
+
 /// The events of one rank.
 class Trace {
 public:

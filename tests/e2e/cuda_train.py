@@ -22,7 +22,10 @@ of mixed precision, and the loss scaler's state, included) and checks that
 steps 11-20 repeat the uninterrupted run's losses and loss scales (within
 1e-5 relative: float atomics may sum in another order on a GPU), and
 runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and checks
-that the kernels' share of the step is reported.
+that the kernels' share of the step is reported, and with --trace, whose
+timeline tests/lit/tools/Inputs/check_trace.py checks (every kernel inside
+the call that ran it, in that call's part of the step), with the kernels
+one after another as the stream runs them.
 
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT [--inputs DIR]
                 [--braid-run NAME] [--parallel]
@@ -53,6 +56,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "lit", "tools", "Inputs"))
+import check_trace  # noqa: E402
 from harness import Setup, mpirun, run  # noqa: E402
 
 SKIP = 77
@@ -329,6 +335,26 @@ def main():
     print("\n".join(lines))
     if not any(l.strip().startswith("LINEAR") for l in lines):
         print("FAILED: --profile on the GPU reports no LINEAR kernels")
+        failed = True
+
+    # The timeline of a GPU run: its kernels, timed by CUDA events, on the
+    # host's clock, inside the calls that ran them; one stream runs them one
+    # after another.
+    trace = setup.w("llama-fp32-cuda.trace.json")
+    train(setup, inputs, "llama-fp32", "cuda", ["--trace", trace])
+    try:
+        print(check_trace.check(trace, 1, STEPS, 1))
+        with open(trace) as f:
+            kernels = sorted((e for e in json.load(f)["traceEvents"]
+                              if e.get("ph") == "X" and e.get("tid") == 2),
+                             key=lambda e: e["ts"])
+        for a, b in zip(kernels, kernels[1:]):
+            check_trace.expect(b["ts"] >= a["ts"] + a["dur"] - check_trace.EPS,
+                               f"kernels overlap on the stream: {a} and {b}")
+        print(f"trace of llama-fp32 on the GPU: {len(kernels)} kernels in "
+              "stream order ok")
+    except check_trace.TraceError as e:
+        print(f"FAILED: the trace of llama-fp32 on the GPU: {e}")
         failed = True
     return 1 if failed else 0
 
