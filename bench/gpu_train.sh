@@ -6,14 +6,16 @@
 #   bench/gpu_train.sh compile DIR
 #     (where braidc is built) compiles the model's plan for micro-batches
 #     1, 2, 4, ..., 32 into DIR, with each plan's report;
-#   [STEPS=20] [WARMUP=5] bench/gpu_train.sh run DIR
+#   [STEPS=20] [WARMUP=5] [PROFILE=2] [MICRO_BATCH=M] bench/gpu_train.sh run DIR
 #     (on the GPU machine, with braid-gpu-bench built, or in the directory
 #     BRAID_BIN_DIR names: scripts/device_build.sh) takes the largest
-#     micro-batch whose arena and workspaces fit the GPU's memory, times its
-#     steps on the CUDA executor (braid-gpu-bench), then in the same script
+#     micro-batch whose arena and workspaces fit the GPU's memory (or M), times its
+#     steps on the CUDA executor (braid-gpu-bench), and PROFILE steps more
+#     with every kernel timed (the per-kernel breakdown), then in the same script
 #     PyTorch with the same model and micro-batch (bench/torch_llama.py:
 #     LlamaForCausalLM or the same architecture, SDPA flash attention, fused
-#     AdamW, torch.compile, bf16 autocast over fp32 weights), and prints
+#     AdamW, torch.compile, bf16 autocast over fp32 weights; at a smaller
+#     micro-batch, said so, where PyTorch runs out of memory), and prints
 #     tokens/s, model TFLOP/s and MFU (against 989 TFLOP/s dense bf16) of
 #     both and Braid's tokens/s over PyTorch's.
 set -euo pipefail
@@ -58,6 +60,8 @@ fi
 
 steps="${STEPS:-20}"
 warmup="${WARMUP:-5}"
+profile="${PROFILE:-2}"
+candidates=()
 memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits |
   head -1)
 memory=$((memory * 1024 * 1024))
@@ -72,14 +76,49 @@ if [ -z "$pick" ]; then
   echo "bench/gpu_train.sh: no micro-batch fits $memory B" >&2
   exit 1
 fi
+if [ -n "${MICRO_BATCH:-}" ]; then
+  if [ ! -f "$dir/mb$MICRO_BATCH.plan" ]; then
+    echo "bench/gpu_train.sh: MICRO_BATCH=$MICRO_BATCH is not one of ${micro_batches[*]}" >&2
+    exit 2
+  fi
+  if [ "$MICRO_BATCH" -gt "$pick" ]; then
+    echo "bench/gpu_train.sh: micro-batch $MICRO_BATCH does not fit (at most $pick)" >&2
+    exit 1
+  fi
+  echo "micro-batch $MICRO_BATCH as MICRO_BATCH says (the largest that fits: $pick)"
+  pick=$MICRO_BATCH
+fi
 per_token=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['flops']['training_per_token'])" "$dir/mb$pick.json")
-echo "micro-batch $pick (the largest whose arena fits $memory B); model FLOPs per token $per_token"
+echo "micro-batch $pick; model FLOPs per token $per_token"
 
-braid=$("${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/mb$pick.plan" --steps "$steps" \
-  --warmup "$warmup" | tee "$dir/braid.log" | tail -1)
-torch=$(python3 "$root/bench/torch_llama.py" --micro-batch "$pick" \
-  --steps "$steps" --warmup "$warmup" | tee "$dir/torch.log" | tail -1)
-head -1 "$dir/torch.log"
+"${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/mb$pick.plan" --steps "$steps" \
+  --warmup "$warmup" --profile "$profile" | tee "$dir/braid.log"
+braid=$(grep '^median step' "$dir/braid.log")
+# PyTorch at the same micro-batch; where it runs out of memory there, at the
+# largest smaller one that fits (said in the output).
+torch=""
+for mb in "${micro_batches[@]}"; do
+  if [ "$mb" -le "$pick" ]; then candidates=("$mb" "${candidates[@]}"); fi
+done
+for mb in "${candidates[@]}"; do
+  set +e
+  python3 "$root/bench/torch_llama.py" --micro-batch "$mb" --steps "$steps" \
+    --warmup "$warmup" > "$dir/torch.log" 2> "$dir/torch.err"
+  status=$?
+  set -e
+  if [ $status -eq 0 ]; then
+    torch=$(grep '^median step' "$dir/torch.log")
+    break
+  fi
+  tail -3 "$dir/torch.err" >&2
+  if [ $status -ne 3 ]; then break; fi
+  echo "pytorch: out of memory at micro-batch $mb"
+done
+if [ -z "$torch" ]; then
+  echo "bench/gpu_train.sh: the PyTorch baseline did not run" >&2
+  exit 1
+fi
+cat "$dir/torch.log"
 python3 - "$per_token" "$braid" "$torch" <<'PY'
 import re, sys
 per_token = float(sys.argv[1])

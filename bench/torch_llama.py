@@ -9,7 +9,8 @@ embeddings, SwiGLU, no biases, untied head); attention is PyTorch's SDPA
 (flash attention), the optimizer fused AdamW, and the model compiled with
 torch.compile. --precision autocast (the default) keeps fp32 weights and
 computes in bf16 under autocast, as Braid's mixed precision keeps f32 master
-weights; --precision bf16 trains bf16 weights directly.
+weights; --precision bf16 trains bf16 weights directly. Out of GPU memory,
+it exits with status 3 (bench/gpu_train.sh then tries a smaller batch).
 """
 import argparse
 import statistics
@@ -118,6 +119,26 @@ def build(a):
     return Wrapped(model), "transformers LlamaForCausalLM (sdpa)"
 
 
+def run(a, step_fn, opt, tokens, targets, seconds):
+    """Runs a.warmup + a.steps training steps, appending the seconds of each
+    timed one (CUDA events around it) to `seconds`; returns the last loss."""
+    begin = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    for k in range(a.warmup + a.steps):
+        begin.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16,
+                            enabled=a.precision == "autocast"):
+            loss = step_fn(tokens, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        end.record()
+        end.synchronize()
+        if k >= a.warmup:
+            seconds.append(begin.elapsed_time(end) / 1e3)
+    return loss
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     for name, default in [("layers", 16), ("hidden", 2048), ("heads", 16),
@@ -141,21 +162,16 @@ def main():
     step_fn = model if a.no_compile else torch.compile(model)
     tokens = torch.randint(0, a.vocab, (a.micro_batch, a.seq), device="cuda")
     targets = torch.randint(0, a.vocab, (a.micro_batch, a.seq), device="cuda")
-    begin = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
     seconds = []
-    for k in range(a.warmup + a.steps):
-        begin.record()
-        with torch.autocast("cuda", dtype=torch.bfloat16,
-                            enabled=a.precision == "autocast"):
-            loss = step_fn(tokens, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        end.record()
-        end.synchronize()
-        if k >= a.warmup:
-            seconds.append(begin.elapsed_time(end) / 1e3)
+    try:
+        loss = run(a, step_fn, opt, tokens, targets, seconds)
+    except Exception as e:  # torch.compile wraps what the step raised
+        if not (isinstance(e, torch.cuda.OutOfMemoryError) or
+                "out of memory" in str(e).lower()):
+            raise
+        print(f"torch_llama.py: out of memory at micro-batch {a.micro_batch}: "
+              f"{e}", file=sys.stderr)
+        sys.exit(3)
     median = statistics.median(seconds)
     tokens_per_step = a.micro_batch * a.seq
     print(f"model: {what}, {params} parameters, precision {a.precision}, "

@@ -102,30 +102,55 @@ BRAID_BUILD_DIR="$main" "$root/bench/gpu_train.sh" compile "$out/bench"
 cat > "$out/check.sh" <<'CHECK'
 #!/usr/bin/env bash
 # On the GPU machine, from the repository's root (the bundle carried along):
-#   bash BUNDLE/check.sh [tests|train|bench|all]
+#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|train|bench|all]
 # tests: the CUDA tests (kernels, attention, executor) against the CPU;
 # train: braid-run --device cuda against --device cpu (tests/e2e/cuda_train.py);
 # bench: bench/gpu_train.sh run (Braid against PyTorch, 1B parameters).
+# Each part stops after BRAID_CHECK_TIMEOUT seconds (default 600) and, with
+# BRAID_CHECK_LOGS, writes its output to DIR/PART.log as well.
 set -uo pipefail
 bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(pwd)"
 what="${1:-all}"
+logs="${BRAID_CHECK_LOGS:-}"
+limit="${BRAID_CHECK_TIMEOUT:-600}"
 rc=0
 bin=/tmp/braid-device/bin
 if [ ! -x "$bin/braid-run" ] || [ "$bundle/bin.tar.xz" -nt "$bin/braid-run" ]; then
   rm -rf /tmp/braid-device && mkdir -p /tmp/braid-device
   tar -C /tmp/braid-device -xJf "$bundle/bin.tar.xz"
 fi
+# cuBLASLt and NCCL: CUDA's own, else the copies PyTorch's wheels carry.
+wheels=$(python3 -c 'import glob, os, site
+print(":".join(d for p in site.getsitepackages() for d in
+      sorted(glob.glob(os.path.join(p, "nvidia", "*", "lib")))))' 2>/dev/null)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/lib${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ldd "$bin/braid-run" | grep 'not found'; then
+  echo "check: braid-run cannot find the libraries above" >&2
+  exit 1
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
   echo "check: nvidia-smi finds no GPU"
+# part NAME COMMAND...: runs COMMAND under the time limit, logged.
+part() {
+  local name=$1
+  shift
+  echo "== $name"
+  if [ -n "$logs" ]; then
+    mkdir -p "$logs"
+    timeout "$limit" "$@" 2>&1 | tee "$logs/$name.log"
+  else
+    timeout "$limit" "$@"
+  fi
+}
 if [ "$what" = tests ] || [ "$what" = all ]; then
+  export BRAID_TEST_PLANS="$bundle/plans"
   for t in kernel attention executor; do
-    BRAID_TEST_PLANS="$bundle/plans" "$bin/braid-cuda-$t-tests" \
-      --gtest_brief=1 || rc=1
+    part "$t" "$bin/braid-cuda-$t-tests" --gtest_brief=1 || rc=1
   done
 fi
 if [ "$what" = train ] || [ "$what" = all ]; then
-  python3 "$root/tests/e2e/cuda_train.py" --bin "$bin" \
+  part train python3 "$root/tests/e2e/cuda_train.py" --bin "$bin" \
     --work /tmp/braid-cuda-train --inputs "$bundle/e2e" \
     --corpus "$root/examples/data/pride-and-prejudice.txt"
   status=$?
@@ -136,8 +161,8 @@ if [ "$what" = train ] || [ "$what" = all ]; then
   fi
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  BRAID_BIN_DIR="$bin" bash "$root/bench/gpu_train.sh" run \
-    "$bundle/bench" || rc=1
+  export BRAID_BIN_DIR="$bin"
+  part bench bash "$root/bench/gpu_train.sh" run "$bundle/bench" || rc=1
 fi
 exit $rc
 CHECK

@@ -1,6 +1,6 @@
 //===- braid-gpu-bench.cpp - Times a plan's training steps on one GPU -----===//
 //
-// braid-gpu-bench PLAN [--steps N] [--warmup W] [--seed S]
+// braid-gpu-bench PLAN [--steps N] [--warmup W] [--seed S] [--profile P]
 //
 // Runs a one-rank plan on the CUDA executor from random parameters (normal,
 // std 0.02; vectors 1) and random tokens, W steps to warm up (cuBLASLt's
@@ -9,7 +9,12 @@
 // timed step and a summary: the median seconds per step, tokens per step
 // and tokens/s, the loss of the last step, and the arena and workspace
 // bytes. FLOPs, TFLOP/s and MFU are the caller's (bench/gpu_train.sh reads
-// the model's FLOPs per token from braidc's report).
+// the model's FLOPs per token from braidc's report). With --profile P, it
+// then runs P more steps with the executor's profiling on (each kernel
+// between a pair of CUDA events, so those steps run slower than the timed
+// ones) and prints the time per step of each kernel kind, its share, its
+// calls and the rate of the work it did (runtime/plan/Work.h's count):
+// the per-kernel breakdown of the step.
 //
 //===----------------------------------------------------------------------===//
 
@@ -56,12 +61,13 @@ bool flagValue(int argc, char **argv, int &i, const char *name, int64_t &out,
 
 int main(int argc, char **argv) {
   std::string planPath;
-  int64_t steps = 20, warmup = 3, seed = 1;
+  int64_t steps = 20, warmup = 3, seed = 1, profileSteps = 0;
   for (int i = 1; i < argc; ++i) {
     std::string error;
     if (flagValue(argc, argv, i, "--steps", steps, error) ||
         flagValue(argc, argv, i, "--warmup", warmup, error) ||
-        flagValue(argc, argv, i, "--seed", seed, error)) {
+        flagValue(argc, argv, i, "--seed", seed, error) ||
+        flagValue(argc, argv, i, "--profile", profileSteps, error)) {
       if (!error.empty())
         return fail(error);
       continue;
@@ -69,12 +75,12 @@ int main(int argc, char **argv) {
     if (argv[i][0] == '-' || !planPath.empty())
       return fail(std::string("unexpected argument ") + argv[i] +
                   "; usage: braid-gpu-bench PLAN [--steps N] [--warmup W] "
-                  "[--seed S]");
+                  "[--seed S] [--profile P]");
     planPath = argv[i];
   }
   if (planPath.empty())
     return fail("usage: braid-gpu-bench PLAN [--steps N] [--warmup W] "
-                "[--seed S]");
+                "[--seed S] [--profile P]");
   if (steps < 1)
     return fail("--steps must be at least 1");
   absl::StatusOr<plan::Plan> plan = plan::LoadPlanFile(planPath);
@@ -134,19 +140,23 @@ int main(int argc, char **argv) {
   cudaEvent_t begin, end;
   cudaEventCreate(&begin);
   cudaEventCreate(&end);
-  std::vector<double> seconds;
-  double lastLoss = 0;
-  for (int64_t k = 1; k <= warmup + steps; ++k) {
+  // One training step: zero_grads, every micro-batch, update.
+  auto runStep = [&](int64_t k) -> absl::Status {
     if (absl::Status s = e.Write(step, {double(k)}); !s.ok())
-      return fail(std::string(s.message()));
+      return s;
     exec::StepContext context{uint64_t(seed), uint32_t(k), 0};
-    cudaEventRecord(begin, e.stream());
     absl::Status s = e.Run(t.step().zero_grads(), context);
     for (int64_t m = 0; s.ok() && m < micros; ++m)
       s = e.Run(t.step().micro_step(), context);
     if (s.ok())
       s = e.Run(t.step().update(), context);
-    if (!s.ok())
+    return s;
+  };
+  std::vector<double> seconds;
+  double lastLoss = 0;
+  for (int64_t k = 1; k <= warmup + steps; ++k) {
+    cudaEventRecord(begin, e.stream());
+    if (absl::Status s = runStep(k); !s.ok())
       return fail(std::string(s.message()));
     cudaEventRecord(end, e.stream());
     if (cudaEventSynchronize(end) != cudaSuccess)
@@ -174,5 +184,44 @@ int main(int argc, char **argv) {
               median, seconds.size(), (long long)tokensPerStep,
               double(tokensPerStep) / median, lastLoss,
               (long long)e.ArenaBytes(), (long long)e.WorkspaceBytes());
+  if (profileSteps == 0)
+    return 0;
+
+  e.EnableProfile();
+  for (int64_t k = 1; k <= profileSteps; ++k)
+    if (absl::Status s = runStep(warmup + steps + k); !s.ok())
+      return fail(std::string(s.message()));
+  if (absl::Status s = e.Synchronize(); !s.ok())
+    return fail(std::string(s.message()));
+  const std::vector<exec::Backend::KernelProfile> &profile = e.KernelProfiles();
+  if (profile.empty())
+    return fail("the executor could not profile (no CUDA events)");
+  std::vector<int> kinds;
+  double total = 0;
+  for (int k = 0; k < int(profile.size()); ++k)
+    if (profile[k].calls > 0) {
+      kinds.push_back(k);
+      total += profile[k].seconds;
+    }
+  std::sort(kinds.begin(), kinds.end(), [&](int a, int b) {
+    return profile[a].seconds > profile[b].seconds;
+  });
+  double perStep = 1.0 / double(profileSteps);
+  std::printf("kernels per step, over %lld profiled steps (%.6f s of "
+              "kernels per step):\n",
+              (long long)profileSteps, total * perStep);
+  std::printf("%-28s %10s %7s %7s %10s %9s\n", "kernel", "ms/step", "share",
+              "calls", "TFLOP/s", "GB/s");
+  for (int k : kinds) {
+    const exec::Backend::KernelProfile &p = profile[k];
+    std::string name = plan::Kernel_IsValid(k)
+                           ? plan::Kernel_Name(plan::Kernel(k))
+                           : "kernel " + std::to_string(k);
+    double s = p.seconds > 0 ? p.seconds : 1e-30;
+    std::printf("%-28s %10.3f %6.1f%% %7lld %10.1f %9.1f\n", name.c_str(),
+                1e3 * p.seconds * perStep, 100 * p.seconds / total,
+                (long long)(p.calls / profileSteps), p.flops / s / 1e12,
+                p.bytes / s / 1e9);
+  }
   return 0;
 }
