@@ -18,11 +18,12 @@
 // by value without reading the device.
 //
 // It is an exec::Backend, so the trainer drives it as it drives the CPU
-// executor (`braid-run --device cuda`). With profiling on, Run times each
-// instruction with a pair of CUDA events and waits for the function's end
-// (the only host synchronisation in Run, and only then). Buffers are not
+// executor (`braid-run --device cuda`). With profiling or a trace on, Run
+// times each instruction with a pair of CUDA events and waits for the
+// function's end (the only host synchronisation in Run, and only then); a
+// trace places the events on the host's clock (SetTrace). Buffers are not
 // host memory: Bytes (checkpoints) copies a buffer to the host and
-// ReleaseBytes back; traces are refused.
+// ReleaseBytes back.
 //
 // Several ranks: every plan the CPU executor runs over several ranks (data,
 // tensor and sequence parallelism, pipeline stages with their stage's arena
