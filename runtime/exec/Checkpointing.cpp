@@ -222,14 +222,11 @@ Holdings(const plan::Plan &plan, const std::vector<int64_t> &coords) {
         out.push_back({pb.name(), state, named, buffer, 0, 0, n, false});
       continue;
     }
-    if (masters && zero3)
-      return absl::UnimplementedError(absl::StrCat(
-          "function '", update, "' instruction ", i,
-          ": checkpoints of mixed precision with ZeRO-3's sharded parameters "
-          "are not implemented yet"));
     // ZeRO: a flat bucket whose members are views; the rank's moments (and
     // with ZeRO-3 its parameters, with mixed precision its f32 masters) are
-    // block d of it.
+    // block d of it. With ZeRO-3 in mixed precision the rank's block of the
+    // rounded parameters is the masters' rounding, which a load sets again
+    // from them (Trainer's weightsFromMasters).
     int64_t base = d * blockSize;
     std::vector<int> members;
     for (int j = 0; j < plan.buffers_size(); ++j) {

@@ -81,7 +81,7 @@ JOBS = {
 # PARALLEL_RESUMED also resumed from their checkpoint of PARALLEL_RESUME_AT.
 PARALLEL_STEPS = 8
 PARALLEL_RESUME_AT = 4
-PARALLEL_RESUMED = ("llama-dp2-zero1-bf16",)
+PARALLEL_RESUMED = ("llama-dp2-zero1-bf16", "llama-dp2-zero3-bf16")
 PARALLEL = {
     "llama-dp2-fp32": ('preset: "tiny-llama"', "micro_batch_size: 2 dp: 2",
                        "", "llama-dp2-fp32", 1e-4),
@@ -109,6 +109,11 @@ PARALLEL = {
     "llama-dp2-zero1-bf16": ('preset: "tiny-llama"',
                              "micro_batch_size: 2 dp: 2 zero: 1", "BF16",
                              "llama-dp2-zero1-fp32", 2e-2),
+    # ZeRO-3 in mixed precision: each rank's block of the bf16 parameters
+    # and of their f32 masters.
+    "llama-dp2-zero3-bf16": ('preset: "tiny-llama"',
+                             "micro_batch_size: 1 global_batch_size: 4 dp: 2 "
+                             "zero: 3", "BF16", "llama-dp2-zero3-fp32", 2e-2),
     "llama-dp2-zero1-fp32": ('preset: "tiny-llama"',
                              "micro_batch_size: 2 dp: 2 zero: 1", "", None,
                              None),
