@@ -116,6 +116,16 @@ __device__ __forceinline__ int64_t queryRowBlock(bool causal) {
                 : int64_t(blockIdx.x);
 }
 
+/// Whether every pair of query rows [row0, row0 + rows) and keys [key0,
+/// key0 + keys) is inside the sequence and the causal triangle, with no
+/// ALiBi bias: such a tile's probabilities need no mask.
+__device__ __forceinline__ bool unmaskedTile(const TcParams &p, int64_t row0,
+                                             int64_t rows, int64_t key0,
+                                             int64_t keys) {
+  return !p.alibi && row0 + rows <= p.seq && key0 + keys <= p.seq &&
+         (!p.causal || key0 + keys - 1 <= row0);
+}
+
 template <typename E, int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
     attentionForwardTcKernel(const E *q, const E *k, const E *v, TcParams p,
@@ -204,7 +214,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     const bool edge =
         j0 + kTcKeys > p.seq || (p.causal && j0 + kTcKeys - 1 > rowBase);
     float tileMax[2] = {-INFINITY, -INFINITY};
-    if (!edge && !p.alibi) {
+    if (unmaskedTile(p, rowBase, kTcRows, j0, kTcKeys)) {
       // Inside the sequence and the causal triangle, no bias: the scores.
 #pragma unroll
       for (int n = 0; n < 8; ++n)
@@ -503,12 +513,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     zero(dpt);
     rowProducts<D, NT>(st, ks + warp * 16 * P, qs, lane);
     rowProducts<D, NT>(dpt, vs + warp * 16 * P, gs, lane);
-    // Pᵀ and dSᵀ: element (key j, query i); a tile inside the sequence
-    // and the causal triangle, without a bias, needs no mask.
-    const bool plain = !p.alibi && keyBase + kTcKeys <= p.seq &&
-                       i0 + QT <= p.seq &&
-                       (!p.causal || keyBase + kTcKeys - 1 <= i0);
-    if (plain) {
+    // Pᵀ and dSᵀ: element (key j, query i).
+    if (unmaskedTile(p, i0, QT, keyBase, kTcKeys)) {
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -606,12 +612,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     zero(dp);
     rowProducts<D, NT>(s, qs + warp * 16 * P, ks, lane);
     rowProducts<D, NT>(dp, gs + warp * 16 * P, vs, lane);
-    // dS: element (query i, key j); a tile inside the sequence and the
-    // causal triangle, without a bias, needs no mask.
-    const bool plain = !p.alibi && j0 + kTcKeys <= p.seq &&
-                       rowBase + kTcRows <= p.seq &&
-                       (!p.causal || j0 + kTcKeys - 1 <= rowBase);
-    if (plain) {
+    // dS: element (query i, key j).
+    if (unmaskedTile(p, rowBase, kTcRows, j0, kTcKeys)) {
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll

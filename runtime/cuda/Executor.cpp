@@ -677,7 +677,8 @@ absl::Status Executor::Run(absl::string_view name,
       }
   bool timed = !profile_.empty() || trace_;
   // Traced: no kernel of this call starts before now.
-  const exec::Trace::Clock::time_point runBegin = exec::Trace::Now();
+  const exec::Trace::Clock::time_point runBegin =
+      trace_ ? exec::Trace::Now() : exec::Trace::Clock::time_point();
   for (int i = 0; i < fn->body_size(); ++i) {
     const Instruction &inst = fn->body(i);
     if (timed)
@@ -714,6 +715,13 @@ absl::Status Executor::Run(absl::string_view name,
                           std::chrono::duration<double, std::milli>(ms));
     return std::clamp(t, runBegin, runEnd);
   };
+  exec::Trace::Clock::time_point traceBegin = runBegin;
+  if (trace_) {
+    absl::StatusOr<exec::Trace::Clock::time_point> first = hostTime(0);
+    if (!first.ok())
+      return first.status();
+    traceBegin = *first;
+  }
   for (int i = 0; i < n; ++i) {
     const Instruction &inst = fn->body(i);
     if (!profile_.empty()) {
@@ -729,14 +737,13 @@ absl::Status Executor::Run(absl::string_view name,
       k.bytes += work_[size_t(index)][size_t(i)].second;
     }
     if (trace_) {
-      absl::StatusOr<exec::Trace::Clock::time_point> begin = hostTime(i),
-                                                     end = hostTime(i + 1);
-      if (!begin.ok())
-        return begin.status();
+      // Instruction i ends where i + 1 begins: each event read once.
+      absl::StatusOr<exec::Trace::Clock::time_point> end = hostTime(i + 1);
       if (!end.ok())
         return end.status();
-      trace_->AddKernel(inst, tracePhases_[size_t(index)][size_t(i)], *begin,
-                        *end);
+      trace_->AddKernel(inst, tracePhases_[size_t(index)][size_t(i)],
+                        traceBegin, *end);
+      traceBegin = *end;
     }
   }
   // The next function's events count from here: a recent anchor keeps
