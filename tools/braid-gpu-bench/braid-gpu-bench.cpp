@@ -20,6 +20,7 @@
 
 #include "runtime/cuda/Executor.h"
 #include "runtime/plan/PlanLoader.h"
+#include "tools/braid-gpu-bench/CountFlag.h"
 
 #include <cuda_runtime_api.h>
 
@@ -29,6 +30,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace braid;
@@ -40,21 +42,31 @@ int fail(const std::string &message) {
   return 1;
 }
 
-/// The value of flag `name` (--name N) at argv[i], advancing i.
-bool flagValue(int argc, char **argv, int &i, const char *name, int64_t &out,
-               std::string &error) {
-  if (std::string(argv[i]) != name)
-    return false;
-  if (i + 1 >= argc) {
-    error = std::string(name) + " needs a value";
-    return true;
-  }
-  char *end = nullptr;
-  long long v = std::strtoll(argv[++i], &end, 10);
-  if (!end || *end || v < 0)
-    error = std::string(name) + "=" + argv[i] + " is not a count >= 0";
-  out = v;
-  return true;
+/// Fills `values` with normal(0, 0.02) draws, in chunks of 2^20 over the
+/// host's threads, each chunk from its own generator seeded by (seed,
+/// stream, chunk): the values depend on neither the thread count nor the
+/// order (a 1B-parameter model's billion draws take seconds, not a minute).
+void fillNormal(std::vector<double> &values, int64_t seed, int64_t stream) {
+  constexpr size_t kChunk = size_t(1) << 20;
+  const size_t chunks = (values.size() + kChunk - 1) / kChunk;
+  const size_t threads = std::max<size_t>(
+      1, std::min<size_t>(chunks, std::thread::hardware_concurrency()));
+  auto work = [&](size_t first) {
+    for (size_t c = first; c < chunks; c += threads) {
+      std::seed_seq seq{uint64_t(seed), uint64_t(stream), uint64_t(c)};
+      std::mt19937_64 gen(seq);
+      std::normal_distribution<double> normal(0.0, 0.02);
+      for (size_t i = c * kChunk; i < std::min(values.size(), (c + 1) * kChunk);
+           ++i)
+        values[i] = normal(gen);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t)
+    pool.emplace_back(work, t);
+  work(0);
+  for (std::thread &t : pool)
+    t.join();
 }
 
 } // namespace
@@ -64,10 +76,10 @@ int main(int argc, char **argv) {
   int64_t steps = 20, warmup = 3, seed = 1, profileSteps = 0;
   for (int i = 1; i < argc; ++i) {
     std::string error;
-    if (flagValue(argc, argv, i, "--steps", steps, error) ||
-        flagValue(argc, argv, i, "--warmup", warmup, error) ||
-        flagValue(argc, argv, i, "--seed", seed, error) ||
-        flagValue(argc, argv, i, "--profile", profileSteps, error)) {
+    if (countFlag(argc, argv, i, "--steps", steps, error) ||
+        countFlag(argc, argv, i, "--warmup", warmup, error) ||
+        countFlag(argc, argv, i, "--seed", seed, error) ||
+        countFlag(argc, argv, i, "--profile", profileSteps, error)) {
       if (!error.empty())
         return fail(error);
       continue;
@@ -97,15 +109,14 @@ int main(int argc, char **argv) {
 
   // Parameters (and their master weights) and a batch of tokens.
   std::mt19937_64 gen{uint64_t(seed)};
-  std::normal_distribution<double> normal(0.0, 0.02);
   int64_t vocab = 1;
   for (int id = 0; id < plan->buffers_size(); ++id) {
     const plan::Buffer &b = plan->buffers(id);
     if (b.role() != plan::PARAMETER || b.view_of() || b.block_of())
       continue;
-    std::vector<double> values(size_t(plan::NumElements(b)));
-    for (double &v : values)
-      v = b.shape_size() == 1 ? 1.0 : normal(gen);
+    std::vector<double> values(size_t(plan::NumElements(b)), 1.0);
+    if (b.shape_size() != 1)
+      fillNormal(values, seed, id);
     if (b.name().find("embed_tokens") != std::string::npos)
       vocab = b.shape(0);
     for (int target : {id, e.FindBuffer("master:" + b.name())})
