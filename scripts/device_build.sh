@@ -45,7 +45,7 @@ if [ ! -f "$work/build.ninja" ]; then
     -DBRAID_WITH_MPI=OFF -DBRAID_CUDA_ARCHS=hopper "${launcher[@]}"
 fi
 cmake --build "$work" -j "${BRAID_JOBS:-$(nproc)}" --target braid-run \
-  braid-gpu-bench braid-cuda-kernel-tests braid-cuda-attention-tests \
+  braid-gpu-bench braid-attention-bench braid-cuda-kernel-tests braid-cuda-attention-tests \
   braid-cuda-executor-tests
 
 rm -rf "$out"
@@ -53,7 +53,7 @@ mkdir -p "$out/plans"
 bins="$root/build-device/bin"
 rm -rf "$bins"
 mkdir -p "$bins"
-for tool in braid-run braid-gpu-bench braid-cuda-kernel-tests \
+for tool in braid-run braid-gpu-bench braid-attention-bench braid-cuda-kernel-tests \
             braid-cuda-attention-tests braid-cuda-executor-tests; do
   cp "$work/bin/$tool" "$bins/"
   strip "$bins/$tool"
@@ -102,8 +102,9 @@ BRAID_BUILD_DIR="$main" "$root/bench/gpu_train.sh" compile "$out/bench"
 cat > "$out/check.sh" <<'CHECK'
 #!/usr/bin/env bash
 # On the GPU machine, from the repository's root (the bundle carried along):
-#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|train|bench|all]
+#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|attention|train|bench|all]
 # tests: the CUDA tests (kernels, attention, executor) against the CPU;
+# attention: braid-attention-bench (each tensor-core tiling checked, timed);
 # train: braid-run --device cuda against --device cpu (tests/e2e/cuda_train.py);
 # bench: bench/gpu_train.sh run (Braid against PyTorch, 1B parameters).
 # Each part stops after BRAID_CHECK_TIMEOUT seconds (default 600) and, with
@@ -148,6 +149,9 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   for t in kernel attention executor; do
     part "$t" "$bin/braid-cuda-$t-tests" --gtest_brief=1 || rc=1
   done
+fi
+if [ "$what" = attention ] || [ "$what" = all ]; then
+  part attention "$bin/braid-attention-bench" || rc=1
 fi
 if [ "$what" = train ] || [ "$what" = all ]; then
   part train python3 "$root/tests/e2e/cuda_train.py" --bin "$bin" \

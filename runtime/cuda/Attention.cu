@@ -453,7 +453,9 @@ cudaError_t backwardWith(const T *q, const T *k, const T *v, const T *out,
 } // namespace
 
 int64_t attentionBackwardWorkspaceBytes(const AttentionShape &s) {
-  return s.batch * s.heads * s.seq * int64_t(sizeof(float));
+  const int64_t rows = s.batch * s.heads * s.seq;
+  // D, then dq's accumulators at the next multiple of 4 floats.
+  return ((rows + 3) / 4 * 4 + rows * s.headDim) * int64_t(sizeof(float));
 }
 
 template <typename T>

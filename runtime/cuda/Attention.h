@@ -16,10 +16,12 @@
 // and the reference for faster kernels. The log-sum-exp is kept in float
 // whatever T (a bf16 one would be off by up to 2^-8 of the exponent).
 //
-// Backward is deterministic: dq is one kernel over query rows and dk, dv
-// another over key rows (each gathering its group's query heads), so every
-// element has one writer and no atomics. Its workspace holds D_i = dout_i ·
-// out_i for every query row and head (attentionBackwardWorkspaceBytes).
+// Backward here is deterministic: dq is one kernel over query rows and dk,
+// dv another over key rows (each gathering its group's query heads), so
+// every element has one writer and no atomics. Its workspace holds D_i =
+// dout_i · out_i for every query row and head (attentionBackwardWorkspaceBytes)
+// and, for the tensor-core backward that adds dq up by atomics, a float per
+// element of dq.
 //
 // headDim is at most 256. Nothing synchronises with the host or allocates;
 // each launcher returns the launch's error.
@@ -36,6 +38,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace braid::cuda {
 
@@ -44,7 +47,9 @@ using AttentionShape = cpu::AttentionShape;
 /// The largest head dimension the kernels take.
 constexpr int64_t kMaxAttentionHeadDim = 256;
 
-/// Bytes of attentionBackward's workspace: one float per query row and head.
+/// Bytes of the backward's workspace (attentionBackward's and
+/// attentionBackwardTensorCores' with any tiling): one float per query row
+/// and head, then one per element of dq.
 int64_t attentionBackwardWorkspaceBytes(const AttentionShape &s);
 
 /// out = softmax(q kᵀ scale + bias) v; lse[b, h, i] = log Σ_j exp(score).
@@ -71,19 +76,44 @@ bool attentionForwardOnTensorCores(const void *q, const void *k, const void *v,
 /// (AttentionTensorCores.cu: FlashAttention-2's tiling on mma.sync, sm_80
 /// and later), same operands and results as attentionForward<bf16> (the
 /// probabilities are rounded to bf16 before they multiply V, as
-/// FlashAttention's are). Returns
-/// cudaErrorInvalidValue where attentionForwardOnTensorCores does not hold.
+/// FlashAttention's are), with tiling attentionForwardTilings()[tiling]
+/// (every tiling computes the same values). Returns cudaErrorInvalidValue
+/// where attentionForwardOnTensorCores does not hold or there is no such
+/// tiling.
 cudaError_t attentionForwardTensorCores(const __nv_bfloat16 *q,
                                         const __nv_bfloat16 *k,
                                         const __nv_bfloat16 *v,
                                         const AttentionShape &s,
                                         __nv_bfloat16 *out, float *lse,
-                                        cudaStream_t stream);
+                                        cudaStream_t stream, int tiling = 0);
 /// The same for fp16.
 cudaError_t attentionForwardTensorCores(const __half *q, const __half *k,
                                         const __half *v,
                                         const AttentionShape &s, __half *out,
-                                        float *lse, cudaStream_t stream);
+                                        float *lse, cudaStream_t stream,
+                                        int tiling = 0);
+
+/// A tiling of the tensor-core forward: each warp's query rows and the keys
+/// per tile that stream through shared memory.
+struct AttentionForwardTiling {
+  int rowsPerWarp, keysPerTile;
+};
+/// The forward's tilings, the default first (AttentionTensorCores.cu's file
+/// comment gives each one's rate on an H100).
+std::vector<AttentionForwardTiling> attentionForwardTilings();
+
+/// A tiling of the tensor-core backward: the dk and dv kernel's keys per
+/// block, its query tile at head dimension 128 (64 rows at 64), and whether
+/// that kernel also adds dq up, by float atomics into the workspace
+/// (FlashAttention-2's backward: five products per score instead of
+/// seven, but dq's sums in no fixed order), or a kernel of its own computes
+/// dq with one writer per element.
+struct AttentionBackwardTiling {
+  int keysPerBlock, queryTile;
+  bool dqByAtomics;
+};
+/// The backward's tilings, the default first, as the forward's.
+std::vector<AttentionBackwardTiling> attentionBackwardTilings();
 
 /// Whether attentionBackwardTensorCores takes this shape and these buffers:
 /// as the forward, every operand 16-byte aligned.
@@ -96,18 +126,22 @@ bool attentionBackwardOnTensorCores(const void *q, const void *k,
 /// The backward for bf16 on tensor cores (AttentionTensorCores.cu), same
 /// operands, results and workspace as attentionBackward<bf16>; the
 /// probabilities and their gradients are rounded to bf16 before they
-/// multiply dout, Q and K. Returns cudaErrorInvalidValue where
-/// attentionBackwardOnTensorCores does not hold.
+/// multiply dout, Q and K; with tiling attentionBackwardTilings()[tiling].
+/// Returns cudaErrorInvalidValue where attentionBackwardOnTensorCores does
+/// not hold or there is no such tiling.
 cudaError_t attentionBackwardTensorCores(
     const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
     const __nv_bfloat16 *out, const float *lse, const __nv_bfloat16 *dout,
     const AttentionShape &s, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
-    __nv_bfloat16 *dv, float *workspace, cudaStream_t stream);
+    __nv_bfloat16 *dv, float *workspace, cudaStream_t stream, int tiling = 0);
 /// The same for fp16.
-cudaError_t attentionBackwardTensorCores(
-    const __half *q, const __half *k, const __half *v, const __half *out,
-    const float *lse, const __half *dout, const AttentionShape &s, __half *dq,
-    __half *dk, __half *dv, float *workspace, cudaStream_t stream);
+cudaError_t attentionBackwardTensorCores(const __half *q, const __half *k,
+                                         const __half *v, const __half *out,
+                                         const float *lse, const __half *dout,
+                                         const AttentionShape &s, __half *dq,
+                                         __half *dk, __half *dv,
+                                         float *workspace, cudaStream_t stream,
+                                         int tiling = 0);
 
 } // namespace braid::cuda
 

@@ -141,6 +141,19 @@ template <int Pending> __device__ __forceinline__ void cpAsyncWait() {
 #endif
 }
 
+/// dst[0] += lo and dst[1] += hi, atomically (dst in global memory, 8-byte
+/// aligned): one 8-byte reduction on sm_90 and later, two 4-byte ones
+/// before.
+__device__ __forceinline__ void atomicAddPair(float *dst, float lo, float hi) {
+#if defined(BRAID_CUDA_EMULATION) || !defined(__CUDA_ARCH__) ||                \
+    __CUDA_ARCH__ < 900
+  atomicAdd(dst, lo);
+  atomicAdd(dst + 1, hi);
+#else
+  atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(lo, hi));
+#endif
+}
+
 /// Two floats as E's pair type (lo first), rounded to nearest.
 __device__ __forceinline__ __nv_bfloat162 pairOf(float lo, float hi,
                                                  __nv_bfloat16) {

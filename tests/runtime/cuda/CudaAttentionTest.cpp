@@ -164,8 +164,14 @@ TYPED_TEST(CudaAttention, TensorParallelShard) {
 /// against the CPU on the same E inputs: out within E's tolerance (the
 /// probabilities it rounds to E before they multiply V add at most half a
 /// unit in E's last place relative to each term), the log-sum-exp within
-/// 1e-5.
-template <typename E> void compareTensorCores(const cpu::AttentionShape &s) {
+/// 1e-5; with the kernel's tiling `tiling`.
+template <typename E>
+void compareTensorCores(const cpu::AttentionShape &s, int tiling) {
+  const cuda::AttentionForwardTiling t =
+      cuda::attentionForwardTilings()[tiling];
+  SCOPED_TRACE("tiling " + std::to_string(tiling) + " (" +
+               std::to_string(t.rowsPerWarp) + " rows per warp, " +
+               std::to_string(t.keysPerTile) + " keys per tile)");
   SCOPED_TRACE("seq " + std::to_string(s.seq) + " heads " +
                std::to_string(s.heads) + "/" + std::to_string(s.kvHeads) +
                " headDim " + std::to_string(s.headDim) +
@@ -184,11 +190,19 @@ template <typename E> void compareTensorCores(const cpu::AttentionShape &s) {
   ASSERT_TRUE(cuda::attentionForwardOnTensorCores(gq.get(), gk.get(), gv.get(),
                                                   gout.get(), s));
   ASSERT_EQ(cuda::attentionForwardTensorCores(gq.get(), gk.get(), gv.get(), s,
-                                              gout.get(), glse.get(), nullptr),
+                                              gout.get(), glse.get(), nullptr,
+                                              tiling),
             cudaSuccess);
   const double rel = relativeTolerance<E>();
   expectClose(gout.host(), out, rel, largest(out) * rel, "out");
   expectClose(glse.host(), lse, 1e-5, 1e-5, "lse");
+}
+
+/// The same with every tiling (they compute the same function).
+template <typename E> void compareTensorCores(const cpu::AttentionShape &s) {
+  for (int tiling = 0; tiling < int(cuda::attentionForwardTilings().size());
+       ++tiling)
+    compareTensorCores<E>(s, tiling);
 }
 
 /// The tensor-core backward against the CPU's on the same E inputs (the
@@ -197,7 +211,13 @@ template <typename E> void compareTensorCores(const cpu::AttentionShape &s) {
 /// gradients, rounded to E as the products' operands, add at most half a
 /// unit in E's last place relative to each term).
 template <typename E>
-void compareTensorCoresBackward(const cpu::AttentionShape &s) {
+void compareTensorCoresBackward(const cpu::AttentionShape &s, int tiling) {
+  const cuda::AttentionBackwardTiling t =
+      cuda::attentionBackwardTilings()[tiling];
+  SCOPED_TRACE("tiling " + std::to_string(tiling) + " (" +
+               std::to_string(t.keysPerBlock) + " keys per block, query tile " +
+               std::to_string(t.queryTile) +
+               (t.dqByAtomics ? ", dq by atomics)" : ")"));
   SCOPED_TRACE("backward: batch " + std::to_string(s.batch) + " seq " +
                std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
                "/" + std::to_string(s.kvHeads) + " headDim " +
@@ -230,7 +250,7 @@ void compareTensorCoresBackward(const cpu::AttentionShape &s) {
   ASSERT_EQ(cuda::attentionBackwardTensorCores(
                 gq.get(), gk.get(), gv.get(), gout.get(), glse.get(),
                 gdout.get(), s, gdq.get(), gdk.get(), gdv.get(),
-                workspace.get(), nullptr),
+                workspace.get(), nullptr, tiling),
             cudaSuccess);
   const double rel = relativeTolerance<E>();
   expectClose(gdq.host(), dq, rel, largest(dq) * rel, "dq");
@@ -239,10 +259,19 @@ void compareTensorCoresBackward(const cpu::AttentionShape &s) {
   expectClose(gdv.host(), dv, rel, largest(dv) * rel, "dv");
 }
 
+/// The same with every tiling.
+template <typename E>
+void compareTensorCoresBackward(const cpu::AttentionShape &s) {
+  for (int tiling = 0; tiling < int(cuda::attentionBackwardTilings().size());
+       ++tiling)
+    compareTensorCoresBackward<E>(s, tiling);
+}
+
 TYPED_TEST(CudaTensorCores, Backward) {
   using E = TypeParam;
-  // As the forward's shapes: tiles of 64 keys and queries (32 queries in
-  // dk and dv at head dimension 128), partial and whole.
+  // As the forward's shapes: blocks of 64 and 128 keys and tiles of 64
+  // queries (32 or 64 in dk and dv at head dimension 128), partial and
+  // whole.
   compareTensorCoresBackward<E>(shape(2, 77, 4, 4, 64, true));
   compareTensorCoresBackward<E>(shape(1, 40, 2, 2, 64, false));
   compareTensorCoresBackward<E>(shape(1, 130, 6, 3, 64, true));
@@ -266,8 +295,9 @@ TYPED_TEST(CudaTensorCores, Backward) {
 
 TYPED_TEST(CudaTensorCores, Forward) {
   using E = TypeParam;
-  // Tiles of 64 rows and keys: sequences inside the first tile, across
-  // several and ending inside one; causal and not; grouped queries; ALiBi.
+  // Blocks of 64 and 128 rows, tiles of 32 and 64 keys: sequences inside
+  // the first tile, across several and ending inside one; causal and not;
+  // grouped queries; ALiBi.
   compareTensorCores<E>(shape(2, 77, 4, 4, 64, true));
   compareTensorCores<E>(shape(1, 40, 2, 2, 64, false));
   compareTensorCores<E>(shape(1, 130, 6, 3, 64, true));
@@ -301,6 +331,23 @@ TEST(CudaAttentionShape, TensorCoresTakeHeadDimensions64And128Aligned) {
   EXPECT_EQ(cuda::attentionForwardTensorCores(none, none, none,
                                               shape(1, 8, 1, 1, 80, true),
                                               nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  // A tiling past the list's end is refused before anything is launched.
+  const bf16 *in = reinterpret_cast<const bf16 *>(buffer);
+  bf16 *io = reinterpret_cast<bf16 *>(buffer);
+  float *lse = reinterpret_cast<float *>(buffer);
+  const int forwardTilings = int(cuda::attentionForwardTilings().size());
+  const int backwardTilings = int(cuda::attentionBackwardTilings().size());
+  EXPECT_EQ(cuda::attentionForwardTensorCores(in, in, in,
+                                              shape(1, 8, 1, 1, 64, true), io,
+                                              lse, nullptr, forwardTilings),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::attentionForwardTensorCores(
+                in, in, in, shape(1, 8, 1, 1, 64, true), io, lse, nullptr, -1),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::attentionBackwardTensorCores(
+                in, in, in, in, lse, in, shape(1, 8, 1, 1, 128, true), io, io,
+                io, lse, nullptr, backwardTilings),
             cudaErrorInvalidValue);
 }
 
