@@ -4,6 +4,7 @@
 
 #include "runtime/cuda/Check.h"
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
@@ -102,13 +103,15 @@ absl::StatusOr<Gemm::Prepared *> Gemm::prepare(const Problem &p) {
       if (set == CUBLAS_STATUS_SUCCESS)
         set = cublasLtMatmulPreferenceSetAttribute(preference, attr, &align,
                                                    sizeof(align));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kTuningCandidates] = {};
     int found = 0;
-    cublasStatus_t asked = set != CUBLAS_STATUS_SUCCESS
-                               ? set
-                               : cublasLtMatmulAlgoGetHeuristic(
-                                     handle_, made.op, made.a, made.b, made.d,
-                                     made.d, preference, 1, &result, &found);
+    const int wanted = tuningScratch_ ? kTuningCandidates : 1;
+    cublasStatus_t asked =
+        set != CUBLAS_STATUS_SUCCESS
+            ? set
+            : cublasLtMatmulAlgoGetHeuristic(handle_, made.op, made.a, made.b,
+                                             made.d, made.d, preference, wanted,
+                                             results, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     BRAID_CUBLAS_CHECK(asked);
     if (found == 0)
@@ -116,7 +119,14 @@ absl::StatusOr<Gemm::Prepared *> Gemm::prepare(const Problem &p) {
           absl::StrCat("cuBLASLt has no algorithm for a ", p.m, " x ", p.n,
                        " x ", p.k, " product (", p.transA ? "T" : "N",
                        p.transB ? "T" : "N", p.bias ? ", bias" : "", ")"));
-    made.algo = result.algo;
+    made.algo = results[0].algo;
+    if (found > 1) {
+      absl::StatusOr<cublasLtMatmulAlgo_t> best =
+          fastest(p, made, results, found);
+      if (!best.ok())
+        return best.status();
+      made.algo = *best;
+    }
     return absl::OkStatus();
   }();
   if (!status.ok()) {
@@ -124,6 +134,84 @@ absl::StatusOr<Gemm::Prepared *> Gemm::prepare(const Problem &p) {
     return status;
   }
   return &(prepared_[key] = made);
+}
+
+namespace {
+
+int64_t bytesOf(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+/// n rounded up to a multiple of 256.
+int64_t padded(int64_t n) { return (n + 255) / 256 * 256; }
+
+} // namespace
+
+absl::StatusOr<cublasLtMatmulAlgo_t>
+Gemm::fastest(const Problem &p, const Prepared &made,
+              const cublasLtMatmulHeuristicResult_t *candidates, int found) {
+  // The stored (column-major) matrices: A has lda-element columns, as many
+  // as op(A)'s k (transposed) or m; B likewise; D n columns of ldd.
+  const int64_t aBytes = p.lda * (p.transA ? p.m : p.k) * bytesOf(p.ab);
+  const int64_t bBytes = p.ldb * (p.transB ? p.k : p.n) * bytesOf(p.ab);
+  const int64_t dBytes = p.ldd * p.n * bytesOf(p.d);
+  const int64_t biasBytes = p.bias ? p.m * bytesOf(p.ab) : 0;
+  const int64_t total =
+      padded(aBytes) + padded(bBytes) + padded(dBytes) + padded(biasBytes);
+  if (total > int64_t(tuningBytes_))
+    return candidates[0].algo;
+  auto *base = static_cast<uint8_t *>(tuningScratch_);
+  const void *a = base, *b = base + padded(aBytes);
+  void *d = base + padded(aBytes) + padded(bBytes);
+  const void *bias = base + padded(aBytes) + padded(bBytes) + padded(dBytes);
+  BRAID_CUDA_CHECK(
+      fillRandomHalves(base, total / 2, uint64_t(tuned_) + 1, tuningStream_));
+  if (p.bias)
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        made.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  cudaEvent_t begin = nullptr, end = nullptr;
+  BRAID_CUDA_CHECK(cudaEventCreate(&begin));
+  if (cudaError_t e = cudaEventCreate(&end); e != cudaSuccess) {
+    cudaEventDestroy(begin);
+    BRAID_CUDA_CHECK(e);
+  }
+  // The weight gradient's product accumulates (beta 1) as it will run.
+  const float alpha = 1.0f, beta = p.d == CUDA_R_32F ? 1.0f : 0.0f;
+  auto product = [&](const cublasLtMatmulAlgo_t &algo) {
+    return cublasLtMatmul(handle_, made.op, &alpha, a, made.a, b, made.b, &beta,
+                          d, made.d, d, made.d, &algo, workspace_,
+                          workspaceBytes_, tuningStream_);
+  };
+  // Each candidate once to warm up (one that fails is passed over), then
+  // kTimedRuns times between two events.
+  constexpr int kTimedRuns = 3;
+  int best = 0;
+  float bestMs = INFINITY;
+  cudaError_t error = cudaSuccess;
+  for (int c = 0; c < found && error == cudaSuccess; ++c) {
+    if (candidates[c].state != CUBLAS_STATUS_SUCCESS ||
+        candidates[c].workspaceSize > workspaceBytes_ ||
+        product(candidates[c].algo) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    error = cudaEventRecord(begin, tuningStream_);
+    bool ran = true;
+    for (int r = 0; r < kTimedRuns && ran && error == cudaSuccess; ++r)
+      ran = product(candidates[c].algo) == CUBLAS_STATUS_SUCCESS;
+    if (error == cudaSuccess)
+      error = cudaEventRecord(end, tuningStream_);
+    if (error == cudaSuccess)
+      error = cudaEventSynchronize(end);
+    float ms = 0;
+    if (error == cudaSuccess)
+      error = cudaEventElapsedTime(&ms, begin, end);
+    if (error == cudaSuccess && ran && ms < bestMs) {
+      bestMs = ms;
+      best = c;
+    }
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  BRAID_CUDA_CHECK(error);
+  ++tuned_;
+  return candidates[best].algo;
 }
 
 absl::Status Gemm::run(Problem p, const void *a, const void *b, void *d,

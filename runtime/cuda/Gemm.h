@@ -2,19 +2,22 @@
 //
 // The matrix products of a linear layer (runtime/cpu/Kernels.h's
 // linearForward and linearBackward, same shapes and layouts) on cuBLASLt:
-// T inputs (float, bf16 or fp16), float accumulation (CUBLAS_COMPUTE_32F: no TF32,
-// so that fp32 mode checks against the CPU), the weight gradient accumulated
-// in float (beta = 1). The bias rides cuBLASLt's bias epilogue when it is
-// not scaled.
+// T inputs (float, bf16 or fp16), float accumulation (CUBLAS_COMPUTE_32F: no
+// TF32, so that fp32 mode checks against the CPU), the weight gradient
+// accumulated in float (beta = 1). The bias rides cuBLASLt's bias epilogue when
+// it is not scaled.
 //
 // Row-major buffers are cuBLASLt's column-major transposes: y = x W is
 // computed as yᵀ = Wᵀ xᵀ, with no copy.
 //
 // An algorithm is chosen once per problem (shapes, layouts, types,
-// epilogue) by cuBLASLt's heuristic and kept, so that a plan's step loop,
-// which repeats the same problems, never asks again; `Prepare` asks ahead
-// (at plan load). Nothing here allocates after construction or synchronises
-// with the host.
+// epilogue) and kept, so that a plan's step loop, which repeats the same
+// problems, never asks again; `Prepare` chooses ahead (at plan load). The
+// choice is cuBLASLt's heuristic's first, or, with tuning scratch
+// (SetTuning: the executor lends its arena while the plan loads, for bf16
+// and fp16), the fastest of the heuristic's first kTuningCandidates timed
+// on random operands in the scratch. Nothing here allocates after
+// construction or synchronises with the host, but Prepare while tuning.
 //
 //===----------------------------------------------------------------------===//
 
@@ -67,6 +70,20 @@ public:
   /// How many problems have an algorithm chosen.
   size_t ChosenAlgorithms() const { return prepared_.size(); }
 
+  /// The heuristic's candidates Prepare times when tuning.
+  static constexpr int kTuningCandidates = 8;
+  /// Lets Prepare time candidate algorithms on `stream` with operands laid
+  /// out in `scratch` (`bytes` of device memory it overwrites with random
+  /// values; a problem whose operands do not fit keeps the heuristic's
+  /// first); a null scratch turns tuning off.
+  void SetTuning(void *scratch, size_t bytes, cudaStream_t stream) {
+    tuningScratch_ = scratch;
+    tuningBytes_ = scratch ? bytes : 0;
+    tuningStream_ = stream;
+  }
+  /// How many problems were chosen by timing candidates (more than one).
+  size_t TunedProblems() const { return tuned_; }
+
 private:
   Gemm() = default;
 
@@ -109,6 +126,11 @@ private:
   };
   /// `p` prepared (on its first use).
   absl::StatusOr<Prepared *> prepare(const Problem &p);
+  /// The fastest of `candidates` for `made`'s problem `p`, timed on random
+  /// operands in the tuning scratch; the first where they do not fit.
+  absl::StatusOr<cublasLtMatmulAlgo_t>
+  fastest(const Problem &p, const Prepared &made,
+          const cublasLtMatmulHeuristicResult_t *candidates, int found);
   /// Runs `p` (with the alignment of these addresses).
   absl::Status run(Problem p, const void *a, const void *b, void *d, float beta,
                    const void *bias, cudaStream_t stream);
@@ -117,6 +139,10 @@ private:
   void *workspace_ = nullptr;
   size_t workspaceBytes_ = 0;
   std::map<Problem::Key, Prepared> prepared_;
+  void *tuningScratch_ = nullptr;
+  size_t tuningBytes_ = 0;
+  cudaStream_t tuningStream_ = nullptr;
+  size_t tuned_ = 0;
 };
 
 } // namespace braid::cuda

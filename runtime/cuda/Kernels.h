@@ -193,6 +193,13 @@ cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
 template <typename T>
 cudaError_t scaleVector(const T *x, double scale, int64_t n, T *y,
                         cudaStream_t stream);
+/// Fills `halves` 16-bit words at `dst` with bf16 values uniform in [-1, 1)
+/// from a counter hash of (seed, index): random operands on which to time
+/// matrix products (Gemm's tuning). Read as fp16 each is finite and below 2
+/// in magnitude, and two of them read as a float are a finite float below
+/// 1 in magnitude.
+cudaError_t fillRandomHalves(void *dst, int64_t halves, uint64_t seed,
+                             cudaStream_t stream);
 /// sums[c] += Σ_r x[r, c] (a bias's gradient).
 template <typename T>
 cudaError_t addColumnSums(const T *x, int64_t rows, int64_t cols, float *sums,

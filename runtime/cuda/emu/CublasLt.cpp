@@ -50,7 +50,15 @@ struct Preference {
 };
 
 /// What the emulated algorithm keeps in cublasLtMatmulAlgo_t's words.
-enum AlgoWord { kMagic, kAlignA, kAlignB, kAlignC, kAlignD, kWorkspace };
+enum AlgoWord {
+  kMagic,
+  kAlignA,
+  kAlignB,
+  kAlignC,
+  kAlignD,
+  kWorkspace,
+  kIndex
+};
 constexpr uint64_t kAlgoMagic = 0xb4a1d0e3u;
 
 template <typename T, typename H> T *as(H handle) {
@@ -264,16 +272,23 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
                n, k))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   const Preference &p = *as<Preference>(preference);
-  cublasLtMatmulHeuristicResult_t &r = heuristicResultsArray[0];
-  r = {};
-  r.algo.data[kMagic] = kAlgoMagic;
-  for (int i = 0; i < 4; ++i)
-    r.algo.data[kAlignA + i] = p.align[i];
-  r.algo.data[kWorkspace] = p.maxWorkspace;
-  r.workspaceSize = 0;
-  r.state = CUBLAS_STATUS_SUCCESS;
-  r.wavesCount = 1.0f;
-  *returnAlgoCount = 1;
+  // Up to kAlgorithms candidates (as cuBLASLt offers several), told apart by
+  // their index; all compute the same.
+  constexpr int kAlgorithms = 3;
+  const int count = std::min(requestedAlgoCount, kAlgorithms);
+  for (int c = 0; c < count; ++c) {
+    cublasLtMatmulHeuristicResult_t &r = heuristicResultsArray[c];
+    r = {};
+    r.algo.data[kMagic] = kAlgoMagic;
+    for (int i = 0; i < 4; ++i)
+      r.algo.data[kAlignA + i] = p.align[i];
+    r.algo.data[kWorkspace] = p.maxWorkspace;
+    r.algo.data[kIndex] = uint64_t(c);
+    r.workspaceSize = 0;
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
+  }
+  *returnAlgoCount = count;
   return CUBLAS_STATUS_SUCCESS;
 }
 

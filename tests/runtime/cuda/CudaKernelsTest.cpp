@@ -84,28 +84,34 @@ TYPED_TEST(CudaKernelsOf, RmsNorm) {
 
 TYPED_TEST(CudaKernelsOf, Rope) {
   using T = TypeParam;
-  // Positions up to 299, where a float angle would be off by 1e-5.
-  const int64_t batch = 2, seq = 300, heads = 3, headDim = 64;
-  const int64_t n = batch * seq * heads * headDim;
-  std::vector<float> x = rounded<T>(randomValues(n, 5));
-  std::vector<float> y(n), back(n);
-  cpu::ropeForward(x.data(), batch, seq, heads, headDim, 10000.0, y.data());
-  cpu::ropeBackward(x.data(), batch, seq, heads, headDim, 10000.0, back.data());
-  Device<T> gx(as<T>(x)), gy(n), gback(n);
-  ASSERT_EQ(cuda::ropeForward(gx.get(), batch, seq, heads, headDim, 10000.0,
-                              gy.get(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::ropeBackward(gx.get(), batch, seq, heads, headDim, 10000.0,
-                               gback.get(), nullptr),
-            cudaSuccess);
-  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
-  expectClose(gy.host(), y, rel, abs, "forward");
-  expectClose(gback.host(), back, rel, abs, "backward");
-  // In place, as the executor may run it.
-  ASSERT_EQ(cuda::ropeForward(gx.get(), batch, seq, heads, headDim, 10000.0,
-                              gx.get(), nullptr),
-            cudaSuccess);
-  expectClose(gx.host(), y, rel, abs, "in place");
+  // Positions up to 299, where a float angle would be off by 1e-5; head
+  // dimension 64 (16-byte vectors of frequencies) and 12 (half of it, 6, a
+  // multiple of neither type's vector: element by element).
+  for (int64_t headDim : {64, 12}) {
+    SCOPED_TRACE(testing::Message() << "head dimension " << headDim);
+    const int64_t batch = 2, seq = 300, heads = 3;
+    const int64_t n = batch * seq * heads * headDim;
+    std::vector<float> x = rounded<T>(randomValues(n, 5));
+    std::vector<float> y(n), back(n);
+    cpu::ropeForward(x.data(), batch, seq, heads, headDim, 10000.0, y.data());
+    cpu::ropeBackward(x.data(), batch, seq, heads, headDim, 10000.0,
+                      back.data());
+    Device<T> gx(as<T>(x)), gy(n), gback(n);
+    ASSERT_EQ(cuda::ropeForward(gx.get(), batch, seq, heads, headDim, 10000.0,
+                                gy.get(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::ropeBackward(gx.get(), batch, seq, heads, headDim, 10000.0,
+                                 gback.get(), nullptr),
+              cudaSuccess);
+    double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+    expectClose(gy.host(), y, rel, abs, "forward");
+    expectClose(gback.host(), back, rel, abs, "backward");
+    // In place, as the executor may run it.
+    ASSERT_EQ(cuda::ropeForward(gx.get(), batch, seq, heads, headDim, 10000.0,
+                                gx.get(), nullptr),
+              cudaSuccess);
+    expectClose(gx.host(), y, rel, abs, "in place");
+  }
 }
 
 TYPED_TEST(CudaKernelsOf, Swiglu) {
@@ -318,50 +324,66 @@ TYPED_TEST(CudaKernelsOf, Linear) {
   using T = TypeParam;
   // Both weight layouts, with no bias, a bias (the epilogue) and a scaled
   // one (the separate kernel); dw and dbias accumulate onto what they held.
+  // With the heuristic's first algorithm, and with the fastest of its
+  // candidates timed on random operands in a scratch (Gemm::SetTuning).
   const int64_t rows = 77, in = 96, out = 40;
-  std::vector<float> x = rounded<T>(randomValues(rows * in, 20)),
-                     w = rounded<T>(randomValues(in * out, 21, 0.2f)),
-                     bias = rounded<T>(randomValues(out, 22)),
-                     dy = rounded<T>(randomValues(rows * out, 23)),
-                     dw0 = randomValues(in * out, 24),
-                     dbias0 = randomValues(out, 25);
-  absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create();
-  ASSERT_TRUE(gemm.ok()) << gemm.status();
-  // A product's float sums differ in order: an absolute floor of the
-  // rounding of k terms.
-  double rel = relativeTolerance<T>(), abs = 1e-5 * std::sqrt(double(in));
-  for (bool transposeW : {false, true})
-    for (double biasScale : {0.0, 1.0, 0.5}) {
-      SCOPED_TRACE(testing::Message() << "transposeW " << transposeW
-                                      << ", bias scale " << biasScale);
-      cpu::LinearShape s{rows, in, out, transposeW, biasScale};
-      const float *cpuBias = biasScale > 0 ? bias.data() : nullptr;
-      std::vector<float> y(rows * out), dx(rows * in), dw = dw0, dbias = dbias0;
-      cpu::linearForward(x.data(), w.data(), cpuBias, s, y.data());
-      cpu::linearBackward(x.data(), w.data(), dy.data(), s, dx.data(),
-                          dw.data(), cpuBias ? dbias.data() : nullptr);
+  for (bool tuned : {false, true}) {
+    SCOPED_TRACE(tuned ? "tuned" : "the heuristic's first");
+    std::vector<float> x = rounded<T>(randomValues(rows * in, 20)),
+                       w = rounded<T>(randomValues(in * out, 21, 0.2f)),
+                       bias = rounded<T>(randomValues(out, 22)),
+                       dy = rounded<T>(randomValues(rows * out, 23)),
+                       dw0 = randomValues(in * out, 24),
+                       dbias0 = randomValues(out, 25);
+    absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create();
+    ASSERT_TRUE(gemm.ok()) << gemm.status();
+    Device<float> scratch(size_t(1) << 18);
+    if (tuned)
+      (*gemm)->SetTuning(scratch.get(), (size_t(1) << 18) * sizeof(float),
+                         nullptr);
+    // A product's float sums differ in order: an absolute floor of the
+    // rounding of k terms.
+    double rel = relativeTolerance<T>(), abs = 1e-5 * std::sqrt(double(in));
+    for (bool transposeW : {false, true})
+      for (double biasScale : {0.0, 1.0, 0.5}) {
+        SCOPED_TRACE(testing::Message() << "transposeW " << transposeW
+                                        << ", bias scale " << biasScale);
+        cpu::LinearShape s{rows, in, out, transposeW, biasScale};
+        const float *cpuBias = biasScale > 0 ? bias.data() : nullptr;
+        std::vector<float> y(rows * out), dx(rows * in), dw = dw0,
+                                                         dbias = dbias0;
+        cpu::linearForward(x.data(), w.data(), cpuBias, s, y.data());
+        cpu::linearBackward(x.data(), w.data(), dy.data(), s, dx.data(),
+                            dw.data(), cpuBias ? dbias.data() : nullptr);
 
-      Device<T> gx(as<T>(x)), gw(as<T>(w)), gbias(as<T>(bias)), gdy(as<T>(dy)),
-          gy(rows * out), gdx(rows * in);
-      Device<float> gdw(dw0), gdbias(dbias0);
-      ASSERT_TRUE((*gemm)->Prepare<T>(s, cpuBias != nullptr).ok());
-      absl::Status st = (*gemm)->LinearForward<T>(
-          gx.get(), gw.get(), cpuBias ? gbias.get() : nullptr, s, gy.get(),
-          nullptr);
-      ASSERT_TRUE(st.ok()) << st;
-      st = (*gemm)->LinearBackward<T>(
-          gx.get(), gw.get(), gdy.get(), s, gdx.get(), gdw.get(),
-          cpuBias ? gdbias.get() : nullptr, nullptr);
-      ASSERT_TRUE(st.ok()) << st;
-      expectClose(gy.host(), y, rel, abs, "y");
-      expectClose(gdx.host(), dx, rel, abs, "dx");
-      expectClose(gdw.host(), dw, 1e-5, 1e-5 * std::sqrt(double(rows)), "dw");
-      expectClose(gdbias.host(), dbias, 1e-5, 1e-5 * std::sqrt(double(rows)),
-                  "dbias");
-    }
-  // Each problem's algorithm was chosen once: per layout, forward with and
-  // without the epilogue, the input gradient and the weight gradient.
-  EXPECT_EQ((*gemm)->ChosenAlgorithms(), 2u * 4u);
+        Device<T> gx(as<T>(x)), gw(as<T>(w)), gbias(as<T>(bias)),
+            gdy(as<T>(dy)), gy(rows * out), gdx(rows * in);
+        Device<float> gdw(dw0), gdbias(dbias0);
+        ASSERT_TRUE((*gemm)->Prepare<T>(s, cpuBias != nullptr).ok());
+        absl::Status st = (*gemm)->LinearForward<T>(
+            gx.get(), gw.get(), cpuBias ? gbias.get() : nullptr, s, gy.get(),
+            nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        st = (*gemm)->LinearBackward<T>(
+            gx.get(), gw.get(), gdy.get(), s, gdx.get(), gdw.get(),
+            cpuBias ? gdbias.get() : nullptr, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        expectClose(gy.host(), y, rel, abs, "y");
+        expectClose(gdx.host(), dx, rel, abs, "dx");
+        expectClose(gdw.host(), dw, 1e-5, 1e-5 * std::sqrt(double(rows)), "dw");
+        expectClose(gdbias.host(), dbias, 1e-5, 1e-5 * std::sqrt(double(rows)),
+                    "dbias");
+      }
+    // Each problem's algorithm was chosen once: per layout, forward with and
+    // without the epilogue, the input gradient and the weight gradient.
+    EXPECT_EQ((*gemm)->ChosenAlgorithms(), 2u * 4u);
+    // Tuned, problems with several candidates were timed (cuBLASLt offers
+    // several for these shapes; the emulation three).
+    if (tuned)
+      EXPECT_GT((*gemm)->TunedProblems(), 0u);
+    else
+      EXPECT_EQ((*gemm)->TunedProblems(), 0u);
+  }
 }
 
 TYPED_TEST(CudaKernelsOf, LinearOnMisalignedViews) {
