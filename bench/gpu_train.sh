@@ -5,8 +5,11 @@
 #
 #   bench/gpu_train.sh compile DIR
 #     (where braidc is built) compiles the model's plan for micro-batches
-#     1, 2, 4, ..., 32 into DIR, with each plan's report;
-#   [STEPS=20] [WARMUP=5] [PROFILE=2] [MICRO_BATCH=M] bench/gpu_train.sh run DIR
+#     1, 2, 4, ..., 32 into DIR (mbM.plan), with each plan's report, and
+#     again with the gate and up projections fused into one (--fuse-mlp, as
+#     Megatron's SwiGLU: the same model and arithmetic; mbM-fused.plan);
+#   [STEPS=20] [WARMUP=5] [PROFILE=2] [MICRO_BATCH=M] [FUSE_MLP=0|1]
+#   bench/gpu_train.sh run DIR
 #     (on the GPU machine, with braid-gpu-bench built, or in the directory
 #     BRAID_BIN_DIR names: scripts/device_build.sh) takes the largest
 #     micro-batch whose arena and workspaces fit the GPU's memory (or M), times its
@@ -49,8 +52,11 @@ JOB
     "$build/bin/braidc" "$dir/model.textproto" --micro-batch-size "$mb" \
       --global-batch-size "$mb" --emit=plan -o "$dir/mb$mb.plan" \
       --report "$dir/mb$mb.json"
+    "$build/bin/braidc" "$dir/model.textproto" --micro-batch-size "$mb" \
+      --global-batch-size "$mb" --fuse-mlp --emit=plan \
+      -o "$dir/mb$mb-fused.plan" --report "$dir/mb$mb-fused.json"
   done
-  echo "compiled ${#micro_batches[@]} plans into $dir"
+  echo "compiled $((2 * ${#micro_batches[@]})) plans into $dir"
   exit 0
 fi
 if [ "$mode" != run ]; then
@@ -61,6 +67,14 @@ fi
 steps="${STEPS:-20}"
 warmup="${WARMUP:-5}"
 profile="${PROFILE:-2}"
+# FUSE_MLP=1: Braid's plans with the gate and up projections fused.
+suffix=""
+case "${FUSE_MLP:-0}" in
+  0) ;;
+  1) suffix="-fused" ;;
+  *) echo "bench/gpu_train.sh: FUSE_MLP is 0 or 1, not '$FUSE_MLP'" >&2
+     exit 2 ;;
+esac
 candidates=()
 memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits |
   head -1)
@@ -69,7 +83,7 @@ memory=$((memory * 1024 * 1024))
 # the CUDA context, fits.
 pick=""
 for mb in "${micro_batches[@]}"; do
-  arena=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['memory']['arena_bytes'])" "$dir/mb$mb.json")
+  arena=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['memory']['arena_bytes'])" "$dir/mb$mb$suffix.json")
   if [ $((arena + (1 << 30))) -le "$memory" ]; then pick=$mb; fi
 done
 if [ -z "$pick" ]; then
@@ -77,7 +91,7 @@ if [ -z "$pick" ]; then
   exit 1
 fi
 if [ -n "${MICRO_BATCH:-}" ]; then
-  if [ ! -f "$dir/mb$MICRO_BATCH.plan" ]; then
+  if [ ! -f "$dir/mb$MICRO_BATCH$suffix.plan" ]; then
     echo "bench/gpu_train.sh: MICRO_BATCH=$MICRO_BATCH is not one of ${micro_batches[*]}" >&2
     exit 2
   fi
@@ -88,10 +102,10 @@ if [ -n "${MICRO_BATCH:-}" ]; then
   echo "micro-batch $MICRO_BATCH as MICRO_BATCH says (the largest that fits: $pick)"
   pick=$MICRO_BATCH
 fi
-per_token=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['flops']['training_per_token'])" "$dir/mb$pick.json")
-echo "micro-batch $pick; model FLOPs per token $per_token"
+per_token=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['flops']['training_per_token'])" "$dir/mb$pick$suffix.json")
+echo "micro-batch $pick; model FLOPs per token $per_token${suffix:+; gate and up fused}"
 
-"${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/mb$pick.plan" --steps "$steps" \
+"${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/mb$pick$suffix.plan" --steps "$steps" \
   --warmup "$warmup" --profile "$profile" | tee "$dir/braid.log"
 braid=$(grep '^median step' "$dir/braid.log")
 # PyTorch at the same micro-batch; where it runs out of memory there, at the
