@@ -111,6 +111,10 @@ std::vector<AttentionForwardTiling> attentionForwardTilings();
 struct AttentionBackwardTiling {
   int keysPerBlock, queryTile;
   bool dqByAtomics;
+  /// The query tile at head dimension `headDim`.
+  int queryTileAt(int64_t headDim) const {
+    return headDim == 64 ? 64 : queryTile;
+  }
 };
 /// The backward's tilings, the default first, as the forward's.
 std::vector<AttentionBackwardTiling> attentionBackwardTilings();

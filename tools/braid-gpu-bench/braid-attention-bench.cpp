@@ -268,7 +268,7 @@ int main(int argc, char **argv) {
     const double ms = medianMs(int(reps), run);
     const std::string shape =
         std::to_string(backward[t].keysPerBlock) + " keys/block, " +
-        std::to_string(backward[t].queryTile) + " query rows/tile" +
+        std::to_string(backward[t].queryTileAt(headDim)) + " query rows/tile" +
         (backward[t].dqByAtomics ? ", dq atomic" : "");
     std::printf("%-9s %-6d %-48s %10.3f %9.1f %10.2e%s\n", "backward", t,
                 shape.c_str(), ms, backwardFlops / (ms * 1e-3) / 1e12, error,

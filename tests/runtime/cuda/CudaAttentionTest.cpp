@@ -216,7 +216,7 @@ void compareTensorCoresBackward(const cpu::AttentionShape &s, int tiling) {
       cuda::attentionBackwardTilings()[tiling];
   SCOPED_TRACE("tiling " + std::to_string(tiling) + " (" +
                std::to_string(t.keysPerBlock) + " keys per block, query tile " +
-               std::to_string(t.queryTile) +
+               std::to_string(t.queryTileAt(s.headDim)) +
                (t.dqByAtomics ? ", dq by atomics)" : ")"));
   SCOPED_TRACE("backward: batch " + std::to_string(s.batch) + " seq " +
                std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
