@@ -161,6 +161,58 @@ struct MpiCommunicator::Requests {
 MpiCommunicator::MpiCommunicator()
     : pendingSends_(new Requests), started_(new Requests) {}
 
+namespace {
+
+/// MPI_Finalize at exit, when MpiBroadcastFromRoot initialised MPI and
+/// nothing finalised it since (an MpiCommunicator does on destruction).
+struct FinalizeAtExit {
+  ~FinalizeAtExit() {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized)
+      MPI_Finalize();
+  }
+};
+
+/// Rank 0's `text` on every rank (its length first).
+absl::Status broadcastText(std::string &text, const char *what) {
+  long long size = (long long)text.size();
+  if (MPI_Bcast(&size, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return absl::UnavailableError(
+        absl::StrCat("MPI_Bcast of the size of ", what, " failed"));
+  text.resize(size_t(size));
+  if (size > 0 && MPI_Bcast(text.data(), int(size), MPI_CHAR, 0,
+                            MPI_COMM_WORLD) != MPI_SUCCESS)
+    return absl::UnavailableError(
+        absl::StrCat("MPI_Bcast of ", what, " failed"));
+  return absl::OkStatus();
+}
+
+} // namespace
+
+absl::Status MpiBroadcastFromRoot(const std::string &tag, std::string &bytes) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    MPI_Init(nullptr, nullptr);
+    static FinalizeAtExit finalize;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string rootTag = tag;
+  if (absl::Status s = broadcastText(rootTag, "the job's tag"); !s.ok())
+    return s;
+  if (absl::Status s = broadcastText(bytes, "rank 0's bytes"); !s.ok())
+    return s;
+  if (rootTag != tag)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, " of the MPI job is '", tag, "' but rank 0 is '",
+        rootTag, "': every rank must run the same plan"));
+  return absl::OkStatus();
+}
+
 bool LaunchedByMpi() {
   return envOf({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) != nullptr;
 }

@@ -14,10 +14,12 @@
 
 #include "runtime/exec/Communicator.h"
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace braid::comm {
@@ -28,6 +30,13 @@ bool LaunchedByMpi();
 
 /// The ranks that run on this node (the launcher's local size), or 1.
 int64_t LocalRanks();
+
+/// comm::RootBroadcast over MPI (NCCL's bootstrap in a job mpirun started):
+/// joins the MPI job if this process has not (MPI_Init; MPI_Finalize at
+/// exit), then MPI_COMM_WORLD's rank 0 gives `bytes` to every rank. Rank 0's
+/// `tag` goes along: a rank whose own tag differs (another plan's job) gets
+/// an error naming both.
+absl::Status MpiBroadcastFromRoot(const std::string &tag, std::string &bytes);
 
 class MpiCommunicator : public exec::Communicator {
 public:

@@ -6,7 +6,8 @@
 // (or, under mpirun, its own rank and size variables). Rank 0 listens on
 // MASTER_ADDR:MASTER_PORT, every other rank connects to it, and rank 0 gives
 // them all the same bytes (NCCL's unique id). Plain TCP sockets: no MPI, no
-// CUDA.
+// CUDA. (A job mpirun started, in a build with MPI, hands the bytes over
+// MPI instead: braid-run, MpiBroadcastFromRoot.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace braid::comm {
@@ -42,6 +44,12 @@ struct RendezvousConfig {
 /// or size, or a value that is not a number in range, is an error naming
 /// the variable.
 absl::StatusOr<RendezvousConfig> RendezvousFromEnvironment();
+
+/// How a job's rank 0 hands bytes to its other ranks (RendezvousBroadcast's
+/// contract): over the TCP rendezvous below, or through MPI when mpirun
+/// started the job (MpiBroadcastFromRoot, runtime/comm/MpiCommunicator.h).
+using RootBroadcast =
+    std::function<absl::Status(const std::string &tag, std::string &bytes)>;
 
 /// Rank 0 gives `bytes` to every other rank of the job: on rank 0 `bytes` is
 /// sent, on the others it is replaced by what rank 0 sent. Every rank of the

@@ -69,7 +69,8 @@ absl::StatusOr<ncclDataType_t> ncclType(plan::DType dtype) {
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>>
 NcclCommunicator::Create(const plan::Plan &plan,
-                         const comm::RendezvousConfig &rendezvous) {
+                         const comm::RendezvousConfig &rendezvous,
+                         const comm::RootBroadcast &broadcast) {
   int64_t world = plan::WorldSize(plan);
   if (rendezvous.worldSize != world)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -105,7 +106,9 @@ NcclCommunicator::Create(const plan::Plan &plan,
   std::string bytes(id.internal, sizeof(id.internal));
   std::string tag = absl::StrCat("braid nccl ", plan::WorldSize(plan), " ",
                                  absl::StrJoin(plan.mesh().axes(), "x"));
-  if (absl::Status s = comm::RendezvousBroadcast(rendezvous, tag, bytes);
+  if (absl::Status s = broadcast
+                           ? broadcast(tag, bytes)
+                           : comm::RendezvousBroadcast(rendezvous, tag, bytes);
       !s.ok())
     return s;
   if (bytes.size() != sizeof(id.internal))

@@ -6,8 +6,10 @@
 //
 // Bootstrap: rank 0 makes NCCL's unique id and gives it to the other ranks
 // through the rendezvous (runtime/comm/Rendezvous.h: RANK, WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT, or mpirun's rank and size), and every rank
-// joins the world communicator with it. The world then splits
+// MASTER_ADDR, MASTER_PORT, or mpirun's rank and size), or through MPI
+// when mpirun started the job (braid-run in a build with MPI passes
+// comm::MpiBroadcastFromRoot), and every rank joins the world communicator
+// with it. The world then splits
 // (ncclCommSplit, collective over the world, in the same order on every
 // rank) into one communicator per group the plan's collectives name and per
 // mesh axis, as the MPI communicator does. Point-to-point messages along an
@@ -49,9 +51,12 @@ public:
   /// Selects the GPU of the rank's place on its node (`localRank`), joins
   /// the job of `rendezvous` (which must have as many ranks as the plan's
   /// mesh) on it, and creates the communicators of every group the plan
-  /// uses. The executor then allocates on that GPU.
+  /// uses. The executor then allocates on that GPU. NCCL's id goes from
+  /// rank 0 to the others through `broadcast` when given (MPI's), else
+  /// through the rendezvous' TCP (comm::RendezvousBroadcast).
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>>
-  Create(const plan::Plan &plan, const comm::RendezvousConfig &rendezvous);
+  Create(const plan::Plan &plan, const comm::RendezvousConfig &rendezvous,
+         const comm::RootBroadcast &broadcast = {});
   ~NcclCommunicator() override;
 
   int64_t Rank() const override { return rank_; }

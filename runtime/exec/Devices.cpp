@@ -51,7 +51,8 @@ absl::StatusOr<BackendFactory> BackendFor(const std::string &device) {
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>>
-CommunicatorFor(const std::string &device, const plan::Plan &plan) {
+CommunicatorFor(const std::string &device, const plan::Plan &plan,
+                const comm::RootBroadcast &broadcast) {
   if (device != "cuda")
     return std::unique_ptr<Communicator>();
 #ifdef BRAID_HAVE_NCCL
@@ -60,11 +61,12 @@ CommunicatorFor(const std::string &device, const plan::Plan &plan) {
   if (!rendezvous.ok())
     return rendezvous.status();
   absl::StatusOr<std::unique_ptr<cuda::NcclCommunicator>> nccl =
-      cuda::NcclCommunicator::Create(plan, *rendezvous);
+      cuda::NcclCommunicator::Create(plan, *rendezvous, broadcast);
   if (!nccl.ok())
     return nccl.status();
   return std::unique_ptr<Communicator>(std::move(*nccl));
 #else
+  (void)broadcast;
   return absl::UnimplementedError(absl::StrCat(
       "--device cuda over ", plan::WorldSize(plan),
       " ranks: this build has no NCCL communicator",

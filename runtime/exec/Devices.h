@@ -11,6 +11,7 @@
 #ifndef BRAID_RUNTIME_EXEC_DEVICES_H
 #define BRAID_RUNTIME_EXEC_DEVICES_H
 
+#include "runtime/comm/Rendezvous.h"
 #include "runtime/exec/Communicator.h"
 #include "runtime/exec/Trainer.h"
 
@@ -31,10 +32,13 @@ absl::StatusOr<BackendFactory> BackendFor(const std::string &device);
 /// The communicator between the ranks of a plan for several on `device`:
 /// for "cuda" NCCL's (runtime/cuda/NcclCommunicator.h), whose ranks meet
 /// through the environment's rendezvous (RANK, WORLD_SIZE, MASTER_ADDR,
-/// MASTER_PORT, or mpirun's rank and size: runtime/comm/Rendezvous.h); null
-/// for "cpu", whose ranks are an MPI job's (the caller makes that one).
+/// MASTER_PORT, or mpirun's rank and size: runtime/comm/Rendezvous.h) and
+/// get NCCL's id through `broadcast` when given (MPI's, in a job mpirun
+/// started), else through the rendezvous' TCP; null for "cpu", whose ranks
+/// are an MPI job's (the caller makes that one).
 absl::StatusOr<std::unique_ptr<Communicator>>
-CommunicatorFor(const std::string &device, const plan::Plan &plan);
+CommunicatorFor(const std::string &device, const plan::Plan &plan,
+                const comm::RootBroadcast &broadcast = {});
 
 } // namespace braid::exec
 

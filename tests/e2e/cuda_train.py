@@ -41,10 +41,12 @@ trains the plans of PARALLEL over 2 ranks (mpirun) on both devices and
 compares their losses: data, tensor and sequence parallelism, pipeline
 stages and ZeRO, in fp32 (within 1e-4 of the CPU) and in bf16 (within 2e-2
 of the CPU's fp32 run of the same layout). On the GPU the ranks talk
-through NCCL (runtime/cuda/NcclCommunicator.h) and meet through the
-rendezvous of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (mpirun's rank
-and size, and a free port here); under the emulation the same code runs on
-the emulated NCCL.
+through NCCL (runtime/cuda/NcclCommunicator.h): the first of PARALLEL's
+plans meets through the rendezvous of RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT (set from mpirun's rank and size, and a free port here), the
+others get NCCL's id through MPI, as braid-run does in a job mpirun started
+(with no MASTER_ADDR or MASTER_PORT set); under the emulation the same code
+runs on the emulated NCCL.
 """
 
 import json
@@ -177,20 +179,28 @@ def free_port():
 RECORDS = {}
 
 
-def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1):
+def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1,
+          bootstrap="mpi"):
     """Runs plan `name` on `device` (on `ranks` ranks under mpirun); returns
     (losses, stdout), or None when there is no GPU to run it on. `expect`:
-    the steps it logs."""
+    the steps it logs. `bootstrap` (several ranks on the GPU): "tcp", the
+    rendezvous of RANK, WORLD_SIZE and MASTER_PORT, or "mpi", NCCL's id over
+    MPI with none of those set."""
     metrics = setup.w(f"{name}-{device}.jsonl")
     binary = setup.b(setup.args.braid_run if device == "cuda" else "braid-run")
-    cmd = [*(mpirun(ranks) if ranks > 1 else []), binary,
-           os.path.join(inputs, name + ".plan"),
+    launcher = mpirun(ranks) if ranks > 1 else []
+    env = dict(os.environ)
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    if ranks > 1 and device == "cuda" and bootstrap == "tcp":
+        # Each rank's RANK and WORLD_SIZE from mpirun's; NCCL's ranks meet
+        # on a port of this machine (rank 0 listens).
+        launcher += ["sh", "-c", 'RANK=$OMPI_COMM_WORLD_RANK '
+                     'WORLD_SIZE=$OMPI_COMM_WORLD_SIZE exec "$0" "$@"']
+        env["MASTER_PORT"] = str(free_port())
+    cmd = [*launcher, binary, os.path.join(inputs, name + ".plan"),
            "--data", os.path.join(inputs, "data"), "--device", device,
            "--metrics-out", metrics, "--log-every", "5", *extra]
-    env = dict(os.environ)
-    if ranks > 1:
-        # NCCL's ranks meet on a port of this machine (rank 0 listens).
-        env["MASTER_PORT"] = str(free_port())
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         if device == "cuda" and any(m in p.stderr for m in NO_DEVICE):
@@ -274,16 +284,18 @@ def main():
           f"{'ok' if ok else 'FAILED'}")
 
     if args.parallel:
-        for name, (_, _, _, cpu_plan, tolerance) in PARALLEL.items():
+        for k, (name, (_, _, _, cpu_plan, tolerance)) in enumerate(
+                PARALLEL.items()):
             if cpu_plan is None:
                 continue
+            bootstrap = "tcp" if k == 0 else "mpi"
             save = []
             if name in PARALLEL_RESUMED:
                 shutil.rmtree(checkpoints(setup, name), ignore_errors=True)
                 save = ["--save", checkpoints(setup, name), "--save-every",
                         str(PARALLEL_RESUME_AT)]
             got = train(setup, inputs, name, "cuda", save,
-                        expect=PARALLEL_STEPS, ranks=2)[0]
+                        expect=PARALLEL_STEPS, ranks=2, bootstrap=bootstrap)[0]
             gpu[name] = got
             if cpu_plan not in cpu:
                 cpu[cpu_plan] = train(setup, inputs, cpu_plan, "cpu",
@@ -292,7 +304,8 @@ def main():
             worst = max(abs(g - c) / abs(c) for g, c in zip(got, want))
             ok = worst <= tolerance
             failed |= not ok
-            print(f"{name} on 2 ranks of the GPU against {cpu_plan} on the "
+            print(f"{name} on 2 ranks of the GPU (NCCL's id over "
+                  f"{bootstrap.upper()}) against {cpu_plan} on the "
                   f"CPU's, {PARALLEL_STEPS} steps: largest relative loss "
                   f"difference {worst:.3g} (tolerance {tolerance:g}) "
                   f"{'ok' if ok else 'FAILED'}")

@@ -153,13 +153,21 @@ int main(int argc, char **argv) {
   }
   // A plan for several ranks on GPUs: its ranks talk through NCCL, and meet
   // through the environment's rendezvous (RANK, WORLD_SIZE, MASTER_ADDR,
-  // MASTER_PORT, or mpirun's rank and size).
+  // MASTER_PORT, or mpirun's rank and size). A job that mpirun started,
+  // without RANK and WORLD_SIZE of its own, gets NCCL's id through MPI
+  // (no MASTER_ADDR or MASTER_PORT needed) when this braid-run has MPI.
   std::unique_ptr<braid::exec::Communicator> deviceComm;
   braid::exec::Communicator *jobComm = nullptr;
   if (options.device == "cuda" && braid::plan::WorldSize(*plan) > 1 &&
       benchOut.empty()) {
+    braid::comm::RootBroadcast broadcast;
+#ifdef BRAID_HAVE_MPI
+    if (braid::comm::LaunchedByMpi() &&
+        !(std::getenv("RANK") && std::getenv("WORLD_SIZE")))
+      broadcast = braid::comm::MpiBroadcastFromRoot;
+#endif
     absl::StatusOr<std::unique_ptr<braid::exec::Communicator>> created =
-        braid::exec::CommunicatorFor(options.device, *plan);
+        braid::exec::CommunicatorFor(options.device, *plan, broadcast);
     if (!created.ok()) {
       std::cerr << "braid-run: error: " << created.status().message() << "\n";
       return 1;

@@ -5,13 +5,16 @@
 // 0 picks a free port and tells the others through MPI, as a launcher's
 // MASTER_PORT would), each rank checks what it gets from the others group
 // by group against values derived from the ranks' numbers, and messages go
-// both ways along the pipeline axis. Any failing rank fails the job.
+// both ways along the pipeline axis. A second communicator is bootstrapped
+// through MPI (comm::MpiBroadcastFromRoot) with a rendezvous address no
+// rank can reach. Any failing rank fails the job.
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/common/Float16.h"
-#include "runtime/comm/Rendezvous.h"
 #include "runtime/cuda/NcclCommunicator.h"
+#include "runtime/comm/MpiCommunicator.h"
+#include "runtime/comm/Rendezvous.h"
+#include "runtime/common/Float16.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "tests/runtime/comm/FreePort.h"
@@ -30,6 +33,8 @@ using namespace braid;
 namespace {
 
 std::unique_ptr<cuda::NcclCommunicator> theComm;
+/// The same job's communicator, its NCCL id handed over through MPI.
+std::unique_ptr<cuda::NcclCommunicator> mpiBootstrapped;
 cudaStream_t theStream = nullptr;
 
 plan::Plan meshPlan() {
@@ -69,6 +74,35 @@ private:
 };
 
 // Ranks 0..3 are (pp, tp) = (0,0), (0,1), (1,0), (1,1).
+TEST(NcclCommunicator, BootstrapsThroughMpi) {
+  // Sums over the whole mesh on the communicator whose id came over MPI.
+  ASSERT_NE(mpiBootstrapped, nullptr);
+  int64_t r = mpiBootstrapped->Rank();
+  EXPECT_EQ(r, theComm->Rank());
+  DeviceBuffer<double> x({double(r + 1)});
+  ASSERT_TRUE(
+      mpiBootstrapped->AllReduce({"pp", "tp"}, x.get(), 1, plan::F64).ok());
+  EXPECT_EQ(x.host()[0], 1.0 + 2.0 + 3.0 + 4.0);
+}
+
+TEST(MpiBroadcastFromRoot, GivesRankZerosBytesAndRefusesAnotherTag) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string bytes = rank == 0 ? std::string("rank 0's\0id", 11) : "mine";
+  absl::Status s =
+      comm::MpiBroadcastFromRoot(rank == 1 ? "another plan" : "plan", bytes);
+  EXPECT_EQ(bytes, std::string("rank 0's\0id", 11));
+  if (rank == 1) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("rank 1 of the MPI job is 'another plan' but "
+                               "rank 0 is 'plan'"),
+              std::string::npos)
+        << s;
+  } else {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
 TEST(NcclCommunicator, CoordinatesAreRowMajor) {
   int64_t r = theComm->Rank();
   EXPECT_EQ(theComm->Coordinates(), std::vector<int64_t>({r / 2, r % 2}));
@@ -224,10 +258,25 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   theComm = std::move(*created);
+  // TEST-NET-1 (RFC 5737) is never routed: rank 0 could not listen there
+  // nor the others connect, so this one's id must come over MPI.
+  comm::RendezvousConfig unreachable = config;
+  unreachable.host = "192.0.2.1";
+  unreachable.timeoutSeconds = 5;
+  absl::StatusOr<std::unique_ptr<cuda::NcclCommunicator>> viaMpi =
+      cuda::NcclCommunicator::Create(meshPlan(), unreachable,
+                                     comm::MpiBroadcastFromRoot);
+  if (!viaMpi.ok()) {
+    std::cerr << "rank " << rank << ": " << viaMpi.status() << "\n";
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  mpiBootstrapped = std::move(*viaMpi);
   cudaStreamCreate(&theStream);
   (void)theComm->SetStream(theStream);
+  (void)mpiBootstrapped->SetStream(theStream);
   int rc = RUN_ALL_TESTS() || !ok;
   theComm.reset();
+  mpiBootstrapped.reset();
   cudaStreamDestroy(theStream);
   int worst = 0;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
