@@ -345,8 +345,6 @@ llvm::Error cannotExpress(llvm::StringRef cls, llvm::StringRef field,
                      " cannot be expressed by " + cls + ": " + why);
 }
 
-const char *boolName(bool b) { return b ? "true" : "false"; }
-
 /// A config.json being built. llvm::json stores 10000.0 and 10000 alike, so
 /// the keys holding floats are kept aside to be written as Python would.
 class HFObject {

@@ -67,18 +67,20 @@ LogicalResult BufferOp::verify() {
     if (getSlots() || getRole() == "bucket")
       return emitOpError("a view has no slots and is not a bucket");
   }
-  // B5: stage >= 0, slots >= 1.
-  if (getStage() && *getStage() < 0)
-    return emitOpError("stage ") << *getStage() << " is negative";
-  if (getSlots() && *getSlots() < 1)
-    return emitOpError("slots = ") << *getSlots() << " must be at least 1";
+  // B5: stage >= 0, slots >= 1. (I64Attr's getters return the value
+  // unsigned: a negative one is read back signed here.)
+  if (std::optional<int64_t> stage = getStage(); stage && *stage < 0)
+    return emitOpError("stage ") << *stage << " is negative";
+  if (std::optional<int64_t> slots = getSlots(); slots && *slots < 1)
+    return emitOpError("slots = ") << *slots << " must be at least 1";
   return success();
 }
 
 LogicalResult StageOp::verify() {
-  // ST1: counts.
-  if (getIndex() < 0 || getFirstLayer() < 0 || getNumLayers() < 0 ||
-      (getSlots() && *getSlots() < 1))
+  // ST1: counts (read back signed: I64Attr's getters are unsigned).
+  const std::optional<int64_t> slots = getSlots();
+  if (int64_t(getIndex()) < 0 || int64_t(getFirstLayer()) < 0 ||
+      int64_t(getNumLayers()) < 0 || (slots && *slots < 1))
     return emitOpError("index, first_layer and num_layers must be >= 0 and "
                        "slots >= 1");
   if (std::optional<ArrayRef<int64_t>> pools = getChunkSlots()) {

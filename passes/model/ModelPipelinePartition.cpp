@@ -111,7 +111,8 @@ void ModelPipelinePartitionPass::runOnOperation() {
     bool afterForward = false, afterBackward = false;
     for (Operation &op : entry.without_terminator()) {
       if (auto layer = dyn_cast<LayerOp>(&op)) {
-        afterForward = !layer.getBackward() && layer.getIndex() == numLayers - 1;
+        afterForward =
+            !layer.getBackward() && int64_t(layer.getIndex()) == numLayers - 1;
         afterBackward = layer.getBackward() && layer.getIndex() == 0;
         continue;
       }

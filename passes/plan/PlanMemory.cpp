@@ -123,7 +123,8 @@ void PlanMemoryPass::runOnOperation() {
     if (!bucket ||
         (bucket.getRole() != "bucket" && bucket.getRole() != "activation") ||
         bucket.getStage() != b.getStage() ||
-        *b.getViewOffset() + b.getBytes() > bucket.getBytes()) {
+        int64_t(*b.getViewOffset() + b.getBytes()) >
+            int64_t(bucket.getBytes())) {
       b.emitOpError("is a view of @")
           << *parent
           << ", which is not a bucket (or temporary) of its stage it fits in";

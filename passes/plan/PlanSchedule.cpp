@@ -39,7 +39,7 @@ void PlanSchedulePass::runOnOperation() {
     return;
   int64_t p = stages.size();
   for (auto [i, stage] : llvm::enumerate(stages))
-    if (stage.getIndex() != int64_t(i)) {
+    if (int64_t(stage.getIndex()) != int64_t(i)) {
       stage.emitOpError("stages must be numbered 0 to ")
           << p - 1 << " once each, found " << stage.getIndex();
       return signalPassFailure();

@@ -61,7 +61,7 @@ FailureOr<std::vector<Event>> eventsOf(SymbolTable &symbols, StageOp stage) {
         if (!peer)
           return k.emitOpError("has no peer");
         events.push_back({kernel == "SEND" ? Event::Send : Event::Recv, k,
-                          stage.getIndex() + peer.getInt(), where});
+                          int64_t(stage.getIndex()) + peer.getInt(), where});
       } else if (std::optional<ArrayAttr> group = k.getGroup()) {
         if (llvm::any_of(*group, [](Attribute a) {
               return cast<StringAttr>(a).getValue() == "pp";

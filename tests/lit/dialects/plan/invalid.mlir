@@ -107,6 +107,28 @@ plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backwar
 
 // -----
 
+// Tests ST1: a negative layer count is refused (not read as a huge one).
+plan.func @f {
+}
+// expected-error @+1 {{'plan.stage' op index, first_layer and num_layers must be >= 0 and slots >= 1}}
+plan.stage 0 {first_layer = 0 : i64, num_layers = -1 : i64, forward = @f, backward = @f}
+
+// -----
+
+// Tests ST1: a negative slot count is refused.
+plan.func @f {
+}
+// expected-error @+1 {{'plan.stage' op index, first_layer and num_layers must be >= 0 and slots >= 1}}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @f, slots = -2 : i64}
+
+// -----
+
+// Tests B5: a negative stage is refused.
+// expected-error @+1 {{'plan.buffer' op stage -1 is negative}}
+plan.buffer @b5_stage : tensor<4xf32> role = "activation" stage = -1
+
+// -----
+
 // Tests ST1: chunk_slots has one count per chunk.
 plan.func @f {
 }
