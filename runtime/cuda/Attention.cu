@@ -452,8 +452,11 @@ cudaError_t backwardWith(const T *q, const T *k, const T *v, const T *out,
 
 } // namespace
 
-int64_t attentionBackwardWorkspaceBytes(const AttentionShape &s) {
+int64_t attentionBackwardWorkspaceBytes(const AttentionShape &s,
+                                        bool tensorCores) {
   const int64_t rows = s.batch * s.heads * s.seq;
+  if (!tensorCores)
+    return rows * int64_t(sizeof(float));
   // D, then dq's accumulators at the next multiple of 4 floats.
   return ((rows + 3) / 4 * 4 + rows * s.headDim) * int64_t(sizeof(float));
 }

@@ -47,10 +47,11 @@ using AttentionShape = cpu::AttentionShape;
 /// The largest head dimension the kernels take.
 constexpr int64_t kMaxAttentionHeadDim = 256;
 
-/// Bytes of the backward's workspace (attentionBackward's and
-/// attentionBackwardTensorCores' with any tiling): one float per query row
-/// and head, then one per element of dq.
-int64_t attentionBackwardWorkspaceBytes(const AttentionShape &s);
+/// Bytes of the backward's workspace: one float per query row and head
+/// (attentionBackward's), then, with `tensorCores`, one per element of dq
+/// (attentionBackwardTensorCores' with any tiling).
+int64_t attentionBackwardWorkspaceBytes(const AttentionShape &s,
+                                        bool tensorCores = true);
 
 /// out = softmax(q kᵀ scale + bias) v; lse[b, h, i] = log Σ_j exp(score).
 template <typename T>
@@ -60,7 +61,7 @@ cudaError_t attentionForward(const T *q, const T *k, const T *v,
 
 /// dq, dk and dv are overwritten (a kv head none of whose query heads are
 /// in the shard gets zeros, as on the CPU). `workspace` holds at least
-/// attentionBackwardWorkspaceBytes(s).
+/// attentionBackwardWorkspaceBytes(s, false).
 template <typename T>
 cudaError_t attentionBackward(const T *q, const T *k, const T *v, const T *out,
                               const float *lse, const T *dout,

@@ -246,10 +246,11 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
         statRows = std::max(statRows, plan::NumElements(p.buffers(inst.inputs(1))));
         break;
       case plan::ATTENTION_GRAD:
-        attentionRows =
-            std::max(attentionRows,
-                     attentionBackwardWorkspaceBytes(attentionShape(p, inst)) /
-                         int64_t(sizeof(float)));
+        attentionRows = std::max(attentionRows,
+                                 attentionBackwardWorkspaceBytes(
+                                     attentionShape(p, inst),
+                                     /*tensorCores=*/e->compute_ != plan::F32) /
+                                     int64_t(sizeof(float)));
         break;
       case plan::ALL_GATHER:
       case plan::REDUCE_SCATTER:

@@ -82,7 +82,8 @@ template <typename T> void compare(const cpu::AttentionShape &s) {
       gout(qn), gdq(qn), gdk(as<T>(randomValues(kvn, 25))),
       gdv(as<T>(randomValues(kvn, 26)));
   Device<float> glse(rows),
-      workspace(cuda::attentionBackwardWorkspaceBytes(s) / sizeof(float));
+      workspace(cuda::attentionBackwardWorkspaceBytes(s, false) /
+                sizeof(float));
   ASSERT_EQ(cuda::attentionForward(gq.get(), gk.get(), gv.get(), s, gout.get(),
                                    glse.get(), nullptr),
             cudaSuccess);
