@@ -746,11 +746,18 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
     const plan::StepFunctions &fns = training.step();
     double total = 0;
     // The step's functions run one after the other: the gradients' reduction
-    // in update follows every micro-batch's compute.
+    // in update follows every micro-batch's compute, or (last_micro_step)
+    // runs beside the last micro-batch's backward, exposed where it ends
+    // after it.
     SyncClock sync;
-    for (auto [name, times] : {std::pair<std::string, double>{fns.zero_grads(), 1},
-                               {fns.micro_step(), double(micro)},
-                               {fns.update(), 1}}) {
+    bool lastFn = !fns.last_micro_step().empty();
+    for (auto [name, times] :
+         {std::pair<std::string, double>{fns.zero_grads(), 1},
+          {fns.micro_step(), double(lastFn ? micro - 1 : micro)},
+          {lastFn ? fns.last_micro_step() : std::string(), 1},
+          {fns.update(), 1}}) {
+      if (name.empty() || times == 0)
+        continue;
       llvm::Expected<double> t = price(name, 0, out, times, &sync);
       if (!t)
         return t.takeError();

@@ -141,7 +141,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
         inst->set_rank_axis(axis->str());
     }
   }
-  // The step functions plan-lower made (those with nothing to do are gone).
+  // The step functions plan-lower made (those with nothing to do are gone),
+  // and the last micro-batch's of plan-overlap-grad-reduce.
   plan::StepFunctions *step = out.mutable_training()->mutable_step();
   for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>()) {
     if (fn.getSymName() == plan_ir::kZeroGradsFunc)
@@ -150,6 +151,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       step->set_micro_step(fn.getSymName().str());
     else if (fn.getSymName() == plan_ir::kUpdateFunc)
       step->set_update(fn.getSymName().str());
+    else if (fn.getSymName() == plan_ir::kLastMicroStepFunc)
+      step->set_last_micro_step(fn.getSymName().str());
   }
   // Pipeline stages, each with its schedule.
   for (plan_ir::StageOp stage : module.getOps<plan_ir::StageOp>()) {

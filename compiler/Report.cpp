@@ -305,13 +305,20 @@ communicationOf(ModuleOp module, int64_t microBatches,
                 llvm::function_ref<bool(StringRef fn)> inStage) {
   // Bytes each rank contributes per step, by collective kind and group: a
   // collective of the micro-step (or a stage's forward or backward) counts
-  // once per micro-batch, the others once. Point-to-point sends count as
+  // once per micro-batch but the last (which runs last_micro_step where the
+  // plan has it), the others once. Point-to-point sends count as
   // "send" along their axis.
   std::map<std::string, std::map<std::string, int64_t>> bytes;
   llvm::StringMap<Operation *> buffers;
   for (Operation &op : module.getBody()->getOperations())
     if (op.getName().getStringRef() == "plan.buffer")
       buffers[cast<StringAttr>(op.getAttr("sym_name")).getValue()] = &op;
+  bool hasLast = false;
+  for (Operation &op : module.getBody()->getOperations())
+    if (auto name = op.getAttrOfType<StringAttr>("sym_name");
+        name && op.getName().getStringRef() == "plan.func" &&
+        name.getValue() == "last_micro_step")
+      hasLast = true;
   module.walk([&](Operation *op) {
     if (op->getName().getStringRef() != "plan.kernel")
       return;
@@ -336,6 +343,9 @@ communicationOf(ModuleOp module, int64_t microBatches,
     if (fn == "micro_step" || fn.ends_with("_forward") ||
         fn.ends_with("_backward"))
       times = microBatches;
+    // The last micro-batch runs last_micro_step instead of micro_step.
+    if (fn == "micro_step" && hasLast)
+      times = microBatches - 1;
     if (kind == "grad_norm") {
       // The norm sums one double per rank: its inputs stay local.
       bytes[kind][axes] += 8 * times;

@@ -64,7 +64,7 @@ llvm::json::Object planMemoryReport(mlir::ModuleOp module);
 /// The communication of one step of a module of the `plan` dialect, per
 /// rank: bytes each rank contributes, by collective kind (`all_reduce`, ...)
 /// and group (its mesh axes, comma-joined). Collectives of `micro_step` count
-/// once per micro-batch.
+/// once per micro-batch (but the last, where `last_micro_step` runs).
 /// With pipeline stages: each stage's layers, FLOPs, parameters and slots
 /// (with model chunks, the chunk's own),
 /// and the predicted timeline of the step's schedule (bubble fraction and

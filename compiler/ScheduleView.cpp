@@ -189,6 +189,10 @@ struct Lane {
   int64_t slots = 1;
   FunctionSummary forward, backward, update;
   bool hasUpdate = false;
+  /// Without a pipeline, with the gradients' sums overlapped: the backward
+  /// part of last_micro_step, which the last micro-batch runs.
+  FunctionSummary lastBackward;
+  bool hasLastBackward = false;
   /// Split backwards (zero-bubble schedules): `backward` is the input
   /// gradient, `weight` the weight gradients, each scheduled on its own.
   bool split = false;
@@ -351,19 +355,31 @@ llvm::Expected<View> readView(const bp::Plan &plan) {
       if (plan.buffers(i).role() == bp::INPUT &&
           plan.buffers(i).name() == "loss_grad")
         lossGrad.insert(i);
+    auto backwardStart = [&](const bp::Function &fn) {
+      const int size = fn.body_size();
+      for (int i = 0; i < size; ++i)
+        for (int32_t id : fn.body(i).inputs())
+          if (lossGrad.count(id))
+            return i;
+      return size;
+    };
     const int size = (*micro)->body_size();
-    int backwardStart = size;
-    for (int i = 0; i < size && backwardStart == size; ++i)
-      for (int32_t id : (*micro)->body(i).inputs())
-        if (lossGrad.count(id))
-          backwardStart = i;
     Lane lane;
     lane.title = laneTitle("micro_step", 0);
     lane.ranks = ranks[0];
     int64_t layers = plan.training().num_layers();
     lane.layers = layers > 0 ? layerText(0, layers) : "the whole model";
-    lane.forward = summarize(plan, **micro, 0, backwardStart);
-    lane.backward = summarize(plan, **micro, backwardStart, size);
+    lane.forward = summarize(plan, **micro, 0, backwardStart(**micro));
+    lane.backward = summarize(plan, **micro, backwardStart(**micro), size);
+    if (!step.last_micro_step().empty()) {
+      llvm::Expected<const bp::Function *> last =
+          function("training.step.last_micro_step", step.last_micro_step());
+      if (!last)
+        return last.takeError();
+      lane.lastBackward =
+          summarize(plan, **last, backwardStart(**last), (*last)->body_size());
+      lane.hasLastBackward = true;
+    }
     if (!step.update().empty()) {
       llvm::Expected<const bp::Function *> fn =
           function("training.step.update", step.update());
@@ -710,9 +726,12 @@ std::string Writer::blockTooltip(int64_t lane,
                                  int64_t slot) const {
   const Lane &l = view.lanes[lane];
   bool forward = interval.step.work == pipeline::Work::Forward;
+  bool last =
+      !forward && l.hasLastBackward && interval.step.microBatch == view.m - 1;
   const FunctionSummary &fn =
       forward                                                ? l.forward
       : interval.step.work == pipeline::Work::BackwardWeight ? l.weight
+      : last                                                 ? l.lastBackward
                                                              : l.backward;
   std::string text =
       (view.pipelined ? "stage " + std::to_string(lane) + " \u00b7 "
@@ -932,7 +951,11 @@ void Writer::laneTable(llvm::raw_ostream &os) {
     if (view.pipelined)
       os << "<td>" << lane.slots << "</td>";
     os << "<td>"
-       << escape(lane.hasUpdate ? collectiveList(lane.update) : "no update")
+       << escape((lane.hasUpdate ? collectiveList(lane.update) : "no update") +
+                 (lane.hasLastBackward ? "; in the last micro-batch's backward "
+                                         "(last_micro_step): " +
+                                             collectiveList(lane.lastBackward)
+                                       : std::string()))
        << "</td></tr>\n";
   }
   os << "</table>\n";

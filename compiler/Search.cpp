@@ -370,6 +370,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     if (!parallel)
       return parallel.takeError();
     parallel->zeroBucketBytes = given->zeroBucketBytes;
+    parallel->gradBucketBytes = given->gradBucketBytes;
     mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *m);
     CompileOptions compile;
     compile.compileTo = Phase::Plan;

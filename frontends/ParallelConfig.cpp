@@ -158,6 +158,14 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                      llvm::Twine(c.dp));
     c.zero = p.zero();
   }
+  if (p.has_grad_bucket_bytes()) {
+    if (p.grad_bucket_bytes() < 0)
+      return invalid(
+          "parallel.grad_bucket_bytes = " + llvm::Twine(p.grad_bucket_bytes()) +
+          " must be 0 (the gradients' sums after the backward) or "
+          "more (bytes of one bucket)");
+    c.gradBucketBytes = p.grad_bucket_bytes();
+  }
 
   int64_t perStep = model.microBatchSize * c.dp;
   c.globalBatchSize = p.has_global_batch_size() ? p.global_batch_size() : perStep;

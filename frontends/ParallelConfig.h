@@ -45,6 +45,11 @@ struct ParallelConfig {
   int64_t zero = 0;
   /// Most gradient bytes in one ZeRO bucket (braidc --zero-bucket-bytes).
   int64_t zeroBucketBytes = 25000000;
+  /// Most gradient bytes in one data-parallel all-reduce started during the
+  /// last micro-batch's backward (plan-overlap-grad-reduce); 0: the sums run
+  /// in update, after the backward (parallel.grad_bucket_bytes, braidc
+  /// --grad-bucket-bytes).
+  int64_t gradBucketBytes = 25000000;
 
   int64_t worldSize() const { return tp * pp * dp; }
 };

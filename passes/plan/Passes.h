@@ -14,6 +14,9 @@ namespace braid::plan_ir {
 inline constexpr llvm::StringLiteral kZeroGradsFunc = "zero_grads";
 inline constexpr llvm::StringLiteral kMicroStepFunc = "micro_step";
 inline constexpr llvm::StringLiteral kUpdateFunc = "update";
+/// The step's last micro-batch's function, when `plan-overlap-grad-reduce`
+/// starts the gradients' sums in it (run instead of micro_step).
+inline constexpr llvm::StringLiteral kLastMicroStepFunc = "last_micro_step";
 
 #define GEN_PASS_DECL
 #include "passes/plan/Passes.h.inc"

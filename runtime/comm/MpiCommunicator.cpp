@@ -371,6 +371,28 @@ MpiCommunicator::StartAllGather(absl::Span<const std::string> axes,
   return handle;
 }
 
+absl::StatusOr<int64_t>
+MpiCommunicator::StartAllReduce(absl::Span<const std::string> axes, void *data,
+                                int64_t count, plan::DType dtype) {
+  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+  if (!call.ok())
+    return call.status();
+  // One request per call: a larger buffer is refused, not cut in pieces.
+  if (count > (int64_t(1) << 30))
+    return absl::UnimplementedError(
+        absl::StrCat("an all-reduce in flight of ", count,
+                     " elements (MPI takes at most 2^30 in one request)"));
+  MPI_Request request;
+  if (int rc = MPI_Iallreduce(MPI_IN_PLACE, data, int(count), call->type,
+                              mpiOp(call->type, exec::Reduction::kSum),
+                              call->comm, &request);
+      rc != MPI_SUCCESS)
+    return mpiError(rc, "MPI_Iallreduce");
+  int64_t handle = nextHandle_++;
+  started_->byHandle[handle] = request;
+  return handle;
+}
+
 absl::StatusOr<bool> MpiCommunicator::Test(int64_t handle) {
   auto it = started_->byHandle.find(handle);
   if (it == started_->byHandle.end())

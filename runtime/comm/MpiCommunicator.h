@@ -78,6 +78,10 @@ public:
                                          const void *in, void *out,
                                          int64_t count,
                                          plan::DType dtype) override;
+  /// MPI_Iallreduce in place, of at most 2^30 elements.
+  absl::StatusOr<int64_t> StartAllReduce(absl::Span<const std::string> axes,
+                                         void *data, int64_t count,
+                                         plan::DType dtype) override;
   absl::StatusOr<bool> Test(int64_t handle) override;
   absl::Status Wait(int64_t handle) override;
 

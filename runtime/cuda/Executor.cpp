@@ -1275,6 +1275,21 @@ absl::Status Executor::runTyped(const Instruction &inst,
     BRAID_RETURN_IF_ERROR(beforeCommunication());
     const bool max =
         inst.int_attrs().count("max") && inst.int_attrs().at("max") != 0;
+    if (streamComm_ && inst.int_attrs().count("async") &&
+        inst.int_attrs().at("async") == 1) {
+      // In place on the communicator's stream, beside the compute stream,
+      // until a WAIT naming the buffer (the gradients' sums of the step's
+      // last micro-batch, overlapping the rest of its backward).
+      for (int i = 0; i < inst.outputs_size(); ++i) {
+        absl::StatusOr<int64_t> handle =
+            comm_->StartAllReduce(group, address(inst.outputs(i), slot),
+                                  plan::NumElements(out(i)), out(i).dtype());
+        if (!handle.ok())
+          return handle.status();
+        inFlight_.push_back({*handle, {inst.outputs(i)}});
+      }
+      return absl::OkStatus();
+    }
     for (int i = 0; i < inst.outputs_size(); ++i)
       if (absl::Status s = comm_->AllReduce(
               group, address(inst.outputs(i), slot),

@@ -518,39 +518,58 @@ NcclCommunicator::started(absl::StatusOr<int64_t> handle,
   return *handle;
 }
 
-absl::StatusOr<int64_t> NcclCommunicator::StartReduceScatter(
-    absl::Span<const std::string> axes, const void *in, void *out,
-    int64_t countPerRank, plan::DType dtype) {
+absl::StatusOr<int64_t> NcclCommunicator::startCollective(
+    absl::Span<const std::string> axes, plan::DType dtype,
+    absl::FunctionRef<absl::Status(void *comm, int type)> enqueue) {
   absl::StatusOr<std::pair<void *, int>> c = call(axes, dtype);
   if (!c.ok())
     return c.status();
   absl::StatusOr<int64_t> handle = startOnCollectiveStream();
   if (!handle.ok())
     return handle;
-  ncclComm_t comm = asComm(c->first);
-  return started(handle, ncclError(ncclReduceScatter(
-                                       in, out, size_t(countPerRank),
-                                       ncclDataType_t(c->second), ncclSum,
-                                       comm, collectiveStream_),
-                                   comm, "ncclReduceScatter"));
+  return started(handle, enqueue(c->first, c->second));
+}
+
+absl::StatusOr<int64_t>
+NcclCommunicator::StartReduceScatter(absl::Span<const std::string> axes,
+                                     const void *in, void *out,
+                                     int64_t countPerRank, plan::DType dtype) {
+  return startCollective(axes, dtype, [&](void *group, int type) {
+    ncclComm_t comm = asComm(group);
+    return ncclError(ncclReduceScatter(in, out, size_t(countPerRank),
+                                       ncclDataType_t(type), ncclSum, comm,
+                                       collectiveStream_),
+                     comm, "ncclReduceScatter");
+  });
 }
 
 absl::StatusOr<int64_t>
 NcclCommunicator::StartAllGather(absl::Span<const std::string> axes,
                                  const void *in, void *out, int64_t count,
                                  plan::DType dtype) {
-  absl::StatusOr<std::pair<void *, int>> c = call(axes, dtype);
-  if (!c.ok())
-    return c.status();
-  absl::StatusOr<int64_t> handle = startOnCollectiveStream();
-  if (!handle.ok())
-    return handle;
-  ncclComm_t comm = asComm(c->first);
-  return started(handle,
-                 ncclError(ncclAllGather(in, out, size_t(count),
-                                         ncclDataType_t(c->second), comm,
-                                         collectiveStream_),
-                           comm, "ncclAllGather"));
+  return startCollective(axes, dtype, [&](void *group, int type) {
+    ncclComm_t comm = asComm(group);
+    return ncclError(ncclAllGather(in, out, size_t(count), ncclDataType_t(type),
+                                   comm, collectiveStream_),
+                     comm, "ncclAllGather");
+  });
+}
+
+absl::StatusOr<int64_t>
+NcclCommunicator::StartAllReduce(absl::Span<const std::string> axes, void *data,
+                                 int64_t count, plan::DType dtype) {
+  if (isHost(data)) {
+    if (absl::Status s = AllReduce(axes, data, count, dtype); !s.ok())
+      return s;
+    return -1;
+  }
+  return startCollective(axes, dtype, [&](void *group, int type) {
+    ncclComm_t comm = asComm(group);
+    return ncclError(ncclAllReduce(data, data, size_t(count),
+                                   ncclDataType_t(type), ncclSum, comm,
+                                   collectiveStream_),
+                     comm, "ncclAllReduce");
+  });
 }
 
 absl::StatusOr<bool> NcclCommunicator::Test(int64_t handle) {

@@ -37,6 +37,7 @@
 #include "runtime/cuda/StreamCommunicator.h"
 #include "runtime/plan/plan.pb.h"
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 
 #include <map>
@@ -89,6 +90,11 @@ public:
                                          const void *in, void *out,
                                          int64_t count,
                                          plan::DType dtype) override;
+  /// In place on device memory (a host buffer is reduced at once, as
+  /// AllReduce, handle -1).
+  absl::StatusOr<int64_t> StartAllReduce(absl::Span<const std::string> axes,
+                                         void *data, int64_t count,
+                                         plan::DType dtype) override;
   /// Whether the collective `handle` has run (cudaEventQuery).
   absl::StatusOr<bool> Test(int64_t handle) override;
   absl::Status Wait(int64_t handle) override;
@@ -115,6 +121,12 @@ private:
   /// Records the handle's event after what was enqueued since.
   absl::StatusOr<int64_t> started(absl::StatusOr<int64_t> handle,
                                   absl::Status enqueued);
+  /// A collective over the group along `axes` started on the stream of
+  /// collectives: `enqueue` gets the group's communicator and NCCL's type of
+  /// `dtype`, and enqueues on collectiveStream_.
+  absl::StatusOr<int64_t> startCollective(
+      absl::Span<const std::string> axes, plan::DType dtype,
+      absl::FunctionRef<absl::Status(void *comm, int type)> enqueue);
   /// The communicator of messages from this rank towards `peerOffset`
   /// along `axis` (send) or from it (receive), and the peer's rank in it.
   absl::StatusOr<std::pair<void *, int>>

@@ -75,6 +75,16 @@ public:
       return s;
     return -1;
   }
+  /// Starts AllReduce (a sum, in place) and returns at once with a handle
+  /// for Test and Wait, as StartReduceScatter; `data` stays untouched by
+  /// the caller until it completes.
+  virtual absl::StatusOr<int64_t>
+  StartAllReduce(absl::Span<const std::string> axes, void *data, int64_t count,
+                 plan::DType dtype) {
+    if (absl::Status s = AllReduce(axes, data, count, dtype); !s.ok())
+      return s;
+    return -1;
+  }
   /// Whether the collective `handle` has completed (moving it along);
   /// a completed handle is spent.
   virtual absl::StatusOr<bool> Test(int64_t handle) { return true; }

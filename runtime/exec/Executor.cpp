@@ -453,10 +453,29 @@ absl::Status Executor::runInstruction(const Instruction &inst,
           "an all-reduce over ", ranks, " ranks needs the job's other ranks "
           "(run the plan under mpirun)"));
     std::vector<std::string> group(inst.group().begin(), inst.group().end());
+    bool async =
+        inst.int_attrs().count("async") && inst.int_attrs().at("async") == 1;
     for (int i = 0; i < inst.inputs_size(); ++i) {
       int64_t n = numel(out(i));
       if (inst.inputs(i) != inst.outputs(i))
         std::memcpy(y(i), x(i), n * sizeof(T));
+      if (ranks > 1 && async) {
+        // In place, started here and finished by a WAIT naming the buffer
+        // (the gradients' sums of the step's last micro-batch, overlapping
+        // the rest of its backward).
+        absl::StatusOr<int64_t> handle =
+            comm_->StartAllReduce(group, y(i), n, out(i).dtype());
+        if (!handle.ok())
+          return handle.status();
+        inFlight_.push_back({*handle,
+                             {inst.outputs(i)},
+                             &inst,
+                             std::chrono::steady_clock::now(),
+                             {},
+                             currentPhase_,
+                             false});
+        continue;
+      }
       if (ranks > 1)
         if (absl::Status s = comm_->AllReduce(
                 group, y(i), n, out(i).dtype(),

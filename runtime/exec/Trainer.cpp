@@ -740,8 +740,12 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
     if (absl::Status s = tracedFeed(trace, m, -1, [&] { return feed(m); });
         !s.ok())
       return s;
-    if (absl::Status s =
-            run(fns.micro_step(), m, TracePhase::kMicroStep, "micro_step");
+    // The last micro-batch starts the gradients' sums as it goes, when the
+    // plan has a function for it (the trace's call is a micro_step either
+    // way; its "function" tells which).
+    bool last = m + 1 == micros && !fns.last_micro_step().empty();
+    if (absl::Status s = run(last ? fns.last_micro_step() : fns.micro_step(), m,
+                             TracePhase::kMicroStep, "micro_step");
         !s.ok())
       return s;
     sum += (*e.Read(*loss))[0];

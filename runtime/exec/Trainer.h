@@ -123,7 +123,8 @@ struct DataShare {
 DataShare DataShareOf(const Backend &executor);
 
 /// Runs one optimizer step of the plan the executor holds: zero_grads, then
-/// for each of the plan's micro-batches `feed` and micro_step, then update.
+/// for each of the plan's micro-batches `feed` and micro_step (the last one
+/// runs last_micro_step instead when the plan has it), then update.
 /// The loss gradient is 1 / (micro-batches x data-parallel ranks), so the
 /// gradients, summed over micro-batches and ranks, are those of the global
 /// batch's mean loss. Returns the step's loss: the mean over the global

@@ -883,6 +883,20 @@ absl::Status InstructionChecker::check() {
       BRAID_RETURN_IF_ERROR(intAttr("max", 0, 1).status());
     for (int i = 0; i < n; ++i)
       BRAID_RETURN_IF_ERROR(same(out(i), in(i), "result"));
+    if (inst.int_attrs().count("async")) {
+      // Started and left in flight (the data-parallel sums of the step's
+      // last micro-batch): a sum in place, finished by a WAIT.
+      BRAID_ASSIGN_OR_RETURN(async, intAttr("async", 0, 1));
+      bool max = inst.int_attrs().count("max") && inst.int_attrs().at("max");
+      for (int i = 0; async && i < n; ++i)
+        if (inst.inputs(i) != inst.outputs(i))
+          return fail(absl::StrCat(
+              "x", i, " '", in(i).name(), "' and its result '", out(i).name(),
+              "' differ: only an all-reduce in place has an async attribute"));
+      if (async && max)
+        return fail("an all-reduce of maxima has no async attribute (only "
+                    "sums run in flight)");
+    }
     return absl::OkStatus();
   }
   case GRAD_NORM:
@@ -1104,6 +1118,7 @@ absl::Status validateTraining(const Plan &plan,
   for (auto [field, name] : {std::pair<const char *, const std::string &>{
                                  "zero_grads", step.zero_grads()},
                              {"micro_step", step.micro_step()},
+                             {"last_micro_step", step.last_micro_step()},
                              {"update", step.update()}})
     if (!name.empty() && !functions.count(name))
       return absl::InvalidArgumentError(absl::StrCat(

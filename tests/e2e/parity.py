@@ -71,9 +71,13 @@ def main():
 
     # (name, mpirun ranks, extra parallel fields): global batch 4 throughout.
     layouts = [
+        # The gradients' sums start during the last micro-batch's backward
+        # (one bucket of tiny-llama's 632 KB by default; several of 20 KB
+        # with accumulation), or run after it (grad_bucket_bytes 0).
         ("dp2", 2, "dp: 2 micro_batch_size: 2"),
-        ("dp4", 4, "dp: 4 micro_batch_size: 1"),
-        ("dp2-accumulate2", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4"),
+        ("dp4", 4, "dp: 4 micro_batch_size: 1 grad_bucket_bytes: 0"),
+        ("dp2-accumulate2", 2,
+         "dp: 2 micro_batch_size: 1 global_batch_size: 4 grad_bucket_bytes: 20000"),
         ("tp2", 2, "tp: 2 micro_batch_size: 4"),
         # tiny-llama's 2 kv heads are replicated at tp 4 (tiny-gpt2's 4 split).
         ("tp4", 4, "tp: 4 micro_batch_size: 4"),

@@ -122,8 +122,9 @@ TEST(CostModel, CollectivesWaitForTheirGroup) {
   // tp 2 and tp 4 with sequence parallelism on free kernels and links,
   // calibrated with a wait of 1 ms per collective and peer: the step is
   // (tp - 1) ms per all-reduce, all-gather and reduce-scatter the step runs
-  // (counted here from the plan's functions: zero_grads, each micro-batch's
-  // micro_step, update), since ranks that share cores reach a collective
+  // (counted here from the plan's functions: zero_grads, the first
+  // micro-batch's micro_step, the last's last_micro_step, update), since
+  // ranks that share cores reach a collective
   // one after another.
   for (int64_t tp : {2, 4}) {
     spec::JobSpec job = presetJob("tiny-llama", 16, 2);
@@ -151,14 +152,26 @@ TEST(CostModel, CollectivesWaitForTheirGroup) {
     // Sequence parallelism's per layer: an all-gather before attention and
     // before the MLP and a reduce-scatter after each, mirrored backward.
     EXPECT_GE(perMicroBatch, 8 * 2);
-    double collectives = double(count(step.zero_grads()) + 2 * perMicroBatch +
-                                count(step.update()));
+    // The last micro-batch runs last_micro_step: micro_step's collectives
+    // and the gradients' sums over tp (sequence parallelism's norm weights)
+    // that update would run otherwise.
+    ASSERT_FALSE(step.last_micro_step().empty());
+    EXPECT_EQ(count(step.last_micro_step()), perMicroBatch + 1);
+    double collectives =
+        double(count(step.zero_grads()) + perMicroBatch +
+               count(step.last_micro_step()) + count(step.update()));
     double peers = double(tp - 1) * collectives;
     llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
     ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
     EXPECT_EQ(p->collectivePeers, peers) << tp;
     EXPECT_NEAR(p->collectiveSeconds, peers * 1e-3, 1e-12) << tp;
-    EXPECT_NEAR(p->stepTime, peers * 1e-3, 1e-12) << tp;
+    // The sums last_micro_step starts early run beside the backward's later
+    // collectives: the step is every wait but those hidden, and what hides
+    // is at most those sums' own waits.
+    EXPECT_NEAR(p->stepTime + p->hiddenCommunication, peers * 1e-3, 1e-12)
+        << tp;
+    EXPECT_GE(p->hiddenCommunication, 0);
+    EXPECT_LE(p->hiddenCommunication, double(tp - 1) * 1e-3 + 1e-12);
     EXPECT_EQ(p->compute, 0);
   }
 }
@@ -321,6 +334,48 @@ TEST(CostModel, GradientAllReduceOnARing) {
   EXPECT_NEAR(p->stepTime, want, 1e-9 * want);
   EXPECT_NEAR(p->communication["dp"], want, 1e-9 * want);
   EXPECT_EQ(p->compute, 0);
+}
+
+TEST(CostModel, GradientSumsHideBehindTheLastBackward) {
+  // dp 2, two micro-batches, the weight gradients' kernels at 1 GFLOP/s and
+  // a link of 1 GB/s without latency: with the sums after the backward
+  // (grad_bucket_bytes 0) the step is the compute and then all of them;
+  // started in buckets of 20 KB as the last backward goes, all but what
+  // runs after its last kernel hide. That is at least the last bucket (the
+  // embedding's gradient, 512 x 64 floats, which the backward finishes
+  // last), a ring of 2 moving 2 (1/2) of its bytes.
+  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
+  job.mutable_parallel()->set_dp(2);
+  job.mutable_parallel()->set_global_batch_size(4);
+  spec::Cluster cluster = freeCluster(2);
+  spec::Calibration *cal = cluster.mutable_calibrations(0);
+  cal->mutable_intra_node()->set_bandwidth(1e9);
+  spec::KernelRate *r = cal->add_kernels();
+  r->set_kernel("LINEAR_GRAD_WEIGHT");
+  r->set_flops_per_s(1e9);
+  double compute = 2 * 2.0 * 16 * kInOut / 1e9; // 2 micro-batches of 16 tokens
+  double sums = 4 * kParameters / 1e9;
+  job.mutable_parallel()->set_grad_bucket_bytes(0);
+  plan::Plan after = compilePlan(job);
+  EXPECT_TRUE(after.training().step().last_micro_step().empty());
+  llvm::Expected<StepPrediction> serial = predictStep(after, cluster);
+  ASSERT_TRUE(bool(serial)) << llvm::toString(serial.takeError());
+  EXPECT_NEAR(serial->compute, compute, 1e-9 * compute);
+  EXPECT_NEAR(serial->stepTime, compute + sums, 1e-9 * (compute + sums));
+  EXPECT_EQ(serial->hiddenCommunication, 0);
+
+  job.mutable_parallel()->set_grad_bucket_bytes(20000);
+  plan::Plan overlapped = compilePlan(job);
+  ASSERT_FALSE(overlapped.training().step().last_micro_step().empty());
+  llvm::Expected<StepPrediction> p = predictStep(overlapped, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_NEAR(p->compute, compute, 1e-9 * compute);
+  double lastBucket = 512 * 64 * 4 / 1e9;
+  EXPECT_GT(p->hiddenCommunication, 0);
+  EXPECT_NEAR(p->hiddenCommunication + p->communication["dp"], sums,
+              1e-9 * sums);
+  EXPECT_LT(p->stepTime, serial->stepTime - 1e-9);
+  EXPECT_GE(p->stepTime, compute + lastBucket - 1e-12);
 }
 
 TEST(CostModel, AllReduceTakesTheCheaperOfRingAndTree) {

@@ -495,6 +495,27 @@ TEST(ScheduleView, PlanWithoutPipelineIsOneLaneOfMicroSteps) {
   EXPECT_DOUBLE_EQ(svgNumber(page, "data-step-time"), 8 * f);
   EXPECT_EQ(count(page, "class=\"xfer\""), 0);
   EXPECT_EQ(count(page, "<g class=\"block update\""), 0);
+  EXPECT_EQ(count(page, "last_micro_step"), 0);
+
+  // With the gradient's sum started in the last micro-batch's backward
+  // (last_micro_step): that block, and only it, names the function and
+  // its collective; the lane's row lists it.
+  plan::Function *last = p.add_functions();
+  *last = *micro;
+  last->set_name("last_micro_step");
+  plan::Instruction *sum = add(last, plan::ALL_REDUCE, {dw}, {dw});
+  sum->add_group("dp");
+  (*sum->mutable_int_attrs())["async"] = 1;
+  add(last, plan::WAIT, {dw}, {});
+  p.mutable_training()->mutable_step()->set_last_micro_step("last_micro_step");
+  ASSERT_TRUE(plan::ValidatePlan(p).ok()) << plan::ValidatePlan(p).message();
+  page = render(p);
+  EXPECT_EQ(count(page, "last_micro_step (its backward part): 3 instructions"),
+            1);
+  EXPECT_EQ(count(page, "micro_step (its backward part): 1 instructions"), 3);
+  EXPECT_EQ(count(page, "collectives: ALL_REDUCE over dp"), 1);
+  EXPECT_EQ(count(page, "(last_micro_step): ALL_REDUCE over dp"), 1);
+  EXPECT_EQ(blocks(page).size(), 8u);
 }
 
 TEST(ScheduleView, Errors) {

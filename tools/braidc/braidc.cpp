@@ -111,6 +111,12 @@ static cl::opt<int64_t> zeroBucketBytes(
     "zero-bucket-bytes",
     cl::desc("Most gradient bytes in one ZeRO bucket (default 25000000)"),
     cl::init(25000000), cl::cat(category));
+static cl::opt<int64_t> gradBucketBytes(
+    "grad-bucket-bytes",
+    cl::desc("Most gradient bytes in one data-parallel all-reduce started "
+             "during the last micro-batch's backward; 0 sums after the "
+             "backward (parallel.grad_bucket_bytes, default 25000000)"),
+    cl::cat(category));
 static cl::opt<int64_t> memoryBudget(
     "memory-budget",
     cl::desc("Most arena bytes per device; recompute auto fits it "
@@ -223,6 +229,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_parallel()->set_recompute(recomputeFlag);
   if (zeroFlag.getNumOccurrences())
     job.mutable_parallel()->set_zero(zeroFlag);
+  if (gradBucketBytes.getNumOccurrences())
+    job.mutable_parallel()->set_grad_bucket_bytes(gradBucketBytes);
   if (memoryBudget.getNumOccurrences())
     job.mutable_parallel()->set_memory_budget_bytes(memoryBudget);
   if (globalBatch.getNumOccurrences())

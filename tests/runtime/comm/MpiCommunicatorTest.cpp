@@ -66,6 +66,34 @@ TEST(MpiCommunicator, AllReducesOverTheNamedAxes) {
   EXPECT_EQ(f[0], float(4 * d + 1));
 }
 
+// Sums started and left in flight (the gradients' buckets of the last
+// micro-batch): two at once over different groups, a blocking sum over tp
+// while they run, then waited for in the other order; each as the blocking
+// sum would give. A handle is spent once waited for.
+TEST(MpiCommunicator, AllReducesInFlight) {
+  int64_t r = theComm->Rank(), d = r / 2, t = r % 2;
+  std::vector<float> overDp = {float(r + 1), 10.0f * (r + 1)};
+  std::vector<double> overBoth = {double(r)};
+  absl::StatusOr<int64_t> a =
+      theComm->StartAllReduce({"dp"}, overDp.data(), 2, plan::F32);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<int64_t> b =
+      theComm->StartAllReduce({"dp", "tp"}, overBoth.data(), 1, plan::F64);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(*a, *b);
+  double meanwhile = double(r);
+  ASSERT_TRUE(theComm->AllReduce({"tp"}, &meanwhile, 1, plan::F64).ok());
+  EXPECT_EQ(meanwhile, double(4 * d + 1));
+  ASSERT_TRUE(theComm->Wait(*b).ok());
+  ASSERT_TRUE(theComm->Wait(*a).ok());
+  EXPECT_EQ(overBoth[0], 6.0);
+  EXPECT_EQ(overDp,
+            std::vector<float>({float(2 * t + 4), 10.0f * (2 * t + 4)}));
+  absl::StatusOr<bool> spent = theComm->Test(*a);
+  ASSERT_TRUE(spent.ok());
+  EXPECT_TRUE(*spent);
+}
+
 // A gather over tp returns the group's contributions in tp order.
 TEST(MpiCommunicator, AllGatherIsInAxisOrder) {
   int64_t r = theComm->Rank(), d = r / 2;

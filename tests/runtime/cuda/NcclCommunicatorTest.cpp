@@ -134,6 +134,31 @@ TEST(NcclCommunicator, ReducesOverTheNamedAxes) {
                                             base + 2 * (2 * t + 1)}));
 }
 
+// Sums started on the stream of collectives (the gradients' buckets of the
+// last micro-batch): two in flight over different groups while the compute
+// stream runs a sum of its own, then the compute stream waits for them;
+// each is what the blocking sum gives.
+TEST(NcclCommunicator, AllReducesInFlight) {
+  int64_t r = theComm->Rank(), p = r / 2, t = r % 2;
+  DeviceBuffer<float> overPp({float(r + 1), 10.0f * (r + 1)});
+  DeviceBuffer<double> overBoth({double(r)});
+  absl::StatusOr<int64_t> a =
+      theComm->StartAllReduce({"pp"}, overPp.get(), 2, plan::F32);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<int64_t> b =
+      theComm->StartAllReduce({"pp", "tp"}, overBoth.get(), 1, plan::F64);
+  ASSERT_TRUE(b.ok()) << b.status();
+  DeviceBuffer<float> meanwhile({float(r)});
+  ASSERT_TRUE(theComm->AllReduce({"tp"}, meanwhile.get(), 1, plan::F32).ok());
+  ASSERT_TRUE(theComm->Wait(*b).ok());
+  ASSERT_TRUE(theComm->Wait(*a).ok());
+  EXPECT_EQ(meanwhile.host()[0], float(4 * p + 1));
+  EXPECT_EQ(overBoth.host()[0], 6.0);
+  // pp group of rank r: ranks t and t + 2.
+  EXPECT_EQ(overPp.host(),
+            std::vector<float>({float(2 * t + 4), 10.0f * (2 * t + 4)}));
+}
+
 TEST(NcclCommunicator, GathersInAxisOrder) {
   int64_t r = theComm->Rank(), p = r / 2, t = r % 2;
   DeviceBuffer<float> mine({float(r), 100.0f + r}), all({0, 0, 0, 0});

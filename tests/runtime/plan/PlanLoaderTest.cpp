@@ -194,6 +194,12 @@ TEST(PlanValidation, TrainingSection) {
   plan = withTraining();
   plan.mutable_training()->mutable_step()->clear_micro_step();
   EXPECT_EQ(errorOf(plan), "p.plan: training.step.micro_step names no function");
+  plan = withTraining();
+  plan.mutable_training()->mutable_step()->set_last_micro_step("last");
+  EXPECT_EQ(errorOf(plan), "p.plan: training.step.last_micro_step names "
+                           "function 'last', which the plan does not have");
+  plan.mutable_training()->mutable_step()->set_last_micro_step("forward");
+  EXPECT_EQ(errorOf(plan), "");
 }
 
 // ALL_REDUCE: operands pair with results, and its group is made of distinct
@@ -232,6 +238,38 @@ TEST(PlanValidation, Collectives) {
   plan = withAllReduce();
   plan.mutable_functions(0)->mutable_body(2)->add_inputs(0);
   EXPECT_NE(errorOf(plan).find("has 2 inputs and 1 outputs"), std::string::npos)
+      << errorOf(plan);
+  // In flight (async): a sum in place only.
+  plan = withAllReduce();
+  (*plan.mutable_functions(0)->mutable_body(2)->mutable_int_attrs())["async"] =
+      1;
+  EXPECT_EQ(errorOf(plan), "");
+  (*plan.mutable_functions(0)->mutable_body(2)->mutable_int_attrs())["async"] =
+      3;
+  EXPECT_NE(errorOf(plan).find("attribute 'async' = 3 is outside [0, 1]"),
+            std::string::npos)
+      << errorOf(plan);
+  plan = withAllReduce();
+  (*plan.mutable_functions(0)->mutable_body(2)->mutable_int_attrs())["async"] =
+      1;
+  (*plan.mutable_functions(0)->mutable_body(2)->mutable_int_attrs())["max"] = 1;
+  EXPECT_NE(
+      errorOf(plan).find("an all-reduce of maxima has no async attribute"),
+      std::string::npos)
+      << errorOf(plan);
+  plan = withAllReduce();
+  {
+    // w into a buffer of its shape: out of place.
+    int64_t offset = plan.arena_bytes();
+    int w2 = addBuffer(plan, offset, "w2", F32, {16, 8}, ACTIVATION);
+    plan.set_arena_bytes(offset);
+    Instruction *ar = plan.mutable_functions(0)->mutable_body(2);
+    (*ar->mutable_int_attrs())["async"] = 1;
+    ar->set_outputs(0, w2);
+  }
+  EXPECT_NE(errorOf(plan).find("x0 'w' and its result 'w2' differ: only an "
+                               "all-reduce in place has an async attribute"),
+            std::string::npos)
       << errorOf(plan);
   plan = validPlan();
   plan.mutable_functions(0)->mutable_body(0)->add_group("dp");

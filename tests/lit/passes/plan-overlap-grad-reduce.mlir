@@ -1,0 +1,107 @@
+// RUN: braid-opt %s --plan-overlap-grad-reduce=bucket-bytes=40 -split-input-file | FileCheck %s
+// RUN: braid-opt %s --plan-overlap-grad-reduce=bucket-bytes=0 -split-input-file | FileCheck %s --check-prefix=OFF
+// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --global-batch-size 4 --compile-to=plan | FileCheck %s --check-prefix=LLAMA
+// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --global-batch-size 4 --grad-bucket-bytes 0 --compile-to=plan | FileCheck %s --check-prefix=LLAMAOFF
+// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --global-batch-size 4 --compile-to=plan | grep -o 'plan.arena_bytes = [0-9]*' > %t.on
+// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --global-batch-size 4 --grad-bucket-bytes 0 --compile-to=plan | grep -o 'plan.arena_bytes = [0-9]*' > %t.off
+// RUN: diff %t.on %t.off
+// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 2 --compile-to=plan | FileCheck %s --check-prefix=ZERO
+// RUN: not braidc --preset tiny-llama --seq-len 8 --dp 2 --grad-bucket-bytes -5 2>&1 | FileCheck %s --check-prefix=BADFLAG
+
+// Tests the buckets of a backward that finishes its gradients in the order
+// g3 (16 bytes, by the first kernel), g1 (16, by the second), g2 (32, by
+// the fourth, which reads it last), g0 (never written: first). At most 40
+// bytes a bucket, in that order: [g0 (8), g3 (16), g1 (16)] is 40 bytes,
+// then g2 (32) alone. Each bucket starts right after the last kernel that
+// touches one of its gradients (g1's: the second kernel), the big one after
+// the fourth; a WAIT per bucket at the end, in the order they started.
+// update keeps its other kernels; the max all-reduce and the non-gradient
+// one stay there.
+plan.buffer @x : tensor<4xf32> role = "activation"
+plan.buffer @s : tensor<1xf32> role = "activation" name = "loss_scale_sum"
+plan.buffer @g0 : tensor<2xf32> role = "gradient" name = "b"
+plan.buffer @g1 : tensor<4xf32> role = "gradient" name = "w1"
+plan.buffer @g2 : tensor<8xf32> role = "gradient" name = "w2"
+plan.buffer @g3 : tensor<4xf32> role = "gradient" name = "w3"
+plan.func @zero_grads {
+  plan.kernel "ZERO" [] -> [@g1] {} {provenance = "zero_grads"}
+}
+plan.func @micro_step {
+  plan.kernel "ADD" [@g3, @x] -> [@g3] {} {provenance = "k0"}
+  plan.kernel "ADD" [@g1, @x] -> [@g1] {} {provenance = "k1"}
+  plan.kernel "ZERO" [] -> [@g2] {} {provenance = "k2"}
+  plan.kernel "COPY" [@g2] -> [@s] {} {provenance = "k3"}
+  plan.kernel "ZERO" [] -> [@x] {} {provenance = "k4"}
+}
+plan.func @update {
+  plan.kernel "ALL_REDUCE" [@g1, @g2, @g3, @g0] -> [@g1, @g2, @g3, @g0] {} {group = ["dp"], provenance = "sum"}
+  plan.kernel "ALL_REDUCE" [@s] -> [@s] {max = 1 : i64} {group = ["dp"], provenance = "max"}
+  plan.kernel "ALL_REDUCE" [@x] -> [@x] {} {group = ["dp"], provenance = "activation"}
+  plan.kernel "ZERO" [] -> [@x] {} {provenance = "u0"}
+}
+// CHECK-LABEL: plan.func @micro_step {
+// CHECK-NOT: ALL_REDUCE
+// CHECK-NOT: WAIT
+// CHECK: plan.func @last_micro_step {
+// CHECK-NEXT: plan.kernel "ADD" [@g3, @x] -> [@g3] {} {provenance = "k0"}
+// CHECK-NEXT: plan.kernel "ADD" [@g1, @x] -> [@g1] {} {provenance = "k1"}
+// CHECK-NEXT: plan.kernel "ALL_REDUCE" [@g0, @g3, @g1] -> [@g0, @g3, @g1] {async = 1 : i64} {group = ["dp"], provenance = "sum (bucket 1 of 2, 40 bytes): started on the step's last micro-batch
+// CHECK-NEXT: plan.kernel "ZERO" [] -> [@g2] {} {provenance = "k2"}
+// CHECK-NEXT: plan.kernel "COPY" [@g2] -> [@s] {} {provenance = "k3"}
+// CHECK-NEXT: plan.kernel "ALL_REDUCE" [@g2] -> [@g2] {async = 1 : i64} {group = ["dp"], provenance = "sum (bucket 2 of 2, 32 bytes)
+// CHECK-NEXT: plan.kernel "ZERO" [] -> [@x] {} {provenance = "k4"}
+// CHECK-NEXT: plan.kernel "WAIT" [@g0, @g3, @g1] -> [] {} {provenance = "sum (bucket 1 of 2, 40 bytes) is done"}
+// CHECK-NEXT: plan.kernel "WAIT" [@g2] -> [] {} {provenance = "sum (bucket 2 of 2, 32 bytes) is done"}
+// CHECK-NEXT: }
+// CHECK-NEXT: plan.func @update {
+// CHECK-NEXT: plan.kernel "ALL_REDUCE" [@s] -> [@s] {max = 1 : i64}
+// CHECK-NEXT: plan.kernel "ALL_REDUCE" [@x] -> [@x] {}
+// CHECK-NEXT: plan.kernel "ZERO" [] -> [@x] {} {provenance = "u0"}
+// CHECK-NEXT: }
+
+// OFF-NOT: last_micro_step
+// OFF: plan.func @update {
+// OFF-NEXT: plan.kernel "ALL_REDUCE" [@g1, @g2, @g3, @g0]
+
+// -----
+
+// Tests that a sum of gradients update touches first (here scaled before
+// it) stays in update, and that nothing else happens then: no
+// last_micro_step.
+plan.buffer @g : tensor<4xf32> role = "gradient" name = "w"
+plan.func @micro_step {
+  plan.kernel "ZERO" [] -> [@g] {} {provenance = "k0"}
+}
+plan.func @update {
+  plan.kernel "ADD" [@g, @g] -> [@g] {} {provenance = "first"}
+  plan.kernel "ALL_REDUCE" [@g] -> [@g] {} {group = ["dp"], provenance = "sum"}
+}
+// CHECK-NOT: last_micro_step
+// CHECK: plan.func @update {
+// CHECK-NEXT: plan.kernel "ADD" [@g, @g] -> [@g] {} {provenance = "first"}
+// CHECK-NEXT: plan.kernel "ALL_REDUCE" [@g] -> [@g] {} {group = ["dp"], provenance = "sum"}
+
+// tiny-llama over dp 2, two micro-batches a rank: micro_step has no
+// collective over dp, last_micro_step sums every gradient (tiny-llama's
+// 632064 bytes of them are one bucket of the default 25 MB) right after the
+// embedding's gradient, the backward's last kernel, and waits for it; update
+// starts with the clipping norm. The arena is the same as without (the
+// diff above).
+// LLAMA-LABEL: plan.func @micro_step {
+// LLAMA-NOT: group = ["dp"]
+// LLAMA: plan.func @last_micro_step {
+// LLAMA: plan.kernel "EMBEDDING_GRAD"
+// LLAMA-NEXT: plan.kernel "ALL_REDUCE" [{{(@b[0-9]+, )+}}@b{{[0-9]+}}] -> {{.*}} {async = 1 : i64} {group = ["dp"], provenance = "model-shard: data-parallel sum of the gradients of {{.*}} (21 tensors, 632064 bytes) (bucket 1 of 1, 632064 bytes): started on the step's last micro-batch
+// LLAMA-NEXT: plan.kernel "WAIT" {{.*}} is done"}
+// LLAMA-NEXT: {{^ *[}]$}}
+// LLAMA-NEXT: plan.func @update {
+// LLAMA-NEXT: plan.kernel "GRAD_NORM"
+// LLAMAOFF-NOT: last_micro_step
+// LLAMAOFF: plan.func @update {
+// LLAMAOFF-NEXT: plan.kernel "ALL_REDUCE"
+
+// ZeRO's buckets are reduce-scattered as they are: no last_micro_step.
+// ZERO-NOT: last_micro_step
+// ZERO: REDUCE_SCATTER
+
+// BADFLAG: parallel.grad_bucket_bytes = -5 must be 0
