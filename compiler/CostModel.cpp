@@ -822,6 +822,41 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
           acc.communication[axes] += double(micro) * sec;
       }
     }
+    // A call that runs a function of its own (a chunk's last backward,
+    // which starts the gradients' sums) in place of one of its chunk's: the
+    // difference, the sums' exposed tail, is added after the schedule (as
+    // the update is; exact when the call is the stage's last, as without
+    // interleaving).
+    for (const plan::ScheduleStep &call : stage.schedule()) {
+      if (call.function().empty())
+        continue;
+      const plan::Chunk *chunk =
+          call.chunk() ? &stage.chunks(int(call.chunk() - 1)) : nullptr;
+      bool weight = call.kind() == plan::ScheduleStep::BACKWARD_WEIGHT;
+      const std::string &usual =
+          weight ? (chunk ? chunk->backward_weight() : stage.backward_weight())
+                 : (chunk ? chunk->backward() : stage.backward());
+      const plan::Function *own = findFunction(plan, call.function());
+      const plan::Function *instead = findFunction(plan, usual);
+      if (!own || !instead)
+        return error("stage " + llvm::Twine(s) + " names function '" +
+                     (own ? usual : call.function()) +
+                     "', which the plan lacks");
+      FunctionTime a = priceFunction(stagePricer, *own, coordsOfStage(s));
+      FunctionTime b = priceFunction(stagePricer, *instead, coordsOfStage(s));
+      fixed[s] += a.total - b.total;
+      acc.compute += a.compute - b.compute;
+      acc.hiddenCommunication += a.hidden - b.hidden;
+      acc.collectivePeers += a.collectivePeers - b.collectivePeers;
+      acc.collectiveSeconds += a.collectiveSeconds - b.collectiveSeconds;
+      acc.collectiveGaps += a.gaps - b.gaps;
+      addKernels(acc.kernels, a.kernels, 1);
+      addKernels(acc.kernels, b.kernels, -1);
+      for (auto &[axes, sec] : a.communication)
+        acc.communication[axes] += sec;
+      for (auto &[axes, sec] : b.communication)
+        acc.communication[axes] -= sec;
+    }
     for (const std::string &name : {stage.zero_grads(), stage.update()}) {
       llvm::Expected<double> t = price(name, s, acc, 1, &stageSync);
       if (!t)

@@ -191,26 +191,21 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
         if (auto w = fns.getAs<FlatSymbolRefAttr>("backward_weight"))
           pc->set_backward_weight(w.getValue().str());
       }
-    for (Attribute call : *schedule) {
-      StringRef text = cast<StringAttr>(call).getValue();
-      auto [mbChunk, slot] = text.drop_front().split(':');
-      auto [mb, chunkText] = mbChunk.split('.');
+    for (Attribute attr : *schedule) {
+      StringRef text = cast<StringAttr>(attr).getValue();
+      FailureOr<plan_ir::ScheduleCall> call = plan_ir::parseScheduleCall(text);
+      if (failed(call))
+        return error("schedule call \"" + text + "\" is malformed");
       plan::ScheduleStep *step = ps->add_schedule();
-      step->set_kind(text.starts_with("F")   ? plan::ScheduleStep::FORWARD
-                     : text.starts_with("W") ? plan::ScheduleStep::BACKWARD_WEIGHT
-                                             : plan::ScheduleStep::BACKWARD);
-      int64_t n = 0;
-      if (mb.getAsInteger(10, n))
-        return error("schedule call \"" + text + "\" is malformed");
-      step->set_micro_batch(n);
-      if (slot.getAsInteger(10, n))
-        return error("schedule call \"" + text + "\" is malformed");
-      step->set_slot(n);
-      if (!chunkText.empty()) {
-        if (chunkText.getAsInteger(10, n))
-          return error("schedule call \"" + text + "\" is malformed");
-        step->set_chunk(n);
-      }
+      step->set_kind(call->kind == 'F'   ? plan::ScheduleStep::FORWARD
+                     : call->kind == 'W' ? plan::ScheduleStep::BACKWARD_WEIGHT
+                                         : plan::ScheduleStep::BACKWARD);
+      step->set_micro_batch(call->microBatch);
+      step->set_slot(call->slot);
+      step->set_chunk(call->chunk);
+      // "B3.1:2@fn": a call that runs fn instead of its chunk's function.
+      if (!call->function.empty())
+        step->set_function(call->function.str());
     }
   }
   if (out.pipeline().stages_size())

@@ -2,8 +2,10 @@
 
 #include "compiler/Report.h"
 
-#include "dialects/model/ModelDialect.h"
 #include "compiler/Schedule.h"
+#include "dialects/model/ModelDialect.h"
+#include "dialects/plan/PlanDialect.h"
+#include "passes/plan/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -298,27 +300,53 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
                             {"persistent_by_rank", std::move(ranks)}};
 }
 
+/// How many times a step calls each function that runs per micro-batch:
+/// micro_step and last_micro_step without a pipeline, and the functions of
+/// the stages' schedule calls (their chunk's, or the call's own after an
+/// `@`). Functions run once a step (zero_grads, update) are not listed.
+static llvm::StringMap<int64_t> callsPerStep(ModuleOp module,
+                                             int64_t microBatches) {
+  llvm::StringMap<int64_t> calls;
+  bool pipelined = false;
+  for (plan_ir::StageOp stage : module.getOps<plan_ir::StageOp>()) {
+    pipelined = true;
+    std::optional<ArrayAttr> schedule = stage.getSchedule();
+    for (Attribute attr : schedule ? *schedule : ArrayAttr()) {
+      FailureOr<plan_ir::ScheduleCall> call =
+          plan_ir::parseScheduleCall(cast<StringAttr>(attr).getValue());
+      if (failed(call))
+        continue; // plan-verify refuses it
+      if (std::optional<StringRef> fn = plan_ir::functionOfCall(stage, *call))
+        ++calls[*fn];
+    }
+  }
+  if (!pipelined) {
+    bool last = false;
+    for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>())
+      last |= fn.getSymName() == plan_ir::kLastMicroStepFunc;
+    calls[plan_ir::kMicroStepFunc] = last ? microBatches - 1 : microBatches;
+    if (last)
+      calls[plan_ir::kLastMicroStepFunc] = 1;
+  }
+  return calls;
+}
+
 /// The communication of the functions `inStage` picks (a pipeline stage's,
 /// or all of a plan without stages).
 static llvm::json::Object
 communicationOf(ModuleOp module, int64_t microBatches,
                 llvm::function_ref<bool(StringRef fn)> inStage) {
   // Bytes each rank contributes per step, by collective kind and group: a
-  // collective of the micro-step (or a stage's forward or backward) counts
-  // once per micro-batch but the last (which runs last_micro_step where the
-  // plan has it), the others once. Point-to-point sends count as
-  // "send" along their axis.
+  // collective counts once per call of its function in a step (micro_step
+  // once per micro-batch but the last where last_micro_step runs it; a
+  // stage's functions once per call of its schedule), the others once.
+  // Point-to-point sends count as "send" along their axis.
   std::map<std::string, std::map<std::string, int64_t>> bytes;
   llvm::StringMap<Operation *> buffers;
   for (Operation &op : module.getBody()->getOperations())
     if (op.getName().getStringRef() == "plan.buffer")
       buffers[cast<StringAttr>(op.getAttr("sym_name")).getValue()] = &op;
-  bool hasLast = false;
-  for (Operation &op : module.getBody()->getOperations())
-    if (auto name = op.getAttrOfType<StringAttr>("sym_name");
-        name && op.getName().getStringRef() == "plan.func" &&
-        name.getValue() == "last_micro_step")
-      hasLast = true;
+  llvm::StringMap<int64_t> calls = callsPerStep(module, microBatches);
   module.walk([&](Operation *op) {
     if (op->getName().getStringRef() != "plan.kernel")
       return;
@@ -339,13 +367,8 @@ communicationOf(ModuleOp module, int64_t microBatches,
     } else {
       return;
     }
-    int64_t times = 1;
-    if (fn == "micro_step" || fn.ends_with("_forward") ||
-        fn.ends_with("_backward"))
-      times = microBatches;
-    // The last micro-batch runs last_micro_step instead of micro_step.
-    if (fn == "micro_step" && hasLast)
-      times = microBatches - 1;
+    auto called = calls.find(fn);
+    int64_t times = called == calls.end() ? 1 : called->second;
     if (kind == "grad_norm") {
       // The norm sums one double per rank: its inputs stay local.
       bytes[kind][axes] += 8 * times;

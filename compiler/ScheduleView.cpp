@@ -189,10 +189,11 @@ struct Lane {
   int64_t slots = 1;
   FunctionSummary forward, backward, update;
   bool hasUpdate = false;
-  /// Without a pipeline, with the gradients' sums overlapped: the backward
-  /// part of last_micro_step, which the last micro-batch runs.
-  FunctionSummary lastBackward;
-  bool hasLastBackward = false;
+  /// Backward calls that run a function of their own (the last, which
+  /// starts the gradients' sums: a stage's `ScheduleStep.function`, or
+  /// without a pipeline the backward part of last_micro_step), by (weight
+  /// gradients?, micro-batch).
+  std::map<std::pair<bool, int64_t>, FunctionSummary> ownCalls;
   /// Split backwards (zero-bubble schedules): `backward` is the input
   /// gradient, `weight` the weight gradients, each scheduled on its own.
   bool split = false;
@@ -200,6 +201,17 @@ struct Lane {
   /// Per schedule step: the slot it uses (0 without a pipeline).
   std::vector<int64_t> stepSlots;
 };
+
+/// The lane's row of collectives: the update's, then those of the calls
+/// that run a function of their own.
+std::string updateCollectives(const Lane &lane) {
+  std::string out = lane.hasUpdate ? collectiveList(lane.update) : "no update";
+  for (const auto &[call, fn] : lane.ownCalls)
+    out += "; in " + fn.name + " (" +
+           (call.first ? "weight gradients" : "backward") + " of micro-batch " +
+           std::to_string(call.second) + "): " + collectiveList(fn);
+  return out;
+}
 
 struct View {
   bool pipelined = false;
@@ -335,6 +347,15 @@ llvm::Expected<View> readView(const bp::Plan &plan) {
               (lane.split ? ", BACKWARD or BACKWARD_WEIGHT" : " or BACKWARD"));
         steps.push_back({work, step.micro_batch(), 0});
         lane.stepSlots.push_back(step.slot());
+        if (!step.function().empty()) {
+          llvm::Expected<const bp::Function *> fn =
+              function(where + "'s schedule step", step.function());
+          if (!fn)
+            return fn.takeError();
+          lane.ownCalls[{work == pipeline::Work::BackwardWeight,
+                         step.micro_batch()}] =
+              summarize(plan, **fn, 0, (*fn)->body_size());
+        }
       }
       view.schedules.push_back(std::move(steps));
       view.lanes.push_back(std::move(lane));
@@ -376,9 +397,8 @@ llvm::Expected<View> readView(const bp::Plan &plan) {
           function("training.step.last_micro_step", step.last_micro_step());
       if (!last)
         return last.takeError();
-      lane.lastBackward =
+      lane.ownCalls[{false, view.m - 1}] =
           summarize(plan, **last, backwardStart(**last), (*last)->body_size());
-      lane.hasLastBackward = true;
     }
     if (!step.update().empty()) {
       llvm::Expected<const bp::Function *> fn =
@@ -726,13 +746,13 @@ std::string Writer::blockTooltip(int64_t lane,
                                  int64_t slot) const {
   const Lane &l = view.lanes[lane];
   bool forward = interval.step.work == pipeline::Work::Forward;
-  bool last =
-      !forward && l.hasLastBackward && interval.step.microBatch == view.m - 1;
-  const FunctionSummary &fn =
-      forward                                                ? l.forward
-      : interval.step.work == pipeline::Work::BackwardWeight ? l.weight
-      : last                                                 ? l.lastBackward
-                                                             : l.backward;
+  bool weight = interval.step.work == pipeline::Work::BackwardWeight;
+  auto own = forward ? l.ownCalls.end()
+                     : l.ownCalls.find({weight, interval.step.microBatch});
+  const FunctionSummary &fn = forward                   ? l.forward
+                              : own != l.ownCalls.end() ? own->second
+                              : weight                  ? l.weight
+                                                        : l.backward;
   std::string text =
       (view.pipelined ? "stage " + std::to_string(lane) + " \u00b7 "
                       : std::string()) +
@@ -950,13 +970,7 @@ void Writer::laneTable(llvm::raw_ostream &os) {
        << "</td><td>" << t.peakInFlight[s] << "</td>";
     if (view.pipelined)
       os << "<td>" << lane.slots << "</td>";
-    os << "<td>"
-       << escape((lane.hasUpdate ? collectiveList(lane.update) : "no update") +
-                 (lane.hasLastBackward ? "; in the last micro-batch's backward "
-                                         "(last_micro_step): " +
-                                             collectiveList(lane.lastBackward)
-                                       : std::string()))
-       << "</td></tr>\n";
+    os << "<td>" << escape(updateCollectives(lane)) << "</td></tr>\n";
   }
   os << "</table>\n";
 }

@@ -116,6 +116,15 @@ LogicalResult StageOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                  << fn.getName() << " = " << fn.getValue()
                  << " is not a plan.func";
       }
+  if (std::optional<ArrayAttr> schedule = getSchedule())
+    for (Attribute call : *schedule) {
+      StringRef name = cast<StringAttr>(call).getValue().split('@').second;
+      if (!name.empty() && !symbolTable.lookupSymbolIn<FuncOp>(
+                               module, StringAttr::get(getContext(), name)))
+        return emitOpError("schedule call \"")
+               << cast<StringAttr>(call).getValue() << "\" names @" << name
+               << ", which is not a plan.func";
+    }
   return success();
 }
 
@@ -155,6 +164,44 @@ LogicalResult KernelOp::verify() {
   if (std::optional<StringRef> axis = getRankAxis(); axis && axis->empty())
     return emitOpError("rank_axis is empty");
   return success();
+}
+
+FailureOr<ScheduleCall> braid::plan_ir::parseScheduleCall(StringRef text) {
+  ScheduleCall call;
+  auto [body, function] = text.split('@');
+  if (body.empty() || (text.contains('@') && function.empty()))
+    return failure();
+  call.kind = body.front();
+  call.function = function;
+  auto [where, slot] = body.drop_front().split(':');
+  auto [micro, chunk] = where.split('.');
+  if (micro.getAsInteger(10, call.microBatch) ||
+      slot.getAsInteger(10, call.slot) ||
+      (!chunk.empty() && chunk.getAsInteger(10, call.chunk)))
+    return failure();
+  return call;
+}
+
+std::optional<StringRef>
+braid::plan_ir::functionOfCall(StageOp stage, const ScheduleCall &call) {
+  if (!call.function.empty())
+    return call.function;
+  if (call.chunk == 0)
+    return call.kind == 'F'   ? std::optional<StringRef>(stage.getForward())
+           : call.kind == 'B' ? std::optional<StringRef>(stage.getBackward())
+           : call.kind == 'W' ? stage.getBackwardWeight()
+                              : std::nullopt;
+  std::optional<ArrayAttr> chunks = stage.getChunks();
+  if (!chunks || call.chunk < 0 || call.chunk > int64_t(chunks->size()))
+    return std::nullopt;
+  StringRef key = call.kind == 'F'   ? "forward"
+                  : call.kind == 'B' ? "backward"
+                                     : "backward_weight";
+  if (call.kind != 'F' && call.kind != 'B' && call.kind != 'W')
+    return std::nullopt;
+  auto ref = cast<DictionaryAttr>((*chunks)[call.chunk - 1])
+                 .getAs<FlatSymbolRefAttr>(key);
+  return ref ? std::optional<StringRef>(ref.getValue()) : std::nullopt;
 }
 
 SmallVector<StageOp> braid::plan_ir::getStages(ModuleOp module) {

@@ -21,6 +21,23 @@ namespace braid::plan_ir {
 /// pipeline).
 llvm::SmallVector<StageOp> getStages(mlir::ModuleOp module);
 
+/// One call of a stage's schedule, `"B3.1:2@fn"`: its kind ('F', 'B' or
+/// 'W'), micro-batch 3, model chunk 1, slot 2, and the function it names of
+/// its own (empty when it runs its chunk's).
+struct ScheduleCall {
+  char kind = '?';
+  int64_t microBatch = 0, chunk = 0, slot = 0;
+  llvm::StringRef function;
+};
+/// Parses a call of StageOp's `schedule`; failure when it is malformed (the
+/// kind is not checked).
+mlir::FailureOr<ScheduleCall> parseScheduleCall(llvm::StringRef text);
+/// The function `call` runs on `stage`: its own, or its chunk's of its
+/// kind; none when the stage lacks it (a chunk it does not have, a W
+/// without backward_weight).
+std::optional<llvm::StringRef> functionOfCall(StageOp stage,
+                                              const ScheduleCall &call);
+
 } // namespace braid::plan_ir
 
 #endif // BRAID_DIALECTS_PLAN_PLANDIALECT_H

@@ -184,7 +184,10 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">,
     `backward` are chunk 0's, `chunks` lists the functions of chunks 1, 2,
     ... (`{forward, backward[, backward_weight]}`), and a call names its
     chunk after the micro-batch (`"F3.1:2"`: chunk 1's forward of
-    micro-batch 3 on slot 2). `plan-schedule` sets `schedule` and `slots`
+    micro-batch 3 on slot 2). A backward call may name the function it runs
+    instead of its chunk's after an `@` (`"B7:0@stage1_backward_last"`:
+    `plan-overlap-grad-reduce`'s copy that starts the gradients' sums).
+    `plan-schedule` sets `schedule` and `slots`
     (micro-batches in flight). Each chunk has slots of its own (chunk 1's
     slot 2 is not chunk 0's): with several chunks `chunk_slots` says how
     many each has, chunk 0 first, and `slots` is the largest of them.
@@ -201,8 +204,8 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">,
     - ST1: `index`, `first_layer` and `num_layers` are at least 0, `slots`
       at least 1; `chunk_slots`, when present, has one entry per chunk
       (1 + `chunks`), each at least 1, the largest equal to `slots`.
-    - ST2: the functions (the chunks' too) name `plan.func` symbols of the
-      module.
+    - ST2: the functions (the chunks' too, and those schedule calls name)
+      name `plan.func` symbols of the module.
   }];
   let arguments = (ins I64Attr:$index, I64Attr:$first_layer,
                        I64Attr:$num_layers,

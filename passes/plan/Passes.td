@@ -126,29 +126,37 @@ def PlanOverlapGradReduce : Pass<"plan-overlap-grad-reduce", "mlir::ModuleOp"> {
   let summary = "Starts the gradients' data-parallel sums during the last "
                 "micro-batch's backward";
   let description = [{
-    Megatron's overlapped gradient reduction, for plans without a pipeline
-    and without ZeRO. `@update` begins with the sums of the accumulated
-    gradients over dp (in-place `ALL_REDUCE`s of `gradient` buffers); run
-    there, they wait for the whole backward of the step's last
-    micro-batch. This pass adds `@last_micro_step`, which braid-run runs
-    for the step's last micro-batch instead of `@micro_step`: the same
-    kernels on the same buffers, and the sums moved out of `@update` into
-    it. Each sum's gradients are cut into buckets of at most
-    `bucket-bytes`, in the order the backward finishes them (a gradient
-    larger than that is a bucket of its own); a bucket's `ALL_REDUCE`
-    (`async = 1`) starts right after the last kernel that touches any of
-    its gradients and runs beside the rest of the backward, and a `WAIT`
-    per bucket at the function's end finishes it. Only the last
-    micro-batch's gradients are final, so the earlier ones run
-    `@micro_step` unchanged.
+    Megatron's overlapped gradient reduction, for plans without ZeRO. The
+    update begins with the sums of the accumulated gradients over dp
+    (in-place `ALL_REDUCE`s of `gradient` buffers); run there, they wait
+    for the whole backward of the step's last micro-batch, though only
+    that backward still writes the gradients. This pass moves them into a
+    copy of the function that finishes them, which runs instead of it for
+    that last call:
 
-    It runs after `plan-memory`: the new function shares `@micro_step`'s
-    buffers and their offsets (the two never run at once), and the
-    gradients it sums live for the whole program, so the arena is
-    unchanged. A plan with stage functions (a pipeline), without
-    `@micro_step` or `@update`, or with `bucket-bytes = 0` is left as it is;
-    sums of anything but whole gradient buffers in place (ZeRO's buckets,
-    maxima), or of buffers `@update` touches first, stay in `@update`.
+    - Without a pipeline, `@last_micro_step`, a copy of `@micro_step` that
+      braid-run runs for the step's last micro-batch.
+    - With pipeline stages, per stage and per model chunk, a copy of the
+      backward (and of `backward_weight`, with split backwards) named
+      `<function>_last`, which the chunk's last call of that kind in the
+      stage's schedule names after an `@` (`"B7:0@stage1_backward_last"`).
+      A gradient's sum goes to the copy of the function whose call comes
+      last among those that touch it; one that no backward touches (a tied
+      embedding's other part, added in update) stays in update.
+
+    Each sum's gradients are cut into buckets of at most `bucket-bytes`, in
+    the order the copy last touches them (a gradient larger than that is a
+    bucket of its own); a bucket's `ALL_REDUCE` (`async = 1`) starts right
+    after the last kernel that touches any of its gradients and runs beside
+    the rest of the backward, and a `WAIT` per bucket at the copy's end
+    finishes it. The other calls run the functions unchanged.
+
+    It runs after `plan-memory`: a copy shares its original's buffers and
+    their offsets (the two never run at once), and the gradients it sums
+    live for the whole program, so the arena is unchanged. Sums of anything
+    but whole gradient buffers in place (ZeRO's buckets, maxima), or of
+    buffers the update touches first, stay in the update. `bucket-bytes =
+    0` leaves the plan as it is.
   }];
   let options = [
     Option<"bucketBytes", "bucket-bytes", "int64_t", "25000000",

@@ -9,6 +9,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
 
 #include <algorithm>
 #include <string>
@@ -27,100 +28,86 @@ StringRef nameOf(Attribute ref) {
   return cast<SymbolRefAttr>(ref).getRootReference().getValue();
 }
 
-/// Whether `kernel` names the buffer `name` among its inputs or outputs.
-bool touches(KernelOp kernel, StringRef name) {
-  for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-    for (Attribute ref : list)
-      if (nameOf(ref) == name)
-        return true;
+/// Whether `fn` has a kernel that names the buffer `name`.
+bool touches(FuncOp fn, StringRef name) {
+  for (KernelOp kernel : fn.getBody().getOps<KernelOp>())
+    for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
+      for (Attribute ref : list)
+        if (nameOf(ref) == name)
+          return true;
   return false;
 }
 
-struct PlanOverlapGradReducePass
-    : public braid::plan_ir::impl::PlanOverlapGradReduceBase<
-          PlanOverlapGradReducePass> {
-  using PlanOverlapGradReduceBase::PlanOverlapGradReduceBase;
-  void runOnOperation() override;
+/// The gradients of one of update's sums that move into one function.
+struct Moved {
+  KernelOp reduce;
+  SmallVector<Attribute> members;
 };
 
-void PlanOverlapGradReducePass::runOnOperation() {
-  ModuleOp module = getOperation();
-  if (bucketBytes < 0) {
-    module.emitError("plan-overlap-grad-reduce: bucket-bytes is ")
-        << static_cast<int64_t>(bucketBytes) << ", expected 0 (off) or more";
-    return signalPassFailure();
-  }
-  SymbolTable symbols(module);
-  auto micro = symbols.lookup<FuncOp>(kMicroStepFunc);
-  auto update = symbols.lookup<FuncOp>(kUpdateFunc);
-  // Pipelined plans (stage functions) and plans without an update are left
-  // as they are, and so is every plan with the overlap off.
-  if (bucketBytes == 0 || !micro || !update)
-    return;
-  if (symbols.lookup(kLastMicroStepFunc)) {
-    module.emitError("plan-overlap-grad-reduce: the module already has @")
-        << kLastMicroStepFunc;
-    return signalPassFailure();
-  }
-
-  // The sums to move: in-place all-reduces of whole gradient buffers that
-  // update runs before anything else of it touches those buffers. Nothing
-  // between the last micro-batch and update writes a gradient, so the sum
-  // may start as soon as the last micro-batch's last write of it is done.
-  SmallVector<KernelOp> reductions;
-  SmallVector<KernelOp> before;
-  for (KernelOp kernel : update.getBody().getOps<KernelOp>()) {
-    auto eligible = [&] {
-      if (kernel.getKernel() != "ALL_REDUCE" || !kernel.getGroup() ||
-          kernel.getInputs() != kernel.getOutputs() ||
-          kernel.getParams().get("async"))
-        return false;
-      if (auto max = kernel.getParams().getAs<IntegerAttr>("max");
-          max && max.getInt() != 0)
-        return false;
-      for (Attribute ref : kernel.getInputs()) {
-        auto buffer = symbols.lookup<BufferOp>(nameOf(ref));
-        if (!buffer || buffer.getRole() != "gradient" || buffer.getViewOf() ||
-            buffer.getSlots())
-          return false;
-        for (KernelOp earlier : before)
-          if (touches(earlier, nameOf(ref)))
-            return false;
-      }
-      return true;
-    };
-    if (eligible())
-      reductions.push_back(kernel);
-    before.push_back(kernel);
-  }
-  if (reductions.empty())
-    return;
-  // A buffer that is another's bucket (a view's parent) stays where it is.
+/// The sums `update` may give up: per in-place all-reduce of update (a sum
+/// over a group), its whole gradient buffers that no earlier kernel of
+/// update touches (nothing between the last backward and update writes a
+/// gradient, so their sums may start as soon as the backward is done with
+/// them). Buffers with views, views, slotted buffers and maxima stay.
+SmallVector<Moved> movable(ModuleOp module, FuncOp update,
+                           SymbolTable &symbols) {
+  llvm::DenseSet<StringRef> parents;
   for (BufferOp buffer : module.getOps<BufferOp>())
     if (std::optional<StringRef> parent = buffer.getViewOf())
-      llvm::erase_if(reductions, [&](KernelOp r) {
-        return llvm::any_of(r.getInputs(), [&](Attribute ref) {
-          return nameOf(ref) == *parent;
-        });
-      });
-  if (reductions.empty())
-    return;
+      parents.insert(*parent);
+  SmallVector<Moved> out;
+  llvm::DenseSet<StringRef> touchedBefore;
+  for (KernelOp kernel : update.getBody().getOps<KernelOp>()) {
+    auto max = kernel.getParams().getAs<IntegerAttr>("max");
+    if (kernel.getKernel() == "ALL_REDUCE" && kernel.getGroup() &&
+        kernel.getInputs() == kernel.getOutputs() &&
+        !kernel.getParams().get("async") && !(max && max.getInt() != 0)) {
+      Moved sum{kernel, {}};
+      for (Attribute ref : kernel.getInputs()) {
+        auto buffer = symbols.lookup<BufferOp>(nameOf(ref));
+        if (buffer && buffer.getRole() == "gradient" && !buffer.getViewOf() &&
+            !buffer.getSlots() && !parents.contains(nameOf(ref)) &&
+            !touchedBefore.contains(nameOf(ref)))
+          sum.members.push_back(ref);
+      }
+      if (!sum.members.empty())
+        out.push_back(std::move(sum));
+    }
+    for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
+      for (Attribute ref : list)
+        touchedBefore.insert(nameOf(ref));
+  }
+  return out;
+}
 
-  // The last micro-batch's function: micro_step's kernels over the same
-  // buffers (and, after plan-memory, the same offsets: the two never run
-  // at once), placed right after it.
-  OpBuilder b(module.getContext());
-  b.setInsertionPointAfter(micro);
-  auto last = cast<FuncOp>(b.clone(*micro.getOperation()));
-  last.setSymName(kLastMicroStepFunc);
-  SmallVector<KernelOp> kernels(last.getBody().getOps<KernelOp>());
-  // The position of the last kernel touching each buffer (-1: none).
+/// Takes `members` out of `reduce` (erased when nothing is left).
+void takeOut(KernelOp reduce, ArrayRef<Attribute> members) {
+  SmallVector<Attribute> rest;
+  for (Attribute ref : reduce.getInputs())
+    if (!llvm::is_contained(members, ref))
+      rest.push_back(ref);
+  if (rest.empty()) {
+    reduce.erase();
+    return;
+  }
+  Builder b(reduce.getContext());
+  reduce.setInputsAttr(b.getArrayAttr(rest));
+  reduce.setOutputsAttr(b.getArrayAttr(rest));
+}
+
+/// Starts the sums of `moved` in `fn` (a copy of a function that finishes
+/// their gradients): each sum's gradients in the order fn last touches
+/// them, cut into buckets of at most `bucketBytes`, each an async in-place
+/// ALL_REDUCE right after the last kernel touching one of its gradients;
+/// a WAIT per bucket at fn's end, in the order they started.
+void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
+               SymbolTable &symbols) {
+  SmallVector<KernelOp> kernels(fn.getBody().getOps<KernelOp>());
   llvm::DenseMap<StringRef, int64_t> lastTouch;
   for (auto [i, kernel] : llvm::enumerate(kernels))
     for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
       for (Attribute ref : list)
         lastTouch[nameOf(ref)] = int64_t(i);
-
   struct Started {
     int64_t at;
     SmallVector<Attribute> members;
@@ -128,15 +115,15 @@ void PlanOverlapGradReducePass::runOnOperation() {
     Location loc;
   };
   SmallVector<Started> started;
-  for (KernelOp reduce : reductions) {
-    // The gradients in the order they become final, cut into buckets of at
-    // most bucketBytes (a larger gradient is a bucket of its own).
+  OpBuilder b(fn.getContext());
+  for (const Moved &sum : moved) {
+    KernelOp reduce = sum.reduce; // its getters are not const
     struct Member {
       Attribute ref;
       int64_t at, bytes;
     };
     SmallVector<Member> members;
-    for (Attribute ref : reduce.getInputs()) {
+    for (Attribute ref : sum.members) {
       auto it = lastTouch.find(nameOf(ref));
       members.push_back({ref, it == lastTouch.end() ? -1 : it->second,
                          symbols.lookup<BufferOp>(nameOf(ref)).getBytes()});
@@ -162,7 +149,7 @@ void PlanOverlapGradReducePass::runOnOperation() {
         total += m.bytes;
       }
       if (at < 0)
-        b.setInsertionPointToStart(&last.getBody().front());
+        b.setInsertionPointToStart(&fn.getBody().front());
       else
         b.setInsertionPointAfter(kernels[at]);
       std::string what =
@@ -180,19 +167,158 @@ void PlanOverlapGradReducePass::runOnOperation() {
       started.push_back(
           {at, std::move(refs), std::move(what), reduce.getLoc()});
     }
-    reduce.erase();
   }
-  // Finished at the function's end, in the order they started.
   llvm::stable_sort(
       started, [](const Started &x, const Started &y) { return x.at < y.at; });
-  b.setInsertionPointToEnd(&last.getBody().front());
+  b.setInsertionPointToEnd(&fn.getBody().front());
   for (const Started &s : started)
     b.create<KernelOp>(
         s.loc, b.getStringAttr("WAIT"), b.getArrayAttr(s.members),
         b.getArrayAttr({}), b.getDictionaryAttr({}),
         b.getStringAttr(s.what + " is done"), ArrayAttr(), StringAttr());
-  if (update.getBody().front().empty())
-    update.erase();
+}
+
+/// A copy of `fn` named `name`, placed right after it: the same kernels on
+/// the same buffers (and, after plan-memory, the same offsets: the two never
+/// run at once).
+FuncOp copyOf(FuncOp fn, StringRef name) {
+  OpBuilder b(fn.getContext());
+  b.setInsertionPointAfter(fn);
+  auto copy = cast<FuncOp>(b.clone(*fn.getOperation()));
+  copy.setSymName(name);
+  return copy;
+}
+
+struct PlanOverlapGradReducePass
+    : public braid::plan_ir::impl::PlanOverlapGradReduceBase<
+          PlanOverlapGradReducePass> {
+  using PlanOverlapGradReduceBase::PlanOverlapGradReduceBase;
+  void runOnOperation() override;
+  /// Without a pipeline: last_micro_step.
+  LogicalResult overlapSteps(ModuleOp module, SymbolTable &symbols);
+  /// A pipeline stage: its chunks' last backward calls.
+  LogicalResult overlapStage(ModuleOp module, StageOp stage,
+                             SymbolTable &symbols);
+};
+
+LogicalResult PlanOverlapGradReducePass::overlapSteps(ModuleOp module,
+                                                      SymbolTable &symbols) {
+  auto micro = symbols.lookup<FuncOp>(kMicroStepFunc);
+  auto update = symbols.lookup<FuncOp>(kUpdateFunc);
+  if (!micro || !update)
+    return success();
+  if (symbols.lookup(kLastMicroStepFunc))
+    return module.emitError(
+               "plan-overlap-grad-reduce: the module already has @")
+           << kLastMicroStepFunc;
+  SmallVector<Moved> moved = movable(module, update, symbols);
+  if (moved.empty())
+    return success();
+  FuncOp last = copyOf(micro, kLastMicroStepFunc);
+  symbols.insert(last);
+  startSums(last, moved, bucketBytes, symbols);
+  for (const Moved &sum : moved)
+    takeOut(sum.reduce, sum.members);
+  return success();
+}
+
+LogicalResult PlanOverlapGradReducePass::overlapStage(ModuleOp module,
+                                                      StageOp stage,
+                                                      SymbolTable &symbols) {
+  std::optional<StringRef> updateName = stage.getUpdate();
+  std::optional<ArrayAttr> schedule = stage.getSchedule();
+  if (!updateName || !schedule)
+    return success();
+  auto update = symbols.lookup<FuncOp>(*updateName);
+  if (!update)
+    return success(); // the verifier names it
+  SmallVector<Moved> sums = movable(module, update, symbols);
+  if (sums.empty())
+    return success();
+  // The backward functions of each chunk (B and W), and the index of the
+  // schedule's last call of each.
+  struct Finisher {
+    FuncOp fn;
+    int64_t lastCall = -1;
+  };
+  llvm::MapVector<std::pair<char, int64_t>, Finisher> finishers;
+  for (auto [i, attr] : llvm::enumerate(*schedule)) {
+    StringRef text = cast<StringAttr>(attr).getValue();
+    FailureOr<ScheduleCall> call = parseScheduleCall(text);
+    if (failed(call))
+      return stage.emitOpError("schedule call \"") << text << "\" is malformed";
+    if (call->kind != 'B' && call->kind != 'W')
+      continue;
+    if (!call->function.empty())
+      return stage.emitOpError("plan-overlap-grad-reduce: schedule call \"")
+             << text << "\" already names its function";
+    std::optional<StringRef> name = functionOfCall(stage, *call);
+    auto fn = name ? symbols.lookup<FuncOp>(*name) : FuncOp();
+    if (!fn)
+      return stage.emitOpError("schedule call \"")
+             << text << "\" names no function of the stage";
+    Finisher &f = finishers[{call->kind, call->chunk}];
+    f.fn = fn;
+    f.lastCall = int64_t(i);
+  }
+  // Each gradient's sum starts in the call that is the last to touch it.
+  llvm::MapVector<std::pair<char, int64_t>, SmallVector<Moved>> byFinisher;
+  for (const Moved &sum : sums)
+    for (Attribute ref : sum.members) {
+      const std::pair<char, int64_t> *best = nullptr;
+      int64_t bestCall = -1;
+      for (auto &[key, f] : finishers)
+        if (f.lastCall > bestCall && touches(f.fn, nameOf(ref))) {
+          best = &key;
+          bestCall = f.lastCall;
+        }
+      if (!best)
+        continue; // made elsewhere (another stage's contribution): stays
+      SmallVector<Moved> &into = byFinisher[*best];
+      if (into.empty() || into.back().reduce != sum.reduce)
+        into.push_back({sum.reduce, {}});
+      into.back().members.push_back(ref);
+    }
+  SmallVector<Attribute> calls(schedule->begin(), schedule->end());
+  OpBuilder b(module.getContext());
+  for (auto &[key, moved] : byFinisher) {
+    Finisher f = finishers.lookup(key);
+    std::string name = (f.fn.getSymName() + "_last").str();
+    if (symbols.lookup(name))
+      return stage.emitOpError("plan-overlap-grad-reduce: the module already "
+                               "has @")
+             << name;
+    FuncOp last = copyOf(f.fn, name);
+    symbols.insert(last);
+    startSums(last, moved, bucketBytes, symbols);
+    for (const Moved &sum : moved)
+      takeOut(sum.reduce, sum.members);
+    calls[f.lastCall] = b.getStringAttr(
+        cast<StringAttr>(calls[f.lastCall]).getValue() + "@" + name);
+  }
+  stage.setScheduleAttr(b.getArrayAttr(calls));
+  return success();
+}
+
+void PlanOverlapGradReducePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (bucketBytes < 0) {
+    module.emitError("plan-overlap-grad-reduce: bucket-bytes is ")
+        << static_cast<int64_t>(bucketBytes) << ", expected 0 (off) or more";
+    return signalPassFailure();
+  }
+  if (bucketBytes == 0)
+    return;
+  SymbolTable symbols(module);
+  SmallVector<StageOp> stages = getStages(module);
+  if (stages.empty()) {
+    if (failed(overlapSteps(module, symbols)))
+      return signalPassFailure();
+    return;
+  }
+  for (StageOp stage : stages)
+    if (failed(overlapStage(module, stage, symbols)))
+      return signalPassFailure();
 }
 
 } // namespace

@@ -74,36 +74,28 @@ FailureOr<std::vector<Event>> eventsOf(SymbolTable &symbols, StageOp stage) {
   if (failed(add(stage.getZeroGrads(), "zero_grads")))
     return failure();
   if (std::optional<ArrayAttr> schedule = stage.getSchedule())
-    for (Attribute call : *schedule) {
-      StringRef text = cast<StringAttr>(call).getValue();
-      char kind = text.empty() ? '?' : text.front();
-      auto [mb, chunkText] = text.drop_front().split(':').first.split('.');
-      int64_t chunk = 0;
-      if (!chunkText.empty() && chunkText.getAsInteger(10, chunk))
+    for (Attribute attr : *schedule) {
+      StringRef text = cast<StringAttr>(attr).getValue();
+      FailureOr<ScheduleCall> call = parseScheduleCall(text);
+      if (failed(call))
         return stage.emitOpError("schedule call \"") << text << "\" is malformed";
       std::string where =
-          (kind == 'F'   ? "the forward"
-           : kind == 'B' ? "the backward"
-                         : "the weight gradients") +
-          (" of micro-batch " + mb).str() +
-          (chunk ? " on chunk " + std::to_string(chunk) : std::string());
-      std::optional<StringRef> fn =
-          kind == 'F'   ? std::optional<StringRef>(stage.getForward())
-          : kind == 'B' ? std::optional<StringRef>(stage.getBackward())
-                        : stage.getBackwardWeight();
-      if (chunk > 0) {
-        std::optional<ArrayAttr> chunks = stage.getChunks();
-        if (!chunks || chunk > int64_t(chunks->size()))
-          return stage.emitOpError("schedule call \"")
-                 << text << "\" names a chunk the stage does not have";
-        auto fns = cast<DictionaryAttr>((*chunks)[chunk - 1]);
-        StringRef key = kind == 'F'   ? "forward"
-                        : kind == 'B' ? "backward"
-                                      : "backward_weight";
-        auto ref = fns.getAs<FlatSymbolRefAttr>(key);
-        fn = ref ? std::optional<StringRef>(ref.getValue()) : std::nullopt;
-      }
-      if (kind != 'F' && kind != 'B' && (kind != 'W' || !fn))
+          (call->kind == 'F'   ? "the forward"
+           : call->kind == 'B' ? "the backward"
+                               : "the weight gradients") +
+          (" of micro-batch " + std::to_string(call->microBatch)) +
+          (call->chunk ? " on chunk " + std::to_string(call->chunk)
+                       : std::string());
+      std::optional<ArrayAttr> chunks = stage.getChunks();
+      if (call->chunk < 0 ||
+          (call->chunk > 0 &&
+           (!chunks || call->chunk > int64_t(chunks->size()))))
+        return stage.emitOpError("schedule call \"")
+               << text << "\" names a chunk the stage does not have";
+      // The call's function: its chunk's, or its own (plan-overlap-grad-
+      // reduce's last backward).
+      std::optional<StringRef> fn = functionOfCall(stage, *call);
+      if (call->kind != 'F' && call->kind != 'B' && (call->kind != 'W' || !fn))
         return stage.emitOpError("schedule call \"")
                << text << "\" is not F, B or W (W needs a backward_weight)";
       if (failed(add(fn, where)))

@@ -121,6 +121,9 @@ std::vector<std::vector<TracePhase>> KernelPhases(const plan::Plan &plan) {
       roles[chunk.backward()] = TracePhase::kBackward;
       roles[chunk.backward_weight()] = TracePhase::kBackward;
     }
+    for (const plan::ScheduleStep &step : stage.schedule())
+      if (!step.function().empty())
+        roles[step.function()] = TracePhase::kBackward;
     roles[stage.update()] = TracePhase::kUpdate;
   }
   roles.erase("");

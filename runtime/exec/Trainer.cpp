@@ -827,8 +827,12 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
       return s;
   double sum = 0;
   // The functions of the calls' model chunk (the interleaved schedule's
-  // further chunks are Stage.chunks; the loader checked the indices).
+  // further chunks are Stage.chunks; the loader checked the indices), or
+  // the call's own (a chunk's last backward that starts the gradients'
+  // sums).
   auto functionOf = [&](const plan::ScheduleStep &call) -> const std::string & {
+    if (!call.function().empty())
+      return call.function();
     if (call.chunk() == 0)
       return call.kind() == plan::ScheduleStep::FORWARD    ? program.forward()
              : call.kind() == plan::ScheduleStep::BACKWARD ? program.backward()

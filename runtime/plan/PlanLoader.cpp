@@ -1180,6 +1180,22 @@ absl::Status validatePipeline(const Plan &plan,
             stage.backward_weight().empty() ? "has none" : "has one",
             " (expected every chunk to split its backward alike)"));
     }
+    // A backward call may run a function of its own (its chunk's last,
+    // which starts the gradients' sums): one of the stage's.
+    for (int i = 0; i < stage.schedule_size(); ++i) {
+      const ScheduleStep &step = stage.schedule(i);
+      if (step.function().empty())
+        continue;
+      if (step.kind() != ScheduleStep::BACKWARD &&
+          step.kind() != ScheduleStep::BACKWARD_WEIGHT)
+        return absl::InvalidArgumentError(
+            absl::StrCat("pipeline stage ", s, "'s schedule step ", i,
+                         " names function '", step.function(),
+                         "' but only a BACKWARD or BACKWARD_WEIGHT may "
+                         "run a function other than its chunk's"));
+      fields.push_back(
+          {absl::StrCat("schedule step ", i), step.function(), true});
+    }
     for (const auto &[field, name, required] : fields) {
       if (name.empty()) {
         if (required)
@@ -1209,10 +1225,17 @@ int64_t chunkSlots(const Stage &stage, int64_t chunk) {
 
 /// The functions of model chunk `chunk`'s calls on `stage` (those it has).
 std::vector<const std::string *> chunkCalls(const Stage &stage, int chunk) {
-  if (chunk == 0)
-    return {&stage.forward(), &stage.backward(), &stage.backward_weight()};
-  const Chunk &c = stage.chunks(chunk - 1);
-  return {&c.forward(), &c.backward(), &c.backward_weight()};
+  std::vector<const std::string *> out;
+  if (chunk == 0) {
+    out = {&stage.forward(), &stage.backward(), &stage.backward_weight()};
+  } else {
+    const Chunk &c = stage.chunks(chunk - 1);
+    out = {&c.forward(), &c.backward(), &c.backward_weight()};
+  }
+  for (const ScheduleStep &step : stage.schedule())
+    if (step.chunk() == chunk && !step.function().empty())
+      out.push_back(&step.function());
+  return out;
 }
 
 /// Buffers of the pipeline's stages: a stage's functions name only its

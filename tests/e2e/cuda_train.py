@@ -85,11 +85,10 @@ PARALLEL_STEPS = 8
 PARALLEL_RESUME_AT = 4
 PARALLEL_RESUMED = ("llama-dp2-zero1-bf16", "llama-dp2-zero3-bf16")
 PARALLEL = {
-    # Two micro-batches a rank, the gradients' sums started in buckets of
-    # 20 KB during the last one's backward (on the stream of collectives).
+    # The gradients' sums started in buckets of 20 KB during the backward
+    # (on the stream of collectives).
     "llama-dp2-fp32": ('preset: "tiny-llama"',
-                       "micro_batch_size: 1 global_batch_size: 4 dp: 2 "
-                       "grad_bucket_bytes: 20000",
+                       "micro_batch_size: 2 dp: 2 grad_bucket_bytes: 20000",
                        "", "llama-dp2-fp32", 1e-4),
     # Vocabulary-parallel embedding and loss, heads split, sequence-parallel
     # gathers and reduce-scatters along the sequence.

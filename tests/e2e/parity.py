@@ -113,7 +113,15 @@ def main():
         ("pp4-zbh1", 4, 'pp: 4 micro_batch_size: 1 global_batch_size: 4 schedule: "zb-h1"'),
         ("pp2-vpp2", 2, "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4"),
         ("pp2-uneven", 2, "pp: 2 micro_batch_size: 1 global_batch_size: 4 stage_layers: 3 stage_layers: 1"),
-        ("pp2-tp2-dp2", 8, "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4"),
+        # Each stage's last backward call starts its gradients' sums, in
+        # buckets of 20 KB: with 1F1B, ZB-H1 (the weight gradients' last
+        # call) and the interleaved schedule (each chunk's last call).
+        ("pp2-tp2-dp2", 8, "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 "
+         "grad_bucket_bytes: 20000"),
+        ("pp2-zbh1-dp2", 4, 'pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 '
+         'schedule: "zb-h1" grad_bucket_bytes: 20000'),
+        ("pp2-vpp2-dp2", 4, "pp: 2 vpp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 "
+         "grad_bucket_bytes: 20000"),
         ("pp2-tp2-sp-dp2", 8, "pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4"),
         # Recomputation: each mode on tp 2 x pp 2 x dp 2; auto with a budget
         # halfway between what full recompute and none need ({budget}).

@@ -378,6 +378,47 @@ TEST(CostModel, GradientSumsHideBehindTheLastBackward) {
   EXPECT_GE(p->stepTime, compute + lastBucket - 1e-12);
 }
 
+TEST(CostModel, PipelineStagesStartTheirSumsInTheLastBackward) {
+  // pp 2 x dp 2, four micro-batches, priced as above: each stage's last
+  // backward call runs a copy that starts its gradients' sums (20 KB
+  // buckets), which hides part of them behind that backward's compute; the
+  // sums all move out of the updates (tiny-llama ties no embedding).
+  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
+  job.mutable_parallel()->set_pp(2);
+  job.mutable_parallel()->set_dp(2);
+  job.mutable_parallel()->set_global_batch_size(8);
+  spec::Cluster cluster = freeCluster(4);
+  spec::Calibration *cal = cluster.mutable_calibrations(0);
+  cal->mutable_intra_node()->set_bandwidth(1e9);
+  spec::KernelRate *r = cal->add_kernels();
+  r->set_kernel("LINEAR_GRAD_WEIGHT");
+  r->set_flops_per_s(1e9);
+  job.mutable_parallel()->set_grad_bucket_bytes(0);
+  plan::Plan after = compilePlan(job);
+  job.mutable_parallel()->set_grad_bucket_bytes(20000);
+  plan::Plan overlapped = compilePlan(job);
+  for (const plan::Stage &stage : overlapped.pipeline().stages()) {
+    int named = 0;
+    for (const plan::ScheduleStep &step : stage.schedule())
+      named += !step.function().empty();
+    EXPECT_EQ(named, 1);
+    EXPECT_EQ(stage.schedule(stage.schedule_size() - 1).function(),
+              stage.backward() + "_last");
+    for (const plan::Function &fn : overlapped.functions())
+      if (fn.name() == stage.update())
+        for (const plan::Instruction &inst : fn.body())
+          EXPECT_NE(inst.kernel(), plan::ALL_REDUCE) << fn.name();
+  }
+  llvm::Expected<StepPrediction> serial = predictStep(after, cluster);
+  ASSERT_TRUE(bool(serial)) << llvm::toString(serial.takeError());
+  llvm::Expected<StepPrediction> p = predictStep(overlapped, cluster);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_EQ(serial->hiddenCommunication, 0);
+  EXPECT_GT(p->hiddenCommunication, 0);
+  EXPECT_NEAR(p->compute, serial->compute, 1e-9 * serial->compute);
+  EXPECT_LT(p->stepTime, serial->stepTime - 1e-9);
+}
+
 TEST(CostModel, AllReduceTakesTheCheaperOfRingAndTree) {
   // dp 8 over one node: each gradient all-reduce costs a ring
   // 2 (7/8) b / bw + 14 latencies, a double binary tree 2 b / bw +

@@ -456,6 +456,43 @@ TEST(ScheduleView, TransfersAndUpdate) {
   EXPECT_EQ(count(page, "<rect class=\"collective\""), 4);
 }
 
+TEST(ScheduleView, ACallOfItsOwnFunction) {
+  // Stage 0's last backward runs a copy of its backward that also sums the
+  // weight gradient over dp: that block's tooltip, and the lane's row,
+  // name it and its collective; the other blocks keep the backward's.
+  plan::Plan p = twoStagePlan();
+  const plan::Function *backward = nullptr;
+  for (const plan::Function &fn : p.functions())
+    if (fn.name() == "stage0_backward")
+      backward = &fn;
+  ASSERT_NE(backward, nullptr);
+  plan::Function *last = p.add_functions();
+  *last = *backward;
+  last->set_name("stage0_backward_last");
+  int32_t dw = backward->body(backward->body_size() - 1).outputs(0);
+  plan::Instruction *sum = add(last, plan::ALL_REDUCE, {dw}, {dw});
+  sum->add_group("dp");
+  (*sum->mutable_int_attrs())["async"] = 1;
+  add(last, plan::WAIT, {dw}, {});
+  plan::Stage *stage = p.mutable_pipeline()->mutable_stages(0);
+  int lastStep = stage->schedule_size() - 1;
+  ASSERT_EQ(stage->schedule(lastStep).kind(), plan::ScheduleStep::BACKWARD);
+  stage->mutable_schedule(lastStep)->set_function("stage0_backward_last");
+  int64_t m = stage->schedule(lastStep).micro_batch();
+  ASSERT_TRUE(plan::ValidatePlan(p).ok()) << plan::ValidatePlan(p).message();
+  std::string page = render(p);
+  int n = backward->body_size();
+  EXPECT_EQ(count(page, "stage0_backward_last: " + std::to_string(n + 2) +
+                            " instructions"),
+            1);
+  EXPECT_EQ(
+      count(page, "stage0_backward: " + std::to_string(n) + " instructions"),
+      kMicroBatches - 1);
+  EXPECT_EQ(count(page, "; in stage0_backward_last (backward of micro-batch " +
+                            std::to_string(m) + "): ALL_REDUCE over dp"),
+            1);
+}
+
 TEST(ScheduleView, PlanWithoutPipelineIsOneLaneOfMicroSteps) {
   plan::Plan p;
   p.set_version(plan::SCHEMA_VERSION_CURRENT);
@@ -514,7 +551,9 @@ TEST(ScheduleView, PlanWithoutPipelineIsOneLaneOfMicroSteps) {
             1);
   EXPECT_EQ(count(page, "micro_step (its backward part): 1 instructions"), 3);
   EXPECT_EQ(count(page, "collectives: ALL_REDUCE over dp"), 1);
-  EXPECT_EQ(count(page, "(last_micro_step): ALL_REDUCE over dp"), 1);
+  EXPECT_EQ(count(page, "; in last_micro_step (backward of micro-batch 3): "
+                        "ALL_REDUCE over dp"),
+            1);
   EXPECT_EQ(blocks(page).size(), 8u);
 }
 

@@ -6,6 +6,7 @@
 // RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --global-batch-size 4 --grad-bucket-bytes 0 --compile-to=plan | grep -o 'plan.arena_bytes = [0-9]*' > %t.off
 // RUN: diff %t.on %t.off
 // RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 2 --compile-to=plan | FileCheck %s --check-prefix=ZERO
+// RUN: braidc --preset tiny-gpt2 --seq-len 8 --pp 2 --dp 2 --global-batch-size 8 --compile-to=plan | FileCheck %s --check-prefix=PIPE
 // RUN: not braidc --preset tiny-llama --seq-len 8 --dp 2 --grad-bucket-bytes -5 2>&1 | FileCheck %s --check-prefix=BADFLAG
 
 // Tests the buckets of a backward that finishes its gradients in the order
@@ -80,6 +81,69 @@ plan.func @update {
 // CHECK: plan.func @update {
 // CHECK-NEXT: plan.kernel "ADD" [@g, @g] -> [@g] {} {provenance = "first"}
 // CHECK-NEXT: plan.kernel "ALL_REDUCE" [@g] -> [@g] {} {group = ["dp"], provenance = "sum"}
+
+// -----
+
+// Tests a pipeline stage with split backwards: each gradient's sum starts
+// in the copy of the function whose call comes last among those touching
+// it (gb: the backward only, B1; gw and gbw: the weight gradients', W1,
+// after B1), named by that call after an "@"; a gradient no backward
+// touches (another stage's contribution) stays in update, and so does the
+// maximum. Earlier calls keep their functions.
+plan.buffer @x : tensor<4xf32> role = "activation" stage = 0
+plan.buffer @gb : tensor<4xf32> role = "gradient" name = "b" stage = 0
+plan.buffer @gw : tensor<4xf32> role = "gradient" name = "w" stage = 0
+plan.buffer @gbw : tensor<4xf32> role = "gradient" name = "bw" stage = 0
+plan.buffer @gx : tensor<4xf32> role = "gradient" name = "x" stage = 0
+plan.func @f {
+  plan.kernel "ZERO" [] -> [@x] {} {provenance = "f"}
+}
+plan.func @b {
+  plan.kernel "ADD" [@gb, @x] -> [@gb] {} {provenance = "b0"}
+  plan.kernel "ADD" [@gbw, @x] -> [@gbw] {} {provenance = "b1"}
+}
+plan.func @w {
+  plan.kernel "ADD" [@gbw, @x] -> [@gbw] {} {provenance = "w0"}
+  plan.kernel "ADD" [@gw, @x] -> [@gw] {} {provenance = "w1"}
+}
+plan.func @u {
+  plan.kernel "ALL_REDUCE" [@gb, @gw, @gbw, @gx] -> [@gb, @gw, @gbw, @gx] {} {group = ["dp"], provenance = "sum"}
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @b, backward_weight = @w, update = @u, slots = 1 : i64, schedule = ["F0:0", "B0:0", "W0:0", "F1:0", "B1:0", "W1:0"]}
+// CHECK-LABEL: plan.func @b_last {
+// CHECK-NEXT: plan.kernel "ADD" [@gb, @x] -> [@gb] {} {provenance = "b0"}
+// CHECK-NEXT: plan.kernel "ALL_REDUCE" [@gb] -> [@gb] {async = 1 : i64} {group = ["dp"], provenance = "sum (bucket 1 of 1, 16 bytes): started
+// CHECK-NEXT: plan.kernel "ADD" [@gbw, @x] -> [@gbw] {} {provenance = "b1"}
+// CHECK-NEXT: plan.kernel "WAIT" [@gb] -> [] {} {provenance = "sum (bucket 1 of 1, 16 bytes) is done"}
+// CHECK-NEXT: }
+// CHECK-LABEL: plan.func @w_last {
+// CHECK-NEXT: plan.kernel "ADD" [@gbw, @x] -> [@gbw] {} {provenance = "w0"}
+// CHECK-NEXT: plan.kernel "ADD" [@gw, @x] -> [@gw] {} {provenance = "w1"}
+// CHECK-NEXT: plan.kernel "ALL_REDUCE" [@gbw, @gw] -> [@gbw, @gw] {async = 1 : i64} {group = ["dp"], provenance = "sum (bucket 1 of 1, 32 bytes): started
+// CHECK-NEXT: plan.kernel "WAIT" [@gbw, @gw] -> [] {} {provenance = "sum (bucket 1 of 1, 32 bytes) is done"}
+// CHECK-NEXT: }
+// CHECK-NEXT: plan.func @u {
+// CHECK-NEXT: plan.kernel "ALL_REDUCE" [@gx] -> [@gx] {} {group = ["dp"], provenance = "sum"}
+// CHECK-NEXT: }
+// CHECK-NEXT: plan.stage 0 {{{.*}}schedule = ["F0:0", "B0:0", "W0:0", "F1:0", "B1:0@b_last", "W1:0@w_last"]
+
+// tiny-gpt2 on pp 2 x dp 2: each stage's last backward call runs a copy
+// that starts its gradients' sums; the tied embedding's, which stage 0's
+// update adds stage 1's part to first, stays in that update.
+// PIPE-LABEL: plan.func @stage0_backward_last {
+// PIPE: plan.kernel "ALL_REDUCE" {{.*}} {async = 1 : i64} {group = ["dp"]
+// PIPE: plan.kernel "WAIT"
+// PIPE-LABEL: plan.func @stage0_update {
+// PIPE-NEXT: plan.kernel "RECV"
+// PIPE-NEXT: plan.kernel "ADD" [@[[WTE:b[0-9]+]], @{{b[0-9]+}}] -> [@[[WTE]]]
+// PIPE-NEXT: plan.kernel "ALL_REDUCE" [@[[WTE]]] -> [@[[WTE]]] {} {group = ["dp"]
+// PIPE-NEXT: plan.kernel "GRAD_NORM"
+// PIPE: plan.stage 0 {{{.*}}schedule = [{{.*}}"B3:{{[0-9]+}}@stage0_backward_last"]
+// PIPE-LABEL: plan.func @stage1_backward_last {
+// PIPE: plan.kernel "ALL_REDUCE" {{.*}} {async = 1 : i64} {group = ["dp"]
+// PIPE-LABEL: plan.func @stage1_update {
+// PIPE-NOT: group = ["dp"]
+// PIPE: plan.stage 1 {{{.*}}schedule = [{{.*}}"B3:{{[0-9]+}}@stage1_backward_last"]
 
 // tiny-llama over dp 2, two micro-batches a rank: micro_step has no
 // collective over dp, last_micro_step sums every gradient (tiny-llama's

@@ -176,6 +176,30 @@ TEST(PipelineValidation, MeshAndStageFunctions) {
   EXPECT_EQ(errorOf(plan),
             "p.plan: function 's0.forward' belongs to pipeline stages 0 and 1 "
             "(a function is the program of one stage)");
+  // A backward call may run a function of its stage's own (stage 0's last
+  // backward, a copy of s0.backward); not a forward, nor a function of
+  // another stage, nor one the plan lacks.
+  plan = pipelinePlan();
+  {
+    Function *last = plan.add_functions();
+    *last = plan.functions(1); // s0.backward
+    last->set_name("s0.backward_last");
+  }
+  stepOf(plan, 0, 3)->set_function("s0.backward_last");
+  EXPECT_EQ(errorOf(plan), "");
+  stepOf(plan, 0, 3)->set_function("s1.backward");
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: function 's1.backward' belongs to pipeline stages 0 and 1 "
+            "(a function is the program of one stage)");
+  stepOf(plan, 0, 3)->set_function("nowhere");
+  EXPECT_EQ(errorOf(plan), "p.plan: pipeline stage 0's schedule step 3 names "
+                           "function 'nowhere', which the plan does not have");
+  stepOf(plan, 0, 3)->clear_function();
+  stepOf(plan, 0, 0)->set_function("s0.backward_last");
+  EXPECT_EQ(errorOf(plan),
+            "p.plan: pipeline stage 0's schedule step 0 names function "
+            "'s0.backward_last' but only a BACKWARD or BACKWARD_WEIGHT may run "
+            "a function other than its chunk's");
   // The training's micro_batches size the schedules.
   plan = pipelinePlan();
   plan.mutable_training()->set_micro_batches(0);

@@ -8,7 +8,8 @@ one process per rank (named "rank R (pp p, dp d, tp t)"), the threads step,
 calls, compute and communication, and for every rank: the steps "step 1" ..
 "step S"; in each step the calls (zero_grads, "micro_step mb m" and update,
 or with --pipeline "forward mb m" and "backward mb m" with their slot and
-function), each inside its step; the kernels, each inside a call and in the
+function, the stage's or its last backward's copy, "..._last"), each inside
+its step; the kernels, each inside a call and in the
 category of the part of the step it computes; the communication kernels on
 their own thread (with --pipeline, SEND and RECV on every rank). Exits
 non-zero with the first problem found. tests/e2e/trace.py imports check().
@@ -109,7 +110,9 @@ def check(path, ranks, steps, micro_batches, pipeline=False):
                         args = call[0]["args"]
                         expect(call[0]["cat"] == kind and args.get("micro_batch") == m and
                                isinstance(args.get("slot"), int) and
-                               args["function"].endswith(f"_{kind}"),
+                               # the chunk's function, or the copy of it
+                               # the last backward runs (its gradients' sums)
+                               args["function"].endswith((f"_{kind}", f"_{kind}_last")),
                                f"rank {pid}, step {s}: {call[0]}")
             else:
                 want = {"zero_grads": 1, "update": 1}
