@@ -192,13 +192,12 @@ braid::plan_ir::functionOfCall(StageOp stage, const ScheduleCall &call) {
            : call.kind == 'W' ? stage.getBackwardWeight()
                               : std::nullopt;
   std::optional<ArrayAttr> chunks = stage.getChunks();
-  if (!chunks || call.chunk < 0 || call.chunk > int64_t(chunks->size()))
+  if (!chunks || call.chunk < 0 || call.chunk > int64_t(chunks->size()) ||
+      (call.kind != 'F' && call.kind != 'B' && call.kind != 'W'))
     return std::nullopt;
   StringRef key = call.kind == 'F'   ? "forward"
                   : call.kind == 'B' ? "backward"
                                      : "backward_weight";
-  if (call.kind != 'F' && call.kind != 'B' && call.kind != 'W')
-    return std::nullopt;
   auto ref = cast<DictionaryAttr>((*chunks)[call.chunk - 1])
                  .getAs<FlatSymbolRefAttr>(key);
   return ref ? std::optional<StringRef>(ref.getValue()) : std::nullopt;

@@ -28,14 +28,14 @@ StringRef nameOf(Attribute ref) {
   return cast<SymbolRefAttr>(ref).getRootReference().getValue();
 }
 
-/// Whether `fn` has a kernel that names the buffer `name`.
-bool touches(FuncOp fn, StringRef name) {
+/// The buffers the kernels of `fn` name.
+llvm::DenseSet<StringRef> buffersOf(FuncOp fn) {
+  llvm::DenseSet<StringRef> out;
   for (KernelOp kernel : fn.getBody().getOps<KernelOp>())
     for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
       for (Attribute ref : list)
-        if (nameOf(ref) == name)
-          return true;
-  return false;
+        out.insert(nameOf(ref));
+  return out;
 }
 
 /// The gradients of one of update's sums that move into one function.
@@ -240,6 +240,7 @@ LogicalResult PlanOverlapGradReducePass::overlapStage(ModuleOp module,
   struct Finisher {
     FuncOp fn;
     int64_t lastCall = -1;
+    llvm::DenseSet<StringRef> touched; // the buffers fn names
   };
   llvm::MapVector<std::pair<char, int64_t>, Finisher> finishers;
   for (auto [i, attr] : llvm::enumerate(*schedule)) {
@@ -258,7 +259,10 @@ LogicalResult PlanOverlapGradReducePass::overlapStage(ModuleOp module,
       return stage.emitOpError("schedule call \"")
              << text << "\" names no function of the stage";
     Finisher &f = finishers[{call->kind, call->chunk}];
-    f.fn = fn;
+    if (!f.fn) {
+      f.fn = fn;
+      f.touched = buffersOf(fn);
+    }
     f.lastCall = int64_t(i);
   }
   // Each gradient's sum starts in the call that is the last to touch it.
@@ -268,7 +272,7 @@ LogicalResult PlanOverlapGradReducePass::overlapStage(ModuleOp module,
       const std::pair<char, int64_t> *best = nullptr;
       int64_t bestCall = -1;
       for (auto &[key, f] : finishers)
-        if (f.lastCall > bestCall && touches(f.fn, nameOf(ref))) {
+        if (f.lastCall > bestCall && f.touched.contains(nameOf(ref))) {
           best = &key;
           bestCall = f.lastCall;
         }
@@ -282,7 +286,7 @@ LogicalResult PlanOverlapGradReducePass::overlapStage(ModuleOp module,
   SmallVector<Attribute> calls(schedule->begin(), schedule->end());
   OpBuilder b(module.getContext());
   for (auto &[key, moved] : byFinisher) {
-    Finisher f = finishers.lookup(key);
+    Finisher &f = finishers.find(key)->second;
     std::string name = (f.fn.getSymName() + "_last").str();
     if (symbols.lookup(name))
       return stage.emitOpError("plan-overlap-grad-reduce: the module already "
