@@ -166,6 +166,13 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
           "more (bytes of one bucket)");
     c.gradBucketBytes = p.grad_bucket_bytes();
   }
+  if (p.has_zero_bucket_bytes()) {
+    if (p.zero_bucket_bytes() < 1)
+      return invalid(
+          "parallel.zero_bucket_bytes = " + llvm::Twine(p.zero_bucket_bytes()) +
+          " must be at least 1 (bytes of one ZeRO bucket)");
+    c.zeroBucketBytes = p.zero_bucket_bytes();
+  }
 
   int64_t perStep = model.microBatchSize * c.dp;
   c.globalBatchSize = p.has_global_batch_size() ? p.global_batch_size() : perStep;

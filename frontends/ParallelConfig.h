@@ -43,7 +43,8 @@ struct ParallelConfig {
   /// ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too,
   /// 3 the parameters too.
   int64_t zero = 0;
-  /// Most gradient bytes in one ZeRO bucket (braidc --zero-bucket-bytes).
+  /// Most gradient bytes in one ZeRO bucket (parallel.zero_bucket_bytes,
+  /// braidc --zero-bucket-bytes).
   int64_t zeroBucketBytes = 25000000;
   /// Most gradient bytes in one data-parallel all-reduce started during the
   /// last micro-batch's backward (plan-overlap-grad-reduce); 0: the sums run

@@ -818,9 +818,10 @@ LogicalResult Lowering::lowerZeroUpdate(function_ref<bool(Operation *)> inStep) 
       member.param.setViewOffsetAttr(b.getI64IntegerAttr(at * paramBytes));
       at += cast<RankedTensorType>(member.grad.getType()).getNumElements();
     }
-    std::string reason = "zero: data-parallel sum of the gradients of " +
-                         describe(bucket) + ", each rank keeping its block of " +
-                         std::to_string(padded) + " elements";
+    std::string reason =
+        "zero: data-parallel sum of the gradients of " + describe(bucket) +
+        ", each rank keeping its block of " + std::to_string(padded / d) +
+        " of its " + std::to_string(padded) + " elements";
     if (bucket.last) {
       // Zeroed before the micro-batch's first contribution instead of once
       // per step; reduce-scattered as soon as the last one is written.

@@ -107,10 +107,11 @@ static cl::opt<int64_t> zeroFlag(
     "zero", cl::desc("ZeRO stage: 1 shards the optimizer state over dp, 2 "
                      "the gradients too, 3 the parameters too (parallel.zero)"),
     cl::cat(category));
-static cl::opt<int64_t> zeroBucketBytes(
-    "zero-bucket-bytes",
-    cl::desc("Most gradient bytes in one ZeRO bucket (default 25000000)"),
-    cl::init(25000000), cl::cat(category));
+static cl::opt<int64_t>
+    zeroBucketBytes("zero-bucket-bytes",
+                    cl::desc("Most gradient bytes in one ZeRO bucket "
+                             "(parallel.zero_bucket_bytes, default 25000000)"),
+                    cl::cat(category));
 static cl::opt<int64_t> gradBucketBytes(
     "grad-bucket-bytes",
     cl::desc("Most gradient bytes in one data-parallel all-reduce started "
@@ -231,6 +232,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_parallel()->set_zero(zeroFlag);
   if (gradBucketBytes.getNumOccurrences())
     job.mutable_parallel()->set_grad_bucket_bytes(gradBucketBytes);
+  if (zeroBucketBytes.getNumOccurrences())
+    job.mutable_parallel()->set_zero_bucket_bytes(zeroBucketBytes);
   if (memoryBudget.getNumOccurrences())
     job.mutable_parallel()->set_memory_budget_bytes(memoryBudget);
   if (globalBatch.getNumOccurrences())
@@ -403,11 +406,6 @@ int main(int argc, char **argv) {
   // The report describes the model graph; a clone keeps it when the phases
   // lower the module to a plan.
   mlir::OwningOpRef<mlir::ModuleOp> graph = module->clone();
-
-  if (zeroBucketBytes < 1)
-    return fail("--zero-bucket-bytes=" + llvm::Twine(zeroBucketBytes) +
-                " must be at least 1");
-  parallel->zeroBucketBytes = zeroBucketBytes;
 
   CompileOptions options;
   options.compileTo = *phase;

@@ -1,9 +1,10 @@
-// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 1 --compile-to=plan | FileCheck %s --check-prefix=ZERO1
+// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 1 --grad-bucket-bytes 0 --compile-to=plan | FileCheck %s --check-prefix=ZERO1
 // RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 2 --compile-to=plan | FileCheck %s --check-prefix=ZERO2
 // RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 2 --zero-bucket-bytes 40000 --compile-to=plan | FileCheck %s --check-prefix=SMALL
 // RUN: not braidc --preset tiny-llama --seq-len 8 --zero 1 2>&1 | FileCheck %s --check-prefix=NODP
 // RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 3 --compile-to=plan | FileCheck %s --check-prefix=ZERO3
 // RUN: not braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 5 2>&1 | FileCheck %s --check-prefix=FIVE
+// RUN: not braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 1 --zero-bucket-bytes 0 2>&1 | FileCheck %s --check-prefix=NOBUCKET
 
 // tiny-llama: hidden 64, ffn 176, vocabulary 512, 2 layers, 2 kv heads of
 // 16 (k and v 32 x 64). Its matrices (weight decay 0.1): the embedding and
@@ -15,7 +16,9 @@
 // of 78848 and 160.
 
 // ZeRO-1: the flat buckets hold the parameters and gradients (views at
-// their offsets); the moments are the rank's block only.
+// their offsets); the moments are the rank's block only. (With
+// --grad-bucket-bytes 0 the reduce-scatters stay in update, where
+// plan-lower puts them; plan-overlap-grad-reduce.mlir moves them.)
 // ZERO1-DAG: plan.buffer @[[G0:b[0-9]+]] : tensor<157696xf32> role = "bucket"
 // ZERO1-DAG: plan.buffer @[[P0:b[0-9]+]] : tensor<157696xf32> role = "bucket"
 // ZERO1-DAG: plan.buffer @{{b[0-9]+}} : tensor<78848xf32> role = "optimizer_state" name = "exp_avg:zero bucket 0"
@@ -68,6 +71,7 @@
 
 // NODP: braidc: error: parallel.zero = 1 shards the optimizer over the data-parallel ranks: it needs parallel.dp > 1, found dp = 1
 // FIVE: braidc: error: parallel.zero = 5 is not a ZeRO stage (0, 1, 2 or 3)
+// NOBUCKET: braidc: error: parallel.zero_bucket_bytes = 0 must be at least 1 (bytes of one ZeRO bucket)
 
 // ZeRO-3: the rank keeps only its blocks of the flat parameters (78848 and
 // 160 elements, block_of the flat buffers they are gathered into). The
