@@ -88,10 +88,10 @@ const PhaseInfo kPhases[] = {
        o.scheme = options.parallel.schedule;
        o.microBatches = options.parallel.microBatches;
        pm.addPass(plan_ir::createPlanSchedule(o));
-       pm.addPass(plan_ir::createPlanMemory());
        plan_ir::PlanOverlapGradReduceOptions overlap;
        overlap.bucketBytes = options.parallel.gradBucketBytes;
        pm.addPass(plan_ir::createPlanOverlapGradReduce(overlap));
+       pm.addPass(plan_ir::createPlanMemory());
        pm.addPass(plan_ir::createPlanVerify());
      }},
 };

@@ -84,6 +84,16 @@ def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
     outputs never share memory with the buffers it reads. Sets
     `plan.arena_bytes` on the module.
 
+    Positions follow the module's kernels in order, but for the copies
+    `plan-overlap-grad-reduce` makes (`last_micro_step`, and a stage's
+    functions a schedule call names after an `@`): a copy runs instead of
+    its original, so its kernels take the original's positions and a
+    kernel it adds (a collective started early, a `WAIT`) the position of
+    the kernel before it. What such a kernel touches in a stage's copy
+    lives from the first position of every function the schedule calls
+    after the copy's call (a reduce-scatter's block lives on until update
+    reads it).
+
     With pipeline stages, each stage's buffers get their own arena (they
     live on other ranks; the plan's arena is the largest, and each
     `plan.stage` gets its own as `plan.arena_bytes`), and a buffer with
@@ -126,13 +136,15 @@ def PlanOverlapGradReduce : Pass<"plan-overlap-grad-reduce", "mlir::ModuleOp"> {
   let summary = "Starts the gradients' data-parallel sums during the last "
                 "micro-batch's backward";
   let description = [{
-    Megatron's overlapped gradient reduction, for plans without ZeRO. The
-    update begins with the sums of the accumulated gradients over dp
-    (in-place `ALL_REDUCE`s of `gradient` buffers); run there, they wait
-    for the whole backward of the step's last micro-batch, though only
-    that backward still writes the gradients. This pass moves them into a
-    copy of the function that finishes them, which runs instead of it for
-    that last call:
+    Megatron's overlapped gradient reduction (and, with ZeRO-1, the
+    distributed optimizer's overlapped reduce-scatter). The update begins
+    with the sums of the accumulated gradients over dp (in-place
+    `ALL_REDUCE`s of `gradient` buffers, or ZeRO-1's `REDUCE_SCATTER`s of
+    each bucket into the rank's block); run there, they wait for the whole
+    backward of the step's last micro-batch, though only that backward
+    still writes the gradients. This pass moves them into a copy of the
+    function that finishes them, which runs instead of it for that last
+    call:
 
     - Without a pipeline, `@last_micro_step`, a copy of `@micro_step` that
       braid-run runs for the step's last micro-batch.
@@ -149,14 +161,21 @@ def PlanOverlapGradReduce : Pass<"plan-overlap-grad-reduce", "mlir::ModuleOp"> {
     bucket of its own); a bucket's `ALL_REDUCE` (`async = 1`) starts right
     after the last kernel that touches any of its gradients and runs beside
     the rest of the backward, and a `WAIT` per bucket at the copy's end
-    finishes it. The other calls run the functions unchanged.
+    finishes it. A ZeRO-1 reduce-scatter is a bucket already: it starts
+    (`async = 1`) right after the last kernel touching one of its bucket's
+    views, and a `WAIT` naming the bucket and the block finishes it at the
+    copy's end. The other calls run the functions unchanged.
 
-    It runs after `plan-memory`: a copy shares its original's buffers and
-    their offsets (the two never run at once), and the gradients it sums
-    live for the whole program, so the arena is unchanged. Sums of anything
-    but whole gradient buffers in place (ZeRO's buckets, maxima), or of
-    buffers the update touches first, stay in the update. `bucket-bytes =
-    0` leaves the plan as it is.
+    It runs before `plan-memory`, which places a copy as its original's
+    alternative (the same positions, so the same offsets: the two never
+    run at once) and a reduce-scatter's block from its start to the
+    update. Summed gradients live for the whole program, so the all-reduces
+    leave the arena unchanged; a block alive during the rest of the
+    backward may grow it. Sums of anything but whole gradient buffers in
+    place (views, maxima), reduce-scatters of a bucket that the update
+    touches first (summed over tp first, or a tied embedding's, to which
+    the update adds another stage's part), stay in the update.
+    `bucket-bytes = 0` leaves the plan as it is.
   }];
   let options = [
     Option<"bucketBytes", "bucket-bytes", "int64_t", "25000000",
@@ -166,7 +185,8 @@ def PlanOverlapGradReduce : Pass<"plan-overlap-grad-reduce", "mlir::ModuleOp"> {
 }
 
 def PlanVerify : Pass<"plan-verify", "mlir::ModuleOp"> {
-  let summary = "Proves that a plan's ranks cannot wait on each other forever";
+  let summary = "Proves that a plan's ranks cannot wait on each other forever "
+                "and that no kernel touches what a collective in flight uses";
   let description = [{
     The contract of the plan phase. Ranks of one pipeline stage run the same
     program, so their collectives (over dp and tp) come in the same order by
@@ -179,6 +199,13 @@ def PlanVerify : Pass<"plan-verify", "mlir::ModuleOp"> {
     wait in), when a RECV gets a message of another size or type than its
     buffer (naming both ends), when two stages meet at different
     collectives, or when a message is never received.
+
+    In every function, with the offsets `plan-memory` placed: between a
+    collective started with `async = 1` and the `WAIT` that finishes it
+    (one naming any of its buffers), no kernel writes bytes it reads or
+    writes, nor reads bytes it writes; and every such collective is waited
+    for before its function ends. The plan is refused naming the kernel,
+    the collective, both buffers and their bytes.
   }];
 }
 

@@ -7,6 +7,8 @@
 #include "passes/plan/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/OperationSupport.h"
+#include "mlir/IR/SymbolTable.h"
 
 #include <algorithm>
 #include <map>
@@ -29,9 +31,107 @@ struct PlanMemoryPass : public braid::plan_ir::impl::PlanMemoryBase<PlanMemoryPa
   void runOnOperation() override;
 };
 
+/// Where each kernel stands in the program's order, for live ranges.
+struct Order {
+  DenseMap<Operation *, int64_t> position;
+  /// Kernels whose buffers live from an earlier position than theirs.
+  DenseMap<Operation *, int64_t> liveFrom;
+};
+
+/// The kernels of all functions in order, one position each, but for the
+/// copies plan-overlap-grad-reduce makes: `last_micro_step` (of
+/// `micro_step`) and a stage's functions that a schedule call names after
+/// an `@` (of the function of the call's kind and chunk). A copy runs
+/// instead of its original, once, so its kernels take their original's
+/// positions, and a kernel the copy adds (a collective started early, a
+/// WAIT) the position of the original's kernel before it. What such a
+/// kernel touches in a stage's copy lives on through the calls after the
+/// copy's in the schedule (until update reads a reduce-scatter's block,
+/// say), so it lives from the first position of their functions.
+Order orderOf(ModuleOp module) {
+  SymbolTable symbols(module);
+  DenseMap<Operation *, FuncOp> originalOf;
+  DenseMap<Operation *, SmallVector<FuncOp>> followers;
+  auto micro = symbols.lookup<FuncOp>(kMicroStepFunc);
+  if (auto last = symbols.lookup<FuncOp>(kLastMicroStepFunc); last && micro)
+    originalOf[last] = micro;
+  for (StageOp stage : module.getOps<StageOp>()) {
+    std::optional<ArrayAttr> schedule = stage.getSchedule();
+    if (!schedule)
+      continue;
+    SmallVector<ScheduleCall> calls;
+    for (Attribute attr : *schedule) {
+      FailureOr<ScheduleCall> call =
+          parseScheduleCall(cast<StringAttr>(attr).getValue());
+      if (failed(call))
+        break; // plan-verify names it
+      calls.push_back(*call);
+    }
+    auto fnOf = [&](const ScheduleCall &call) {
+      std::optional<StringRef> name = functionOfCall(stage, call);
+      return name ? symbols.lookup<FuncOp>(*name) : FuncOp();
+    };
+    for (auto [i, call] : llvm::enumerate(calls)) {
+      if (call.function.empty())
+        continue;
+      ScheduleCall plain = call;
+      plain.function = {};
+      FuncOp copy = fnOf(call), original = fnOf(plain);
+      if (!copy || !original || copy == original)
+        continue;
+      originalOf[copy] = original;
+      for (const ScheduleCall &later : ArrayRef(calls).drop_front(i + 1))
+        if (FuncOp fn = fnOf(later))
+          followers[copy].push_back(fn);
+    }
+  }
+  Order order;
+  int64_t position = 0;
+  DenseMap<Operation *, int64_t> start;
+  for (FuncOp fn : module.getOps<FuncOp>()) {
+    if (originalOf.count(fn))
+      continue;
+    start[fn] = position;
+    for (KernelOp kernel : fn.getBody().getOps<KernelOp>())
+      order.position[kernel] = position++;
+  }
+  for (FuncOp fn : module.getOps<FuncOp>()) {
+    auto it = originalOf.find(fn);
+    if (it == originalOf.end())
+      continue;
+    FuncOp original = it->second;
+    // A copy of a copy (not made) counts as its original's.
+    if (auto again = originalOf.find(original); again != originalOf.end())
+      original = again->second;
+    int64_t from = INT64_MAX;
+    for (FuncOp later : followers.lookup(fn)) {
+      FuncOp own = originalOf.lookup(later) ? originalOf.lookup(later) : later;
+      if (!own.getBody().front().empty())
+        from = std::min(from, start.lookup(own));
+    }
+    SmallVector<KernelOp> theirs(original.getBody().getOps<KernelOp>());
+    size_t next = 0;
+    int64_t before = start.lookup(original);
+    for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+      if (next < theirs.size() &&
+          OperationEquivalence::isEquivalentTo(
+              kernel, theirs[next], OperationEquivalence::IgnoreLocations)) {
+        before = order.position.lookup(theirs[next++]);
+        order.position[kernel] = before;
+        continue;
+      }
+      order.position[kernel] = before;
+      if (from < before)
+        order.liveFrom[kernel] = from;
+    }
+  }
+  return order;
+}
+
 /// Places the buffers of one pipeline stage (all of them without a
 /// pipeline): returns the arena bytes they need.
-int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
+int64_t placeStage(ModuleOp module, const Order &order,
+                   MutableArrayRef<BufferOp> all) {
   llvm::StringMap<unsigned> index;
   for (auto [i, b] : llvm::enumerate(all))
     index[b.getSymName()] = i;
@@ -46,9 +146,11 @@ int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
   // functions name only its buffers).
   const int64_t kNever = -1;
   SmallVector<int64_t> first(all.size(), kNever), last(all.size(), kNever);
-  int64_t position = 0;
   for (FuncOp fn : module.getOps<FuncOp>())
     for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+      int64_t at = order.position.lookup(kernel);
+      auto from = order.liveFrom.find(kernel);
+      int64_t begin = from == order.liveFrom.end() ? at : from->second;
       for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
         for (Attribute ref : list) {
           auto it = index.find(
@@ -56,11 +158,9 @@ int64_t placeStage(ModuleOp module, MutableArrayRef<BufferOp> all) {
           if (it == index.end())
             continue; // another stage's
           unsigned i = it->second;
-          if (first[i] == kNever)
-            first[i] = position;
-          last[i] = position;
+          first[i] = first[i] == kNever ? begin : std::min(first[i], begin);
+          last[i] = std::max(last[i], at);
         }
-      ++position;
     }
 
   // Whole-program buffers first, one after the other: parameters, state,
@@ -139,8 +239,9 @@ void PlanMemoryPass::runOnOperation() {
   int64_t arena = 0;
   OpBuilder b(module.getContext());
   std::map<int64_t, int64_t> stageArena;
+  const Order order = orderOf(module);
   for (auto &[stage, buffers] : byStage) {
-    stageArena[stage] = placeStage(module, buffers);
+    stageArena[stage] = placeStage(module, order, buffers);
     arena = std::max(arena, stageArena[stage]);
   }
   // Each pipeline stage's own arena, for the report.

@@ -28,27 +28,38 @@ StringRef nameOf(Attribute ref) {
   return cast<SymbolRefAttr>(ref).getRootReference().getValue();
 }
 
-/// The buffers the kernels of `fn` name.
-llvm::DenseSet<StringRef> buffersOf(FuncOp fn) {
+/// The buffers the kernels of `fn` name, and the buckets of the views among
+/// them.
+llvm::DenseSet<StringRef> buffersOf(FuncOp fn, SymbolTable &symbols) {
   llvm::DenseSet<StringRef> out;
   for (KernelOp kernel : fn.getBody().getOps<KernelOp>())
     for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-      for (Attribute ref : list)
+      for (Attribute ref : list) {
         out.insert(nameOf(ref));
+        if (auto buffer = symbols.lookup<BufferOp>(nameOf(ref)))
+          if (std::optional<StringRef> parent = buffer.getViewOf())
+            out.insert(*parent);
+      }
   return out;
 }
 
-/// The gradients of one of update's sums that move into one function.
+/// The gradients of one of update's sums that move into one function: an
+/// in-place all-reduce's gradient buffers, or the bucket a ZeRO-1
+/// reduce-scatter reads (whose views are the gradients).
 struct Moved {
   KernelOp reduce;
   SmallVector<Attribute> members;
+  bool scatter() { return reduce.getKernel() == "REDUCE_SCATTER"; }
 };
 
 /// The sums `update` may give up: per in-place all-reduce of update (a sum
 /// over a group), its whole gradient buffers that no earlier kernel of
 /// update touches (nothing between the last backward and update writes a
 /// gradient, so their sums may start as soon as the backward is done with
-/// them). Buffers with views, views, slotted buffers and maxima stay.
+/// them). Buffers with views, views, slotted buffers and maxima stay. And
+/// ZeRO-1's reduce-scatters of a bucket of gradients into the rank's block,
+/// whole, when no earlier kernel of update touches either (a bucket summed
+/// over tp first stays).
 SmallVector<Moved> movable(ModuleOp module, FuncOp update,
                            SymbolTable &symbols) {
   llvm::DenseSet<StringRef> parents;
@@ -57,11 +68,17 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
       parents.insert(*parent);
   SmallVector<Moved> out;
   llvm::DenseSet<StringRef> touchedBefore;
+  auto untouched = [&](ArrayAttr list) {
+    return llvm::none_of(list, [&](Attribute ref) {
+      return touchedBefore.contains(nameOf(ref));
+    });
+  };
   for (KernelOp kernel : update.getBody().getOps<KernelOp>()) {
     auto max = kernel.getParams().getAs<IntegerAttr>("max");
+    bool async = bool(kernel.getParams().get("async"));
     if (kernel.getKernel() == "ALL_REDUCE" && kernel.getGroup() &&
-        kernel.getInputs() == kernel.getOutputs() &&
-        !kernel.getParams().get("async") && !(max && max.getInt() != 0)) {
+        kernel.getInputs() == kernel.getOutputs() && !async &&
+        !(max && max.getInt() != 0)) {
       Moved sum{kernel, {}};
       for (Attribute ref : kernel.getInputs()) {
         auto buffer = symbols.lookup<BufferOp>(nameOf(ref));
@@ -73,15 +90,36 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
       if (!sum.members.empty())
         out.push_back(std::move(sum));
     }
+    if (kernel.getKernel() == "REDUCE_SCATTER" && kernel.getGroup() && !async &&
+        kernel.getInputs().size() == 1 && kernel.getOutputs().size() == 1 &&
+        untouched(kernel.getInputs()) && untouched(kernel.getOutputs())) {
+      auto bucket = symbols.lookup<BufferOp>(nameOf(kernel.getInputs()[0]));
+      auto block = symbols.lookup<BufferOp>(nameOf(kernel.getOutputs()[0]));
+      if (bucket && block && bucket.getRole() == "bucket" &&
+          parents.contains(bucket.getSymName()) &&
+          block.getRole() == "activation" && !block.getName() &&
+          !block.getSlots())
+        out.push_back({kernel, {kernel.getInputs()[0]}});
+    }
+    // A view touched (a tied embedding's gradient, to which update adds
+    // the other stage's part) touches its bucket.
     for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-      for (Attribute ref : list)
+      for (Attribute ref : list) {
         touchedBefore.insert(nameOf(ref));
+        if (auto buffer = symbols.lookup<BufferOp>(nameOf(ref)))
+          if (std::optional<StringRef> parent = buffer.getViewOf())
+            touchedBefore.insert(*parent);
+      }
   }
   return out;
 }
 
 /// Takes `members` out of `reduce` (erased when nothing is left).
 void takeOut(KernelOp reduce, ArrayRef<Attribute> members) {
+  if (reduce.getKernel() == "REDUCE_SCATTER") {
+    reduce.erase();
+    return;
+  }
   SmallVector<Attribute> rest;
   for (Attribute ref : reduce.getInputs())
     if (!llvm::is_contained(members, ref))
@@ -99,25 +137,59 @@ void takeOut(KernelOp reduce, ArrayRef<Attribute> members) {
 /// their gradients): each sum's gradients in the order fn last touches
 /// them, cut into buckets of at most `bucketBytes`, each an async in-place
 /// ALL_REDUCE right after the last kernel touching one of its gradients;
-/// a WAIT per bucket at fn's end, in the order they started.
+/// a WAIT per bucket at fn's end, in the order they started. A ZeRO-1
+/// reduce-scatter (its bucket is already one) starts, async, right after
+/// the last kernel touching one of its bucket's views; its WAIT names the
+/// bucket and the block.
 void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
                SymbolTable &symbols) {
   SmallVector<KernelOp> kernels(fn.getBody().getOps<KernelOp>());
   llvm::DenseMap<StringRef, int64_t> lastTouch;
   for (auto [i, kernel] : llvm::enumerate(kernels))
     for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-      for (Attribute ref : list)
+      for (Attribute ref : list) {
         lastTouch[nameOf(ref)] = int64_t(i);
+        if (auto buffer = symbols.lookup<BufferOp>(nameOf(ref)))
+          if (std::optional<StringRef> parent = buffer.getViewOf())
+            lastTouch[*parent] = int64_t(i);
+      }
+  auto insertAfter = [&](OpBuilder &b, int64_t at) {
+    if (at < 0)
+      b.setInsertionPointToStart(&fn.getBody().front());
+    else
+      b.setInsertionPointAfter(kernels[at]);
+  };
   struct Started {
     int64_t at;
     SmallVector<Attribute> members;
-    std::string what;
+    std::string done; // the WAIT's provenance
     Location loc;
   };
   SmallVector<Started> started;
   OpBuilder b(fn.getContext());
-  for (const Moved &sum : moved) {
+  for (Moved sum : moved) {
     KernelOp reduce = sum.reduce; // its getters are not const
+    if (sum.scatter()) {
+      auto it = lastTouch.find(nameOf(sum.members.front()));
+      int64_t at = it == lastTouch.end() ? -1 : it->second;
+      insertAfter(b, at);
+      NamedAttrList params(reduce.getParams());
+      params.set("async", b.getI64IntegerAttr(1));
+      std::string what =
+          reduce.getProvenance().value_or("zero: gradient sum").str();
+      b.create<KernelOp>(
+          reduce.getLoc(), reduce.getKernelAttr(), reduce.getInputsAttr(),
+          reduce.getOutputsAttr(), params.getDictionary(b.getContext()),
+          b.getStringAttr(what + " (started on the step's last micro-batch "
+                                 "as soon as these gradients are final, "
+                                 "overlapping the rest of its backward)"),
+          reduce.getGroupAttr(), reduce.getRankAxisAttr());
+      SmallVector<Attribute> both(reduce.getInputs().getValue());
+      llvm::append_range(both, reduce.getOutputs().getValue());
+      started.push_back(
+          {at, std::move(both), what + ": done", reduce.getLoc()});
+      continue;
+    }
     struct Member {
       Attribute ref;
       int64_t at, bytes;
@@ -148,10 +220,7 @@ void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
         refs.push_back(m.ref);
         total += m.bytes;
       }
-      if (at < 0)
-        b.setInsertionPointToStart(&fn.getBody().front());
-      else
-        b.setInsertionPointAfter(kernels[at]);
+      insertAfter(b, at);
       std::string what =
           (reason + " (bucket " + Twine(k + 1) + " of " +
            Twine(buckets.size()) + ", " + Twine(total) + " bytes)")
@@ -165,17 +234,17 @@ void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
                                  "overlapping the rest of its backward"),
           reduce.getGroupAttr(), StringAttr());
       started.push_back(
-          {at, std::move(refs), std::move(what), reduce.getLoc()});
+          {at, std::move(refs), what + " is done", reduce.getLoc()});
     }
   }
   llvm::stable_sort(
       started, [](const Started &x, const Started &y) { return x.at < y.at; });
   b.setInsertionPointToEnd(&fn.getBody().front());
   for (const Started &s : started)
-    b.create<KernelOp>(
-        s.loc, b.getStringAttr("WAIT"), b.getArrayAttr(s.members),
-        b.getArrayAttr({}), b.getDictionaryAttr({}),
-        b.getStringAttr(s.what + " is done"), ArrayAttr(), StringAttr());
+    b.create<KernelOp>(s.loc, b.getStringAttr("WAIT"),
+                       b.getArrayAttr(s.members), b.getArrayAttr({}),
+                       b.getDictionaryAttr({}), b.getStringAttr(s.done),
+                       ArrayAttr(), StringAttr());
 }
 
 /// A copy of `fn` named `name`, placed right after it: the same kernels on
@@ -261,7 +330,7 @@ LogicalResult PlanOverlapGradReducePass::overlapStage(ModuleOp module,
     Finisher &f = finishers[{call->kind, call->chunk}];
     if (!f.fn) {
       f.fn = fn;
-      f.touched = buffersOf(fn);
+      f.touched = buffersOf(fn, symbols);
     }
     f.lastCall = int64_t(i);
   }

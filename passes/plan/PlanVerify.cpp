@@ -106,8 +106,102 @@ FailureOr<std::vector<Event>> eventsOf(SymbolTable &symbols, StageOp stage) {
   return events;
 }
 
+/// The bytes of the arena `buffer` takes, all its slots; none before
+/// plan-memory has placed it.
+std::optional<std::pair<int64_t, int64_t>> bytesOf(BufferOp buffer) {
+  std::optional<uint64_t> offset = buffer.getOffset();
+  if (!offset)
+    return std::nullopt;
+  int64_t begin = int64_t(*offset);
+  return std::make_pair(begin,
+                        begin + buffer.getBytes() *
+                                    int64_t(buffer.getSlots().value_or(1)));
+}
+
+/// No kernel of `fn` touches the memory of a collective in flight: between
+/// an async collective and the WAIT that finishes it (one naming any of its
+/// buffers), no kernel writes the bytes it reads or writes, nor reads the
+/// bytes it writes, and the function waits for everything it started.
+LogicalResult checkInFlight(FuncOp fn, SymbolTable &symbols) {
+  using Range = std::pair<int64_t, int64_t>;
+  struct Access {
+    Range bytes;
+    StringRef buffer;
+  };
+  auto accesses = [&](ArrayAttr list) {
+    SmallVector<Access> out;
+    for (Attribute ref : list) {
+      StringRef name = cast<SymbolRefAttr>(ref).getRootReference().getValue();
+      if (auto buffer = symbols.lookup<BufferOp>(name))
+        if (std::optional<Range> bytes = bytesOf(buffer))
+          out.push_back({*bytes, name});
+    }
+    return out;
+  };
+  using Clash = std::pair<const Access *, const Access *>;
+  auto clash = [](ArrayRef<Access> a, ArrayRef<Access> b) -> Clash {
+    for (const Access &x : a)
+      for (const Access &y : b)
+        if (x.bytes.first < y.bytes.second && y.bytes.first < x.bytes.second)
+          return {&x, &y};
+    return {nullptr, nullptr};
+  };
+  struct InFlight {
+    KernelOp start;
+    SmallVector<Access> reads, writes;
+  };
+  SmallVector<InFlight> inFlight;
+  auto describe = [](KernelOp k) {
+    std::string s = "'" + k.getKernel().str() + "'";
+    if (std::optional<StringRef> why = k.getProvenance())
+      s += " (" + why->str() + ")";
+    return s;
+  };
+  for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+    if (kernel.getKernel() == "WAIT") {
+      llvm::erase_if(inFlight, [&](InFlight &f) {
+        return llvm::any_of(kernel.getInputs(), [&](Attribute ref) {
+          return llvm::is_contained(f.start.getInputs(), ref) ||
+                 llvm::is_contained(f.start.getOutputs(), ref);
+        });
+      });
+      continue;
+    }
+    SmallVector<Access> reads = accesses(kernel.getInputs()),
+                        writes = accesses(kernel.getOutputs());
+    for (InFlight &f : inFlight) {
+      Clash hit = clash(writes, f.reads);
+      if (!hit.first)
+        hit = clash(writes, f.writes);
+      if (!hit.first)
+        hit = clash(reads, f.writes);
+      if (hit.first)
+        return kernel.emitError("plan-verify: ")
+               << describe(kernel) << " in @" << fn.getSymName() << " touches @"
+               << hit.first->buffer << " (bytes " << hit.first->bytes.first
+               << ".." << hit.first->bytes.second << " of the arena) while "
+               << describe(f.start) << ", in flight, uses @"
+               << hit.second->buffer << " (bytes " << hit.second->bytes.first
+               << ".." << hit.second->bytes.second << ")";
+    }
+    auto async = kernel.getParams().getAs<IntegerAttr>("async");
+    if (async && async.getInt() != 0)
+      inFlight.push_back({kernel, std::move(reads), std::move(writes)});
+  }
+  if (!inFlight.empty())
+    return inFlight.front().start.emitError("plan-verify: ")
+           << describe(inFlight.front().start) << " in @" << fn.getSymName()
+           << " is never waited for (no WAIT names its buffers before the "
+              "function ends)";
+  return success();
+}
+
 void PlanVerifyPass::runOnOperation() {
   ModuleOp module = getOperation();
+  SymbolTable functions(module);
+  for (FuncOp fn : module.getOps<FuncOp>())
+    if (failed(checkInFlight(fn, functions)))
+      return signalPassFailure();
   SmallVector<StageOp> stages = getStages(module);
   if (stages.empty())
     return;

@@ -84,9 +84,13 @@ def main():
         ("tp2-dp2", 4, "tp: 2 dp: 2 micro_batch_size: 2"),
         ("tp2-sp", 2, "tp: 2 sp: true micro_batch_size: 4"),
         ("tp2-dp2-sp", 4, "tp: 2 dp: 2 sp: true micro_batch_size: 2"),
-        # ZeRO-1: the optimizer state sharded over dp.
+        # ZeRO-1: the optimizer state sharded over dp; the reduce-scatters
+        # start during the last micro-batch's backward (several buckets of
+        # 40 KB with accumulation), or run after it (grad_bucket_bytes 0).
         ("dp2-zero1", 2, "dp: 2 micro_batch_size: 2 zero: 1"),
-        ("tp4-dp2-zero1", 8, "tp: 4 dp: 2 micro_batch_size: 2 zero: 1"),
+        ("dp2-accumulate2-zero1", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4 "
+         "zero: 1 zero_bucket_bytes: 40000"),
+        ("tp4-dp2-zero1", 8, "tp: 4 dp: 2 micro_batch_size: 2 zero: 1 grad_bucket_bytes: 0"),
         # ZeRO-2: gradients too, reduce-scattered during backward.
         ("dp2-accumulate2-zero2", 2, "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 2"),
         ("tp4-dp2-zero2", 8, "tp: 4 dp: 2 micro_batch_size: 2 zero: 2"),
@@ -132,9 +136,15 @@ def main():
         ("pp2-tp2-sp-dp2-auto", 8,
          'pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4 '
          'recompute: "auto" memory_budget_bytes: {budget}'),
-        # ZeRO-1 on tp 2 x pp 2 x dp 2, alone and with full recompute.
+        # ZeRO-1 on tp 2 x pp 2 x dp 2, alone (the reduce-scatters of 20 KB
+        # buckets started in each stage's last backward) and with full
+        # recompute; on the interleaved schedule, a bucket's gradients come
+        # from both chunks of the stage.
         ("pp2-tp2-dp2-zero1", 8,
-         "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1"),
+         "pp: 2 tp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1 "
+         "zero_bucket_bytes: 20000"),
+        ("pp2-vpp2-dp2-zero1", 4,
+         "pp: 2 vpp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1"),
         ("pp2-tp2-sp-dp2-full-zero1", 8,
          'pp: 2 tp: 2 sp: true dp: 2 micro_batch_size: 1 global_batch_size: 4 '
          'recompute: "full" zero: 1'),

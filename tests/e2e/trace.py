@@ -43,6 +43,10 @@ def main():
          "pp: 2 micro_batch_size: 1 global_batch_size: 4", 4, True),
         ("pp2-dp2", 4, 'preset: "tiny-llama" num_layers: 2',
          "pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4", 2, True),
+        # ZeRO-1 with small buckets: each bucket's reduce-scatter starts in
+        # the last micro-batch's backward when its last gradient is written.
+        ("dp2-zero1", 2, 'preset: "tiny-llama"',
+         "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1", 2, False),
         # ZeRO-2 with small buckets: each bucket's reduce-scatter starts when
         # its last gradient is written and runs while backward goes on.
         ("dp2-zero2", 2, 'preset: "tiny-llama"',
@@ -53,6 +57,7 @@ def main():
          "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3", 2, False),
     ]
     flags = {"dp2": ["--grad-bucket-bytes", "40000"],
+             "dp2-zero1": ["--zero-bucket-bytes", "40000"],
              "dp2-zero2": ["--zero-bucket-bytes", "40000"],
              "dp2-zero3": ["--zero-bucket-bytes", "40000"]}
     for name, ranks, model, parallel, micro_batches, pipeline in layouts:
@@ -101,9 +106,12 @@ def main():
         # backward is left after it). Without ZeRO, the gradients'
         # all-reduces in the last micro-batch of each step (traced per
         # gradient): at least half, since a small sum whose peer is ahead
-        # may complete as it starts.
+        # may complete as it starts; so for ZeRO-1's reduce-scatters, in
+        # the same place.
         overlaps = {"dp2-zero2": ("REDUCE_SCATTER", "overlapping the rest of backward",
                                   lambda n: n - 2 * micro_batches),
+                    "dp2-zero1": ("REDUCE_SCATTER", "overlapping the rest of its backward",
+                                  lambda n: (n + 1) // 2),
                     "dp2": ("ALL_REDUCE", "overlapping the rest of its backward",
                             lambda n: (n + 1) // 2)}
         if name in overlaps:

@@ -87,3 +87,55 @@ plan.func @b1 {
 plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f0, backward = @b0, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
 plan.stage 1 {first_layer = 1 : i64, num_layers = 1 : i64, forward = @f1, backward = @b1, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
 // CHECK: error: plan-verify: stage 0 sends 'SEND' (activation) in the forward of micro-batch 0 that stage 1 never receives
+
+// -----
+
+// Tests that a kernel writing bytes a reduce-scatter in flight writes is
+// refused (t shares k's bytes 64..96), naming both and the bytes.
+plan.buffer @g : tensor<16xf32> role = "bucket" offset = 0
+plan.buffer @k : tensor<8xf32> role = "activation" offset = 64
+plan.buffer @t : tensor<4xf32> role = "activation" offset = 80
+plan.func @last_micro_step {
+  plan.kernel "REDUCE_SCATTER" [@g] -> [@k] {async = 1 : i64, dim = 0 : i64} {group = ["dp"], provenance = "rs"}
+  plan.kernel "ZERO" [] -> [@t] {} {provenance = "backward"}
+  plan.kernel "WAIT" [@g, @k] -> [] {} {provenance = "rs: done"}
+}
+// CHECK: error: plan-verify: 'ZERO' (backward) in @last_micro_step touches @t (bytes 80..96 of the arena) while 'REDUCE_SCATTER' (rs), in flight, uses @k (bytes 64..96)
+
+// -----
+
+// Tests that reading what a collective in flight writes is refused too,
+// and writing what it reads (here the in-place sum's own buffer), while
+// reading what it only reads is not: the first clash is the ADD's output.
+plan.buffer @g : tensor<16xf32> role = "bucket" offset = 0
+plan.buffer @k : tensor<8xf32> role = "activation" offset = 64
+plan.buffer @x : tensor<8xf32> role = "activation" offset = 128
+plan.func @f {
+  plan.kernel "REDUCE_SCATTER" [@g] -> [@k] {async = 1 : i64, dim = 0 : i64} {group = ["dp"], provenance = "rs"}
+  plan.kernel "ADD" [@g, @g] -> [@x] {} {provenance = "reads the input"}
+  plan.kernel "ADD" [@k, @x] -> [@x] {} {provenance = "reads the block"}
+  plan.kernel "WAIT" [@k] -> [] {} {provenance = "rs: done"}
+}
+// CHECK: error: plan-verify: 'ADD' (reads the block) in @f touches @k (bytes 64..96 of the arena) while 'REDUCE_SCATTER' (rs), in flight, uses @k (bytes 64..96)
+
+// -----
+
+// Tests that the in-place sum's own buffer is not written while in flight.
+plan.buffer @g : tensor<16xf32> role = "gradient" offset = 0
+plan.func @f {
+  plan.kernel "ALL_REDUCE" [@g] -> [@g] {async = 1 : i64} {group = ["dp"], provenance = "sum"}
+  plan.kernel "ZERO" [] -> [@g] {} {provenance = "overwrites"}
+  plan.kernel "WAIT" [@g] -> [] {} {provenance = "sum: done"}
+}
+// CHECK: error: plan-verify: 'ZERO' (overwrites) in @f touches @g (bytes 0..64 of the arena) while 'ALL_REDUCE' (sum), in flight, uses @g (bytes 0..64)
+
+// -----
+
+// Tests a collective started and never waited for.
+plan.buffer @g : tensor<16xf32> role = "gradient" offset = 0
+plan.buffer @h : tensor<16xf32> role = "gradient" offset = 64
+plan.func @f {
+  plan.kernel "ALL_REDUCE" [@g] -> [@g] {async = 1 : i64} {group = ["dp"], provenance = "sum"}
+  plan.kernel "WAIT" [@h] -> [] {} {provenance = "another"}
+}
+// CHECK: error: plan-verify: 'ALL_REDUCE' (sum) in @f is never waited for (no WAIT names its buffers before the function ends)

@@ -1,0 +1,123 @@
+// RUN: braid-opt %s --plan-memory --plan-verify -split-input-file | FileCheck %s
+
+// Tests that last_micro_step, a copy of micro_step with a reduce-scatter
+// started in it, is placed as micro_step's alternative: its kernels take
+// micro_step's positions, so t1 (dead after k1) and t2 share their space
+// as they would without the copy, and the block k lives from the kernel
+// the reduce-scatter follows (k1) to update, apart from t2 and t3, which
+// the backward writes while it is in flight. H (a bucket) is placed first.
+plan.buffer @H : tensor<16xf32> role = "bucket"
+plan.buffer @h : tensor<16xf32> role = "gradient" name = "w" view_of = @H view_offset = 0
+plan.buffer @k : tensor<8xf32> role = "activation"
+plan.buffer @t1 : tensor<16xf32> role = "activation"
+plan.buffer @t2 : tensor<16xf32> role = "activation"
+plan.buffer @t3 : tensor<16xf32> role = "activation"
+plan.func @micro_step {
+  plan.kernel "ZERO" [] -> [@t1] {} {provenance = "k0"}
+  plan.kernel "ADD" [@h, @t1] -> [@h] {} {provenance = "k1"}
+  plan.kernel "ZERO" [] -> [@t2] {} {provenance = "k2"}
+  plan.kernel "COPY" [@t2] -> [@t3] {} {provenance = "k3"}
+}
+plan.func @last_micro_step {
+  plan.kernel "ZERO" [] -> [@t1] {} {provenance = "k0"}
+  plan.kernel "ADD" [@h, @t1] -> [@h] {} {provenance = "k1"}
+  plan.kernel "REDUCE_SCATTER" [@H] -> [@k] {async = 1 : i64, dim = 0 : i64} {group = ["dp"], provenance = "rs"}
+  plan.kernel "ZERO" [] -> [@t2] {} {provenance = "k2"}
+  plan.kernel "COPY" [@t2] -> [@t3] {} {provenance = "k3"}
+  plan.kernel "WAIT" [@H, @k] -> [] {} {provenance = "rs: done"}
+}
+plan.func @update {
+  plan.kernel "ADD" [@k, @k] -> [@k] {} {provenance = "u0"}
+}
+// CHECK-LABEL: module attributes {plan.arena_bytes = 256 : i64}
+// CHECK-NEXT: plan.buffer @H : {{.*}} offset = 0
+// CHECK-NEXT: plan.buffer @h : {{.*}} offset = 0
+// CHECK-NEXT: plan.buffer @k : {{.*}} offset = 128
+// CHECK-NEXT: plan.buffer @t1 : {{.*}} offset = 64
+// CHECK-NEXT: plan.buffer @t2 : {{.*}} offset = 64
+// CHECK-NEXT: plan.buffer @t3 : {{.*}} offset = 192
+
+// -----
+
+// Tests a pipeline stage's copy (b_last, named by the call B1 after "@"):
+// the block k its reduce-scatter writes lives on through the calls after
+// it (W1, whose function w comes first in the module) until update reads
+// it, so w's temporary tw does not share k's space.
+plan.buffer @H : tensor<16xf32> role = "bucket" stage = 0
+plan.buffer @h : tensor<16xf32> role = "gradient" name = "w" stage = 0 view_of = @H view_offset = 0
+plan.buffer @k : tensor<16xf32> role = "activation" stage = 0
+plan.buffer @x : tensor<16xf32> role = "activation" stage = 0
+plan.buffer @tw : tensor<16xf32> role = "activation" stage = 0
+plan.buffer @tb : tensor<16xf32> role = "activation" stage = 0
+plan.func @w {
+  plan.kernel "ZERO" [] -> [@tw] {} {provenance = "w0"}
+  plan.kernel "ADD" [@tw, @tw] -> [@tw] {} {provenance = "w1"}
+}
+plan.func @f {
+  plan.kernel "ZERO" [] -> [@x] {} {provenance = "f0"}
+}
+plan.func @b {
+  plan.kernel "ZERO" [] -> [@tb] {} {provenance = "b0"}
+  plan.kernel "ADD" [@h, @tb] -> [@h] {} {provenance = "b1"}
+  plan.kernel "ADD" [@h, @h] -> [@h] {} {provenance = "b2"}
+}
+plan.func @b_last {
+  plan.kernel "ZERO" [] -> [@tb] {} {provenance = "b0"}
+  plan.kernel "ADD" [@h, @tb] -> [@h] {} {provenance = "b1"}
+  plan.kernel "ADD" [@h, @h] -> [@h] {} {provenance = "b2"}
+  plan.kernel "REDUCE_SCATTER" [@H] -> [@k] {async = 1 : i64, dim = 0 : i64} {group = ["dp"], provenance = "rs"}
+  plan.kernel "WAIT" [@H, @k] -> [] {} {provenance = "rs: done"}
+}
+plan.func @u {
+  plan.kernel "ADD" [@k, @k] -> [@k] {} {provenance = "u0"}
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @b, backward_weight = @w, update = @u, slots = 1 : i64, schedule = ["F0:0", "B0:0", "W0:0", "F1:0", "B1:0@b_last", "W1:0"]}
+// CHECK-LABEL: module attributes {plan.arena_bytes = 192 : i64}
+// CHECK-NEXT: plan.buffer @H : {{.*}} offset = 0
+// CHECK-NEXT: plan.buffer @h : {{.*}} offset = 0
+// CHECK-NEXT: plan.buffer @k : {{.*}} offset = 64
+// CHECK-NEXT: plan.buffer @x : {{.*}} offset = 128
+// CHECK-NEXT: plan.buffer @tw : {{.*}} offset = 128
+// CHECK-NEXT: plan.buffer @tb : {{.*}} offset = 128
+
+// -----
+
+// The same stage with the copy's call last: nothing runs after it but
+// update, and tb is dead when the reduce-scatter starts, so k takes the
+// space of the temporaries.
+plan.buffer @H : tensor<16xf32> role = "bucket" stage = 0
+plan.buffer @h : tensor<16xf32> role = "gradient" name = "w" stage = 0 view_of = @H view_offset = 0
+plan.buffer @k : tensor<16xf32> role = "activation" stage = 0
+plan.buffer @x : tensor<16xf32> role = "activation" stage = 0
+plan.buffer @tw : tensor<16xf32> role = "activation" stage = 0
+plan.buffer @tb : tensor<16xf32> role = "activation" stage = 0
+plan.func @w {
+  plan.kernel "ZERO" [] -> [@tw] {} {provenance = "w0"}
+  plan.kernel "ADD" [@tw, @tw] -> [@tw] {} {provenance = "w1"}
+}
+plan.func @f {
+  plan.kernel "ZERO" [] -> [@x] {} {provenance = "f0"}
+}
+plan.func @b {
+  plan.kernel "ZERO" [] -> [@tb] {} {provenance = "b0"}
+  plan.kernel "ADD" [@h, @tb] -> [@h] {} {provenance = "b1"}
+  plan.kernel "ADD" [@h, @h] -> [@h] {} {provenance = "b2"}
+}
+plan.func @b_last {
+  plan.kernel "ZERO" [] -> [@tb] {} {provenance = "b0"}
+  plan.kernel "ADD" [@h, @tb] -> [@h] {} {provenance = "b1"}
+  plan.kernel "ADD" [@h, @h] -> [@h] {} {provenance = "b2"}
+  plan.kernel "REDUCE_SCATTER" [@H] -> [@k] {async = 1 : i64, dim = 0 : i64} {group = ["dp"], provenance = "rs"}
+  plan.kernel "WAIT" [@H, @k] -> [] {} {provenance = "rs: done"}
+}
+plan.func @u {
+  plan.kernel "ADD" [@k, @k] -> [@k] {} {provenance = "u0"}
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @b, backward_weight = @w, update = @u, slots = 1 : i64, schedule = ["F0:0", "B0:0", "W0:0", "F1:0", "W1:0", "B1:0@b_last"]}
+// CHECK-LABEL: module attributes {plan.arena_bytes = 128 : i64}
+// CHECK-NEXT: plan.buffer @H : {{.*}} offset = 0
+// CHECK-NEXT: plan.buffer @h : {{.*}} offset = 0
+// CHECK-NEXT: plan.buffer @k : {{.*}} offset = 64
+// CHECK-NEXT: plan.buffer @x : {{.*}} offset = 64
+// CHECK-NEXT: plan.buffer @tw : {{.*}} offset = 64
+// CHECK-NEXT: plan.buffer @tb : {{.*}} offset = 64
