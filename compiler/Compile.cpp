@@ -91,6 +91,10 @@ const PhaseInfo kPhases[] = {
        plan_ir::PlanOverlapGradReduceOptions overlap;
        overlap.bucketBytes = options.parallel.gradBucketBytes;
        pm.addPass(plan_ir::createPlanOverlapGradReduce(overlap));
+       plan_ir::PlanOverlapParamGatherOptions gather;
+       gather.microBatches = options.parallel.microBatches;
+       gather.enabled = options.parallel.overlapParamGather;
+       pm.addPass(plan_ir::createPlanOverlapParamGather(gather));
        pm.addPass(plan_ir::createPlanMemory());
        pm.addPass(plan_ir::createPlanVerify());
      }},

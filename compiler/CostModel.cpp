@@ -748,14 +748,19 @@ llvm::Expected<StepPrediction> predictWith(const plan::Plan &plan,
     // The step's functions run one after the other: the gradients' reduction
     // in update follows every micro-batch's compute, or (last_micro_step)
     // runs beside the last micro-batch's backward, exposed where it ends
-    // after it.
+    // after it; ZeRO's parameter gathers end update, or (first_micro_step)
+    // run beside the first micro-batch's forward.
     SyncClock sync;
-    bool lastFn = !fns.last_micro_step().empty();
-    for (auto [name, times] :
-         {std::pair<std::string, double>{fns.zero_grads(), 1},
-          {fns.micro_step(), double(lastFn ? micro - 1 : micro)},
-          {lastFn ? fns.last_micro_step() : std::string(), 1},
-          {fns.update(), 1}}) {
+    std::vector<std::pair<std::string, double>> calls = {{fns.zero_grads(), 1}};
+    for (int64_t m = 0; m < micro; ++m) {
+      const std::string &fn = plan::MicroStepFunction(fns, m, micro);
+      if (calls.back().first == fn)
+        calls.back().second += 1;
+      else
+        calls.push_back({fn, 1});
+    }
+    calls.push_back({fns.update(), 1});
+    for (auto [name, times] : calls) {
       if (name.empty() || times == 0)
         continue;
       llvm::Expected<double> t = price(name, 0, out, times, &sync);

@@ -142,7 +142,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     }
   }
   // The step functions plan-lower made (those with nothing to do are gone),
-  // and the last micro-batch's of plan-overlap-grad-reduce.
+  // the last micro-batch's of plan-overlap-grad-reduce, the first's and
+  // gather_params of plan-overlap-param-gather.
   plan::StepFunctions *step = out.mutable_training()->mutable_step();
   for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>()) {
     if (fn.getSymName() == plan_ir::kZeroGradsFunc)
@@ -153,6 +154,10 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       step->set_update(fn.getSymName().str());
     else if (fn.getSymName() == plan_ir::kLastMicroStepFunc)
       step->set_last_micro_step(fn.getSymName().str());
+    else if (fn.getSymName() == plan_ir::kFirstMicroStepFunc)
+      step->set_first_micro_step(fn.getSymName().str());
+    else if (fn.getSymName() == plan_ir::kGatherParamsFunc)
+      step->set_gather_params(fn.getSymName().str());
   }
   // Pipeline stages, each with its schedule.
   for (plan_ir::StageOp stage : module.getOps<plan_ir::StageOp>()) {

@@ -301,8 +301,9 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
 }
 
 /// How many times a step calls each function that runs per micro-batch:
-/// micro_step and last_micro_step without a pipeline, and the functions of
-/// the stages' schedule calls (their chunk's, or the call's own after an
+/// micro_step, first_micro_step and last_micro_step without a pipeline, and the
+/// functions of the stages' schedule calls (their chunk's, or the call's own
+/// after an
 /// `@`). Functions run once a step (zero_grads, update) are not listed.
 static llvm::StringMap<int64_t> callsPerStep(ModuleOp module,
                                              int64_t microBatches) {
@@ -321,12 +322,21 @@ static llvm::StringMap<int64_t> callsPerStep(ModuleOp module,
     }
   }
   if (!pipelined) {
-    bool last = false;
-    for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>())
+    // As braid-run picks them (plan::MicroStepFunction); gather_params
+    // runs outside the steps.
+    bool first = false, last = false;
+    for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>()) {
+      first |= fn.getSymName() == plan_ir::kFirstMicroStepFunc;
       last |= fn.getSymName() == plan_ir::kLastMicroStepFunc;
-    calls[plan_ir::kMicroStepFunc] = last ? microBatches - 1 : microBatches;
-    if (last)
-      calls[plan_ir::kLastMicroStepFunc] = 1;
+    }
+    for (StringRef fn :
+         {plan_ir::kMicroStepFunc, plan_ir::kFirstMicroStepFunc,
+          plan_ir::kLastMicroStepFunc, plan_ir::kGatherParamsFunc})
+      calls[fn] = 0;
+    for (int64_t m = 0; m < microBatches; ++m)
+      ++calls[m == 0 && first                 ? plan_ir::kFirstMicroStepFunc
+              : m + 1 == microBatches && last ? plan_ir::kLastMicroStepFunc
+                                              : plan_ir::kMicroStepFunc];
   }
   return calls;
 }
@@ -338,7 +348,8 @@ communicationOf(ModuleOp module, int64_t microBatches,
                 llvm::function_ref<bool(StringRef fn)> inStage) {
   // Bytes each rank contributes per step, by collective kind and group: a
   // collective counts once per call of its function in a step (micro_step
-  // once per micro-batch but the last where last_micro_step runs it; a
+  // once per micro-batch but the first and last where first_micro_step and
+  // last_micro_step run instead, gather_params never; a
   // stage's functions once per call of its schedule), the others once.
   // Point-to-point sends count as "send" along their axis.
   std::map<std::string, std::map<std::string, int64_t>> bytes;

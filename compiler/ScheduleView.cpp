@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 
 using namespace braid;
 namespace bp = braid::plan;
@@ -189,11 +190,13 @@ struct Lane {
   int64_t slots = 1;
   FunctionSummary forward, backward, update;
   bool hasUpdate = false;
-  /// Backward calls that run a function of their own (the last, which
-  /// starts the gradients' sums: a stage's `ScheduleStep.function`, or
-  /// without a pipeline the backward part of last_micro_step), by (weight
-  /// gradients?, micro-batch).
-  std::map<std::pair<bool, int64_t>, FunctionSummary> ownCalls;
+  /// Calls that run a function of their own, by (kind, micro-batch): the
+  /// last backward, which starts the gradients' sums (a stage's
+  /// `ScheduleStep.function`, or without a pipeline the backward part of
+  /// last_micro_step), and without a pipeline the forward of the first
+  /// micro-batch, which gathers ZeRO's parameters (first_micro_step's
+  /// forward part, where it differs from micro_step's).
+  std::map<std::pair<pipeline::Work, int64_t>, FunctionSummary> ownCalls;
   /// Split backwards (zero-bubble schedules): `backward` is the input
   /// gradient, `weight` the weight gradients, each scheduled on its own.
   bool split = false;
@@ -208,8 +211,11 @@ std::string updateCollectives(const Lane &lane) {
   std::string out = lane.hasUpdate ? collectiveList(lane.update) : "no update";
   for (const auto &[call, fn] : lane.ownCalls)
     out += "; in " + fn.name + " (" +
-           (call.first ? "weight gradients" : "backward") + " of micro-batch " +
-           std::to_string(call.second) + "): " + collectiveList(fn);
+           (call.first == pipeline::Work::BackwardWeight ? "weight gradients"
+            : call.first == pipeline::Work::Forward      ? "forward"
+                                                         : "backward") +
+           " of micro-batch " + std::to_string(call.second) +
+           "): " + collectiveList(fn);
   return out;
 }
 
@@ -352,8 +358,7 @@ llvm::Expected<View> readView(const bp::Plan &plan) {
               function(where + "'s schedule step", step.function());
           if (!fn)
             return fn.takeError();
-          lane.ownCalls[{work == pipeline::Work::BackwardWeight,
-                         step.micro_batch()}] =
+          lane.ownCalls[{work, step.micro_batch()}] =
               summarize(plan, **fn, 0, (*fn)->body_size());
         }
       }
@@ -392,13 +397,27 @@ llvm::Expected<View> readView(const bp::Plan &plan) {
     lane.layers = layers > 0 ? layerText(0, layers) : "the whole model";
     lane.forward = summarize(plan, **micro, 0, backwardStart(**micro));
     lane.backward = summarize(plan, **micro, backwardStart(**micro), size);
-    if (!step.last_micro_step().empty()) {
-      llvm::Expected<const bp::Function *> last =
-          function("training.step.last_micro_step", step.last_micro_step());
-      if (!last)
-        return last.takeError();
-      lane.ownCalls[{false, view.m - 1}] =
-          summarize(plan, **last, backwardStart(**last), (*last)->body_size());
+    for (int64_t m = 0; m < view.m; ++m) {
+      const std::string &name = bp::MicroStepFunction(step, m, view.m);
+      if (name == step.micro_step())
+        continue;
+      llvm::Expected<const bp::Function *> own =
+          function(m == 0 && name == step.first_micro_step()
+                       ? "training.step.first_micro_step"
+                       : "training.step.last_micro_step",
+                   name);
+      if (!own)
+        return own.takeError();
+      // Each part where it differs from micro_step's.
+      int start = backwardStart(**own);
+      for (auto [work, part, mine] :
+           {std::tuple(pipeline::Work::Forward, &lane.forward,
+                       summarize(plan, **own, 0, start)),
+            std::tuple(pipeline::Work::Backward, &lane.backward,
+                       summarize(plan, **own, start, (*own)->body_size()))})
+        if (mine.instructions != part->instructions ||
+            collectiveList(mine) != collectiveList(*part))
+          lane.ownCalls[{work, m}] = mine;
     }
     if (!step.update().empty()) {
       llvm::Expected<const bp::Function *> fn =
@@ -747,12 +766,11 @@ std::string Writer::blockTooltip(int64_t lane,
   const Lane &l = view.lanes[lane];
   bool forward = interval.step.work == pipeline::Work::Forward;
   bool weight = interval.step.work == pipeline::Work::BackwardWeight;
-  auto own = forward ? l.ownCalls.end()
-                     : l.ownCalls.find({weight, interval.step.microBatch});
-  const FunctionSummary &fn = forward                   ? l.forward
-                              : own != l.ownCalls.end() ? own->second
-                              : weight                  ? l.weight
-                                                        : l.backward;
+  auto own = l.ownCalls.find({interval.step.work, interval.step.microBatch});
+  const FunctionSummary &fn = own != l.ownCalls.end() ? own->second
+                              : forward               ? l.forward
+                              : weight                ? l.weight
+                                                      : l.backward;
   std::string text =
       (view.pipelined ? "stage " + std::to_string(lane) + " \u00b7 "
                       : std::string()) +

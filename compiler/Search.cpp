@@ -371,6 +371,7 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
       return parallel.takeError();
     parallel->zeroBucketBytes = given->zeroBucketBytes;
     parallel->gradBucketBytes = given->gradBucketBytes;
+    parallel->overlapParamGather = given->overlapParamGather;
     mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardModule(context, *m);
     CompileOptions compile;
     compile.compileTo = Phase::Plan;

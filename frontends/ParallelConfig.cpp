@@ -166,6 +166,8 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
           "more (bytes of one bucket)");
     c.gradBucketBytes = p.grad_bucket_bytes();
   }
+  if (p.has_overlap_param_gather())
+    c.overlapParamGather = p.overlap_param_gather();
   if (p.has_zero_bucket_bytes()) {
     if (p.zero_bucket_bytes() < 1)
       return invalid(

@@ -51,6 +51,9 @@ struct ParallelConfig {
   /// in update, after the backward (parallel.grad_bucket_bytes, braidc
   /// --grad-bucket-bytes).
   int64_t gradBucketBytes = 25000000;
+  /// ZeRO's parameter gathers during the next step's first forward
+  /// (parallel.overlap_param_gather, braidc --overlap-param-gather).
+  bool overlapParamGather = true;
 
   int64_t worldSize() const { return tp * pp * dp; }
 };

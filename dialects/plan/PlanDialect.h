@@ -17,6 +17,11 @@
 
 namespace braid::plan_ir {
 
+/// The buffer a kernel's input or output refers to (`@b3`: "b3").
+inline llvm::StringRef bufferName(mlir::Attribute ref) {
+  return llvm::cast<mlir::SymbolRefAttr>(ref).getRootReference().getValue();
+}
+
 /// The pipeline stages of a plan module, by index (empty without a
 /// pipeline).
 llvm::SmallVector<StageOp> getStages(mlir::ModuleOp module);

@@ -17,6 +17,13 @@ inline constexpr llvm::StringLiteral kUpdateFunc = "update";
 /// The step's last micro-batch's function, when `plan-overlap-grad-reduce`
 /// starts the gradients' sums in it (run instead of micro_step).
 inline constexpr llvm::StringLiteral kLastMicroStepFunc = "last_micro_step";
+/// The step's first micro-batch's function, when `plan-overlap-param-gather`
+/// gathers the parameters ZeRO's update left in blocks in it (run instead
+/// of micro_step, and of last_micro_step with one micro-batch), and the
+/// function that gathers them at once (run before anything outside a step
+/// reads them).
+inline constexpr llvm::StringLiteral kFirstMicroStepFunc = "first_micro_step";
+inline constexpr llvm::StringLiteral kGatherParamsFunc = "gather_params";
 
 #define GEN_PASS_DECL
 #include "passes/plan/Passes.h.inc"

@@ -85,8 +85,9 @@ def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
     `plan.arena_bytes` on the module.
 
     Positions follow the module's kernels in order, but for the copies
-    `plan-overlap-grad-reduce` makes (`last_micro_step`, and a stage's
-    functions a schedule call names after an `@`): a copy runs instead of
+    `plan-overlap-grad-reduce` and `plan-overlap-param-gather` make
+    (`last_micro_step`, `first_micro_step`, and a stage's functions a
+    schedule call names after an `@`): a copy runs instead of
     its original, so its kernels take the original's positions and a
     kernel it adds (a collective started early, a `WAIT`) the position of
     the kernel before it. What such a kernel touches in a stage's copy
@@ -181,6 +182,38 @@ def PlanOverlapGradReduce : Pass<"plan-overlap-grad-reduce", "mlir::ModuleOp"> {
     Option<"bucketBytes", "bucket-bytes", "int64_t", "25000000",
            "most bytes of gradients in one overlapped all-reduce (0: no "
            "overlap, the sums stay in update)">
+  ];
+}
+
+def PlanOverlapParamGather : Pass<"plan-overlap-param-gather", "mlir::ModuleOp"> {
+  let summary = "Gathers ZeRO's updated parameters during the next step's "
+                "first forward";
+  let description = [{
+    Megatron's overlapped parameter gather, for ZeRO-1 and 2 plans without a
+    pipeline. Their update ends by all-gathering each flat bucket of
+    parameters over dp in place (each rank updated its block); run there,
+    nothing overlaps them. This pass moves them into `@first_micro_step`, a
+    copy of the function the step's first micro-batch runs (`@micro_step`,
+    or `@last_micro_step` when `micro-batches` is 1), which braid-run runs
+    for that micro-batch instead: each gather starts (`async = 1`) at its
+    beginning, in the order of first use, and a `WAIT` right before the
+    first kernel touching one of its bucket's parameters finishes it, so
+    each bucket's gather runs beside the forward of the layers before.
+
+    Between the update and the next step's first micro-batch the rank's
+    other blocks of those parameters are stale, so the pass also adds
+    `@gather_params` (the same gathers, blocking), which braid-run runs
+    before anything outside a step reads the parameters (a checkpoint,
+    `--save-params`) and after the last step. A gather that a later kernel
+    of update touches, or of a bucket no view of which is a parameter,
+    stays. With pipeline stages, or `micro-batches = 0` (unknown), the pass
+    does nothing.
+  }];
+  let options = [
+    Option<"microBatches", "micro-batches", "int64_t", "0",
+           "micro-batches per step and rank (0: unknown, no change)">,
+    Option<"enabled", "enabled", "bool", "true",
+           "move the gathers (false: they stay in update)">
   ];
 }
 

@@ -39,8 +39,10 @@ struct Order {
 };
 
 /// The kernels of all functions in order, one position each, but for the
-/// copies plan-overlap-grad-reduce makes: `last_micro_step` (of
-/// `micro_step`) and a stage's functions that a schedule call names after
+/// copies plan-overlap-grad-reduce and plan-overlap-param-gather make:
+/// `last_micro_step` and `first_micro_step` (of `micro_step`; a first that
+/// copies last_micro_step matches micro_step too, last's kernels counting as
+/// added) and a stage's functions that a schedule call names after
 /// an `@` (of the function of the call's kind and chunk). A copy runs
 /// instead of its original, once, so its kernels take their original's
 /// positions, and a kernel the copy adds (a collective started early, a
@@ -53,8 +55,9 @@ Order orderOf(ModuleOp module) {
   DenseMap<Operation *, FuncOp> originalOf;
   DenseMap<Operation *, SmallVector<FuncOp>> followers;
   auto micro = symbols.lookup<FuncOp>(kMicroStepFunc);
-  if (auto last = symbols.lookup<FuncOp>(kLastMicroStepFunc); last && micro)
-    originalOf[last] = micro;
+  for (StringRef name : {kLastMicroStepFunc, kFirstMicroStepFunc})
+    if (auto copy = symbols.lookup<FuncOp>(name); copy && micro)
+      originalOf[copy] = micro;
   for (StageOp stage : module.getOps<StageOp>()) {
     std::optional<ArrayAttr> schedule = stage.getSchedule();
     if (!schedule)

@@ -24,10 +24,6 @@ using namespace braid::plan_ir;
 
 namespace {
 
-StringRef nameOf(Attribute ref) {
-  return cast<SymbolRefAttr>(ref).getRootReference().getValue();
-}
-
 /// The buffers the kernels of `fn` name, and the buckets of the views among
 /// them.
 llvm::DenseSet<StringRef> buffersOf(FuncOp fn, SymbolTable &symbols) {
@@ -35,8 +31,8 @@ llvm::DenseSet<StringRef> buffersOf(FuncOp fn, SymbolTable &symbols) {
   for (KernelOp kernel : fn.getBody().getOps<KernelOp>())
     for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
       for (Attribute ref : list) {
-        out.insert(nameOf(ref));
-        if (auto buffer = symbols.lookup<BufferOp>(nameOf(ref)))
+        out.insert(bufferName(ref));
+        if (auto buffer = symbols.lookup<BufferOp>(bufferName(ref)))
           if (std::optional<StringRef> parent = buffer.getViewOf())
             out.insert(*parent);
       }
@@ -70,7 +66,7 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
   llvm::DenseSet<StringRef> touchedBefore;
   auto untouched = [&](ArrayAttr list) {
     return llvm::none_of(list, [&](Attribute ref) {
-      return touchedBefore.contains(nameOf(ref));
+      return touchedBefore.contains(bufferName(ref));
     });
   };
   for (KernelOp kernel : update.getBody().getOps<KernelOp>()) {
@@ -81,10 +77,10 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
         !(max && max.getInt() != 0)) {
       Moved sum{kernel, {}};
       for (Attribute ref : kernel.getInputs()) {
-        auto buffer = symbols.lookup<BufferOp>(nameOf(ref));
+        auto buffer = symbols.lookup<BufferOp>(bufferName(ref));
         if (buffer && buffer.getRole() == "gradient" && !buffer.getViewOf() &&
-            !buffer.getSlots() && !parents.contains(nameOf(ref)) &&
-            !touchedBefore.contains(nameOf(ref)))
+            !buffer.getSlots() && !parents.contains(bufferName(ref)) &&
+            !touchedBefore.contains(bufferName(ref)))
           sum.members.push_back(ref);
       }
       if (!sum.members.empty())
@@ -93,8 +89,8 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
     if (kernel.getKernel() == "REDUCE_SCATTER" && kernel.getGroup() && !async &&
         kernel.getInputs().size() == 1 && kernel.getOutputs().size() == 1 &&
         untouched(kernel.getInputs()) && untouched(kernel.getOutputs())) {
-      auto bucket = symbols.lookup<BufferOp>(nameOf(kernel.getInputs()[0]));
-      auto block = symbols.lookup<BufferOp>(nameOf(kernel.getOutputs()[0]));
+      auto bucket = symbols.lookup<BufferOp>(bufferName(kernel.getInputs()[0]));
+      auto block = symbols.lookup<BufferOp>(bufferName(kernel.getOutputs()[0]));
       if (bucket && block && bucket.getRole() == "bucket" &&
           parents.contains(bucket.getSymName()) &&
           block.getRole() == "activation" && !block.getName() &&
@@ -105,8 +101,8 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
     // the other stage's part) touches its bucket.
     for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
       for (Attribute ref : list) {
-        touchedBefore.insert(nameOf(ref));
-        if (auto buffer = symbols.lookup<BufferOp>(nameOf(ref)))
+        touchedBefore.insert(bufferName(ref));
+        if (auto buffer = symbols.lookup<BufferOp>(bufferName(ref)))
           if (std::optional<StringRef> parent = buffer.getViewOf())
             touchedBefore.insert(*parent);
       }
@@ -148,8 +144,8 @@ void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
   for (auto [i, kernel] : llvm::enumerate(kernels))
     for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
       for (Attribute ref : list) {
-        lastTouch[nameOf(ref)] = int64_t(i);
-        if (auto buffer = symbols.lookup<BufferOp>(nameOf(ref)))
+        lastTouch[bufferName(ref)] = int64_t(i);
+        if (auto buffer = symbols.lookup<BufferOp>(bufferName(ref)))
           if (std::optional<StringRef> parent = buffer.getViewOf())
             lastTouch[*parent] = int64_t(i);
       }
@@ -170,7 +166,7 @@ void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
   for (Moved sum : moved) {
     KernelOp reduce = sum.reduce; // its getters are not const
     if (sum.scatter()) {
-      auto it = lastTouch.find(nameOf(sum.members.front()));
+      auto it = lastTouch.find(bufferName(sum.members.front()));
       int64_t at = it == lastTouch.end() ? -1 : it->second;
       insertAfter(b, at);
       NamedAttrList params(reduce.getParams());
@@ -196,9 +192,9 @@ void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
     };
     SmallVector<Member> members;
     for (Attribute ref : sum.members) {
-      auto it = lastTouch.find(nameOf(ref));
+      auto it = lastTouch.find(bufferName(ref));
       members.push_back({ref, it == lastTouch.end() ? -1 : it->second,
-                         symbols.lookup<BufferOp>(nameOf(ref)).getBytes()});
+                         symbols.lookup<BufferOp>(bufferName(ref)).getBytes()});
     }
     llvm::stable_sort(
         members, [](const Member &x, const Member &y) { return x.at < y.at; });
@@ -341,7 +337,7 @@ LogicalResult PlanOverlapGradReducePass::overlapStage(ModuleOp module,
       const std::pair<char, int64_t> *best = nullptr;
       int64_t bestCall = -1;
       for (auto &[key, f] : finishers)
-        if (f.lastCall > bestCall && f.touched.contains(nameOf(ref))) {
+        if (f.lastCall > bestCall && f.touched.contains(bufferName(ref))) {
           best = &key;
           bestCall = f.lastCall;
         }

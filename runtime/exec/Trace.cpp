@@ -110,6 +110,8 @@ std::vector<std::vector<TracePhase>> KernelPhases(const plan::Plan &plan) {
   const plan::StepFunctions &step = plan.training().step();
   roles[step.zero_grads()] = TracePhase::kZeroGrads;
   roles[step.update()] = TracePhase::kUpdate;
+  // The gathers update leaves to the next step, run at once before a save.
+  roles[step.gather_params()] = TracePhase::kUpdate;
   for (const plan::Stage &stage : plan.pipeline().stages()) {
     roles[stage.zero_grads()] = TracePhase::kZeroGrads;
     roles[stage.forward()] = TracePhase::kForward;

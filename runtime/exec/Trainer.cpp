@@ -740,11 +740,10 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
     if (absl::Status s = tracedFeed(trace, m, -1, [&] { return feed(m); });
         !s.ok())
       return s;
-    // The last micro-batch starts the gradients' sums as it goes, when the
-    // plan has a function for it (the trace's call is a micro_step either
-    // way; its "function" tells which).
-    bool last = m + 1 == micros && !fns.last_micro_step().empty();
-    if (absl::Status s = run(last ? fns.last_micro_step() : fns.micro_step(), m,
+    // The first micro-batch gathers ZeRO's parameters as it goes, the last
+    // starts the gradients' sums, when the plan has functions for them (the
+    // trace's call is a micro_step either way; its "function" tells which).
+    if (absl::Status s = run(plan::MicroStepFunction(fns, m, micros), m,
                              TracePhase::kMicroStep, "micro_step");
         !s.ok())
       return s;
@@ -1252,9 +1251,23 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     if (resumed.lossScaler)
       scaler->Restore(*resumed.lossScaler);
   }
+  // ZeRO's parameters that the plan gathers in the next step's first
+  // micro-batch (gather_params) are whole on every rank only after it.
+  auto gatherParams = [&]() -> absl::Status {
+    const std::string &fn = t.step().gather_params();
+    if (fn.empty())
+      return absl::OkStatus();
+    absl::Status s = e.Run(fn, {seed, 0, 0});
+    if (!s.ok())
+      return absl::Status(
+          s.code(), absl::StrCat("gathering the parameters: ", s.message()));
+    return s;
+  };
   // A checkpoint after step `s` (or of the state loaded, at `s` = the
   // first step - 1, when there is nothing to train).
   auto save = [&](int64_t s) -> absl::Status {
+    if (absl::Status st = gatherParams(); !st.ok())
+      return st;
     RunState state;
     if (scaler)
       state.lossScaler = scaler->state();
@@ -1408,6 +1421,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       *options.log << "trace: " << options.trace
                    << " (open it in ui.perfetto.dev or chrome://tracing)\n";
   }
+  if (absl::Status s = gatherParams(); !s.ok())
+    return s;
   if (!options.saveParams.empty())
     if (absl::Status s = saveParameters(e, options.saveParams); !s.ok())
       return s;

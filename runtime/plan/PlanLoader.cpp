@@ -1033,6 +1033,15 @@ uint32_t Crc32(absl::string_view data) {
 
 int64_t NumElements(const Buffer &b) { return numel(b); }
 
+const std::string &MicroStepFunction(const StepFunctions &fns, int64_t m,
+                                     int64_t micros) {
+  if (m == 0 && !fns.first_micro_step().empty())
+    return fns.first_micro_step();
+  if (m + 1 == micros && !fns.last_micro_step().empty())
+    return fns.last_micro_step();
+  return fns.micro_step();
+}
+
 int64_t WorldSize(const Plan &plan) {
   int64_t n = 1;
   for (int64_t s : plan.mesh().sizes())
@@ -1119,6 +1128,8 @@ absl::Status validateTraining(const Plan &plan,
                                  "zero_grads", step.zero_grads()},
                              {"micro_step", step.micro_step()},
                              {"last_micro_step", step.last_micro_step()},
+                             {"first_micro_step", step.first_micro_step()},
+                             {"gather_params", step.gather_params()},
                              {"update", step.update()}})
     if (!name.empty() && !functions.count(name))
       return absl::InvalidArgumentError(absl::StrCat(

@@ -66,6 +66,13 @@ inline double FloatAttr(const Instruction &inst, const std::string &name) {
   return inst.float_attrs().at(name);
 }
 
+/// The function a step without a pipeline runs for its micro-batch `m` of
+/// `micros`: first_micro_step for the first when the plan has it (with one
+/// micro-batch, the last too), else last_micro_step for the last when the
+/// plan has it, else micro_step.
+const std::string &MicroStepFunction(const StepFunctions &fns, int64_t m,
+                                     int64_t micros);
+
 /// The number of ranks the plan is for: the product of its mesh sizes.
 int64_t WorldSize(const Plan &plan);
 

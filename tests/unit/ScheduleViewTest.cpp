@@ -555,6 +555,33 @@ TEST(ScheduleView, PlanWithoutPipelineIsOneLaneOfMicroSteps) {
                         "ALL_REDUCE over dp"),
             1);
   EXPECT_EQ(blocks(page).size(), 8u);
+
+  // With a collective on the parameter in the first micro-batch's forward
+  // (first_micro_step, as for ZeRO's overlapped gathers, which need a flat
+  // bucket): that forward block, and only it, names the function and its
+  // collective; its backward part is micro_step's, so that block stays
+  // micro_step's.
+  plan::Function *first = p.add_functions();
+  first->set_name("first_micro_step");
+  plan::Instruction *gather = add(first, plan::ALL_REDUCE, {w}, {w});
+  gather->add_group("dp");
+  (*gather->mutable_int_attrs())["async"] = 1;
+  add(first, plan::WAIT, {w}, {});
+  for (const plan::Instruction &inst : micro->body())
+    *first->add_body() = inst;
+  p.mutable_training()->mutable_step()->set_first_micro_step(
+      "first_micro_step");
+  ASSERT_TRUE(plan::ValidatePlan(p).ok()) << plan::ValidatePlan(p).message();
+  page = render(p);
+  EXPECT_EQ(count(page, "first_micro_step (its forward part): 3 instructions"),
+            1);
+  EXPECT_EQ(count(page, "first_micro_step (its backward part)"), 0);
+  EXPECT_EQ(count(page, "micro_step (its forward part): 1 instructions"), 3);
+  EXPECT_EQ(count(page, "micro_step (its backward part): 1 instructions"), 3);
+  EXPECT_EQ(count(page, "; in first_micro_step (forward of micro-batch 0): "
+                        "ALL_REDUCE over dp"),
+            1);
+  EXPECT_EQ(blocks(page).size(), 8u);
 }
 
 TEST(ScheduleView, Errors) {

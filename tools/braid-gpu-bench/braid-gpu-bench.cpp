@@ -151,18 +151,15 @@ int main(int argc, char **argv) {
   cudaEvent_t begin, end;
   cudaEventCreate(&begin);
   cudaEventCreate(&end);
-  // One training step: zero_grads, every micro-batch (the last one's
-  // function when the plan has one), update.
+  // One training step: zero_grads, every micro-batch (the first and last
+  // ones' functions when the plan has them), update.
   auto runStep = [&](int64_t k) -> absl::Status {
     if (absl::Status s = e.Write(step, {double(k)}); !s.ok())
       return s;
     exec::StepContext context{uint64_t(seed), uint32_t(k), 0};
     absl::Status s = e.Run(t.step().zero_grads(), context);
     for (int64_t m = 0; s.ok() && m < micros; ++m)
-      s = e.Run(m + 1 == micros && !t.step().last_micro_step().empty()
-                    ? t.step().last_micro_step()
-                    : t.step().micro_step(),
-                context);
+      s = e.Run(plan::MicroStepFunction(t.step(), m, micros), context);
     if (s.ok())
       s = e.Run(t.step().update(), context);
     return s;

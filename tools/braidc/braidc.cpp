@@ -118,6 +118,13 @@ static cl::opt<int64_t> gradBucketBytes(
              "during the last micro-batch's backward; 0 sums after the "
              "backward (parallel.grad_bucket_bytes, default 25000000)"),
     cl::cat(category));
+static cl::opt<bool> overlapParamGather(
+    "overlap-param-gather",
+    cl::desc("With ZeRO 1 or 2 and no pipeline, gather the updated "
+             "parameters during the next step's first forward "
+             "(parallel.overlap_param_gather, default true; =false gathers "
+             "them at the end of the update)"),
+    cl::cat(category));
 static cl::opt<int64_t> memoryBudget(
     "memory-budget",
     cl::desc("Most arena bytes per device; recompute auto fits it "
@@ -234,6 +241,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_parallel()->set_grad_bucket_bytes(gradBucketBytes);
   if (zeroBucketBytes.getNumOccurrences())
     job.mutable_parallel()->set_zero_bucket_bytes(zeroBucketBytes);
+  if (overlapParamGather.getNumOccurrences())
+    job.mutable_parallel()->set_overlap_param_gather(overlapParamGather);
   if (memoryBudget.getNumOccurrences())
     job.mutable_parallel()->set_memory_budget_bytes(memoryBudget);
   if (globalBatch.getNumOccurrences())

@@ -200,6 +200,39 @@ TEST(PlanValidation, TrainingSection) {
                            "function 'last', which the plan does not have");
   plan.mutable_training()->mutable_step()->set_last_micro_step("forward");
   EXPECT_EQ(errorOf(plan), "");
+  plan.mutable_training()->mutable_step()->set_first_micro_step("first");
+  EXPECT_EQ(errorOf(plan), "p.plan: training.step.first_micro_step names "
+                           "function 'first', which the plan does not have");
+  plan.mutable_training()->mutable_step()->set_first_micro_step("forward");
+  plan.mutable_training()->mutable_step()->set_gather_params("gather");
+  EXPECT_EQ(errorOf(plan), "p.plan: training.step.gather_params names "
+                           "function 'gather', which the plan does not have");
+  plan.mutable_training()->mutable_step()->set_gather_params("forward");
+  EXPECT_EQ(errorOf(plan), "");
+}
+
+// Which function a step without a pipeline runs for each micro-batch: the
+// first's and the last's own when the plan has them (the first's when one
+// micro-batch is both), micro_step otherwise.
+TEST(PlanValidation, MicroStepFunctionOfEachMicroBatch) {
+  StepFunctions fns;
+  fns.set_micro_step("m");
+  auto calls = [&](int64_t micros) {
+    std::string out;
+    for (int64_t i = 0; i < micros; ++i)
+      out += (i ? " " : "") + MicroStepFunction(fns, i, micros);
+    return out;
+  };
+  EXPECT_EQ(calls(3), "m m m");
+  fns.set_last_micro_step("l");
+  EXPECT_EQ(calls(3), "m m l");
+  EXPECT_EQ(calls(1), "l");
+  fns.set_first_micro_step("f");
+  EXPECT_EQ(calls(3), "f m l");
+  EXPECT_EQ(calls(2), "f l");
+  EXPECT_EQ(calls(1), "f");
+  fns.clear_last_micro_step();
+  EXPECT_EQ(calls(3), "f m m");
 }
 
 // ALL_REDUCE: operands pair with results, and its group is made of distinct
