@@ -9,8 +9,10 @@
 # (`--cluster`, default dgx-h100: what the overlap hides on that machine),
 # and the largest loss difference (expected 0: the same sums). With ZERO=1
 # the plans are ZeRO-1's (buckets of BUCKET bytes), whose reduce-scatters
-# start in the last backward or run in update; the arenas are printed too
-# (the blocks a reduce-scatter writes live from its start).
+# start in the last backward and parameter gathers in the next step's
+# first forward, against both in update (--overlap-param-gather=false too);
+# the arenas are printed too (the blocks a reduce-scatter writes live from
+# its start).
 #   bench/grad_overlap.sh [STEPS]   (BUCKET, default 4000000; CLUSTER; ZERO)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,8 +44,10 @@ if [ ! -f "$build/demo/austen-bytes.idx" ]; then
     --global-batch-size 2 --steps 1 > /dev/null
 fi
 for b in 0 "$bucket"; do
+  gather=true
+  if [ "$b" = 0 ]; then gather=false; fi
   "$build/bin/braidc" "$out/llama-mid-dp2-z$zero.textproto" --grad-bucket-bytes "$b" \
-    --emit=plan -o "$out/llama-mid-dp2-z$zero-b$b.plan" --cluster "$cluster" \
+    --overlap-param-gather="$gather" --emit=plan -o "$out/llama-mid-dp2-z$zero-b$b.plan" --cluster "$cluster" \
     --report "$out/llama-mid-dp2-z$zero-b$b.json"
 done
 # Alternate the two so that neither gets a quieter machine.
@@ -68,7 +72,7 @@ def measure(b):
     return sorted(steps)[len(steps) // 2], predicted, losses
 base, base_p, base_loss = measure("0")
 over, over_p, loss = measure(bucket)
-for what, s, p in (("sums after the backward", base, base_p),
+for what, s, p in (("sums (and gathers) in update", base, base_p),
                    (f"sums in the last backward ({bucket} B buckets)", over, over_p)):
     print(f"{what}: {s:.3f} s/step measured; predicted on {p['cluster']}: "
           f"{p['step_time_s'] * 1e3:.3f} ms, exposed dp communication "
