@@ -41,7 +41,7 @@ data { seq_length: 256 path: "$build/demo/austen-bytes"
 JOB
 if [ ! -f "$build/demo/austen-bytes.idx" ]; then
   "$build/bin/braid" train "$out/llama-mid-dp2-z$zero.textproto" --dp 1 --zero 0 \
-    --global-batch-size 2 --steps 1 > /dev/null
+    --steps 1 > /dev/null
 fi
 for b in 0 "$bucket"; do
   gather=true
