@@ -24,18 +24,25 @@ using namespace braid::plan_ir;
 
 namespace {
 
+/// Calls `touch` with each buffer `kernel` names and, for a view, with the
+/// bucket it lies in (touching a view touches its bucket).
+void forEachTouched(KernelOp kernel, SymbolTable &symbols,
+                    llvm::function_ref<void(StringRef)> touch) {
+  for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
+    for (Attribute ref : list) {
+      touch(bufferName(ref));
+      if (auto buffer = symbols.lookup<BufferOp>(bufferName(ref)))
+        if (std::optional<StringRef> parent = buffer.getViewOf())
+          touch(*parent);
+    }
+}
+
 /// The buffers the kernels of `fn` name, and the buckets of the views among
 /// them.
 llvm::DenseSet<StringRef> buffersOf(FuncOp fn, SymbolTable &symbols) {
   llvm::DenseSet<StringRef> out;
   for (KernelOp kernel : fn.getBody().getOps<KernelOp>())
-    for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-      for (Attribute ref : list) {
-        out.insert(bufferName(ref));
-        if (auto buffer = symbols.lookup<BufferOp>(bufferName(ref)))
-          if (std::optional<StringRef> parent = buffer.getViewOf())
-            out.insert(*parent);
-      }
+    forEachTouched(kernel, symbols, [&](StringRef name) { out.insert(name); });
   return out;
 }
 
@@ -99,13 +106,8 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
     }
     // A view touched (a tied embedding's gradient, to which update adds
     // the other stage's part) touches its bucket.
-    for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-      for (Attribute ref : list) {
-        touchedBefore.insert(bufferName(ref));
-        if (auto buffer = symbols.lookup<BufferOp>(bufferName(ref)))
-          if (std::optional<StringRef> parent = buffer.getViewOf())
-            touchedBefore.insert(*parent);
-      }
+    forEachTouched(kernel, symbols,
+                   [&](StringRef name) { touchedBefore.insert(name); });
   }
   return out;
 }
@@ -142,13 +144,8 @@ void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
   SmallVector<KernelOp> kernels(fn.getBody().getOps<KernelOp>());
   llvm::DenseMap<StringRef, int64_t> lastTouch;
   for (auto [i, kernel] : llvm::enumerate(kernels))
-    for (ArrayAttr list : {kernel.getInputs(), kernel.getOutputs()})
-      for (Attribute ref : list) {
-        lastTouch[bufferName(ref)] = int64_t(i);
-        if (auto buffer = symbols.lookup<BufferOp>(bufferName(ref)))
-          if (std::optional<StringRef> parent = buffer.getViewOf())
-            lastTouch[*parent] = int64_t(i);
-      }
+    forEachTouched(kernel, symbols,
+                   [&](StringRef name) { lastTouch[name] = int64_t(i); });
   auto insertAfter = [&](OpBuilder &b, int64_t at) {
     if (at < 0)
       b.setInsertionPointToStart(&fn.getBody().front());

@@ -53,6 +53,17 @@ spec::Cluster slowLinkCluster(int64_t devices) {
   return cluster;
 }
 
+/// tiny-llama (16 tokens a sample) with ZeRO-1 over dp 2, two micro-batches
+/// of one sample a rank, ZeRO buckets of 20 KB.
+spec::JobSpec zeroOneJob() {
+  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
+  job.mutable_parallel()->set_dp(2);
+  job.mutable_parallel()->set_zero(1);
+  job.mutable_parallel()->set_zero_bucket_bytes(20000);
+  job.mutable_parallel()->set_global_batch_size(4);
+  return job;
+}
+
 /// A node of `devices` ranks and one core, calibrated with one rank of one
 /// thread (which had the core to itself): LINEAR runs at 1 GFLOP/s, every
 /// other kernel and all communication are free.
@@ -393,11 +404,7 @@ TEST(CostModel, ZeroOneReduceScattersHideBehindTheLastBackward) {
   // backward the reduce-scatters partly hide, the same seconds of
   // communication in all, while the all-gathers after the AdamW stay
   // exposed.
-  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
-  job.mutable_parallel()->set_dp(2);
-  job.mutable_parallel()->set_zero(1);
-  job.mutable_parallel()->set_zero_bucket_bytes(20000);
-  job.mutable_parallel()->set_global_batch_size(4);
+  spec::JobSpec job = zeroOneJob();
   job.mutable_parallel()->set_overlap_param_gather(false); // below
   spec::Cluster cluster = slowLinkCluster(2);
   double compute = 2 * 2.0 * 16 * kInOut / 1e9;
@@ -442,11 +449,7 @@ TEST(CostModel, ZeroParameterGathersHideBehindTheNextForward) {
   // embedding's (needed by the first kernel) run beside the forward. The
   // communication is the same, and the report-independent check: the
   // step is shorter by what was hidden.
-  spec::JobSpec job = presetJob("tiny-llama", 16, 1);
-  job.mutable_parallel()->set_dp(2);
-  job.mutable_parallel()->set_zero(1);
-  job.mutable_parallel()->set_zero_bucket_bytes(20000);
-  job.mutable_parallel()->set_global_batch_size(4);
+  spec::JobSpec job = zeroOneJob();
   spec::Cluster cluster = slowLinkCluster(2);
   spec::KernelRate *r = cluster.mutable_calibrations(0)->add_kernels();
   r->set_kernel("LINEAR");
