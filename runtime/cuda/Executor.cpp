@@ -166,8 +166,13 @@ Executor::~Executor() {
         static_cast<void *>(collectiveScratch_)})
     if (p)
       cudaFree(p);
-  if (stream_)
+  if (stream_) {
+    // The communicator outlives this executor (braid-run owns it) and
+    // must not enqueue on, or wait for, the stream once it is destroyed.
+    if (streamComm_)
+      (void)streamComm_->SetStream(nullptr);
     cudaStreamDestroy(stream_);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Executor>>

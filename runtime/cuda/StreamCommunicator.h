@@ -27,7 +27,8 @@ namespace braid::cuda {
 class StreamCommunicator : public exec::Communicator {
 public:
   /// The stream collectives and receives are enqueued on, and sends are
-  /// ordered after.
+  /// ordered after; null when its owner destroys it (the communicator then
+  /// waits for it no more).
   virtual absl::Status SetStream(cudaStream_t stream) = 0;
   /// Records `event` after every send enqueued so far.
   virtual absl::Status RecordSendsDone(cudaEvent_t event) = 0;

@@ -292,13 +292,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmul(
-    cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
-    const void *alpha, const void *A, cublasLtMatrixLayout_t Adesc,
-    const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
-    const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
-    cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
-    void *workspace, size_t workspaceSizeInBytes, cudaStream_t) {
+cublasStatus_t
+cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
+               const void *alpha, const void *A, cublasLtMatrixLayout_t Adesc,
+               const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
+               const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
+               void *workspace, size_t workspaceSizeInBytes,
+               cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "cublasLtMatmul");
   if (!lightHandle)
     return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!computeDesc || !Adesc || !Bdesc || !Cdesc || !Ddesc || !alpha ||

@@ -27,6 +27,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -351,6 +352,27 @@ void fail(const char *message) {
     std::fprintf(stderr, "CUDA emulation: %s\n", message);
   std::fflush(stderr);
   std::abort();
+}
+
+namespace {
+std::mutex streamsMutex_;
+/// The streams created and not yet destroyed.
+std::set<cudaStream_t> &liveStreams() {
+  static std::set<cudaStream_t> streams;
+  return streams;
+}
+} // namespace
+
+void checkStream(cudaStream_t stream, const char *call) {
+  if (stream == nullptr || stream == cudaStreamLegacy ||
+      stream == cudaStreamPerThread)
+    return;
+  std::lock_guard<std::mutex> lock(streamsMutex_);
+  if (liveStreams().count(stream))
+    return;
+  std::string message =
+      std::string(call) + " on a stream that was destroyed (or never created)";
+  fail(message.c_str());
 }
 
 void syncThreads() { wait(State::kAtBlockBarrier); }
@@ -798,7 +820,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
-                            enum cudaMemcpyKind kind, cudaStream_t) {
+                            enum cudaMemcpyKind kind, cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "cudaMemcpyAsync");
   return cudaMemcpy(dst, src, count, kind);
 }
 
@@ -819,7 +842,8 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src,
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
                               size_t spitch, size_t width, size_t height,
-                              enum cudaMemcpyKind kind, cudaStream_t) {
+                              enum cudaMemcpyKind kind, cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "cudaMemcpy2DAsync");
   return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
 }
 
@@ -832,7 +856,8 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
 }
 
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
-                            cudaStream_t) {
+                            cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "cudaMemsetAsync");
   return cudaMemset(devPtr, value, count);
 }
 
@@ -840,6 +865,8 @@ cudaError_t cudaStreamCreate(cudaStream_t *stream) {
   if (!stream)
     return record(cudaErrorInvalidValue);
   *stream = reinterpret_cast<cudaStream_t>(new char);
+  std::lock_guard<std::mutex> lock(braid::cuda::emu::streamsMutex_);
+  braid::cuda::emu::liveStreams().insert(*stream);
   return cudaSuccess;
 }
 
@@ -848,13 +875,23 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int) {
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "cudaStreamDestroy");
+  {
+    std::lock_guard<std::mutex> lock(braid::cuda::emu::streamsMutex_);
+    braid::cuda::emu::liveStreams().erase(stream);
+  }
   delete reinterpret_cast<char *>(stream);
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "cudaStreamSynchronize");
+  return cudaSuccess;
+}
 
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) {
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t,
+                                unsigned int) {
+  braid::cuda::emu::checkStream(stream, "cudaStreamWaitEvent");
   return cudaSuccess;
 }
 
@@ -874,7 +911,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "cudaEventRecord");
   if (!event)
     return record(cudaErrorInvalidResourceHandle);
   reinterpret_cast<EmuEvent *>(event)->seconds = now();

@@ -122,6 +122,11 @@ void *dynamicShared();
 bool setMaxDynamicShared(const void *kernel, int bytes);
 /// Stops the program with `message` and the running thread's coordinates.
 [[noreturn]] void fail(const char *message);
+/// Stops the program, naming `call`, unless `stream` is the legacy default
+/// stream (null, cudaStreamLegacy, cudaStreamPerThread) or one created and
+/// not yet destroyed: on a device, work on a destroyed stream is undefined
+/// (a crash in the driver, at best).
+void checkStream(cudaStream_t stream, const char *call);
 
 /// One lane's part of mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.
 /// {bf16,f16}.f32: c += a b over the warp, with PTX's fragment layouts; the
@@ -176,7 +181,8 @@ private:
 
 template <typename... P>
 Launcher<P...> launch(dim3 grid, dim3 block, size_t sharedBytes,
-                      cudaStream_t, void (*kernel)(P...)) {
+                      cudaStream_t stream, void (*kernel)(P...)) {
+  checkStream(stream, "a kernel launch");
   return Launcher<P...>(
       LaunchConfig{grid, block, sharedBytes,
                    reinterpret_cast<const void *>(kernel)},

@@ -38,6 +38,12 @@
 #include <string>
 #include <vector>
 
+// The emulation's check of a stream (runtime/cuda/emu/Emu.h, which this file,
+// compiled without the emulation's kernel macros, does not include).
+namespace braid::cuda::emu {
+void checkStream(cudaStream_t stream, const char *call);
+} // namespace braid::cuda::emu
+
 struct ncclComm {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
@@ -372,7 +378,8 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "ncclAllReduce");
   if (!comm || !validType(datatype))
     return ncclInvalidArgument;
   const size_t bytes = count * typeBytes(datatype);
@@ -393,7 +400,9 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
                                size_t recvcount, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "ncclReduceScatter");
   if (!comm || !validType(datatype))
     return ncclInvalidArgument;
   const size_t bytes = recvcount * typeBytes(datatype);
@@ -417,7 +426,8 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
                            size_t sendcount, ncclDataType_t datatype,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "ncclAllGather");
   if (!comm || !validType(datatype))
     return ncclInvalidArgument;
   const size_t bytes = sendcount * typeBytes(datatype);
@@ -440,7 +450,8 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count,
                       ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t) {
+                      cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "ncclSend");
   if (!comm || !validType(datatype) || peer < 0 || peer >= comm->size)
     return ncclInvalidArgument;
   const size_t bytes = count * typeBytes(datatype);
@@ -475,7 +486,8 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count,
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
-                      int peer, ncclComm_t comm, cudaStream_t) {
+                      int peer, ncclComm_t comm, cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "ncclRecv");
   if (!comm || !validType(datatype) || peer < 0 || peer >= comm->size)
     return ncclInvalidArgument;
   const size_t bytes = count * typeBytes(datatype);

@@ -357,5 +357,30 @@ TEST(CudaEmulationDeathTest, CpAsyncMisuseIsReported) {
       "not aligned");
 }
 
+__global__ void writeOneKernel(int *out) { out[threadIdx.x] = 1; }
+
+// A stream's work after cudaStreamDestroy is undefined on a device (the
+// driver crashed in braid-run's NCCL communicator, which waited for the
+// executor's stream after the executor had destroyed it): the emulation
+// stops there, naming the call.
+TEST(CudaEmulationDeathTest, DestroyedStreamsAreReported) {
+  Device<int> out(32);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  BRAID_LAUNCH(1, 32, 0, stream, writeOneKernel)(out.get());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(out.host()[31], 1);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_DEATH(cudaStreamSynchronize(stream),
+               "cudaStreamSynchronize on a stream that was destroyed");
+  EXPECT_DEATH(BRAID_LAUNCH(1, 32, 0, stream, writeOneKernel)(out.get()),
+               "a kernel launch on a stream that was destroyed");
+  EXPECT_DEATH(cudaStreamDestroy(stream),
+               "cudaStreamDestroy on a stream that was destroyed");
+  // The legacy default stream is always there.
+  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+}
+
 } // namespace
 } // namespace braid::cuda
