@@ -8,7 +8,7 @@
 #     1, 2, 4, ..., 32 into DIR (mbM.plan), with each plan's report, and
 #     again with the gate and up projections fused into one (--fuse-mlp, as
 #     Megatron's SwiGLU: the same model and arithmetic; mbM-fused.plan);
-#   [STEPS=20] [WARMUP=5] [PROFILE=2] [MICRO_BATCH=M] [FUSE_MLP=0|1]
+#   [STEPS=20] [WARMUP=5] [PROFILE=2] [MICRO_BATCH=M] [FUSE_MLP=0|1] [TRAINER=0|1]
 #   bench/gpu_train.sh run DIR
 #     (on the GPU machine, with braid-gpu-bench built, or in the directory
 #     BRAID_BIN_DIR names: scripts/device_build.sh) takes the largest
@@ -20,7 +20,12 @@
 #     AdamW, torch.compile, bf16 autocast over fp32 weights; at a smaller
 #     micro-batch, said so, where PyTorch runs out of memory), and prints
 #     tokens/s, model TFLOP/s and MFU (against 989 TFLOP/s dense bf16) of
-#     both and Braid's tokens/s over PyTorch's.
+#     both and Braid's tokens/s over PyTorch's. TRAINER=1 runs braid-run
+#     (the trainer: data read, written to the GPU and the loss read back
+#     every micro-batch) on the same plan for WARMUP + STEPS steps of the
+#     dataset compile prepared (DIR/data: the corpus's bytes as tokens)
+#     instead of PyTorch, and prints its median step's tokens/s over
+#     braid-gpu-bench's: what the host's part of a step costs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BRAID_BUILD_DIR:-$root/build}"
@@ -56,6 +61,10 @@ JOB
       --global-batch-size "$mb" --fuse-mlp --emit=plan \
       -o "$dir/mb$mb-fused.plan" --report "$dir/mb$mb-fused.json"
   done
+  # The trainer's dataset (TRAINER=1): the corpus's bytes as token ids.
+  "$build/bin/braid-data" preprocess \
+    --input "$root/examples/data/pride-and-prejudice.txt" \
+    --output-prefix "$dir/data" --tokenizer byte > /dev/null
   echo "compiled $((2 * ${#micro_batches[@]})) plans into $dir"
   exit 0
 fi
@@ -108,6 +117,23 @@ echo "micro-batch $pick; model FLOPs per token $per_token${suffix:+; gate and up
 "${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/mb$pick$suffix.plan" --steps "$steps" \
   --warmup "$warmup" --profile "$profile" | tee "$dir/braid.log"
 braid=$(grep '^median step' "$dir/braid.log")
+if [ "${TRAINER:-0}" = 1 ]; then
+  rm -f "$dir/trainer.jsonl"
+  "${BRAID_BIN_DIR:-$build/bin}/braid-run" "$dir/mb$pick$suffix.plan" \
+    --data "$dir/data" --device cuda --steps $((warmup + steps)) \
+    --log-every 5 --metrics-out "$dir/trainer.jsonl"
+  python3 - "$dir/trainer.jsonl" "$warmup" "$braid" <<'PY'
+import json, re, statistics, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+steady = [r["tokens_per_s"] for r in records[int(sys.argv[2]):]]
+trainer = statistics.median(steady)
+bench = float(re.search(r"([0-9.]+) tokens/s", sys.argv[3]).group(1))
+print(f"braid-run {trainer:12.1f} tokens/s (median of {len(steady)} steps)")
+print(f"braid-gpu-bench {bench:12.1f} tokens/s")
+print(f"braid-run / braid-gpu-bench tokens/s: {trainer / bench:.3f}")
+PY
+  exit 0
+fi
 # PyTorch at the same micro-batch; where it runs out of memory there, at the
 # largest smaller one that fits (said in the output).
 torch=""

@@ -102,10 +102,13 @@ BRAID_BUILD_DIR="$main" "$root/bench/gpu_train.sh" compile "$out/bench"
 cat > "$out/check.sh" <<'CHECK'
 #!/usr/bin/env bash
 # On the GPU machine, from the repository's root (the bundle carried along):
-#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|attention|train|bench|all]
+#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|all]
 # tests: the CUDA tests (kernels, attention, executor) against the CPU;
+# racecheck: compute-sanitizer's racecheck on the tensor-core attention tests;
 # attention: braid-attention-bench (each tensor-core tiling checked, timed);
-# train: braid-run --device cuda against --device cpu (tests/e2e/cuda_train.py);
+# train: braid-run --device cuda against --device cpu (tests/e2e/cuda_train.py),
+#   and the parallel layouts over 2 ranks on NCCL (sharing the GPU where
+#   there is one) against the CPU's losses the bundle keeps;
 # bench: bench/gpu_train.sh run (Braid against PyTorch, 1B parameters).
 # Each part stops after BRAID_CHECK_TIMEOUT seconds (default 600) and, with
 # BRAID_CHECK_LOGS, writes its output to DIR/PART.log as well.
@@ -150,12 +153,23 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     part "$t" "$bin/braid-cuda-$t-tests" --gtest_brief=1 || rc=1
   done
 fi
+if [ "$what" = racecheck ] || [ "$what" = all ]; then
+  export BRAID_TEST_PLANS="$bundle/plans"
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  part racecheck "$sanitizer" --tool racecheck --racecheck-report hazard \
+    --error-exitcode 1 "$bin/braid-cuda-attention-tests" \
+    --gtest_filter='*TensorCores*' --gtest_brief=1 || rc=1
+fi
 if [ "$what" = attention ] || [ "$what" = all ]; then
-  part attention "$bin/braid-attention-bench" || rc=1
+  part attention-bench "$bin/braid-attention-bench" || rc=1
 fi
 if [ "$what" = train ] || [ "$what" = all ]; then
+  # One GPU: the 2 ranks share it, NCCL between them over loopback.
+  gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+  share=()
+  [ "$gpus" -lt 2 ] && share=(--share-gpu)
   part train python3 "$root/tests/e2e/cuda_train.py" --bin "$bin" \
-    --work /tmp/braid-cuda-train --inputs "$bundle/e2e" \
+    --work /tmp/braid-cuda-train --inputs "$bundle/e2e" --parallel --launcher own "${share[@]}" \
     --corpus "$root/examples/data/pride-and-prejudice.txt"
   status=$?
   if [ $status -eq 77 ]; then

@@ -28,7 +28,8 @@ the call that ran it, in that call's part of the step), with the kernels
 one after another as the stream runs them.
 
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT [--inputs DIR]
-                [--braid-run NAME] [--parallel]
+                [--braid-run NAME] [--parallel [--share-gpu]]
+                [--launcher mpirun|own]
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT --prepare DIR
 
 Without a GPU (braid-run says there is no CUDA device, or the build has no
@@ -47,6 +48,17 @@ MASTER_PORT (set from mpirun's rank and size, and a free port here), the
 others get NCCL's id through MPI, as braid-run does in a job mpirun started
 (with no MASTER_ADDR or MASTER_PORT set); under the emulation the same code
 runs on the emulated NCCL.
+
+Where there is no mpirun, or with --launcher own (a GPU machine without
+MPI, running a bundle of --prepare, which then also trains PARALLEL's CPU
+plans over 2 ranks and keeps their losses in DIR/cpu-parallel.json), the
+script starts the ranks itself, torchrun-style (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR and MASTER_PORT), all through the rendezvous, and
+compares with the kept CPU losses. --share-gpu puts every rank on GPU 0 (LOCAL_RANK 0), each its own
+host to NCCL (NCCL_HOSTID), whose network transport then carries their
+messages over the loopback interface: the whole NCCL path but NVLink and
+shared memory, on a machine with one GPU (NCCL refuses two ranks of one host
+on one GPU).
 """
 
 import json
@@ -56,6 +68,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -65,6 +78,9 @@ from harness import Setup, mpirun, run  # noqa: E402
 
 SKIP = 77
 STEPS = 20
+# Several ranks start under mpirun where there is one, else on their own
+# (--launcher says which).
+HAVE_MPIRUN = shutil.which("mpirun") is not None
 
 # name -> (model fields, parallel fields, precision)
 JOBS = {
@@ -134,8 +150,13 @@ NO_DEVICE = ("no CUDA device to run the plan on",
              "this build has no CUDA backend")
 
 
-def prepare(setup, out):
-    """Compiles the plans and the dataset into `out`."""
+CPU_PARALLEL = "cpu-parallel.json"
+
+
+def prepare(setup, out, references=False):
+    """Compiles the plans and the dataset into `out`; with `references`,
+    also trains PARALLEL's CPU plans over 2 ranks (mpirun) and writes their
+    losses to out/CPU_PARALLEL, for a machine without MPI."""
     os.makedirs(out, exist_ok=True)
     prefix = setup.dataset(200_000)
     for ext in (".bin", ".idx"):
@@ -151,6 +172,14 @@ def prepare(setup, out):
                     + " }\ndata { seq_length: 64 }\n")
         run([setup.b("braidc"), job, "--emit=plan",
              "-o", os.path.join(out, name + ".plan")])
+    if references:
+        losses = {}
+        for _, _, _, cpu_plan, _ in PARALLEL.values():
+            if cpu_plan is not None and cpu_plan not in losses:
+                losses[cpu_plan] = train(setup, out, cpu_plan, "cpu",
+                                         expect=PARALLEL_STEPS, ranks=2)[0]
+        with open(os.path.join(out, CPU_PARALLEL), "w") as f:
+            json.dump(losses, f, indent=1)
 
 
 RESUME_AT = 10
@@ -182,20 +211,77 @@ def free_port():
 RECORDS = {}
 
 
+def launch(setup, cmd, env, ranks):
+    """Starts `ranks` ranks of `cmd` without mpirun, torchrun-style: each
+    with its RANK, WORLD_SIZE and LOCAL_RANK, meeting through rank 0's
+    rendezvous on a port of this machine; with --share-gpu all on GPU 0,
+    each its own host to NCCL. Returns (returncode, rank 0's stdout, the
+    ranks' stderr); a rank that fails, or TIMEOUT passing, stops them all."""
+    port = str(free_port())
+    procs, logs = [], []
+    for r in range(ranks):
+        e = dict(env, RANK=str(r), WORLD_SIZE=str(ranks),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                 LOCAL_RANK="0" if setup.args.share_gpu else str(r))
+        if setup.args.share_gpu:
+            e.update(NCCL_HOSTID=f"braid-rank-{r}", NCCL_SOCKET_IFNAME="lo",
+                     NCCL_IB_DISABLE="1")
+            e.setdefault("NCCL_DEBUG", "WARN")
+        out = open(setup.w(f"rank{r}.out"), "w+")
+        err = open(setup.w(f"rank{r}.err"), "w+")
+        logs.append((out, err))
+        procs.append(subprocess.Popen(cmd, env=e, stdout=out, stderr=err))
+    deadline = time.monotonic() + TIMEOUT
+    rc = 0
+    while any(p.poll() is None for p in procs):
+        failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            rc = failed[0] if failed else 124
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.1)
+    for p in procs:
+        p.wait()
+        rc = rc or p.returncode
+    texts = []
+    for out, err in logs:
+        out.seek(0)
+        err.seek(0)
+        texts.append((out.read(), err.read()))
+        out.close()
+        err.close()
+    # What every rank said and how it ended (a signal: negative).
+    stderr = "".join(
+        f"[rank {r}: exit status {p.returncode}]\n{out}{err}"
+        for r, (p, (out, err)) in enumerate(zip(procs, texts)))
+    if rc == 124:
+        stderr += f"[stopped after {TIMEOUT} s]\n"
+    return rc, texts[0][0], stderr
+
+
+# Seconds a run of several ranks started without mpirun may take.
+TIMEOUT = 300
+
+
 def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1,
           bootstrap="mpi"):
-    """Runs plan `name` on `device` (on `ranks` ranks under mpirun); returns
-    (losses, stdout), or None when there is no GPU to run it on. `expect`:
-    the steps it logs. `bootstrap` (several ranks on the GPU): "tcp", the
+    """Runs plan `name` on `device` (on `ranks` ranks under mpirun, or
+    started by launch() where there is no mpirun); returns (losses, stdout),
+    or None when there is no GPU to run it on. `expect`: the steps it logs.
+    `bootstrap` (several ranks on the GPU under mpirun): "tcp", the
     rendezvous of RANK, WORLD_SIZE and MASTER_PORT, or "mpi", NCCL's id over
     MPI with none of those set."""
     metrics = setup.w(f"{name}-{device}.jsonl")
     binary = setup.b(setup.args.braid_run if device == "cuda" else "braid-run")
-    launcher = mpirun(ranks) if ranks > 1 else []
+    own = ranks > 1 and not HAVE_MPIRUN
+    launcher = mpirun(ranks) if ranks > 1 and not own else []
     env = dict(os.environ)
-    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                "MASTER_PORT"):
         env.pop(var, None)
-    if ranks > 1 and device == "cuda" and bootstrap == "tcp":
+    if launcher and device == "cuda" and bootstrap == "tcp":
         # Each rank's RANK and WORLD_SIZE from mpirun's; NCCL's ranks meet
         # on a port of this machine (rank 0 listens).
         launcher += ["sh", "-c", 'RANK=$OMPI_COMM_WORLD_RANK '
@@ -204,11 +290,15 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1,
     cmd = [*launcher, binary, os.path.join(inputs, name + ".plan"),
            "--data", os.path.join(inputs, "data"), "--device", device,
            "--metrics-out", metrics, "--log-every", "5", *extra]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        if device == "cuda" and any(m in p.stderr for m in NO_DEVICE):
+    if own:
+        rc, stdout, stderr = launch(setup, cmd, env, ranks)
+    else:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+    if rc != 0:
+        if device == "cuda" and any(m in stderr for m in NO_DEVICE):
             return None
-        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{stdout}\n{stderr}")
     with open(metrics) as f:
         records = [json.loads(line) for line in f]
     RECORDS[(name, device)] = records
@@ -218,7 +308,7 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1,
         print(f"  {name} on {device}: loss scales {scales}")
     if len(losses) != expect:
         sys.exit(f"FAILED: {name} on {device}: {len(losses)} steps, not {expect}")
-    return losses, p.stdout
+    return losses, stdout
 
 
 def main():
@@ -227,10 +317,17 @@ def main():
                               ap.add_argument("--braid-run",
                                               default="braid-run"),
                               ap.add_argument("--parallel",
-                                              action="store_true")))
+                                              action="store_true"),
+                              ap.add_argument("--share-gpu",
+                                              action="store_true"),
+                              ap.add_argument("--launcher",
+                                              choices=("mpirun", "own"))))
     args = setup.args
+    global HAVE_MPIRUN
+    if args.launcher:
+        HAVE_MPIRUN = args.launcher == "mpirun"
     if args.prepare:
-        prepare(setup, args.prepare)
+        prepare(setup, args.prepare, references=True)
         print(f"plans and data in {args.prepare}")
         return 0
     inputs = args.inputs or setup.w("inputs")
@@ -287,11 +384,19 @@ def main():
           f"{'ok' if ok else 'FAILED'}")
 
     if args.parallel:
+        if not HAVE_MPIRUN:
+            # The CPU's runs of several ranks need MPI: those --prepare kept.
+            kept = os.path.join(inputs, CPU_PARALLEL)
+            if not os.path.exists(kept):
+                sys.exit(f"FAILED: no mpirun to train the CPU plans of "
+                         f"several ranks, and no {kept} (--prepare) of them")
+            with open(kept) as f:
+                cpu.update(json.load(f))
         for k, (name, (_, _, _, cpu_plan, tolerance)) in enumerate(
                 PARALLEL.items()):
             if cpu_plan is None:
                 continue
-            bootstrap = "tcp" if k == 0 else "mpi"
+            bootstrap = "tcp" if k == 0 or not HAVE_MPIRUN else "mpi"
             save = []
             if name in PARALLEL_RESUMED:
                 shutil.rmtree(checkpoints(setup, name), ignore_errors=True)
@@ -307,7 +412,9 @@ def main():
             worst = max(abs(g - c) / abs(c) for g, c in zip(got, want))
             ok = worst <= tolerance
             failed |= not ok
-            print(f"{name} on 2 ranks of the GPU (NCCL's id over "
+            where = ("2 ranks sharing the GPU (NCCL over loopback"
+                     if args.share_gpu else "2 ranks of the GPU (NCCL")
+            print(f"{name} on {where}, its id over "
                   f"{bootstrap.upper()}) against {cpu_plan} on the "
                   f"CPU's, {PARALLEL_STEPS} steps: largest relative loss "
                   f"difference {worst:.3g} (tolerance {tolerance:g}) "
