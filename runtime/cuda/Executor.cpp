@@ -150,6 +150,8 @@ double toDouble(f16 v) { return __half2float(v); }
 Executor::~Executor() {
   if (stream_)
     cudaStreamSynchronize(stream_);
+  for (auto &[call, exec] : graphsByCall_)
+    cudaGraphExecDestroy(exec);
   for (cudaEvent_t event : events_)
     cudaEventDestroy(event);
   if (traceAnchor_)
@@ -162,7 +164,7 @@ Executor::~Executor() {
        {static_cast<void *>(arena_), static_cast<void *>(rowStats_),
         static_cast<void *>(lossTerms_), static_cast<void *>(lossScratch_),
         static_cast<void *>(attentionRows_), static_cast<void *>(counted_),
-        static_cast<void *>(sumSquares_),
+        static_cast<void *>(sumSquares_), static_cast<void *>(callValues_),
         static_cast<void *>(collectiveScratch_)})
     if (p)
       cudaFree(p);
@@ -310,6 +312,7 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
         allocate(&e->attentionRows_, attentionRows * int64_t(sizeof(float))),
         allocate(&e->counted_, int64_t(sizeof(int64_t))),
         allocate(&e->sumSquares_, 2 * int64_t(sizeof(double))),
+        allocate(&e->callValues_, int64_t(sizeof(CallValues))),
         allocate(&e->collectiveScratch_, collectiveBytes)})
     if (!s.ok())
       return s;
@@ -688,23 +691,30 @@ absl::Status Executor::Run(absl::string_view name,
                            " is not a copy of buffer '", b.name(), "'"));
       }
   bool timed = !profile_.empty() || trace_;
+  // What changes from call to call, on the device before the call's
+  // kernels (which read it there, replayed from a graph too).
+  CallValues values;
+  values.seed = context.seed;
+  values.sampleOffset = context.sampleOffset;
+  values.lossScaleInverse = 1.0 / LossScale();
+  values.step = context.step;
+  BRAID_CUDA_CHECK(setCallValues(callValues_, values, stream_));
+  if (!timed && graphable(*fn)) {
+    auto graph = graphsByCall_.find({index, slot});
+    if (graph == graphsByCall_.end()) {
+      absl::StatusOr<cudaGraphExec_t> captured = capture(*fn, context, slot);
+      if (!captured.ok())
+        return captured.status();
+      graph =
+          graphsByCall_.emplace(std::make_pair(index, slot), *captured).first;
+    }
+    BRAID_CUDA_CHECK(cudaGraphLaunch(graph->second, stream_));
+    return absl::OkStatus();
+  }
   // Traced: no kernel of this call starts before now.
   const exec::Trace::Clock::time_point runBegin =
       trace_ ? exec::Trace::Now() : exec::Trace::Clock::time_point();
-  for (int i = 0; i < fn->body_size(); ++i) {
-    const Instruction &inst = fn->body(i);
-    if (timed)
-      BRAID_CUDA_CHECK(cudaEventRecord(events_[size_t(i)], stream_));
-    absl::Status s = waitForSends(inst, slot);
-    if (s.ok())
-      s = runInstruction(inst, context, slot, uint32_t(i));
-    if (!s.ok())
-      return absl::Status(s.code(),
-                          absl::StrCat("function '", name, "', ",
-                                       inst.provenance(), ": ", s.message()));
-  }
-  // A function leaves nothing in flight (plans WAIT before its end).
-  BRAID_RETURN_IF_ERROR(finishInFlight(nullptr));
+  BRAID_RETURN_IF_ERROR(runBody(*fn, context, slot, timed));
   if (!timed)
     return absl::OkStatus();
   // Instruction i ran between events i and i + 1.
@@ -763,6 +773,66 @@ absl::Status Executor::Run(absl::string_view name,
   if (trace_)
     BRAID_RETURN_IF_ERROR(anchorTrace());
   return absl::OkStatus();
+}
+
+absl::Status Executor::runBody(const plan::Function &fn,
+                               const exec::StepContext &context, int64_t slot,
+                               bool timed) {
+  for (int i = 0; i < fn.body_size(); ++i) {
+    const Instruction &inst = fn.body(i);
+    if (timed)
+      BRAID_CUDA_CHECK(cudaEventRecord(events_[size_t(i)], stream_));
+    absl::Status s = waitForSends(inst, slot);
+    if (s.ok())
+      s = runInstruction(inst, context, slot, uint32_t(i));
+    if (!s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("function '", fn.name(), "', ",
+                                       inst.provenance(), ": ", s.message()));
+  }
+  // A function leaves nothing in flight (plans WAIT before its end).
+  return finishInFlight(nullptr);
+}
+
+bool Executor::graphable(const plan::Function &fn) const {
+  if (!graphs_ || (comm_ && !streamComm_) || !pendingSends_.empty())
+    return false;
+  for (const Instruction &inst : fn.body())
+    if (inst.kernel() == plan::SEND || inst.kernel() == plan::RECV)
+      return false;
+  return true;
+}
+
+absl::StatusOr<cudaGraphExec_t>
+Executor::capture(const plan::Function &fn, const exec::StepContext &context,
+                  int64_t slot) {
+  // Thread-local: a call that would synchronize this thread with the
+  // stream during the capture fails it, rather than another thread's.
+  BRAID_CUDA_CHECK(
+      cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  absl::Status body = runBody(fn, context, slot, /*timed=*/false);
+  cudaGraph_t graph = nullptr;
+  cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (!body.ok() || ended != cudaSuccess) {
+    if (graph)
+      cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    if (!body.ok())
+      return body;
+    return absl::InternalError(
+        absl::StrCat("capturing function '", fn.name(),
+                     "' as a CUDA graph: ", cudaGetErrorString(ended),
+                     " (braid-run --cuda-graphs off runs it "
+                     "without)"));
+  }
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (made != cudaSuccess)
+    return absl::InternalError(
+        absl::StrCat("instantiating the CUDA graph of function '", fn.name(),
+                     "': ", cudaGetErrorString(made)));
+  return exec;
 }
 
 absl::Status Executor::runCommunication(const Instruction &inst,
@@ -1147,8 +1217,9 @@ absl::Status Executor::runTyped(const Instruction &inst,
     int64_t n = plan::NumElements(in(0)),
             samples = in(0).shape_size() ? in(0).shape(0) : 1;
     int64_t perSample = n / std::max<int64_t>(samples, 1);
-    cpu::GlobalIndexing at{samples, perSample, perSample, context.sampleOffset,
-                           0};
+    // Rows from the micro-batch's first sample, which the call's values
+    // hold.
+    cpu::GlobalIndexing at{samples, perSample, perSample, 0, 0};
     if (!inst.rank_axis().empty()) {
       // Sequence parallel: the rank holds a slice of each sample's elements,
       // the axis' ranks the whole sample.
@@ -1156,11 +1227,10 @@ absl::Status Executor::runTyped(const Instruction &inst,
           perSample * plan::AxisSize(plan_.mesh(), inst.rank_axis());
       at.colOffset = sliceStart("col_offset_stride");
     }
-    cpu::DropoutKey key{context.seed, context.step,
-                        uint32_t(plan::IntAttr(inst, "rng_id"))};
-    return launched(
-        dropoutForward(x(0), at, plan::FloatAttr(inst, "rate"), key, y(0), st),
-        inst);
+    return launched(dropoutForward(x(0), at, plan::FloatAttr(inst, "rate"),
+                                   uint32_t(plan::IntAttr(inst, "rng_id")),
+                                   callValues_, y(0), st),
+                    inst);
   }
   case plan::CROSS_ENTROPY_MAX:
     return launched(crossEntropyRowMax(x(0), rowsOf(in(0)), last(in(0)), y(0),
@@ -1259,9 +1329,10 @@ absl::Status Executor::runTyped(const Instruction &inst,
           return s;
       }
     }
-    // Unscaled by the loss scale (fp16): Backend::SetLossScale.
+    // Unscaled by the loss scale (fp16: Backend::SetLossScale), which the
+    // call's values hold.
     return launched(gradClip(sumSquares_, plan::FloatAttr(inst, "max_norm"),
-                             yf(0), yf(1), st, 1.0 / lossScale_),
+                             yf(0), yf(1), callValues_, st),
                     inst);
   }
   case plan::ALL_REDUCE: {
@@ -1305,13 +1376,20 @@ absl::Status Executor::runTyped(const Instruction &inst,
     return absl::OkStatus();
   }
   case plan::ADAMW: {
-    // lr and step from the host's copies (written with Write).
+    // lr and step are read on the device (a graph replays with the values
+    // written since); the host's copies (Write) check them here.
     auto lr = hostScalars_.find(inst.inputs(4));
     auto step = hostScalars_.find(inst.inputs(5));
     if (lr == hostScalars_.end() || step == hostScalars_.end())
       return absl::FailedPreconditionError(
           "ADAMW: the learning rate and the step must be written with Write "
           "before the update runs");
+    if (!(step->second >= 1))
+      return absl::InvalidArgumentError(
+          absl::StrCat("ADAMW: the step is ", step->second, ", not >= 1"));
+    if (in(4).dtype() != plan::F32 || in(5).dtype() != plan::I64)
+      return absl::InvalidArgumentError(
+          "ADAMW: the learning rate must be f32 and the step i64");
     // With a rank_axis (ZeRO) the gradient and moments are this rank's
     // block of the flat parameters: block c of the axis' ranks. A buffer of
     // all the blocks (fp32's parameters, mixed precision's low-precision
@@ -1327,14 +1405,14 @@ absl::Status Executor::runTyped(const Instruction &inst,
     else if (compute_ != plan::F32)
       return absl::FailedPreconditionError(
           "ADAMW of a mixed-precision plan without master weights");
-    return launched(adamwStep<T>(yf(0) + block(0), xf(1), yf(1), yf(2), n,
-                                 lr->second,
-                                 plan::FloatAttr(inst, "beta1"),
-                                 plan::FloatAttr(inst, "beta2"),
-                                 plan::FloatAttr(inst, "eps"),
-                                 plan::FloatAttr(inst, "weight_decay"),
-                                 int64_t(step->second), xf(6), copy, st),
-                    inst);
+    return launched(
+        adamwStep<T>(
+            yf(0) + block(0), xf(1), yf(1), yf(2), n, xf(4),
+            plan::FloatAttr(inst, "beta1"), plan::FloatAttr(inst, "beta2"),
+            plan::FloatAttr(inst, "eps"), plan::FloatAttr(inst, "weight_decay"),
+            static_cast<const int64_t *>(address(inst.inputs(5), slot)), xf(6),
+            copy, st),
+        inst);
   }
   default:
     return absl::UnimplementedError(

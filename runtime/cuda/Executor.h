@@ -3,19 +3,23 @@
 // The CUDA counterpart of exec::Executor for one rank: one device arena of
 // the plan's size, allocated once, and a plan function run as one kernel
 // launch (or cuBLASLt product) per instruction on the executor's stream,
-// with no allocation and no host synchronisation inside Run. Buffers of
+// with no allocation and no host synchronisation inside Run; by default
+// captured as a CUDA graph at its first call and replayed after (SetGraphs),
+// one launch a call. Buffers of
 // plans in fp32 and in mixed precision (bf16 weights and activations, f32
 // gradients and optimizer state: docs/memory.md) are supported.
 //
 // Besides the arena, the executor allocates at Create the workspaces its
 // kernels need beyond the plan's buffers, sized from the plan: the norms'
 // statistics and cross-entropy's log-sum-exp (recomputed in backward), the
-// rows of attention's backward, the gradient norm's sum, cuBLASLt's
-// workspace. WorkspaceBytes says how much.
+// rows of attention's backward, the gradient norm's sum, the call's values
+// (Kernels.h: CallValues), cuBLASLt's workspace. WorkspaceBytes says how
+// much.
 //
 // Scalars the host decides (the learning rate, the step) are written with
-// Write; the executor keeps them on the host too, so that ADAMW passes them
-// by value without reading the device.
+// Write; the kernels read them on the device (a replayed graph passes the
+// arguments of its capture), and the executor keeps a host copy to check
+// them (ADAMW's step >= 1).
 //
 // It is an exec::Backend, so the trainer drives it as it drives the CPU
 // executor (`braid-run --device cuda`). With profiling or a trace on, Run
@@ -63,6 +67,7 @@
 namespace braid::cuda {
 
 class StreamCommunicator;
+struct CallValues;
 
 class Executor : public exec::Backend {
 public:
@@ -101,9 +106,23 @@ public:
   /// Enqueues function `name` on the executor's stream and returns; a
   /// launch's error is returned at once, an error inside a kernel at the
   /// next Synchronize (or Read). With profiling on, waits for the function's
-  /// last kernel.
+  /// last kernel. With graphs on (the default), a function that can be is
+  /// captured as a CUDA graph at its first call with each slot and replayed
+  /// after (see SetGraphs).
   absl::Status Run(absl::string_view name, const exec::StepContext &context,
                    int64_t slot = 0) override;
+  /// Whether Run captures functions as CUDA graphs and replays them: one
+  /// launch a call instead of one a kernel. A function is captured unless
+  /// it sends or receives (pipeline stages: a send is waited for in a later
+  /// call), the plan's ranks talk through a communicator that does not
+  /// enqueue on streams, or the call is profiled or traced (which time each
+  /// kernel). What changes between calls is read on the device: the
+  /// learning rate and the step from their buffers, the seed, the step, the
+  /// micro-batch's first sample and the loss scale from the call's values
+  /// (Kernels.h: CallValues), written before each call.
+  void SetGraphs(bool on) { graphs_ = on; }
+  /// The graphs captured so far (one per function and slot).
+  int64_t GraphsCaptured() const { return int64_t(graphsByCall_.size()); }
   /// The communicator's sends have left (pipeline stages): on streams,
   /// the executor's stream waits for them.
   absl::Status WaitSends() override;
@@ -168,6 +187,17 @@ private:
   /// The stream waits for the collectives started on the buffers `wait`
   /// names (all of them when null).
   absl::Status finishInFlight(const plan::Instruction *wait);
+  /// Enqueues the function's instructions (timing each when `timed`) and
+  /// the waits for what they leave in flight.
+  absl::Status runBody(const plan::Function &fn,
+                       const exec::StepContext &context, int64_t slot,
+                       bool timed);
+  /// Whether calls of `fn` run as a captured graph (SetGraphs).
+  bool graphable(const plan::Function &fn) const;
+  /// Captures `fn` with `slot` as a graph on the executor's stream.
+  absl::StatusOr<cudaGraphExec_t> capture(const plan::Function &fn,
+                                          const exec::StepContext &context,
+                                          int64_t slot);
   absl::Status runInstruction(const plan::Instruction &inst,
                               const exec::StepContext &context, int64_t slot,
                               uint32_t op);
@@ -201,6 +231,10 @@ private:
   uint8_t *arena_ = nullptr;
   int64_t arenaBytes_ = 0;
   cudaStream_t stream_ = nullptr;
+  /// Graphs (SetGraphs): on or off, and those captured, by (function
+  /// index, slot).
+  bool graphs_ = true;
+  std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphsByCall_;
   std::unique_ptr<Gemm> gemm_;
   /// The plan's compute dtype: BF16 for mixed precision, else F32.
   plan::DType compute_ = plan::F32;
@@ -214,6 +248,9 @@ private:
   float *attentionRows_ = nullptr;
   int64_t *counted_ = nullptr;
   double *sumSquares_ = nullptr;
+  /// What changes from call to call (Kernels.h: CallValues), written at
+  /// the start of each Run.
+  CallValues *callValues_ = nullptr;
   /// The collectives' layout scratch (collectiveScratchBytes, the largest).
   uint8_t *collectiveScratch_ = nullptr;
   int64_t workspaceBytes_ = 0;

@@ -687,6 +687,24 @@ struct AdamWStep {
   double lr, beta1, beta2, eps, weightDecay, correction1, sqrtCorrection2;
 };
 
+/// The hyper-parameters, with the learning rate and the step's bias
+/// corrections from the device's lr[0] and step[0].
+struct AdamWConfig {
+  double beta1, beta2, eps, weightDecay;
+};
+__device__ __forceinline__ AdamWStep adamwStepOf(const AdamWConfig &c,
+                                                 const float *lr,
+                                                 const int64_t *step) {
+  const double t = double(step[0]);
+  return AdamWStep{double(lr[0]),
+                   c.beta1,
+                   c.beta2,
+                   c.eps,
+                   c.weightDecay,
+                   1 - pow(c.beta1, t),
+                   sqrt(1 - pow(c.beta2, t))};
+}
+
 /// One element's AdamW step (in double, as the CPU's): p, m and v updated
 /// from the gradient g (already scaled).
 __device__ __forceinline__ void adamwOf(float &param, double g, float &m,
@@ -703,13 +721,15 @@ __device__ __forceinline__ void adamwOf(float &param, double g, float &m,
 
 template <typename T>
 __global__ void adamwKernel(float *param, const float *grad, float *m, float *v,
-                            int64_t n, AdamWStep a, const float *gradScale,
+                            int64_t n, AdamWConfig c, const float *lr,
+                            const int64_t *step, const float *gradScale,
                             T *copy) {
   const double scale = gradScale[0];
   // A non-finite norm (gradClip's NaN scale) skips the step, as Megatron
   // does: nothing is updated.
   if (!isfinite(scale))
     return;
+  const AdamWStep a = adamwStepOf(c, lr, step);
   BRAID_GRID_STRIDE(i, n) {
     float p = param[i], mi = m[i], vi = v[i];
     adamwOf(p, double(grad[i]) * scale, mi, vi, a);
@@ -725,11 +745,13 @@ __global__ void adamwKernel(float *param, const float *grad, float *m, float *v,
 /// and v 16-byte aligned; `vectors` of 4 elements).
 template <typename T>
 __global__ void adamwVectorsKernel(float *param, const float *grad, float *m,
-                                   float *v, int64_t vectors, AdamWStep a,
+                                   float *v, int64_t vectors, AdamWConfig c,
+                                   const float *lr, const int64_t *step,
                                    const float *gradScale, T *copy) {
   const double scale = gradScale[0];
   if (!isfinite(scale))
     return;
+  const AdamWStep a = adamwStepOf(c, lr, step);
   BRAID_GRID_STRIDE(i, vectors) {
     float4 p = reinterpret_cast<const float4 *>(param)[i],
            g = reinterpret_cast<const float4 *>(grad)[i],
@@ -1062,20 +1084,14 @@ cudaError_t gradSumOfSquares(const float *grad, int64_t n, double *sumSquares,
 
 template <typename T>
 cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
-                      int64_t n, double lr, double beta1, double beta2,
-                      double eps, double weightDecay, int64_t step,
+                      int64_t n, const float *lr, double beta1, double beta2,
+                      double eps, double weightDecay, const int64_t *step,
                       const float *gradScale, T *copy, cudaStream_t stream) {
   if (n == 0)
     return cudaSuccess;
-  if (step < 1)
+  if (!lr || !step)
     return cudaErrorInvalidValue;
-  const AdamWStep a{lr,
-                    beta1,
-                    beta2,
-                    eps,
-                    weightDecay,
-                    1 - std::pow(beta1, double(step)),
-                    std::sqrt(1 - std::pow(beta2, double(step)))};
+  const AdamWConfig a{beta1, beta2, eps, weightDecay};
   // 16 bytes at a time where the tensors allow, the rest element by element.
   const int64_t vectors =
       aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v)
@@ -1083,7 +1099,7 @@ cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
           : 0;
   if (vectors > 0) {
     BRAID_LAUNCH(gridFor(vectors), kThreads, 0, stream, adamwVectorsKernel<T>)
-    (param, grad, m, v, vectors, a, gradScale, copy);
+    (param, grad, m, v, vectors, a, lr, step, gradScale, copy);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return e;
   }
@@ -1091,8 +1107,8 @@ cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
   if (done == n)
     return cudaSuccess;
   BRAID_LAUNCH(gridFor(n - done), kThreads, 0, stream, adamwKernel<T>)
-  (param + done, grad + done, m + done, v + done, n - done, a, gradScale,
-   copy ? copy + done : nullptr);
+  (param + done, grad + done, m + done, v + done, n - done, a, lr, step,
+   gradScale, copy ? copy + done : nullptr);
   return cudaGetLastError();
 }
 
@@ -1241,11 +1257,12 @@ __global__ void addKernel(const T *a, const T *b, int64_t n, T *y) {
   }
 }
 
-
 template <typename T>
 __global__ void dropoutKernel(const T *in, cpu::GlobalIndexing at, double rate,
-                              cpu::DropoutKey key, T *out) {
+                              uint32_t op, const CallValues *call, T *out) {
   const float scale = float(1.0 / (1.0 - rate));
+  const cpu::DropoutKey key{call->seed, call->step, op};
+  at.rowOffset += call->sampleOffset;
   BRAID_GRID_STRIDE(i, at.rows * at.cols) {
     const int64_t r = i / at.cols, c = i % at.cols;
     const uint64_t global =
@@ -1437,23 +1454,24 @@ cudaError_t add(const T *a, const T *b, int64_t n, T *y, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t dropoutForward(const T *x, const cpu::GlobalIndexing &at,
-                           double rate, const cpu::DropoutKey &key, T *y,
-                           cudaStream_t stream) {
-  if (!(rate >= 0 && rate < 1))
+                           double rate, uint32_t op, const CallValues *call,
+                           T *y, cudaStream_t stream) {
+  if (!(rate >= 0 && rate < 1) || !call)
     return cudaErrorInvalidValue;
   if (at.rows * at.cols == 0)
     return cudaSuccess;
-  BRAID_LAUNCH(gridFor(at.rows * at.cols), kThreads, 0, stream, dropoutKernel<T>)(
-      x, at, rate, key, y);
+  BRAID_LAUNCH(gridFor(at.rows * at.cols), kThreads, 0, stream,
+               dropoutKernel<T>)
+  (x, at, rate, op, call, y);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t dropoutBackward(const T *dy, const cpu::GlobalIndexing &at,
-                            double rate, const cpu::DropoutKey &key, T *dx,
-                            cudaStream_t stream) {
+                            double rate, uint32_t op, const CallValues *call,
+                            T *dx, cudaStream_t stream) {
   // The same mask and scale: dropout is linear in its input.
-  return dropoutForward(dy, at, rate, key, dx, stream);
+  return dropoutForward(dy, at, rate, op, call, dx, stream);
 }
 
 template <typename T>
@@ -1502,7 +1520,9 @@ __global__ void normStatisticsKernel(const T *x, int64_t d, float eps,
 }
 
 __global__ void gradClipKernel(const double *sumSquares, double maxNorm,
-                               double preScale, float *norm, float *scale) {
+                               const CallValues *call, float *norm,
+                               float *scale) {
+  const double preScale = call ? call->lossScaleInverse : 1.0;
   const double n = sqrt(sumSquares[0]) * preScale;
   norm[0] = float(n);
   if (!isfinite(n)) {
@@ -1570,9 +1590,24 @@ cudaError_t addScaled(const double *part, double share, double *sum,
 }
 
 cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
-                     float *scale, cudaStream_t stream, double preScale) {
-  BRAID_LAUNCH(1, 1, 0, stream, gradClipKernel)(sumSquares, maxNorm, preScale,
-                                                norm, scale);
+                     float *scale, const CallValues *call,
+                     cudaStream_t stream) {
+  BRAID_LAUNCH(1, 1, 0, stream, gradClipKernel)
+  (sumSquares, maxNorm, call, norm, scale);
+  return cudaGetLastError();
+}
+
+namespace {
+__global__ void setCallValuesKernel(CallValues *device, CallValues values) {
+  *device = values;
+}
+} // namespace
+
+cudaError_t setCallValues(CallValues *device, const CallValues &values,
+                          cudaStream_t stream) {
+  if (!device)
+    return cudaErrorInvalidValue;
+  BRAID_LAUNCH(1, 1, 0, stream, setCallValuesKernel)(device, values);
   return cudaGetLastError();
 }
 
@@ -1598,7 +1633,7 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
   template cudaError_t swigluBackward<T>(const T *, const T *, const T *,      \
                                          int64_t, T *, T *, cudaStream_t);     \
   template cudaError_t scaleVector<T>(const T *, double, int64_t, T *,         \
-                                     cudaStream_t);                            \
+                                      cudaStream_t);                           \
   template cudaError_t addColumnSums<T>(const T *, int64_t, int64_t, float *,  \
                                         cudaStream_t);                         \
   template cudaError_t crossEntropyForward<T>(                                 \
@@ -1621,9 +1656,10 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
   template cudaError_t crossEntropyFinish<T>(                                  \
       const float *, const T *, const int32_t *, int64_t, int64_t, float *,    \
       float *, float *, int64_t *, cudaStream_t);                              \
-  template cudaError_t adamwStep<T>(                                           \
-      float *, const float *, float *, float *, int64_t, double, double,       \
-      double, double, double, int64_t, const float *, T *, cudaStream_t);      \
+  template cudaError_t adamwStep<T>(float *, const float *, float *, float *,  \
+                                    int64_t, const float *, double, double,    \
+                                    double, double, const int64_t *,           \
+                                    const float *, T *, cudaStream_t);         \
   template cudaError_t positionEmbeddingForward<T>(                            \
       const T *, int64_t, int64_t, int64_t, T *, cudaStream_t);                \
   template cudaError_t positionEmbeddingBackward<T>(                           \
@@ -1645,11 +1681,11 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
   template cudaError_t add<T>(const T *, const T *, int64_t, T *,              \
                               cudaStream_t);                                   \
   template cudaError_t dropoutForward<T>(                                      \
-      const T *, const cpu::GlobalIndexing &, double, const cpu::DropoutKey &, \
-      T *, cudaStream_t);                                                      \
+      const T *, const cpu::GlobalIndexing &, double, uint32_t,                \
+      const CallValues *, T *, cudaStream_t);                                  \
   template cudaError_t dropoutBackward<T>(                                     \
-      const T *, const cpu::GlobalIndexing &, double, const cpu::DropoutKey &, \
-      T *, cudaStream_t);                                                      \
+      const T *, const cpu::GlobalIndexing &, double, uint32_t,                \
+      const CallValues *, T *, cudaStream_t);                                  \
   template cudaError_t qkvSplitForward<T>(const T *, const cpu::QkvShape &,    \
                                           T *, T *, T *, cudaStream_t);        \
   template cudaError_t rmsNormStatistics<T>(const T *, int64_t, int64_t,       \

@@ -161,18 +161,39 @@ cudaError_t geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox,
 template <typename T>
 cudaError_t add(const T *a, const T *b, int64_t n, T *y, cudaStream_t stream);
 
+/// What changes from one call of a plan's function to the next, kept in
+/// device memory and written (setCallValues) before each call: the run's
+/// seed and the step (dropout's key), the micro-batch's first sample within
+/// the step's global batch (dropout's rows), and 1 / the loss scale (the
+/// gradient norm). A function captured as a CUDA graph replays its kernels
+/// with the arguments of its capture, so the kernels read these here rather
+/// than take them as arguments.
+struct CallValues {
+  uint64_t seed = 0;
+  int64_t sampleOffset = 0;
+  double lossScaleInverse = 1.0;
+  uint32_t step = 0;
+};
+/// *device = values, in stream order (a one-thread kernel: the values
+/// travel as its argument, so the host's copy may change at once).
+cudaError_t setCallValues(CallValues *device, const CallValues &values,
+                          cudaStream_t stream);
+
 /// y = x * keep / (1 - rate), with keep drawn per element of the whole
 /// tensor (`at`) from Philox exactly as cpu::dropoutForward draws it, so
-/// CPU and GPU runs, and any sharding, drop the same elements.
+/// CPU and GPU runs, and any sharding, drop the same elements. The key is
+/// (call->seed, call->step, op), and `at`'s rows count from the
+/// micro-batch's first sample: row r is global row call->sampleOffset +
+/// at.rowOffset + r.
 template <typename T>
 cudaError_t dropoutForward(const T *x, const cpu::GlobalIndexing &at,
-                           double rate, const cpu::DropoutKey &key, T *y,
-                           cudaStream_t stream);
+                           double rate, uint32_t op, const CallValues *call,
+                           T *y, cudaStream_t stream);
 /// dx = dy * keep / (1 - rate), the mask drawn again.
 template <typename T>
 cudaError_t dropoutBackward(const T *dy, const cpu::GlobalIndexing &at,
-                            double rate, const cpu::DropoutKey &key, T *dx,
-                            cudaStream_t stream);
+                            double rate, uint32_t op, const CallValues *call,
+                            T *dx, cudaStream_t stream);
 
 //===-- Fused QKV ---------------------------------------------------------===//
 
@@ -280,12 +301,12 @@ cudaError_t addScaled(const double *part, double share, double *sum,
 /// From sumSquares[0], as cpu::computeGradClip (pre-scale 1): norm[0] =
 /// √sum and scale[0] = min(1, maxNorm / (norm + 1e-6)) (1 when maxNorm is
 /// 0); a non-finite norm gives scale NaN, which makes adamwStep skip the
-/// update. With `preScale` (1 / the loss scale under fp16) the gradients
-/// summed are the loss's times 1 / preScale: norm is of the unscaled
-/// gradients and scale unscales as well as clips (as cpu::computeGradClip).
+/// update. With a pre-scale (call->lossScaleInverse: 1 / the loss scale
+/// under fp16; 1 when `call` is null) the gradients summed are the loss's
+/// times 1 / pre-scale: norm is of the unscaled gradients and scale
+/// unscales as well as clips (as cpu::computeGradClip).
 cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
-                     float *scale, cudaStream_t stream,
-                     double preScale = 1.0);
+                     float *scale, const CallValues *call, cudaStream_t stream);
 
 /// One AdamW update of n fp32 master weights, as cpu::adamwStep: with
 /// g = grad * gradScale[0] (read on the device: clipping is decided there),
@@ -294,12 +315,14 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
 ///   param ← param − (lr / (1−β1^t)) · m / (√v / √(1−β2^t) + eps)
 /// and, when `copy` is not null, copy ← param rounded to T (the weights the
 /// next forward reads). A non-finite gradScale[0] leaves everything as it
-/// is (the step is skipped). The caller validates the hyper-parameters
-/// (cpu::validateAdamWConfig); step >= 1.
+/// is (the step is skipped). lr[0] and step[0] are read on the device too
+/// (the plan's buffers, which the host writes each step). The caller
+/// validates the hyper-parameters (cpu::validateAdamWConfig) and that the
+/// step is >= 1.
 template <typename T>
 cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
-                      int64_t n, double lr, double beta1, double beta2,
-                      double eps, double weightDecay, int64_t step,
+                      int64_t n, const float *lr, double beta1, double beta2,
+                      double eps, double weightDecay, const int64_t *step,
                       const float *gradScale, T *copy, cudaStream_t stream);
 
 } // namespace braid::cuda

@@ -24,20 +24,22 @@ bool HaveCudaBackend() {
 #endif
 }
 
-absl::StatusOr<BackendFactory> BackendFor(const std::string &device) {
+absl::StatusOr<BackendFactory> BackendFor(const std::string &device,
+                                          bool cudaGraphs) {
   if (device == "cpu")
     return BackendFactory();
   if (device == "cuda") {
 #ifdef BRAID_HAVE_CUDA
     return BackendFactory(
-        [](const plan::Plan &plan,
-           Communicator *comm) -> absl::StatusOr<std::unique_ptr<Backend>> {
+        [cudaGraphs](const plan::Plan &plan, Communicator *comm)
+            -> absl::StatusOr<std::unique_ptr<Backend>> {
           // It refuses a plan for several ranks whose communicator cannot
           // take device memory.
           absl::StatusOr<std::unique_ptr<cuda::Executor>> e =
               cuda::Executor::Create(plan, comm);
           if (!e.ok())
             return e.status();
+          (*e)->SetGraphs(cudaGraphs);
           return std::unique_ptr<Backend>(std::move(*e));
         });
 #else

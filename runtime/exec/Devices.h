@@ -26,8 +26,10 @@ namespace braid::exec {
 bool HaveCudaBackend();
 
 /// The factory for `device` (null for "cpu"); an error naming the device
-/// when this build has no backend for it.
-absl::StatusOr<BackendFactory> BackendFor(const std::string &device);
+/// when this build has no backend for it. `cudaGraphs`: whether the CUDA
+/// executor replays functions as captured graphs (cuda::Executor::SetGraphs).
+absl::StatusOr<BackendFactory> BackendFor(const std::string &device,
+                                          bool cudaGraphs = true);
 
 /// The communicator between the ranks of a plan for several on `device`:
 /// for "cuda" NCCL's (runtime/cuda/NcclCommunicator.h), whose ranks meet

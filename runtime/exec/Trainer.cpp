@@ -599,7 +599,7 @@ const char kTrainerFlagsUsage[] =
     "[--init-from HF_DIR|CHECKPOINT] [--load CHECKPOINT] [--save DIR] "
     "[--save-every N] [--keep-last K] [--threads N] [--log-every N] "
     "[--metrics-out FILE] [--save-params FILE.safetensors] [--trace FILE.json] "
-    "[--profile-out FILE.json] [--device cpu|cuda]";
+    "[--profile-out FILE.json] [--device cpu|cuda] [--cuda-graphs on|off]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -632,6 +632,11 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
       return absl::InvalidArgumentError(
           absl::StrCat("--device=", value, " is not one of cpu, cuda"));
     options->device = value;
+  } else if (flag == "--cuda-graphs") {
+    if (value != "on" && value != "off")
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cuda-graphs=", value, " is not one of on, off"));
+    options->cudaGraphs = value == "on";
   } else if (flag == "--data-order") {
     if (value != "shuffled" && value != "sequential")
       return absl::InvalidArgumentError(absl::StrCat(

@@ -39,6 +39,9 @@ using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>(
 struct TrainerOptions {
   /// The device the kernels run on (--device): "cpu" or "cuda".
   std::string device = "cpu";
+  /// On "cuda": whether the executor replays the plan's functions as
+  /// captured CUDA graphs (--cuda-graphs on|off; cuda::Executor::SetGraphs).
+  bool cudaGraphs = true;
   /// The backend that runs them: null for the CPU executor
   /// (Executor::Create); for another device, the factory BackendFor(device)
   /// gives (Devices.h).

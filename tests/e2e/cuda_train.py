@@ -12,7 +12,10 @@ Trains the same plans, from the same seeded weights on the same samples, for
                plan on the CPU                               within 2e-2
   llama-fp16   the same in fp16 with dynamic loss scaling    within 2e-2
 
-then trains llama-fp16-overflow, whose first steps overflow and are
+then trains llama-fp32 again with --cuda-graphs off (each kernel launched
+rather than the functions replayed as captured graphs, the default), whose
+losses must be the graphs' (within 1e-6 relative), then trains
+llama-fp16-overflow, whose first steps overflow and are
 skipped: a skipped step is no update, so each step's learning rate must be
 the fp32 run's at the step that counts only the updates before it (the
 schedule, and AdamW's bias correction with it, wait for the updates).
@@ -182,6 +185,9 @@ def prepare(setup, out, references=False):
             json.dump(losses, f, indent=1)
 
 
+# Graphs replay the same kernels in the same order: only the order of
+# float atomics may differ.
+GRAPH_TOLERANCE = 1e-6
 RESUME_AT = 10
 RESUMED = ("llama-fp32", "llama-bf16", "llama-fp16-overflow")
 RESUME_TOLERANCE = 1e-5
@@ -359,6 +365,17 @@ def main():
               f"(tolerance {tolerance:g}) {'ok' if ok else 'FAILED'}")
         print("  CPU:", " ".join(f"{x:.6f}" for x in want))
         print("  GPU:", " ".join(f"{x:.6f}" for x in got[0]))
+
+    # The same run launching each kernel rather than replaying the
+    # functions' captured graphs (the default): the same losses.
+    eager = train(setup, inputs, "llama-fp32", "cuda",
+                  ["--cuda-graphs", "off"])[0]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(eager, gpu["llama-fp32"]))
+    ok = worst <= GRAPH_TOLERANCE
+    failed |= not ok
+    print(f"llama-fp32 on the GPU without CUDA graphs against with: largest "
+          f"relative loss difference {worst:.3g} (tolerance "
+          f"{GRAPH_TOLERANCE:g}) {'ok' if ok else 'FAILED'}")
 
     # Skipped steps are no updates: the learning rate of step s is the
     # schedule's at update s - (steps skipped before s).

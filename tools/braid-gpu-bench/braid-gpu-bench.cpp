@@ -1,6 +1,7 @@
 //===- braid-gpu-bench.cpp - Times a plan's training steps on one GPU -----===//
 //
 // braid-gpu-bench PLAN [--steps N] [--warmup W] [--seed S] [--profile P]
+//                 [--cuda-graphs on|off]
 //
 // Runs a one-rank plan on the CUDA executor from random parameters (normal,
 // std 0.02; vectors 1) and random tokens, W steps to warm up (cuBLASLt's
@@ -14,7 +15,9 @@
 // between a pair of CUDA events, so those steps run slower than the timed
 // ones) and prints the time per step of each kernel kind, its share, its
 // calls and the rate of the work it did (runtime/plan/Work.h's count):
-// the per-kernel breakdown of the step.
+// the per-kernel breakdown of the step. --cuda-graphs off runs the plan's
+// functions kernel by kernel rather than as captured graphs (the default:
+// cuda::Executor::SetGraphs); the summary says how many were captured.
 //
 //===----------------------------------------------------------------------===//
 
@@ -74,8 +77,18 @@ void fillNormal(std::vector<double> &values, int64_t seed, int64_t stream) {
 int main(int argc, char **argv) {
   std::string planPath;
   int64_t steps = 20, warmup = 3, seed = 1, profileSteps = 0;
+  bool graphs = true;
+  const char *usage = "usage: braid-gpu-bench PLAN [--steps N] [--warmup W] "
+                      "[--seed S] [--profile P] [--cuda-graphs on|off]";
   for (int i = 1; i < argc; ++i) {
     std::string error;
+    if (std::string(argv[i]) == "--cuda-graphs") {
+      std::string value = i + 1 < argc ? argv[++i] : "";
+      if (value != "on" && value != "off")
+        return fail("--cuda-graphs takes on or off, not '" + value + "'");
+      graphs = value == "on";
+      continue;
+    }
     if (countFlag(argc, argv, i, "--steps", steps, error) ||
         countFlag(argc, argv, i, "--warmup", warmup, error) ||
         countFlag(argc, argv, i, "--seed", seed, error) ||
@@ -85,14 +98,11 @@ int main(int argc, char **argv) {
       continue;
     }
     if (argv[i][0] == '-' || !planPath.empty())
-      return fail(std::string("unexpected argument ") + argv[i] +
-                  "; usage: braid-gpu-bench PLAN [--steps N] [--warmup W] "
-                  "[--seed S] [--profile P]");
+      return fail(std::string("unexpected argument ") + argv[i] + "; " + usage);
     planPath = argv[i];
   }
   if (planPath.empty())
-    return fail("usage: braid-gpu-bench PLAN [--steps N] [--warmup W] "
-                "[--seed S] [--profile P]");
+    return fail(usage);
   if (steps < 1)
     return fail("--steps must be at least 1");
   absl::StatusOr<plan::Plan> plan = plan::LoadPlanFile(planPath);
@@ -106,6 +116,7 @@ int main(int argc, char **argv) {
   if (!created.ok())
     return fail(std::string(created.status().message()));
   cuda::Executor &e = **created;
+  e.SetGraphs(graphs);
 
   // Parameters (and their master weights) and a batch of tokens.
   std::mt19937_64 gen{uint64_t(seed)};
@@ -192,10 +203,12 @@ int main(int argc, char **argv) {
   if (sorted.size() % 2 == 0)
     median = (median + sorted[sorted.size() / 2 - 1]) / 2;
   std::printf("median step: %.6f s over %zu steps, %lld tokens per step, "
-              "%.1f tokens/s, last loss %.5f, arena %lld B, workspace %lld B\n",
+              "%.1f tokens/s, last loss %.5f, arena %lld B, workspace %lld B, "
+              "%lld graphs\n",
               median, seconds.size(), (long long)tokensPerStep,
               double(tokensPerStep) / median, lastLoss,
-              (long long)e.ArenaBytes(), (long long)e.WorkspaceBytes());
+              (long long)e.ArenaBytes(), (long long)e.WorkspaceBytes(),
+              (long long)e.GraphsCaptured());
   if (profileSteps == 0)
     return 0;
 

@@ -5,10 +5,13 @@
 //                    [--threads N] [--log-every N] [--metrics-out FILE]
 //                    [--save-params FILE] [--trace FILE.json] [--profile]
 //                    [--profile-out FILE.json] [--device cpu|cuda]
+//                    [--cuda-graphs on|off]
 // mpirun -np N braid-run job.plan --bench-collectives FILE.json
 //
-// --device cuda runs the kernels on the GPU (runtime/cuda/Executor.h, one
-// rank; a build with the CUDA backend), cpu (the default) on the CPU.
+// --device cuda runs the kernels on the GPU (runtime/cuda/Executor.h, a
+// build with the CUDA backend; --cuda-graphs off launches each kernel
+// rather than replaying the functions as captured graphs), cpu (the
+// default) on the CPU.
 //
 // The second form trains nothing: it times the collectives over the plan's
 // "dp" axis (runtime/exec/BenchCollectives.h) and rank 0 writes them to
@@ -133,7 +136,7 @@ int main(int argc, char **argv) {
   if (planPath.empty())
     return usage("no plan file given");
   absl::StatusOr<braid::exec::BackendFactory> backend =
-      braid::exec::BackendFor(options.device);
+      braid::exec::BackendFor(options.device, options.cudaGraphs);
   if (!backend.ok()) {
     std::cerr << "braid-run: error: " << backend.status().message() << "\n";
     return 1;

@@ -1014,7 +1014,7 @@ int main(int argc, char **argv) {
   if (jobPath.empty())
     return usage("no job file given");
   absl::StatusOr<exec::BackendFactory> backend =
-      exec::BackendFor(options.device);
+      exec::BackendFor(options.device, options.cudaGraphs);
   if (!backend.ok())
     return fail(std::string(backend.status().message()));
   options.backend = std::move(*backend);

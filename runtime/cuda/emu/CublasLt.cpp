@@ -332,26 +332,33 @@ cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
       return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   const bool ta = d.transA == CUBLAS_OP_T, tb = d.transB == CUBLAS_OP_T;
-  std::vector<float> column(m);
-  for (uint64_t j = 0; j < n; ++j) {
-    for (uint64_t i = 0; i < m; ++i) {
-      float sum = 0;
-      for (uint64_t p = 0; p < k; ++p) {
-        const size_t ai = ta ? i * size_t(a.ld) + p : p * size_t(a.ld) + i;
-        const size_t bi = tb ? p * size_t(b.ld) + j : j * size_t(b.ld) + p;
-        sum += load(A, a.type, ai) * load(B, b.type, bi);
+  const void *biasData = d.bias;
+  // Run now, or when the graph of a capturing stream is launched (with the
+  // descriptors' values of now, as a captured cuBLASLt call keeps them).
+  auto product = [=] {
+    std::vector<float> column(m);
+    for (uint64_t j = 0; j < n; ++j) {
+      for (uint64_t i = 0; i < m; ++i) {
+        float sum = 0;
+        for (uint64_t p = 0; p < k; ++p) {
+          const size_t ai = ta ? i * size_t(a.ld) + p : p * size_t(a.ld) + i;
+          const size_t bi = tb ? p * size_t(b.ld) + j : j * size_t(b.ld) + p;
+          sum += load(A, a.type, ai) * load(B, b.type, bi);
+        }
+        float v = al * sum;
+        if (be != 0)
+          v += be * load(C, c.type, j * size_t(c.ld) + i);
+        if (bias)
+          v += load(biasData, dl.type, i);
+        column[i] = v;
       }
-      float v = al * sum;
-      if (be != 0)
-        v += be * load(C, c.type, j * size_t(c.ld) + i);
-      if (bias)
-        v += load(d.bias, dl.type, i);
-      column[i] = v;
+      // C may be D: each column is read before it is written.
+      for (uint64_t i = 0; i < m; ++i)
+        store(D, dl.type, j * size_t(dl.ld) + i, column[i]);
     }
-    // C may be D: each column is read before it is written.
-    for (uint64_t i = 0; i < m; ++i)
-      store(D, dl.type, j * size_t(dl.ld) + i, column[i]);
-  }
+  };
+  if (!braid::cuda::emu::captured(stream, product))
+    product();
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -29,6 +29,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/mman.h>
@@ -363,6 +364,55 @@ std::set<cudaStream_t> &liveStreams() {
 }
 } // namespace
 
+/// A stream capture: the work recorded, in order, and for every stream in
+/// it (the capturing one and those that joined) how many of the recorded
+/// items were enqueued on it and how many of those a stream of the capture
+/// has waited for (an unjoined stream ends the capture with an error).
+struct Capture {
+  cudaStream_t origin = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id thread;
+  std::vector<std::function<void()>> work;
+  std::map<cudaStream_t, std::pair<size_t, size_t>> streams;
+  cudaError_t invalidated = cudaSuccess;
+};
+struct Graph {
+  std::vector<std::function<void()>> work;
+};
+std::mutex captureMutex_;
+/// The streams in a capture, by stream.
+std::map<cudaStream_t, std::shared_ptr<Capture>> &capturing() {
+  static std::map<cudaStream_t, std::shared_ptr<Capture>> streams;
+  return streams;
+}
+
+bool captured(cudaStream_t stream, std::function<void()> work) {
+  std::lock_guard<std::mutex> lock(captureMutex_);
+  auto it = capturing().find(stream);
+  if (it == capturing().end())
+    return false;
+  it->second->work.push_back(std::move(work));
+  it->second->streams[stream].first++;
+  return true;
+}
+
+/// Whether the running thread may not make a synchronous call now: a
+/// capture is open that forbids it (a global one, or this thread's);
+/// invalidates such captures with `error`.
+bool captureForbids(cudaError_t error) {
+  std::lock_guard<std::mutex> lock(captureMutex_);
+  bool forbidden = false;
+  for (auto &[stream, c] : capturing())
+    if (c->mode == cudaStreamCaptureModeGlobal ||
+        (c->mode == cudaStreamCaptureModeThreadLocal &&
+         c->thread == std::this_thread::get_id())) {
+      forbidden = true;
+      if (c->invalidated == cudaSuccess)
+        c->invalidated = error;
+    }
+  return forbidden;
+}
+
 void checkStream(cudaStream_t stream, const char *call) {
   if (stream == nullptr || stream == cudaStreamLegacy ||
       stream == cudaStreamPerThread)
@@ -521,7 +571,10 @@ void ldmatrix(uint32_t *r, int count, const void *row, bool trans) {
   }
 }
 
-void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
+namespace {
+/// Checks a launch's configuration as a device does; a failure becomes the
+/// last error.
+bool launchable(const LaunchConfig &config) {
   if (block_)
     fail("a kernel launched from device code (dynamic parallelism)");
   const dim3 g = config.grid, bd = config.block;
@@ -530,7 +583,7 @@ void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
       g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu ||
       g.y > 65535 || g.z > 65535) {
     lastError_ = cudaErrorInvalidConfiguration;
-    return;
+    return false;
   }
   size_t sharedLimit = kDefaultSharedBytes;
   {
@@ -541,8 +594,30 @@ void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
   }
   if (config.sharedBytes > sharedLimit) {
     lastError_ = cudaErrorInvalidValue;
-    return;
+    return false;
   }
+  return true;
+}
+} // namespace
+
+bool capturedLaunch(cudaStream_t stream, const LaunchConfig &config,
+                    std::function<void()> body) {
+  {
+    std::lock_guard<std::mutex> lock(captureMutex_);
+    if (!capturing().count(stream))
+      return false;
+  }
+  if (launchable(config))
+    captured(stream,
+             [config, body = std::move(body)] { runGrid(config, body); });
+  return true;
+}
+
+void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
+  if (!launchable(config))
+    return;
+  const dim3 g = config.grid, bd = config.block;
+  const uint64_t threads = uint64_t(bd.x) * bd.y * bd.z;
 
   Stacks stacks;
   stacks.bytes = size_t(threads) * kStackBytes;
@@ -626,6 +701,11 @@ cudaError_t record(cudaError_t e) {
 
 struct EmuEvent {
   double seconds = -1;
+  /// The capture it was last recorded in, on which stream, after how many
+  /// of that stream's recorded items (null when recorded outside one).
+  std::shared_ptr<braid::cuda::emu::Capture> capture;
+  cudaStream_t stream = nullptr;
+  size_t count = 0;
 };
 
 /// The emulated device's memory: its capacity (BRAID_CUDA_EMULATION_MEMORY
@@ -694,7 +774,11 @@ cudaError_t cudaGetDevice(int *device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+  if (braid::cuda::emu::captureForbids(cudaErrorStreamCaptureUnsupported))
+    return record(cudaErrorStreamCaptureUnsupported);
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError(void) {
   cudaError_t e = lastError_;
@@ -814,51 +898,74 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
                        enum cudaMemcpyKind) {
   if (count && (!dst || !src))
     return record(cudaErrorInvalidValue);
+  // Synchronous, on the legacy stream: not while a capture forbids it.
+  if (braid::cuda::emu::captureForbids(cudaErrorStreamCaptureImplicit))
+    return record(cudaErrorStreamCaptureImplicit);
   if (count)
     std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
-                            enum cudaMemcpyKind kind, cudaStream_t stream) {
+                            enum cudaMemcpyKind, cudaStream_t stream) {
   braid::cuda::emu::checkStream(stream, "cudaMemcpyAsync");
-  return cudaMemcpy(dst, src, count, kind);
-}
-
-cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src,
-                         size_t spitch, size_t width, size_t height,
-                         enum cudaMemcpyKind kind) {
-  // As CUDA: a row wider than either pitch is an error.
-  if (width > dpitch || width > spitch)
-    return record(cudaErrorInvalidPitchValue);
-  for (size_t r = 0; r < height; ++r)
-    if (cudaError_t e = cudaMemcpy(static_cast<char *>(dst) + r * dpitch,
-                                   static_cast<const char *>(src) + r * spitch,
-                                   width, kind);
-        e != cudaSuccess)
-      return e;
+  if (count && (!dst || !src))
+    return record(cudaErrorInvalidValue);
+  auto copy = [dst, src, count] {
+    if (count)
+      std::memmove(dst, src, count);
+  };
+  if (!braid::cuda::emu::captured(stream, copy))
+    copy();
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
                               size_t spitch, size_t width, size_t height,
-                              enum cudaMemcpyKind kind, cudaStream_t stream) {
+                              enum cudaMemcpyKind, cudaStream_t stream) {
   braid::cuda::emu::checkStream(stream, "cudaMemcpy2DAsync");
-  return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
+  // As CUDA: a row wider than either pitch is an error.
+  if (width > dpitch || width > spitch)
+    return record(cudaErrorInvalidPitchValue);
+  if (width && height && (!dst || !src))
+    return record(cudaErrorInvalidValue);
+  auto copy = [=] {
+    for (size_t r = 0; r < height && width; ++r)
+      std::memmove(static_cast<char *>(dst) + r * dpitch,
+                   static_cast<const char *>(src) + r * spitch, width);
+  };
+  if (!braid::cuda::emu::captured(stream, copy))
+    copy();
+  return cudaSuccess;
 }
 
-cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
-  if (count && !devPtr)
-    return record(cudaErrorInvalidValue);
-  if (count)
-    std::memset(devPtr, value, count);
-  return cudaSuccess;
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src,
+                         size_t spitch, size_t width, size_t height,
+                         enum cudaMemcpyKind kind) {
+  if (braid::cuda::emu::captureForbids(cudaErrorStreamCaptureImplicit))
+    return record(cudaErrorStreamCaptureImplicit);
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind,
+                           nullptr);
 }
 
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
                             cudaStream_t stream) {
   braid::cuda::emu::checkStream(stream, "cudaMemsetAsync");
-  return cudaMemset(devPtr, value, count);
+  if (count && !devPtr)
+    return record(cudaErrorInvalidValue);
+  auto set = [devPtr, value, count] {
+    if (count)
+      std::memset(devPtr, value, count);
+  };
+  if (!braid::cuda::emu::captured(stream, set))
+    set();
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
+  if (braid::cuda::emu::captureForbids(cudaErrorStreamCaptureImplicit))
+    return record(cudaErrorStreamCaptureImplicit);
+  return cudaMemsetAsync(devPtr, value, count, nullptr);
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *stream) {
@@ -886,12 +993,138 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   braid::cuda::emu::checkStream(stream, "cudaStreamSynchronize");
+  using braid::cuda::emu::capturing;
+  std::lock_guard<std::mutex> lock(braid::cuda::emu::captureMutex_);
+  if (auto it = capturing().find(stream); it != capturing().end()) {
+    if (it->second->invalidated == cudaSuccess)
+      it->second->invalidated = cudaErrorStreamCaptureUnsupported;
+    return record(cudaErrorStreamCaptureUnsupported);
+  }
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t,
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                 unsigned int) {
   braid::cuda::emu::checkStream(stream, "cudaStreamWaitEvent");
+  if (!event)
+    return record(cudaErrorInvalidResourceHandle);
+  using braid::cuda::emu::capturing;
+  EmuEvent &e = *reinterpret_cast<EmuEvent *>(event);
+  std::lock_guard<std::mutex> lock(braid::cuda::emu::captureMutex_);
+  auto open = capturing().find(e.stream);
+  const bool inCapture =
+      e.capture && open != capturing().end() && open->second == e.capture;
+  auto waiting = capturing().find(stream);
+  if (!inCapture) {
+    // A capturing stream may not wait for work outside its capture.
+    if (waiting != capturing().end()) {
+      if (waiting->second->invalidated == cudaSuccess)
+        waiting->second->invalidated = cudaErrorStreamCaptureIsolation;
+      return record(cudaErrorStreamCaptureIsolation);
+    }
+    return cudaSuccess;
+  }
+  if (waiting != capturing().end() && waiting->second != e.capture)
+    return record(cudaErrorStreamCaptureMerge);
+  // The waiting stream joins the capture; the event's stream is joined as
+  // far as the event.
+  capturing()[stream] = e.capture;
+  e.capture->streams[stream];
+  size_t &joined = e.capture->streams[e.stream].second;
+  joined = std::max(joined, e.count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
+                                   enum cudaStreamCaptureMode mode) {
+  braid::cuda::emu::checkStream(stream, "cudaStreamBeginCapture");
+  if (stream == nullptr || stream == cudaStreamLegacy ||
+      stream == cudaStreamPerThread)
+    return record(cudaErrorStreamCaptureUnsupported);
+  using braid::cuda::emu::capturing;
+  std::lock_guard<std::mutex> lock(braid::cuda::emu::captureMutex_);
+  if (capturing().count(stream))
+    return record(cudaErrorIllegalState);
+  auto c = std::make_shared<braid::cuda::emu::Capture>();
+  c->origin = stream;
+  c->mode = mode;
+  c->thread = std::this_thread::get_id();
+  c->streams[stream];
+  capturing()[stream] = c;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+  braid::cuda::emu::checkStream(stream, "cudaStreamEndCapture");
+  if (!graph)
+    return record(cudaErrorInvalidValue);
+  *graph = nullptr;
+  using braid::cuda::emu::capturing;
+  std::lock_guard<std::mutex> lock(braid::cuda::emu::captureMutex_);
+  auto it = capturing().find(stream);
+  if (it == capturing().end())
+    return record(cudaErrorIllegalState);
+  std::shared_ptr<braid::cuda::emu::Capture> c = it->second;
+  if (c->origin != stream)
+    return record(cudaErrorStreamCaptureUnmatched);
+  for (auto s = capturing().begin(); s != capturing().end();)
+    s = s->second == c ? capturing().erase(s) : std::next(s);
+  if (c->invalidated != cudaSuccess)
+    return record(cudaErrorStreamCaptureInvalidated);
+  for (const auto &[s, counts] : c->streams)
+    if (s != stream && counts.first > counts.second)
+      return record(cudaErrorStreamCaptureUnjoined);
+  *graph = reinterpret_cast<cudaGraph_t>(
+      new braid::cuda::emu::Graph{std::move(c->work)});
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                  enum cudaStreamCaptureStatus *status) {
+  braid::cuda::emu::checkStream(stream, "cudaStreamIsCapturing");
+  if (!status)
+    return record(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(braid::cuda::emu::captureMutex_);
+  auto it = braid::cuda::emu::capturing().find(stream);
+  *status = it == braid::cuda::emu::capturing().end()
+                ? cudaStreamCaptureStatusNone
+            : it->second->invalidated != cudaSuccess
+                ? cudaStreamCaptureStatusInvalidated
+                : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long) {
+  if (!exec || !graph)
+    return record(cudaErrorInvalidValue);
+  *exec = reinterpret_cast<cudaGraphExec_t>(new braid::cuda::emu::Graph(
+      *reinterpret_cast<braid::cuda::emu::Graph *>(graph)));
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  braid::cuda::emu::checkStream(stream, "cudaGraphLaunch");
+  if (!exec)
+    return record(cudaErrorInvalidResourceHandle);
+  const braid::cuda::emu::Graph *g =
+      reinterpret_cast<const braid::cuda::emu::Graph *>(exec);
+  auto run = [g] {
+    for (const std::function<void()> &work : g->work)
+      work();
+  };
+  if (!braid::cuda::emu::captured(stream, run))
+    run();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<braid::cuda::emu::Graph *>(exec);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<braid::cuda::emu::Graph *>(graph);
   return cudaSuccess;
 }
 
@@ -915,16 +1148,47 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   braid::cuda::emu::checkStream(stream, "cudaEventRecord");
   if (!event)
     return record(cudaErrorInvalidResourceHandle);
-  reinterpret_cast<EmuEvent *>(event)->seconds = now();
+  EmuEvent *e = reinterpret_cast<EmuEvent *>(event);
+  {
+    using braid::cuda::emu::capturing;
+    std::lock_guard<std::mutex> lock(braid::cuda::emu::captureMutex_);
+    auto it = capturing().find(stream);
+    if (it != capturing().end()) {
+      // Recorded in the capture: it completes when the graph runs there.
+      e->capture = it->second;
+      e->stream = stream;
+      e->count = it->second->streams[stream].first;
+      it->second->work.push_back([e] { e->seconds = now(); });
+      return cudaSuccess;
+    }
+  }
+  e->capture.reset();
+  e->seconds = now();
   return cudaSuccess;
 }
 
+/// Whether `event` was recorded in a capture still open.
+bool recordedInOpenCapture(const EmuEvent &e) {
+  std::lock_guard<std::mutex> lock(braid::cuda::emu::captureMutex_);
+  auto it = braid::cuda::emu::capturing().find(e.stream);
+  return e.capture && it != braid::cuda::emu::capturing().end() &&
+         it->second == e.capture;
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+  if (!event)
+    return record(cudaErrorInvalidResourceHandle);
+  if (recordedInOpenCapture(*reinterpret_cast<EmuEvent *>(event)))
+    return record(cudaErrorStreamCaptureUnsupported);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+  if (!event)
+    return record(cudaErrorInvalidResourceHandle);
+  if (recordedInOpenCapture(*reinterpret_cast<EmuEvent *>(event)))
+    return record(cudaErrorStreamCaptureUnsupported);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start,

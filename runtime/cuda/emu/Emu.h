@@ -38,6 +38,17 @@
 //   floats) as it is undefined on a device, out of a capacity of 80 GiB
 //   (BRAID_CUDA_EMULATION_MEMORY bytes) that cudaMemGetInfo reports; streams
 //   and events are synchronous, events record the host's clock.
+// - Stream capture (cudaStreamBeginCapture, cudaStreamEndCapture) records
+//   the work enqueued on the capturing stream, and on the streams that join
+//   the capture by waiting for an event recorded in it, instead of running
+//   it; kernels keep the arguments of their launch, as a graph's nodes do.
+//   cudaGraphLaunch runs the recorded work in order. As on a device, a
+//   capture ends with cudaErrorStreamCaptureUnjoined when a stream that
+//   joined has work the capturing stream did not wait for, and is
+//   invalidated by what a capture forbids: synchronizing a capturing stream
+//   or an event recorded in the capture, a synchronous copy or memset while
+//   the capture (global, or this thread's) is open, waiting for an event
+//   recorded outside the capture.
 // - mma.sync.m16n8k16 (bf16 or fp16 in, float accumulation) and ldmatrix (x4,
 //   optionally transposed) gather the warp's fragments with PTX's layouts
 //   and compute each lane's own elements (products in float, summed in the
@@ -70,6 +81,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -127,6 +139,15 @@ bool setMaxDynamicShared(const void *kernel, int bytes);
 /// not yet destroyed: on a device, work on a destroyed stream is undefined
 /// (a crash in the driver, at best).
 void checkStream(cudaStream_t stream, const char *call);
+/// When `stream` is being captured (cudaStreamBeginCapture): records `work`
+/// into the capture, to run when the graph is launched, and returns true;
+/// else returns false (the caller runs the work now).
+bool captured(cudaStream_t stream, std::function<void()> work);
+/// As captured(), for a kernel launch: the configuration is checked now, as
+/// a device checks it at the launch (a failed check is the launch's error
+/// and nothing is recorded), and the grid runs when the graph is launched.
+bool capturedLaunch(cudaStream_t stream, const struct LaunchConfig &config,
+                    std::function<void()> body);
 
 /// One lane's part of mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.
 /// {bf16,f16}.f32: c += a b over the warp, with PTX's fragment layouts; the
@@ -163,19 +184,27 @@ void runGrid(const LaunchConfig &config, const std::function<void()> &body);
 
 template <typename... P> class Launcher {
 public:
-  Launcher(LaunchConfig config, void (*kernel)(P...))
-      : config_(config), kernel_(kernel) {}
+  Launcher(LaunchConfig config, cudaStream_t stream, void (*kernel)(P...))
+      : config_(config), stream_(stream), kernel_(kernel) {}
   template <typename... A> void operator()(A &&...args) const {
     static_assert(sizeof...(A) == sizeof...(P),
                   "a kernel launch with the wrong number of arguments");
-    // Converted once, as a launch copies its arguments; each thread then
-    // gets its own copies.
-    std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
-    runGrid(config_, [&] { std::apply(kernel_, params); });
+    // Converted once, as a launch copies its arguments (a captured launch
+    // keeps them for every replay); each thread then gets its own copies.
+    auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(
+        std::forward<A>(args)...);
+    void (*kernel)(P...) = kernel_;
+    std::function<void()> body = [params, kernel] {
+      std::apply(kernel, *params);
+    };
+    if (capturedLaunch(stream_, config_, body))
+      return;
+    runGrid(config_, body);
   }
 
 private:
   LaunchConfig config_;
+  cudaStream_t stream_;
   void (*kernel_)(P...);
 };
 
@@ -183,10 +212,9 @@ template <typename... P>
 Launcher<P...> launch(dim3 grid, dim3 block, size_t sharedBytes,
                       cudaStream_t stream, void (*kernel)(P...)) {
   checkStream(stream, "a kernel launch");
-  return Launcher<P...>(
-      LaunchConfig{grid, block, sharedBytes,
-                   reinterpret_cast<const void *>(kernel)},
-      kernel);
+  return Launcher<P...>(LaunchConfig{grid, block, sharedBytes,
+                                     reinterpret_cast<const void *>(kernel)},
+                        stream, kernel);
 }
 
 } // namespace braid::cuda::emu

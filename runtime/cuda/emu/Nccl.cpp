@@ -42,6 +42,8 @@
 // compiled without the emulation's kernel macros, does not include).
 namespace braid::cuda::emu {
 void checkStream(cudaStream_t stream, const char *call);
+bool captured(cudaStream_t stream, std::function<void()> work);
+[[noreturn]] void fail(const char *message);
 } // namespace braid::cuda::emu
 
 struct ncclComm {
@@ -74,7 +76,12 @@ struct MpiSession {
 MpiSession session;
 
 thread_local int groupDepth = 0;
-thread_local std::vector<std::function<ncclResult_t()>> queuedSends, queuedOps;
+/// An operation and the stream it was enqueued on.
+struct Queued {
+  std::function<ncclResult_t()> op;
+  cudaStream_t stream;
+};
+thread_local std::vector<Queued> queuedSends, queuedOps;
 
 size_t typeBytes(ncclDataType_t t) {
   switch (t) {
@@ -128,11 +135,25 @@ ncclResult_t checkDevice(ncclComm_t comm, const char *what,
   return ncclSuccess;
 }
 
+/// Runs `op` now, or when the graph is launched where `stream` is being
+/// captured (an error then stops the program: a graph's launch cannot
+/// return it).
+ncclResult_t runOrCapture(std::function<ncclResult_t()> op,
+                          cudaStream_t stream) {
+  if (braid::cuda::emu::captured(stream, [op] {
+        if (op() != ncclSuccess)
+          braid::cuda::emu::fail("an NCCL operation of a graph failed");
+      }))
+    return ncclSuccess;
+  return op();
+}
+
 /// Runs `op` now, or at ncclGroupEnd (sends before everything else).
-ncclResult_t enqueue(std::function<ncclResult_t()> op, bool send) {
+ncclResult_t enqueue(std::function<ncclResult_t()> op, bool send,
+                     cudaStream_t stream) {
   if (groupDepth == 0)
-    return op();
-  (send ? queuedSends : queuedOps).push_back(std::move(op));
+    return runOrCapture(std::move(op), stream);
+  (send ? queuedSends : queuedOps).push_back({std::move(op), stream});
   return ncclSuccess;
 }
 
@@ -395,7 +416,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
           return r;
         return reduceAll(comm, all, count, datatype, op, 0, recvbuff);
       },
-      false);
+      false, stream);
 }
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
@@ -421,7 +442,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
         return reduceAll(comm, all, recvcount, datatype, op,
                          size_t(comm->rank) * recvcount, recvbuff);
       },
-      false);
+      false, stream);
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
@@ -445,7 +466,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
         std::memcpy(recvbuff, all.data(), all.size());
         return ncclSuccess;
       },
-      false);
+      false, stream);
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count,
@@ -482,7 +503,7 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count,
         comm->sends.push_back({request, copy});
         return ncclSuccess;
       },
-      true);
+      true, stream);
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -510,7 +531,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
           return fail(comm, ncclSystemError, "MPI_Recv failed");
         return ncclSuccess;
       },
-      false);
+      false, stream);
 }
 
 ncclResult_t ncclGroupStart() {
@@ -523,12 +544,13 @@ ncclResult_t ncclGroupEnd() {
     return ncclInvalidUsage;
   if (--groupDepth > 0)
     return ncclSuccess;
-  std::vector<std::function<ncclResult_t()>> sends, ops;
+  std::vector<Queued> sends, ops;
   sends.swap(queuedSends);
   ops.swap(queuedOps);
   for (auto *list : {&sends, &ops})
-    for (auto &op : *list)
-      if (ncclResult_t r = op(); r != ncclSuccess)
+    for (Queued &q : *list)
+      if (ncclResult_t r = runOrCapture(std::move(q.op), q.stream);
+          r != ncclSuccess)
         return r;
   return ncclSuccess;
 }

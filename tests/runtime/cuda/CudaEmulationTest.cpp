@@ -382,5 +382,97 @@ TEST(CudaEmulationDeathTest, DestroyedStreamsAreReported) {
   EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
 }
 
+__global__ void addValueKernel(int *out, int value) {
+  out[threadIdx.x] += value;
+}
+
+// What a capture records runs when its graph is launched, each time, with
+// the arguments of its capture; a stream that joined the capture through an
+// event is part of it, and must be joined back before the capture ends.
+TEST(CudaEmulation, CapturedWorkRunsWhenTheGraphIsLaunched) {
+  Device<int> out(32), copy(32);
+  cudaStream_t stream = nullptr, side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&side), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&fork), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&join), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(out.get(), 0, 32 * sizeof(int), stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  int value = 5;
+  BRAID_LAUNCH(1, 32, 0, stream, addValueKernel)(out.get(), value);
+  value = 100; // a graph keeps the argument of its capture
+  ASSERT_EQ(cudaEventRecord(fork, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(copy.get(), out.get(), 32 * sizeof(int),
+                            cudaMemcpyDeviceToDevice, side),
+            cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(join, side), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(stream, join, 0), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ASSERT_EQ(cudaStreamIsCapturing(stream, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  // Nothing ran.
+  EXPECT_EQ(out.host()[7], 0);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  for (int launch = 1; launch <= 3; ++launch) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    EXPECT_EQ(out.host()[7], 5 * launch);
+    EXPECT_EQ(copy.host()[31], 5 * launch);
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+
+  // A stream that joined and was not joined back.
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork, 0), cudaSuccess);
+  BRAID_LAUNCH(1, 32, 0, side, addValueKernel)(out.get(), 1);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph),
+            cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(graph, nullptr);
+  (void)cudaGetLastError();
+  // The side stream left the capture with it: its work runs at once again.
+  BRAID_LAUNCH(1, 32, 0, side, addValueKernel)(out.get(), 1);
+  EXPECT_EQ(out.host()[0], 16);
+
+  // What a capture forbids invalidates it.
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph),
+            cudaErrorStreamCaptureInvalidated);
+  int host[32] = {};
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(host, out.get(), sizeof(host), cudaMemcpyDeviceToHost),
+            cudaErrorStreamCaptureImplicit);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph),
+            cudaErrorStreamCaptureInvalidated);
+  // An event recorded before the capture is outside it.
+  ASSERT_EQ(cudaEventRecord(join, side), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(stream, join, 0),
+            cudaErrorStreamCaptureIsolation);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph),
+            cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  // The legacy stream cannot be captured.
+  EXPECT_EQ(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeThreadLocal),
+            cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  for (cudaEvent_t e : {fork, join})
+    cudaEventDestroy(e);
+  cudaStreamDestroy(side);
+  cudaStreamDestroy(stream);
+}
+
 } // namespace
 } // namespace braid::cuda

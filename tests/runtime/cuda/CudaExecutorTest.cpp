@@ -32,7 +32,7 @@ using namespace braid::cudatest;
 namespace {
 
 /// The compiled plan `name` (fp32, bf16, fp16, dp2, fp32-hd64, bf16-hd64,
-/// fp16-hd64): from the directory
+/// fp16-hd64, gpt2-dropout): from the directory
 /// $BRAID_TEST_PLANS when set, else from the build's.
 plan::Plan load(const std::string &name) {
   std::string dir;
@@ -126,6 +126,107 @@ std::vector<double> train(E &e, const Start &start, int steps, bool masters,
   return losses;
 }
 
+/// Every parameter of `start` in `got` within `tolerance` of the largest
+/// magnitude of its values in `want`.
+template <typename A, typename B>
+void expectParametersClose(A &want, B &got, const Start &start,
+                           double tolerance) {
+  for (const auto &[name, values] : start.params) {
+    std::vector<double> a = *want.Read(want.FindBuffer(name));
+    std::vector<double> b = *got.Read(got.FindBuffer(name));
+    double scale = 0;
+    for (double v : a)
+      scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(b[i], a[i], tolerance * scale) << name << "[" << i << "]";
+  }
+}
+
+/// Steps in which what a call reads besides the buffers changes from call
+/// to call: step s has learning rate 1e-3 / s and loss scale 2^(s mod 3),
+/// and micro-batch m of it the samples from 4m (dropout's rows). Returns
+/// the losses of each step's last micro-batch.
+template <typename E>
+std::vector<double> trainChanging(E &e, const Start &start, int steps) {
+  const plan::Plan &plan = e.plan();
+  for (const auto &[name, values] : start.params)
+    EXPECT_TRUE(e.Write(e.FindBuffer(name), values).ok()) << name;
+  EXPECT_TRUE(e.Write(e.FindBuffer("tokens"), start.tokens).ok());
+  EXPECT_TRUE(e.Write(e.FindBuffer("targets"), start.targets).ok());
+  const plan::StepFunctions &fns = plan.training().step();
+  const int64_t micros = plan.training().micro_batches();
+  std::vector<double> losses;
+  for (int step = 1; step <= steps; ++step) {
+    const double scale = std::ldexp(1.0, step % 3);
+    EXPECT_TRUE(
+        e.Write(e.FindBuffer("lr"), std::vector<double>{1e-3 / step}).ok());
+    EXPECT_TRUE(
+        e.Write(e.FindBuffer("step"), std::vector<double>{double(step)}).ok());
+    EXPECT_TRUE(
+        e.Write(e.FindBuffer("loss_grad"), std::vector<double>{scale}).ok());
+    e.SetLossScale(scale);
+    EXPECT_TRUE(e.Run(fns.zero_grads(), {77, uint32_t(step), 0}).ok());
+    for (int64_t m = 0; m < micros; ++m) {
+      const std::string &fn = plan::MicroStepFunction(fns, m, micros);
+      absl::Status s = e.Run(fn, {77, uint32_t(step), 4 * m});
+      EXPECT_TRUE(s.ok()) << fn << ": " << s;
+    }
+    absl::Status s = e.Run(fns.update(), {77, uint32_t(step), 0});
+    EXPECT_TRUE(s.ok()) << s;
+    absl::StatusOr<std::vector<double>> loss = e.Read(e.FindBuffer("loss"));
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    losses.push_back(loss.ok() ? (*loss)[0] : NAN);
+  }
+  return losses;
+}
+
+// Captured graphs replay their kernels with the arguments of the capture:
+// what changes between calls (the learning rate, the step, the loss scale,
+// dropout's seed, step and rows) is read on the device. tiny-gpt2 with
+// dropout, two micro-batches a step, trained with graphs and without: the
+// same losses and weights, and the CPU's.
+TEST_F(CudaKernels, GraphsReplayWhatChangesFromCallToCall) {
+  plan::Plan plan = load("gpt2-dropout");
+  ASSERT_EQ(plan.training().micro_batches(), 2);
+  Start start = startOf(plan, 11);
+  auto cpuExec = exec::Executor::Create(plan);
+  ASSERT_TRUE(cpuExec.ok()) << cpuExec.status();
+  auto graphs = cuda::Executor::Create(plan);
+  ASSERT_TRUE(graphs.ok()) << graphs.status();
+  auto eager = cuda::Executor::Create(plan);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  (*eager)->SetGraphs(false);
+  const int steps = 4;
+  std::vector<double> want = trainChanging(**cpuExec, start, steps);
+  std::vector<double> got = trainChanging(**graphs, start, steps);
+  std::vector<double> without = trainChanging(**eager, start, steps);
+  // zero_grads, micro_step and update, each with slot 0.
+  EXPECT_EQ((*graphs)->GraphsCaptured(), 3);
+  EXPECT_EQ((*eager)->GraphsCaptured(), 0);
+  for (int i = 0; i < steps; ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-4 * std::abs(want[i])) << "step " << i + 1;
+    EXPECT_NEAR(got[i], without[i], 1e-6 * std::abs(without[i]))
+        << "step " << i + 1;
+  }
+  expectParametersClose(**eager, **graphs, start, 1e-6);
+  std::cout << "gpt2 with dropout, losses (CPU / graphs / without):";
+  for (int i = 0; i < steps; ++i)
+    std::cout << " " << want[i] << " / " << got[i] << " / " << without[i];
+  std::cout << "\n";
+}
+
+// Profiled or traced calls time each kernel: they run without graphs.
+TEST_F(CudaKernels, ProfiledCallsRunWithoutGraphs) {
+  plan::Plan plan = load("fp32");
+  Start start = startOf(plan, 12);
+  auto e = cuda::Executor::Create(plan);
+  ASSERT_TRUE(e.ok()) << e.status();
+  (*e)->EnableProfile();
+  train(**e, start, 2, false);
+  EXPECT_EQ((*e)->GraphsCaptured(), 0);
+  EXPECT_GT((*e)->KernelProfiles()[plan::LINEAR].calls, 0);
+}
+
 TEST_F(CudaKernels, Fp32StepsMatchTheCpu) {
   plan::Plan plan = load("fp32");
   Start start = startOf(plan, 5);
@@ -138,15 +239,7 @@ TEST_F(CudaKernels, Fp32StepsMatchTheCpu) {
   std::vector<double> got = train(**gpuExec, start, steps, false);
   for (int i = 0; i < steps; ++i)
     EXPECT_NEAR(got[i], want[i], 1e-4 * std::abs(want[i])) << "step " << i + 1;
-  for (const auto &[name, values] : start.params) {
-    std::vector<double> a = *(*cpuExec)->Read((*cpuExec)->FindBuffer(name));
-    std::vector<double> b = *(*gpuExec)->Read((*gpuExec)->FindBuffer(name));
-    double scale = 0;
-    for (double v : a)
-      scale = std::max(scale, std::abs(v));
-    for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_NEAR(b[i], a[i], 1e-4 * scale) << name << "[" << i << "]";
-  }
+  expectParametersClose(**cpuExec, **gpuExec, start, 1e-4);
   std::cout << "fp32 losses (CPU / GPU):";
   for (int i = 0; i < steps; ++i)
     std::cout << " " << want[i] << " / " << got[i];

@@ -464,27 +464,34 @@ TYPED_TEST(CudaKernelsOf, AdamW) {
   config.weightDecay = 0.1;
   Device<float> gparam(param), gm(m), gv(v), gscale(std::vector<float>{0.5f});
   Device<T> gcopy(n);
+  // The learning rate and the step are read on the device, as the plan's
+  // f32 and i64 buffers hold them; each step's differ.
   for (int64_t step = 1; step <= 3; ++step) {
+    const float lr = 3e-4f / float(step);
     std::vector<float> grad = randomValues(n, 100 + uint32_t(step));
     ASSERT_TRUE(cpu::adamwStep(param.data(), grad.data(), m.data(), v.data(), n,
-                               config, 3e-4, step, 0.5)
+                               config, lr, step, 0.5)
                     .ok());
-    Device<float> ggrad(grad);
+    Device<float> ggrad(grad), glr(std::vector<float>{lr});
+    Device<int64_t> gstep(std::vector<int64_t>{step});
     ASSERT_EQ(cuda::adamwStep(gparam.get(), ggrad.get(), gm.get(), gv.get(), n,
-                              3e-4, config.beta1, config.beta2, config.eps,
-                              config.weightDecay, step, gscale.get(),
+                              glr.get(), config.beta1, config.beta2, config.eps,
+                              config.weightDecay, gstep.get(), gscale.get(),
                               gcopy.get(), nullptr),
               cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   expectClose(gparam.host(), param, 1e-6, 1e-7, "param");
   expectClose(gm.host(), m, 1e-6, 1e-9, "m");
   expectClose(gv.host(), v, 1e-6, 1e-12, "v");
   expectClose(gcopy.host(), rounded<T>(param), relativeTolerance<T>(), 0,
               "copy");
-  // A step before the first is refused.
+  // Without the learning rate or the step (the executor checks the step's
+  // value, which the host writes).
+  Device<int64_t> gstep(std::vector<int64_t>{1});
   EXPECT_EQ(cuda::adamwStep<T>(gparam.get(), gparam.get(), gm.get(), gv.get(),
-                               n, 3e-4, 0.9, 0.95, 1e-8, 0.1, 0, gscale.get(),
-                               nullptr, nullptr),
+                               n, nullptr, 0.9, 0.95, 1e-8, 0.1, gstep.get(),
+                               gscale.get(), nullptr, nullptr),
             cudaErrorInvalidValue);
 }
 
@@ -628,9 +635,21 @@ TYPED_TEST(CudaKernelsOf, DropoutDrawsTheCpuMask) {
   cpu::dropoutForward(x.data(), at, rate, key, y.data());
   cpu::dropoutBackward(x.data(), at, rate, key, dx.data());
   Device<T> gx(as<T>(x)), gy(n), gdx(n);
-  ASSERT_EQ(cuda::dropoutForward(gx.get(), at, rate, key, gy.get(), nullptr),
+  // The seed, the step and the micro-batch's first sample (2 of the shard's
+  // 5 rows) from the call's values on the device.
+  cuda::CallValues values;
+  values.seed = key.seed;
+  values.step = key.step;
+  values.sampleOffset = 2;
+  Device<cuda::CallValues> call(1);
+  ASSERT_EQ(cuda::setCallValues(call.get(), values, nullptr), cudaSuccess);
+  cpu::GlobalIndexing within = at;
+  within.rowOffset -= values.sampleOffset;
+  ASSERT_EQ(cuda::dropoutForward(gx.get(), within, rate, key.op, call.get(),
+                                 gy.get(), nullptr),
             cudaSuccess);
-  ASSERT_EQ(cuda::dropoutBackward(gx.get(), at, rate, key, gdx.get(), nullptr),
+  ASSERT_EQ(cuda::dropoutBackward(gx.get(), within, rate, key.op, call.get(),
+                                  gdx.get(), nullptr),
             cudaSuccess);
   std::vector<T> got = gy.host();
   int64_t dropped = 0;
@@ -643,7 +662,8 @@ TYPED_TEST(CudaKernelsOf, DropoutDrawsTheCpuMask) {
   double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
   expectClose(got, y, rel, abs, "y");
   expectClose(gdx.host(), dx, rel, abs, "dx");
-  EXPECT_EQ(cuda::dropoutForward(gx.get(), at, 1.0, key, gy.get(), nullptr),
+  EXPECT_EQ(cuda::dropoutForward(gx.get(), within, 1.0, key.op, call.get(),
+                                 gy.get(), nullptr),
             cudaErrorInvalidValue);
 }
 
