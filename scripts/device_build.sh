@@ -14,6 +14,7 @@
 # BUNDLE/plans      the plans the CUDA executor's test reads (BRAID_TEST_PLANS)
 # BUNDLE/e2e        tests/e2e/cuda_train.py's plans and dataset (--inputs)
 # BUNDLE/bench      bench/gpu_train.sh's 1B-parameter plans (compile)
+# BUNDLE/graphs     bench/cuda_graphs.sh's plans (compile)
 # BUNDLE/check.sh   runs all of it on the GPU machine (see its comment)
 #
 # It needs the main build (scripts/setup.sh) for braidc and braid-data.
@@ -92,24 +93,28 @@ braidc="$main/bin/braidc"
   --precision bf16 --emit=plan -o "$out/plans/bf16-hd64.plan"
 "$braidc" "$root/tests/runtime/cuda/tiny-llama-hd64.textproto" \
   --precision fp16 --emit=plan -o "$out/plans/fp16-hd64.plan"
+"$braidc" "$root/tests/runtime/cuda/tiny-gpt2-dropout.textproto" --emit=plan \
+  -o "$out/plans/gpt2-dropout.plan"
 
 # The end-to-end comparison's inputs, and the benchmark's plans.
 python3 "$root/tests/e2e/cuda_train.py" --bin "$main/bin" \
   --work "$root/build-device/e2e-work" \
   --corpus "$root/examples/data/pride-and-prejudice.txt" --prepare "$out/e2e"
 BRAID_BUILD_DIR="$main" "$root/bench/gpu_train.sh" compile "$out/bench"
+BRAID_BUILD_DIR="$main" "$root/bench/cuda_graphs.sh" compile "$out/graphs"
 
 cat > "$out/check.sh" <<'CHECK'
 #!/usr/bin/env bash
 # On the GPU machine, from the repository's root (the bundle carried along):
-#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|all]
+#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|graphs|all]
 # tests: the CUDA tests (kernels, attention, executor) against the CPU;
 # racecheck: compute-sanitizer's racecheck on the tensor-core attention tests;
 # attention: braid-attention-bench (each tensor-core tiling checked, timed);
 # train: braid-run --device cuda against --device cpu (tests/e2e/cuda_train.py),
 #   and the parallel layouts over 2 ranks on NCCL (sharing the GPU where
 #   there is one) against the CPU's losses the bundle keeps;
-# bench: bench/gpu_train.sh run (Braid against PyTorch, 1B parameters).
+# bench: bench/gpu_train.sh run (Braid against PyTorch, 1B parameters);
+# graphs: bench/cuda_graphs.sh run (captured graphs against launches).
 # Each part stops after BRAID_CHECK_TIMEOUT seconds (default 600) and, with
 # BRAID_CHECK_LOGS, writes its output to DIR/PART.log as well.
 set -uo pipefail
@@ -181,6 +186,10 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   export BRAID_BIN_DIR="$bin"
   part bench bash "$root/bench/gpu_train.sh" run "$bundle/bench" || rc=1
+fi
+if [ "$what" = graphs ] || [ "$what" = all ]; then
+  export BRAID_BIN_DIR="$bin"
+  part graphs bash "$root/bench/cuda_graphs.sh" run "$bundle/graphs" || rc=1
 fi
 exit $rc
 CHECK
