@@ -152,6 +152,12 @@ Executor::~Executor() {
     cudaStreamSynchronize(stream_);
   for (auto &[call, exec] : graphsByCall_)
     cudaGraphExecDestroy(exec);
+  for (Staging &s : staging_) {
+    cudaFreeHost(s.host);
+    cudaEventDestroy(s.copied);
+  }
+  if (readBack_)
+    cudaFreeHost(readBack_);
   for (cudaEvent_t event : events_)
     cudaEventDestroy(event);
   if (traceAnchor_)
@@ -313,6 +319,12 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
         allocate(&e->counted_, int64_t(sizeof(int64_t))),
         allocate(&e->sumSquares_, 2 * int64_t(sizeof(double))),
         allocate(&e->callValues_, int64_t(sizeof(CallValues))),
+        cudaMallocHost(reinterpret_cast<void **>(&e->readBack_),
+                       kReadBackSlots * kReadBackBytes) == cudaSuccess
+            ? absl::OkStatus()
+            : absl::ResourceExhaustedError(
+                  "cannot allocate pinned host memory for the reads of "
+                  "losses"),
         allocate(&e->collectiveScratch_, collectiveBytes)})
     if (!s.ok())
       return s;
@@ -571,16 +583,13 @@ absl::Status Executor::Synchronize() const {
 
 absl::Status Executor::Write(int id, absl::Span<const double> values,
                              int64_t slot) {
-  if (absl::Status s = checkOwned(id); !s.ok())
+  if (absl::Status s = checkCopy(id, slot); !s.ok())
     return s;
   const Buffer &b = plan_.buffers(id);
   if (int64_t(values.size()) != plan::NumElements(b))
     return absl::InvalidArgumentError(
         absl::StrCat("buffer '", b.name(), "' holds ", plan::NumElements(b),
                      " elements, not ", values.size()));
-  if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
-    return absl::OutOfRangeError(absl::StrCat(
-        "slot ", slot, " is not a copy of buffer '", b.name(), "'"));
   std::vector<uint8_t> host(size_t(bytes_[id]));
   auto fill = [&](auto *out) {
     using T = std::remove_pointer_t<decltype(out)>;
@@ -625,43 +634,129 @@ absl::Status Executor::Write(int id, absl::Span<const double> values,
     hostScalars_[id] = values[0];
   BRAID_RETURN_IF_ERROR(waitForSends(static_cast<uint8_t *>(address(id, slot)),
                                      bytes_[id]));
+  if (host.size() <= kAsyncWriteBytes) {
+    // Staged in pinned memory and copied in stream order: the host does
+    // not wait (a step's tokens, targets, learning rate and step).
+    absl::StatusOr<uint8_t *> staged = staging(host.size());
+    if (!staged.ok())
+      return staged.status();
+    std::memcpy(*staged, host.data(), host.size());
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, slot), *staged, host.size(),
+                                     cudaMemcpyHostToDevice, stream_));
+    for (Staging &s : staging_)
+      if (s.host == *staged)
+        BRAID_CUDA_CHECK(cudaEventRecord(s.copied, stream_));
+    return absl::OkStatus();
+  }
   BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, slot), host.data(), host.size(),
                                    cudaMemcpyHostToDevice, stream_));
   BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<double>> Executor::Read(int id, int64_t slot) const {
+namespace {
+/// Element i of host bytes of dtype `dtype`, as a double.
+double elementAt(const uint8_t *host, size_t i, plan::DType dtype) {
+  switch (dtype) {
+  case plan::F32:
+    return reinterpret_cast<const float *>(host)[i];
+  case plan::BF16:
+    return toDouble(reinterpret_cast<const bf16 *>(host)[i]);
+  case plan::F16:
+    return toDouble(reinterpret_cast<const f16 *>(host)[i]);
+  case plan::I32:
+    return reinterpret_cast<const int32_t *>(host)[i];
+  default:
+    return double(reinterpret_cast<const int64_t *>(host)[i]);
+  }
+}
+} // namespace
+
+absl::Status Executor::checkCopy(int id, int64_t slot) const {
   if (absl::Status s = checkOwned(id); !s.ok())
     return s;
   const Buffer &b = plan_.buffers(id);
   if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
     return absl::OutOfRangeError(absl::StrCat(
         "slot ", slot, " is not a copy of buffer '", b.name(), "'"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> Executor::Read(int id, int64_t slot) const {
+  if (absl::Status s = checkCopy(id, slot); !s.ok())
+    return s;
+  const Buffer &b = plan_.buffers(id);
   std::vector<uint8_t> host(size_t(bytes_[id]));
   BRAID_CUDA_CHECK(cudaMemcpyAsync(host.data(), address(id, slot), host.size(),
                                    cudaMemcpyDeviceToHost, stream_));
   BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::vector<double> out(size_t(plan::NumElements(b)));
   for (size_t i = 0; i < out.size(); ++i)
-    switch (b.dtype()) {
-    case plan::F32:
-      out[i] = reinterpret_cast<const float *>(host.data())[i];
-      break;
-    case plan::BF16:
-      out[i] = toDouble(reinterpret_cast<const bf16 *>(host.data())[i]);
-      break;
-    case plan::F16:
-      out[i] = toDouble(reinterpret_cast<const f16 *>(host.data())[i]);
-      break;
-    case plan::I32:
-      out[i] = reinterpret_cast<const int32_t *>(host.data())[i];
-      break;
-    default:
-      out[i] = double(reinterpret_cast<const int64_t *>(host.data())[i]);
-      break;
-    }
+    out[i] = elementAt(host.data(), i, b.dtype());
   return out;
+}
+
+absl::Status Executor::ReadLater(int id, double *out, int64_t slot) {
+  if (absl::Status s = checkCopy(id, slot); !s.ok())
+    return s;
+  const Buffer &b = plan_.buffers(id);
+  if (!out || plan::NumElements(b) < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReadLater of buffer '", b.name(), "': no element or no output"));
+  if (later_.size() == kReadBackSlots)
+    BRAID_RETURN_IF_ERROR(Settle());
+  const size_t k = later_.size();
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(
+      readBack_ + k * kReadBackBytes, address(id, slot),
+      size_t(plan::DTypeBytes(b.dtype())), cudaMemcpyDeviceToHost, stream_));
+  later_.push_back({b.dtype(), out});
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Settle() {
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t k = 0; k < later_.size(); ++k)
+    *later_[k].out =
+        elementAt(readBack_ + k * kReadBackBytes, 0, later_[k].dtype);
+  later_.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint8_t *> Executor::staging(size_t bytes) {
+  // One whose last copy is done, large enough.
+  for (Staging &s : staging_) {
+    if (s.bytes < bytes)
+      continue;
+    cudaError_t done = cudaEventQuery(s.copied);
+    if (done == cudaSuccess)
+      return s.host;
+    if (done != cudaErrorNotReady)
+      BRAID_CUDA_CHECK(done);
+  }
+  // Else a new one (the first steps fill the pool: the trainer writes the
+  // same buffers every step), or, with the pool full, the first large
+  // enough one once its copy is done.
+  if (staging_.size() >= kMaxStagings) {
+    for (Staging &s : staging_)
+      if (s.bytes >= bytes) {
+        BRAID_CUDA_CHECK(cudaEventSynchronize(s.copied));
+        return s.host;
+      }
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    Staging &s = staging_.front();
+    BRAID_CUDA_CHECK(cudaFreeHost(s.host));
+    s.host = nullptr;
+    s.bytes = 0;
+    BRAID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&s.host), bytes));
+    s.bytes = bytes;
+    return s.host;
+  }
+  Staging s;
+  s.bytes = std::max<size_t>(bytes, 4096);
+  BRAID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&s.host), s.bytes));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+  staging_.push_back(s);
+  return staging_.back().host;
 }
 
 absl::Status Executor::Run(absl::string_view name,

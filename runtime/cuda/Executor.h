@@ -88,9 +88,16 @@ public:
   const char *Device() const override { return "cuda"; }
 
   /// Copies `values` into copy `slot` of buffer `id`, converted to its dtype
-  /// (rounded to nearest for BF16); waits until the copy is done.
+  /// (rounded to nearest for BF16). Up to kAsyncWriteBytes (a step's tokens
+  /// and scalars) the values are staged in pinned host memory and copied in
+  /// stream order without waiting; a larger write (parameters, a
+  /// checkpoint's) waits until its copy is done.
   absl::Status Write(int id, absl::Span<const double> values,
                      int64_t slot = 0) override;
+  /// Enqueues the copy of element 0 into pinned host memory; Settle waits
+  /// for the stream and converts it into *out.
+  absl::Status ReadLater(int id, double *out, int64_t slot = 0) override;
+  absl::Status Settle() override;
   /// The contents of copy `slot` of buffer `id`, converted to double, after
   /// everything enqueued so far has run.
   absl::StatusOr<std::vector<double>> Read(int id,
@@ -172,6 +179,8 @@ private:
   bool runsHere(const plan::Instruction &inst) const;
   /// OK when buffer `id` exists and lies in this rank's arena.
   absl::Status checkOwned(int id) const;
+  /// checkOwned, and `slot` is a copy of the buffer.
+  absl::Status checkCopy(int id, int64_t slot) const;
   /// The scratch an ALL_GATHER or REDUCE_SCATTER lays the ranks' blocks out
   /// in (0 when its buffers are the communicator's layout already).
   int64_t collectiveScratchBytes(const plan::Instruction &inst) const;
@@ -273,6 +282,28 @@ private:
   std::vector<std::vector<exec::TracePhase>> tracePhases_;
   cudaEvent_t traceAnchor_ = nullptr;
   std::chrono::steady_clock::time_point anchorTime_;
+  /// Writes of at most kAsyncWriteBytes go through pinned staging buffers,
+  /// each reused once the copy from it is done (`copied`); at most
+  /// kMaxStagings of them.
+  static constexpr size_t kAsyncWriteBytes = size_t(16) << 20;
+  static constexpr size_t kMaxStagings = 32;
+  struct Staging {
+    uint8_t *host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  std::vector<Staging> staging_;
+  /// A staging buffer of at least `bytes` whose last copy is done.
+  absl::StatusOr<uint8_t *> staging(size_t bytes);
+  /// ReadLater's pinned slots (kReadBackBytes each; Settle first when all
+  /// are taken) and the outputs waiting for Settle, in slot order.
+  static constexpr size_t kReadBackSlots = 1024, kReadBackBytes = 8;
+  uint8_t *readBack_ = nullptr;
+  struct Later {
+    plan::DType dtype;
+    double *out;
+  };
+  std::vector<Later> later_;
   /// Host copies of the scalars written with Write (lr, step), by buffer.
   std::map<int, double> hostScalars_;
   /// Host copies of buffers handed out by Bytes, by buffer.

@@ -19,6 +19,7 @@
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -70,13 +71,32 @@ public:
 
   /// Copies `values` into copy `slot` of buffer `id` (converting to its
   /// dtype: rounded to nearest for BF16 and F16); the sizes must match. A
-  /// buffer of one copy (slots 0 or 1) has it for every slot.
+  /// buffer of one copy (slots 0 or 1) has it for every slot. A device
+  /// backend may return before the copy is done: it happens in order with
+  /// the functions run before and after (`values` may change at once).
   virtual absl::Status Write(int id, absl::Span<const double> values,
                              int64_t slot = 0) = 0;
   /// The contents of copy `slot` of buffer `id`, converted to double, after
   /// everything run so far.
   virtual absl::StatusOr<std::vector<double>> Read(int id,
                                                    int64_t slot = 0) const = 0;
+  /// Element 0 of copy `slot` of buffer `id` as it is after everything run
+  /// so far, into *out by the next Settle: a device backend enqueues the
+  /// copy and returns (the trainer reads each micro-batch's loss so, and
+  /// waits for the device once a step). Here: at once, through Read.
+  virtual absl::Status ReadLater(int id, double *out, int64_t slot = 0) {
+    absl::StatusOr<std::vector<double>> v = Read(id, slot);
+    if (!v.ok())
+      return v.status();
+    if (v->empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer ", id, " holds no element to read"));
+    *out = v->front();
+    return absl::OkStatus();
+  }
+  /// Waits for everything run so far and fills the outputs of ReadLater;
+  /// an error inside a kernel is returned here.
+  virtual absl::Status Settle() { return absl::OkStatus(); }
   /// The bytes of (the first copy of) buffer `id` in host memory, to read or
   /// write in place (checkpoints), after everything run so far. A backend
   /// whose arena is not in host memory returns a host copy of the buffer,

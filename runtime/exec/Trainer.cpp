@@ -740,7 +740,9 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
                                            double(micros * share->ranks)});
       !s.ok())
     return s;
-  double sum = 0;
+  // Each micro-batch's loss, read once the step has run (a device backend
+  // enqueues the reads: the host waits for it once a step, in Settle).
+  std::vector<double> losses(size_t(micros), 0.0);
   for (int64_t m = 0; m < micros; ++m) {
     if (absl::Status s = tracedFeed(trace, m, -1, [&] { return feed(m); });
         !s.ok())
@@ -752,7 +754,8 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
                              TracePhase::kMicroStep, "micro_step");
         !s.ok())
       return s;
-    sum += (*e.Read(*loss))[0];
+    if (absl::Status s = e.ReadLater(*loss, &losses[size_t(m)]); !s.ok())
+      return s;
   }
   // Sends of the step (a plan without stages rarely has any) end with it.
   if (absl::Status s = e.WaitSends(); !s.ok())
@@ -761,6 +764,12 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
     if (absl::Status s = run(fns.update(), -1, TracePhase::kUpdate, "update");
         !s.ok())
       return s;
+  if (absl::Status s = e.Settle(); !s.ok())
+    return absl::Status(s.code(),
+                        absl::StrCat("step ", step, ": ", s.message()));
+  double sum = 0;
+  for (double l : losses)
+    sum += l;
   if (share->ranks > 1)
     if (absl::Status s = tracedCommunication(
             trace, "ALL_REDUCE", "braid-run: the step's loss over dp", "dp",
@@ -829,7 +838,8 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
                              TracePhase::kZeroGrads, "zero_grads");
         !s.ok())
       return s;
-  double sum = 0;
+  // The last stage's losses, one a micro-batch, read once the step has run.
+  std::vector<double> losses(size_t(micros), 0.0);
   // The functions of the calls' model chunk (the interleaved schedule's
   // further chunks are Stage.chunks; the loader checked the indices), or
   // the call's own (a chunk's last backward that starts the gradients'
@@ -875,10 +885,14 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
       return s;
     // The loss is the last stage's last chunk's.
     if (last && call.chunk() == lastChunk) {
-      absl::StatusOr<std::vector<double>> value = e.Read(loss, slot);
-      if (!value.ok())
-        return value.status();
-      sum += (*value)[0];
+      if (m < 0 || m >= micros)
+        return absl::InternalError(
+            absl::StrCat("stage ", stage, "'s schedule calls micro-batch ", m,
+                         " of ", micros));
+      if (absl::Status s =
+              e.ReadLater(loss, &losses[size_t(m)], std::max<int64_t>(slot, 0));
+          !s.ok())
+        return s;
     }
   }
   // The update writes parameters that sends may still read (and the next
@@ -894,6 +908,12 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
             run(program.update(), -1, -1, TracePhase::kUpdate, "update");
         !s.ok())
       return s;
+  if (absl::Status s = e.Settle(); !s.ok())
+    return absl::Status(s.code(), absl::StrCat("step ", step, ", stage ", stage,
+                                               ": ", s.message()));
+  double sum = 0;
+  for (double l : losses)
+    sum += l;
   // The last stage's sum, over the stages, then over the data-parallel ranks.
   for (auto [axis, ranks] :
        {std::pair<const char *, int64_t>{"pp", stages}, {"dp", share->ranks}}) {

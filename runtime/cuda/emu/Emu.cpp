@@ -863,6 +863,33 @@ cudaError_t cudaFree(void *devPtr) {
   return cudaSuccess;
 }
 
+/// Pinned host memory: host memory the emulated runtime handed out (and
+/// refuses to free twice).
+static std::set<void *> pinned_;
+
+cudaError_t cudaMallocHost(void **ptr, size_t size) {
+  if (!ptr)
+    return record(cudaErrorInvalidValue);
+  void *p =
+      std::aligned_alloc(256, std::max<size_t>(256, (size + 255) / 256 * 256));
+  if (!p)
+    return record(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> lock(memoryMutex_);
+  pinned_.insert(p);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *ptr) {
+  if (!ptr)
+    return cudaSuccess;
+  std::lock_guard<std::mutex> lock(memoryMutex_);
+  if (!pinned_.erase(ptr))
+    return record(cudaErrorInvalidValue);
+  std::free(ptr);
+  return cudaSuccess;
+}
+
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
                                      const void *ptr) {
   if (!attributes)

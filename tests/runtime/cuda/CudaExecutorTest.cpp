@@ -215,6 +215,50 @@ TEST_F(CudaKernels, GraphsReplayWhatChangesFromCallToCall) {
   std::cout << "\n";
 }
 
+// Writes of a step's inputs return before their copies run, and ReadLater
+// before its copy does: 40 micro-batches of different tokens enqueued
+// without the host waiting (more than the executor's staging buffers, so
+// on a GPU that lags the host they are reused as their copies finish),
+// each one's loss read later, give the losses of the same micro-batches run
+// one at a time with Read.
+TEST_F(CudaKernels, WritesAndReadsLaterKeepStreamOrder) {
+  plan::Plan plan = load("fp32");
+  auto e = cuda::Executor::Create(plan);
+  ASSERT_TRUE(e.ok()) << e.status();
+  cuda::Executor &x = **e;
+  Start start = startOf(plan, 13);
+  for (const auto &[name, values] : start.params)
+    ASSERT_TRUE(x.Write(x.FindBuffer(name), values).ok()) << name;
+  ASSERT_TRUE(x.Write(x.FindBuffer("loss_grad"), {1.0}).ok());
+  const plan::StepFunctions &fns = plan.training().step();
+  const int batches = 40;
+  auto inputsOf = [&](int k) {
+    Start s = startOf(plan, 100 + uint32_t(k));
+    return std::make_pair(s.tokens, s.targets);
+  };
+  auto enqueue = [&](int k) {
+    auto [tokens, targets] = inputsOf(k);
+    EXPECT_TRUE(x.Write(x.FindBuffer("tokens"), tokens).ok());
+    EXPECT_TRUE(x.Write(x.FindBuffer("targets"), targets).ok());
+    EXPECT_TRUE(x.Run(fns.zero_grads(), {1, 1, 0}).ok());
+    EXPECT_TRUE(x.Run(fns.micro_step(), {1, 1, 0}).ok());
+  };
+  std::vector<double> later(batches, NAN);
+  for (int k = 0; k < batches; ++k) {
+    enqueue(k);
+    ASSERT_TRUE(x.ReadLater(x.FindBuffer("loss"), &later[size_t(k)]).ok());
+  }
+  ASSERT_TRUE(x.Settle().ok());
+  for (int k = 0; k < batches; ++k) {
+    enqueue(k);
+    absl::StatusOr<std::vector<double>> now = x.Read(x.FindBuffer("loss"));
+    ASSERT_TRUE(now.ok()) << now.status();
+    EXPECT_EQ(later[size_t(k)], (*now)[0]) << "micro-batch " << k;
+  }
+  // Micro-batches differ: their losses do too.
+  EXPECT_NE(later[0], later[1]);
+}
+
 // Profiled or traced calls time each kernel: they run without graphs.
 TEST_F(CudaKernels, ProfiledCallsRunWithoutGraphs) {
   plan::Plan plan = load("fp32");
