@@ -696,6 +696,19 @@ static absl::StatusOr<DataShare> RunnableDataShare(const Backend &e) {
 
 int64_t StageOf(const Backend &e) { return e.Stage(); }
 
+namespace {
+/// Settles the backend (ReadLater's outputs are written there) when a step
+/// ends early, with an error, before the outputs go out of scope.
+struct SettleOnExit {
+  Backend &e;
+  bool settled = false;
+  ~SettleOnExit() {
+    if (!settled)
+      (void)e.Settle();
+  }
+};
+} // namespace
+
 absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
                                const FeedMicroBatch &feed) {
   if (int stages = e.plan().pipeline().stages_size())
@@ -743,6 +756,7 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
   // Each micro-batch's loss, read once the step has run (a device backend
   // enqueues the reads: the host waits for it once a step, in Settle).
   std::vector<double> losses(size_t(micros), 0.0);
+  SettleOnExit settle{e};
   for (int64_t m = 0; m < micros; ++m) {
     if (absl::Status s = tracedFeed(trace, m, -1, [&] { return feed(m); });
         !s.ok())
@@ -764,6 +778,7 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
     if (absl::Status s = run(fns.update(), -1, TracePhase::kUpdate, "update");
         !s.ok())
       return s;
+  settle.settled = true;
   if (absl::Status s = e.Settle(); !s.ok())
     return absl::Status(s.code(),
                         absl::StrCat("step ", step, ": ", s.message()));
@@ -840,6 +855,7 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
       return s;
   // The last stage's losses, one a micro-batch, read once the step has run.
   std::vector<double> losses(size_t(micros), 0.0);
+  SettleOnExit settle{e};
   // The functions of the calls' model chunk (the interleaved schedule's
   // further chunks are Stage.chunks; the loader checked the indices), or
   // the call's own (a chunk's last backward that starts the gradients'
@@ -908,6 +924,7 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
             run(program.update(), -1, -1, TracePhase::kUpdate, "update");
         !s.ok())
       return s;
+  settle.settled = true;
   if (absl::Status s = e.Settle(); !s.ok())
     return absl::Status(s.code(), absl::StrCat("step ", step, ", stage ", stage,
                                                ": ", s.message()));
