@@ -637,15 +637,14 @@ absl::Status Executor::Write(int id, absl::Span<const double> values,
   if (host.size() <= kAsyncWriteBytes) {
     // Staged in pinned memory and copied in stream order: the host does
     // not wait (a step's tokens, targets, learning rate and step).
-    absl::StatusOr<uint8_t *> staged = staging(host.size());
+    absl::StatusOr<Staging *> staged = staging(host.size());
     if (!staged.ok())
       return staged.status();
-    std::memcpy(*staged, host.data(), host.size());
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, slot), *staged, host.size(),
-                                     cudaMemcpyHostToDevice, stream_));
-    for (Staging &s : staging_)
-      if (s.host == *staged)
-        BRAID_CUDA_CHECK(cudaEventRecord(s.copied, stream_));
+    std::memcpy((*staged)->host, host.data(), host.size());
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, slot), (*staged)->host,
+                                     host.size(), cudaMemcpyHostToDevice,
+                                     stream_));
+    BRAID_CUDA_CHECK(cudaEventRecord((*staged)->copied, stream_));
     return absl::OkStatus();
   }
   BRAID_CUDA_CHECK(cudaMemcpyAsync(address(id, slot), host.data(), host.size(),
@@ -722,14 +721,14 @@ absl::Status Executor::Settle() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint8_t *> Executor::staging(size_t bytes) {
+absl::StatusOr<Executor::Staging *> Executor::staging(size_t bytes) {
   // One whose last copy is done, large enough.
   for (Staging &s : staging_) {
     if (s.bytes < bytes)
       continue;
     cudaError_t done = cudaEventQuery(s.copied);
     if (done == cudaSuccess)
-      return s.host;
+      return &s;
     if (done != cudaErrorNotReady)
       BRAID_CUDA_CHECK(done);
   }
@@ -740,7 +739,7 @@ absl::StatusOr<uint8_t *> Executor::staging(size_t bytes) {
     for (Staging &s : staging_)
       if (s.bytes >= bytes) {
         BRAID_CUDA_CHECK(cudaEventSynchronize(s.copied));
-        return s.host;
+        return &s;
       }
     BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
     Staging &s = staging_.front();
@@ -749,14 +748,14 @@ absl::StatusOr<uint8_t *> Executor::staging(size_t bytes) {
     s.bytes = 0;
     BRAID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&s.host), bytes));
     s.bytes = bytes;
-    return s.host;
+    return &s;
   }
   Staging s;
   s.bytes = std::max<size_t>(bytes, 4096);
   BRAID_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&s.host), s.bytes));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
   staging_.push_back(s);
-  return staging_.back().host;
+  return &staging_.back();
 }
 
 absl::Status Executor::Run(absl::string_view name,
@@ -771,21 +770,8 @@ absl::Status Executor::Run(absl::string_view name,
   if (!fn)
     return absl::NotFoundError(
         absl::StrCat("the plan has no function '", name, "'"));
-  // Every buffer it names is in this rank's arena and has the slot, before
-  // anything runs.
-  for (const Instruction &inst : fn->body())
-    for (const auto *ids : {&inst.inputs(), &inst.outputs()})
-      for (int32_t id : *ids) {
-        if (absl::Status s = checkOwned(id); !s.ok())
-          return absl::Status(s.code(), absl::StrCat("function '", name,
-                                                     "': ", s.message()));
-        const Buffer &b = plan_.buffers(id);
-        if (slot < 0 || (b.slots() >= 2 && slot >= b.slots()))
-          return absl::OutOfRangeError(
-              absl::StrCat("function '", name, "': slot ", slot,
-                           " is not a copy of buffer '", b.name(), "'"));
-      }
   bool timed = !profile_.empty() || trace_;
+  const bool graphed = !timed && graphable(*fn);
   // What changes from call to call, on the device before the call's
   // kernels (which read it there, replayed from a graph too).
   CallValues values;
@@ -793,16 +779,29 @@ absl::Status Executor::Run(absl::string_view name,
   values.sampleOffset = context.sampleOffset;
   values.lossScaleInverse = 1.0 / LossScale();
   values.step = context.step;
+  // A call with a graph of its function and slot replays it: its buffers
+  // were checked when it was captured.
+  auto graph =
+      graphed ? graphsByCall_.find({index, slot}) : graphsByCall_.end();
+  if (graph != graphsByCall_.end()) {
+    BRAID_CUDA_CHECK(setCallValues(callValues_, values, stream_));
+    BRAID_CUDA_CHECK(cudaGraphLaunch(graph->second, stream_));
+    return absl::OkStatus();
+  }
+  // Every buffer it names is in this rank's arena and has the slot, before
+  // anything runs.
+  for (const Instruction &inst : fn->body())
+    for (const auto *ids : {&inst.inputs(), &inst.outputs()})
+      for (int32_t id : *ids)
+        if (absl::Status s = checkCopy(id, slot); !s.ok())
+          return absl::Status(
+              s.code(), absl::StrCat("function '", name, "': ", s.message()));
   BRAID_CUDA_CHECK(setCallValues(callValues_, values, stream_));
-  if (!timed && graphable(*fn)) {
-    auto graph = graphsByCall_.find({index, slot});
-    if (graph == graphsByCall_.end()) {
-      absl::StatusOr<cudaGraphExec_t> captured = capture(*fn, context, slot);
-      if (!captured.ok())
-        return captured.status();
-      graph =
-          graphsByCall_.emplace(std::make_pair(index, slot), *captured).first;
-    }
+  if (graphed) {
+    absl::StatusOr<cudaGraphExec_t> captured = capture(*fn, context, slot);
+    if (!captured.ok())
+      return captured.status();
+    graph = graphsByCall_.emplace(std::make_pair(index, slot), *captured).first;
     BRAID_CUDA_CHECK(cudaGraphLaunch(graph->second, stream_));
     return absl::OkStatus();
   }

@@ -294,7 +294,7 @@ private:
   };
   std::vector<Staging> staging_;
   /// A staging buffer of at least `bytes` whose last copy is done.
-  absl::StatusOr<uint8_t *> staging(size_t bytes);
+  absl::StatusOr<Staging *> staging(size_t bytes);
   /// ReadLater's pinned slots (kReadBackBytes each; Settle first when all
   /// are taken) and the outputs waiting for Settle, in slot order.
   static constexpr size_t kReadBackSlots = 1024, kReadBackBytes = 8;

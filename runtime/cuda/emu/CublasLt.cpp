@@ -357,8 +357,7 @@ cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
         store(D, dl.type, j * size_t(dl.ld) + i, column[i]);
     }
   };
-  if (!braid::cuda::emu::captured(stream, product))
-    product();
+  braid::cuda::emu::runOrRecord(stream, product);
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -942,8 +942,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
     if (count)
       std::memmove(dst, src, count);
   };
-  if (!braid::cuda::emu::captured(stream, copy))
-    copy();
+  braid::cuda::emu::runOrRecord(stream, copy);
   return cudaSuccess;
 }
 
@@ -961,8 +960,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
       std::memmove(static_cast<char *>(dst) + r * dpitch,
                    static_cast<const char *>(src) + r * spitch, width);
   };
-  if (!braid::cuda::emu::captured(stream, copy))
-    copy();
+  braid::cuda::emu::runOrRecord(stream, copy);
   return cudaSuccess;
 }
 
@@ -984,8 +982,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
     if (count)
       std::memset(devPtr, value, count);
   };
-  if (!braid::cuda::emu::captured(stream, set))
-    set();
+  braid::cuda::emu::runOrRecord(stream, set);
   return cudaSuccess;
 }
 
@@ -1140,8 +1137,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     for (const std::function<void()> &work : g->work)
       work();
   };
-  if (!braid::cuda::emu::captured(stream, run))
-    run();
+  braid::cuda::emu::runOrRecord(stream, run);
   return cudaSuccess;
 }
 

@@ -143,6 +143,12 @@ void checkStream(cudaStream_t stream, const char *call);
 /// into the capture, to run when the graph is launched, and returns true;
 /// else returns false (the caller runs the work now).
 bool captured(cudaStream_t stream, std::function<void()> work);
+/// Runs `work` now, or records it where `stream` is being captured.
+inline void runOrRecord(cudaStream_t stream,
+                        const std::function<void()> &work) {
+  if (!captured(stream, work))
+    work();
+}
 /// As captured(), for a kernel launch: the configuration is checked now, as
 /// a device checks it at the launch (a failed check is the launch's error
 /// and nothing is recorded), and the grid runs when the graph is launched.
