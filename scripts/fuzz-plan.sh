@@ -20,6 +20,7 @@ ninja -C "$build" BraidPlanProto >/dev/null
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined \
   -I"$root" -I"$build" \
   "$root/tests/fuzz/PlanLoaderFuzz.cpp" "$root/runtime/plan/PlanLoader.cpp" \
+  "$root/runtime/common/OutputFile.cpp" \
   "$build/runtime/plan/plan.pb.cc" \
   $(pkg-config --cflags --libs protobuf absl_status absl_statusor absl_strings) \
   -o "$out/plan-loader-fuzz"

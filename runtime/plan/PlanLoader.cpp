@@ -6,11 +6,15 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/stubs/logging.h"
+#include "runtime/common/OutputFile.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <sys/stat.h>
 #include <fstream>
 #include <map>
 #include <set>
@@ -24,6 +28,37 @@ namespace {
 
 constexpr char kMagic[8] = {'B', 'R', 'A', 'I', 'D', 'P', 'L', 'N'};
 constexpr size_t kHeaderBytes = 20;
+
+/// Routes protobuf's log lines (why a message did not parse) into a string
+/// while it lives, and restores the previous handler after. Protobuf's
+/// handler is process-wide: loading a plan is not meant to race with other
+/// protobuf parsing.
+class ProtobufLogCapture {
+public:
+  explicit ProtobufLogCapture(std::string *into) {
+    target() = into;
+    previous_ = google::protobuf::SetLogHandler(&handle);
+  }
+  ~ProtobufLogCapture() {
+    google::protobuf::SetLogHandler(previous_);
+    target() = nullptr;
+  }
+
+private:
+  static std::string *&target() {
+    static std::string *into = nullptr;
+    return into;
+  }
+  static void handle(google::protobuf::LogLevel, const char *, int,
+                     const std::string &message) {
+    if (std::string *into = target()) {
+      if (!into->empty())
+        into->append("; ");
+      into->append(message);
+    }
+  }
+  google::protobuf::LogHandler *previous_;
+};
 /// Limits far above any real plan that keep every size computation in int64.
 constexpr int64_t kMaxArenaBytes = int64_t(1) << 50;
 constexpr int64_t kMaxWorldSize = int64_t(1) << 20;
@@ -1761,20 +1796,15 @@ std::string SerializePlanFile(const Plan &plan) {
 }
 
 absl::Status WritePlanFile(const Plan &plan, const std::string &path) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    std::string bytes = SerializePlanFile(plan);
-    os.write(bytes.data(), bytes.size());
-    if (!os.flush())
-      return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  std::string bytes = SerializePlanFile(plan);
+  if (bytes.size() - kHeaderBytes > uint64_t(kMaxPlanPayloadBytes))
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the plan for ", path, " serializes to ", bytes.size() - kHeaderBytes,
+        " bytes, more than a plan file may hold (", kMaxPlanPayloadBytes,
+        ")"));
+  common::OutputFile::Options options;
+  options.sync = true;
+  return common::WriteOutputFile(path, bytes, options);
 }
 
 absl::StatusOr<Plan> ParsePlanFile(absl::string_view bytes,
@@ -1785,6 +1815,11 @@ absl::StatusOr<Plan> ParsePlanFile(absl::string_view bytes,
         source, ": not a Braid plan file (no BRAIDPLN header)"));
   uint64_t length = getLE(bytes, 8, 8);
   uint32_t crc = uint32_t(getLE(bytes, 16, 4));
+  if (length > uint64_t(kMaxPlanPayloadBytes))
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the plan file's header says its payload is ", length,
+        " bytes, more than a plan file may hold (", kMaxPlanPayloadBytes,
+        "): a corrupt header"));
   absl::string_view payload = bytes.substr(kHeaderBytes);
   if (payload.size() != length)
     return absl::DataLossError(absl::StrCat(
@@ -1795,21 +1830,61 @@ absl::StatusOr<Plan> ParsePlanFile(absl::string_view bytes,
     return absl::DataLossError(
         absl::StrCat(source, ": the plan's checksum does not match (corrupt file)"));
   Plan plan;
-  if (!plan.ParseFromArray(payload.data(), int(payload.size())))
-    return absl::DataLossError(
-        absl::StrCat(source, ": the payload is not a valid plan message"));
+  // Protobuf logs why a message does not parse (a string field that is not
+  // UTF-8) to stderr; the reason belongs in the error instead.
+  std::string why;
+  bool parsed;
+  {
+    ProtobufLogCapture capture(&why);
+    parsed = plan.ParseFromArray(payload.data(), int(payload.size()));
+  }
+  if (!parsed)
+    return absl::DataLossError(absl::StrCat(
+        source, ": the payload is not a valid plan message",
+        why.empty() ? "" : absl::StrCat(" (", why, ")")));
   if (absl::Status s = ValidatePlan(plan); !s.ok())
     return absl::Status(s.code(), absl::StrCat(source, ": ", s.message()));
   return plan;
 }
 
 absl::StatusOr<Plan> LoadPlanFile(const std::string &path) {
-  std::ifstream is(path, std::ios::binary);
-  if (!is)
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << is.rdbuf();
-  return ParsePlanFile(buffer.str(), path);
+  // The header first: its magic and payload size are checked before the
+  // payload is read, so that a device, a huge file or a stray non-plan
+  // costs 20 bytes of reading rather than all of memory.
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  std::unique_ptr<std::FILE, int (*)(std::FILE *)> closer(f, &std::fclose);
+  struct stat st;
+  if (::fstat(::fileno(f), &st) == 0 && S_ISDIR(st.st_mode))
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a directory, not a plan file"));
+  std::string bytes(kHeaderBytes, '\0');
+  size_t got = std::fread(bytes.data(), 1, kHeaderBytes, f);
+  if (std::ferror(f))
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+  bytes.resize(got);
+  if (got < kHeaderBytes ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    return ParsePlanFile(bytes, path); // names what is wrong
+  uint64_t length = getLE(bytes, 8, 8);
+  if (length > uint64_t(kMaxPlanPayloadBytes))
+    return ParsePlanFile(bytes, path);
+  if (S_ISREG(st.st_mode) && uint64_t(st.st_size) != kHeaderBytes + length)
+    return absl::DataLossError(absl::StrCat(
+        path, ": the plan file holds ", int64_t(st.st_size) - int64_t(kHeaderBytes),
+        " payload bytes but its header says ", length,
+        uint64_t(st.st_size) < kHeaderBytes + length
+            ? " (the file is truncated)"
+            : " (bytes follow the plan)"));
+  // Up to one byte more than the header promises, so that ParsePlanFile
+  // sees a stream that goes on (a pipe, a device) as too long.
+  bytes.resize(kHeaderBytes + length + 1);
+  got = std::fread(bytes.data() + kHeaderBytes, 1, length + 1, f);
+  if (std::ferror(f))
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+  bytes.resize(kHeaderBytes + got);
+  return ParsePlanFile(bytes, path);
 }
 
 } // namespace braid::plan

@@ -36,11 +36,18 @@
 
 namespace braid::plan {
 
+/// The most payload bytes a plan file may hold (1 GiB; the largest plans the
+/// tests and examples compile are a few MB). The loader reads a file's
+/// 20-byte header first and refuses a larger payload, or a file whose size
+/// differs from what its header says, before reading the payload.
+inline constexpr int64_t kMaxPlanPayloadBytes = int64_t(1) << 30;
+
 /// The frame around `plan` (see above).
 std::string SerializePlanFile(const Plan &plan);
 
-/// Writes the framed plan to `path` through a temporary file and a rename, so
-/// a crash never leaves a half-written plan under that name.
+/// Writes the framed plan to `path` (common::OutputFile: through a synced
+/// temporary and a rename, so a crash never leaves a half-written plan under
+/// that name; a device such as /dev/null is written in place).
 absl::Status WritePlanFile(const Plan &plan, const std::string &path);
 
 /// Unframes, parses and validates the bytes of a plan file. `source` names
@@ -48,7 +55,8 @@ absl::Status WritePlanFile(const Plan &plan, const std::string &path);
 absl::StatusOr<Plan> ParsePlanFile(absl::string_view bytes,
                                    absl::string_view source);
 
-/// Reads `path` and parses it as above.
+/// Reads `path` and parses it as above: the header first, the payload only
+/// when the header is a plan's and within kMaxPlanPayloadBytes.
 absl::StatusOr<Plan> LoadPlanFile(const std::string &path);
 
 /// The checks of ParsePlanFile on an in-memory plan.

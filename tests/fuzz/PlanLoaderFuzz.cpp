@@ -4,13 +4,17 @@
 // status; it must never crash, hang, or read out of bounds. Two entry points
 // are exercised: the framed file (frame checks first) and the raw payload
 // behind a correct frame (so that the fuzzer reaches the validator instead
-// of stopping at the checksum). scripts/fuzz-plan.sh builds and runs it.
+// of stopping at the checksum); and the bytes as a file, through
+// LoadPlanFile, which reads the header before it reads the payload.
+// scripts/fuzz-plan.sh builds and runs it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/plan/PlanLoader.h"
 
 #include <cstdint>
+#include <cstdio>
+#include <unistd.h>
 #include <string>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -25,5 +29,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     framed.push_back(char((crc >> (8 * i)) & 0xff));
   framed.append(bytes.data(), bytes.size());
   (void)braid::plan::ParsePlanFile(framed, "fuzz");
+  // The bytes as a file: LoadPlanFile's header-first reading.
+  static const std::string path =
+      "/tmp/braid-plan-fuzz-" + std::to_string(::getpid()) + ".plan";
+  if (std::FILE *f = std::fopen(path.c_str(), "wb")) {
+    bool written = std::fwrite(data, 1, size, f) == size;
+    if (std::fclose(f) == 0 && written)
+      (void)braid::plan::LoadPlanFile(path);
+  }
   return 0;
 }
