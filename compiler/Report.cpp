@@ -538,6 +538,13 @@ llvm::json::Value braid::buildReport(ModuleOp module,
   double perToken = flops.trainingPerToken();
   double attentionPerToken =
       flops.tokens ? 3.0 * flops.attentionMatmul / flops.tokens : 0.0;
+  // The fields the resolver derived from others (ModelConfig.h).
+  llvm::json::Array derived;
+  for (const DerivedField &d : c.derivedFields)
+    derived.push_back(llvm::json::Object{{"field", d.field},
+                                         {"value", d.value},
+                                         {"rule", d.rule},
+                                         {"reason", d.reason}});
   return llvm::json::Object{
       {"model",
        llvm::json::Object{
@@ -567,6 +574,7 @@ llvm::json::Value braid::buildReport(ModuleOp module,
            {"hidden_dropout", c.hiddenDropout},
            {"attention_dropout", c.attentionDropout},
            {"embedding_dropout", c.embeddingDropout},
+           {"derived_fields", std::move(derived)},
        }},
       {"batch",
        llvm::json::Object{

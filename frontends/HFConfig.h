@@ -3,6 +3,7 @@
 #ifndef BRAID_FRONTENDS_HFCONFIG_H
 #define BRAID_FRONTENDS_HFCONFIG_H
 
+#include "frontends/spec/HFImport.h"
 #include "frontends/spec/braid_spec.pb.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -17,15 +18,14 @@ struct ModelConfig;
 /// Maps the fields of a Hugging Face config.json (given as text) to a model
 /// spec, by name, for LlamaForCausalLM, GPT2LMHeadModel, BloomForCausalLM,
 /// BaichuanForCausalLM (and BaiChuanForCausalLM), InternLMForCausalLM and
-/// AquilaForCausalLM. `source` names the file in error messages.
+/// AquilaForCausalLM: importHFConfigJson (frontends/spec/HFImport.h, which
+/// the runtime shares), with llvm::json's messages for malformed JSON.
+/// `source` names the file in error messages.
 llvm::Expected<spec::ModelSpec> importHFConfigText(llvm::StringRef text,
                                                    llvm::StringRef source);
 
 /// Reads `path` and imports it as above.
 llvm::Expected<spec::ModelSpec> importHFConfig(llvm::StringRef path);
-
-/// The architectures importHFConfig accepts.
-llvm::ArrayRef<llvm::StringLiteral> supportedHFArchitectures();
 
 /// The Hugging Face config.json (text: a JSON object, keys sorted, 2-space
 /// indent, trailing newline, floats as Python writes them) of the model

@@ -299,13 +299,20 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   b.setInsertionPointToEnd(module->getBody());
   auto func = b.create<func::FuncOp>(loc, "forward",
                                      b.getFunctionType(argTypes, {lossType}));
-  for (auto [i, name] : llvm::enumerate(paramNames))
-    func.setArgAttr(i, ModelDialect::kParamAttrName, b.getStringAttr(name));
+  // Every argument's attributes at once: setArgAttr per argument would
+  // make (and keep, uniqued in the context) a new array of all of them each
+  // time, memory quadratic in the parameters.
+  SmallVector<DictionaryAttr> argAttrs;
+  auto named = [&](StringRef attr, StringRef value) {
+    return b.getDictionaryAttr(
+        b.getNamedAttr(attr, b.getStringAttr(value)));
+  };
+  for (const std::string &name : paramNames)
+    argAttrs.push_back(named(ModelDialect::kParamAttrName, name));
   unsigned tokensArg = paramNames.size();
-  func.setArgAttr(tokensArg, ModelDialect::kInputAttrName,
-                  b.getStringAttr("tokens"));
-  func.setArgAttr(tokensArg + 1, ModelDialect::kInputAttrName,
-                  b.getStringAttr("targets"));
+  argAttrs.push_back(named(ModelDialect::kInputAttrName, "tokens"));
+  argAttrs.push_back(named(ModelDialect::kInputAttrName, "targets"));
+  func.setAllArgAttrs(argAttrs);
 
   Block *entry = func.addEntryBlock();
   OpBuilder fb = OpBuilder::atBlockEnd(entry);

@@ -2,11 +2,16 @@
 
 #include "frontends/ModelConfig.h"
 
+#include "frontends/Format.h"
 #include "frontends/HFConfig.h"
 #include "frontends/Presets.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cassert>
+#include <optional>
 
 using namespace braid;
 
@@ -31,11 +36,7 @@ llvm::Error checkSize(const char *name, int64_t value) {
 
 bool isGptStyle(spec::Family f) { return f == spec::GPT2 || f == spec::BLOOM; }
 
-std::string str(double v) {
-  std::string s;
-  llvm::raw_string_ostream(s) << v;
-  return s;
-}
+std::string str(double v) { return formatNumber(v); }
 
 /// The base architecture: a preset or a config.json (at most one).
 llvm::Expected<spec::ModelSpec> loadBase(const spec::ModelSpec &m) {
@@ -57,6 +58,86 @@ llvm::Expected<spec::ModelSpec> loadBase(const spec::ModelSpec &m) {
     return importHFConfig(m.hf_config());
   return spec::ModelSpec();
 }
+
+/// Where the fields of a job's model come from: its base (a preset or a
+/// config.json) or its inline fields, which replace the base's.
+class Provenance {
+public:
+  Provenance(const spec::ModelSpec &base, const spec::ModelSpec &given)
+      : base(base), given(given) {
+    if (given.has_preset())
+      baseName = "preset \"" + given.preset() + "\"";
+    else if (given.has_hf_config())
+      baseName = "config.json " + given.hf_config();
+  }
+
+  /// True when the job sets `field` to another value than its base's.
+  bool replaced(const char *field) const {
+    const google::protobuf::FieldDescriptor *f = descriptor(field);
+    if (!reflection()->HasField(given, f) || !reflection()->HasField(base, f))
+      return false;
+    return text(given, f) != text(base, f);
+  }
+
+  /// True when `field`'s value is the base's: the job does not set it.
+  bool inherited(const char *field) const {
+    const google::protobuf::FieldDescriptor *f = descriptor(field);
+    return !reflection()->HasField(given, f) && reflection()->HasField(base, f);
+  }
+
+  /// "model.hidden_size = 64 replaces the 4096 of preset "bloom-7b1"".
+  std::string replacement(const char *field) const {
+    const google::protobuf::FieldDescriptor *f = descriptor(field);
+    return std::string("model.") + field + " = " + text(given, f) +
+           " replaces the " + text(base, f) + " of " + baseName;
+  }
+
+  /// For a check of `field` that failed: when the base set `field` and the
+  /// job replaced `dependsOn`, the value the base made for another
+  /// `dependsOn` is stale, which the message says (empty otherwise).
+  std::string staleNote(const char *field, const char *dependsOn) const {
+    if (!inherited(field) || !replaced(dependsOn))
+      return "";
+    const google::protobuf::FieldDescriptor *d = descriptor(dependsOn);
+    return std::string("; model.") + field + " comes from " + baseName +
+           ", made for its model." + dependsOn + " = " + text(base, d) +
+           ", not the job's " + text(given, d) + ": set model." + field +
+           " in the job";
+  }
+
+private:
+  static const google::protobuf::Reflection *reflection() {
+    return spec::ModelSpec::GetReflection();
+  }
+  static const google::protobuf::FieldDescriptor *descriptor(const char *name) {
+    const google::protobuf::FieldDescriptor *f =
+        spec::ModelSpec::descriptor()->FindFieldByName(name);
+    assert(f && "not a ModelSpec field");
+    return f;
+  }
+  /// A field's value as a job file states it (enums by their family name).
+  static std::string text(const spec::ModelSpec &m,
+                          const google::protobuf::FieldDescriptor *f) {
+    using google::protobuf::FieldDescriptor;
+    switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT64:
+      return std::to_string(reflection()->GetInt64(m, f));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return str(reflection()->GetDouble(m, f));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return reflection()->GetBool(m, f) ? "true" : "false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return f->name() == "family"
+                 ? familyName(spec::Family(reflection()->GetEnumValue(m, f)))
+                 : reflection()->GetEnum(m, f)->name();
+    default:
+      return "\"" + reflection()->GetString(m, f) + "\"";
+    }
+  }
+
+  const spec::ModelSpec &base, &given;
+  std::string baseName;
+};
 
 } // namespace
 
@@ -108,29 +189,76 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
     *r.out = r.value;
   }
 
-  // Family defaults for what is still unset.
+  // Fields derived from others: from their family's rule when unset, and
+  // also when the job replaced the field the base's value was made for (a
+  // preset's MLP width belongs to its hidden size).
+  Provenance from(*base, given);
   bool gpt = isGptStyle(c.family);
-  c.numKvHeads = m.has_num_kv_heads() ? m.num_kv_heads() : c.numHeads;
+  if (given.has_num_kv_heads() ||
+      (m.has_num_kv_heads() && !from.replaced("num_heads"))) {
+    c.numKvHeads = m.num_kv_heads();
+  } else if (m.has_num_kv_heads()) {
+    // The base's grouping kept: as many query heads per kv head (one in a
+    // model without GQA), when that many divide the new heads.
+    int64_t baseHeads = base->num_heads(), baseKv = base->num_kv_heads();
+    int64_t group = baseKv >= 1 && baseHeads % baseKv == 0 ? baseHeads / baseKv
+                                                            : 0;
+    if (group == 0 || c.numHeads % group != 0)
+      return invalid(from.replacement("num_heads") + ", whose " +
+                     std::to_string(baseKv) +
+                     " kv heads (model.num_kv_heads) cannot be derived for " +
+                     std::to_string(c.numHeads) + " heads: " +
+                     (group == 0 ? std::string("its heads are not groups of "
+                                               "kv heads")
+                                 : "its groups of " + std::to_string(group) +
+                                       " query heads per kv head do not "
+                                       "divide them") +
+                     "; set model.num_kv_heads in the job");
+    c.numKvHeads = c.numHeads / group;
+    c.derivedFields.push_back(
+        {"num_kv_heads", c.numKvHeads,
+         group == 1 ? std::string("num_heads (one kv head per query head)")
+                    : "num_heads / " + std::to_string(group) + " (" +
+                          std::to_string(group) +
+                          " query heads per kv head, as the base's)",
+         from.replacement("num_heads")});
+  } else {
+    c.numKvHeads = c.numHeads;
+    c.derivedFields.push_back({"num_kv_heads", c.numKvHeads,
+                               "num_heads (one kv head per query head)",
+                               "not set"});
+  }
   if (llvm::Error e = checkSize("model.num_kv_heads", c.numKvHeads))
     return std::move(e);
   if (c.hiddenSize % c.numHeads != 0)
     return invalid("model.num_heads = " + llvm::Twine(c.numHeads) +
                    " does not divide model.hidden_size = " +
-                   llvm::Twine(c.hiddenSize));
+                   llvm::Twine(c.hiddenSize) +
+                   from.staleNote("num_heads", "hidden_size"));
   if (c.numHeads % c.numKvHeads != 0)
     return invalid("model.num_kv_heads = " + llvm::Twine(c.numKvHeads) +
                    " does not divide model.num_heads = " +
                    llvm::Twine(c.numHeads));
   c.headDim = c.hiddenSize / c.numHeads;
 
-  if (m.has_ffn_hidden_size()) {
+  const char *ffnStaleBy = from.replaced("hidden_size") ? "hidden_size"
+                           : from.replaced("family")    ? "family"
+                                                        : nullptr;
+  if (given.has_ffn_hidden_size() || (m.has_ffn_hidden_size() && !ffnStaleBy)) {
     c.ffnHiddenSize = m.ffn_hidden_size();
-  } else if (gpt) {
-    c.ffnHiddenSize = 4 * c.hiddenSize;
   } else {
-    // LLaMA's rule: 2/3 of 4h, rounded up to a multiple of 256.
-    int64_t ffn = 2 * (4 * c.hiddenSize) / 3;
-    c.ffnHiddenSize = (ffn + 255) / 256 * 256;
+    c.ffnHiddenSize = familyFfnHiddenSize(c.family, c.hiddenSize);
+    std::string rule = gpt ? "4 * hidden_size"
+                           : "ceil(2/3 * 4 * hidden_size / 256) * 256";
+    if (c.ffnHiddenSize > kMaxSize)
+      return invalid("model.ffn_hidden_size = " +
+                     llvm::Twine(c.ffnHiddenSize) + ", derived as " + rule +
+                     " from model.hidden_size = " +
+                     llvm::Twine(c.hiddenSize) + ", must be in [1, " +
+                     llvm::Twine(kMaxSize) + "]");
+    c.derivedFields.push_back(
+        {"ffn_hidden_size", c.ffnHiddenSize, rule,
+         ffnStaleBy ? from.replacement(ffnStaleBy) : "not set"});
   }
   if (llvm::Error e = checkSize("model.ffn_hidden_size", c.ffnHiddenSize))
     return std::move(e);
@@ -168,12 +296,14 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
     if (c.headDim % 2 != 0)
       return invalid("RoPE needs an even head size, but model.hidden_size / "
                      "model.num_heads = " +
-                     llvm::Twine(c.headDim));
+                     llvm::Twine(c.headDim) +
+                     from.staleNote("num_heads", "hidden_size"));
   }
   if (c.family == spec::BLOOM && c.numKvHeads != c.numHeads)
     return invalid("model.num_kv_heads = " + llvm::Twine(c.numKvHeads) +
                    " must equal model.num_heads = " + llvm::Twine(c.numHeads) +
-                   " for family bloom, whose fused QKV is stored per head");
+                   " for family bloom, whose fused QKV is stored per head" +
+                   from.staleNote("num_kv_heads", "family"));
 
   c.tieEmbeddings = m.has_tie_embeddings() ? m.tie_embeddings() : gpt;
   c.attentionBias = m.has_attention_bias()
@@ -223,7 +353,210 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
                     job.train().precision() != spec::DTYPE_UNSPECIFIED
                 ? job.train().precision()
                 : spec::FP32;
+  // What would not fit int64 or the IR budget is refused here, before any
+  // IR is built.
+  if (llvm::Error e = checkSizeLimits(c))
+    return std::move(e);
   return c;
+}
+
+namespace {
+
+/// An int64 size computed with overflow checks: empty once a product or a
+/// sum of it left int64.
+struct Checked {
+  std::optional<int64_t> value;
+  Checked(int64_t v) : value(v) {}
+  Checked(std::optional<int64_t> v) : value(v) {}
+  bool under(int64_t limit) const { return value && *value < limit; }
+  std::string text() const {
+    return value ? std::to_string(*value) : std::string("more than 2^63");
+  }
+};
+
+Checked operator*(Checked a, Checked b) {
+  int64_t r;
+  if (!a.value || !b.value || __builtin_mul_overflow(*a.value, *b.value, &r))
+    return Checked(std::nullopt);
+  return r;
+}
+
+Checked operator+(Checked a, Checked b) {
+  int64_t r;
+  if (!a.value || !b.value || __builtin_add_overflow(*a.value, *b.value, &r))
+    return Checked(std::nullopt);
+  return r;
+}
+
+/// Columns of a layer's QKV projection(s) and of its MLP input
+/// projection(s) (gate and up for SwiGLU).
+Checked qkvColumns(const ModelConfig &c) {
+  return (Checked(c.numHeads) + Checked(2) * c.numKvHeads) * c.headDim;
+}
+Checked mlpColumns(const ModelConfig &c) {
+  return Checked(c.ffnHiddenSize) * (c.activation == spec::SWIGLU ? 2 : 1);
+}
+
+/// The weights of one layer's matrix products.
+Checked matmulWeightsPerLayer(const ModelConfig &c) {
+  const Checked h = c.hiddenSize;
+  return h * qkvColumns(c) + Checked(c.numHeads * c.headDim) * h +
+         h * mlpColumns(c) + Checked(c.ffnHiddenSize) * h;
+}
+
+/// The parameters as ModelBuilder declares them.
+Checked modelParameters(const ModelConfig &c) {
+  const Checked h = c.hiddenSize, vocab = c.paddedVocabSize;
+  const Checked norm = h * (c.norm == spec::LAYER_NORM ? 2 : 1);
+  const Checked perLayer =
+      matmulWeightsPerLayer(c) + Checked(2) * norm +
+      (c.attentionBias ? qkvColumns(c) + h : Checked(0)) +
+      (c.mlpBias ? mlpColumns(c) + h : Checked(0));
+  const Checked outsideLayers =
+      vocab * h * (c.tieEmbeddings ? 1 : 2) +
+      (c.positionEmbedding == spec::LEARNED ? Checked(c.maxSeqLen) * h
+                                            : Checked(0)) +
+      (c.embeddingNorm ? Checked(2) * h : Checked(0)) + norm;
+  return Checked(c.numLayers) * perLayer + outsideLayers;
+}
+
+int64_t elementBytes(spec::DType dtype) {
+  switch (dtype) {
+  case spec::BF16:
+  case spec::FP16: return 2;
+  case spec::FP64: return 8;
+  default: return 4;
+  }
+}
+
+} // namespace
+
+std::optional<int64_t> braid::parameterCount(const ModelConfig &config) {
+  return modelParameters(config).value;
+}
+
+llvm::Error braid::checkSizeLimits(const ModelConfig &c, int64_t microBatches,
+                                    llvm::StringRef keptWhy) {
+  const std::string where = " (docs/spec.md, \"Size limits\")";
+  // The IR budget: the ops a compile builds grow with the layers alone.
+  if (c.numLayers > kIrOpBudget / kIrOpsPerLayer)
+    return invalid("model.num_layers = " + llvm::Twine(c.numLayers) +
+                   " is over the compiler's IR budget: about " +
+                   llvm::Twine(kIrOpsPerLayer) + " ops per layer make " +
+                   llvm::Twine(c.numLayers * kIrOpsPerLayer) +
+                   " ops, more than " + llvm::Twine(kIrOpBudget) +
+                   " (at most " + llvm::Twine(kIrOpBudget / kIrOpsPerLayer) +
+                   " layers)" + where);
+
+  auto field = [](const char *name, int64_t value) {
+    return std::string(name) + " = " + std::to_string(value);
+  };
+  // Parameters are stored in the dtype (e bytes); gradients, moments,
+  // activations and logits are counted at 4 bytes at least (f32 in mixed
+  // precision).
+  const int64_t e = elementBytes(c.dtype), w = std::max<int64_t>(e, 4);
+  const bool swiglu = c.activation == spec::SWIGLU;
+  const Checked h = c.hiddenSize, vocab = c.paddedVocabSize;
+  const Checked tokens = Checked(c.microBatchSize) * c.seqLength;
+  const Checked qkvCols = qkvColumns(c), mlpCols = mlpColumns(c);
+  const std::string hField = field("model.hidden_size", c.hiddenSize);
+  const std::string vocabText =
+      "the padded vocabulary " + std::to_string(c.paddedVocabSize) + " (" +
+      field("model.vocab_size", c.vocabSize) + ")";
+  const std::string tokensText =
+      field("parallel.micro_batch_size", c.microBatchSize) + " x " +
+      field("data.seq_length", c.seqLength);
+  const std::string qkvText =
+      "(" + field("model.num_heads", c.numHeads) + " + 2 x " +
+      field("model.num_kv_heads", c.numKvHeads) + ") x head size " +
+      std::to_string(c.headDim);
+  const std::string mlpText =
+      field("model.ffn_hidden_size", c.ffnHiddenSize) + (swiglu ? " x 2" : "");
+
+  // Every tensor, in elements of w bytes.
+  struct Tensor {
+    std::string what;
+    Checked elements;
+  };
+  std::vector<Tensor> tensors = {
+      {"the token embedding, " + vocabText + " x " + hField, vocab * h},
+      {"a layer's QKV weights, " + hField + " x " + qkvText, h * qkvCols},
+      {"a layer's MLP weights, " + hField + " x " + mlpText, h * mlpCols},
+      {"the hidden states, " + tokensText + " x " + hField, tokens * h},
+      {"a layer's QKV activations, " + tokensText + " x " + qkvText,
+       tokens * qkvCols},
+      {"a layer's MLP activations, " + tokensText + " x " + mlpText,
+       tokens * mlpCols},
+      {"a layer's attention scores, " +
+           field("parallel.micro_batch_size", c.microBatchSize) + " x " +
+           field("model.num_heads", c.numHeads) + " x (" +
+           field("data.seq_length", c.seqLength) + ")^2",
+       Checked(c.microBatchSize) * c.numHeads * c.seqLength * c.seqLength},
+      {"the logits, " + tokensText + " x " + vocabText, tokens * vocab},
+  };
+  if (c.positionEmbedding == spec::LEARNED)
+    tensors.push_back({"the position table, " +
+                           field("model.max_seq_len", c.maxSeqLen) + " x " +
+                           hField,
+                       Checked(c.maxSeqLen) * h});
+  for (const Tensor &t : tensors) {
+    Checked bytes = t.elements * w;
+    if (!bytes.under(kMaxSizeBytes))
+      return invalid(t.what + ", is " + t.elements.text() + " elements of " +
+                     llvm::Twine(w) + " B = " + bytes.text() +
+                     " B, over the limit of 2^62 B" + where);
+  }
+
+  // The parameters, with their gradients, AdamW's two moments and, below
+  // 4-byte parameters, an f32 master copy: 16 B each in fp32, 18 in bf16
+  // and fp16, 32 in fp64 (docs/memory.md).
+  const Checked matmulPerLayer = matmulWeightsPerLayer(c);
+  const Checked parameters = modelParameters(c);
+  const int64_t stateBytes = e + 3 * w + (e < 4 ? 4 : 0);
+  const std::string sizesText =
+      field("model.num_layers", c.numLayers) + ", " + hField + ", " +
+      field("model.num_heads", c.numHeads) + ", " +
+      field("model.num_kv_heads", c.numKvHeads) + ", " +
+      field("model.ffn_hidden_size", c.ffnHiddenSize) + ", " + vocabText;
+  const Checked state = parameters * stateBytes;
+  if (!state.under(kMaxSizeBytes))
+    return invalid("the parameters with their gradients and optimizer "
+                   "state, " +
+                   parameters.text() + " parameters (" + sizesText + ") x " +
+                   llvm::Twine(stateBytes) + " B = " + state.text() +
+                   " B, are over the limit of 2^62 B" + where);
+
+  // The activations a step keeps: per layer at most 64 tensors of its
+  // widest activation (31 to 57 were measured, fp32 and bf16, with and
+  // without tp, sp and recompute), and the logits with their gradients,
+  // for each micro-batch kept at once.
+  Checked widest = std::max({*h.value, qkvCols.value.value_or(INT64_MAX),
+                             mlpCols.value.value_or(INT64_MAX)});
+  const Checked perMicroBatch =
+      (Checked(c.numLayers) * 64 * tokens * widest + Checked(4) * tokens * vocab) *
+      w;
+  const Checked activations = perMicroBatch * microBatches;
+  if (!(state + activations).under(kMaxSizeBytes))
+    return invalid(
+        "the activations of " +
+        (microBatches == 1 ? std::string("a micro-batch")
+                           : std::to_string(microBatches) + " micro-batches" +
+                                 (keptWhy.empty() ? "" : " (" + keptWhy.str() + ")")) +
+        " (" + tokensText + ", " + sizesText + "), at most " +
+        activations.text() + " B, with the parameters' " + state.text() +
+        " B of state, are over the limit of 2^62 B" + where);
+
+  // The FLOPs of one micro-batch's forward: 2 per multiply-add of the matrix
+  // products, and attention's q.k^T and p.v.
+  const Checked flops =
+      Checked(2) * tokens * (Checked(c.numLayers) * matmulPerLayer + vocab * h) +
+      Checked(4) * c.numLayers * c.microBatchSize * c.seqLength * c.seqLength *
+          (c.numHeads * c.headDim);
+  if (!flops.under(kMaxSizeBytes))
+    return invalid("one micro-batch's forward, " + tokensText + " tokens of " +
+                   parameters.text() + " parameters (" + sizesText + "), is " +
+                   flops.text() + " FLOPs, over the limit of 2^62" + where);
+  return llvm::Error::success();
 }
 
 spec::ModelSpec braid::inlineModelSpec(const ModelConfig &c) {

@@ -4,6 +4,8 @@
 
 #include "llvm/ADT/Twine.h"
 
+#include <algorithm>
+
 using namespace braid;
 
 namespace {
@@ -188,6 +190,24 @@ braid::resolveParallel(const spec::JobSpec &job, const ModelConfig &model) {
                    llvm::Twine(model.microBatchSize) + " x " +
                    llvm::Twine(c.dp) + " = " + llvm::Twine(perStep));
   c.microBatches = c.globalBatchSize / perStep;
+  // resolveModel checked the size limits with one micro-batch's activations;
+  // a pipeline keeps several micro-batches' at once: GPipe all of a step's,
+  // the other schedules at most pp x (vpp + 1) (1F1B's first stage pp,
+  // Megatron's interleaved pp x vpp + pp - 1). Without a pipeline one
+  // micro-batch's backward ends before the next forward.
+  if (c.pp > 1 && c.microBatches > 1) {
+    bool gpipe = c.schedule == "gpipe";
+    int64_t kept = gpipe ? c.microBatches
+                         : std::min(c.microBatches, c.pp * (c.vpp + 1));
+    std::string why =
+        gpipe ? "parallel.schedule = \"gpipe\" keeps all of a step's, "
+                "parallel.global_batch_size / (parallel.micro_batch_size x "
+                "parallel.dp)"
+              : "parallel.schedule = \"" + c.schedule +
+                    "\" keeps at most parallel.pp x (parallel.vpp + 1)";
+    if (llvm::Error e = checkSizeLimits(model, kept, why))
+      return std::move(e);
+  }
   if (c.vpp > 1 && c.microBatches % c.pp != 0)
     return invalid("the interleaved schedule (parallel.vpp = " +
                    llvm::Twine(c.vpp) + ") needs micro-batches per step (" +

@@ -4,11 +4,15 @@
 // config.json files (or, for models released only through Megatron-style
 // code, their papers and reference scripts) state them. Fields a family sets
 // the same way for every size (norm, activation, biases, ...) are left to the
-// family defaults of ModelConfig.cpp.
+// family defaults of ModelConfig.cpp; GPT-2's and Bloom's MLP width is their
+// family's rule (familyFfnHiddenSize), the one a job that replaces their
+// hidden size gets.
 //
 //===----------------------------------------------------------------------===//
 
 #include "frontends/Presets.h"
+
+#include "frontends/ModelConfig.h"
 
 #include <functional>
 #include <map>
@@ -37,8 +41,9 @@ ModelSpec make(spec::Family family, const Shape &s) {
 
 /// GPT-2: 4h MLP, 50257 tokens, 1024 positions, dropout 0.1 everywhere.
 ModelSpec gpt2(int64_t layers, int64_t hidden, int64_t heads) {
-  ModelSpec m = make(spec::GPT2,
-                     {layers, hidden, heads, heads, 4 * hidden, 50257, 1024});
+  ModelSpec m = make(spec::GPT2, {layers, hidden, heads, heads,
+                                 familyFfnHiddenSize(spec::GPT2, hidden), 50257,
+                                 1024});
   m.set_norm_eps(1e-5);
   m.set_hidden_dropout(0.1);
   m.set_attention_dropout(0.1);
@@ -63,8 +68,9 @@ ModelSpec llama2(int64_t layers, int64_t hidden, int64_t heads,
 }
 
 ModelSpec bloom(int64_t layers, int64_t hidden, int64_t heads) {
-  ModelSpec m = make(spec::BLOOM,
-                     {layers, hidden, heads, heads, 4 * hidden, 250880, 2048});
+  ModelSpec m = make(spec::BLOOM, {layers, hidden, heads, heads,
+                                  familyFfnHiddenSize(spec::BLOOM, hidden),
+                                  250880, 2048});
   m.set_norm_eps(1e-5);
   return m;
 }

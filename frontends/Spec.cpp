@@ -105,3 +105,18 @@ llvm::Expected<spec::JobSpec> braid::loadJobFile(llvm::StringRef path) {
     data->set_tokenizer_model(relative(data->tokenizer_model()));
   return job;
 }
+
+llvm::Error braid::checkModelSource(const spec::JobSpec &job,
+                                    llvm::StringRef jobPath,
+                                    llvm::StringRef hint) {
+  const spec::ModelSpec &m = job.model();
+  if (m.has_preset() || m.has_hf_config() ||
+      (m.has_family() && m.family() != spec::FAMILY_UNSPECIFIED))
+    return llvm::Error::success();
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      jobPath + ": the model names no preset, hf_config or family; set "
+                "model.preset, model.hf_config or model.family (with the "
+                "inline sizes)" +
+          hint);
+}

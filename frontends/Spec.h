@@ -20,6 +20,13 @@ llvm::Expected<spec::JobSpec> parseJobText(llvm::StringRef text,
 /// file's directory.
 llvm::Expected<spec::JobSpec> loadJobFile(llvm::StringRef path);
 
+/// Success when `job` names where its model comes from (model.preset,
+/// model.hf_config or model.family); otherwise an error that names the job
+/// file `jobPath` and what it lacks, followed by `hint` (how else a tool
+/// takes a model, e.g. its flags).
+llvm::Error checkModelSource(const spec::JobSpec &job, llvm::StringRef jobPath,
+                             llvm::StringRef hint = "");
+
 /// The whole contents of a file, or an error naming the file.
 llvm::Expected<std::string> readFile(llvm::StringRef path);
 

@@ -2,7 +2,7 @@
 
 #include "frontends/TrainConfig.h"
 
-#include "llvm/Support/raw_ostream.h"
+#include "frontends/Format.h"
 
 #include <cmath>
 
@@ -42,11 +42,18 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
     c.lossScaleWindow = t.loss_scale_window();
   if (t.has_hysteresis())
     c.hysteresis = t.hysteresis();
-  auto fail = [](const char *field, double value, const char *rule) {
-    std::string s;
-    llvm::raw_string_ostream(s) << "train." << field << " = " << value
-                                << " must be " << rule;
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), s);
+  // Integer fields print as integers, the others as their shortest digits.
+  auto failWith = [](const char *field, const std::string &value,
+                     const char *rule) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   std::string("train.") + field + " = " +
+                                       value + " must be " + rule);
+  };
+  auto fail = [&](const char *field, double value, const char *rule) {
+    return failWith(field, formatNumber(value), rule);
+  };
+  auto failInt = [&](const char *field, int64_t value, const char *rule) {
+    return failWith(field, std::to_string(value), rule);
   };
   if (!(c.adamBeta1 >= 0 && c.adamBeta1 < 1))
     return fail("adam_beta1", c.adamBeta1, "in [0, 1)");
@@ -59,15 +66,15 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
   if (!(c.clipGrad >= 0) || std::isinf(c.clipGrad))
     return fail("clip_grad", c.clipGrad, ">= 0 (0 disables clipping)");
   if (c.steps < 1)
-    return fail("steps", double(c.steps), ">= 1");
+    return failInt("steps", c.steps, ">= 1");
   if (c.seed < 0)
-    return fail("seed", double(c.seed), ">= 0");
+    return failInt("seed", c.seed, ">= 0");
   if (!(c.lr >= 0) || std::isinf(c.lr))
     return fail("lr", c.lr, ">= 0");
   if (!(c.minLr >= 0 && c.minLr <= c.lr))
     return fail("min_lr", c.minLr, "in [0, lr]");
   if (c.warmupSteps < 0 || c.warmupSteps > c.steps)
-    return fail("warmup_steps", double(c.warmupSteps), "in [0, steps]");
+    return failInt("warmup_steps", c.warmupSteps, "in [0, steps]");
   const bool fp16 = t.has_precision() && t.precision() == spec::FP16;
   for (auto [set, field] :
        {std::pair<bool, const char *>{t.has_loss_scale(), "loss_scale"},
@@ -90,9 +97,9 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
     return fail("initial_loss_scale", c.initialLossScale,
                 ">= min_loss_scale and finite");
   if (c.lossScaleWindow < 1)
-    return fail("loss_scale_window", double(c.lossScaleWindow), ">= 1");
+    return failInt("loss_scale_window", c.lossScaleWindow, ">= 1");
   if (c.hysteresis < 1)
-    return fail("hysteresis", double(c.hysteresis), ">= 1");
+    return failInt("hysteresis", c.hysteresis, ">= 1");
   if (c.lrDecay != "constant" && c.lrDecay != "linear" && c.lrDecay != "cosine")
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

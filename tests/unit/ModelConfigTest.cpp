@@ -23,6 +23,7 @@
 #include <cmath>
 #include <functional>
 #include <set>
+#include <tuple>
 
 using namespace braid;
 using namespace braid::test;
@@ -821,6 +822,481 @@ TEST(Errors, NonPositiveSizes) {
 TEST(Errors, NoModelSource) {
   spec::JobSpec job;
   EXPECT_TRUE(errorContains(resolveError(job), "model.family is not set"));
+}
+
+// A job file with a model that names no source: the message names the file
+// and what the model lacks (braidc and braid train both check it).
+TEST(Errors, JobWithoutModelSourceNamesTheFile) {
+  spec::JobSpec job;
+  spec::ModelSpec *m = job.mutable_model();
+  m->set_num_layers(2);
+  m->set_hidden_size(64);
+  m->set_num_heads(4);
+  m->set_vocab_size(512);
+  llvm::Error error = checkModelSource(job, "jobs/no-family.textproto");
+  ASSERT_TRUE(bool(error));
+  EXPECT_EQ(llvm::toString(std::move(error)),
+            "jobs/no-family.textproto: the model names no preset, hf_config "
+            "or family; set model.preset, model.hf_config or model.family "
+            "(with the inline sizes)");
+  m->set_family(spec::LLAMA);
+  EXPECT_FALSE(bool(checkModelSource(job, "x")));
+  EXPECT_FALSE(bool(checkModelSource(presetJob("tiny-llama"), "x")));
+  EXPECT_FALSE(bool(checkModelSource(hfJob("gpt2.json"), "x")));
+}
+
+/// resolveTrain's error for `job`, "" when it resolves.
+std::string trainError(const spec::JobSpec &job) {
+  llvm::Expected<TrainConfig> train = resolveTrain(job);
+  return train ? "" : llvm::toString(train.takeError());
+}
+
+// Integer fields print as integers, whatever their size; fractional fields
+// as the digits a job file would give them.
+TEST(Errors, NumbersPrintAsTheJobStatesThem) {
+  spec::JobSpec job = presetJob("tiny-llama");
+  job.mutable_train()->set_seed(-1);
+  EXPECT_EQ(trainError(job), "train.seed = -1 must be >= 0");
+  job = presetJob("tiny-llama");
+  job.mutable_train()->set_steps(0);
+  EXPECT_EQ(trainError(job), "train.steps = 0 must be >= 1");
+  job = presetJob("tiny-llama");
+  job.mutable_train()->set_warmup_steps(int64_t(1) << 60);
+  EXPECT_EQ(trainError(job), "train.warmup_steps = 1152921504606846976 must "
+                             "be in [0, steps]");
+  job = presetJob("tiny-llama");
+  job.mutable_train()->set_precision(spec::FP16);
+  job.mutable_train()->set_loss_scale_window(0);
+  EXPECT_EQ(trainError(job), "train.loss_scale_window = 0 must be >= 1");
+  job = presetJob("tiny-llama");
+  job.mutable_train()->set_lr(-0.5);
+  EXPECT_EQ(trainError(job), "train.lr = -0.5 must be >= 0");
+  job = presetJob("tiny-llama");
+  job.mutable_train()->set_adam_beta2(1.25);
+  EXPECT_EQ(trainError(job), "train.adam_beta2 = 1.25 must be in [0, 1)");
+  job = presetJob("tiny-llama");
+  job.mutable_train()->set_adam_eps(0);
+  EXPECT_EQ(trainError(job), "train.adam_eps = 0 must be > 0");
+  job = presetJob("tiny-llama");
+  job.mutable_model()->set_hidden_dropout(1.5);
+  EXPECT_EQ(resolveError(job), "model.hidden_dropout = 1.5 must be in [0, 1)");
+  job = presetJob("tiny-llama");
+  job.mutable_model()->set_norm_eps(-1e-5);
+  EXPECT_EQ(resolveError(job), "model.norm_eps = -1e-05 must be > 0");
+}
+
+//===----------------------------------------------------------------------===//
+// Fields derived from a field the job replaces
+//===----------------------------------------------------------------------===//
+
+/// `config`'s derived field `name`, or nullptr.
+const DerivedField *derivedField(const ModelConfig &config,
+                                 const std::string &name) {
+  for (const DerivedField &d : config.derivedFields)
+    if (d.field == name)
+      return &d;
+  return nullptr;
+}
+
+/// The LLaMA reference code's MLP width (Meta's llama/model.py with
+/// multiple_of = 256): int(2 * 4h / 3), rounded up to a multiple of 256.
+int64_t llamaReferenceFfn(int64_t hidden) {
+  int64_t ffn = static_cast<int64_t>(2.0 * (4.0 * hidden) / 3.0);
+  return 256 * ((ffn + 255) / 256);
+}
+
+// `preset: "bloom-7b1" num_layers: 2 hidden_size: 64` has Bloom's 4h MLP,
+// 256 wide, not the preset's 16384.
+TEST(DerivedFields, BloomMlpFollowsAReplacedHiddenSize) {
+  spec::JobSpec job = presetJob("bloom-7b1", 16);
+  job.mutable_model()->set_num_layers(2);
+  job.mutable_model()->set_hidden_size(64);
+  ModelConfig c = resolved(job);
+  EXPECT_EQ(c.ffnHiddenSize, 4 * 64);
+  const DerivedField *ffn = derivedField(c, "ffn_hidden_size");
+  ASSERT_TRUE(ffn);
+  EXPECT_EQ(ffn->value, 256);
+  EXPECT_EQ(ffn->rule, "4 * hidden_size");
+  EXPECT_EQ(ffn->reason,
+            "model.hidden_size = 64 replaces the 4096 of preset \"bloom-7b1\"");
+  // The heads were not replaced: the preset's 32 stay, and so do its kv
+  // heads, which are not listed as derived.
+  EXPECT_EQ(c.numHeads, 32);
+  EXPECT_EQ(c.numKvHeads, 32);
+  EXPECT_FALSE(derivedField(c, "num_kv_heads"));
+  // The compiled MLP is that wide: up and down projections of 64 x 256 with
+  // their biases.
+  mlir::MLIRContext context;
+  mlir::OwningOpRef<mlir::ModuleOp> module = compileModel(context, job);
+  ASSERT_TRUE(module);
+  const int64_t h = 64, ffnWidth = 256;
+  const int64_t layer = 2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) +
+                        (h * ffnWidth + ffnWidth) + (ffnWidth * h + h);
+  for (int64_t n : countParameters(*module).perLayer)
+    EXPECT_EQ(n, layer);
+}
+
+TEST(DerivedFields, LlamaMlpFollowsAReplacedHiddenSize) {
+  // The rule is the one LLaMA's presets were made with.
+  for (auto [preset, hidden, ffn] :
+       {std::tuple<const char *, int64_t, int64_t>{"llama-7b", 4096, 11008},
+        {"llama-13b", 5120, 13824},
+        {"llama-33b", 6656, 17920},
+        {"llama-65b", 8192, 22016}}) {
+    EXPECT_EQ(llamaReferenceFfn(hidden), ffn) << preset;
+    EXPECT_EQ(familyFfnHiddenSize(spec::LLAMA, hidden), ffn) << preset;
+  }
+  spec::JobSpec job = presetJob("llama-7b", 16);
+  job.mutable_model()->set_hidden_size(1024);
+  ModelConfig c = resolved(job);
+  // int(2 * 4096 / 3) = 2730, rounded up to 11 * 256.
+  EXPECT_EQ(c.ffnHiddenSize, llamaReferenceFfn(1024));
+  EXPECT_EQ(c.ffnHiddenSize, 11 * 256);
+  const DerivedField *ffn = derivedField(c, "ffn_hidden_size");
+  ASSERT_TRUE(ffn);
+  EXPECT_EQ(ffn->reason,
+            "model.hidden_size = 1024 replaces the 4096 of preset \"llama-7b\"");
+  // From a config.json that states intermediate_size: the same.
+  job = hfJob("llama2-7b.json");
+  job.mutable_model()->set_hidden_size(1024);
+  c = resolved(job);
+  EXPECT_EQ(c.ffnHiddenSize, llamaReferenceFfn(1024));
+  ffn = derivedField(c, "ffn_hidden_size");
+  ASSERT_TRUE(ffn);
+  EXPECT_TRUE(errorContains(ffn->reason, "model.hidden_size = 1024 replaces "
+                                         "the 4096 of config.json "));
+}
+
+TEST(DerivedFields, WhatTheJobSetsOrKeepsIsNotDerived) {
+  // The job states the preset's own hidden size: nothing is replaced.
+  spec::JobSpec job = presetJob("tiny-llama");
+  job.mutable_model()->set_hidden_size(64);
+  ModelConfig c = resolved(job);
+  EXPECT_EQ(c.ffnHiddenSize, 176);
+  EXPECT_TRUE(c.derivedFields.empty());
+  // An MLP width given with the new hidden size is the job's.
+  job = presetJob("bloom-7b1");
+  job.mutable_model()->set_hidden_size(64);
+  job.mutable_model()->set_ffn_hidden_size(100);
+  c = resolved(job);
+  EXPECT_EQ(c.ffnHiddenSize, 100);
+  EXPECT_FALSE(derivedField(c, "ffn_hidden_size"));
+  // Replacing the layers changes nothing derived (llama2-7b keeps 11008).
+  job = presetJob("llama2-7b");
+  job.mutable_model()->set_num_layers(2);
+  c = resolved(job);
+  EXPECT_EQ(c.ffnHiddenSize, 11008);
+  EXPECT_TRUE(c.derivedFields.empty());
+}
+
+TEST(DerivedFields, KvHeadsFollowReplacedHeads) {
+  // Multi-head presets: one kv head per query head.
+  for (const char *preset : {"bloom-7b1", "gpt2-124m", "llama-7b"}) {
+    spec::JobSpec job = presetJob(preset);
+    job.mutable_model()->set_num_heads(4);
+    ModelConfig c = resolved(job);
+    EXPECT_EQ(c.numKvHeads, 4) << preset;
+    const DerivedField *kv = derivedField(c, "num_kv_heads");
+    ASSERT_TRUE(kv) << preset;
+    EXPECT_EQ(kv->value, 4) << preset;
+    EXPECT_EQ(kv->rule, "num_heads (one kv head per query head)") << preset;
+  }
+  // GQA: llama2-70b groups 64 heads into 8 kv heads, 8 query heads each;
+  // 32 heads keep the groups of 8: 32 / 8 = 4 kv heads.
+  spec::JobSpec job = presetJob("llama2-70b");
+  job.mutable_model()->set_num_heads(32);
+  ModelConfig c = resolved(job);
+  EXPECT_EQ(c.numKvHeads, 32 / (64 / 8));
+  const DerivedField *kv = derivedField(c, "num_kv_heads");
+  ASSERT_TRUE(kv);
+  EXPECT_EQ(kv->rule, "num_heads / 8 (8 query heads per kv head, as the "
+                      "base's)");
+  EXPECT_EQ(kv->reason,
+            "model.num_heads = 32 replaces the 64 of preset \"llama2-70b\"");
+  // 4 heads make no group of 8: refused, naming both fields.
+  job.mutable_model()->set_num_heads(4);
+  EXPECT_EQ(resolveError(job),
+            "model.num_heads = 4 replaces the 64 of preset \"llama2-70b\", "
+            "whose 8 kv heads (model.num_kv_heads) cannot be derived for 4 "
+            "heads: its groups of 8 query heads per kv head do not divide "
+            "them; set model.num_kv_heads in the job");
+  // Kv heads the job gives are the job's.
+  job.mutable_model()->set_num_kv_heads(2);
+  c = resolved(job);
+  EXPECT_EQ(c.numKvHeads, 2);
+  EXPECT_FALSE(derivedField(c, "num_kv_heads"));
+}
+
+TEST(DerivedFields, ReplacedFamilyRederivesTheMlp) {
+  // GPT-2 124M as a LLaMA: the MLP is LLaMA's for h = 768, not GPT-2's 4h.
+  spec::JobSpec job = presetJob("gpt2-124m");
+  job.mutable_model()->set_family(spec::LLAMA);
+  ModelConfig c = resolved(job);
+  EXPECT_EQ(c.ffnHiddenSize, llamaReferenceFfn(768));
+  const DerivedField *ffn = derivedField(c, "ffn_hidden_size");
+  ASSERT_TRUE(ffn);
+  EXPECT_EQ(ffn->reason,
+            "model.family = llama replaces the gpt2 of preset \"gpt2-124m\"");
+}
+
+TEST(DerivedFields, StaleFieldsThatCannotBeDerivedAreNamed) {
+  // Bloom 7B1's 32 heads do not divide a hidden size of 48.
+  spec::JobSpec job = presetJob("bloom-7b1");
+  job.mutable_model()->set_hidden_size(48);
+  EXPECT_EQ(resolveError(job),
+            "model.num_heads = 32 does not divide model.hidden_size = 48; "
+            "model.num_heads comes from preset \"bloom-7b1\", made for its "
+            "model.hidden_size = 4096, not the job's 48: set model.num_heads "
+            "in the job");
+  // LLaMA 7B's 32 heads make a head size of 3 from 96: RoPE needs an even one.
+  job = presetJob("llama-7b");
+  job.mutable_model()->set_hidden_size(96);
+  EXPECT_TRUE(errorContains(resolveError(job),
+                            "RoPE needs an even head size, but "
+                            "model.hidden_size / model.num_heads = 3; "
+                            "model.num_heads comes from preset \"llama-7b\""));
+  // The same checks without a replaced hidden size name no stale field.
+  job = presetJob("tiny-llama");
+  job.mutable_model()->set_num_heads(7);
+  job.mutable_model()->set_num_kv_heads(7);
+  EXPECT_EQ(resolveError(job),
+            "model.num_heads = 7 does not divide model.hidden_size = 64");
+}
+
+TEST(DerivedFields, DefaultsAreListed) {
+  spec::JobSpec job;
+  spec::ModelSpec *m = job.mutable_model();
+  m->set_family(spec::GPT2);
+  m->set_num_layers(2);
+  m->set_hidden_size(64);
+  m->set_num_heads(4);
+  m->set_vocab_size(512);
+  ModelConfig c = resolved(job);
+  ASSERT_EQ(c.derivedFields.size(), 2u);
+  EXPECT_EQ(c.derivedFields[0].field, "num_kv_heads");
+  EXPECT_EQ(c.derivedFields[0].value, 4);
+  EXPECT_EQ(c.derivedFields[0].reason, "not set");
+  EXPECT_EQ(c.derivedFields[1].field, "ffn_hidden_size");
+  EXPECT_EQ(c.derivedFields[1].value, 4 * 64);
+  EXPECT_EQ(c.derivedFields[1].reason, "not set");
+}
+
+//===----------------------------------------------------------------------===//
+// Size limits
+//===----------------------------------------------------------------------===//
+
+// The limits count the parameters before any IR is built; the count is the
+// compiled @forward's, for every preset and for biases, fused MLPs, learned
+// positions and padded vocabularies.
+TEST(SizeLimits, ParameterCountIsTheCompiledOne) {
+  std::vector<spec::JobSpec> jobs;
+  for (const std::string &name : presetNames()) {
+    spec::JobSpec job = presetJob(name, 16);
+    job.mutable_model()->set_num_layers(2);
+    jobs.push_back(job);
+  }
+  spec::JobSpec fused = presetJob("tiny-llama", 16);
+  fused.mutable_model()->set_fuse_mlp(true);
+  fused.mutable_model()->set_attention_bias(true);
+  fused.mutable_model()->set_mlp_bias(true);
+  fused.mutable_model()->set_make_vocab_size_divisible_by(384);
+  jobs.push_back(fused);
+  spec::JobSpec gelu = presetJob("bloom-7b1", 16);
+  gelu.mutable_model()->set_num_layers(1);
+  gelu.mutable_model()->set_tie_embeddings(false);
+  gelu.mutable_model()->set_activation(spec::GELU);
+  jobs.push_back(gelu);
+  for (const spec::JobSpec &job : jobs) {
+    SCOPED_TRACE(job.ShortDebugString());
+    ModelConfig c = resolved(job);
+    mlir::MLIRContext context;
+    mlir::OwningOpRef<mlir::ModuleOp> module = compileModel(context, job);
+    ASSERT_TRUE(module);
+    EXPECT_EQ(parameterCount(c), countParameters(*module).total);
+  }
+}
+
+TEST(SizeLimits, LayersOverTheIrBudget) {
+  // 2^18 ops at 264 per layer: 992 layers (992 * 264 = 261888 <= 262144 <
+  // 993 * 264 = 262152).
+  spec::JobSpec job = presetJob("tiny-llama", 16);
+  job.mutable_model()->set_num_layers(992);
+  EXPECT_EQ(resolveError(job), "");
+  for (int64_t layers : {int64_t(993), int64_t(1000000), int64_t(1) << 30}) {
+    job.mutable_model()->set_num_layers(layers);
+    EXPECT_EQ(resolveError(job),
+              "model.num_layers = " + std::to_string(layers) +
+                  " is over the compiler's IR budget: about 264 ops per layer "
+                  "make " +
+                  std::to_string(layers * 264) +
+                  " ops, more than 262144 (at most 992 layers) (docs/spec.md, "
+                  "\"Size limits\")");
+  }
+}
+
+TEST(SizeLimits, ParametersAndStateOverInt64) {
+  // tiny-llama 2^29 wide: per layer q and o 2^58 each, k and v 2^57 each,
+  // so 2 layers hold about 1.5 * 2^60 parameters; at 16 B each that is far
+  // over 2^62 B (and over int64).
+  spec::JobSpec job = presetJob("tiny-llama", 16);
+  job.mutable_model()->set_hidden_size(int64_t(1) << 29);
+  job.mutable_model()->set_ffn_hidden_size(176);
+  std::string error = resolveError(job);
+  EXPECT_TRUE(errorContains(error, "the parameters with their gradients and "
+                                   "optimizer state, "));
+  EXPECT_TRUE(errorContains(error, "model.hidden_size = 536870912"));
+  EXPECT_TRUE(errorContains(error, "x 16 B = more than 2^63 B, are over the "
+                                   "limit of 2^62 B"));
+  // In bf16: 2 + 4 + 8 + 4 (master) = 18 B per parameter.
+  job.mutable_train()->set_precision(spec::BF16);
+  EXPECT_TRUE(errorContains(resolveError(job), "x 18 B = "));
+  // The derived MLP of that width is over [1, 2^30] first, and says so.
+  job = presetJob("tiny-llama", 16);
+  job.mutable_model()->set_hidden_size(int64_t(1) << 29);
+  EXPECT_TRUE(errorContains(resolveError(job),
+                            "model.ffn_hidden_size = 1431655936, derived as "
+                            "ceil(2/3 * 4 * hidden_size / 256) * 256 from "
+                            "model.hidden_size = 536870912, must be in [1, "
+                            "1073741824]"));
+  EXPECT_EQ(llamaReferenceFfn(int64_t(1) << 29), 1431655936);
+}
+
+TEST(SizeLimits, TensorsOverInt64) {
+  // One layer's QKV weight of a 2^30-wide model with 4 heads of 2^28:
+  // 2^30 x (4 + 2 * 4) x 2^28 elements.
+  spec::JobSpec job;
+  spec::ModelSpec *m = job.mutable_model();
+  m->set_family(spec::LLAMA);
+  m->set_num_layers(1);
+  m->set_hidden_size(int64_t(1) << 30);
+  m->set_num_heads(4);
+  m->set_ffn_hidden_size(16);
+  m->set_vocab_size(16);
+  job.mutable_data()->set_seq_length(16);
+  const int64_t qkv = (int64_t(1) << 30) * 12 * (int64_t(1) << 28);
+  EXPECT_TRUE(errorContains(resolveError(job),
+                            "a layer's QKV weights, model.hidden_size = "
+                            "1073741824 x (model.num_heads = 4 + 2 x "
+                            "model.num_kv_heads = 4) x head size 268435456, "
+                            "is " + std::to_string(qkv) +
+                                " elements of 4 B = more than 2^63 B"));
+  // Attention scores: 1 x 4 heads x (2^30)^2 = 2^62 elements.
+  job = presetJob("tiny-llama", int64_t(1) << 30);
+  EXPECT_TRUE(errorContains(resolveError(job),
+                            "a layer's attention scores, "
+                            "parallel.micro_batch_size = 1 x model.num_heads "
+                            "= 4 x (data.seq_length = 1073741824)^2, is " +
+                                std::to_string(int64_t(1) << 62) +
+                                " elements of 4 B"));
+  // Logits: 2^16 x 2^16 tokens x 2^30 rows = 2^62 elements.
+  job = presetJob("tiny-llama", int64_t(1) << 16, int64_t(1) << 16);
+  job.mutable_model()->set_vocab_size(int64_t(1) << 30);
+  EXPECT_TRUE(errorContains(resolveError(job), "the logits, "));
+  EXPECT_TRUE(errorContains(resolveError(job),
+                            std::to_string(int64_t(1) << 62) +
+                                " elements of 4 B = more than 2^63 B"));
+}
+
+TEST(SizeLimits, ForwardFlopsOverInt64) {
+  // llama2-70b (about 6.9e10 matrix-product weights) on 2^14 x 4096 = 2^26
+  // tokens: 2 * 2^26 * 6.9e10 is about 9.3e18 FLOPs, over 2^62 (4.6e18),
+  // while its buffers fit.
+  spec::JobSpec job = presetJob("llama2-70b", 4096, int64_t(1) << 14);
+  EXPECT_TRUE(errorContains(resolveError(job),
+                            "one micro-batch's forward, "
+                            "parallel.micro_batch_size = 16384 x "
+                            "data.seq_length = 4096 tokens of "));
+  EXPECT_TRUE(errorContains(resolveError(job), "FLOPs, over the limit of 2^62"));
+  // A 32-fold smaller batch is about 2.9e17 FLOPs: it resolves.
+  job = presetJob("llama2-70b", 4096, int64_t(1) << 9);
+  EXPECT_EQ(resolveError(job), "");
+}
+
+TEST(SizeLimits, ActivationsOfTheMicroBatchesAPipelineKeeps) {
+  // tiny-llama on 2^20-token sequences resolves (one micro-batch's
+  // activations are about 2e11 B), but a GPipe step of 2^25 micro-batches,
+  // each of which it keeps, is over 2^62 B.
+  spec::JobSpec job = presetJob("tiny-llama", int64_t(1) << 20);
+  ModelConfig model = resolved(job);
+  job.mutable_parallel()->set_pp(2);
+  job.mutable_parallel()->set_schedule("gpipe");
+  job.mutable_parallel()->set_global_batch_size(int64_t(1) << 25);
+  llvm::Expected<ParallelConfig> parallel = resolveParallel(job, model);
+  ASSERT_FALSE(bool(parallel));
+  EXPECT_TRUE(errorContains(
+      llvm::toString(parallel.takeError()),
+      "the activations of 33554432 micro-batches (parallel.schedule = "
+      "\"gpipe\" keeps all of a step's, parallel.global_batch_size / "
+      "(parallel.micro_batch_size x parallel.dp)) (parallel.micro_batch_size "
+      "= 1 x data.seq_length = 1048576, model.num_layers = 2, "));
+  // 1F1B keeps at most pp of them, and no pipeline one.
+  job.mutable_parallel()->set_schedule("1f1b");
+  EXPECT_TRUE(bool(resolveParallel(job, model)));
+  job.mutable_parallel()->clear_schedule();
+  job.mutable_parallel()->set_pp(1);
+  EXPECT_TRUE(bool(resolveParallel(job, model)));
+  // GPipe with fewer micro-batches fits.
+  job.mutable_parallel()->set_pp(2);
+  job.mutable_parallel()->set_schedule("gpipe");
+  job.mutable_parallel()->set_global_batch_size(1024);
+  EXPECT_TRUE(bool(resolveParallel(job, model)));
+}
+
+TEST(SizeLimits, PublishedModelsAreWellInside) {
+  for (auto [preset, seq] : {std::pair<const char *, int64_t>{"bloom-176b", 2048},
+                             {"llama2-70b", 4096},
+                             {"internlm-65b", 2048}}) {
+    spec::JobSpec job = presetJob(preset, seq, 8);
+    job.mutable_parallel()->set_global_batch_size(4096);
+    job.mutable_train()->set_precision(spec::BF16);
+    ModelConfig model = resolved(job);
+    EXPECT_TRUE(bool(resolveParallel(job, model))) << preset;
+    job.mutable_parallel()->set_pp(10);
+    job.mutable_parallel()->set_global_batch_size(8 * 160);
+    llvm::Expected<ParallelConfig> pipelined = resolveParallel(job, model);
+    EXPECT_TRUE(bool(pipelined))
+        << preset << ": " << llvm::toString(pipelined.takeError());
+  }
+}
+
+// The runtime completes an imported config.json with its class's defaults
+// (withHFClassDefaults, frontends/spec/HFImport.h) to compare it with a
+// plan's model; those must be the defaults resolveModel gives, for every
+// architecture, stated fields or not.
+TEST(HFConfig, ClassDefaultsAreTheResolversDefaults) {
+  std::vector<std::pair<std::string, std::string>> configs = {
+      {"llama-minimal", R"({"architectures": ["LlamaForCausalLM"],
+        "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": 512})"},
+      {"aquila-minimal", R"({"architectures": ["AquilaForCausalLM"],
+        "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": 512})"},
+      {"internlm-minimal", R"({"architectures": ["InternLMForCausalLM"],
+        "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": 512})"},
+      {"baichuan-alibi-minimal", R"({"architectures": ["BaichuanForCausalLM"],
+        "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": 512, "model_max_length": 256})"},
+      {"gpt2-minimal", R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 64,
+        "n_layer": 2, "n_head": 4, "vocab_size": 512, "n_positions": 128})"},
+      {"bloom-minimal", R"({"architectures": ["BloomForCausalLM"],
+        "hidden_size": 64, "n_layer": 2, "n_head": 4, "vocab_size": 512})"},
+  };
+  for (const std::string &name : hfInputs())
+    if (!isMalformedInput(name))
+      configs.push_back({name, *readFile(inputPath("hf/" + name))});
+  for (const auto &[name, text] : configs) {
+    llvm::Expected<spec::ModelSpec> imported = importHFConfigText(text, name);
+    ASSERT_TRUE(bool(imported)) << name << ": "
+                                << llvm::toString(imported.takeError());
+    spec::JobSpec job;
+    *job.mutable_model() = *imported;
+    job.mutable_model()->clear_hf_config();
+    spec::ModelSpec completed = withHFClassDefaults(*imported);
+    completed.clear_hf_config();
+    spec::ModelSpec fromResolver = inlineModelSpec(resolved(job));
+    EXPECT_EQ(completed.DebugString(), fromResolver.DebugString()) << name;
+  }
 }
 
 } // namespace

@@ -187,6 +187,20 @@ static int fail(llvm::Error error) {
   return fail(llvm::toString(std::move(error)));
 }
 
+/// Flushes `output` and keeps it: 0, or 1 after an error naming `path` when
+/// a write failed (a full disk), which the stream would otherwise turn into
+/// a fatal error at exit.
+static int keepOutput(llvm::ToolOutputFile &output, llvm::StringRef path) {
+  output.os().flush();
+  if (output.os().has_error()) {
+    std::string why = output.os().error().message();
+    output.os().clear_error();
+    return fail("cannot write " + path + ": " + why);
+  }
+  output.keep();
+  return 0;
+}
+
 /// The job: the file (if any) with the command-line overrides applied.
 static llvm::Expected<spec::JobSpec> loadJob() {
   spec::JobSpec job;
@@ -210,10 +224,14 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     model->clear_preset();
     model->set_hf_config(hfConfig);
   }
-  if (!model->has_preset() && !model->has_hf_config() && !model->has_family())
+  if (jobFile.empty() && !model->has_preset() && !model->has_hf_config())
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "no model: give a job file, --preset NAME or --hf-config FILE");
+  // A job file without a model source: say what it lacks.
+  if (llvm::Error error = checkModelSource(
+          job, jobFile, ", or give --preset NAME or --hf-config FILE"))
+    return std::move(error);
   if (seqLen.getNumOccurrences())
     job.mutable_data()->set_seq_length(seqLen);
   if (microBatch.getNumOccurrences())
@@ -404,13 +422,13 @@ int main(int argc, char **argv) {
   llvm::Expected<ParallelConfig> parallel = resolveParallel(*job, *config);
   if (!parallel)
     return fail(parallel.takeError());
-
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      buildForwardModule(context, *config);
-
+  // The whole job is checked before any IR is built.
   llvm::Expected<TrainConfig> train = resolveTrain(*job);
   if (!train)
     return fail(train.takeError());
+
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      buildForwardModule(context, *config);
 
   // The report describes the model graph; a clone keeps it when the phases
   // lower the module to a plan.
@@ -462,7 +480,8 @@ int main(int argc, char **argv) {
       if (!output)
         return fail(errorMessage);
       output->os() << text;
-      output->keep();
+      if (int rc = keepOutput(*output, outputFile))
+        return rc;
     }
   } else {
     auto output = mlir::openOutputFile(outputFile, &errorMessage);
@@ -470,7 +489,8 @@ int main(int argc, char **argv) {
       return fail(errorMessage);
     module->print(output->os());
     output->os() << "\n";
-    output->keep();
+    if (int rc = keepOutput(*output, outputFile))
+      return rc;
   }
 
   if (!reportFile.empty()) {
@@ -495,7 +515,8 @@ int main(int argc, char **argv) {
     if (predicted)
       json.getAsObject()->try_emplace("predicted_step", std::move(*predicted));
     report->os() << llvm::formatv("{0:2}", std::move(json)) << "\n";
-    report->keep();
+    if (int rc = keepOutput(*report, reportFile))
+      return rc;
   }
   return 0;
 }
