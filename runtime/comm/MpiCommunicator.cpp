@@ -10,14 +10,19 @@
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <set>
+#include <thread>
 #include <utility>
 
 namespace braid::comm {
@@ -139,27 +144,147 @@ struct Call {
   MPI_Datatype type;
 };
 
-absl::StatusOr<Call> prepare(absl::StatusOr<void *> group, plan::DType dtype) {
-  if (!group.ok())
-    return group.status();
+absl::StatusOr<Call> prepare(void *comm, plan::DType dtype) {
   absl::StatusOr<MPI_Datatype> type = mpiType(dtype);
   if (!type.ok())
     return type.status();
-  return Call{static_cast<MPI_Comm>(*group), *type};
+  return Call{static_cast<MPI_Comm>(comm), *type};
+}
+
+/// MPI_Test of `request`, for MpiCommunicator::await.
+auto tested(MPI_Request &request) {
+  return [&request](int *done) {
+    return MPI_Test(&request, done, MPI_STATUS_IGNORE);
+  };
+}
+
+double now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// A wait polls as MPI_Wait does (MPI_Test, which moves the nonblocking
+/// collectives along, over and over) for kSpinSeconds, then yields the core
+/// between polls to the processes that want it; after kYieldSeconds (the
+/// rank waits for a slow or stuck one) it sleeps kSleepNs between polls.
+constexpr double kSpinSeconds = 1e-3;
+constexpr double kYieldSeconds = 1.0;
+constexpr int64_t kSleepNs = 200'000;
+/// How often a rank in a wait with a deadline answers the others' questions,
+/// and how late an answer from a rank that was in a wait all along may come
+/// before that rank is taken not to have run (stopped).
+constexpr double kAnswerSeconds = 0.02, kLateAnswerSeconds = 0.5;
+/// The watchdog's messages on a group's duplicate communicator: a rank whose
+/// wait timed out asks (its own report), the others answer (theirs).
+constexpr int kAskTag = 1, kAnswerTag = 2;
+
+/// What a rank waits in, as the watchdog sends it to another rank (a
+/// fixed layout of bytes: the ranks of a job run one build).
+struct Report {
+  /// The collective's number on its group (1-based), 0 for messages.
+  int64_t number = 0;
+  int64_t step = 0;
+  /// Seconds in the wait so far.
+  double waited = 0;
+  /// The world rank of the peer of a message, or -1.
+  int32_t peer = -1;
+  char kind[28] = {};
+  /// The group's axes (GroupKey).
+  char group[64] = {};
+  char what[96] = {};
+};
+
+void copyText(char *to, size_t size, absl::string_view text) {
+  size_t n = std::min(size - 1, text.size());
+  std::memcpy(to, text.data(), n);
+  to[n] = '\0';
+}
+
+std::string axesText(absl::string_view key) {
+  return absl::StrCat("'", key, "'");
+}
+
+/// "rank 2" or "ranks 0, 3".
+std::string ranksText(const std::vector<int> &ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(ranks, ", "));
+}
+
+/// "all-gather over 'tp' (collective 4 on its group) at step 3 (what)" for
+/// the report of another rank.
+std::string describe(const Report &r) {
+  std::string where =
+      r.number > 0
+          ? absl::StrCat(r.kind, " over ", axesText(r.group), " (collective ",
+                         r.number, " on its group)")
+          : absl::StrCat(r.kind,
+                         r.peer >= 0 ? absl::StrCat(" rank ", r.peer)
+                                     : std::string(" several ranks"),
+                         " along ", axesText(r.group));
+  absl::StrAppend(&where, " at step ", r.step);
+  if (r.what[0])
+    absl::StrAppend(&where, " (", r.what, ")");
+  absl::StrAppend(&where, absl::StrFormat(" for %.1f s", r.waited));
+  return where;
 }
 
 } // namespace
 
+struct MpiCommunicator::Waiting {
+  /// What it is, for people: "all-reduce", "receive from", ...
+  const char *kind;
+  /// The MPI call polled, for its errors.
+  const char *call;
+  Group *group;
+  /// The collective's number on the group (1-based), 0 for messages.
+  int64_t number = 0;
+  /// The places in the group waited for (a message's peer); empty: every
+  /// other rank of the group.
+  std::vector<int> peers;
+
+  Report report(double waited, int64_t step, const std::string &what) const {
+    Report r;
+    r.number = number;
+    r.step = step;
+    r.waited = waited;
+    r.peer = number == 0 && peers.size() == 1 ? group->worldRanks[peers[0]] : -1;
+    copyText(r.kind, sizeof r.kind, kind);
+    copyText(r.group, sizeof r.group, group->key);
+    copyText(r.what, sizeof r.what, what);
+    return r;
+  }
+};
+
 struct MpiCommunicator::Requests {
   std::vector<MPI_Request> requests;
+  /// Per request of a send: its group and the receiver's place in it.
+  std::vector<std::pair<Group *, int>> receivers;
   /// The copies the sends read until WaitSends.
   std::vector<std::unique_ptr<char[]>> copies;
   /// Started collectives by handle.
-  std::map<int64_t, MPI_Request> byHandle;
+  struct Started {
+    MPI_Request request;
+    Waiting waiting;
+  };
+  std::map<int64_t, Started> byHandle;
+};
+
+struct MpiCommunicator::Answers {
+  /// Answers not yet known to have left, oldest first.
+  std::deque<std::pair<std::unique_ptr<Report>, MPI_Request>> pending;
+  /// The question of the wait that timed out (sent to its peers).
+  std::unique_ptr<Report> ask;
 };
 
 MpiCommunicator::MpiCommunicator()
-    : pendingSends_(new Requests), started_(new Requests) {}
+    : pendingSends_(new Requests), started_(new Requests),
+      answers_(new Answers) {}
+
+void MpiCommunicator::SetWaitContext(int64_t step, absl::string_view what) {
+  step_ = step;
+  what_ = std::string(what);
+}
 
 namespace {
 
@@ -227,8 +352,16 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>>
 MpiCommunicator::Create(const plan::Plan &plan) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized)
+  if (!initialized) {
+    // Every all-reduce here is nonblocking and in place, for which Open
+    // MPI's libnbc picks a binomial tree: 2.4x the time of the blocking
+    // MPI_Allreduce for 1 to 16 MB on 2 ranks. Rabenseifner's (a
+    // reduce-scatter, then an all-gather) matches or beats the blocking one
+    // at every size on 2 and 4 ranks: the default unless the environment
+    // names another (other MPIs ignore the variable).
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*replace=*/0);
     MPI_Init(nullptr, nullptr);
+  }
   // Errors come back as codes, so a failing collective becomes a message
   // (and then an abort of the job) rather than a silent hang.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -250,57 +383,294 @@ MpiCommunicator::Create(const plan::Plan &plan) {
   for (const std::vector<std::string> &axes : plan::CommunicationGroups(plan))
     if (absl::Status s = c->addGroup(axes); !s.ok())
       return s;
+  // And the group of every rank, whose barrier precedes the creation of a
+  // group later (which has no deadline of its own).
+  std::vector<std::string> all(plan.mesh().axes().begin(),
+                               plan.mesh().axes().end());
+  if (!c->groups_.count(plan::GroupKey(all)))
+    if (absl::Status s = c->addGroup(all); !s.ok())
+      return s;
   return c;
 }
 
 absl::Status MpiCommunicator::addGroup(const std::vector<std::string> &axes) {
   // The ranks of a group share a colour; their world rank orders them.
   int64_t color = plan::GroupColor(mesh_, coords_, axes);
-  MPI_Comm group;
-  if (int rc = MPI_Comm_split(MPI_COMM_WORLD, int(color), int(rank_), &group);
+  std::string key = plan::GroupKey(axes);
+  MPI_Comm comm, watch;
+  if (int rc = MPI_Comm_split(MPI_COMM_WORLD, int(color), int(rank_), &comm);
       rc != MPI_SUCCESS)
-    return mpiError(rc, absl::StrCat("creating the group {", plan::GroupKey(axes), "}"));
-  MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN);
-  groups_[plan::GroupKey(axes)] = group;
+    return mpiError(rc, absl::StrCat("creating the group {", key, "}"));
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  // The watchdog's side channel: its messages never meet the group's own.
+  if (int rc = MPI_Comm_dup(comm, &watch); rc != MPI_SUCCESS)
+    return mpiError(rc, absl::StrCat("duplicating the group {", key, "}"));
+  MPI_Comm_set_errhandler(watch, MPI_ERRORS_RETURN);
+  auto g = std::make_unique<Group>();
+  g->key = key;
+  g->comm = comm;
+  g->watch = watch;
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  MPI_Group local, world;
+  MPI_Comm_group(comm, &local);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> places(size);
+  for (int i = 0; i < size; ++i)
+    places[i] = i;
+  g->worldRanks.resize(size);
+  MPI_Group_translate_ranks(local, size, places.data(), world,
+                            g->worldRanks.data());
+  MPI_Group_free(&local);
+  MPI_Group_free(&world);
+  groups_[key] = std::move(g);
   return absl::OkStatus();
 }
 
 MpiCommunicator::~MpiCommunicator() {
   // Sends and collectives still in flight read memory their owner is about
-  // to free.
-  (void)WaitSends();
-  for (auto &[handle, request] : started_->byHandle)
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
-  for (auto &[key, group] : groups_) {
-    MPI_Comm c = static_cast<MPI_Comm>(group);
-    MPI_Comm_free(&c);
+  // to free. (After a timeout they may never complete: left as they are.)
+  if (failed_.ok()) {
+    (void)WaitSends();
+    for (auto &[handle, started] : started_->byHandle)
+      MPI_Wait(&started.request, MPI_STATUS_IGNORE);
   }
+  for (auto &[key, group] : groups_)
+    for (void *comm : {group->comm, group->watch}) {
+      MPI_Comm c = static_cast<MPI_Comm>(comm);
+      MPI_Comm_free(&c);
+    }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized)
     MPI_Finalize();
 }
 
-absl::StatusOr<void *>
+absl::StatusOr<MpiCommunicator::Group *>
 MpiCommunicator::group(absl::Span<const std::string> axes) {
   std::vector<std::string> list(axes.begin(), axes.end());
   auto it = groups_.find(plan::GroupKey(list));
   if (it == groups_.end()) {
     // A group the plan's instructions do not name (the trainer's own
-    // gathers): created now, which every rank does at the same point.
+    // gathers): created now, which every rank does at the same point. The
+    // creation (MPI_Comm_split) blocks with no deadline: a barrier with one
+    // over every rank comes first.
+    std::vector<std::string> all(mesh_.axes().begin(), mesh_.axes().end());
+    Group *world = groups_.at(plan::GroupKey(all)).get();
+    if (!failed_.ok())
+      return failed_;
+    MPI_Request request;
+    if (int rc = MPI_Ibarrier(static_cast<MPI_Comm>(world->comm), &request);
+        rc != MPI_SUCCESS)
+      return mpiError(rc, "MPI_Ibarrier");
+    if (absl::Status s = await(Waiting{"barrier", "MPI_Ibarrier", world,
+                                       ++world->collectives, {}},
+                               tested(request));
+        !s.ok())
+      return s;
     if (absl::Status s = addGroup(list); !s.ok())
       return s;
     it = groups_.find(plan::GroupKey(list));
   }
-  return it->second;
+  return it->second.get();
 }
 
-/// An all-gather's group and type; `in` becomes MPI_IN_PLACE when it is this
-/// rank's block of `out` (in place).
-static absl::StatusOr<Call> prepareGather(absl::StatusOr<void *> group,
-                                          const void *&in, void *out,
-                                          int64_t count, plan::DType dtype) {
-  absl::StatusOr<Call> call = prepare(group, dtype);
+template <typename Poll>
+absl::Status MpiCommunicator::await(const Waiting &w, Poll test) {
+  if (!failed_.ok())
+    return failed_;
+  int done = 0;
+  if (int rc = test(&done); rc != MPI_SUCCESS)
+    return mpiError(rc, w.call);
+  if (done)
+    return absl::OkStatus();
+  const double start = now();
+  waiting_ = &w;
+  waitingSince_ = start;
+  double answered = start;
+  absl::Status result;
+  for (;;) {
+    if (int rc = test(&done); rc != MPI_SUCCESS) {
+      result = mpiError(rc, w.call);
+      break;
+    }
+    if (done)
+      break;
+    double t = now(), waited = t - start;
+    if (waited < kSpinSeconds)
+      continue;
+    if (timeout_ > 0) {
+      if (t - answered >= kAnswerSeconds) {
+        answerPeers();
+        answered = t;
+      }
+      if (waited >= timeout_) {
+        result = failed_ = timedOut(w, waited);
+        break;
+      }
+    }
+    if (waited < kYieldSeconds)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kSleepNs));
+  }
+  waiting_ = nullptr;
+  return result;
+}
+
+void MpiCommunicator::answerPeers() {
+  auto &pending = answers_->pending;
+  while (!pending.empty()) {
+    int done = 0;
+    MPI_Test(&pending.front().second, &done, MPI_STATUS_IGNORE);
+    if (!done)
+      break;
+    pending.pop_front();
+  }
+  if (!waiting_)
+    return;
+  for (auto &[key, g] : groups_) {
+    MPI_Comm watch = static_cast<MPI_Comm>(g->watch);
+    for (;;) {
+      int asked = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kAskTag, watch, &asked, &status) !=
+              MPI_SUCCESS ||
+          !asked)
+        break;
+      Report question;
+      if (MPI_Recv(&question, sizeof question, MPI_BYTE, status.MPI_SOURCE,
+                   kAskTag, watch, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        break;
+      auto answer = std::make_unique<Report>(
+          waiting_->report(now() - waitingSince_, step_, what_));
+      MPI_Request request;
+      if (MPI_Isend(answer.get(), sizeof(Report), MPI_BYTE, status.MPI_SOURCE,
+                    kAnswerTag, watch, &request) == MPI_SUCCESS)
+        pending.emplace_back(std::move(answer), request);
+    }
+  }
+}
+
+absl::Status MpiCommunicator::timedOut(const Waiting &w, double waited) {
+  Group &g = *w.group;
+  MPI_Comm watch = static_cast<MPI_Comm>(g.watch);
+  int place = 0;
+  MPI_Comm_rank(static_cast<MPI_Comm>(g.comm), &place);
+  std::vector<int> peers = w.peers;
+  if (peers.empty())
+    for (int p = 0; p < int(g.worldRanks.size()); ++p)
+      if (p != place)
+        peers.push_back(p);
+  // Ask every peer waited for, and wait a while for their answers (or their
+  // own questions, from those whose waits time out too): a peer that is in
+  // any wait answers within kAnswerSeconds.
+  answers_->ask = std::make_unique<Report>(w.report(waited, step_, what_));
+  size_t n = peers.size();
+  std::vector<MPI_Request> asks(n, MPI_REQUEST_NULL),
+      replies(n, MPI_REQUEST_NULL);
+  std::vector<Report> theirs(n);
+  std::vector<bool> heard(n, false);
+  // Seconds from the question to each answer.
+  std::vector<double> after(n, 0);
+  const double asked = now();
+  for (size_t i = 0; i < n; ++i) {
+    MPI_Isend(answers_->ask.get(), sizeof(Report), MPI_BYTE, peers[i], kAskTag,
+              watch, &asks[i]);
+    MPI_Irecv(&theirs[i], sizeof(Report), MPI_BYTE, peers[i], MPI_ANY_TAG,
+              watch, &replies[i]);
+  }
+  const double window = std::clamp(timeout_ / 2, 1.0, 5.0);
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < n; ++i)
+      if (!heard[i]) {
+        int done = 0;
+        MPI_Test(&replies[i], &done, MPI_STATUS_IGNORE);
+        heard[i] = done != 0;
+        after[i] = now() - asked;
+        all = all && heard[i];
+      }
+    if (all || now() - asked >= window)
+      break;
+    answerPeers();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!heard[i]) {
+      MPI_Cancel(&replies[i]);
+      MPI_Status status;
+      MPI_Wait(&replies[i], &status);
+      int cancelled = 0;
+      MPI_Test_cancelled(&status, &cancelled);
+      heard[i] = !cancelled;
+      after[i] = now() - asked;
+    }
+    // The question stays in answers_ while it may still be on its way.
+    MPI_Request_free(&asks[i]);
+  }
+
+  std::string message = absl::StrFormat("collective timeout: waited %.1f s in ",
+                                        waited);
+  if (w.number > 0)
+    absl::StrAppend(&message, w.kind, " over ", axesText(g.key),
+                    " (collective ", w.number, " on the group of ranks ",
+                    absl::StrJoin(g.worldRanks, ","), ")");
+  else {
+    std::vector<int> to;
+    for (int p : peers)
+      to.push_back(g.worldRanks[p]);
+    absl::StrAppend(&message, w.kind, " ", ranksText(to), " along ",
+                    axesText(g.key));
+  }
+  absl::StrAppend(&message, " at step ", step_);
+  if (!what_.empty())
+    absl::StrAppend(&message, " (", what_, ")");
+  std::vector<int> absent, same;
+  std::vector<std::string> late, elsewhere;
+  for (size_t i = 0; i < n; ++i) {
+    int rank = g.worldRanks[peers[i]];
+    const Report &r = theirs[i];
+    if (!heard[i])
+      absent.push_back(rank);
+    else if (after[i] > kLateAnswerSeconds && r.waited > after[i])
+      // In a wait since before the question, yet silent for longer than a
+      // polling rank is: it did not run (stopped, then resumed, as the
+      // launcher does to end a job; or starved of a core).
+      late.push_back(absl::StrFormat(
+          "rank %d had not arrived (it answered %.1f s late, from %s: "
+          "stopped or starved there)",
+          rank, after[i], describe(r)));
+    else if (w.number > 0 && r.number == w.number &&
+             absl::string_view(r.group) == g.key &&
+             absl::string_view(r.kind) == w.kind)
+      same.push_back(rank);
+    else
+      elsewhere.push_back(
+          absl::StrCat("rank ", rank, " was waiting in ", describe(r)));
+  }
+  if (!absent.empty())
+    absl::StrAppend(
+        &message, "; ", ranksText(absent), " had not arrived (no answer in ",
+        absl::StrFormat("%.1f", window),
+        " s: stopped, or busy outside communication)");
+  for (const std::string &l : late)
+    absl::StrAppend(&message, "; ", l);
+  if (!same.empty())
+    absl::StrAppend(&message, "; ", ranksText(same),
+                    same.size() == 1 ? " was" : " were",
+                    " waiting in the same collective");
+  for (const std::string &e : elsewhere)
+    absl::StrAppend(&message, "; ", e);
+  return absl::DeadlineExceededError(message);
+}
+
+/// An all-gather's type; `in` becomes MPI_IN_PLACE when it is this rank's
+/// block of `out` (in place).
+static absl::StatusOr<Call> prepareGather(void *comm, const void *&in,
+                                          void *out, int64_t count,
+                                          plan::DType dtype) {
+  absl::StatusOr<Call> call = prepare(comm, dtype);
   if (!call.ok())
     return call.status();
   if (count > (int64_t(1) << 30))
@@ -316,14 +686,11 @@ static absl::StatusOr<Call> prepareGather(absl::StatusOr<void *> group,
 absl::Status MpiCommunicator::AllGather(absl::Span<const std::string> axes,
                                         const void *in, void *out,
                                         int64_t count, plan::DType dtype) {
-  absl::StatusOr<Call> call = prepareGather(group(axes), in, out, count, dtype);
-  if (!call.ok())
-    return call.status();
-  if (int rc = MPI_Allgather(in, int(count), call->type, out, int(count),
-                             call->type, call->comm);
-      rc != MPI_SUCCESS)
-    return mpiError(rc, "MPI_Allgather");
-  return absl::OkStatus();
+  // Started and waited for: the wait is the watchdog's (Wait).
+  absl::StatusOr<int64_t> handle = StartAllGather(axes, in, out, count, dtype);
+  if (!handle.ok())
+    return handle.status();
+  return Wait(*handle);
 }
 
 /// MPI counts are ints: a reduce-scatter moves at most 2^30 per rank here.
@@ -338,19 +705,27 @@ static absl::Status checkScatterCount(int64_t countPerRank) {
 absl::StatusOr<int64_t> MpiCommunicator::StartReduceScatter(
     absl::Span<const std::string> axes, const void *in, void *out,
     int64_t countPerRank, plan::DType dtype) {
-  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+  absl::StatusOr<Group *> g = group(axes);
+  if (!g.ok())
+    return g.status();
+  absl::StatusOr<Call> call = prepare((*g)->comm, dtype);
   if (!call.ok())
     return call.status();
   if (absl::Status s = checkScatterCount(countPerRank); !s.ok())
     return s;
+  if (!failed_.ok())
+    return failed_;
   MPI_Request request;
-  if (int rc = MPI_Ireduce_scatter_block(in, out, int(countPerRank),
-                                         call->type, mpiOp(call->type, exec::Reduction::kSum), call->comm,
-                                         &request);
+  if (int rc = MPI_Ireduce_scatter_block(
+          in, out, int(countPerRank), call->type,
+          mpiOp(call->type, exec::Reduction::kSum), call->comm, &request);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Ireduce_scatter_block");
   int64_t handle = nextHandle_++;
-  started_->byHandle[handle] = request;
+  started_->byHandle.emplace(
+      handle, Requests::Started{request,
+                                Waiting{"reduce-scatter", "MPI_Wait", *g,
+                                        ++(*g)->collectives, {}}});
   return handle;
 }
 
@@ -358,23 +733,34 @@ absl::StatusOr<int64_t>
 MpiCommunicator::StartAllGather(absl::Span<const std::string> axes,
                                 const void *in, void *out, int64_t count,
                                 plan::DType dtype) {
-  absl::StatusOr<Call> call = prepareGather(group(axes), in, out, count, dtype);
+  absl::StatusOr<Group *> g = group(axes);
+  if (!g.ok())
+    return g.status();
+  absl::StatusOr<Call> call = prepareGather((*g)->comm, in, out, count, dtype);
   if (!call.ok())
     return call.status();
+  if (!failed_.ok())
+    return failed_;
   MPI_Request request;
   if (int rc = MPI_Iallgather(in, int(count), call->type, out, int(count),
                               call->type, call->comm, &request);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Iallgather");
   int64_t handle = nextHandle_++;
-  started_->byHandle[handle] = request;
+  started_->byHandle.emplace(
+      handle, Requests::Started{request,
+                                Waiting{"all-gather", "MPI_Wait", *g,
+                                        ++(*g)->collectives, {}}});
   return handle;
 }
 
 absl::StatusOr<int64_t>
 MpiCommunicator::StartAllReduce(absl::Span<const std::string> axes, void *data,
                                 int64_t count, plan::DType dtype) {
-  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+  absl::StatusOr<Group *> g = group(axes);
+  if (!g.ok())
+    return g.status();
+  absl::StatusOr<Call> call = prepare((*g)->comm, dtype);
   if (!call.ok())
     return call.status();
   // One request per call: a larger buffer is refused, not cut in pieces.
@@ -382,6 +768,8 @@ MpiCommunicator::StartAllReduce(absl::Span<const std::string> axes, void *data,
     return absl::UnimplementedError(
         absl::StrCat("an all-reduce in flight of ", count,
                      " elements (MPI takes at most 2^30 in one request)"));
+  if (!failed_.ok())
+    return failed_;
   MPI_Request request;
   if (int rc = MPI_Iallreduce(MPI_IN_PLACE, data, int(count), call->type,
                               mpiOp(call->type, exec::Reduction::kSum),
@@ -389,7 +777,10 @@ MpiCommunicator::StartAllReduce(absl::Span<const std::string> axes, void *data,
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Iallreduce");
   int64_t handle = nextHandle_++;
-  started_->byHandle[handle] = request;
+  started_->byHandle.emplace(
+      handle, Requests::Started{request,
+                                Waiting{"all-reduce", "MPI_Wait", *g,
+                                        ++(*g)->collectives, {}}});
   return handle;
 }
 
@@ -397,8 +788,10 @@ absl::StatusOr<bool> MpiCommunicator::Test(int64_t handle) {
   auto it = started_->byHandle.find(handle);
   if (it == started_->byHandle.end())
     return true;
+  if (!failed_.ok())
+    return failed_;
   int done = 0;
-  if (int rc = MPI_Test(&it->second, &done, MPI_STATUS_IGNORE);
+  if (int rc = MPI_Test(&it->second.request, &done, MPI_STATUS_IGNORE);
       rc != MPI_SUCCESS)
     return mpiError(rc, "MPI_Test");
   if (done)
@@ -410,34 +803,32 @@ absl::Status MpiCommunicator::Wait(int64_t handle) {
   auto it = started_->byHandle.find(handle);
   if (it == started_->byHandle.end())
     return absl::OkStatus();
-  int rc = MPI_Wait(&it->second, MPI_STATUS_IGNORE);
-  started_->byHandle.erase(it);
-  if (rc != MPI_SUCCESS)
-    return mpiError(rc, "MPI_Wait");
-  return absl::OkStatus();
+  absl::Status s = await(it->second.waiting, tested(it->second.request));
+  // A request that timed out stays (it may never complete); the error ends
+  // the job.
+  if (s.ok() || !absl::IsDeadlineExceeded(s))
+    started_->byHandle.erase(it);
+  return s;
 }
 
 absl::Status MpiCommunicator::ReduceScatter(absl::Span<const std::string> axes,
                                             const void *in, void *out,
                                             int64_t countPerRank,
                                             plan::DType dtype) {
-  absl::StatusOr<Call> call = prepare(group(axes), dtype);
-  if (!call.ok())
-    return call.status();
-  if (absl::Status s = checkScatterCount(countPerRank); !s.ok())
-    return s;
-  if (int rc = MPI_Reduce_scatter_block(in, out, int(countPerRank), call->type,
-                                        mpiOp(call->type, exec::Reduction::kSum),
-                                        call->comm);
-      rc != MPI_SUCCESS)
-    return mpiError(rc, "MPI_Reduce_scatter_block");
-  return absl::OkStatus();
+  absl::StatusOr<int64_t> handle =
+      StartReduceScatter(axes, in, out, countPerRank, dtype);
+  if (!handle.ok())
+    return handle.status();
+  return Wait(*handle);
 }
 
 absl::Status MpiCommunicator::AllReduce(absl::Span<const std::string> axes,
                                         void *data, int64_t count,
                                         plan::DType dtype, exec::Reduction op) {
-  absl::StatusOr<Call> call = prepare(group(axes), dtype);
+  absl::StatusOr<Group *> g = group(axes);
+  if (!g.ok())
+    return g.status();
+  absl::StatusOr<Call> call = prepare((*g)->comm, dtype);
   if (!call.ok())
     return call.status();
   // MPI counts are int: large buffers go in pieces.
@@ -445,17 +836,24 @@ absl::Status MpiCommunicator::AllReduce(absl::Span<const std::string> axes,
   char *p = static_cast<char *>(data);
   int64_t bytes = plan::DTypeBytes(dtype);
   for (int64_t done = 0; done < count; done += kMaxCount) {
+    if (!failed_.ok())
+      return failed_;
     int n = int(std::min(kMaxCount, count - done));
-    if (int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * bytes, n, call->type,
-                               mpiOp(call->type, op),
-                               call->comm);
+    MPI_Request request;
+    if (int rc = MPI_Iallreduce(MPI_IN_PLACE, p + done * bytes, n, call->type,
+                                mpiOp(call->type, op), call->comm, &request);
         rc != MPI_SUCCESS)
-      return mpiError(rc, "MPI_Allreduce");
+      return mpiError(rc, "MPI_Iallreduce");
+    if (absl::Status s = await(Waiting{"all-reduce", "MPI_Iallreduce", *g,
+                                       ++(*g)->collectives, {}},
+                               tested(request));
+        !s.ok())
+      return s;
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<void *, int>>
+absl::StatusOr<std::pair<MpiCommunicator::Group *, int>>
 MpiCommunicator::peer(absl::string_view axis, int64_t peerOffset,
                       absl::string_view what) {
   int index = -1;
@@ -472,24 +870,26 @@ MpiCommunicator::peer(absl::string_view axis, int64_t peerOffset,
         what, " at offset ", peerOffset, " along '", axis,
         "' from coordinate ", mine, ": there is no such rank (the axis has ",
         size, ", expected a peer in [0, ", size, "))"));
-  absl::StatusOr<void *> comm = group({std::string(axis)});
-  if (!comm.ok())
-    return comm.status();
+  absl::StatusOr<Group *> g = group({std::string(axis)});
+  if (!g.ok())
+    return g.status();
   // The axis' communicator orders its ranks by world rank, that is by their
   // coordinate along the axis.
-  return std::make_pair(*comm, int(mine + peerOffset));
+  return std::make_pair(*g, int(mine + peerOffset));
 }
 
 absl::Status MpiCommunicator::Send(absl::string_view axis, int64_t peerOffset,
                                    const void *data, int64_t count,
                                    plan::DType dtype) {
-  absl::StatusOr<std::pair<void *, int>> to = peer(axis, peerOffset, "a send");
+  absl::StatusOr<std::pair<Group *, int>> to = peer(axis, peerOffset, "a send");
   if (!to.ok())
     return to.status();
   absl::StatusOr<MPI_Datatype> type = messageType(dtype);
   if (!type.ok())
     return type.status();
-  MPI_Comm comm = static_cast<MPI_Comm>(to->first);
+  if (!failed_.ok())
+    return failed_;
+  MPI_Comm comm = static_cast<MPI_Comm>(to->first->comm);
   int64_t bytes = plan::DTypeBytes(dtype);
   // The message is a copy, so that the caller may write `data` at once.
   auto copy = std::make_unique<char[]>(std::max<int64_t>(count * bytes, 1));
@@ -505,6 +905,7 @@ absl::Status MpiCommunicator::Send(absl::string_view axis, int64_t peerOffset,
         rc != MPI_SUCCESS)
       return mpiError(rc, "MPI_Isend");
     pendingSends_->requests.push_back(request);
+    pendingSends_->receivers.push_back(*to);
   }
   return absl::OkStatus();
 }
@@ -512,24 +913,33 @@ absl::Status MpiCommunicator::Send(absl::string_view axis, int64_t peerOffset,
 absl::Status MpiCommunicator::Recv(absl::string_view axis, int64_t peerOffset,
                                    void *data, int64_t count,
                                    plan::DType dtype) {
-  absl::StatusOr<std::pair<void *, int>> from =
+  absl::StatusOr<std::pair<Group *, int>> from =
       peer(axis, peerOffset, "a receive");
   if (!from.ok())
     return from.status();
   absl::StatusOr<MPI_Datatype> type = messageType(dtype);
   if (!type.ok())
     return type.status();
-  MPI_Comm comm = static_cast<MPI_Comm>(from->first);
+  MPI_Comm comm = static_cast<MPI_Comm>(from->first->comm);
   char *p = static_cast<char *>(data);
   int64_t bytes = plan::DTypeBytes(dtype);
+  Waiting w{"receive from", "MPI_Iprobe", from->first, 0, {from->second}};
   for (int64_t done = 0; done == 0 || done < count; done += kMaxMessageCount) {
     int n = int(std::min(kMaxMessageCount, count - done));
     // The message's size first, so that one of another size is reported as
-    // such rather than as MPI's truncation error or a short read.
+    // such (and left where it is) rather than as MPI's truncation error or a
+    // short read. The receive then takes that message: the first from the
+    // peer.
     MPI_Status status;
+    w.call = "MPI_Iprobe";
+    if (absl::Status s = await(w,
+                               [&](int *arrived) {
+                                 return MPI_Iprobe(from->second, 0, comm,
+                                                   arrived, &status);
+                               });
+        !s.ok())
+      return s;
     int got = 0;
-    if (int rc = MPI_Probe(from->second, 0, comm, &status); rc != MPI_SUCCESS)
-      return mpiError(rc, "MPI_Probe");
     MPI_Get_count(&status, *type, &got);
     if (got != n)
       return absl::InvalidArgumentError(absl::StrCat(
@@ -538,10 +948,14 @@ absl::Status MpiCommunicator::Recv(absl::string_view axis, int64_t peerOffset,
                                : absl::StrCat(got, " elements"),
           " of ", plan::DType_Name(dtype), ", expected ", n,
           " (the ranks' plans disagree)"));
-    if (int rc = MPI_Recv(p + done * bytes, n, *type, from->second, 0, comm,
-                          MPI_STATUS_IGNORE);
+    MPI_Request request;
+    if (int rc = MPI_Irecv(p + done * bytes, n, *type, from->second, 0, comm,
+                           &request);
         rc != MPI_SUCCESS)
-      return mpiError(rc, "MPI_Recv");
+      return mpiError(rc, "MPI_Irecv");
+    w.call = "MPI_Irecv";
+    if (absl::Status s = await(w, tested(request)); !s.ok())
+      return s;
   }
   return absl::OkStatus();
 }
@@ -550,13 +964,37 @@ absl::Status MpiCommunicator::WaitSends() {
   std::vector<MPI_Request> &requests = pendingSends_->requests;
   if (requests.empty())
     return absl::OkStatus();
-  int rc = MPI_Waitall(int(requests.size()), requests.data(),
-                       MPI_STATUSES_IGNORE);
+  // The peers of the sends not yet complete, when the wait times out: those
+  // of the first one's group (a stage sends along one axis).
+  Waiting w{"sends to", "MPI_Test", pendingSends_->receivers[0].first, 0, {}};
+  absl::Status s = await(w, [&](int *done) {
+    // Each request by itself: a complete one becomes MPI_REQUEST_NULL, so
+    // that the others name the peers still waited for.
+    *done = 1;
+    w.peers.clear();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i] == MPI_REQUEST_NULL)
+        continue;
+      int sent = 0;
+      if (int rc = MPI_Test(&requests[i], &sent, MPI_STATUS_IGNORE);
+          rc != MPI_SUCCESS)
+        return rc;
+      if (sent)
+        continue;
+      *done = 0;
+      auto [g, place] = pendingSends_->receivers[i];
+      if (g == w.group &&
+          std::find(w.peers.begin(), w.peers.end(), place) == w.peers.end())
+        w.peers.push_back(place);
+    }
+    return MPI_SUCCESS;
+  });
+  if (!s.ok() && absl::IsDeadlineExceeded(s))
+    return s; // the copies stay: the sends may still read them
   requests.clear();
+  pendingSends_->receivers.clear();
   pendingSends_->copies.clear();
-  if (rc != MPI_SUCCESS)
-    return mpiError(rc, "MPI_Waitall");
-  return absl::OkStatus();
+  return s;
 }
 
 void MpiCommunicator::Abort(int code) {

@@ -7,6 +7,18 @@
 // communicator of their one axis, whose rank c is the rank at coordinate c
 // along it.
 //
+// Every wait has a deadline (SetTimeout): collectives start in their
+// nonblocking form and the rank polls them (MPI_Test: a spin for 1 ms, then
+// yielding the core between polls, then, after 1 s, sleeping 200 us between
+// them) until they complete or the deadline passes. Each group also has a
+// duplicate communicator, the watchdog's side channel: a rank whose wait
+// times out asks the ranks it waited for what they are doing (its report:
+// the collective, its number on the group, the step), and every rank that
+// is itself polling a wait answers (as NCCL's watchdog and PyTorch's flight
+// recorder do). Ranks that do not answer within a few seconds, or answer
+// late from a wait they were in all along (stopped, then resumed), are
+// named as not arrived.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef BRAID_RUNTIME_COMM_MPICOMMUNICATOR_H
@@ -85,32 +97,73 @@ public:
   absl::StatusOr<bool> Test(int64_t handle) override;
   absl::Status Wait(int64_t handle) override;
 
+  /// The deadline of each wait, in seconds (0, the default: none). A wait
+  /// past it asks the peers it waited for what they do (for at most
+  /// clamp(seconds / 2, 1, 5) seconds) and returns a DeadlineExceededError
+  /// that names the collective, its group, the step and each peer: not
+  /// arrived (no answer), waiting in the same collective, or waiting in
+  /// another one. Later waits return the same error at once.
+  void SetTimeout(double seconds) override { timeout_ = seconds; }
+  void SetWaitContext(int64_t step, absl::string_view what) override;
+
   /// Ends every rank of the job with `code`, so that none of them waits
   /// forever in a collective for this one (after an error here).
   [[noreturn]] void Abort(int code) override;
 
 private:
+  /// A group's communicators (MPI_Comms, kept out of this header like every
+  /// MPI type): the collectives' and the watchdog's, its ranks' world ranks
+  /// in its order and the number of collectives started on it.
+  struct Group {
+    std::string key;
+    void *comm = nullptr;
+    void *watch = nullptr;
+    std::vector<int> worldRanks;
+    int64_t collectives = 0;
+  };
+  /// What a wait waits for (defined in MpiCommunicator.cpp).
+  struct Waiting;
+
   MpiCommunicator();
   absl::Status addGroup(const std::vector<std::string> &axes);
-  /// The communicator of the group along `axes` (an MPI_Comm).
-  absl::StatusOr<void *> group(absl::Span<const std::string> axes);
-  /// The communicator of `axis` and the peer's rank in it.
-  absl::StatusOr<std::pair<void *, int>> peer(absl::string_view axis,
-                                              int64_t peerOffset,
-                                              absl::string_view what);
+  /// The group along `axes`.
+  absl::StatusOr<Group *> group(absl::Span<const std::string> axes);
+  /// The group of `axis` and the peer's rank in it.
+  absl::StatusOr<std::pair<Group *, int>> peer(absl::string_view axis,
+                                               int64_t peerOffset,
+                                               absl::string_view what);
+  /// Polls `test` (an MPI_Test of the wait `w`) until it reports done, the
+  /// deadline passes (then the watchdog's report) or MPI fails.
+  template <typename Poll> absl::Status await(const Waiting &w, Poll test);
+  /// Answers the other ranks' questions on every watchdog communicator.
+  void answerPeers();
+  /// The error of `w` after `waited` seconds, with what its peers answer.
+  absl::Status timedOut(const Waiting &w, double waited);
 
   plan::Mesh mesh_;
   int64_t rank_ = 0;
   std::vector<int64_t> coords_;
-  /// Communicators by the sorted, comma-joined axes of their group.
-  std::map<std::string, void *> groups_;
-  /// The requests of the sends not yet waited for (MPI_Requests, kept out
-  /// of this header like every MPI type).
+  /// Groups by the sorted, comma-joined axes of their group.
+  std::map<std::string, std::unique_ptr<Group>> groups_;
+  /// The requests of the sends not yet waited for.
   struct Requests;
   std::unique_ptr<Requests> pendingSends_;
   /// Collectives started and not yet found complete, by handle.
   std::unique_ptr<Requests> started_;
   int64_t nextHandle_ = 0;
+
+  double timeout_ = 0;
+  int64_t step_ = 0;
+  std::string what_;
+  /// The wait being polled (for the answers to other ranks) and when it
+  /// began.
+  const Waiting *waiting_ = nullptr;
+  double waitingSince_ = 0;
+  /// The first wait that timed out: every later wait fails with it.
+  absl::Status failed_;
+  /// Answers on their way to the ranks that asked (their buffers).
+  struct Answers;
+  std::unique_ptr<Answers> answers_;
 };
 
 } // namespace braid::comm

@@ -119,6 +119,18 @@ public:
   /// written again).
   virtual absl::Status WaitSends() { return absl::OkStatus(); }
 
+  /// The deadline of every wait (a blocking collective, Wait, Recv,
+  /// WaitSends): a wait longer than `seconds` ends with a
+  /// DeadlineExceededError naming the collective, its group, the step and
+  /// the peers that had not arrived; 0 waits without a deadline. After such
+  /// an error the job is to be ended (Abort): later waits fail at once. The
+  /// default keeps no deadline (NCCL's communicator).
+  virtual void SetTimeout(double seconds) {}
+  /// What this rank is doing, for the message of a wait that times out and
+  /// for the reports the other ranks ask for then: the training step (0
+  /// before the first) and what the waits are for (e.g. "checkpoint save").
+  virtual void SetWaitContext(int64_t step, absl::string_view what) {}
+
   /// Ends every rank of the job with `code`, so that none of them waits
   /// forever in a collective for this one (after an error here). The
   /// default ends this process only.

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The collectives' watchdog: a frozen rank ends the job with a message.
+
+tiny-llama over 4 data-parallel ranks trains with --collective-timeout 5;
+after it has logged two steps, one rank is stopped (SIGSTOP). Within the
+timeout + 10 s, mpirun and every rank have exited, mpirun with a non-zero
+status, and the others' error names the collective timeout and the stopped
+rank as not arrived. Every rank still there at the end (the stopped one
+too) is killed, so that none is left behind.
+
+  watchdog.py --bin BUILD/bin --work DIR --corpus TEXT
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from harness import Setup, mpirun, run
+
+TIMEOUT = 5  # --collective-timeout, seconds
+STOPPED = 2  # the rank stopped
+
+
+def fail(message):
+    sys.exit(f"FAILED: {message}")
+
+
+def rank_pids(parent):
+    """world rank -> pid of the ranks mpirun started (its children)."""
+    p = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True)
+    ranks = {}
+    for pid in p.stdout.split():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if b"OMPI_COMM_WORLD_RANK" in env:
+            ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+    return ranks
+
+
+def alive(pid):
+    """Whether `pid` runs (a zombie has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def main():
+    setup = Setup()
+    b, w = setup.b, setup.w
+    data = setup.dataset(200_000)
+    job = w("watchdog.textproto")
+    with open(job, "w") as f:
+        f.write('model { preset: "tiny-llama" }\n'
+                "parallel { dp: 4 micro_batch_size: 2 }\n"
+                "train { steps: 1000 lr: 3e-3 warmup_steps: 2 seed: 1 }\n"
+                "data { seq_length: 64 }\n")
+    plan = w("watchdog.plan")
+    run([b("braidc"), job, "--emit=plan", "-o", plan])
+
+    out_path, err_path = w("watchdog.out"), w("watchdog.err")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            mpirun(4) + [b("braid-run"), plan, "--data", data, "--log-every", "1",
+                         "--collective-timeout", str(TIMEOUT)],
+            stdout=out, stderr=err, start_new_session=True)
+    ranks = {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            steps = [l for l in open(out_path) if l.startswith("step ")]
+            if len(steps) >= 2:
+                ranks = rank_pids(proc.pid)
+                if len(ranks) == 4:
+                    break
+            time.sleep(0.05)
+        if len(ranks) != 4:
+            fail(f"the job did not log two steps with 4 ranks running in 120 s "
+                 f"(exit {proc.poll()}):\n{open(out_path).read()}\n{open(err_path).read()}")
+        stopped = ranks[STOPPED]
+        os.kill(stopped, signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            rc = proc.wait(timeout=TIMEOUT + 10)
+        except subprocess.TimeoutExpired:
+            fail(f"the job still runs {TIMEOUT + 10} s after rank {STOPPED} was stopped "
+                 f"(--collective-timeout {TIMEOUT}):\n{open(err_path).read()}")
+        elapsed = time.monotonic() - t0
+        # The ranks go with mpirun (it kills them when one aborts).
+        for _ in range(100):
+            left = [r for r, pid in ranks.items() if alive(pid)]
+            if not left:
+                break
+            time.sleep(0.05)
+        if left:
+            fail(f"ranks {left} still run after mpirun exited")
+        if rc == 0:
+            fail(f"mpirun exited 0 after rank {STOPPED} was stopped")
+        errors = [l for l in open(err_path) if "collective timeout" in l]
+        if not errors:
+            fail(f"no rank reported the collective timeout:\n{open(err_path).read()}")
+        for line in errors:
+            if f"rank {STOPPED} had not arrived" not in line:
+                fail(f"the timeout does not name rank {STOPPED} as not arrived:\n{line}")
+            if "over 'dp'" not in line:
+                fail(f"the timeout does not name the axis 'dp':\n{line}")
+        print(f"rank {STOPPED} stopped: the job exited {rc} after {elapsed:.1f} s "
+              f"(--collective-timeout {TIMEOUT}); {len(errors)} rank(s) said:\n{errors[0]}",
+              end="")
+    finally:
+        # mpirun gives its ranks process groups of their own: each is killed
+        # by its pid (a stopped one too: SIGKILL ends it).
+        for pid in ranks.values():
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()
