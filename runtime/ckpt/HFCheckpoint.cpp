@@ -2,6 +2,8 @@
 
 #include "runtime/ckpt/HFCheckpoint.h"
 
+#include "frontends/spec/HFImport.h"
+#include "runtime/ckpt/ModelIdentity.h"
 #include "runtime/common/MappedFile.h"
 
 #include "absl/strings/match.h"
@@ -245,6 +247,39 @@ absl::StatusOr<HFCheckpoint> OpenHFCheckpoint(const std::string &dir) {
       return s;
   }
   return ckpt;
+}
+
+absl::Status CheckHFModel(const HFCheckpoint &checkpoint,
+                          const std::string &planModelSpec,
+                          const std::set<std::string> &allowed,
+                          std::vector<std::string> *notes) {
+  const std::string what =
+      absl::StrCat("checkpoint ", checkpoint.dir(), " (config.json)");
+  absl::StatusOr<spec::ModelSpec> imported = importHFConfigJson(
+      checkpoint.configJson(),
+      (fs::path(checkpoint.dir()) / "config.json").string());
+  if (!imported.ok())
+    return imported.status();
+  if (planModelSpec.empty()) {
+    if (notes)
+      notes->push_back(absl::StrCat(
+          "warning: the model of ", what,
+          " cannot be checked: the plan does not record its model (compiled "
+          "before plans did); only its parameters' names and shapes are "
+          "compared"));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<spec::ModelSpec> plan =
+      ParseModelSpec(planModelSpec, "the plan's model_spec");
+  if (!plan.ok())
+    return plan.status();
+  spec::ModelSpec there = withHFClassDefaults(*imported);
+  // A limit the file does not state (BloomForCausalLM has none) is not
+  // compared (ModelOrigin::kHFConfig).
+  if (!imported->has_max_seq_len())
+    there.clear_max_seq_len();
+  return CheckSameModel(what, there, *plan, ModelOrigin::kHFConfig, allowed,
+                        notes);
 }
 
 //===----------------------------------------------------------------------===//

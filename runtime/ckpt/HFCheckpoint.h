@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,8 @@ public:
   HFCheckpoint &operator=(HFCheckpoint &&) = default;
 
   const std::string &dir() const { return dir_; }
-  /// The text of DIR/config.json (checked to be a JSON object); the model
-  /// frontends interpret it.
+  /// The text of DIR/config.json (checked to be a JSON object); the
+  /// importer braidc uses reads it (CheckHFModel).
   const std::string &configJson() const { return configJson_; }
   /// The files read, sorted by path.
   const std::vector<SafetensorsFile> &files() const { return files_; }
@@ -73,6 +74,23 @@ private:
 /// tensor in two files, or an index that disagrees with its shards; and
 /// every error of SafetensorsFile::Open.
 absl::StatusOr<HFCheckpoint> OpenHFCheckpoint(const std::string &dir);
+
+/// Checks that `checkpoint`'s config.json describes the plan's model, whose
+/// braid.spec.ModelSpec (text format, plan.proto Training.model_spec) is
+/// `planModelSpec`: the file is imported as braidc imports it
+/// (frontends/spec/HFImport.h: its errors, such as a config.json without
+/// "architectures", are returned as they are), the fields it does not state
+/// take its class's defaults (withHFClassDefaults), and the model is
+/// compared with the plan's field by field (ModelIdentity.h, ModelOrigin::
+/// kHFConfig): InvalidArgument "checkpoint DIR (config.json) is of another
+/// model: ..." naming every field that differs and is not in `allowed`
+/// (--allow-model-change), notes for those that are. A plan that does not
+/// record its model (empty `planModelSpec`) cannot be compared: OK, with a
+/// warning in `notes`.
+absl::Status CheckHFModel(const HFCheckpoint &checkpoint,
+                          const std::string &planModelSpec,
+                          const std::set<std::string> &allowed,
+                          std::vector<std::string> *notes);
 
 /// A parameter the model expects: its Hugging Face name and its shape.
 struct ParamSpec {

@@ -23,6 +23,11 @@ corrupt files.
 5. Corrupt or mismatched checkpoints are refused, naming the file and the
    tensor: a flipped byte, a truncated file, a missing shard file, another
    model.
+6. Model identity: a checkpoint whose tensors have the plan's shapes but
+   whose model differs (tiny-llama with 8 heads, 4 kv heads, RoPE theta
+   500000) is refused by --load and --init-from, naming each field; so is a
+   Hugging Face config.json of another model or without "architectures";
+   --allow-model-change accepts a dropout, not a head count.
 
   checkpoint.py --bin BUILD/bin --work DIR --corpus TEXT
 """
@@ -371,6 +376,75 @@ def main():
         fail(f"another model's checkpoint was not refused:\n{q.stderr}")
     print(f"another model: refused "
           f"({next(l for l in q.stderr.splitlines() if 'another model' in l)[:200]})")
+    # 6. Model identity: tensors of the same names and shapes are not the
+    # same model. tiny-llama recompiled with 8 heads of 8, 4 kv heads and
+    # another RoPE theta has every tensor of the 4-head model in its shape.
+    def refused_load(what, plan_, needles, *flags, not_in_stdout=None):
+        _, q = train("identity", plan_, 1, *flags, check=False)
+        if q.returncode == 0:
+            fail(f"{what}: accepted\n{q.stdout}")
+        for needle in needles:
+            if needle not in q.stderr:
+                fail(f"{what}: the error does not name {needle!r}:\n{q.stderr}")
+        if not_in_stdout and not_in_stdout in q.stdout:
+            fail(f"{what}: {not_in_stdout!r} although refused:\n{q.stdout}")
+        said = next(l for l in q.stderr.splitlines() if needles[0] in l)
+        print(f"{what}: refused ({said[:220]})")
+
+    heads = job("identity-heads", llama4 + " num_heads: 8 num_kv_heads: 4 rope_theta: 500000",
+                "micro_batch_size: 4")
+    refused_load("--load of the 4-head model by 8 heads, theta 5e5", heads,
+                 ["is of another model", "num_heads is 4 there but 8 here",
+                  "num_kv_heads is 2 there but 4 here",
+                  "rope_theta is 10000 there but 500000 here"],
+                 "--load", good, not_in_stdout="resumed")
+    refused_load("--init-from of the 4-head model by 8 heads", heads,
+                 ["is of another model", "num_heads is 4 there but 8 here"],
+                 "--init-from", good)
+    # A dropout may change with --allow-model-change (fine-tuning without
+    # it); an architectural field may not.
+    no_dropout = job("identity-dropout", 'preset: "tiny-llama" num_layers: 4',
+                     "micro_batch_size: 4")
+    refused_load("--load with another hidden_dropout", no_dropout,
+                 ["hidden_dropout is 0.1 there but 0 here",
+                  "--allow-model-change hidden_dropout would accept"],
+                 "--load", good)
+    losses, p = train("identity-dropout-allowed", no_dropout, 1, "--load", good,
+                      "--allow-model-change", "hidden_dropout")
+    if sorted(losses) != list(range(11, 21)) or \
+            "hidden_dropout (0.1 there, 0 here), as --allow-model-change accepts" \
+            not in p.stdout:
+        fail(f"--allow-model-change hidden_dropout: ran {sorted(losses)}\n{p.stdout}")
+    print("--allow-model-change hidden_dropout: resumed steps 11-20 with a note")
+    refused_load("--allow-model-change num_heads", heads,
+                 ["--allow-model-change num_heads: num_heads is architectural"],
+                 "--load", good, "--allow-model-change", "num_heads")
+
+    # Hugging Face: config.json is imported as braidc imports it and compared.
+    hf_serial_job = w("identity-hf.textproto")
+    with open(hf_serial_job, "w") as f:
+        f.write(f'model {{ hf_config: "{os.path.join(hf, "config.json")}" }}\n'
+                "parallel { micro_batch_size: 4 }\n"
+                "train { steps: 2 lr: 3e-3 seed: 7 }\ndata { seq_length: 32 }\n")
+    hf_serial = w("identity-hf.plan")
+    run([b("braidc"), hf_serial_job, "--emit=plan", "-o", hf_serial])
+    train("identity-hf-same", hf_serial, 1, "--init-from", hf)
+    other_hf = fresh(w("identity-hf-other"))
+    shutil.copytree(hf, other_hf)
+    with open(os.path.join(other_hf, "config.json"), "w") as f:
+        json.dump(dict(config, num_attention_heads=8, rope_theta=500000.0,
+                       rms_norm_eps=0.1), f)
+    refused_load("--init-from a config.json of 8 heads, theta 5e5, eps 0.1", hf_serial,
+                 ["is of another model", "num_heads is 8 there but 4 here",
+                  "rope_theta is 500000 there but 10000 here",
+                  "norm_eps is 0.1 there but 1e-06 here"],
+                 "--init-from", other_hf)
+    with open(os.path.join(other_hf, "config.json"), "w") as f:
+        json.dump({"hidden_size": 64}, f)
+    refused_load("--init-from a config.json of only hidden_size", hf_serial,
+                 ['config.json: missing required field "architectures"'],
+                 "--init-from", other_hf)
+
     print("checkpoint: 1 passed, 0 failed")
 
 

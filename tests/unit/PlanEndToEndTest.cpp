@@ -284,6 +284,7 @@ TEST(PlanEndToEnd, GlobalBatchMustDivide) {
 
 } // namespace
 
+#include "frontends/HFConfig.h"
 #include "runtime/ckpt/Safetensors.h"
 #include "runtime/data/IndexedDataset.h"
 
@@ -351,7 +352,11 @@ TEST(PlanEndToEnd, InitFromHuggingFaceCheckpoint) {
         reinterpret_cast<const uint8_t *>(storage[k].data()),
         storage[k].size() * sizeof(float));
   ASSERT_TRUE(ckpt::WriteSafetensors(dir + "/model.safetensors", tensors, {}).ok());
-  std::ofstream(dir + "/config.json") << "{\"architectures\": [\"LlamaForCausalLM\"]}";
+  // Its config.json: the model's own (as braid-ckpt export writes it), which
+  // the trainer compares with the plan's model.
+  llvm::Expected<std::string> configJson = exportHFConfig(config);
+  ASSERT_TRUE(bool(configJson)) << llvm::toString(configJson.takeError());
+  std::ofstream(dir + "/config.json") << *configJson;
 
   auto firstLoss = [&](uint64_t seed, const std::string &initFrom,
                        absl::Status *status) {

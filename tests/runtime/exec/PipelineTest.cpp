@@ -433,12 +433,22 @@ TEST_P(PipelineTrainer, TrainsLikeTheWholeModel) {
   std::string copy = "mkdir -p '" + ckpt + "' && cp '" + dir +
                      "/serial.safetensors' '" + ckpt + "/model.safetensors'";
   ASSERT_EQ(std::system(copy.c_str()), 0);
-  std::ofstream(ckpt + "/config.json") << "{\"architectures\": []}";
+  // The config.json is read as braidc reads one; these hand-written plans
+  // record no model to compare it with (a warning says so).
+  std::ofstream(ckpt + "/config.json")
+      << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4,
+             "intermediate_size": 16, "num_attention_heads": 1,
+             "num_hidden_layers": 1, "vocab_size": 8})";
   options.initFrom = ckpt;
   options.steps = 1;
   options.saveParams = dir + "/serial2.safetensors";
   want = trainSerial(serial, options);
   ASSERT_TRUE(want.status.ok()) << want.status;
+  EXPECT_NE(want.log.find("warning: the model of checkpoint " + ckpt +
+                          " (config.json) cannot be checked: the plan does "
+                          "not record its model"),
+            std::string::npos)
+      << want.log;
   options.saveParams = dir + "/pipeline2.safetensors";
   got = trainOnTwoRanks(pipelined, options);
   ASSERT_TRUE(got[0].status.ok()) << got[0].status;
