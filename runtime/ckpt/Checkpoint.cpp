@@ -3,6 +3,7 @@
 #include "runtime/ckpt/Checkpoint.h"
 
 #include "runtime/common/MappedFile.h"
+#include "runtime/common/OutputFile.h"
 #include "runtime/plan/Shards.h"
 
 #include "absl/strings/match.h"
@@ -20,6 +21,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <random>
+#include <ctime>
+#include <sys/file.h>
+#include <unistd.h>
+#include <chrono>
 #include <stdio.h> // renameat2
 #include <filesystem>
 #include <fstream>
@@ -50,29 +56,14 @@ absl::Status syncDir(const std::string &dir) {
   return absl::OkStatus();
 }
 
-/// Writes `text` to PATH by way of PATH.tmp, synced and renamed.
+/// Writes `text` to PATH by way of a temporary beside it, synced and
+/// renamed (common::OutputFile).
 absl::Status writeFileAtomically(const std::string &path,
                                  absl::string_view text) {
-  const std::string tmp = path + ".tmp";
-  std::FILE *f = std::fopen(tmp.c_str(), "wb");
-  if (!f)
-    return errnoStatus(errno, absl::StrCat("cannot create ", tmp));
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
-            std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  int err = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return errnoStatus(err, absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    std::remove(tmp.c_str());
-    return errnoStatus(err, absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  common::OutputFile::Options options;
+  options.sync = true;
+  return common::WriteOutputFile(path, text, options);
 }
-
 
 bool isDir(const std::string &path) {
   std::error_code ec;
@@ -305,9 +296,16 @@ std::vector<int64_t> ListCheckpoints(const std::string &root) {
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string &dir) {
   if (isFile((fs::path(dir) / kManifestFile).string()))
     return dir;
-  if (!isDir(dir))
+  if (!isDir(dir)) {
+    std::error_code ec;
+    if (fs::exists(dir, ec))
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, " is a file, not a checkpoint: a checkpoint is a directory "
+               "holding ", kManifestFile, ", or a root whose ", kLatestFile,
+          " file names one"));
     return absl::NotFoundError(absl::StrCat("checkpoint ", dir,
                                             " does not exist"));
+  }
   const std::string latest = (fs::path(dir) / kLatestFile).string();
   if (!isFile(latest))
     return absl::NotFoundError(absl::StrCat(
@@ -381,33 +379,130 @@ absl::Status CommitCheckpoint(const std::string &root, int64_t step) {
   return syncDir(root);
 }
 
-absl::Status PruneCheckpoints(const std::string &root, int64_t keep) {
+std::vector<ListedCheckpoint> ListCheckpointLineages(const std::string &root) {
+  std::vector<ListedCheckpoint> out;
+  for (int64_t step : ListCheckpoints(root)) {
+    ListedCheckpoint c;
+    c.step = step;
+    absl::StatusOr<Manifest> m =
+        ReadManifest((fs::path(root) / StepDirName(step)).string());
+    if (m.ok()) {
+      c.readable = true;
+      c.lineage = m->lineage();
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+absl::Status PruneCheckpoints(const std::string &root, int64_t keep,
+                              absl::string_view lineage, int64_t committed) {
   if (keep < 1)
     return absl::InvalidArgumentError(
         absl::StrCat("keeping ", keep, " checkpoints: keep at least 1"));
-  std::vector<int64_t> steps = ListCheckpoints(root);
-  if (steps.empty())
-    return absl::OkStatus();
-  int64_t newest = steps.back();
+  // What `latest` names stays, whatever else holds.
+  int64_t latest = -1;
+  if (absl::StatusOr<std::string> named = ResolveCheckpoint(root); named.ok())
+    latest = stepOfName(fs::path(*named).filename().string());
+  // The lineage's checkpoints up to the committed one, newest first.
+  std::vector<int64_t> ours;
+  for (const ListedCheckpoint &c : ListCheckpointLineages(root))
+    if (c.readable && c.lineage == lineage && c.step <= committed)
+      ours.push_back(c.step);
+  std::sort(ours.rbegin(), ours.rend());
   std::error_code ec;
-  for (size_t i = 0; i + keep < steps.size(); ++i) {
-    fs::remove_all(fs::path(root) / StepDirName(steps[i]), ec);
+  for (size_t i = size_t(keep); i < ours.size(); ++i) {
+    if (ours[i] == latest || ours[i] == committed)
+      continue;
+    fs::remove_all(fs::path(root) / StepDirName(ours[i]), ec);
     if (ec)
       return absl::FailedPreconditionError(absl::StrCat(
-          "cannot remove ", (fs::path(root) / StepDirName(steps[i])).string(),
+          "cannot remove ", (fs::path(root) / StepDirName(ours[i])).string(),
           ": ", ec.message()));
   }
-  // Temporaries of crashed saves older than the newest checkpoint.
+  // Temporaries of crashed saves of earlier steps (the root's lock keeps
+  // other runs' saves out, so none of them is being written).
   for (const fs::directory_entry &entry : fs::directory_iterator(root, ec)) {
     std::string name = entry.path().filename().string();
     absl::string_view rest = name;
     if (absl::ConsumePrefix(&rest, ".") && absl::ConsumeSuffix(&rest, ".tmp")) {
       int64_t step = stepOfName(rest);
-      if (step >= 0 && step < newest)
+      if (step >= 0 && step < committed)
         fs::remove_all(entry.path(), ec);
     }
   }
   return absl::OkStatus();
+}
+
+std::string NewLineage() {
+  std::random_device device;
+  uint64_t bits = (uint64_t(device()) << 32) ^ uint64_t(device());
+  bits ^= uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  bits ^= uint64_t(::getpid()) << 20;
+  // splitmix64's finaliser: every input bit moves every output bit.
+  bits += 0x9e3779b97f4a7c15ULL;
+  bits = (bits ^ (bits >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  bits = (bits ^ (bits >> 27)) * 0x94d049bb133111ebULL;
+  bits ^= bits >> 31;
+  return absl::StrFormat("%016x", bits);
+}
+
+absl::StatusOr<std::unique_ptr<RootLock>>
+RootLock::Acquire(const std::string &root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create the checkpoint root ", root, ": ", ec.message()));
+  if (!isDir(root))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint root ", root, " is not a directory"));
+  const std::string path = (fs::path(root) / kLockFile).string();
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write into the checkpoint root ", root, ": ",
+                     std::strerror(errno), " (creating ", path, ")"));
+  std::unique_ptr<RootLock> lock(new RootLock());
+  lock->fd_ = fd;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    std::string holder;
+    char buffer[512];
+    ssize_t n = ::pread(fd, buffer, sizeof(buffer) - 1, 0);
+    if (n > 0)
+      holder = std::string(absl::StripAsciiWhitespace(
+          absl::string_view(buffer, size_t(n))));
+    if (err == EWOULDBLOCK)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint root ", root, " is in use by another run (",
+          holder.empty() ? "its holder is not recorded" : holder,
+          "; lock ", path, "): one run at a time saves into a root; give "
+          "this run another --save directory"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot lock the checkpoint root ", root, ": ", std::strerror(err)));
+  }
+  char host[256] = "?";
+  ::gethostname(host, sizeof(host) - 1);
+  host[sizeof(host) - 1] = '\0';
+  char since[64] = "";
+  std::time_t now = std::time(nullptr);
+  std::tm utc;
+  if (::gmtime_r(&now, &utc))
+    std::strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S UTC", &utc);
+  std::string who =
+      absl::StrCat("pid ", ::getpid(), " on host ", host, " since ", since, "\n");
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, who.data(), who.size(), 0) != ssize_t(who.size()))
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write into the checkpoint root ", root, ": ",
+                     std::strerror(errno), " (writing ", path, ")"));
+  return lock;
+}
+
+RootLock::~RootLock() {
+  if (fd_ >= 0)
+    ::close(fd_); // releases the flock
 }
 
 absl::Status VerifyCheckpoint(const std::string &dir, const Manifest &m) {

@@ -75,13 +75,58 @@ absl::Status PrepareTempDir(const std::string &root, int64_t step);
 /// an existing one), syncs ROOT, and points ROOT/latest at it.
 absl::Status CommitCheckpoint(const std::string &root, int64_t step);
 
-/// Removes the complete checkpoints of ROOT but the newest `keep` (and the
-/// temporaries of saves older than the newest). keep >= 1.
-absl::Status PruneCheckpoints(const std::string &root, int64_t keep);
+/// After the commit of step `committed` of lineage `lineage` (Manifest's
+/// lineage): removes the complete checkpoints of ROOT of that lineage older
+/// than `committed` but the newest `keep` counting `committed`, and the
+/// temporaries of crashed saves of steps before `committed`. It never
+/// removes the checkpoint ROOT/latest names, a checkpoint of another lineage
+/// (another run's, which shares the root), one whose manifest cannot be
+/// read, nor a newer checkpoint of the lineage (a run resumed from an
+/// earlier step saves below those). keep >= 1.
+absl::Status PruneCheckpoints(const std::string &root, int64_t keep,
+                              absl::string_view lineage, int64_t committed);
 
 /// The steps of ROOT's complete checkpoints (directories step-N with a
 /// manifest), ascending.
 std::vector<int64_t> ListCheckpoints(const std::string &root);
+
+/// A complete checkpoint of a root and the lineage its manifest records
+/// (`readable` false when the manifest does not read: its lineage is then
+/// unknown).
+struct ListedCheckpoint {
+  int64_t step = 0;
+  std::string lineage;
+  bool readable = false;
+};
+std::vector<ListedCheckpoint> ListCheckpointLineages(const std::string &root);
+
+/// A new lineage: 16 hex digits, different for every call (time, process,
+/// the system's random source).
+std::string NewLineage();
+
+/// The advisory lock (flock) of a checkpoint root, ROOT/.lock: one run at a
+/// time saves into a root. The file records the holder ("pid N on host H
+/// since T") for the error another run gets. Released when destroyed (or
+/// when the holding process ends, however it ends).
+class RootLock {
+public:
+  /// Creates ROOT (and its parents) if needed and takes the lock;
+  /// FailedPrecondition naming the root and the holder when another process
+  /// holds it, or naming the root and why when it cannot be created or
+  /// written.
+  static absl::StatusOr<std::unique_ptr<RootLock>>
+  Acquire(const std::string &root);
+  ~RootLock();
+  RootLock(const RootLock &) = delete;
+  RootLock &operator=(const RootLock &) = delete;
+
+private:
+  RootLock() = default;
+  int fd_ = -1;
+};
+
+/// The lock file's name in a root.
+inline constexpr char kLockFile[] = ".lock";
 
 /// Checks every file of the checkpoint in DIR against the manifest: its
 /// size and CRC-32, that it is a valid safetensors file, and that each piece

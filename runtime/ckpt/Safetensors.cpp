@@ -9,6 +9,8 @@
 
 #include "runtime/ckpt/Safetensors.h"
 
+#include "runtime/common/OutputFile.h"
+
 #include "runtime/common/MappedFile.h"
 
 #include "absl/strings/escaping.h"
@@ -631,19 +633,19 @@ absl::Status WriteSafetensors(
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  const std::string tmp = path + ".tmp";
-  std::FILE *f = std::fopen(tmp.c_str(), "wb");
-  if (!f)
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", tmp));
-  auto fail = [&](int err) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    return absl::ErrnoToStatus(err, absl::StrCat("cannot write ", tmp));
-  };
+  // Synced before it is renamed into place: a checkpoint's commit counts
+  // on its files being on disk.
+  common::OutputFile::Options options;
+  options.sync = true;
+  absl::StatusOr<std::unique_ptr<common::OutputFile>> f =
+      common::OutputFile::Open(path, options);
+  if (!f.ok())
+    return f.status();
   const uint64_t n = header.size();
-  if (std::fwrite(&n, 8, 1, f) != 1 ||
-      std::fwrite(header.data(), 1, header.size(), f) != header.size())
-    return fail(errno);
+  if (absl::Status s = (*f)->Write(&n, 8); !s.ok())
+    return s;
+  if (absl::Status s = (*f)->Write(header); !s.ok())
+    return s;
   uint32_t crc = 0;
   if (written) {
     crc = Crc32(absl::Span<const uint8_t>(
@@ -654,27 +656,15 @@ absl::Status WriteSafetensors(
                 crc);
   }
   for (const TensorToWrite *t : order) {
-    if (!t->data.empty() &&
-        std::fwrite(t->data.data(), 1, t->data.size(), f) != t->data.size())
-      return fail(errno);
+    if (absl::Status s = (*f)->Write(t->data.data(), t->data.size()); !s.ok())
+      return s;
     if (written)
       crc = Crc32(t->data, crc);
   }
+  if (absl::Status s = (*f)->Commit(); !s.ok())
+    return s;
   if (written)
     *written = {8 + n + offset, crc};
-  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0)
-    return fail(errno);
-  if (std::fclose(f) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    return absl::ErrnoToStatus(err, absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    return absl::ErrnoToStatus(
-        err, absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -73,6 +74,15 @@ bool isBlank(absl::string_view line) {
   return absl::StripAsciiWhitespace(line).empty();
 }
 
+/// Whether `bytes` holds control characters other than whitespace (a NUL,
+/// an escape): what a binary file has and text does not.
+bool looksBinary(absl::string_view bytes) {
+  for (char c : bytes)
+    if ((unsigned char)c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+      return true;
+  return false;
+}
+
 using DocumentFn = std::function<absl::Status(absl::string_view text)>;
 
 /// Calls `onDocument` with each document of one input, in order, and adds
@@ -122,15 +132,22 @@ absl::Status forEachDocument(const std::string &path, InputFormat format,
     // Struct; say what the file must hold instead.
     if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "{"))
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "expected a JSON object (one per line, JSONL), got: ",
-          absl::ClippedSubstr(absl::StripAsciiWhitespace(line), 0, 40)));
+          where, "expected a JSON object (one per line, JSONL), got: \"",
+          absl::CHexEscape(
+              absl::ClippedSubstr(absl::StripAsciiWhitespace(line), 0, 40)),
+          line.size() > 40 ? "\"..." : "\"",
+          looksBinary(line) ? " (binary data: is this a text or JSONL file?)"
+                            : ""));
     object.Clear();
     auto parsed =
         google::protobuf::util::JsonStringToMessage(line, &object, jsonOptions);
     if (!parsed.ok())
       return absl::InvalidArgumentError(absl::StrCat(
           where, "malformed JSON: ",
-          absl::string_view(parsed.message().data(), parsed.message().size())));
+          absl::CHexEscape(absl::ClippedSubstr(
+              absl::string_view(parsed.message().data(),
+                                parsed.message().size()),
+              0, 200))));
     auto field = object.fields().find(jsonKey);
     if (field == object.fields().end()) {
       std::vector<std::string> keys;

@@ -3,6 +3,7 @@
 #include "runtime/exec/Checkpointing.h"
 
 #include "runtime/ckpt/Checkpoint.h"
+#include "runtime/ckpt/ModelIdentity.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/Shards.h"
 
@@ -16,6 +17,11 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 namespace braid::exec {
 namespace {
@@ -269,6 +275,105 @@ bool IsBraidCheckpoint(const std::string &dir) {
          fs::is_regular_file(fs::path(dir) / ckpt::kLatestFile, ec);
 }
 
+absl::StatusOr<int64_t> CheckpointBytes(const plan::Plan &plan) {
+  std::map<std::string, int64_t> lowest = lowestStages(plan);
+  int64_t bytes = 0;
+  for (int64_t r = 0; r < plan::WorldSize(plan); ++r) {
+    absl::StatusOr<std::vector<WritePiece>> pieces =
+        piecesOf(plan, plan::MeshCoordinates(plan.mesh(), r), lowest);
+    if (!pieces.ok())
+      return pieces.status();
+    for (const WritePiece &w : *pieces)
+      bytes += (w.end - w.begin) * int64_t(sizeof(float));
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<ckpt::RootLock>>
+PrepareSaveRoot(Backend &e, const SaveIntent &intent, std::ostream *log) {
+  Communicator *comm = e.communicator();
+  int64_t rank = comm ? comm->Rank() : 0;
+  std::unique_ptr<ckpt::RootLock> lock;
+  absl::Status mine = [&]() -> absl::Status {
+    if (rank != 0)
+      return absl::OkStatus();
+    const std::string &root = intent.root;
+    absl::StatusOr<std::unique_ptr<ckpt::RootLock>> locked =
+        ckpt::RootLock::Acquire(root);
+    if (!locked.ok())
+      return locked.status();
+    lock = std::move(*locked);
+    // Writing: a file made and removed, as a save's temporaries are.
+    const std::string probe =
+        (fs::path(root) / absl::StrCat(".write-test-", ::getpid())).string();
+    {
+      std::FILE *f = std::fopen(probe.c_str(), "wb");
+      bool ok = f && std::fputs("braid", f) >= 0;
+      int err = errno;
+      if (f)
+        ok = std::fclose(f) == 0 && ok;
+      std::remove(probe.c_str());
+      if (!ok)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot write into the checkpoint root ", root, ": ",
+            std::strerror(err)));
+    }
+    // Room for one checkpoint.
+    absl::StatusOr<int64_t> needed = CheckpointBytes(e.plan());
+    if (!needed.ok())
+      return needed.status();
+    struct statvfs fsStats;
+    if (::statvfs(root.c_str(), &fsStats) == 0) {
+      int64_t available = int64_t(fsStats.f_bavail) * int64_t(fsStats.f_frsize);
+      if (available < *needed)
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the checkpoint root ", root, " has ", available,
+            " bytes free, less than one checkpoint of this plan needs (",
+            *needed, " bytes: the parameters and their AdamW moments in F32)"));
+    }
+    // Step directories the run's saves would replace.
+    std::vector<std::string> others, own;
+    for (const ckpt::ListedCheckpoint &c : ckpt::ListCheckpointLineages(root)) {
+      if (!intent.savesStep || !intent.savesStep(c.step))
+        continue;
+      std::string name = ckpt::StepDirName(c.step);
+      if (c.readable && c.lineage == intent.lineage && !c.lineage.empty())
+        own.push_back(name);
+      else
+        others.push_back(absl::StrCat(
+            name, !c.readable    ? " (its manifest does not read)"
+                  : c.lineage.empty() ? " (of a run that recorded no lineage)"
+                                      : absl::StrCat(" (lineage ", c.lineage, ")")));
+    }
+    if (!others.empty() && !intent.overwrite) {
+      std::vector<std::string> shown(
+          others.begin(), others.begin() + std::min<size_t>(others.size(), 5));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint root ", root, " holds ", others.size(),
+          " checkpoint(s) of another run at steps this run saves: ",
+          absl::StrJoin(shown, ", "),
+          others.size() > 5 ? absl::StrCat(" and ", others.size() - 5, " more")
+                            : "",
+          "; this run (lineage ", intent.lineage,
+          ") would replace them: give --overwrite to replace them, or "
+          "another --save directory"));
+    }
+    if (log && !own.empty())
+      *log << "note: " << root << " holds " << absl::StrJoin(own, ", ")
+           << " of this run's lineage from an earlier run, which this run's "
+              "saves replace\n";
+    if (log && !others.empty())
+      *log << "note: --overwrite: this run's saves replace "
+           << absl::StrJoin(others, ", ") << " in " << root << "\n";
+    return absl::OkStatus();
+  }();
+  if (absl::Status s = agree(e, mine, "to prepare the checkpoint root");
+      !s.ok())
+    return absl::Status(s.code(), absl::StrCat("--save ", intent.root, ": ",
+                                               s.message()));
+  return lock;
+}
+
 absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
                                           const RunState &state,
                                           int64_t keepLast) {
@@ -431,11 +536,13 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
         p->set_crc32(ckpt::CrcHex(uint32_t(rep[3 + k])));
       }
     }
+    m.set_lineage(state.lineage);
     committed = ckpt::WriteManifest(tmp, m);
     if (committed.ok())
       committed = ckpt::CommitCheckpoint(root, state.step);
     if (committed.ok() && keepLast > 0)
-      committed = ckpt::PruneCheckpoints(root, keepLast);
+      committed =
+          ckpt::PruneCheckpoints(root, keepLast, state.lineage, state.step);
   }
   if (absl::Status s = agree(e, committed, "to commit the checkpoint");
       !s.ok())
@@ -450,7 +557,8 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
 }
 
 absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
-                                        bool optimizer) {
+                                        bool optimizer,
+                                        const ModelCheck &check) {
   const plan::Plan &plan = e.plan();
   Communicator *comm = e.communicator();
   std::vector<int64_t> coords =
@@ -465,7 +573,18 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
     if (!reader.ok())
       return reader.status();
     const ckpt::Manifest &m = (*reader)->manifest();
-    // The same model: every parameter, by name and global shape.
+    // The same model: field by field (tensors of the same shapes may be of
+    // another model: other heads, another RoPE theta, another eps), ...
+    std::vector<std::string> notes;
+    if (absl::Status s = ckpt::CheckCheckpointModel(
+            absl::StrCat("checkpoint ", *resolved), m.model_spec(),
+            plan.training().model_spec(), check.allowModelChange, &notes);
+        !s.ok())
+      return s;
+    if (check.log)
+      for (const std::string &note : notes)
+        *check.log << note << "\n";
+    // ... and every parameter, by name and global shape.
     std::vector<std::string> missing, extra, shapes;
     auto params = parametersOf(plan);
     for (const auto &[name, entry] : params) {
@@ -552,6 +671,7 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
     state.globalBatch = m.global_batch_size();
     state.seed = m.seed();
     state.dataOrder = m.data_order();
+    state.lineage = m.lineage();
     if (m.has_loss_scaler())
       state.lossScaler = LossScaler::State{
           m.loss_scaler().scale(), m.loss_scaler().growth_tracker(),

@@ -24,6 +24,7 @@
 #ifndef BRAID_RUNTIME_EXEC_CHECKPOINTING_H
 #define BRAID_RUNTIME_EXEC_CHECKPOINTING_H
 
+#include "runtime/ckpt/Checkpoint.h"
 #include "runtime/exec/Backend.h"
 #include "runtime/exec/LossScaler.h"
 #include "runtime/plan/plan.pb.h"
@@ -31,7 +32,11 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +73,9 @@ struct RunState {
   std::string dataOrder;
   /// fp16's loss scaler after `step` (absent without loss scaling).
   std::optional<LossScaler::State> lossScaler;
+  /// The run lineage (ckpt::Manifest's lineage): kept from the checkpoint a
+  /// run resumes, new (ckpt::NewLineage) for a run from initial weights.
+  std::string lineage;
 };
 
 struct SaveReport {
@@ -76,20 +84,63 @@ struct SaveReport {
   double seconds = 0;      ///< from the first rank's start to the commit
 };
 
+/// What a run will save into its checkpoint root (--save).
+struct SaveIntent {
+  std::string root;
+  std::string lineage;            ///< RunState::lineage of the run
+  /// Whether the run saves a checkpoint of step `s`.
+  std::function<bool(int64_t)> savesStep;
+  bool overwrite = false;         ///< --overwrite
+};
+
+/// Readies `intent.root` before the run's first step, so that a root that
+/// cannot take the run's checkpoints fails it before any compute is spent:
+/// rank 0 creates the root, takes its lock (ckpt::RootLock, held by the
+/// returned object for the run; the other ranks get null), checks that it
+/// can write there and that the file system has room for one checkpoint of
+/// the plan (every rank's pieces: parameters and AdamW moments in F32), and
+/// that no checkpoint of another lineage sits at a step the run will save
+/// (refused naming the steps unless intent.overwrite). Every rank calls it
+/// and returns the same status. `log`, when given, hears of checkpoints of
+/// the run's own lineage that its saves will replace.
+absl::StatusOr<std::unique_ptr<ckpt::RootLock>>
+PrepareSaveRoot(Backend &e, const SaveIntent &intent, std::ostream *log);
+
+/// The bytes of one checkpoint of the plan: the pieces every rank writes.
+absl::StatusOr<int64_t> CheckpointBytes(const plan::Plan &plan);
+
 /// Writes a checkpoint of the run at `state` under `root` (Checkpoint.h's
 /// protocol); every rank of the job calls it. `keepLast` > 0 removes the
-/// older checkpoints but that many. Every rank returns the same status.
+/// older checkpoints of the run's lineage but that many
+/// (ckpt::PruneCheckpoints). Every rank returns the same status.
 absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
                                           const RunState &state,
                                           int64_t keepLast);
 
+/// How a load checks the checkpoint's model against the plan's.
+struct ModelCheck {
+  /// Model fields allowed to differ (--allow-model-change).
+  std::set<std::string> allowModelChange;
+  /// Where the notes (accepted differences) and warnings (a model that
+  /// cannot be compared) go; none when null.
+  std::ostream *log = nullptr;
+};
+
 /// Loads the checkpoint `dir` names (a checkpoint, or a root whose `latest`
 /// names one) into the plan's parameters, and with `optimizer` their AdamW
 /// moments; returns the saved run state. The checkpoint must hold this
-/// model: the same parameter names and global shapes (else InvalidArgument
-/// naming the differences). Every rank calls it.
+/// model: first the model its manifest records and the plan's
+/// (Training.model_spec) are compared field by field
+/// (ckpt::CheckCheckpointModel: heads, kv heads, RoPE theta, norm eps, ...,
+/// refused naming each field with both values unless `check.allowModelChange`
+/// names it and the change is meaningful; a manifest or plan that does not
+/// record its model is compared by its tensors only, with a warning), then
+/// the parameters: the same names and global shapes (else InvalidArgument
+/// naming the differences). Notes and warnings go to `check.log` when
+/// given. Every rank calls it.
 absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
-                                        bool optimizer);
+                                        bool optimizer,
+                                        const ModelCheck &check = {});
 
 /// Whether `dir` is a Braid checkpoint or root (rather than, say, a Hugging
 /// Face directory).

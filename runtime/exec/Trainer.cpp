@@ -2,9 +2,12 @@
 
 #include "runtime/exec/Trainer.h"
 
+#include "runtime/common/OutputFile.h"
+
 #include "runtime/exec/Checkpointing.h"
 
 #include "runtime/ckpt/HFCheckpoint.h"
+#include "runtime/ckpt/ModelIdentity.h"
 #include "runtime/ckpt/Safetensors.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
@@ -21,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -596,10 +600,12 @@ std::vector<bool> feedingChunks(const Backend &e, const plan::Stage &program,
 
 const char kTrainerFlagsUsage[] =
     "[--data PREFIX] [--steps N] [--seed N] [--data-order shuffled|sequential] "
-    "[--init-from HF_DIR|CHECKPOINT] [--load CHECKPOINT] [--save DIR] "
-    "[--save-every N] [--keep-last K] [--threads N] [--log-every N] "
+    "[--init-from HF_DIR|CHECKPOINT] [--load CHECKPOINT] "
+    "[--allow-model-change FIELD[,FIELD]] [--save DIR] "
+    "[--save-every N] [--keep-last K] [--overwrite] [--threads N] [--log-every N] "
     "[--metrics-out FILE] [--save-params FILE.safetensors] [--trace FILE.json] "
-    "[--profile-out FILE.json] [--device cpu|cuda] [--cuda-graphs on|off]";
+    "[--profile-out FILE.json] [--device cpu|cuda] [--cuda-graphs on|off] "
+    "[--collective-timeout SECONDS]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -608,11 +614,29 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
     options->dataPrefix = value;
   } else if (flag == "--init-from") {
     options->initFrom = value;
+  } else if (flag == "--allow-model-change") {
+    // Repeatable, or a comma-separated list.
+    std::vector<std::string> fields = absl::StrSplit(value, ',');
+    for (const std::string &field : fields) {
+      if (field.empty())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--allow-model-change=", value,
+            " names no field (expected --allow-model-change FIELD[,FIELD])"));
+      if (absl::Status s = ckpt::CheckAllowableModelChange(field); !s.ok())
+        return s;
+      options->allowModelChange.insert(field);
+    }
   } else if (flag == "--load" || flag == "--save") {
     if (value.empty())
       return absl::InvalidArgumentError(
           absl::StrCat(flag, "= names no directory"));
     (flag == "--load" ? options->load : options->save) = value;
+  } else if (flag == "--overwrite") {
+    if (value != "" && value != "true" && value != "false")
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--overwrite=", value, " is not one of true, false (or --overwrite "
+          "alone)"));
+    options->overwrite = value != "false";
   } else if (flag == "--metrics-out") {
     options->metricsOut = value;
   } else if (flag == "--save-params") {
@@ -637,6 +661,16 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
       return absl::InvalidArgumentError(
           absl::StrCat("--cuda-graphs=", value, " is not one of on, off"));
     options->cudaGraphs = value == "on";
+  } else if (flag == "--collective-timeout") {
+    char *end = nullptr;
+    errno = 0;
+    double seconds = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(seconds) ||
+        seconds < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--collective-timeout=", value,
+          " is not a non-negative number of seconds (0: no deadline)"));
+    options->collectiveTimeout = seconds;
   } else if (flag == "--data-order") {
     if (value != "shuffled" && value != "sequential")
       return absl::InvalidArgumentError(absl::StrCat(
@@ -671,6 +705,16 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
   }
   return true;
 }
+
+bool IsTrainerFlag(const std::string &flag) {
+  // ParseTrainerFlag knows the flags: an unknown one is (false), a known one
+  // true or an error about the (empty) value.
+  TrainerOptions scratch;
+  absl::StatusOr<bool> known = ParseTrainerFlag(flag, "", &scratch);
+  return !known.ok() || *known;
+}
+
+bool IsTrainerSwitch(const std::string &flag) { return flag == "--overwrite"; }
 
 DataShare DataShareOf(const Backend &e) {
   const plan::Mesh &mesh = e.plan().mesh();
@@ -975,6 +1019,13 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     return absl::InvalidArgumentError(absl::StrCat(
         "--load ", options.load, " resumes a run and --init-from ",
         options.initFrom, " starts one: give one of them"));
+  if (!options.allowModelChange.empty() && options.load.empty() &&
+      options.initFrom.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--allow-model-change ",
+        absl::StrJoin(options.allowModelChange, ","),
+        " applies to the checkpoint of --load or --init-from, and neither is "
+        "given"));
   if (dataPath.empty() && steps > 0)
     return absl::InvalidArgumentError(
         "no data: give --data PREFIX (a .bin/.idx pair) or data.path in the job");
@@ -1016,6 +1067,15 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           absl::StrCat("cannot write the profile to ", options.profileOut,
                        ": ", errno ? std::strerror(errno) : "cannot open it"));
   }
+  // The watchdog (Communicator::SetTimeout): each wait for other ranks has
+  // --collective-timeout, 3 x that before the first step ends (start-up, a
+  // checkpoint's load, the first step, which touches the arena's pages) and
+  // in each checkpoint save.
+  const double slowTimeout = 3 * options.collectiveTimeout;
+  if (options.comm) {
+    options.comm->SetTimeout(slowTimeout);
+    options.comm->SetWaitContext(0, "start-up, before the first step");
+  }
   absl::StatusOr<std::unique_ptr<Backend>> created =
       options.backend ? options.backend(plan, options.comm)
                       : absl::StatusOr<std::unique_ptr<Backend>>(
@@ -1037,7 +1097,8 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (fromCheckpoint) {
     bool resume = !options.load.empty();
     absl::StatusOr<RunState> loaded = LoadCheckpoint(
-        e, resume ? options.load : options.initFrom, /*optimizer=*/resume);
+        e, resume ? options.load : options.initFrom, /*optimizer=*/resume,
+        ModelCheck{options.allowModelChange, options.log});
     if (!loaded.ok())
       return loaded.status();
     if (resume) {
@@ -1067,6 +1128,16 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
         ckpt::OpenHFCheckpoint(options.initFrom);
     if (!checkpoint.ok())
       return checkpoint.status();
+    // Its config.json, read as braidc reads one, must describe the plan's
+    // model: tensors of the plan's shapes may be of another one.
+    std::vector<std::string> notes;
+    if (absl::Status s = ckpt::CheckHFModel(*checkpoint, t.model_spec(),
+                                            options.allowModelChange, &notes);
+        !s.ok())
+      return s;
+    if (options.log)
+      for (const std::string &note : notes)
+        *options.log << note << "\n";
     // Every parameter of the plan is expected, once by name (a weight tied
     // across stages is one tensor), so that the checkpoint is checked whole
     // on every rank; the rank keeps those of its stage, and reads the others
@@ -1168,6 +1239,32 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (order != "shuffled" && order != "sequential")
     return absl::InvalidArgumentError(absl::StrCat(
         "data order \"", order, "\" is not one of shuffled, sequential"));
+  // The run's lineage: the resumed checkpoint's, or a new one. The save
+  // root is readied now (created, locked, writable, room for a checkpoint,
+  // no other run's checkpoints where this one saves), before any step.
+  const std::string lineage = !options.load.empty() && !resumed.lineage.empty()
+                                  ? resumed.lineage
+                                  : ckpt::NewLineage();
+  std::unique_ptr<ckpt::RootLock> saveLock;
+  if (!options.save.empty()) {
+    SaveIntent intent;
+    intent.root = options.save;
+    intent.lineage = lineage;
+    intent.overwrite = options.overwrite;
+    const int64_t saveEvery = options.saveEvery, lastStep = steps,
+                  resumedStep = resumed.step;
+    intent.savesStep = [=](int64_t s) {
+      if (firstStep > lastStep) // nothing to train: the state loaded
+        return s == resumedStep;
+      return s >= firstStep && s <= lastStep &&
+             ((saveEvery > 0 && s % saveEvery == 0) || s == lastStep);
+    };
+    absl::StatusOr<std::unique_ptr<ckpt::RootLock>> prepared =
+        PrepareSaveRoot(e, intent, options.log);
+    if (!prepared.ok())
+      return prepared.status();
+    saveLock = std::move(*prepared);
+  }
   if (!options.load.empty() && !resumed.dataOrder.empty() &&
       resumed.dataOrder != order && options.log)
     *options.log << "note: the saving run read its data " << resumed.dataOrder
@@ -1191,6 +1288,17 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
         data::GptSamples::Create(&*dataset, sampleOptions);
     if (!created.ok())
       return created.status();
+    // A dataset shorter than one global batch would fill each batch with
+    // the same text again (the next epochs): refused rather than trained
+    // on copies.
+    const uint64_t batchTokens = uint64_t(globalBatch) * uint64_t(seq) + 1;
+    if (dataset->numTokens() < batchTokens)
+      return absl::InvalidArgumentError(absl::StrCat(
+          dataPath, ": the dataset holds ", dataset->numTokens(),
+          " tokens, fewer than one global batch reads (", globalBatch,
+          " samples of ", seq, " tokens, ", batchTokens,
+          " tokens): every batch would repeat the same text; give more "
+          "data, or a smaller batch or sequence length"));
     samples.emplace(std::move(*created));
   }
 
@@ -1205,6 +1313,17 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   if (!style.ok())
     return style.status();
   lrConfig.style = *style;
+  // The schedule decays over the run's steps: a warmup longer than the run
+  // would never reach the peak (cpu::LrSchedule refuses it in its own
+  // terms; say it in the run's).
+  if (*style != cpu::LrDecayStyle::kConstant && steps > 0 &&
+      lrConfig.warmupSteps > steps)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan warms the learning rate up over ", lrConfig.warmupSteps,
+        " steps (train.warmup_steps) and then decays it (", t.lr_decay(),
+        ") until the run's last step, but the run has only ", steps,
+        " steps: give --steps ", lrConfig.warmupSteps,
+        " or more, or compile with fewer warmup steps"));
   absl::StatusOr<cpu::LrSchedule> schedule = cpu::LrSchedule::create(lrConfig);
   if (!schedule.ok())
     return schedule.status();
@@ -1233,11 +1352,20 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     }
   }
 
-  std::ofstream metrics;
+  // The metrics, one JSON line a step, written in place and flushed after
+  // each line (tools follow the file as it grows); a failed write (a full
+  // disk) ends the run with an error naming the file.
+  std::unique_ptr<common::OutputFile> metrics;
   if (!options.metricsOut.empty()) {
-    metrics.open(options.metricsOut, std::ios::trunc);
-    if (!metrics)
-      return absl::InternalError(absl::StrCat("cannot write ", options.metricsOut));
+    common::OutputFile::Options inPlace;
+    inPlace.inPlace = true;
+    absl::StatusOr<std::unique_ptr<common::OutputFile>> opened =
+        common::OutputFile::Open(options.metricsOut, inPlace);
+    if (!opened.ok())
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("--metrics-out: ",
+                                       opened.status().message()));
+    metrics = std::move(*opened);
   }
   if (options.profile || !options.profileOut.empty())
     e.EnableProfile();
@@ -1308,6 +1436,10 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   // A checkpoint after step `s` (or of the state loaded, at `s` = the
   // first step - 1, when there is nothing to train).
   auto save = [&](int64_t s) -> absl::Status {
+    if (options.comm) {
+      options.comm->SetTimeout(slowTimeout);
+      options.comm->SetWaitContext(s, "checkpoint save");
+    }
     if (absl::Status st = gatherParams(); !st.ok())
       return st;
     RunState state;
@@ -1320,6 +1452,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     state.globalBatch = globalBatch;
     state.seed = seed;
     state.dataOrder = order;
+    state.lineage = lineage;
     absl::StatusOr<SaveReport> saved =
         SaveCheckpoint(e, options.save, state, options.keepLast);
     if (!saved.ok())
@@ -1340,6 +1473,11 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
   std::vector<double> stepTimes;
   for (int64_t s = firstStep; s <= steps; ++s) {
     auto stepStart = std::chrono::steady_clock::now();
+    if (options.comm) {
+      options.comm->SetTimeout(s == firstStep ? slowTimeout
+                                              : options.collectiveTimeout);
+      options.comm->SetWaitContext(s, "");
+    }
     if (scaler)
       e.SetLossScale(scaler->scale());
     // The update this step makes: steps skipped for overflow made none, so
@@ -1436,7 +1574,7 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
     // A step skipped for overflow has no gradient norm: JSON's null (JSON
     // has no NaN), and "skipped".
     if (metrics)
-      metrics << absl::StrFormat(
+      if (absl::Status st = metrics->Write(absl::StrFormat(
           "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, "
           "\"tokens\": %d, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, "
           "\"predicted_mem_bytes\": %d, \"peak_mem_bytes\": %d, "
@@ -1445,7 +1583,10 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
           std::isfinite(norm) ? absl::StrFormat("%.9g", norm) : "null",
           globalBatch * seq, stepTime, tokensPerS, int64_t(memory[0]),
           int64_t(memory[1]), lossScale,
-          std::isfinite(norm) ? "" : ", \"skipped\": true");
+          std::isfinite(norm) ? "" : ", \"skipped\": true"));
+          !st.ok() || !(st = metrics->Flush()).ok())
+        return absl::Status(st.code(),
+                            absl::StrCat("--metrics-out: ", st.message()));
     if (!options.save.empty() &&
         ((options.saveEvery > 0 && s % options.saveEvery == 0) || s == steps))
       if (absl::Status st = save(s); !st.ok())
@@ -1463,6 +1604,10 @@ absl::Status Train(const plan::Plan &plan, const TrainerOptions &options,
       *options.log << "trace: " << options.trace
                    << " (open it in ui.perfetto.dev or chrome://tracing)\n";
   }
+  if (metrics)
+    if (absl::Status s = metrics->Commit(); !s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("--metrics-out: ", s.message()));
   if (absl::Status s = gatherParams(); !s.ok())
     return s;
   if (!options.saveParams.empty())

@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,13 @@ struct TrainerOptions {
   /// The other ranks of the job, when the plan is for several; null for a
   /// plan of one rank.
   Communicator *comm = nullptr;
+  /// The deadline of each wait for other ranks, in seconds
+  /// (--collective-timeout; 0: none): a rank that waits longer in a
+  /// collective or message ends the run with an error naming it and the
+  /// ranks that had not arrived (Communicator::SetTimeout). Waits before the
+  /// first step ends (start-up, loading, the first step) and in checkpoint
+  /// saves get 3 x this.
+  double collectiveTimeout = 300;
   /// A Hugging Face checkpoint directory (config.json + *.safetensors), or
   /// a Braid checkpoint of any layout (its parameters only), to start from
   /// instead of the seeded initialisation.
@@ -60,11 +68,19 @@ struct TrainerOptions {
   /// A Braid checkpoint (or checkpoint root) to resume: parameters, AdamW
   /// moments, step, data position and seed (Checkpointing.h).
   std::string load;
+  /// Model fields in which the checkpoint of --load or --init-from may
+  /// differ from the plan's model (--allow-model-change FIELD[,FIELD],
+  /// repeatable): only those ckpt::CheckAllowableModelChange accepts.
+  std::set<std::string> allowModelChange;
   /// A checkpoint root to save to: after every `saveEvery` steps (0: only
   /// at the end) and at the end, keeping the newest `keepLast` (0: all).
   std::string save;
   int64_t saveEvery = 0;
   int64_t keepLast = 0;
+  /// Replace checkpoints of another run lineage that the root holds at
+  /// steps this run saves (--overwrite); without it such a run is refused
+  /// before its first step (Checkpointing.h, PrepareSaveRoot).
+  bool overwrite = false;
   /// Threads of the CPU kernels and GEMM; 0 keeps the default (every core,
   /// or OMP_NUM_THREADS).
   int64_t threads = 0;
@@ -99,10 +115,12 @@ struct StepRecord {
 };
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
-/// --data-order, --init-from, --load, --save, --save-every, --keep-last,
+/// --data-order, --init-from, --load, --allow-model-change, --save,
+/// --save-every, --keep-last,
 /// --threads, --log-every, --metrics-out, --save-params, --trace,
-/// --profile-out, --device. Returns true when `flag` (with its `value`) is one
-/// of them and sets it in `options`, false when it is not one of them, and an
+/// --profile-out, --device, --collective-timeout. Returns true when `flag`
+/// (with its `value`) is one of them and sets it in `options`, false when it
+/// is not one of them, and an
 /// error naming the flag and value when the value is not allowed.
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -110,6 +128,13 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
 
 /// The usage text of those flags.
 extern const char kTrainerFlagsUsage[];
+
+/// Whether `flag` is one of the trainer's flags (whatever its value).
+bool IsTrainerFlag(const std::string &flag);
+/// Whether `flag` is one of the trainer's flags that take no value
+/// (--overwrite): given alone it means "on"; ParseTrainerFlag takes it with
+/// the value "" (or true/false after '=').
+bool IsTrainerSwitch(const std::string &flag);
 
 /// Writes the inputs (tokens, targets) of micro-batch `micro` (0-based) of
 /// the current step into the executor's buffers.

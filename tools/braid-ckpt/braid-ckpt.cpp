@@ -11,6 +11,7 @@
 
 #include "frontends/HFConfig.h"
 #include "frontends/ModelConfig.h"
+#include "runtime/common/OutputFile.h"
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/Safetensors.h"
 
@@ -106,7 +107,8 @@ int inspect(const std::string &dir, bool verify) {
               (long long)m->consumed_samples(),
               (long long)m->global_batch_size(),
               (unsigned long long)m->seed(), m->data_order().c_str());
-  std::printf("saved by: %s\n", m->layout().c_str());
+  std::printf("saved by: %s, run lineage %s\n", m->layout().c_str(),
+              m->lineage().empty() ? "(not recorded)" : m->lineage().c_str());
   if (llvm::Expected<ModelConfig> model = modelOf(*m))
     std::printf("model: %s, %lld layers, hidden %lld, %lld heads (%lld kv), "
                 "ffn %lld, vocab %lld\n",
@@ -215,12 +217,10 @@ int exportHF(const std::string &dir, const std::string &out) {
           {{"format", "pt"}});
       !s.ok())
     return fail(std::string(s.message()));
-  std::ofstream configFile(fs::path(out) / "config.json");
-  configFile << *config;
-  configFile.close();
-  if (!configFile)
-    return fail(absl::StrCat("cannot write ",
-                             (fs::path(out) / "config.json").string()));
+  if (absl::Status s = common::WriteOutputFile(
+          (fs::path(out) / "config.json").string(), *config);
+      !s.ok())
+    return fail(std::string(s.message()));
   std::printf("exported %s (step %lld) to %s: config.json, model.safetensors "
               "(%zu tensors)\n",
               resolved->c_str(), (long long)m.step(), out.c_str(),

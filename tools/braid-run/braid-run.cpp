@@ -5,13 +5,18 @@
 //                    [--threads N] [--log-every N] [--metrics-out FILE]
 //                    [--save-params FILE] [--trace FILE.json] [--profile]
 //                    [--profile-out FILE.json] [--device cpu|cuda]
-//                    [--cuda-graphs on|off]
+//                    [--cuda-graphs on|off] [--collective-timeout SECONDS]
 // mpirun -np N braid-run job.plan --bench-collectives FILE.json
 //
 // --device cuda runs the kernels on the GPU (runtime/cuda/Executor.h, a
 // build with the CUDA backend; --cuda-graphs off launches each kernel
 // rather than replaying the functions as captured graphs), cpu (the
 // default) on the CPU.
+//
+// --collective-timeout (default 300 s, 0: none) is the longest a rank waits
+// for the others in a collective or message (3 x that until the first step
+// ends and in checkpoint saves): past it the rank names the collective and
+// the ranks that had not arrived, and the job ends (exit 1 on every rank).
 //
 // The second form trains nothing: it times the collectives over the plan's
 // "dp" axis (runtime/exec/BenchCollectives.h) and rank 0 writes them to
@@ -29,6 +34,8 @@
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -36,12 +43,28 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <unistd.h>
 
 namespace {
 
+/// Writes `line` and a newline to stderr in one write(2).
+void writeLine(std::string line) {
+  line += "\n";
+  std::cerr.flush();
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = ::write(2, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    done += size_t(n);
+  }
+}
+
 int usage(const std::string &error) {
   if (!error.empty())
-    std::cerr << "braid-run: error: " << error << "\n";
+    writeLine(absl::StrCat("braid-run: error: ", error));
   std::cerr << "usage: braid-run PLAN " << braid::exec::kTrainerFlagsUsage
             << " [--profile]\n"
             << "       mpirun -np N braid-run PLAN --bench-collectives "
@@ -61,8 +84,8 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
     errno = 0;
     out.open(path, std::ios::trunc);
     if (!out) {
-      std::cerr << "braid-run: error: cannot write " << path << ": "
-                << (errno ? std::strerror(errno) : "cannot open it") << "\n";
+      writeLine(absl::StrCat("braid-run: error: cannot write ", path, ": ",
+                             errno ? std::strerror(errno) : "cannot open it"));
       comm.Abort(1);
     }
   }
@@ -70,8 +93,8 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
       braid::exec::BenchCollectives(comm,
                                     braid::plan::AxisSize(plan.mesh(), "dp"));
   if (!bench.ok()) {
-    std::cerr << "braid-run: error: rank " << comm.Rank() << ": "
-              << bench.status().message() << "\n";
+    writeLine(absl::StrCat("braid-run: error: rank ", comm.Rank(), ": ",
+                           bench.status().message()));
     comm.Abort(1);
   }
   if (comm.Rank() != 0)
@@ -79,7 +102,7 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
   braid::exec::WriteCollectiveBench(*bench, out);
   out.flush();
   if (!out) {
-    std::cerr << "braid-run: error: cannot write " << path << "\n";
+    writeLine(absl::StrCat("braid-run: error: cannot write ", path));
     return 1;
   }
   std::cout << "collectives: " << bench->ranks << " ranks over 'dp', "
@@ -114,6 +137,11 @@ int main(int argc, char **argv) {
     if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
+    } else if (arg != "--bench-collectives" &&
+               !braid::exec::IsTrainerFlag(arg)) {
+      return usage("unknown flag " + arg);
+    } else if (braid::exec::IsTrainerSwitch(arg)) {
+      value = "";
     } else {
       if (i + 1 >= argc)
         return usage(arg + " needs a value");
@@ -138,20 +166,22 @@ int main(int argc, char **argv) {
   absl::StatusOr<braid::exec::BackendFactory> backend =
       braid::exec::BackendFor(options.device, options.cudaGraphs);
   if (!backend.ok()) {
-    std::cerr << "braid-run: error: " << backend.status().message() << "\n";
+    writeLine(
+        absl::StrCat("braid-run: error: ", backend.status().message()));
     return 1;
   }
   options.backend = std::move(*backend);
   absl::StatusOr<braid::plan::Plan> plan = braid::plan::LoadPlanFile(planPath);
   if (!plan.ok()) {
-    std::cerr << "braid-run: error: " << plan.status().message() << "\n";
+    writeLine(absl::StrCat("braid-run: error: ", plan.status().message()));
     return 1;
   }
   if (!benchOut.empty() && braid::plan::AxisSize(plan->mesh(), "dp") < 2) {
-    std::cerr << "braid-run: error: --bench-collectives times the "
-                 "collectives over the plan's 'dp' axis, which has "
-              << braid::plan::AxisSize(plan->mesh(), "dp")
-              << " rank: compile the plan with dp >= 2\n";
+    writeLine(absl::StrCat(
+        "braid-run: error: --bench-collectives times the collectives over "
+        "the plan's 'dp' axis, which has ",
+        braid::plan::AxisSize(plan->mesh(), "dp"),
+        " rank: compile the plan with dp >= 2"));
     return 1;
   }
   // A plan for several ranks on GPUs: its ranks talk through NCCL, and meet
@@ -172,7 +202,8 @@ int main(int argc, char **argv) {
     absl::StatusOr<std::unique_ptr<braid::exec::Communicator>> created =
         braid::exec::CommunicatorFor(options.device, *plan, broadcast);
     if (!created.ok()) {
-      std::cerr << "braid-run: error: " << created.status().message() << "\n";
+      writeLine(
+          absl::StrCat("braid-run: error: ", created.status().message()));
       return 1;
     }
     deviceComm = std::move(*created);
@@ -186,22 +217,25 @@ int main(int argc, char **argv) {
   if (!jobComm &&
       (braid::plan::WorldSize(*plan) > 1 || braid::comm::LaunchedByMpi())) {
     if (!braid::comm::LaunchedByMpi()) {
-      std::cerr << "braid-run: error: the plan is for "
-                << braid::plan::WorldSize(*plan)
-                << " ranks: start it with mpirun -np "
-                << braid::plan::WorldSize(*plan)
-                << " braid-run ... (braid train does)\n";
+      writeLine(absl::StrCat("braid-run: error: the plan is for ",
+                             braid::plan::WorldSize(*plan),
+                             " ranks: start it with mpirun -np ",
+                             braid::plan::WorldSize(*plan),
+                             " braid-run ... (braid train does)"));
       return 1;
     }
     absl::StatusOr<std::unique_ptr<braid::comm::MpiCommunicator>> created =
         braid::comm::MpiCommunicator::Create(*plan);
     if (!created.ok()) {
-      std::cerr << "braid-run: error: " << created.status().message() << "\n";
+      writeLine(
+          absl::StrCat("braid-run: error: ", created.status().message()));
       return 1;
     }
     comm = std::move(*created);
-    if (!benchOut.empty())
+    if (!benchOut.empty()) {
+      comm->SetTimeout(options.collectiveTimeout);
       return benchCollectives(*comm, *plan, benchOut);
+    }
     jobComm = comm.get();
     // Ranks sharing a node share its cores.
     if (options.threads == 0)
@@ -212,14 +246,13 @@ int main(int argc, char **argv) {
 #else
   if (!jobComm &&
       (braid::plan::WorldSize(*plan) > 1 || !benchOut.empty())) {
-    std::cerr << "braid-run: error: "
-              << (benchOut.empty()
-                      ? "the plan is for " +
-                            std::to_string(braid::plan::WorldSize(*plan)) +
-                            " ranks on the CPU"
-                      : std::string("--bench-collectives"))
-              << ": this braid-run was built without MPI (BRAID_WITH_MPI=OFF)"
-              << "\n";
+    writeLine(absl::StrCat(
+        "braid-run: error: ",
+        benchOut.empty()
+            ? absl::StrCat("the plan is for ", braid::plan::WorldSize(*plan),
+                           " ranks on the CPU")
+            : std::string("--bench-collectives"),
+        ": this braid-run was built without MPI (BRAID_WITH_MPI=OFF)"));
     return 1;
   }
 #endif
@@ -238,7 +271,10 @@ int main(int argc, char **argv) {
     std::string rank;
     if (jobComm)
       rank = "rank " + std::to_string(jobComm->Rank()) + ": ";
-    std::cerr << "braid-run: error: " << rank << status.message() << "\n";
+    // One write of the whole line: the ranks of a job share stderr, and a
+    // line written in pieces interleaves with the others' pieces.
+    writeLine(std::string("braid-run: error: ") + rank +
+              std::string(status.message()));
     // The other ranks may be waiting for this one in a collective.
     if (jobComm)
       jobComm->Abort(1);

@@ -953,9 +953,18 @@ int main(int argc, char **argv) {
       continue;
     }
     std::string value;
+    static const char *const kOwnFlags[] = {
+        "--schedule", "--recompute", "--memory-budget", "--stage-layers",
+        "--zero",     "--dp",        "--tp",            "--pp"};
+    bool own = std::find(std::begin(kOwnFlags), std::end(kOwnFlags),
+                         arg.substr(0, arg.find('='))) != std::end(kOwnFlags);
     if (size_t eq = arg.find('='); eq != std::string::npos) {
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
+    } else if (!own && !exec::IsTrainerFlag(arg)) {
+      return usage("unknown flag " + arg);
+    } else if (exec::IsTrainerSwitch(arg)) {
+      value = "";
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
@@ -1022,6 +1031,8 @@ int main(int argc, char **argv) {
   llvm::Expected<spec::JobSpec> job = loadJobFile(jobPath);
   if (!job)
     return fail(llvm::toString(job.takeError()));
+  if (llvm::Error error = checkModelSource(*job, jobPath))
+    return fail(llvm::toString(std::move(error)));
   if (sequenceParallel)
     job->mutable_parallel()->set_sp(true);
   if (fuseMlp)

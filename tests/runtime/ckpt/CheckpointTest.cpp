@@ -26,6 +26,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <unistd.h>
 #include <vector>
 
 using namespace braid::ckpt;
@@ -425,7 +426,8 @@ protected:
   /// What a save of `step` does: an empty temporary, a manifest in it, the
   /// commit. `marker`, when given, is a file put beside the manifest.
   absl::Status save(int64_t step, int64_t consumed = 0,
-                    const std::string &marker = "") {
+                    const std::string &marker = "",
+                    const std::string &lineage = "") {
     if (absl::Status s = PrepareTempDir(root_, step); !s.ok())
       return s;
     Manifest m;
@@ -433,6 +435,7 @@ protected:
     m.set_version(kCheckpointVersion);
     m.set_step(step);
     m.set_consumed_samples(consumed);
+    m.set_lineage(lineage);
     if (absl::Status s = WriteManifest(TempDirOf(root_, step), m); !s.ok())
       return s;
     if (!marker.empty())
@@ -546,7 +549,7 @@ TEST_F(CheckpointRootTest, CommitListAndPrune) {
   fs::create_directories(stepDir(5));
   EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{1, 2, 3}));
 
-  ASSERT_TRUE(PruneCheckpoints(root_, 2).ok());
+  ASSERT_TRUE(PruneCheckpoints(root_, 2, "", 3).ok());
   EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(entries(root_),
             (std::set<std::string>{"latest", "step-00000002", "step-00000003",
@@ -554,16 +557,16 @@ TEST_F(CheckpointRootTest, CommitListAndPrune) {
   EXPECT_EQ(latest(), "step-00000003\n");
 
   // Keeping more than there are removes nothing.
-  ASSERT_TRUE(PruneCheckpoints(root_, 5).ok());
+  ASSERT_TRUE(PruneCheckpoints(root_, 5, "", 3).ok());
   EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{2, 3}));
 
   // Keeping none would delete the checkpoint `latest` names.
-  absl::Status s = PruneCheckpoints(root_, 0);
+  absl::Status s = PruneCheckpoints(root_, 0, "", 3);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(PruneCheckpoints(root_, -1).ok());
+  EXPECT_FALSE(PruneCheckpoints(root_, -1, "", 3).ok());
   EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{2, 3}));
 
-  ASSERT_TRUE(PruneCheckpoints(root_, 1).ok());
+  ASSERT_TRUE(PruneCheckpoints(root_, 1, "", 3).ok());
   EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{3}));
 }
 
@@ -574,14 +577,118 @@ TEST_F(CheckpointRootTest, OnlyCanonicalStepNamesAreCheckpoints) {
   fs::create_directories((fs::path(root_) / "step-5").string());
   writeBytes((fs::path(root_) / "step-5" / kManifestFile).string(), "{}");
   ASSERT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{6}));
-  ASSERT_TRUE(PruneCheckpoints(root_, 1).ok());
+  ASSERT_TRUE(PruneCheckpoints(root_, 1, "", 6).ok());
   EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{6}));
   EXPECT_TRUE(fs::exists(fs::path(root_) / "step-5"));
 }
 
 TEST_F(CheckpointRootTest, PruneOfEmptyOrMissingRoot) {
   EXPECT_TRUE(ListCheckpoints(root_).empty());
-  EXPECT_TRUE(PruneCheckpoints(root_, 1).ok());
+  EXPECT_TRUE(PruneCheckpoints(root_, 1, "", 0).ok());
+}
+
+TEST_F(CheckpointRootTest, PruneAfterAResumeFromAnEarlierStepKeepsLatest) {
+  // A run of lineage "a" saves steps 1..6 keeping 4: steps 3..6 remain.
+  for (int64_t step = 1; step <= 6; ++step) {
+    ASSERT_TRUE(save(step, 0, "", "a").ok());
+    ASSERT_TRUE(PruneCheckpoints(root_, 4, "a", step).ok());
+  }
+  ASSERT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{3, 4, 5, 6}));
+  // Resumed from step 3 (it keeps the lineage), it saves step 4 again and
+  // keeps 2. Counting by step number over the root (3, 4, 5, 6: keep 5 and
+  // 6) would remove step 4, which `latest` now names. The lineage's
+  // checkpoints up to step 4 are 3 and 4: both kept; 5 and 6 are newer and
+  // not this run's to remove.
+  ASSERT_TRUE(save(4, 0, "resumed", "a").ok());
+  ASSERT_TRUE(PruneCheckpoints(root_, 2, "a", 4).ok());
+  EXPECT_EQ(latest(), "step-00000004\n");
+  absl::StatusOr<std::string> dir = ResolveCheckpoint(root_);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_EQ(*dir, stepDir(4));
+  EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{3, 4, 5, 6}));
+  // Its next save (step 5, replacing the old one) keeps 2: 4 and 5.
+  ASSERT_TRUE(save(5, 0, "", "a").ok());
+  ASSERT_TRUE(PruneCheckpoints(root_, 2, "a", 5).ok());
+  EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{4, 5, 6}));
+  EXPECT_EQ(latest(), "step-00000005\n");
+}
+
+TEST_F(CheckpointRootTest, PruneLeavesOtherLineagesAndUnreadableManifests) {
+  for (int64_t step : {1, 2, 3})
+    ASSERT_TRUE(save(step, 0, "", "a").ok());
+  // A checkpoint whose manifest does not read: its lineage is unknown.
+  fs::create_directories(stepDir(7));
+  writeBytes((fs::path(stepDir(7)) / kManifestFile).string(), "not json");
+  for (int64_t step : {8, 9, 10}) {
+    ASSERT_TRUE(save(step, 0, "", "b").ok());
+    ASSERT_TRUE(PruneCheckpoints(root_, 1, "b", step).ok());
+  }
+  EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{1, 2, 3, 7, 10}));
+  std::vector<ListedCheckpoint> listed = ListCheckpointLineages(root_);
+  ASSERT_EQ(listed.size(), 5u);
+  EXPECT_EQ(listed[0].lineage, "a");
+  EXPECT_FALSE(listed[3].readable);
+  EXPECT_EQ(listed[4].lineage, "b");
+}
+
+TEST_F(CheckpointRootTest, PruneNeverRemovesWhatLatestNames) {
+  for (int64_t step : {1, 2, 3})
+    ASSERT_TRUE(save(step, 0, "", "a").ok());
+  // `latest` set back to step 1 (by hand, say): a prune after step 3
+  // keeping 1 removes step 2 but not step 1.
+  writeBytes((fs::path(root_) / kLatestFile).string(), "step-00000001\n");
+  ASSERT_TRUE(PruneCheckpoints(root_, 1, "a", 3).ok());
+  EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{1, 3}));
+}
+
+TEST_F(CheckpointRootTest, NewLineagesDiffer) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 100; ++i) {
+    std::string lineage = NewLineage();
+    EXPECT_EQ(lineage.size(), 16u);
+    EXPECT_EQ(lineage.find_first_not_of("0123456789abcdef"), std::string::npos)
+        << lineage;
+    seen.insert(lineage);
+  }
+  EXPECT_EQ(seen.size(), 100u);
+}
+
+TEST_F(CheckpointRootTest, ARootIsLockedByOneHolder) {
+  absl::StatusOr<std::unique_ptr<RootLock>> first = RootLock::Acquire(root_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The root was created, with its lock file.
+  EXPECT_TRUE(fs::exists(fs::path(root_) / kLockFile));
+  // A second holder (flock: another open file, here in the same process)
+  // is refused, told who holds it.
+  absl::StatusOr<std::unique_ptr<RootLock>> second = RootLock::Acquire(root_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  expectMentions(second.status(),
+                 {root_, "in use by another run",
+                  absl::StrCat("pid ", ::getpid(), " on host ")});
+  // Released with its holder.
+  first->reset();
+  second = RootLock::Acquire(root_);
+  EXPECT_TRUE(second.ok()) << second.status();
+  // The lock file is no checkpoint and no temporary: prune and list leave
+  // it alone.
+  ASSERT_TRUE(save(1, 0, "", "a").ok());
+  ASSERT_TRUE(PruneCheckpoints(root_, 1, "a", 1).ok());
+  EXPECT_TRUE(fs::exists(fs::path(root_) / kLockFile));
+  EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{1}));
+}
+
+TEST_F(CheckpointRootTest, ARootThatCannotBeMadeIsAnErrorNamingIt) {
+  // /proc refuses new directories (to root too).
+  absl::StatusOr<std::unique_ptr<RootLock>> lock =
+      RootLock::Acquire("/proc/braid-checkpoints");
+  ASSERT_FALSE(lock.ok());
+  expectMentions(lock.status(), {"/proc/braid-checkpoints"});
+  // A file where the root should be.
+  writeBytes(dir_.file("a-file"), "x");
+  lock = RootLock::Acquire(dir_.file("a-file"));
+  ASSERT_FALSE(lock.ok());
+  expectMentions(lock.status(), {dir_.file("a-file")});
 }
 
 TEST_F(CheckpointRootTest, CommitReplacesExistingStep) {
