@@ -97,14 +97,14 @@ absl::Status OutputFile::Commit() {
                              path_, " is already closed"))
                        : error_;
   if (error_.ok() && std::fflush(file_) != 0)
-    fail(errno, "write");
+    (void)fail(errno, "write");
   if (error_.ok() && sync_ && regular_ && ::fsync(::fileno(file_)) != 0)
-    fail(errno, "sync");
+    (void)fail(errno, "sync");
   int closed = std::fclose(file_);
   int err = errno;
   file_ = nullptr;
   if (error_.ok() && closed != 0)
-    fail(err, "write");
+    (void)fail(err, "write");
   if (!error_.ok())
     return error_; // the destructor removes the temporary
   if (!tmp_.empty()) {
