@@ -29,6 +29,9 @@ if config.braid_enable_cuda.upper() in ("ON", "TRUE", "1", "YES"):
     config.available_features.add("cuda-backend")
 if os.path.exists("/dev/nvidia0"):
     config.available_features.add("gpu")
+# root: tests that mount a small tmpfs (a file system without room).
+if os.geteuid() == 0:
+    config.available_features.add("root")
 
 llvm_config.with_system_environment(["HOME", "TMPDIR"])
 llvm_config.use_default_substitutions()
