@@ -6,7 +6,8 @@
 // behind a correct frame (so that the fuzzer reaches the validator instead
 // of stopping at the checksum); and the bytes as a file, through
 // LoadPlanFile, which reads the header before it reads the payload.
-// scripts/fuzz-plan.sh builds and runs it.
+// scripts/fuzz-plan.sh builds and runs it under libFuzzer; Replay.cpp replays
+// the seed corpus through it in CTest.
 //
 //===----------------------------------------------------------------------===//
 
