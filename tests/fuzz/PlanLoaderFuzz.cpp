@@ -1,10 +1,10 @@
 //===- PlanLoaderFuzz.cpp - libFuzzer target for the plan loader ----------===//
 //
 // Any byte string must either load as a valid plan or be refused with a
-// status; it must never crash, hang, or read out of bounds. Two entry points
+// status; it must never crash, hang, or read out of bounds. Three entry points
 // are exercised: the framed file (frame checks first) and the raw payload
 // behind a correct frame (so that the fuzzer reaches the validator instead
-// of stopping at the checksum); and the bytes as a file, through
+// of stopping at the checksum), and the bytes as a file, through
 // LoadPlanFile, which reads the header before it reads the payload.
 // scripts/fuzz-plan.sh builds and runs it under libFuzzer; Replay.cpp replays
 // the seed corpus through it in CTest.
