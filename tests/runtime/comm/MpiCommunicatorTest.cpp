@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/MpiCommunicator.h"
+#include "tests/runtime/comm/MpiTestMain.h"
 #include "runtime/common/Float16.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
@@ -437,19 +438,5 @@ TEST(MpiCommunicator, ExecutorRunsSequenceParallelKernels) {
 } // namespace
 
 int main(int argc, char **argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  // A plan for 4 ranks joins only a job of 4.
-  absl::StatusOr<std::unique_ptr<comm::MpiCommunicator>> created =
-      comm::MpiCommunicator::Create(meshPlan());
-  if (!created.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
-    return 1;
-  }
-  theComm = std::move(*created);
-  int rc = RUN_ALL_TESTS();
-  // Every rank's verdict: one failing rank fails them all.
-  double failed = rc != 0;
-  (void)theComm->AllReduce({"dp", "tp"}, &failed, 1, plan::F64);
-  theComm.reset();
-  return failed > 0 ? 1 : 0;
+  return braid::comm_test::RunMpiTests(argc, argv, meshPlan(), theComm);
 }

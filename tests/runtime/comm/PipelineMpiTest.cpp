@@ -12,6 +12,7 @@
 
 #include "runtime/ckpt/Safetensors.h"
 #include "runtime/comm/MpiCommunicator.h"
+#include "tests/runtime/comm/MpiTestMain.h"
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Trainer.h"
@@ -322,19 +323,5 @@ TEST(PipelineMpi, TrainerMatchesTheWholeModel) {
 } // namespace
 
 int main(int argc, char **argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  absl::StatusOr<std::unique_ptr<comm::MpiCommunicator>> created =
-      comm::MpiCommunicator::Create(meshPlan());
-  if (!created.ok()) {
-    std::fprintf(stderr, "%s\n",
-                 std::string(created.status().message()).c_str());
-    return 1;
-  }
-  theComm = std::move(*created);
-  int rc = RUN_ALL_TESTS();
-  // Every rank's verdict: one failing rank fails them all.
-  double failed = rc != 0;
-  (void)theComm->AllReduce({"pp", "tp"}, &failed, 1, F64);
-  theComm.reset();
-  return failed > 0 ? 1 : 0;
+  return braid::comm_test::RunMpiTests(argc, argv, meshPlan(), theComm);
 }

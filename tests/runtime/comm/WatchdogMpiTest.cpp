@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/MpiCommunicator.h"
+#include "tests/runtime/comm/MpiTestMain.h"
 
 #include "gtest/gtest.h"
 
@@ -283,19 +284,5 @@ TEST(Watchdog, WaitsForALateRankWithinTheDeadline) {
 } // namespace
 
 int main(int argc, char **argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  absl::StatusOr<std::unique_ptr<comm::MpiCommunicator>> created =
-      comm::MpiCommunicator::Create(meshPlan());
-  if (!created.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
-    return 1;
-  }
-  theComm = std::move(*created);
-  int rc = RUN_ALL_TESTS();
-  // Every rank's verdict, in plain MPI (the communicator of a rank whose
-  // wait timed out fails every wait).
-  int failed = rc != 0, anyFailed = 0;
-  MPI_Allreduce(&failed, &anyFailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  theComm.reset();
-  return anyFailed ? 1 : 0;
+  return braid::comm_test::RunMpiTests(argc, argv, meshPlan(), theComm);
 }
