@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the plan loader with libFuzzer (clang, ASan + UBSan) for SECONDS
-# (default 600). Needs the build tree for the generated plan.pb.{h,cc}:
+# (default 600), with the build tree's braid-plan-fuzz:
 #   scripts/fuzz-plan.sh [SECONDS]
 # Prints libFuzzer's final statistics; a crash leaves crash-* in build/fuzz/.
 set -euo pipefail
@@ -15,15 +15,9 @@ if ! command -v clang++ >/dev/null; then
   echo "fuzz-plan: clang++ is needed (apt-get install clang libclang-rt-dev)" >&2
   exit 1
 fi
-ninja -C "$build" BraidPlanProto >/dev/null
-
-clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined \
-  -I"$root" -I"$build" \
-  "$root/tests/fuzz/PlanLoaderFuzz.cpp" "$root/runtime/plan/PlanLoader.cpp" \
-  "$root/runtime/common/OutputFile.cpp" \
-  "$build/runtime/plan/plan.pb.cc" \
-  $(pkg-config --cflags --libs protobuf absl_status absl_statusor absl_strings) \
-  -o "$out/plan-loader-fuzz"
+# CMake builds the target whenever clang++ is installed (tests/fuzz).
+ninja -C "$build" braid-plan-fuzz >/dev/null
+cp "$build/bin/braid-plan-fuzz" "$out/plan-loader-fuzz"
 
 # Seeds: a valid plan, framed and as a bare payload.
 cp -n "$root"/tests/fuzz/seeds/* "$out/corpus/"

@@ -1,5 +1,9 @@
 //===- PlanLoader.h - Reading, writing and validating plan files -*- C++ -*-===//
 //
+// Implemented in PlanFile.cpp (the frame), PlanValidation.cpp (ValidatePlan),
+// KernelChecks.cpp (each kernel's operands) and Mesh.cpp (Mesh.h, included
+// here: the mesh arithmetic the compiler shares).
+//
 // A plan file is a frame around the serialized Plan (plan.proto):
 //
 //   bytes 0-7    magic "BRAIDPLN"
@@ -23,6 +27,7 @@
 #ifndef BRAID_RUNTIME_PLAN_PLANLOADER_H
 #define BRAID_RUNTIME_PLAN_PLANLOADER_H
 
+#include "runtime/plan/Mesh.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/status.h"
@@ -65,6 +70,16 @@ absl::Status ValidatePlan(const Plan &plan);
 /// The elements of one copy of a buffer: the product of its shape.
 int64_t NumElements(const Buffer &b);
 
+/// The size of a buffer's last dimension (1 for a scalar).
+inline int64_t LastDim(const Buffer &b) {
+  return b.shape_size() ? b.shape(b.shape_size() - 1) : 1;
+}
+
+/// The rows of a buffer viewed as [rows, its last dimension].
+inline int64_t RowsOf(const Buffer &b) {
+  return NumElements(b) / (LastDim(b) > 0 ? LastDim(b) : 1);
+}
+
 /// An instruction's integer or float attribute `name`, which the loader has
 /// checked is there.
 inline int64_t IntAttr(const Instruction &inst, const std::string &name) {
@@ -80,56 +95,6 @@ inline double FloatAttr(const Instruction &inst, const std::string &name) {
 /// plan has it, else micro_step.
 const std::string &MicroStepFunction(const StepFunctions &fns, int64_t m,
                                      int64_t micros);
-
-/// The number of ranks the plan is for: the product of its mesh sizes.
-int64_t WorldSize(const Plan &plan);
-
-/// The coordinates of `rank` along each axis of `mesh` (axes major to minor).
-std::vector<int64_t> MeshCoordinates(const Mesh &mesh, int64_t rank);
-
-/// The size of mesh axis `axis`, or 1 when the mesh has no such axis.
-int64_t AxisSize(const Mesh &mesh, absl::string_view axis);
-
-/// The number of ranks in the group of collective `inst`: the product of
-/// the sizes of the mesh axes it names (1 without any).
-int64_t GroupSize(const Plan &plan, const Instruction &inst);
-
-/// "dp 2 x tp 4": the mesh's axes and sizes, for messages.
-std::string DescribeMesh(const Mesh &mesh);
-
-/// A group of mesh axes as communicators key it: the names sorted, joined
-/// by commas.
-std::string GroupKey(std::vector<std::string> axes);
-
-/// The groups a communicator of `plan` needs, in one order on every rank
-/// (creating a group is collective): every group of mesh axes the plan's
-/// collectives name, in the order they first appear, then each single axis
-/// (the pipeline's messages and the trainer's own collectives use those;
-/// ranks of different stages reach them at different points of their
-/// programs, so none can be created later).
-std::vector<std::vector<std::string>> CommunicationGroups(const Plan &plan);
-
-/// The colour of the group along `axes` of the rank at `coords`: the ranks
-/// sharing their coordinates along every other axis share it.
-int64_t GroupColor(const Mesh &mesh, absl::Span<const int64_t> coords,
-                   const std::vector<std::string> &axes);
-
-/// OK when `coords` name a rank of `mesh` (one coordinate per axis, each
-/// inside it); otherwise an error naming both. Executors check their
-/// communicator's coordinates with it: rank-dependent offsets (a slice of
-/// the vocabulary, of the heads) are only checked inside the mesh.
-absl::Status CheckMeshCoordinates(const Mesh &mesh,
-                                  absl::Span<const int64_t> coords);
-
-/// The coordinate along `axis` in `coords` (0 when the mesh has no such
-/// axis, or `coords` none for it).
-int64_t AxisCoordinate(const Mesh &mesh, absl::Span<const int64_t> coords,
-                       absl::string_view axis);
-
-/// The place, in the group of collective `inst`, of the rank at `coords`:
-/// row-major over the group's axes, as communicators order their ranks.
-int64_t GroupPlace(const Plan &plan, const Instruction &inst,
-                   absl::Span<const int64_t> coords);
 
 /// OK when buffer `id` lies in the arena of the rank that runs pipeline
 /// stage `stage` (every buffer, without stages); otherwise an error naming

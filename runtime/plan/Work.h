@@ -11,11 +11,16 @@
 #ifndef BRAID_RUNTIME_PLAN_WORK_H
 #define BRAID_RUNTIME_PLAN_WORK_H
 
+#include "runtime/plan/KernelRegistry.h"
 #include "runtime/plan/plan.pb.h"
 
 #include <cstdint>
 
 namespace braid::plan {
+
+/// How a communicating instruction's message travels (the cost model
+/// prices each pattern with its own formula).
+enum class CommPattern { kNone, kTransfer, kAllReduce, kAllGather, kReduceScatter };
 
 struct Work {
   double flops = 0;
@@ -25,16 +30,13 @@ struct Work {
   /// its group (1 for a transfer).
   double messageBytes = 0;
   int64_t groupSize = 1;
+  CommPattern pattern = CommPattern::kNone;
 };
 
 /// The work of `inst` in `plan` (a validated plan).
 Work InstructionWork(const Plan &plan, const Instruction &inst);
 
-/// Whether `kernel` moves data between ranks (collectives, SEND, RECV).
-/// Not WAIT, which only finishes a collective that its own instruction
-/// prices, and not GRAD_NORM, which is communication only with a group: its
-/// Work then has groupSize and an 8-byte message.
-bool IsCommunication(Kernel kernel);
+/// IsCommunication and the other kinds of kernel: runtime/plan/KernelRegistry.h.
 
 } // namespace braid::plan
 
