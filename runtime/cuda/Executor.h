@@ -49,6 +49,7 @@
 
 #include "runtime/cuda/Gemm.h"
 #include "runtime/exec/Backend.h"
+#include "runtime/exec/ExecutorBase.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/plan/plan.pb.h"
 
@@ -61,6 +62,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -69,7 +71,10 @@ namespace braid::cuda {
 class StreamCommunicator;
 struct CallValues;
 
-class Executor : public exec::Backend {
+/// The CUDA backend; what it shares with the CPU executor (function lookup,
+/// buffer checks, profile, trace, coordinates, collectives in flight) is
+/// exec::ExecutorBase's.
+class Executor : public exec::ExecutorBase {
 public:
   ~Executor() override;
   Executor(const Executor &) = delete;
@@ -82,9 +87,6 @@ public:
   static absl::StatusOr<std::unique_ptr<Executor>>
   Create(plan::Plan plan, exec::Communicator *comm = nullptr);
 
-  const plan::Plan &plan() const override { return plan_; }
-  /// The job's other ranks (null for a plan of one).
-  exec::Communicator *communicator() const override { return comm_; }
   const char *Device() const override { return "cuda"; }
 
   /// Copies `values` into copy `slot` of buffer `id`, converted to its dtype
@@ -136,23 +138,15 @@ public:
   /// Waits for everything enqueued.
   absl::Status Synchronize() const;
 
-  /// The pipeline stage this rank runs (its coordinate along "pp"), 0
-  /// without stages.
-  int64_t Stage() const override { return stage_; }
   cudaStream_t stream() const { return stream_; }
-  int64_t ArenaBytes() const override { return arenaBytes_; }
   /// The arena, committed when it was allocated.
   int64_t TouchedArenaBytes() const override { return arenaBytes_; }
   /// Device bytes beyond the arena: the kernels' workspaces and cuBLASLt's.
   int64_t WorkspaceBytes() const override { return workspaceBytes_; }
 
-  /// Kernel times from CUDA events (see the file comment).
+  /// Kernel times from CUDA events (see the file comment): profiling stays
+  /// off when they cannot be created.
   void EnableProfile() override;
-  void ResetProfile() override;
-  const std::vector<double> &Profile() const override { return profile_; }
-  const std::vector<KernelProfile> &KernelProfiles() const override {
-    return kernelProfiles_;
-  }
   /// Records every instruction Run runs into `trace` (null: stops), timed
   /// by CUDA events on the executor's stream and placed on the host's clock
   /// through an anchor event: one the host waited for while the stream was
@@ -162,30 +156,31 @@ public:
   /// asynchronously (on NCCL's stream) shows as its start on the executor's
   /// stream, and the plan's WAIT as the executor's stream waiting for it.
   absl::Status SetTrace(exec::Trace *trace) override;
-  exec::Trace *trace() const override { return trace_; }
 
 private:
-  explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
-  void *address(int id, int64_t slot) const;
-  /// This rank's coordinate along mesh axis `axis` (0 for one rank).
-  int64_t coordinate(absl::string_view axis) const;
-  /// This rank's coordinate along the instruction's rank_axis (0 without).
-  int64_t rankCoordinate(const plan::Instruction &inst) const;
-  /// This rank's place in the group of a collective instruction, in the
-  /// communicator's order (row-major over the group's axes).
-  int64_t groupPlace(const plan::Instruction &inst) const;
+  explicit Executor(plan::Plan plan) : ExecutorBase(std::move(plan)) {}
   /// Whether this rank runs `inst`: every instruction, or with pipeline
   /// stages those on its stage's buffers.
   bool runsHere(const plan::Instruction &inst) const;
-  /// OK when buffer `id` exists and lies in this rank's arena.
-  absl::Status checkOwned(int id) const;
-  /// checkOwned, and `slot` is a copy of the buffer.
-  absl::Status checkCopy(int id, int64_t slot) const;
-  /// The scratch an ALL_GATHER or REDUCE_SCATTER lays the ranks' blocks out
-  /// in (0 when its buffers are the communicator's layout already).
-  int64_t collectiveScratchBytes(const plan::Instruction &inst) const;
-  /// SEND, RECV, WAIT, ALL_GATHER and REDUCE_SCATTER, whatever the dtype.
-  absl::Status runCommunication(const plan::Instruction &inst, int64_t slot);
+  /// OK when buffer `id` exists and lies in this rank's arena (checkOwned).
+  absl::Status checkExists(int id) const;
+  /// checkExists, and `slot` is a copy of the buffer (isCopy).
+  absl::Status checkCopy(int id, int64_t slot) const override;
+  /// The scratch an ALL_GATHER (`gather`) or REDUCE_SCATTER lays the ranks'
+  /// blocks out in (0 when its buffers are the communicator's layout
+  /// already).
+  int64_t collectiveScratchBytes(const plan::Instruction &inst,
+                                 bool gather) const;
+  /// The communication kernels (ExecutorCommunication.cpp), whatever the
+  /// dtype: SEND (`send`) and RECV, ALL_GATHER (`gather`) and
+  /// REDUCE_SCATTER, ALL_REDUCE.
+  absl::Status runPointToPoint(const plan::Instruction &inst, int64_t slot,
+                               bool send);
+  absl::Status runGatherScatter(const plan::Instruction &inst, int64_t slot,
+                                bool gather);
+  absl::Status runAllReduce(const plan::Instruction &inst, int64_t slot);
+  /// Each output of `inst` that is not its input gets the input's bytes.
+  absl::Status copyInputs(const plan::Instruction &inst, int64_t slot);
   /// Before a call of the communicator: the host waits for the stream,
   /// unless the communicator enqueues on it.
   absl::Status beforeCommunication();
@@ -193,30 +188,61 @@ private:
   /// bytes), or the outputs of `inst`, before they are written.
   absl::Status waitForSends(uint8_t *begin, int64_t bytes);
   absl::Status waitForSends(const plan::Instruction &inst, int64_t slot);
-  /// The stream waits for the collectives started on the buffers `wait`
-  /// names (all of them when null).
-  absl::Status finishInFlight(const plan::Instruction *wait);
-  /// Enqueues the function's instructions (timing each when `timed`) and
-  /// the waits for what they leave in flight.
-  absl::Status runBody(const plan::Function &fn,
-                       const exec::StepContext &context, int64_t slot,
-                       bool timed);
+  /// Enqueues the instructions of function `function` (timing each when
+  /// `timed`) and the waits for what they leave in flight (the stream waits
+  /// for the collectives a WAIT names: ExecutorBase::finishInFlight).
+  absl::Status runBody(int function, const exec::StepContext &context,
+                       int64_t slot, bool timed);
   /// Whether calls of `fn` run as a captured graph (SetGraphs).
   bool graphable(const plan::Function &fn) const;
-  /// Captures `fn` with `slot` as a graph on the executor's stream.
-  absl::StatusOr<cudaGraphExec_t> capture(const plan::Function &fn,
-                                          const exec::StepContext &context,
-                                          int64_t slot);
-  absl::Status runInstruction(const plan::Instruction &inst,
-                              const exec::StepContext &context, int64_t slot,
-                              uint32_t op);
-  template <typename T>
-  absl::Status runTyped(const plan::Instruction &inst,
-                        const exec::StepContext &context, int64_t slot,
-                        uint32_t op);
+  /// Captures function `function` with `slot` as a graph on the executor's
+  /// stream.
+  absl::StatusOr<cudaGraphExec_t>
+  capture(int function, const exec::StepContext &context, int64_t slot);
+  /// Runs `inst`, whose dtype is `dtype` (plan::InstructionDType), through
+  /// the table of its element type (KernelHandlers.cpp).
+  absl::Status runInstruction(const plan::Instruction &inst, plan::DType dtype,
+                              int64_t slot);
 
-  plan::Plan plan_;
-  exec::Communicator *comm_ = nullptr;
+  /// The kernels (KernelHandlers.cpp). An instruction runs in one dtype T,
+  /// plan::InstructionDType's (its wide operands f32), through its kernel's
+  /// handler in a table per T indexed by plan::KernelIndex: one handler per
+  /// row of runtime/plan/Kernels.def, declared here from it. They return
+  /// absl::Status, declared `auto` so that the table, which takes their
+  /// addresses, does not compile where one is not defined. Call<T>: the
+  /// instruction's operands.
+  template <typename T> struct Call;
+  template <typename T>
+  absl::Status runTyped(const plan::Instruction &inst, int64_t slot);
+#define BRAID_KERNEL(NAME, ...)                                                \
+  template <typename T> auto run_##NAME(const Call<T> &c);
+#include "runtime/plan/Kernels.def"
+  /// What the handlers use beyond the plan's buffers, gathered at Create
+  /// from every instruction this rank runs: the workspaces' sizes (from the
+  /// largest instruction of each kind), the token ids to check (idChecks_),
+  /// the GEMMs to choose algorithms for.
+  struct Needs {
+    int64_t statRows = 1, attentionRows = 1, collectiveBytes = 0;
+    /// (shape, bias) of each linear layer, in the plan's order.
+    std::vector<std::pair<cpu::LinearShape, bool>> gemms;
+  };
+  /// Adds what `inst`'s handler needs: need<K> of its kernel K, a table
+  /// generated from Kernels.def (nothing for most kernels).
+  void gatherNeeds(const plan::Instruction &inst, Needs &needs);
+  template <plan::Kernel K>
+  void need(const plan::Instruction &inst, Needs &needs);
+  /// Records the token ids of `inst`'s input 1 for Write to check against
+  /// `table` (an embedding's rows when `embedding`, else a cross-entropy's
+  /// logits, whose rows also size the statistics).
+  void needTokenIds(const plan::Instruction &inst, const plan::Buffer &table,
+                    bool embedding, Needs &needs);
+  /// Why the handler of `inst`'s kernel cannot run it (refusal<K>: an
+  /// operand the plan may lack), or the empty string; Create refuses such a
+  /// plan.
+  static std::string refusal(const plan::Instruction &inst);
+  template <plan::Kernel K>
+  static std::string refusal(const plan::Instruction &inst);
+
   /// comm_ when it enqueues on streams (NCCL), else null.
   StreamCommunicator *streamComm_ = nullptr;
   /// Sends on the communicator's stream whose bytes must not be written
@@ -226,26 +252,14 @@ private:
     cudaEvent_t done;
   };
   std::vector<PendingSend> pendingSends_;
-  /// Collectives started (async) and not yet waited for, with the buffers
-  /// they read or write.
-  struct InFlight {
-    int64_t handle;
-    std::vector<int32_t> buffers;
-  };
-  std::vector<InFlight> inFlight_;
   std::vector<cudaEvent_t> sendEvents_;
-  /// The pipeline stage this rank runs.
-  int64_t stage_ = 0;
-  std::vector<int64_t> bytes_;
-  uint8_t *arena_ = nullptr;
-  int64_t arenaBytes_ = 0;
   cudaStream_t stream_ = nullptr;
   /// Graphs (SetGraphs): on or off, and those captured, by (function
   /// index, slot).
   bool graphs_ = true;
   std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphsByCall_;
   std::unique_ptr<Gemm> gemm_;
-  /// The plan's compute dtype: BF16 for mixed precision, else F32.
+  /// The plan's compute dtype: its low-precision dtype (mixed_), else F32.
   plan::DType compute_ = plan::F32;
 
   /// Workspaces (device): per-row statistics (two floats per row of the
@@ -263,23 +277,15 @@ private:
   /// The collectives' layout scratch (collectiveScratchBytes, the largest).
   uint8_t *collectiveScratch_ = nullptr;
   int64_t workspaceBytes_ = 0;
-  /// Profiling (empty while off): seconds and work per kernel kind, each
-  /// instruction's work by function and instruction, and the events around
-  /// a function's instructions (one more than the longest body).
-  std::vector<double> profile_;
-  std::vector<KernelProfile> kernelProfiles_;
-  std::vector<std::vector<std::pair<double, double>>> work_;
+  /// Profiling or a trace: the events around a function's instructions
+  /// (one more than the longest body).
   std::vector<cudaEvent_t> events_;
   /// Creates events_ for the longest function, if not yet there.
   absl::Status createEvents();
   /// Records traceAnchor_ on the (idle) stream, waits for it and reads the
   /// host's clock into anchorTime_.
   absl::Status anchorTrace();
-  /// The trace (null while off), each instruction's part of the step (by
-  /// function, then instruction), and the anchor event with the host time
-  /// of its completion.
-  exec::Trace *trace_ = nullptr;
-  std::vector<std::vector<exec::TracePhase>> tracePhases_;
+  /// A trace: the anchor event with the host time of its completion.
   cudaEvent_t traceAnchor_ = nullptr;
   std::chrono::steady_clock::time_point anchorTime_;
   /// Writes of at most kAsyncWriteBytes go through pinned staging buffers,

@@ -7,6 +7,9 @@
 // is derived from buffer shapes that the plan loader has validated, so a plan
 // that loads cannot make the executor touch memory outside the arena; the
 // buffers of other pipeline stages, which lie outside it, are refused.
+// An instruction runs through the table of the kernels' handlers that
+// runtime/plan/Kernels.def generates (CpuKernelHandlers.cpp: one row per
+// kernel), as float or double by its dtype (plan::InstructionDType).
 //
 // The arena is an anonymous private mapping: the kernel hands out zeroed
 // pages when they are first touched, so nothing is touched at start-up and
@@ -28,13 +31,13 @@
 
 #include "runtime/exec/Backend.h"
 #include "runtime/exec/Communicator.h"
+#include "runtime/exec/ExecutorBase.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -42,8 +45,12 @@
 
 namespace braid::exec {
 
-/// The CPU backend (Backend.h).
-class Executor : public Backend {
+template <typename T> class KernelCall;
+
+/// The CPU backend (Backend.h); what it shares with the CUDA executor
+/// (function lookup, buffer checks, profile, trace, coordinates, collectives
+/// in flight) is ExecutorBase's.
+class Executor : public ExecutorBase {
 public:
   ~Executor() override;
   Executor(const Executor &) = delete;
@@ -59,8 +66,6 @@ public:
   /// before it opens data.
   static absl::Status CheckRunsOnCpu(const plan::Plan &plan);
 
-  const plan::Plan &plan() const override { return plan_; }
-  Communicator *communicator() const override { return comm_; }
   const char *Device() const override { return "cpu"; }
 
   /// Copies `values` into copy `slot` of buffer `id` (converting to its
@@ -81,22 +86,12 @@ public:
   }
 
   /// Runs function `name` once, on slot `slot` of the slotted buffers it
-  /// names (which must have that slot).
+  /// names (which must have that slot). With a profile or a trace, each
+  /// kernel is timed on the host's clock; a collective left in flight is
+  /// traced from its start to its completion.
   absl::Status Run(absl::string_view name, const StepContext &context,
                    int64_t slot = 0) override;
 
-  /// Waits until the messages of the plan's SENDs have left; nothing to do
-  /// without a communicator.
-  absl::Status WaitSends() override;
-
-  /// The pipeline stage whose program this rank runs: its coordinate along
-  /// the mesh axis "pp" (0 without a pipeline or without a communicator).
-  int64_t Stage() const override { return stage_; }
-
-  /// Bytes of this rank's arena: what the plan predicts and the executor
-  /// allocated (the stage's Stage.arena_bytes with a pipeline, else
-  /// Plan.arena_bytes).
-  int64_t ArenaBytes() const override { return arenaBytes_; }
   /// Bytes of the arena the run has touched so far, as the operating system
   /// counts them: the arena's resident pages (mincore) times the page size,
   /// the last page counted only up to the arena's end. A page counts once
@@ -108,88 +103,30 @@ public:
   /// The kernels' scratch is not counted.
   int64_t WorkspaceBytes() const override { return 0; }
 
-  /// Starts (or restarts from zero) timing every kernel Run runs. The work
-  /// of each instruction is computed here, once, not per call.
-  void EnableProfile() override;
-  /// Zeroes the profile and keeps profiling (after a warm-up step); nothing
-  /// while profiling is off.
-  void ResetProfile() override;
-  /// Seconds spent in each kernel since profiling was enabled or reset
-  /// (indexed by plan::Kernel); empty while profiling is off.
-  const std::vector<double> &Profile() const override { return profile_; }
-  /// Per kernel kind (indexed by plan::Kernel), as Profile; empty while
-  /// profiling is off.
-  const std::vector<KernelProfile> &KernelProfiles() const override {
-    return kernelProfiles_;
-  }
-
-  /// Records every kernel that Run runs into `trace` (null: stops), in the
-  /// part of the step its function computes: the step's zero_grads and
-  /// update, a stage's forward and backward, and in micro_step (or any other
-  /// function) forward until the first gradient kernel, backward from it.
-  absl::Status SetTrace(Trace *trace) override;
-  Trace *trace() const override { return trace_; }
-
 private:
-  explicit Executor(plan::Plan plan) : plan_(std::move(plan)) {}
-  /// Whether buffer `id` is in this rank's arena: every buffer without a
-  /// pipeline, the stage's own with one.
-  absl::Status checkOwned(int id) const;
-  template <typename T>
-  absl::Status runInstruction(const plan::Instruction &inst,
-                              const StepContext &context, int64_t slot);
-  /// SEND and RECV, whatever the dtype.
-  absl::Status runPointToPoint(const plan::Instruction &inst, int64_t slot);
-  /// Copy `slot` of buffer `id` (a validated slot, or any for one copy).
-  void *address(int id, int64_t slot) const {
-    const plan::Buffer &b = plan_.buffers(id);
-    return arena_ + b.offset() + (b.slots() >= 2 ? slot * bytes_[id] : 0);
-  }
-  /// Whether `slot` is a copy of buffer `id`: any slot >= 0 of a buffer of
-  /// one copy, [0, slots) of a slotted one.
-  absl::Status checkSlot(int id, int64_t slot) const;
-  /// Moves the collectives in flight along, noting those that completed.
-  absl::Status pollInFlight();
-  /// Finishes the collectives in flight on the buffers `wait` names (all of
-  /// them when null), tracing each from its start to its completion.
-  absl::Status finishInFlight(const plan::Instruction *wait);
-  /// This rank's place in the group of a collective instruction, in the
-  /// communicator's order (row-major over the group's axes).
-  int64_t groupPlace(const plan::Instruction &inst) const;
-  /// This rank's coordinate along the instruction's rank_axis (0 without
-  /// one, or without other ranks).
-  int64_t rankCoordinate(const plan::Instruction &inst) const;
+  /// The kernels' handlers read the executor through their call.
+  template <typename T> friend class KernelCall;
 
-  plan::Plan plan_;
-  /// Collectives started (REDUCE_SCATTER with async) and not yet finished.
-  struct InFlight {
-    int64_t handle;
-    std::vector<int32_t> buffers; // the buffers it reads and writes
-    const plan::Instruction *inst;
-    std::chrono::steady_clock::time_point start, end;
-    TracePhase phase;
-    bool done; // completed (end set), not yet finished by a WAIT
-  };
-  std::vector<InFlight> inFlight_;
+  explicit Executor(plan::Plan plan) : ExecutorBase(std::move(plan)) {}
+  /// Runs `inst`, whose dtype is `dtype` (plan::InstructionDType), through
+  /// the kernel table (CpuKernelHandlers.cpp): its kernel's handler for
+  /// float (F32) or double (F64); transfers and WAIT whatever the dtype.
+  absl::Status runInstruction(const plan::Instruction &inst, plan::DType dtype,
+                              const StepContext &context, int64_t slot);
+  /// Whether `slot` is a copy of buffer `id` (isCopy), naming the buffer's
+  /// slots when not.
+  absl::Status checkSlot(int id, int64_t slot) const;
+  /// checkOwned, then checkSlot.
+  absl::Status checkCopy(int id, int64_t slot) const override;
+  /// Traces a collective finished by a WAIT from its start to its
+  /// completion.
+  void finishedInFlight(const InFlight &f) override;
+
   /// The trace phase of the instruction running.
   TracePhase currentPhase_ = TracePhase::kStep;
-  /// The rank's arena: `mapped_` bytes mapped at `arena_` (at least one page
-  /// even for an empty arena), of which the first arenaBytes_ are the plan's.
-  uint8_t *arena_ = nullptr;
-  int64_t arenaBytes_ = 0;
+  /// `mapped_` bytes mapped at arena_ (at least one page even for an empty
+  /// arena), of which the first arenaBytes_ are the plan's.
   size_t mapped_ = 0;
-  int64_t stage_ = 0;
-  /// Bytes of one copy of each buffer.
-  std::vector<int64_t> bytes_;
-  Communicator *comm_ = nullptr;
-  std::vector<double> profile_;
-  std::vector<KernelProfile> kernelProfiles_;
-  /// With a profile: the FLOPs and bytes of each instruction of each
-  /// function (plan::InstructionWork), by function and instruction index.
-  std::vector<std::vector<std::pair<double, double>>> work_;
-  Trace *trace_ = nullptr;
-  /// With a trace: the phase of each instruction of each function.
-  std::vector<std::vector<TracePhase>> tracePhases_;
 };
 
 } // namespace braid::exec

@@ -2,6 +2,8 @@
 
 #include "runtime/exec/Trace.h"
 
+#include "runtime/plan/KernelRegistry.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -81,27 +83,6 @@ std::string micros(int64_t ns) {
   return absl::StrFormat("%d.%03d", ns / 1000, ns % 1000);
 }
 
-/// Whether `kernel` computes a gradient of the backward pass.
-bool isGradient(plan::Kernel kernel) {
-  switch (kernel) {
-  case plan::EMBEDDING_GRAD:
-  case plan::POSITION_EMBEDDING_GRAD:
-  case plan::LINEAR_GRAD_INPUT:
-  case plan::LINEAR_GRAD_WEIGHT:
-  case plan::BIAS_GRAD:
-  case plan::RMS_NORM_GRAD:
-  case plan::LAYER_NORM_GRAD:
-  case plan::ROPE_GRAD:
-  case plan::ATTENTION_GRAD:
-  case plan::SWIGLU_GRAD:
-  case plan::GELU_GRAD:
-  case plan::CROSS_ENTROPY_GRAD:
-    return true;
-  default:
-    return false;
-  }
-}
-
 } // namespace
 
 std::vector<std::vector<TracePhase>> KernelPhases(const plan::Plan &plan) {
@@ -138,9 +119,10 @@ std::vector<std::vector<TracePhase>> KernelPhases(const plan::Plan &plan) {
     TracePhase phase =
         role == roles.end() ? TracePhase::kForward : role->second;
     for (const plan::Instruction &inst : fn.body()) {
-      if (role == roles.end() && isGradient(inst.kernel()))
+      if (role == roles.end() && plan::IsGradient(inst.kernel()))
         phase = TracePhase::kBackward;
-      mine.push_back(role == roles.end() && inst.kernel() == plan::ADAMW
+      mine.push_back(role == roles.end() &&
+                             plan::KernelInfoOf(inst.kernel()).has(plan::kOptimizer)
                          ? TracePhase::kUpdate
                          : phase);
     }
@@ -172,22 +154,6 @@ const char *TracePhaseName(TracePhase phase) {
   return "other";
 }
 
-bool IsCommunication(const plan::Instruction &inst) {
-  switch (inst.kernel()) {
-  case plan::ALL_REDUCE:
-  case plan::ALL_GATHER:
-  case plan::REDUCE_SCATTER:
-  case plan::SEND:
-  case plan::RECV:
-  case plan::WAIT:
-    return true;
-  case plan::GRAD_NORM:
-    return inst.group_size() > 0;
-  default:
-    return false;
-  }
-}
-
 void Trace::Add(std::string name, TracePhase phase, TraceThread thread,
                 Clock::time_point begin, Clock::time_point end,
                 std::string args) {
@@ -204,7 +170,7 @@ void Trace::AddKernel(const plan::Instruction &inst, TracePhase phase,
   using std::chrono::nanoseconds;
   events_.push_back(
       {std::string(), &inst, phase,
-       IsCommunication(inst) ? TraceThread::kCommunication
+       plan::IsCommunicationTime(inst) ? TraceThread::kCommunication
                              : TraceThread::kCompute,
        std::chrono::duration_cast<nanoseconds>(begin - start_).count(),
        std::chrono::duration_cast<nanoseconds>(end - begin).count(),
@@ -239,14 +205,14 @@ std::string Trace::EventsJson(int64_t rank,
     if (const plan::Instruction *inst = event.inst) {
       name = plan::Kernel_Name(inst->kernel());
       args = absl::StrCat("\"provenance\": ", quote(inst->provenance()));
-      if (IsCommunication(*inst)) {
+      if (plan::IsCommunicationTime(*inst)) {
         category = TracePhase::kCommunication;
         absl::StrAppend(&args,
                         ", \"phase\": ", quote(TracePhaseName(event.phase)));
         if (inst->group_size())
           absl::StrAppend(
               &args, ", \"group\": ", quote(absl::StrJoin(inst->group(), ",")));
-        if (inst->kernel() == plan::SEND || inst->kernel() == plan::RECV) {
+        if (plan::IsPointToPoint(inst->kernel())) {
           auto peer = inst->int_attrs().find("peer");
           absl::StrAppend(&args, ", \"axis\": ", quote(inst->rank_axis()),
                           ", \"peer\": ",

@@ -56,10 +56,9 @@ std::string TraceQuote(absl::string_view text);
 /// The timelines of a rank (its Chrome "threads", in this order).
 enum class TraceThread : uint8_t { kStep, kCalls, kCompute, kCommunication };
 
-/// Whether `inst` exchanges data with other ranks (ALL_REDUCE, ALL_GATHER,
-/// REDUCE_SCATTER, GRAD_NORM with a group, SEND, RECV): drawn on the thread
-/// "communication", in the category "communication".
-bool IsCommunication(const plan::Instruction &inst);
+// An instruction for which plan::IsCommunicationTime holds (it moves data
+// between ranks, finishes a collective, or is GRAD_NORM over a group) is
+// drawn on the thread "communication", in the category "communication".
 
 /// The part of the step each instruction of each of `plan`'s functions
 /// computes (indexed by function, then instruction): the step functions'

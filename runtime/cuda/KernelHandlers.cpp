@@ -1,0 +1,666 @@
+//===- KernelHandlers.cpp - One handler per kernel of a plan --------------===//
+//
+// The CUDA executor's kernels: for each row of runtime/plan/Kernels.def a
+// handler run_NAME<T>, which launches the kernel library's kernels (or
+// cuBLASLt's product, or the communicator) on the executor's stream for one
+// instruction in dtype T, and, where its kernel needs them, what Create
+// prepares for it (need<K>: workspaces, token-id checks, GEMM algorithms)
+// and what Create refuses (refusal<K>); the shapes they launch with are
+// decoded as the CPU executor's are (exec::ExecutorBase). The tables that
+// dispatch to them are generated from Kernels.def at the end of the file: a
+// row without a handler here does not compile. Kernels that differ only in
+// direction (ROPE and ROPE_GRAD, SEND and RECV, ...) share a helper taking a
+// bool.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/Executor.h"
+
+#include "runtime/common/Status.h"
+
+#include "runtime/cuda/Attention.h"
+#include "runtime/cuda/Kernels.h"
+#include "runtime/plan/KernelParams.h"
+#include "runtime/plan/KernelRegistry.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+namespace braid::cuda {
+namespace {
+
+using plan::Buffer;
+using plan::Instruction;
+
+
+absl::Status launched(cudaError_t e, const Instruction &inst) {
+  if (e == cudaSuccess)
+    return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(plan::Kernel_Name(inst.kernel()),
+                                          ": ", cudaGetErrorString(e)));
+}
+
+/// ROPE (`forward`) and ROPE_GRAD of x [batch, seq, heads x head_dim].
+template <typename T>
+cudaError_t rope(const Instruction &inst, const Buffer &x, const T *in,
+                 bool forward, T *out, cudaStream_t st) {
+  const plan::RopeParams p = plan::DecodeRope(inst);
+  auto f = forward ? ropeForward<T> : ropeBackward<T>;
+  return f(in, x.shape(0), x.shape(1), x.shape(2) / p.headDim, p.headDim,
+           p.theta, out, st);
+}
+
+} // namespace
+
+/// An instruction's operands in dtype T (wide ones f32, ids i32), copy
+/// `slot` of each buffer, and the stream its kernels run on.
+template <typename T> struct Executor::Call {
+  const Executor &e;
+  const Instruction &inst;
+  int64_t slot;
+  cudaStream_t st;
+
+  const Buffer &in(int i) const { return e.plan_.buffers(inst.inputs(i)); }
+  const Buffer &out(int i) const { return e.plan_.buffers(inst.outputs(i)); }
+  const T *x(int i) const {
+    return static_cast<const T *>(e.address(inst.inputs(i), slot));
+  }
+  T *y(int i) const {
+    return static_cast<T *>(e.address(inst.outputs(i), slot));
+  }
+  const float *xf(int i) const {
+    return static_cast<const float *>(e.address(inst.inputs(i), slot));
+  }
+  float *yf(int i) const {
+    return static_cast<float *>(e.address(inst.outputs(i), slot));
+  }
+  const int32_t *ids(int i) const {
+    return static_cast<const int32_t *>(e.address(inst.inputs(i), slot));
+  }
+  /// A slice along the instruction's rank_axis: its first index, the rank's
+  /// coordinate x the stride attribute (validated by the loader), or 0.
+  int64_t sliceStart(const char *strideAttr) const {
+    return e.sliceStart(inst, strideAttr);
+  }
+  int64_t vocabStart() const { return sliceStart("vocab_start_stride"); }
+};
+
+// What Create prepares and refuses: nothing, unless specialised beside a
+// handler below.
+template <plan::Kernel K> void Executor::need(const Instruction &, Needs &) {}
+template <plan::Kernel K> std::string Executor::refusal(const Instruction &) {
+  return "";
+}
+
+void Executor::needTokenIds(const Instruction &inst, const Buffer &table,
+                            bool embedding, Needs &needs) {
+  // Token ids index tables on the device, where nothing checks them: Write
+  // checks them against the smallest table that reads them.
+  int64_t vocab = embedding ? table.shape(0) : plan::LastDim(table);
+  // A slice of the vocabulary: the ids are global.
+  if (embedding ? !inst.rank_axis().empty()
+                : plan::HasSliceStride(inst, "vocab_start_stride"))
+    vocab *= plan::AxisSize(plan_.mesh(), inst.rank_axis());
+  IdCheck &check = idChecks_[inst.inputs(1)];
+  check.vocab = check.vocab ? std::min(check.vocab, vocab) : vocab;
+  if (!embedding) {
+    check.ignore = plan::DecodeCrossEntropy(inst).ignoreIndex;
+    check.ignorable = true;
+    needs.statRows = std::max(needs.statRows, plan::RowsOf(table));
+  }
+}
+
+absl::Status Executor::copyInputs(const Instruction &inst, int64_t slot) {
+  for (int i = 0; i < inst.outputs_size(); ++i)
+    if (inst.inputs(i) != inst.outputs(i))
+      BRAID_RETURN_IF_ERROR(
+          launched(cudaMemcpyAsync(address(inst.outputs(i), slot),
+                                   address(inst.inputs(i), slot),
+                                   size_t(bytes_[inst.outputs(i)]),
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   inst));
+  return absl::OkStatus();
+}
+
+//===- Embeddings ---------------------------------------------------------===//
+
+// With a rank_axis the table is this rank's rows of the vocabulary, from
+// vocabStart(); the ids are global.
+template <typename T> auto Executor::run_EMBEDDING(const Call<T> &c) {
+  return launched(embeddingForwardRange(c.x(0), c.ids(1),
+                                        plan::NumElements(c.in(1)),
+                                        plan::LastDim(c.in(0)), c.vocabStart(),
+                                        c.in(0).shape(0), c.y(0), c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::EMBEDDING>(const Instruction &inst, Needs &needs) {
+  needTokenIds(inst, plan_.buffers(inst.inputs(0)), /*embedding=*/true, needs);
+}
+
+template <typename T> auto Executor::run_EMBEDDING_GRAD(const Call<T> &c) {
+  return launched(
+      embeddingBackwardRange(c.x(0), c.ids(1), plan::NumElements(c.in(1)),
+                             plan::LastDim(c.out(0)), c.vocabStart(),
+                             c.out(0).shape(0), c.yf(0), c.st),
+      c.inst);
+}
+template <>
+void Executor::need<plan::EMBEDDING_GRAD>(const Instruction &inst,
+                                          Needs &needs) {
+  needTokenIds(inst, plan_.buffers(inst.outputs(0)), /*embedding=*/true, needs);
+}
+
+// out or dy [batch, s, hidden] are positions [start, start + s) of the
+// table: start is 0, or with a rank_axis (sequence parallel) the rank's
+// coordinate x seq_start_stride.
+template <typename T> auto Executor::run_POSITION_EMBEDDING(const Call<T> &c) {
+  return launched(
+      positionEmbeddingForward(c.x(0) + c.sliceStart("seq_start_stride") *
+                                            plan::LastDim(c.out(0)),
+                               c.out(0).shape(0), c.out(0).shape(1),
+                               plan::LastDim(c.out(0)), c.y(0), c.st),
+      c.inst);
+}
+template <typename T>
+auto Executor::run_POSITION_EMBEDDING_GRAD(const Call<T> &c) {
+  return launched(
+      positionEmbeddingBackward(
+          c.x(0), c.in(0).shape(0), c.in(0).shape(1), plan::LastDim(c.in(0)),
+          c.yf(0) + c.sliceStart("seq_start_stride") * plan::LastDim(c.in(0)),
+          c.st),
+      c.inst);
+}
+
+//===- Linear layers (cuBLASLt, its algorithms chosen at Create) ----------===//
+
+template <typename T> auto Executor::run_LINEAR(const Call<T> &c) {
+  return gemm_->LinearForward(c.x(0), c.x(1),
+                              c.inst.inputs_size() == 3 ? c.x(2) : nullptr,
+                              linearForwardShape(c.inst), c.y(0), c.st);
+}
+template <>
+void Executor::need<plan::LINEAR>(const Instruction &inst, Needs &needs) {
+  needs.gemms.push_back({linearForwardShape(inst), inst.inputs_size() == 3});
+}
+
+template <typename T> auto Executor::run_LINEAR_GRAD_INPUT(const Call<T> &c) {
+  return gemm_->LinearBackward<T>(nullptr, c.x(1), c.x(0),
+                                  linearGradInputShape(c.inst), c.y(0), nullptr,
+                                  nullptr, c.st);
+}
+template <>
+void Executor::need<plan::LINEAR_GRAD_INPUT>(const Instruction &inst,
+                                             Needs &needs) {
+  needs.gemms.push_back({linearGradInputShape(inst), false});
+}
+
+template <typename T> auto Executor::run_LINEAR_GRAD_WEIGHT(const Call<T> &c) {
+  return gemm_->LinearBackward<T>(c.x(0), nullptr, c.x(1),
+                                  linearGradWeightShape(c.inst), nullptr,
+                                  c.yf(0), nullptr, c.st);
+}
+template <>
+void Executor::need<plan::LINEAR_GRAD_WEIGHT>(const Instruction &inst,
+                                              Needs &needs) {
+  needs.gemms.push_back({linearGradWeightShape(inst), false});
+}
+
+template <typename T> auto Executor::run_BIAS_GRAD(const Call<T> &c) {
+  return launched(addColumnSums(c.x(0), plan::RowsOf(c.in(0)),
+                                plan::LastDim(c.in(0)), c.yf(0), c.st),
+                  c.inst);
+}
+
+//===- Norms: their rows' statistics in rowStats_ -------------------------===//
+
+template <typename T> auto Executor::run_RMS_NORM(const Call<T> &c) {
+  return launched(rmsNormForward(c.x(0), c.x(1), plan::RowsOf(c.in(0)),
+                                 plan::LastDim(c.in(0)),
+                                 plan::DecodeNorm(c.inst).eps, c.y(0),
+                                 rowStats_, c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::RMS_NORM>(const Instruction &inst, Needs &needs) {
+  needs.statRows =
+      std::max(needs.statRows, plan::RowsOf(plan_.buffers(inst.inputs(0))));
+}
+
+template <typename T> auto Executor::run_RMS_NORM_GRAD(const Call<T> &c) {
+  int64_t rows = plan::RowsOf(c.in(0)), d = plan::LastDim(c.in(0));
+  double eps = plan::DecodeNorm(c.inst).eps;
+  BRAID_RETURN_IF_ERROR(launched(
+      rmsNormStatistics(c.x(0), rows, d, eps, rowStats_, c.st), c.inst));
+  return launched(rmsNormBackward(c.x(0), c.x(1), rowStats_, c.x(2), rows, d,
+                                  c.y(0), c.yf(1), c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::RMS_NORM_GRAD>(const Instruction &inst,
+                                         Needs &needs) {
+  needs.statRows =
+      std::max(needs.statRows, plan::RowsOf(plan_.buffers(inst.inputs(0))));
+}
+
+template <typename T> auto Executor::run_LAYER_NORM(const Call<T> &c) {
+  int64_t rows = plan::RowsOf(c.in(0));
+  return launched(layerNormForward(c.x(0), c.x(1), c.x(2), rows,
+                                   plan::LastDim(c.in(0)),
+                                   plan::DecodeNorm(c.inst).eps, c.y(0),
+                                   rowStats_, rowStats_ + rows, c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::LAYER_NORM>(const Instruction &inst, Needs &needs) {
+  needs.statRows =
+      std::max(needs.statRows, plan::RowsOf(plan_.buffers(inst.inputs(0))));
+}
+
+template <typename T> auto Executor::run_LAYER_NORM_GRAD(const Call<T> &c) {
+  int64_t rows = plan::RowsOf(c.in(0)), d = plan::LastDim(c.in(0));
+  double eps = plan::DecodeNorm(c.inst).eps;
+  float *mean = rowStats_, *rstd = rowStats_ + rows;
+  BRAID_RETURN_IF_ERROR(launched(
+      layerNormStatistics(c.x(0), rows, d, eps, mean, rstd, c.st), c.inst));
+  return launched(layerNormBackward(c.x(0), c.x(1), mean, rstd, c.x(2), rows, d,
+                                    c.y(0), c.yf(1), c.yf(2), c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::LAYER_NORM_GRAD>(const Instruction &inst,
+                                           Needs &needs) {
+  needs.statRows =
+      std::max(needs.statRows, plan::RowsOf(plan_.buffers(inst.inputs(0))));
+}
+
+//===- Attention ----------------------------------------------------------===//
+
+template <typename T> auto Executor::run_ROPE(const Call<T> &c) {
+  return launched(rope(c.inst, c.in(0), c.x(0), /*forward=*/true, c.y(0), c.st),
+                  c.inst);
+}
+template <typename T> auto Executor::run_ROPE_GRAD(const Call<T> &c) {
+  return launched(
+      rope(c.inst, c.in(0), c.x(0), /*forward=*/false, c.y(0), c.st), c.inst);
+}
+
+template <typename T> auto Executor::run_ATTENTION(const Call<T> &c) {
+  cpu::AttentionShape s = attentionShape(c.inst);
+  if (c.inst.outputs_size() < 2)
+    return absl::FailedPreconditionError(
+        "ATTENTION keeps no log-sum-exp (recompile the plan)");
+  // bf16 and fp16 on tensor cores where the kernels take the shape (head
+  // dimensions 64 and 128), else in float on CUDA cores.
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+    if (attentionForwardOnTensorCores(c.x(0), c.x(1), c.x(2), c.y(0), s))
+      return launched(attentionForwardTensorCores(c.x(0), c.x(1), c.x(2), s,
+                                                  c.y(0), c.yf(1), c.st),
+                      c.inst);
+  return launched(
+      attentionForward(c.x(0), c.x(1), c.x(2), s, c.y(0), c.yf(1), c.st),
+      c.inst);
+}
+
+// (q, k, v, out, dout, lse) -> (dq, dk, dv), its rows in attentionRows_.
+template <typename T> auto Executor::run_ATTENTION_GRAD(const Call<T> &c) {
+  cpu::AttentionShape s = attentionShape(c.inst);
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+    if (attentionBackwardOnTensorCores(c.x(0), c.x(1), c.x(2), c.x(3), c.x(4),
+                                       c.y(0), c.y(1), c.y(2), s))
+      return launched(attentionBackwardTensorCores(
+                          c.x(0), c.x(1), c.x(2), c.x(3), c.xf(5), c.x(4), s,
+                          c.y(0), c.y(1), c.y(2), attentionRows_, c.st),
+                      c.inst);
+  return launched(attentionBackward(c.x(0), c.x(1), c.x(2), c.x(3), c.xf(5),
+                                    c.x(4), s, c.y(0), c.y(1), c.y(2),
+                                    attentionRows_, c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::ATTENTION_GRAD>(const Instruction &inst,
+                                          Needs &needs) {
+  needs.attentionRows = std::max(
+      needs.attentionRows,
+      attentionBackwardWorkspaceBytes(attentionShape(inst),
+                                      /*tensorCores=*/compute_ != plan::F32) /
+          int64_t(sizeof(float)));
+}
+template <>
+std::string Executor::refusal<plan::ATTENTION_GRAD>(const Instruction &inst) {
+  return inst.inputs_size() < 6 ? "ATTENTION_GRAD without the forward's "
+                                  "log-sum-exp (recompile the plan)"
+                                : "";
+}
+
+template <typename T> auto Executor::run_QKV_SPLIT(const Call<T> &c) {
+  return launched(qkvSplitForward(c.x(0), qkvShape(c.inst, c.in(0)), c.y(0),
+                                  c.y(1), c.y(2), c.st),
+                  c.inst);
+}
+template <typename T> auto Executor::run_QKV_CONCAT(const Call<T> &c) {
+  return launched(qkvSplitBackward(c.x(0), c.x(1), c.x(2),
+                                   qkvShape(c.inst, c.out(0)), c.y(0), c.st),
+                  c.inst);
+}
+
+//===- Elementwise --------------------------------------------------------===//
+
+template <typename T> auto Executor::run_SWIGLU(const Call<T> &c) {
+  if (c.inst.inputs_size() == 1) // packed [gate | up]
+    return launched(swigluPackedForward(c.x(0), plan::RowsOf(c.out(0)),
+                                        plan::LastDim(c.out(0)), c.y(0), c.st),
+                    c.inst);
+  return launched(
+      swigluForward(c.x(0), c.x(1), plan::NumElements(c.in(0)), c.y(0), c.st),
+      c.inst);
+}
+template <typename T> auto Executor::run_SWIGLU_GRAD(const Call<T> &c) {
+  if (c.inst.inputs_size() == 2) // packed [gate | up], dy
+    return launched(swigluPackedBackward(c.x(0), c.x(1), plan::RowsOf(c.in(1)),
+                                         plan::LastDim(c.in(1)), c.y(0), c.st),
+                    c.inst);
+  return launched(swigluBackward(c.x(0), c.x(1), c.x(2),
+                                 plan::NumElements(c.in(0)), c.y(0), c.y(1),
+                                 c.st),
+                  c.inst);
+}
+
+template <typename T> auto Executor::run_GELU(const Call<T> &c) {
+  return launched(geluForward(c.x(0), plan::NumElements(c.in(0)),
+                              plan::DecodeGelu(c.inst).tanh, c.y(0), c.st),
+                  c.inst);
+}
+template <typename T> auto Executor::run_GELU_GRAD(const Call<T> &c) {
+  return launched(geluBackward(c.x(0), c.x(1), plan::NumElements(c.in(0)),
+                               plan::DecodeGelu(c.inst).tanh, c.y(0), c.st),
+                  c.inst);
+}
+
+template <typename T> auto Executor::run_ADD(const Call<T> &c) {
+  return launched(
+      add(c.x(0), c.x(1), plan::NumElements(c.out(0)), c.y(0), c.st), c.inst);
+}
+
+template <typename T> auto Executor::run_DROPOUT(const Call<T> &c) {
+  // Rows from the micro-batch's first sample, which the call's values hold
+  // (so 0 here); sequence parallel, the rank's slice of each sample.
+  const plan::DropoutParams p = plan::DecodeDropout(c.inst);
+  return launched(dropoutForward(c.x(0), dropoutIndexing(c.inst, 0), p.rate,
+                                 p.rngId, callValues_, c.y(0), c.st),
+                  c.inst);
+}
+
+template <typename T> auto Executor::run_ZERO(const Call<T> &c) {
+  return launched(
+      cudaMemsetAsync(c.y(0), 0, size_t(bytes_[c.inst.outputs(0)]), c.st),
+      c.inst);
+}
+
+template <typename T> auto Executor::run_COPY(const Call<T> &c) {
+  // With a rank_axis x goes to this rank's block of y (ZeRO-3: the rank's
+  // parameters into the flat buffer they are gathered in).
+  if (c.inst.rank_axis().empty())
+    return copyInputs(c.inst, c.slot);
+  int64_t n = bytes_[c.inst.inputs(0)];
+  return launched(cudaMemcpyAsync(reinterpret_cast<uint8_t *>(c.y(0)) +
+                                      rankCoordinate(c.inst) * n,
+                                  c.x(0), size_t(n), cudaMemcpyDeviceToDevice,
+                                  c.st),
+                  c.inst);
+}
+
+//===- Cross-entropy: the loss's terms in lossTerms_ ----------------------===//
+
+template <typename T> auto Executor::run_CROSS_ENTROPY(const Call<T> &c) {
+  // The log-sum-exp: the plan's buffer when it keeps one (the second
+  // output), otherwise rowStats_ (computed again in backward).
+  return launched(
+      crossEntropyForward(c.x(0), c.ids(1), plan::RowsOf(c.in(0)),
+                          plan::LastDim(c.in(0)),
+                          plan::DecodeCrossEntropy(c.inst).ignoreIndex,
+                          c.inst.outputs_size() == 2 ? c.yf(1) : rowStats_,
+                          lossTerms_, c.yf(0), counted_, c.st),
+      c.inst);
+}
+template <>
+void Executor::need<plan::CROSS_ENTROPY>(const Instruction &inst,
+                                         Needs &needs) {
+  needTokenIds(inst, plan_.buffers(inst.inputs(0)), /*embedding=*/false, needs);
+}
+
+template <typename T> auto Executor::run_CROSS_ENTROPY_GRAD(const Call<T> &c) {
+  // The log-sum-exp: the fourth input when the plan keeps one, otherwise
+  // computed again. The count of rows is computed again either way.
+  int64_t vocab = plan::LastDim(c.in(0)), rows = plan::RowsOf(c.in(0));
+  int64_t ignore = plan::DecodeCrossEntropy(c.inst).ignoreIndex;
+  const float *lse = rowStats_;
+  if (c.inst.inputs_size() == 4) {
+    lse = c.xf(3);
+    BRAID_RETURN_IF_ERROR(
+        launched(countTargets(c.ids(1), rows, ignore, counted_, c.st), c.inst));
+  } else {
+    BRAID_RETURN_IF_ERROR(launched(
+        crossEntropyForward(c.x(0), c.ids(1), rows, vocab, ignore, rowStats_,
+                            lossTerms_, lossScratch_, counted_, c.st),
+        c.inst));
+  }
+  // With a kept log-sum-exp on a slice of the vocabulary, the global one of
+  // CROSS_ENTROPY_FINISH and the slice's first id.
+  return launched(crossEntropyBackward(c.x(0), c.ids(1), lse, c.xf(2), rows,
+                                       vocab, ignore, counted_, c.y(0), c.st,
+                                       c.vocabStart()),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::CROSS_ENTROPY_GRAD>(const Instruction &inst,
+                                              Needs &needs) {
+  needTokenIds(inst, plan_.buffers(inst.inputs(0)), /*embedding=*/false, needs);
+}
+
+template <typename T> auto Executor::run_CROSS_ENTROPY_MAX(const Call<T> &c) {
+  return launched(crossEntropyRowMax(c.x(0), plan::RowsOf(c.in(0)),
+                                     plan::LastDim(c.in(0)), c.y(0), c.st),
+                  c.inst);
+}
+
+template <typename T>
+auto Executor::run_CROSS_ENTROPY_PARTIAL(const Call<T> &c) {
+  return launched(
+      crossEntropyPartial(c.x(0), c.ids(1), c.x(2), plan::RowsOf(c.in(0)),
+                          plan::LastDim(c.in(0)), c.vocabStart(),
+                          plan::DecodeCrossEntropy(c.inst).ignoreIndex, c.yf(0),
+                          c.st),
+      c.inst);
+}
+template <>
+void Executor::need<plan::CROSS_ENTROPY_PARTIAL>(const Instruction &inst,
+                                                 Needs &needs) {
+  needTokenIds(inst, plan_.buffers(inst.inputs(0)), /*embedding=*/false, needs);
+}
+
+// (summed, global max, targets) -> (loss, lse), the same on every rank.
+template <typename T>
+auto Executor::run_CROSS_ENTROPY_FINISH(const Call<T> &c) {
+  return launched(
+      crossEntropyFinish(c.xf(0), c.x(1), c.ids(2), plan::NumElements(c.in(1)),
+                         plan::DecodeCrossEntropy(c.inst).ignoreIndex, c.yf(1),
+                         lossTerms_, c.yf(0), counted_, c.st),
+      c.inst);
+}
+template <>
+void Executor::need<plan::CROSS_ENTROPY_FINISH>(const Instruction &inst,
+                                                Needs &needs) {
+  needs.statRows = std::max(needs.statRows,
+                            plan::NumElements(plan_.buffers(inst.inputs(1))));
+}
+
+//===- The optimizer ------------------------------------------------------===//
+
+template <typename T> auto Executor::run_GRAD_NORM(const Call<T> &c) {
+  // Over a group's ranks the first split_inputs gradients are this rank's
+  // slices, the others replicated on `copies` ranks of the group: each rank
+  // adds its slices' squares (sumSquares_[0]) and its share of the
+  // replicated ones' (sumSquares_[1]), and the group's sum of those is the
+  // squared norm. Without a group every input counts once.
+  const Instruction &inst = c.inst;
+  const plan::GradNormParams p = plan::DecodeGradNorm(inst);
+  const bool grouped = inst.group_size() > 0;
+  const int64_t ranks = plan::GroupSize(plan_, inst);
+  const int64_t split = grouped ? p.splitInputs : inst.inputs_size();
+  if (grouped && ranks > 1 && !comm_)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a gradient norm over ", ranks, " ranks needs the job's other ranks"));
+  BRAID_RETURN_IF_ERROR(launched(
+      cudaMemsetAsync(sumSquares_, 0, 2 * sizeof(double), c.st), inst));
+  for (int i = 0; i < inst.inputs_size(); ++i)
+    BRAID_RETURN_IF_ERROR(
+        launched(gradSumOfSquares(c.xf(i), plan::NumElements(c.in(i)),
+                                  sumSquares_ + (i < split ? 0 : 1), c.st),
+                 inst));
+  if (grouped) {
+    double share =
+        1.0 / double(p.replicatedCopies ? p.replicatedCopies : ranks);
+    BRAID_RETURN_IF_ERROR(
+        launched(addScaled(sumSquares_ + 1, share, sumSquares_, c.st), inst));
+    if (ranks > 1) {
+      BRAID_RETURN_IF_ERROR(beforeCommunication());
+      std::vector<std::string> group(inst.group().begin(), inst.group().end());
+      BRAID_RETURN_IF_ERROR(comm_->AllReduce(group, sumSquares_, 1, plan::F64,
+                                             exec::Reduction::kSum));
+    }
+  }
+  // Unscaled by the loss scale (fp16: Backend::SetLossScale), which the
+  // call's values hold.
+  return launched(
+      gradClip(sumSquares_, p.maxNorm, c.yf(0), c.yf(1), callValues_, c.st),
+      inst);
+}
+
+template <typename T> auto Executor::run_ADAMW(const Call<T> &c) {
+  const Instruction &inst = c.inst;
+  // lr and step are read on the device (a graph replays with the values
+  // written since); the host's copies (Write) check them here.
+  auto lr = hostScalars_.find(inst.inputs(4));
+  auto step = hostScalars_.find(inst.inputs(5));
+  if (lr == hostScalars_.end() || step == hostScalars_.end())
+    return absl::FailedPreconditionError(
+        "ADAMW: the learning rate and the step must be written with Write "
+        "before the update runs");
+  if (!(step->second >= 1))
+    return absl::InvalidArgumentError(
+        absl::StrCat("ADAMW: the step is ", step->second, ", not >= 1"));
+  if (c.in(4).dtype() != plan::F32 || c.in(5).dtype() != plan::I64)
+    return absl::InvalidArgumentError(
+        "ADAMW: the learning rate must be f32 and the step i64");
+  // With a rank_axis (ZeRO) the gradient and moments are this rank's block
+  // of the flat parameters: block c of the axis' ranks. A buffer of all the
+  // blocks (fp32's parameters, mixed precision's low-precision copy) is
+  // updated at block c; mixed precision's masters hold only this rank's
+  // block.
+  int64_t n = plan::NumElements(c.in(2));
+  auto block = [&](int output) {
+    return plan::NumElements(c.out(output)) > n ? rankCoordinate(inst) * n : 0;
+  };
+  const plan::AdamWParams adamw = plan::DecodeAdamW(inst);
+  T *copy = nullptr;
+  if (inst.outputs_size() == 4)
+    copy = c.y(3) + block(3);
+  else if (compute_ != plan::F32)
+    return absl::FailedPreconditionError(
+        "ADAMW of a mixed-precision plan without master weights");
+  return launched(
+      adamwStep<T>(
+          c.yf(0) + block(0), c.xf(1), c.yf(1), c.yf(2), n, c.xf(4),
+          adamw.beta1, adamw.beta2, adamw.eps, adamw.weightDecay,
+          static_cast<const int64_t *>(address(inst.inputs(5), c.slot)),
+          c.xf(6), copy, c.st),
+      inst);
+}
+
+//===- Communication (ExecutorCommunication.cpp), whatever T --------------===//
+
+template <typename T> auto Executor::run_ALL_REDUCE(const Call<T> &c) {
+  return runAllReduce(c.inst, c.slot);
+}
+template <typename T> auto Executor::run_ALL_GATHER(const Call<T> &c) {
+  return runGatherScatter(c.inst, c.slot, /*gather=*/true);
+}
+template <>
+void Executor::need<plan::ALL_GATHER>(const Instruction &inst, Needs &needs) {
+  needs.collectiveBytes = std::max(
+      needs.collectiveBytes, collectiveScratchBytes(inst, /*gather=*/true));
+}
+template <typename T> auto Executor::run_REDUCE_SCATTER(const Call<T> &c) {
+  return runGatherScatter(c.inst, c.slot, /*gather=*/false);
+}
+template <>
+void Executor::need<plan::REDUCE_SCATTER>(const Instruction &inst,
+                                          Needs &needs) {
+  needs.collectiveBytes = std::max(
+      needs.collectiveBytes, collectiveScratchBytes(inst, /*gather=*/false));
+}
+template <typename T> auto Executor::run_SEND(const Call<T> &c) {
+  return runPointToPoint(c.inst, c.slot, /*send=*/true);
+}
+template <typename T> auto Executor::run_RECV(const Call<T> &c) {
+  return runPointToPoint(c.inst, c.slot, /*send=*/false);
+}
+// The stream waits for the collectives started on the buffers a WAIT names
+// (only a communicator on streams starts them; others complete each
+// collective before its instruction returns).
+template <typename T> auto Executor::run_WAIT(const Call<T> &c) {
+  return finishInFlight(&c.inst);
+}
+
+//===- The tables, indexed by plan::KernelIndex ---------------------------===//
+
+template <typename T>
+absl::Status Executor::runTyped(const Instruction &inst, int64_t slot) {
+  using Handler = absl::Status (Executor::*)(const Call<T> &);
+  static constexpr Handler kHandlers[] = {
+#define BRAID_KERNEL(NAME, ...) &Executor::run_##NAME<T>,
+#include "runtime/plan/Kernels.def"
+  };
+  return (this->*kHandlers[plan::KernelIndex(inst.kernel())])(
+      Call<T>{*this, inst, slot, stream_});
+}
+
+absl::Status Executor::runInstruction(const Instruction &inst,
+                                      plan::DType dtype, int64_t slot) {
+  // The instruction's dtype (runtime/plan/InstructionDType.h): BF16 and F16
+  // run as such, F32 as float, and so does an instruction whose dtype is
+  // none (a SEND of ids, a ZERO of an integer buffer: bytes whatever T).
+  switch (dtype) {
+  case plan::BF16:
+    return runTyped<bf16>(inst, slot);
+  case plan::F16:
+    return runTyped<f16>(inst, slot);
+  default:
+    return runTyped<float>(inst, slot);
+  }
+}
+
+void Executor::gatherNeeds(const Instruction &inst, Needs &needs) {
+  using Need = void (Executor::*)(const Instruction &, Needs &);
+  static constexpr Need kNeeds[] = {
+#define BRAID_KERNEL(NAME, ...) &Executor::need<plan::NAME>,
+#include "runtime/plan/Kernels.def"
+  };
+  (this->*kNeeds[plan::KernelIndex(inst.kernel())])(inst, needs);
+}
+
+std::string Executor::refusal(const Instruction &inst) {
+  using Refusal = std::string (*)(const Instruction &);
+  static constexpr Refusal kRefusals[] = {
+#define BRAID_KERNEL(NAME, ...) &Executor::refusal<plan::NAME>,
+#include "runtime/plan/Kernels.def"
+  };
+  return kRefusals[plan::KernelIndex(inst.kernel())](inst);
+}
+
+} // namespace braid::cuda

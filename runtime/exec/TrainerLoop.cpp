@@ -1,0 +1,258 @@
+//===- TrainerLoop.cpp - The steps of a run -------------------------------===//
+//
+// RunSteps (TrainerInternal.h): for each step of the run, the learning rate,
+// the micro-batches' samples and one step of the plan (RunStep or
+// RunPipelineStep); then the step's line (--log-every), its metrics
+// (--metrics-out), its record and its checkpoint (--save).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/exec/TrainerInternal.h"
+
+#include "runtime/exec/LossScaler.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+namespace braid::exec::trainer {
+
+absl::Status GatherParams(TrainingRun &run) {
+  const std::string &fn = run.t.step().gather_params();
+  if (fn.empty())
+    return absl::OkStatus();
+  absl::Status s = run.backend->Run(fn, {run.seed, 0, 0});
+  if (!s.ok())
+    return absl::Status(
+        s.code(), absl::StrCat("gathering the parameters: ", s.message()));
+  return s;
+}
+
+absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
+  const plan::Plan &plan = run.plan;
+  const TrainerOptions &options = run.options;
+  const plan::Training &t = run.t;
+  const int64_t steps = run.steps, batch = run.batch, seq = run.seq,
+                micros = run.micros, globalBatch = run.globalBatch,
+                firstStep = run.firstStep;
+  const uint64_t seed = run.seed;
+  const double slowTimeout = run.slowTimeout;
+  const bool pipelined = run.pipelined;
+  const DataShare share = run.share;
+  const RunState &resumed = run.resumed;
+  const cpu::LrSchedule &schedule = *run.schedule;
+  const LoopBuffers &buffers = run.buffers;
+  const int tokens = buffers.tokens, targets = buffers.targets,
+            lr = buffers.lr, step = buffers.step, gradNorm = buffers.gradNorm;
+  Backend &e = *run.backend;
+  Trace *trace = run.trace.get();
+  common::OutputFile *metrics = run.metrics.get();
+  std::vector<double> &stepTimes = run.stepTimes;
+
+  // The arena's bytes after a step: this rank's allocation (the plan's
+  // prediction) and what the run has touched of it (the operating system's
+  // count), each the largest over the job's ranks.
+  std::vector<std::string> allAxes(plan.mesh().axes().begin(),
+                                   plan.mesh().axes().end());
+  bool severalRanks = options.comm && plan::WorldSize(plan) > 1;
+  auto arenaBytes = [&](double bytes[2]) -> absl::Status {
+    int64_t touched = e.TouchedArenaBytes();
+    if (touched < 0)
+      return absl::InternalError(
+          absl::StrCat("cannot count the arena's touched pages (mincore): ",
+                       std::strerror(errno)));
+    bytes[0] = double(e.ArenaBytes());
+    bytes[1] = double(touched);
+    if (!severalRanks)
+      return absl::OkStatus();
+    std::string group = absl::StrJoin(allAxes, ",");
+    return tracedCommunication(
+        e.trace(), "ALL_REDUCE",
+        "braid-run: the arena's predicted and touched bytes, the largest "
+        "over the ranks",
+        group.c_str(), [&] {
+          return options.comm->AllReduce(allAxes, bytes, 2, plan::F64,
+                                         Reduction::kMax);
+        });
+  };
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> sample;
+  std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
+  // fp16: the loss scale (LossScaler.h), applied through the backend; a
+  // resumed run continues the scaler it saved.
+  std::optional<LossScaler> scaler;
+  if (t.has_loss_scaling()) {
+    scaler.emplace(t.loss_scaling());
+    if (resumed.lossScaler)
+      scaler->Restore(*resumed.lossScaler);
+  }
+  // A checkpoint after step `s` (or of the state loaded, at `s` = the
+  // first step - 1, when there is nothing to train).
+  auto save = [&](int64_t s) -> absl::Status {
+    if (options.comm) {
+      options.comm->SetTimeout(slowTimeout);
+      options.comm->SetWaitContext(s, "checkpoint save");
+    }
+    if (absl::Status st = GatherParams(run); !st.ok())
+      return st;
+    RunState state;
+    if (scaler)
+      state.lossScaler = scaler->state();
+    state.step = s;
+    state.consumedSamples =
+        resumed.consumedSamples + (s - resumed.step) * globalBatch;
+    state.plannedSteps = steps;
+    state.globalBatch = globalBatch;
+    state.seed = seed;
+    state.dataOrder = run.order;
+    state.lineage = run.lineage;
+    absl::StatusOr<SaveReport> saved =
+        SaveCheckpoint(e, options.save, state, options.keepLast);
+    if (!saved.ok())
+      return absl::Status(saved.status().code(),
+                          absl::StrCat("saving the checkpoint of step ", s,
+                                       " in ", options.save, ": ",
+                                       saved.status().message()));
+    if (options.log)
+      *options.log << absl::StrFormat(
+          "checkpoint: step %d saved to %s (%.1f MB in %.2f s, %.0f MB/s)\n",
+          s, saved->dir, saved->bytes / 1e6, saved->seconds,
+          saved->bytes / 1e6 / std::max(saved->seconds, 1e-9));
+    return absl::OkStatus();
+  };
+  if (firstStep > steps && !options.save.empty())
+    if (absl::Status st = save(resumed.step); !st.ok())
+      return st;
+  for (int64_t s = firstStep; s <= steps; ++s) {
+    auto stepStart = std::chrono::steady_clock::now();
+    if (options.comm) {
+      options.comm->SetTimeout(s == firstStep ? slowTimeout
+                                              : options.collectiveTimeout);
+      options.comm->SetWaitContext(s, "");
+    }
+    if (scaler)
+      e.SetLossScale(scaler->scale());
+    // The update this step makes: steps skipped for overflow made none, so
+    // AdamW's bias correction and the schedule count only the others (as
+    // Megatron's optimizer and scheduler do).
+    const int64_t update = s - (scaler ? scaler->skipped() : 0);
+    double rate = schedule.lrForUpdate(update);
+    for (auto [id, values] :
+         {std::pair<int, std::vector<double>>{lr, {rate}},
+          {step, {double(update)}}})
+      if (absl::Status st = writeEveryCopy(e, id, values); !st.ok())
+        return st;
+    // Micro-batch m of step s on data-parallel rank d holds the samples that
+    // follow those of the earlier micro-batches, ranks and steps: the global
+    // order of samples does not depend on the dp degree (nor on pipeline
+    // stages).
+    auto fill = [&](int64_t m) -> absl::Status {
+      for (int64_t b = 0; b < batch; ++b) {
+        uint64_t index = uint64_t(resumed.consumedSamples +
+                                  (s - firstStep) * globalBatch +
+                                  share.rank * micros * batch + m * batch + b);
+        if (absl::Status st = run.samples->GetSample(index, &sample); !st.ok())
+          return st;
+        for (int64_t i = 0; i < seq; ++i) {
+          tokenValues[b * seq + i] = sample[i];
+          targetValues[b * seq + i] = sample[i + 1];
+        }
+      }
+      return absl::OkStatus();
+    };
+    // Into copy `slot` of the buffers that exist (both, without a pipeline).
+    auto feed = [&](int64_t m, int64_t slot) -> absl::Status {
+      if (tokens < 0 && targets < 0)
+        return absl::OkStatus();
+      if (absl::Status st = fill(m); !st.ok())
+        return st;
+      if (tokens >= 0)
+        if (absl::Status st = e.Write(tokens, tokenValues, slot); !st.ok())
+          return st;
+      if (targets >= 0)
+        if (absl::Status st = e.Write(targets, targetValues, slot); !st.ok())
+          return st;
+      return absl::OkStatus();
+    };
+    absl::StatusOr<double> stepLoss =
+        pipelined ? RunPipelineStep(e, seed, s, feed)
+                  : RunStep(e, seed, s,
+                            [&](int64_t m) { return feed(m, 0); });
+    if (!stepLoss.ok())
+      return stepLoss.status();
+    absl::StatusOr<std::vector<double>> normValue = e.Read(gradNorm);
+    if (!normValue.ok())
+      return normValue.status();
+    double lossValue = *stepLoss, norm = (*normValue)[0];
+    const double lossScale = e.LossScale();
+    if (scaler) {
+      // A non-finite norm: the gradients overflowed and the update skipped
+      // the step (every rank sees the same norm).
+      scaler->Update(std::isfinite(norm));
+      if (!std::isfinite(norm) && options.log)
+        *options.log << absl::StrFormat(
+            "step %d: the gradients overflowed at loss scale %g: step "
+            "skipped, the scale is now %g\n",
+            s, lossScale, scaler->scale());
+    }
+    auto now = std::chrono::steady_clock::now();
+    double stepTime = std::chrono::duration<double>(now - stepStart).count();
+    double elapsed = std::chrono::duration<double>(now - start).count();
+    if (!std::isfinite(lossValue))
+      return absl::InternalError(absl::StrCat("step ", s, ": the loss is ", lossValue));
+    if (trace)
+      trace->Add(absl::StrCat("step ", s), TracePhase::kStep,
+                 TraceThread::kStep, stepStart, now,
+                 absl::StrFormat("\"step\": %d, \"loss\": %.9g", s, lossValue));
+    stepTimes.push_back(stepTime);
+    // The first step touches the arena's pages for the first time and warms
+    // the caches: the profile keeps the steps after it (when there are any).
+    if (s == firstStep && steps > firstStep)
+      e.ResetProfile();
+    double tokensPerS = double(globalBatch * seq) / std::max(stepTime, 1e-9);
+    double memory[2];
+    if (absl::Status st = arenaBytes(memory); !st.ok())
+      return st;
+    if (records)
+      records->push_back({s, lossValue, rate, norm, stepTime,
+                          int64_t(memory[0]), int64_t(memory[1])});
+    if (options.log && (s % std::max<int64_t>(options.logEvery, 1) == 0 || s == steps))
+      *options.log << absl::StrFormat(
+          "step %*d/%d  loss %.4f  lr %.3e  grad norm %.3f  %.0f tokens/s  "
+          "elapsed %.1fs  eta %.1fs\n",
+          int(std::to_string(steps).size()), s, steps, lossValue, rate, norm,
+          tokensPerS, elapsed,
+          elapsed / double(s - firstStep + 1) * double(steps - s));
+    // A step skipped for overflow has no gradient norm: JSON's null (JSON
+    // has no NaN), and "skipped".
+    if (metrics)
+      if (absl::Status st = metrics->Write(absl::StrFormat(
+          "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, "
+          "\"tokens\": %d, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, "
+          "\"predicted_mem_bytes\": %d, \"peak_mem_bytes\": %d, "
+          "\"loss_scale\": %.9g%s}\n",
+          s, lossValue, rate,
+          std::isfinite(norm) ? absl::StrFormat("%.9g", norm) : "null",
+          globalBatch * seq, stepTime, tokensPerS, int64_t(memory[0]),
+          int64_t(memory[1]), lossScale,
+          std::isfinite(norm) ? "" : ", \"skipped\": true"));
+          !st.ok() || !(st = metrics->Flush()).ok())
+        return absl::Status(st.code(),
+                            absl::StrCat("--metrics-out: ", st.message()));
+    if (!options.save.empty() &&
+        ((options.saveEvery > 0 && s % options.saveEvery == 0) || s == steps))
+      if (absl::Status st = save(s); !st.ok())
+        return st;
+  }
+  return absl::OkStatus();
+}
+
+} // namespace braid::exec::trainer
