@@ -30,6 +30,16 @@ namespace braid::model::detail {
 int64_t defaultBytesAccessed(mlir::Operation *op);
 } // namespace braid::model::detail
 
+#include "runtime/plan/KernelFlags.h"
+
+namespace braid::model {
+/// Marks an op that lowers to one plan kernel; the kernel itself is the
+/// op's kPlanKernel (Model_PlanKernel in ModelInterfaces.td).
+template <typename ConcreteType>
+class PlanKernelTrait
+    : public mlir::OpTrait::TraitBase<ConcreteType, PlanKernelTrait> {};
+} // namespace braid::model
+
 #include "dialects/model/ModelInterfaces.h.inc"
 
 #define GET_OP_CLASSES

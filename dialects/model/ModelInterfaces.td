@@ -15,8 +15,11 @@ def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
 
     FLOPs are split in two: `matmul` FLOPs (2 per multiply-add of a matrix
     product, what tensor cores do, the numerator of MFU) and `vector` FLOPs
-    (everything elementwise or reduced: norms, activations, softmax, bias
-    adds). Bytes are the bytes the op must read and write at least once.
+    (everything elementwise or reduced: norms, activations, bias adds).
+    Their sum is the FLOPs of the kernel the op lowers to, as its row of
+    runtime/plan/Kernels.def counts them (docs/report.md, "One FLOP
+    convention"; tests/unit/FlopAgreementTest.cpp holds them equal). Bytes
+    are the bytes the op must read and write at least once.
   }];
   let methods = [
     InterfaceMethod<"FLOPs of matrix products in the forward pass",
@@ -27,6 +30,36 @@ def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
       "int64_t", "getBytesAccessed", (ins), "",
       [{ return ::braid::model::detail::defaultBytesAccessed($_op); }]>
   ];
+}
+
+def Model_PlanKernelOpInterface : OpInterface<"PlanKernelOpInterface"> {
+  let cppNamespace = "::braid::model";
+  let description = [{
+    The `plan` kernel an op lowers to (a row of runtime/plan/Kernels.def,
+    which also says the outputs the kernel adds into): plan-lower emits one
+    call of it for the op. Ops declare it with `Model_ComputeOp`'s `kernel`
+    parameter (by default the op's mnemonic in capitals), which the C++
+    compiler checks against Kernels.def's rows.
+  }];
+  let methods = [
+    StaticInterfaceMethod<"The kernel this op lowers to",
+      "::braid::plan::KernelId", "getPlanKernel", (ins), "",
+      [{ return ConcreteOp::kPlanKernel; }]>,
+  ];
+  let extraSharedClassDeclaration = [{
+    /// The kernel's name, as plan.kernel and the plan file spell it.
+    ::llvm::StringRef getPlanKernelName() {
+      return ::braid::plan::KernelIdName($_op.getPlanKernel());
+    }
+  }];
+}
+
+/// The kernel an op lowers to: `kernel` names a row of Kernels.def.
+class Model_PlanKernel<string kernel>
+    : NativeOpTrait<"PlanKernelTrait", [],
+        "static constexpr ::braid::plan::KernelId kPlanKernel = "
+        "::braid::plan::KernelId::" # kernel # ";"> {
+  let cppNamespace = "::braid::model";
 }
 
 def Model_GradientOpInterface : OpInterface<"GradientOpInterface"> {

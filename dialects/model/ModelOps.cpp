@@ -369,7 +369,8 @@ int64_t LinearOp::getMatmulFlops() {
 }
 
 int64_t LinearOp::getVectorFlops() {
-  return getBias() ? numel(getResult()) : 0;
+  // y += bias · bias_scale: a multiply and an add per element.
+  return getBias() ? product({2, numel(getResult())}) : 0;
 }
 
 //===----------------------------------------------------------------------===//
@@ -519,25 +520,39 @@ LogicalResult AttentionOp::verify() {
   return success();
 }
 
-/// `factor` x batch x query positions x key positions x `inner`: the cost of
-/// attention's score-shaped work. Causal masking is not discounted (the
-/// convention of Megatron's and PaLM's MFU formulas).
-static int64_t attentionCost(Value q, Value k, int64_t factor, int64_t inner) {
+/// The (query, key) scores attention computes, over the batch and the
+/// heads, times `perScore` FLOPs each: with `causal`, query i sees keys [0,
+/// i], Sq (Sq + 1) / 2 scores per head, as the kernels compute them
+/// (runtime/plan/Kernels.def's ATTENTION row; docs/report.md, "One FLOP
+/// convention").
+static int64_t attentionCost(Value q, Value k, int64_t heads, bool causal,
+                             int64_t perScore) {
   auto qt = cast<RankedTensorType>(q.getType());
   auto kt = cast<RankedTensorType>(k.getType());
-  return product({factor, qt.getDimSize(0), qt.getDimSize(1), kt.getDimSize(1),
-                  inner});
+  int64_t sq = qt.getDimSize(1);
+  if (!causal)
+    return product({perScore, qt.getDimSize(0), heads, sq, kt.getDimSize(1)});
+  // Sq (Sq + 1) / 2, halving the even factor.
+  int64_t a = sq % 2 == 0 ? sq / 2 : sq, b = sq % 2 == 0 ? sq + 1 : (sq + 1) / 2;
+  return product({perScore, qt.getDimSize(0), heads, a, b});
+}
+
+/// The head size of attention over q [B, Sq, heads · d].
+static int64_t headSize(Value q, int64_t heads) {
+  return cast<RankedTensorType>(q.getType()).getDimSize(2) /
+         std::max<int64_t>(heads, 1);
 }
 
 int64_t AttentionOp::getMatmulFlops() {
-  // q·kᵀ and p·v: 2 · 2 · B · Sq · Sk · heads · head_dim.
-  return attentionCost(getQ(), getK(), 4, getQ().getType().getDimSize(2));
+  // q·kᵀ and p·v: 2d each per score.
+  int64_t heads = getNumHeadsAttr().getInt();
+  return attentionCost(getQ(), getK(), heads, getCausal(),
+                       4 * headSize(getQ(), heads));
 }
 
-int64_t AttentionOp::getVectorFlops() {
-  // Scale, max, subtract, exp and sum per score.
-  return attentionCost(getQ(), getK(), 5, getNumHeadsAttr().getInt());
-}
+// The softmax (a few FLOPs per score, against 4d) is not counted, as
+// attention FLOP counts do not count it.
+int64_t AttentionOp::getVectorFlops() { return 0; }
 
 //===----------------------------------------------------------------------===//
 // QkvSplitOp
@@ -777,7 +792,10 @@ LogicalResult SwigluOp::verify() {
   return verifySameType(*this, getResult(), getGate().getType(), "gate's type");
 }
 
-int64_t SwigluOp::getVectorFlops() { return product({5, numel(getResult())}); }
+int64_t SwigluOp::getVectorFlops() {
+  // g · sigmoid(g) · up, sigmoid = 1 / (1 + exp(-g)): 4 + 2 per element.
+  return product({6, numel(getResult())});
+}
 
 void GeluOp::build(OpBuilder &builder, OperationState &state, Value x,
                    bool tanh) {
@@ -790,7 +808,10 @@ LogicalResult GeluOp::verify() {
   return verifySameType(*this, getResult(), getX().getType(), "x's type");
 }
 
-int64_t GeluOp::getVectorFlops() { return product({8, numel(getResult())}); }
+int64_t GeluOp::getVectorFlops() {
+  // Exact 0.5 · x · (1 + erf(x / √2)): 5; tanh: 9.
+  return product({getTanh() ? 9 : 5, numel(getResult())});
+}
 
 void AddOp::build(OpBuilder &builder, OperationState &state, Value lhs,
                   Value rhs) {
@@ -832,7 +853,10 @@ LogicalResult DropoutOp::verify() {
   return success();
 }
 
-int64_t DropoutOp::getVectorFlops() { return product({2, numel(getResult())}); }
+int64_t DropoutOp::getVectorFlops() {
+  // x · 1/(1 - rate) where kept (the mask's Philox rounds are integer work).
+  return numel(getResult());
+}
 
 //===----------------------------------------------------------------------===//
 // CrossEntropyOp
@@ -966,7 +990,10 @@ LogicalResult CrossEntropyFinishOp::verify() {
                       rowsType(sums, loss.getElementType()));
 }
 
-int64_t CrossEntropyFinishOp::getVectorFlops() { return numel(getSums()); }
+int64_t CrossEntropyFinishOp::getVectorFlops() {
+  // Per row: lse = max + log(sum) (2), lse - target logit (1), the mean (1).
+  return product({4, numel(getRowMax())});
+}
 
 //===----------------------------------------------------------------------===//
 // Gradient ops
@@ -1161,7 +1188,11 @@ LogicalResult RmsNormGradOp::verify() {
                         getDx(), getDweight(), getEps());
 }
 
-int64_t RmsNormGradOp::getVectorFlops() { return product({8, numel(getX())}); }
+int64_t RmsNormGradOp::getVectorFlops() {
+  // The forward again (4), dw += dy · x · rstd (3), the row's dot (3), dx
+  // (4).
+  return product({4 + 10, numel(getX())});
+}
 
 LogicalResult LayerNormGradOp::verify() {
   return verifyNormGrad(*this, getX().getType(), getWeight(), getDy(),
@@ -1170,7 +1201,8 @@ LogicalResult LayerNormGradOp::verify() {
 }
 
 int64_t LayerNormGradOp::getVectorFlops() {
-  return product({12, numel(getX())});
+  // The forward again (8), dw (4), db (1), the row sums (6), dx (7).
+  return product({8 + 18, numel(getX())});
 }
 
 LogicalResult RopeGradOp::verify() {
@@ -1217,13 +1249,19 @@ LogicalResult AttentionGradOp::verify() {
 }
 
 int64_t AttentionGradOp::getMatmulFlops() {
-  // dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K and dK = dSᵀ·Q: twice the forward.
-  return attentionCost(getQ(), getK(), 8, getQ().getType().getDimSize(2));
+  // Per score q·k again, dP = dO·v, dQ += dS·k, dK += dSᵀ·q and dV += Pᵀ·dO
+  // (10d), and per query row dO·O (2d), with the forward's log-sum-exp
+  // (which plan-lower keeps for it).
+  int64_t heads = getNumHeadsAttr().getInt(), d = headSize(getQ(), heads);
+  auto q = cast<RankedTensorType>(getQ().getType());
+  int64_t rows = product({2 * d, q.getDimSize(0), heads, q.getDimSize(1)});
+  int64_t scores = attentionCost(getQ(), getK(), heads, getCausal(), 10 * d);
+  return scores > std::numeric_limits<int64_t>::max() - rows
+             ? std::numeric_limits<int64_t>::max()
+             : scores + rows;
 }
 
-int64_t AttentionGradOp::getVectorFlops() {
-  return attentionCost(getQ(), getK(), 7, getNumHeadsAttr().getInt());
-}
+int64_t AttentionGradOp::getVectorFlops() { return 0; }
 
 LogicalResult QkvConcatOp::verify() {
   return verifyQkv(*this, getQkv().getType(), getNumHeadsAttr().getInt(),
@@ -1258,7 +1296,10 @@ LogicalResult SwigluGradOp::verify() {
   return success();
 }
 
-int64_t SwigluGradOp::getVectorFlops() { return product({8, numel(getDy())}); }
+int64_t SwigluGradOp::getVectorFlops() {
+  // Per element of dy: sigmoid (4), dup (2), dgate (6).
+  return product({12, numel(getDy())});
+}
 
 LogicalResult GeluGradOp::verify() {
   // GG1: x, dy and the result have one type.
@@ -1268,7 +1309,10 @@ LogicalResult GeluGradOp::verify() {
   return verifySameType(*this, getDx(), getX().getType(), "x's type");
 }
 
-int64_t GeluGradOp::getVectorFlops() { return product({10, numel(getDy())}); }
+int64_t GeluGradOp::getVectorFlops() {
+  // Exact: Φ(x) (4), x · φ(x) (5), their sum and dy · (2); tanh: 19.
+  return product({getTanh() ? 19 : 11, numel(getDy())});
+}
 
 LogicalResult CrossEntropyGradOp::verify() {
   RankedTensorType logits = getLogits().getType();
@@ -1300,7 +1344,9 @@ LogicalResult CrossEntropyGradOp::verify() {
 }
 
 int64_t CrossEntropyGradOp::getVectorFlops() {
-  return product({4, numel(getLogits())});
+  // exp(x - lse) · scale per logit, with the log-sum-exp of the forward
+  // (plan-lower keeps it for the gradient) or the global one.
+  return product({3, numel(getLogits())});
 }
 
 //===----------------------------------------------------------------------===//
@@ -1363,7 +1409,10 @@ LogicalResult AdamWOp::verify() {
   return success();
 }
 
-int64_t AdamWOp::getVectorFlops() { return product({14, numel(getParam())}); }
+int64_t AdamWOp::getVectorFlops() {
+  // g · scale (1), m (3), v (4), the decay (1), the step (6).
+  return product({15, numel(getParam())});
+}
 
 //===----------------------------------------------------------------------===//
 // Collectives
@@ -1417,14 +1466,9 @@ LogicalResult AllReduceOp::verify() {
   return success();
 }
 
-int64_t AllReduceOp::getVectorFlops() {
-  // One add per element and rank of the group beyond the first: counted as
-  // one per element, what each rank adds in a ring's reduce-scatter half.
-  int64_t n = 0;
-  for (Value v : getInputs())
-    n += numel(v);
-  return n;
-}
+// A reduction's adds are the network's time, not the ALU's: collectives
+// count no FLOPs (docs/report.md, "One FLOP convention").
+int64_t AllReduceOp::getVectorFlops() { return 0; }
 
 /// CG1 to CG4 (and RS1 to RS4): `whole` is the concatenated shape, `part`
 /// one rank's; `gather` names the op's direction in messages.
@@ -1479,4 +1523,4 @@ LogicalResult ReduceScatterOp::verify() {
                                /*gather=*/false);
 }
 
-int64_t ReduceScatterOp::getVectorFlops() { return numel(getInput()); }
+int64_t ReduceScatterOp::getVectorFlops() { return 0; }

@@ -16,22 +16,27 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 
-/// A pure op with a cost. `costMethods` lists the CostOpInterface methods
-/// with defaults that the op overrides (matrix products: getMatmulFlops).
+/// A pure op with a cost that lowers to one call of plan kernel `kernel` (a
+/// row of runtime/plan/Kernels.def; by default the mnemonic in capitals).
+/// `costMethods` lists the CostOpInterface methods with defaults that the
+/// op overrides (matrix products: getMatmulFlops).
 class Model_ComputeOp<string mnemonic, list<Trait> traits = [],
-                      list<string> costMethods = []>
+                      list<string> costMethods = [],
+                      string kernel = !toupper(mnemonic)>
     : Model_Op<mnemonic, !listconcat(traits,
           [Pure, DeclareOpInterfaceMethods<Model_CostOpInterface,
-                                           costMethods>])> {
+                                           costMethods>,
+           Model_PlanKernel<kernel>, Model_PlanKernelOpInterface])> {
   let hasVerifier = 1;
 }
 
 /// A forward op: a compute op with a vector-Jacobian product.
 class Model_ForwardOp<string mnemonic, list<Trait> traits = [],
-                      list<string> costMethods = []>
+                      list<string> costMethods = [],
+                      string kernel = !toupper(mnemonic)>
     : Model_ComputeOp<mnemonic, !listconcat(traits,
           [DeclareOpInterfaceMethods<Model_GradientOpInterface>]),
-          costMethods>;
+          costMethods, kernel>;
 
 //===----------------------------------------------------------------------===//
 // Structure: mesh, layer, yield

@@ -2,6 +2,8 @@
 
 #include "dialects/plan/PlanDialect.h"
 
+#include "runtime/plan/KernelFlags.h"
+
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -142,6 +144,17 @@ KernelOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return success();
 }
 
+const braid::plan::KernelRow *KernelOp::getKernelRow() {
+  StringRef name = getKernel();
+  return braid::plan::FindKernelRow(name.data(), name.size());
+}
+
+braid::plan::KernelId KernelOp::getKernelId() {
+  const braid::plan::KernelRow *row = getKernelRow();
+  assert(row && "a verified plan.kernel names a row of Kernels.def");
+  return row->id;
+}
+
 LogicalResult KernelOp::verify() {
   // K2: integer or float parameters.
   for (NamedAttribute param : getParams())
@@ -163,6 +176,37 @@ LogicalResult KernelOp::verify() {
   // K4: a named rank axis.
   if (std::optional<StringRef> axis = getRankAxis(); axis && axis->empty())
     return emitOpError("rank_axis is empty");
+  // K5: a kernel of runtime/plan/Kernels.def, with as many operands as its
+  // row allows, and a group exactly when the row has or may have one.
+  const braid::plan::KernelRow *kernel = getKernelRow();
+  if (!kernel)
+    return emitOpError("kernel \"")
+           << getKernel() << "\" is not a kernel of runtime/plan/Kernels.def";
+  auto count = [](int min, int max) {
+    if (min == max)
+      return std::to_string(min);
+    if (max == plan::kMany)
+      return "at least " + std::to_string(min);
+    return std::to_string(min) + "-" + std::to_string(max);
+  };
+  int ins = getInputs().size(), outs = getOutputs().size();
+  if (ins < kernel->minInputs || ins > kernel->maxInputs ||
+      outs < kernel->minOutputs || outs > kernel->maxOutputs)
+    return emitOpError() << getKernel() << " has " << ins << " inputs and "
+                         << outs << " outputs; the kernel takes "
+                         << count(kernel->minInputs, kernel->maxInputs)
+                         << " inputs and "
+                         << count(kernel->minOutputs, kernel->maxOutputs)
+                         << " outputs";
+  bool grouped = getGroup().has_value();
+  if (grouped && !kernel->has(plan::kGroupRequired) &&
+      !kernel->has(plan::kGroupOptional))
+    return emitOpError() << getKernel()
+                         << " names a group but is not a collective";
+  if (!grouped && kernel->has(plan::kGroupRequired))
+    return emitOpError() << getKernel()
+                         << " names no group (the mesh axes it communicates "
+                            "along)";
   return success();
 }
 

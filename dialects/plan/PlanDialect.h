@@ -3,6 +3,8 @@
 #ifndef BRAID_DIALECTS_PLAN_PLANDIALECT_H
 #define BRAID_DIALECTS_PLAN_PLANDIALECT_H
 
+#include "runtime/plan/KernelFlags.h"
+
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Dialect.h"

@@ -158,6 +158,10 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">,
     - K3: `group`, when present, is a non-empty list of distinct, non-empty
       axis names.
     - K4: `rank_axis`, when present, is not empty.
+    - K5: `kernel` is a row of runtime/plan/Kernels.def, the inputs and
+      outputs are as many as the row allows, and `group` is present
+      exactly when the row requires one (collectives) or allows one
+      (GRAD_NORM).
   }];
   let arguments = (ins StrAttr:$kernel, SymbolRefArrayAttr:$inputs,
                        SymbolRefArrayAttr:$outputs,
@@ -169,6 +173,25 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"FuncOp">,
     $kernel $inputs `->` $outputs $params attr-dict
   }];
   let hasVerifier = 1;
+  let builders = [
+    OpBuilder<(ins "::braid::plan::KernelId":$kernel,
+                   "::mlir::ArrayAttr":$inputs, "::mlir::ArrayAttr":$outputs,
+                   "::mlir::DictionaryAttr":$params,
+                   "::mlir::StringAttr":$provenance, "::mlir::ArrayAttr":$group,
+                   "::mlir::StringAttr":$rank_axis), [{
+      build($_builder, $_state,
+            $_builder.getStringAttr(::braid::plan::KernelIdName(kernel)),
+            inputs, outputs, params, provenance, group, rank_axis);
+    }]>,
+  ];
+  let extraClassDeclaration = [{
+    /// The kernel's row of runtime/plan/Kernels.def (nullptr for a name
+    /// that has none, which the verifier refuses).
+    const ::braid::plan::KernelRow *getKernelRow();
+    /// The kernel, of a verified op.
+    ::braid::plan::KernelId getKernelId();
+    bool is(::braid::plan::KernelId kernel) { return getKernelId() == kernel; }
+  }];
 }
 
 def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">,

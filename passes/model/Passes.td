@@ -111,15 +111,10 @@ def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
     then cuts the step into stages.
 
     Data parallelism (`dp`): every rank holds the whole model and runs the
-    step on its own share of the global batch.
-    - `tokens` and `targets` are marked split along `dp` on the batch
-      dimension (`#model.sharding<@mesh, [{"dp"}, {} ]>`).
-    - The gradients, partial sums over `dp`, are summed by `model.all_reduce`
-      over `["dp"]` before the optimizer reads them: in buckets of at most
-      `bucket-bytes`, in the order backward produces the gradients, each
-      with the reason naming its parameters. The runtime seeds each rank's
-      backward with 1 / (micro-batches × dp), so the sums are the gradients
-      of the global batch's mean loss.
+    step on its own share of the global batch. `tokens` and `targets` are
+    marked split along `dp` on the batch dimension
+    (`#model.sharding<@mesh, [{"dp"}, {} ]>`); the gradients, partial sums
+    over `dp`, are summed by `model-grad-reduce`, which runs next.
 
     Tensor parallelism (`tp`), Megatron's split decided on the graph: every
     value gets a layout over `tp` (whole, split along a dimension, or
@@ -136,9 +131,13 @@ def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
     (column-parallel input gradients) where a consumer needs the whole
     value, so the Q/K/V (gate/up) contributions are summed then reduced
     once. Split parameters carry `model.sharding` on their argument; the
-    gradient norm sums over tp (`model.grad_norm ... over`); gradients left
-    partial (whole K/V weights) are summed over tp with the step's
-    reductions.
+    gradient norm sums over tp (`model.grad_norm ... over`). The op that
+    makes a gradient left partial (whole K/V weights) gets the
+    `model.sharding` of its results, with `partial = {"tp"}` on that
+    gradient: `model-grad-reduce` sums it over tp with the step's
+    reductions. Each op's rule is its TensorParallelOpInterface
+    (registered by `braid::model::registerTensorParallelRules`); an op
+    without one is refused.
 
     Sequence parallelism (`sp`, with tp > 1): norms, dropout, residuals and
     position embeddings work on sequence slices; the forward's partial sums
@@ -158,10 +157,35 @@ def ModelShard : Pass<"model-shard", "mlir::ModuleOp"> {
            "themselves are made by model-pipeline-partition)">,
     Option<"sp", "sp", "bool", "false",
            "sequence parallelism: norms, dropout and residuals on sequence "
-           "slices over tp (needs tp > 1)">,
+           "slices over tp (needs tp > 1)">
+  ];
+  let dependentDialects = ["::braid::model::ModelDialect"];
+}
+
+def ModelGradReduce : Pass<"model-grad-reduce", "mlir::ModuleOp"> {
+  let summary = "Sums the gradients over the mesh before the optimizer reads "
+                "them";
+  let description = [{
+    Runs right after `model-shard`, on `@train_step` and its `model.mesh
+    @mesh`. The gradients the optimizer (`model.grad_norm`, `model.adamw`)
+    reads are partial sums over `dp` (each rank's share of the batch) and,
+    those that `model-shard` marked (the `model.sharding` of the op that
+    makes them has `partial = {"tp"}`), over `tp`. Each is summed by a
+    `model.all_reduce` over those axes (`["dp"]`, `["dp", "tp"]` or
+    `["tp"]`) just before the optimizer, which reads the sums: in buckets
+    of gradients summed over the same axes, at most `bucket-bytes` each (a
+    larger gradient alone), in the order backward makes the gradients, each
+    with the reason naming its parameters. The marks it read are removed.
+    The runtime seeds each rank's backward with 1 / (micro-batches × dp),
+    so the sums are the gradients of the global batch's mean loss.
+
+    Refused: no `@train_step`, no `@mesh`, no `model.grad_norm`,
+    `bucket-bytes` below 1.
+  }];
+  let options = [
     Option<"bucketBytes", "bucket-bytes", "int64_t", "25000000",
-           "most bytes of gradients one data-parallel all-reduce carries "
-           "(Megatron's default bucket is 40 M parameters; 25 MB as PyTorch DDP)">
+           "most bytes of gradients one all-reduce carries (Megatron's "
+           "default bucket is 40 M parameters; 25 MB as PyTorch DDP)">
   ];
   let dependentDialects = ["::braid::model::ModelDialect"];
 }

@@ -36,12 +36,31 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
       reason as the provenance.
     - `model.adamw` updates in place: its results are its operands' buffers.
 
+    ZeRO is `plan-zero`'s, on the update made here.
+  }];
+  let dependentDialects = ["::braid::plan_ir::PlanDialect"];
+  let options = [
+    Option<"splitBackward", "split-backward", "bool", "false",
+           "with pipeline stages, move the weight gradients (linear_grad_weight) "
+           "of each stage's backward into a backward_weight function, for "
+           "zero-bubble schedules">
+  ];
+}
+
+def PlanZero : Pass<"plan-zero", "mlir::ModuleOp"> {
+  let summary = "Shards the optimizer over the data-parallel ranks (ZeRO)";
+  let description = [{
+    Rewrites the optimizer of each update function that `plan-lower` made
+    (in place ALL_REDUCEs of the accumulated gradients, GRAD_NORM, an ADAMW
+    per parameter; per pipeline stage with stages) into ZeRO's; run right
+    after `plan-lower`. `zero = 0` leaves the plan as it is.
+
     With `zero = 1` (and a dp axis), each rank's gradients that are summed
     over dp are grouped into buckets of one kind (the same reduction axes,
-    weight decay, and replication over tp), at most `zero-bucket-bytes`
-    each. A bucket's gradients and its parameters are views of two flat
-    `bucket` buffers (contiguous, padded to a multiple of dp x 16
-    elements), and `update` runs per bucket: a reduce-scatter over dp of
+    weight decay, and replication over tp), at most `bucket-bytes` each.
+    A bucket's gradients and its parameters are views of two flat `bucket`
+    buffers (contiguous, padded to a multiple of dp x 16 elements), and
+    `update` runs per bucket: a reduce-scatter over dp of
     the flat gradients (after their all-reduce over tp when they are
     partial over tp), the clipping norm over the ranks' blocks, AdamW on
     this rank's block of the flat parameters with moments that hold only
@@ -58,17 +77,21 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
     into a temporary of its own, started one part ahead (16/dp). A
     gradient another pipeline stage adds to in update (a tied embedding)
     is handled as with zero = 1.
+
+    The new buffers take the numbers (`b<n>`) of the norm's results and
+    master weights they replace, and the numbers of later buffers move up
+    after them. Refused, naming the kernel: an update without one
+    GRAD_NORM; a gradient not summed over dp; an update whose ALL_REDUCE,
+    GRAD_NORM and ADAMW kernels are not one run (not plan-lower's); a
+    buffer of the optimizer (the norm's results, the master weights, the
+    moments) used outside it.
   }];
-  let dependentDialects = ["::braid::plan_ir::PlanDialect"];
   let options = [
-    Option<"splitBackward", "split-backward", "bool", "false",
-           "with pipeline stages, move the weight gradients (linear_grad_weight) "
-           "of each stage's backward into a backward_weight function, for "
-           "zero-bubble schedules">,
     Option<"zero", "zero", "int64_t", "0",
            "ZeRO stage: 1 shards the optimizer state over dp (Megatron's "
-           "distributed optimizer), 2 the gradients too, 3 the parameters too">,
-    Option<"zeroBucketBytes", "zero-bucket-bytes", "int64_t", "25000000",
+           "distributed optimizer), 2 the gradients too, 3 the parameters too "
+           "(0: none)">,
+    Option<"bucketBytes", "bucket-bytes", "int64_t", "25000000",
            "most bytes of gradients in one ZeRO bucket (one reduce-scatter, "
            "one all-gather)">
   ];

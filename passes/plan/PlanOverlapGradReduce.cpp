@@ -21,6 +21,7 @@ namespace braid::plan_ir {
 
 using namespace mlir;
 using namespace braid::plan_ir;
+namespace plan = braid::plan;
 
 namespace {
 
@@ -52,7 +53,7 @@ llvm::DenseSet<StringRef> buffersOf(FuncOp fn, SymbolTable &symbols) {
 struct Moved {
   KernelOp reduce;
   SmallVector<Attribute> members;
-  bool scatter() { return reduce.getKernel() == "REDUCE_SCATTER"; }
+  bool scatter() { return reduce.is(plan::KernelId::REDUCE_SCATTER); }
 };
 
 /// The sums `update` may give up: per in-place all-reduce of update (a sum
@@ -79,7 +80,7 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
   for (KernelOp kernel : update.getBody().getOps<KernelOp>()) {
     auto max = kernel.getParams().getAs<IntegerAttr>("max");
     bool async = bool(kernel.getParams().get("async"));
-    if (kernel.getKernel() == "ALL_REDUCE" && kernel.getGroup() &&
+    if (kernel.is(plan::KernelId::ALL_REDUCE) && kernel.getGroup() &&
         kernel.getInputs() == kernel.getOutputs() && !async &&
         !(max && max.getInt() != 0)) {
       Moved sum{kernel, {}};
@@ -93,7 +94,7 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
       if (!sum.members.empty())
         out.push_back(std::move(sum));
     }
-    if (kernel.getKernel() == "REDUCE_SCATTER" && kernel.getGroup() && !async &&
+    if (kernel.is(plan::KernelId::REDUCE_SCATTER) && kernel.getGroup() && !async &&
         kernel.getInputs().size() == 1 && kernel.getOutputs().size() == 1 &&
         untouched(kernel.getInputs()) && untouched(kernel.getOutputs())) {
       auto bucket = symbols.lookup<BufferOp>(bufferName(kernel.getInputs()[0]));
@@ -114,7 +115,7 @@ SmallVector<Moved> movable(ModuleOp module, FuncOp update,
 
 /// Takes `members` out of `reduce` (erased when nothing is left).
 void takeOut(KernelOp reduce, ArrayRef<Attribute> members) {
-  if (reduce.getKernel() == "REDUCE_SCATTER") {
+  if (reduce.is(plan::KernelId::REDUCE_SCATTER)) {
     reduce.erase();
     return;
   }
@@ -219,7 +220,7 @@ void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
            Twine(buckets.size()) + ", " + Twine(total) + " bytes)")
               .str();
       b.create<KernelOp>(
-          reduce.getLoc(), b.getStringAttr("ALL_REDUCE"), b.getArrayAttr(refs),
+          reduce.getLoc(), plan::KernelId::ALL_REDUCE, b.getArrayAttr(refs),
           b.getArrayAttr(refs),
           b.getDictionaryAttr(b.getNamedAttr("async", b.getI64IntegerAttr(1))),
           b.getStringAttr(what + ": started on the step's last micro-batch "
@@ -234,7 +235,7 @@ void startSums(FuncOp fn, ArrayRef<Moved> moved, int64_t bucketBytes,
       started, [](const Started &x, const Started &y) { return x.at < y.at; });
   b.setInsertionPointToEnd(&fn.getBody().front());
   for (const Started &s : started)
-    b.create<KernelOp>(s.loc, b.getStringAttr("WAIT"),
+    b.create<KernelOp>(s.loc, plan::KernelId::WAIT,
                        b.getArrayAttr(s.members), b.getArrayAttr({}),
                        b.getDictionaryAttr({}), b.getStringAttr(s.done),
                        ArrayAttr(), StringAttr());

@@ -18,6 +18,7 @@ namespace braid::plan_ir {
 
 using namespace mlir;
 using namespace braid::plan_ir;
+namespace plan = braid::plan;
 
 namespace {
 
@@ -66,7 +67,7 @@ void PlanOverlapParamGatherPass::runOnOperation() {
   SmallVector<KernelOp> kernels(update.getBody().getOps<KernelOp>());
   for (KernelOp kernel : llvm::reverse(kernels)) {
     bool async = bool(kernel.getParams().get("async"));
-    if (kernel.getKernel() == "ALL_GATHER" && kernel.getGroup() && !async &&
+    if (kernel.is(plan::KernelId::ALL_GATHER) && kernel.getGroup() && !async &&
         kernel.getInputs().size() == 1 &&
         kernel.getInputs() == kernel.getOutputs()) {
       StringRef flat = bufferName(kernel.getInputs()[0]);
@@ -150,7 +151,7 @@ void PlanOverlapParamGatherPass::runOnOperation() {
       wait.setInsertionPointToEnd(&first.getBody().front());
     StringRef why = m.gather.getProvenance().value_or("zero: the parameters");
     wait.create<KernelOp>(
-        m.gather.getLoc(), wait.getStringAttr("WAIT"), m.gather.getInputsAttr(),
+        m.gather.getLoc(), plan::KernelId::WAIT, m.gather.getInputsAttr(),
         wait.getArrayAttr({}), wait.getDictionaryAttr({}),
         wait.getStringAttr(why + ": gathered"), ArrayAttr(), StringAttr());
   }

@@ -20,6 +20,7 @@ namespace braid::plan_ir {
 
 using namespace mlir;
 using namespace braid::plan_ir;
+namespace plan = braid::plan;
 
 namespace {
 
@@ -55,12 +56,13 @@ FailureOr<std::vector<Event>> eventsOf(SymbolTable &symbols, StageOp stage) {
     if (!fn)
       return stage.emitOpError("names @") << *name << ", which is not a plan.func";
     for (KernelOp k : fn.getBody().getOps<KernelOp>()) {
-      StringRef kernel = k.getKernel();
-      if (kernel == "SEND" || kernel == "RECV") {
+      const plan::KernelRow *row = k.getKernelRow();
+      if (row && row->has(plan::kPointToPoint)) {
         auto peer = k.getParams().getAs<IntegerAttr>("peer");
         if (!peer)
           return k.emitOpError("has no peer");
-        events.push_back({kernel == "SEND" ? Event::Send : Event::Recv, k,
+        // A transfer's message is SEND's input, RECV's output.
+        events.push_back({k.getInputs().empty() ? Event::Recv : Event::Send, k,
                           int64_t(stage.getIndex()) + peer.getInt(), where});
       } else if (std::optional<ArrayAttr> group = k.getGroup()) {
         if (llvm::any_of(*group, [](Attribute a) {
@@ -158,7 +160,7 @@ LogicalResult checkInFlight(FuncOp fn, SymbolTable &symbols) {
     return s;
   };
   for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
-    if (kernel.getKernel() == "WAIT") {
+    if (kernel.is(plan::KernelId::WAIT)) {
       llvm::erase_if(inFlight, [&](InFlight &f) {
         return llvm::any_of(kernel.getInputs(), [&](Attribute ref) {
           return llvm::is_contained(f.start.getInputs(), ref) ||
