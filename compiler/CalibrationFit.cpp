@@ -2,6 +2,8 @@
 
 #include "compiler/CalibrationFit.h"
 
+#include "runtime/plan/KernelRegistry.h"
+
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/JSON.h"
@@ -52,17 +54,25 @@ llvm::Expected<llvm::json::Value> parseJson(llvm::StringRef text,
 } // namespace
 
 bool calibration::isMatrixKernel(llvm::StringRef kernel) {
-  return llvm::StringSwitch<bool>(kernel)
-      .Cases("LINEAR", "LINEAR_GRAD_INPUT", "LINEAR_GRAD_WEIGHT", "ATTENTION",
-             "ATTENTION_GRAD", true)
-      .Default(false);
+  const plan::KernelInfo *info = plan::FindKernel(kernel.str());
+  return info && info->has(plan::kMatrixProducts);
 }
 
 bool calibration::isCommunicationKernel(llvm::StringRef kernel) {
-  return llvm::StringSwitch<bool>(kernel)
-      .Cases("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "SEND", "RECV",
-             "WAIT", true)
-      .Default(false);
+  const plan::KernelInfo *info = plan::FindKernel(kernel.str());
+  return info && (info->has(plan::kCommunication) || info->has(plan::kFinishes));
+}
+
+bool calibration::isDefaultRate(const spec::KernelRate &rate) {
+  return kDefaultRate == rate.kernel();
+}
+
+const spec::KernelRate *calibration::findRate(const spec::Calibration &c,
+                                              llvm::StringRef kernel) {
+  for (const spec::KernelRate &rate : c.kernels())
+    if (kernel == rate.kernel())
+      return &rate;
+  return nullptr;
 }
 
 RateFit calibration::fitRate(double smallCalls, double smallWork,
@@ -108,7 +118,7 @@ void calibration::addCallTimes(std::vector<spec::KernelRate> &rates,
                                llvm::ArrayRef<const KernelSamples *> runs,
                                double minCalls) {
   for (spec::KernelRate &rate : rates) {
-    if (rate.kernel() == "default")
+    if (isDefaultRate(rate))
       continue;
     // Work per call -> (seconds per call summed, runs).
     std::map<double, std::pair<double, int>> byWork;

@@ -44,14 +44,24 @@ struct KernelSample {
 /// By plan kernel name (LINEAR, ...).
 using KernelSamples = std::map<std::string, KernelSample>;
 
-/// Matrix products (LINEAR, LINEAR_GRAD_INPUT, LINEAR_GRAD_WEIGHT,
-/// ATTENTION, ATTENTION_GRAD): their rate is in FLOP/s; the others' in B/s.
+/// Kernels whose FLOPs are matrix products (kMatrixProducts in
+/// runtime/plan/Kernels.def: LINEAR and its gradients, ATTENTION and its
+/// gradient): their rate is in FLOP/s; the others' in B/s.
 bool isMatrixKernel(llvm::StringRef kernel);
 
-/// Kernels that move data between ranks or wait for it (collectives,
-/// SEND, RECV, WAIT): the cost model prices them with the link, so they get
-/// no kernel rate.
+/// Kernels that move data between ranks or wait for it (kCommunication or
+/// kFinishes: collectives, SEND, RECV, WAIT): the cost model prices them
+/// with the link, so they get no kernel rate.
 bool isCommunicationKernel(llvm::StringRef kernel);
+
+/// The rate a calibration gives kernels it has no rate of their own for.
+inline constexpr llvm::StringLiteral kDefaultRate = "default";
+bool isDefaultRate(const spec::KernelRate &rate);
+
+/// The rate calibration `c` has for plan kernel `kernel` (by name), or
+/// nullptr.
+const spec::KernelRate *findRate(const spec::Calibration &c,
+                                 llvm::StringRef kernel);
 
 /// A kernel's fitted speed: seconds of one call = overhead + work / rate.
 struct RateFit {

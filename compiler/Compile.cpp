@@ -60,6 +60,7 @@ const PhaseInfo kPhases[] = {
        o.sp = options.parallel.sp;
        o.pp = options.parallel.pp;
        pm.addPass(model::createModelShard(o));
+       pm.addPass(model::createModelGradReduce());
      }},
     {Phase::Partition, "partition",
      [](OpPassManager &pm, const CompileOptions &options) {
@@ -81,9 +82,11 @@ const PhaseInfo kPhases[] = {
      [](OpPassManager &pm, const CompileOptions &options) {
        plan_ir::PlanLowerOptions lower;
        lower.splitBackward = options.parallel.schedule == "zb-h1";
-       lower.zero = options.parallel.zero;
-       lower.zeroBucketBytes = options.parallel.zeroBucketBytes;
        pm.addPass(plan_ir::createPlanLower(lower));
+       plan_ir::PlanZeroOptions zero;
+       zero.zero = options.parallel.zero;
+       zero.bucketBytes = options.parallel.zeroBucketBytes;
+       pm.addPass(plan_ir::createPlanZero(zero));
        plan_ir::PlanScheduleOptions o;
        o.scheme = options.parallel.schedule;
        o.microBatches = options.parallel.microBatches;

@@ -5,6 +5,7 @@
 #include "dialects/model/ModelDialect.h"
 #include "dialects/plan/PlanDialect.h"
 #include "passes/model/Passes.h"
+#include "passes/model/TensorParallelRules.h"
 #include "passes/plan/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -13,6 +14,7 @@
 void braid::registerDialects(mlir::DialectRegistry &registry) {
   registry.insert<braid::model::ModelDialect, braid::plan_ir::PlanDialect,
                   mlir::func::FuncDialect>();
+  braid::model::registerTensorParallelRules(registry);
 }
 
 void braid::registerPasses() {

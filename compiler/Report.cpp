@@ -600,7 +600,7 @@ llvm::json::Value braid::buildReport(ModuleOp module,
            {"training_per_token_attention", attentionPerToken},
            {"training_per_step", perToken * flops.tokens},
            {"formula", "training_per_token = 3 * forward_matmul / tokens = "
-                       "6 * N_matmul + 12 * L * s * h_attn (docs/report.md)"},
+                       "6 * N_matmul + 6 * L * (s + 1) * h_attn, causal (docs/report.md)"},
        }},
   };
 }

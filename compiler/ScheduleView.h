@@ -28,12 +28,11 @@ struct ScheduleViewOptions {
   std::string source;
 };
 
-/// The floating-point operations of the matrix products `inst` computes,
-/// 2 x rows x in x out each, from its buffers' shapes: one product for
-/// LINEAR, LINEAR_GRAD_INPUT and LINEAR_GRAD_WEIGHT; Q K^T and P V for
-/// ATTENTION; their four gradient products for ATTENTION_GRAD (causal
-/// masking not discounted). 0 for every other kernel, and for operands the
-/// plan does not have.
+/// The FLOPs of `inst` when they are matrix products (kernels flagged
+/// kMatrixProducts in runtime/plan/Kernels.def: LINEAR and its gradients,
+/// ATTENTION and its gradient), as the work counter counts them
+/// (plan::InstructionWork, docs/report.md "One FLOP convention"). 0 for
+/// every other kernel, and for operands the plan does not have.
 double matmulFlops(const plan::Plan &plan, const plan::Instruction &inst);
 
 /// The page for `plan`, which ValidatePlan accepts. Fails, naming what it

@@ -2,6 +2,7 @@
 
 #include "compiler/Search.h"
 
+#include "compiler/CalibrationFit.h"
 #include "compiler/Compile.h"
 #include "compiler/PlanExport.h"
 #include "compiler/Report.h"
@@ -9,6 +10,7 @@
 #include "frontends/ParallelConfig.h"
 #include "frontends/TrainConfig.h"
 #include "passes/model/Partition.h"
+#include "runtime/plan/KernelRegistry.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -91,9 +93,10 @@ double roughStepTime(const spec::ParallelSpec &p, const ModelConfig &model,
   int64_t perNode = std::min<int64_t>(world, cluster.devices_per_node());
   for (const spec::Calibration &c : cluster.calibrations())
     if (c.ranks_per_node() == perNode)
-      for (const spec::KernelRate &k : c.kernels())
-        if (k.kernel() == "LINEAR" && k.flops_per_s() > 0)
-          rate = k.flops_per_s();
+      if (const spec::KernelRate *k = calibration::findRate(
+              c, plan::KernelInfoOf(plan::LINEAR).name);
+          k && k->flops_per_s() > 0)
+        rate = k->flops_per_s();
   double compute = flops / double(world) / std::max(rate, 1.0);
   int64_t micro = p.global_batch_size() / p.dp() / p.micro_batch_size();
   double bubble = 0;

@@ -1,8 +1,9 @@
 //===- ReportTest.cpp - FLOPs and report contents from the IR -------------===//
 //
 // The FLOPs the report derives from the ops' costs must equal the closed form
-// of docs/report.md: forward matmul FLOPs = 2 T N_mm + 4 b s² h_attn L, so
-// training FLOPs per token = 6 N_mm + 12 L s h_attn.
+// of docs/report.md: a causal query i sees keys [0, i], s (s + 1) / 2 scores
+// per sequence and head, so forward matmul FLOPs = 2 T N_mm + 2 b s (s + 1)
+// h_attn L and training FLOPs per token = 6 N_mm + 6 L (s + 1) h_attn.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,11 +32,11 @@ void checkFlops(const spec::JobSpec &job, const Expected &e) {
   const int64_t b = config.microBatchSize, s = config.seqLength;
   const int64_t tokens = b * s;
   EXPECT_EQ(flops.tokens, tokens);
-  EXPECT_EQ(flops.forwardMatmul,
-            2 * tokens * e.matmulWeights + 4 * b * s * s * e.hAttn * e.layers);
-  EXPECT_EQ(flops.attentionMatmul, 4 * b * s * s * e.hAttn * e.layers);
+  EXPECT_EQ(flops.forwardMatmul, 2 * tokens * e.matmulWeights +
+                                     2 * b * s * (s + 1) * e.hAttn * e.layers);
+  EXPECT_EQ(flops.attentionMatmul, 2 * b * s * (s + 1) * e.hAttn * e.layers);
   EXPECT_DOUBLE_EQ(flops.trainingPerToken(),
-                   6.0 * e.matmulWeights + 12.0 * e.layers * s * e.hAttn);
+                   6.0 * e.matmulWeights + 6.0 * e.layers * (s + 1) * e.hAttn);
   EXPECT_GT(flops.forwardVector, 0);
 }
 

@@ -290,7 +290,9 @@ TEST(ScheduleView, MatmulFlops) {
   EXPECT_EQ(seen[plan::SEND], 0);
   EXPECT_EQ(seen[plan::ALL_REDUCE], 0);
 
-  // Attention: Q K^T and P V, 2 b heads s_q s_k d each; twice that backward.
+  // Attention (one head, not causal): Q K^T and P V, 2 b s_q s_k d each.
+  // Backward (docs/report.md): per score 10 d, per query row 2 d, and without
+  // the forward's log-sum-exp (these three operands) the forward again.
   int32_t q = addBuffer(p, "q", {2, 16, 64}, plan::ACTIVATION, 0);
   int32_t k = addBuffer(p, "k", {2, 16, 32}, plan::ACTIVATION, 0);
   plan::Instruction attention;
@@ -300,7 +302,9 @@ TEST(ScheduleView, MatmulFlops) {
   attention.add_inputs(k);
   EXPECT_EQ(matmulFlops(p, attention), 2 * (2.0 * 2 * 16 * 16 * 64));
   attention.set_kernel(plan::ATTENTION_GRAD);
-  EXPECT_EQ(matmulFlops(p, attention), 4 * (2.0 * 2 * 16 * 16 * 64));
+  const double scores = 2.0 * 16 * 16, rows = 2.0 * 16, d = 64;
+  EXPECT_EQ(matmulFlops(p, attention),
+            10 * d * scores + 2 * d * rows + 4 * d * scores);
   // Operands the plan does not have count nothing.
   attention.set_inputs(1, 9999);
   EXPECT_EQ(matmulFlops(p, attention), 0);

@@ -1,5 +1,4 @@
-//===- braid.cpp - The braid command
-//---------------------------------------===//
+//===- braid.cpp - The braid command ------------------------------------===//
 //
 // braid view PLAN -o FILE.html
 //
@@ -22,22 +21,16 @@
 //                 [--corpus FILE] [-o FILE]
 //
 // Measures this machine's CPU ranks and writes a cluster file for the cost
-// model (braidc --cluster FILE, frontends/spec/cluster.proto): for each
-// number of ranks n, four small LLaMA-shaped models trained data-parallel
-// over n ranks, one tensor-parallel over 2 of them and one in 2 pipeline
-// stages (braid-run --profile-out), whose kernel times give each kernel
-// kind's rate and per-call overhead and its measured calls at five amounts
-// of work (compiler/CalibrationFit.h), whose tensor-parallel and
-// data-parallel steps give the wait of a collective inside a step (per call
-// and per second of compute since its group met) and whose pipeline step how
-// much of a core a waiting rank takes; for n > 1 the all-reduce times over the
-// n ranks (braid-run --bench-collectives), which give the link's bandwidth and
-// latency. With --repeats R, all of it R times round by round, and the
-// medians fitted.
+// model (braidc --cluster FILE, frontends/spec/cluster.proto): small models
+// trained over each number of ranks (braid-run --profile-out) and, for 2
+// ranks or more, the all-reduce times (braid-run --bench-collectives), all
+// of it --repeats R times round by round, and the cost model's rates, link
+// and waits fitted to the medians. What it measures and fits is
+// compiler/Calibrate.h's; the runs under mpirun are CalibrationRuns.h's.
 //
 //===----------------------------------------------------------------------===//
 
-#include "compiler/CalibrationFit.h"
+#include "compiler/Calibrate.h"
 #include "compiler/Compile.h"
 #include "compiler/CostModel.h"
 #include "compiler/PlanExport.h"
@@ -49,26 +42,21 @@
 #include "runtime/exec/Devices.h"
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
+#include "tools/braid/CalibrationRuns.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <google/protobuf/text_format.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <limits>
 #include <map>
 #include <set>
 #include <thread>
@@ -255,196 +243,13 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
 // braid calibrate
 //===----------------------------------------------------------------------===//
 
-/// One of braid calibrate's models: LLaMA-shaped (the preset tiny-llama's
-/// layers), 2 layers, the byte vocabulary. The small one has tiny-llama's
-/// sizes; the mid one's calls do about 8 (element-wise kernels) to 32
-/// (matrix products) times its work, so that the two runs tell each
-/// kernel's per-call overhead from its rate. The small model with
-/// micro-batches of 1 and 8 measures calls of half and four times the small
-/// one's work: the calls that tensor parallelism (narrower) and other
-/// micro-batch sizes make of tiny models, where a kernel's time is far from
-/// the line through the small and mid calls (CalibrationFit.h,
-/// addCallTimes). The last, tensor-parallel over 2 ranks with sequence
-/// parallelism at micro-batch 1 (on even rank counts), measures the
-/// narrower calls of tensor parallelism and the wait of collectives inside
-/// a step: six small collectives per layer and micro-batch, each of which
-/// waits for its peer (Calibration.collective_wait_s); against the
-/// data-parallel runs' one all-reduce after a whole backward, it tells that
-/// per-call wait from the one that grows with the compute since the group
-/// met (collective_gap_share). The pipeline run (2
-/// stages of one layer, 4 micro-batches, 1f1b) has bubbles, in which ranks
-/// wait for their peers: its step tells how much of a core a waiting rank
-/// still takes (Calibration.waiting_core_share) where ranks share cores.
-struct CalibrationModel {
-  const char *name;
-  int64_t hidden, heads, ffn, seq, microBatch;
-  int64_t tp = 1, pp = 1, microBatches = 1;
-};
-constexpr int kCalibrationModelCount = 6;
-constexpr int kTensorParallelModel = 4;
-constexpr int kPipelineModel = 5;
-constexpr CalibrationModel kCalibrationModels[kCalibrationModelCount] = {
-    {"small", 64, 4, 176, 64, 2},
-    {"mid", 256, 4, 704, 128, 4},
-    {"small-mb1", 64, 4, 176, 64, 1},
-    {"small-mb8", 64, 4, 176, 64, 8},
-    {"small-tp2", 64, 4, 176, 64, 1, 2},
-    {"small-pp2", 64, 4, 176, 64, 2, 1, 2, 4},
-};
-
-/// Whether `model` runs on `ranks` ranks (they divide by its tp x pp).
-bool runsOn(const CalibrationModel &model, int64_t ranks) {
-  return ranks % (model.tp * model.pp) == 0;
-}
-
-/// Seconds a calibration run may take before it counts as hung.
-constexpr unsigned kRunTimeoutSeconds = 1800;
-
-/// The job of `model` trained over `ranks` ranks: tensor-parallel over its
-/// `tp` (with sequence parallelism), in `pp` pipeline stages, data-parallel
-/// over the rest, `microBatches` micro-batches per data-parallel rank and
-/// step.
-spec::JobSpec calibrationJob(const CalibrationModel &model, int64_t ranks) {
-  spec::JobSpec job;
-  spec::ModelSpec *m = job.mutable_model();
-  m->set_preset("tiny-llama");
-  m->set_num_layers(2);
-  m->set_hidden_size(model.hidden);
-  m->set_num_heads(model.heads);
-  m->set_num_kv_heads(model.heads);
-  m->set_ffn_hidden_size(model.ffn);
-  m->set_vocab_size(257); // the byte tokenizer's: 256 bytes and EOD
-  // Padded to split by tp.
-  m->set_make_vocab_size_divisible_by(model.tp);
-  m->set_max_seq_len(model.seq);
-  spec::ParallelSpec *p = job.mutable_parallel();
-  int64_t dp = ranks / (model.tp * model.pp);
-  p->set_dp(dp);
-  if (model.tp > 1) {
-    p->set_tp(model.tp);
-    p->set_sp(true);
-  }
-  if (model.pp > 1)
-    p->set_pp(model.pp);
-  p->set_micro_batch_size(model.microBatch);
-  p->set_global_batch_size(model.microBatch * model.microBatches * dp);
-  job.mutable_data()->set_seq_length(model.seq);
-  job.mutable_train()->set_seed(1);
-  return job;
-}
-
-/// The last `limit` bytes of the file at `path` (a command's output).
-std::string tailOfFile(const std::string &path, size_t limit = 4000) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-      llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    return "";
-  llvm::StringRef text = (*buffer)->getBuffer();
-  if (text.size() > limit)
-    return "...\n" + text.take_back(limit).str();
-  return text.str();
-}
-
-/// Runs `args` (args[0] the program) with its output in `logPath`. Errors
-/// name the command and show its output.
-llvm::Error runLogged(const std::vector<std::string> &args,
-                      const std::string &logPath) {
-  std::vector<llvm::StringRef> refs(args.begin(), args.end());
-  std::optional<llvm::StringRef> redirects[] = {
-      llvm::StringRef(""), llvm::StringRef(logPath), llvm::StringRef(logPath)};
-  std::string message;
-  int rc = llvm::sys::ExecuteAndWait(args[0], refs, std::nullopt, redirects,
-                                     kRunTimeoutSeconds, 0, &message);
-  if (rc == 0)
-    return llvm::Error::success();
-  std::string what =
-      rc == -1   ? "could not be started: " + message
-      : rc == -2 ? "crashed or ran past " + std::to_string(kRunTimeoutSeconds) +
-                       " s" + (message.empty() ? "" : ": " + message)
-                 : "exited with " + std::to_string(rc);
-  std::string output = tailOfFile(logPath);
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      "`" + llvm::join(args, " ") + "` " + what +
-          (output.empty() ? std::string(" (no output)")
-                          : ", its output:\n" + output));
-}
-
-/// The file at `path`, whole; an error naming it.
-llvm::Expected<std::string> readFile(const std::string &path) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-      llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    return llvm::createStringError(buffer.getError(), "cannot read " + path +
-                                                          ": " +
-                                                          buffer.getError()
-                                                              .message());
-  return (*buffer)->getBuffer().str();
-}
-
-/// The machine's memory (MemTotal), in bytes.
-int64_t machineMemoryBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  while (meminfo >> key) {
-    if (key == "MemTotal:" && meminfo >> kib)
-      return kib * 1024;
-    meminfo.ignore(1 << 20, '\n');
-  }
-  // Without /proc (not Linux): the pages the system reports.
-  return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-}
-
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string formatRate(const spec::KernelRate &r) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  if (r.flops_per_s() > 0)
-    os << llvm::format("%.2f GFLOP/s", r.flops_per_s() / 1e9);
-  if (r.flops_per_s() > 0 && r.bytes_per_s() > 0)
-    os << ", ";
-  if (r.bytes_per_s() > 0)
-    os << llvm::format("%.2f GB/s", r.bytes_per_s() / 1e9);
-  return out;
-}
-
-/// What one number of ranks measured.
-struct RankCalibration {
-  int64_t ranks = 0, threads = 0;
-  /// By kCalibrationModels: small, mid, the small one's other
-  /// micro-batches, then tensor-parallel and pipeline (absent where the
-  /// ranks do not divide by their tp x pp: no step times). Each round's
-  /// profile, then their median (calibration::medianRun).
-  std::vector<calibration::KernelSamples> runs[kCalibrationModelCount];
-  calibration::KernelSamples samples[kCalibrationModelCount];
-  /// Every round's profiled steps, and how many one round profiles (what
-  /// a profile's totals are over).
-  std::vector<double> stepTimes[kCalibrationModelCount];
-  int64_t profiledSteps[kCalibrationModelCount] = {};
-  plan::Plan plans[kCalibrationModelCount];
-  std::vector<spec::KernelRate> rates;
-  /// Each round's all-reduce (bytes, seconds) over `benchRanks` ranks.
-  std::vector<std::vector<std::pair<double, double>>> benches;
-  int64_t benchRanks = 0;
-  std::optional<spec::LinkClass> link;
-  size_t linkSizes = 0;
-};
-
 /// braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--repeats R]
 /// [--corpus FILE] [-o FILE]: measures this machine's CPU ranks, writes a
 /// cluster file.
 int calibrate(int argc, char **argv) {
-  std::vector<int64_t> rankCounts = {1, 2, 4};
-  int64_t threads = 0; // 0: the cores shared out among the ranks
-  int64_t steps = 5;
-  int64_t repeats = 1;
+  // The ranks 1, 2 and 4, 0 threads (the cores shared out among the
+  // ranks), 5 steps, 1 round.
+  calibration::CalibrateOptions options;
   std::string outPath = "local-cpu.textproto";
   std::string corpus = BRAID_DEFAULT_CORPUS;
   for (int i = 2; i < argc; ++i) {
@@ -475,6 +280,7 @@ int calibrate(int argc, char **argv) {
       return true;
     };
     if (arg == "--ranks") {
+      std::vector<int64_t> &rankCounts = options.rankCounts;
       rankCounts.clear();
       std::set<int64_t> seen;
       for (llvm::StringRef part : llvm::split(value, ',')) {
@@ -489,16 +295,16 @@ int calibrate(int argc, char **argv) {
       }
       std::sort(rankCounts.begin(), rankCounts.end());
     } else if (arg == "--threads") {
-      if (!positive(1, threads))
+      if (!positive(1, options.threads))
         return usage("--threads=" + value + " is not a positive integer");
     } else if (arg == "--steps") {
       // The first step is left out (it touches the arena's pages first).
-      if (!positive(2, steps))
+      if (!positive(2, options.steps))
         return usage("--steps=" + value +
                      " is not an integer >= 2 (the first step warms up and "
                      "is not measured)");
     } else if (arg == "--repeats") {
-      if (!positive(1, repeats))
+      if (!positive(1, options.repeats))
         return usage("--repeats=" + value + " is not a positive integer");
     } else if (arg == "-o" || arg == "--output") {
       if (value.empty())
@@ -544,287 +350,57 @@ int calibrate(int argc, char **argv) {
     return fail("cannot create a temporary directory: " + ec.message());
   auto cleanUp = llvm::make_scope_exit(
       [&] { llvm::sys::fs::remove_directories(work); });
-  auto file = [&](const std::string &name) {
-    llvm::SmallString<256> path(work);
-    llvm::sys::path::append(path, name);
-    return std::string(path);
-  };
-
-  // The data: the corpus as bytes, as braid train tokenizes data.corpus.
-  data::PreprocessOptions prep;
-  prep.inputs = {corpus};
-  prep.outputPrefix = file("data");
-  prep.appendEod = true;
-  if (absl::Status s = data::Preprocess(prep); !s.ok())
-    return fail("tokenizing " + corpus + ": " + std::string(s.message()));
-
   mlir::DialectRegistry registry;
   registerDialects(registry);
   mlir::MLIRContext context(registry);
-  int64_t cores = std::max<int64_t>(std::thread::hardware_concurrency(), 1);
-  std::vector<RankCalibration> measured;
-  auto start = std::chrono::steady_clock::now();
+  // The seconds since the measurements began.
+  std::chrono::steady_clock::time_point start;
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                          start)
         .count();
   };
-  for (int64_t n : rankCounts) {
-    RankCalibration &c = measured.emplace_back();
-    c.ranks = n;
-    // Ranks share the cores, as braid-run shares them by default.
-    c.threads = threads > 0 ? threads : std::max<int64_t>(cores / n, 1);
-    for (int k = 0; k < kCalibrationModelCount; ++k) {
-      const CalibrationModel &model = kCalibrationModels[k];
-      if (!runsOn(model, n))
-        continue;
-      llvm::Expected<plan::Plan> plan =
-          compileJob(calibrationJob(model, n), context);
-      if (!plan)
-        return fail("compiling the " + std::string(model.name) +
-                    " calibration model for " + std::to_string(n) +
-                    " ranks: " + llvm::toString(plan.takeError()));
-      c.plans[k] = *plan;
-      std::string planPath =
-          file(std::string(model.name) + "-" + std::to_string(n) + ".plan");
-      if (absl::Status s = plan::WritePlanFile(*plan, planPath); !s.ok())
-        return fail(std::string(s.message()));
-    }
-  }
-  // Round by round, every rank count and model in each: a spell of the
-  // machine's speed touches one round of each, and the medians over the
-  // rounds are what the rates are fitted to.
-  for (int64_t round = 1; round <= repeats; ++round)
-    for (RankCalibration &c : measured) {
-      const int64_t n = c.ranks;
-      std::string roundTag =
-          repeats > 1 ? llvm::formatv(", round {0}/{1}", round, repeats).str()
-                      : "";
-      std::vector<std::string> mpi = {*mpirun,           "-np",
-                                      std::to_string(n), "--oversubscribe",
-                                      "--bind-to",       "none"};
-      if (geteuid() == 0)
-        mpi.push_back("--allow-run-as-root");
-      for (int k = 0; k < kCalibrationModelCount; ++k) {
-        const CalibrationModel &model = kCalibrationModels[k];
-        if (!runsOn(model, n))
-          continue;
-        std::string tag = std::string(model.name) + "-" + std::to_string(n);
-        std::cout << llvm::formatv("braid: calibrating {0} rank{1} x {2} "
-                                   "thread{3}: {4} model (hidden {5}, seq "
-                                   "{6}), {7} steps{8}  [{9:f1} s]",
-                                   n, n == 1 ? "" : "s", c.threads,
-                                   c.threads == 1 ? "" : "s", model.name,
-                                   model.hidden, model.seq, steps, roundTag,
-                                   elapsed())
-                         .str()
-                  << std::endl;
-        std::string profilePath = file(tag + ".profile.json");
-        std::vector<std::string> args = mpi;
-        args.insert(args.end(),
-                    {std::string(runner), file(tag + ".plan"), "--data",
-                     file("data"), "--steps", std::to_string(steps),
-                     "--threads", std::to_string(c.threads), "--log-every",
-                     std::to_string(steps), "--profile-out", profilePath});
-        if (llvm::Error e = runLogged(args, file(tag + ".log")))
-          return fail(llvm::toString(std::move(e)));
-        llvm::Expected<std::string> text = readFile(profilePath);
-        if (!text)
-          return fail(llvm::toString(text.takeError()));
-        llvm::Expected<calibration::KernelSamples> samples =
-            calibration::parseProfile(*text);
-        if (!samples)
-          return fail(profilePath + ": " + llvm::toString(samples.takeError()));
-        llvm::Expected<std::vector<double>> times =
-            calibration::parseStepTimes(*text);
-        if (!times)
-          return fail(profilePath + ": " + llvm::toString(times.takeError()));
-        c.runs[k].push_back(std::move(*samples));
-        c.profiledSteps[k] = int64_t(times->size());
-        c.stepTimes[k].insert(c.stepTimes[k].end(), times->begin(),
-                              times->end());
-      }
-      if (n < 2)
-        continue;
-      std::cout << llvm::formatv("braid: calibrating {0} ranks: all-reduce, "
-                                 "all-gather, reduce-scatter{1}  [{2:f1} s]",
-                                 n, roundTag, elapsed())
-                       .str()
-                << std::endl;
-      std::string benchPath =
-          file("collectives-" + std::to_string(n) + ".json");
-      std::vector<std::string> args = mpi;
-      args.insert(args.end(), {std::string(runner),
-                               file("mid-" + std::to_string(n) + ".plan"),
-                               "--bench-collectives", benchPath});
-      if (llvm::Error e = runLogged(
-              args, file("collectives-" + std::to_string(n) + ".log")))
-        return fail(llvm::toString(std::move(e)));
-      llvm::Expected<std::string> text = readFile(benchPath);
-      if (!text)
-        return fail(llvm::toString(text.takeError()));
-      auto bench = calibration::parseAllReduceBench(*text);
-      if (!bench)
-        return fail(benchPath + ": " + llvm::toString(bench.takeError()));
-      c.benchRanks = bench->first;
-      c.benches.push_back(std::move(bench->second));
-    }
+  MpiCalibrationRunner runs(
+      [&](const spec::JobSpec &job) { return compileJob(job, context); },
+      *mpirun, std::string(runner), work, elapsed);
 
-  for (RankCalibration &c : measured) {
-    const int64_t n = c.ranks;
-    for (int k = 0; k < kCalibrationModelCount; ++k)
-      c.samples[k] = calibration::medianRun(c.runs[k]);
-    c.rates = calibration::fitKernelRates(c.samples[0], c.samples[1]);
-    // The calls of every run; but in the tensor-parallel and pipeline runs
-    // GRAD_NORM's all-reduce over the stages or shards waits for them (for
-    // the last stage's backward), which is no time of its own calls.
-    std::vector<calibration::KernelSamples> calls;
-    for (int k = 0; k < kCalibrationModelCount; ++k) {
-      if (c.stepTimes[k].empty())
-        continue;
-      calls.push_back(c.samples[k]);
-      if (kCalibrationModels[k].tp > 1 || kCalibrationModels[k].pp > 1)
-        calls.back().erase("GRAD_NORM");
-    }
-    std::vector<const calibration::KernelSamples *> runs;
-    for (const calibration::KernelSamples &run : calls)
-      runs.push_back(&run);
-    calibration::addCallTimes(c.rates, runs);
-    if (c.rates.empty())
-      return fail("the profiles of " + std::to_string(n) +
-                  " ranks hold no kernel to fit a rate to");
-    if (c.benches.empty())
-      continue;
-    auto bench = calibration::medianBench(c.benches);
-    if (!bench)
-      return fail("the all-reduce times of " + std::to_string(n) +
-                  " ranks: " + llvm::toString(bench.takeError()));
-    llvm::Expected<spec::LinkClass> link =
-        calibration::fitAllReduceLink(c.benchRanks, *bench);
-    if (!link)
-      return fail("fitting the link of " + std::to_string(n) +
-                  " ranks: " + llvm::toString(link.takeError()));
-    c.link = *link;
-    c.linkSizes = bench->size();
-  }
+  // The data: the corpus as bytes, as braid train tokenizes data.corpus.
+  data::PreprocessOptions prep;
+  prep.inputs = {corpus};
+  prep.outputPrefix = runs.file("data");
+  prep.appendEod = true;
+  if (absl::Status s = data::Preprocess(prep); !s.ok())
+    return fail("tokenizing " + corpus + ": " + std::string(s.message()));
 
-  // The cluster: one node of as many devices (ranks) as the most measured;
-  // the peaks are the best rates of the fewest ranks (the least sharing).
-  const RankCalibration &fewest = measured.front();
-  const RankCalibration &most = measured.back();
-  spec::Cluster cluster;
-  cluster.set_name("local-cpu");
-  cluster.set_nodes(1);
-  cluster.set_devices_per_node(most.ranks);
-  cluster.set_memory_bytes(machineMemoryBytes() / most.ranks);
-  double bestFlops = 0, bestBytes = 0, overhead = 0;
-  for (const spec::KernelRate &r : fewest.rates) {
-    if (r.kernel() == "default") {
-      overhead = r.overhead_s();
-      continue;
-    }
-    bestFlops = std::max(bestFlops, r.flops_per_s());
-    bestBytes = std::max(bestBytes, r.bytes_per_s());
-  }
-  cluster.set_peak_flops_fp32(bestFlops);
-  // The CPU kernels compute in float32 whatever the plan's dtype.
-  cluster.set_peak_flops_bf16(bestFlops);
-  cluster.set_memory_bandwidth(bestBytes);
-  // The peaks are measured kernel rates already, not data-sheet numbers.
-  cluster.set_matmul_efficiency(1);
-  cluster.set_vector_efficiency(1);
-  cluster.set_kernel_overhead_s(overhead);
-  if (most.link)
-    *cluster.mutable_intra_node() = *most.link;
-  else
+  // The models compiled, the runs made round by round, the rates, links and
+  // waits fitted (compiler/Calibrate.h).
+  options.cores = std::max<int64_t>(std::thread::hardware_concurrency(), 1);
+  options.memoryBytes = machineMemoryBytes();
+  start = std::chrono::steady_clock::now();
+  llvm::Expected<std::vector<calibration::RankCalibration>> measured =
+      calibration::measure(options, runs);
+  if (!measured)
+    return fail(llvm::toString(measured.takeError()));
+  if (llvm::Error e = calibration::fitRates(*measured))
+    return fail(llvm::toString(std::move(e)));
+  if (!measured->back().link)
     std::cout << "braid: note: no rank count above 1 (--ranks), so no link "
                  "was measured: the file prices communication as free"
               << std::endl;
-  for (const RankCalibration &c : measured) {
-    spec::Calibration *cal = cluster.add_calibrations();
-    cal->set_ranks_per_node(c.ranks);
-    cal->set_threads_per_rank(c.threads);
-    cal->set_cores(cores);
-    for (const spec::KernelRate &r : c.rates)
-      *cal->add_kernels() = r;
-    if (c.link)
-      *cal->mutable_intra_node() = *c.link;
-    // The least of the models' (their data feeds differ little; the larger
-    // models' collectives wait longer for the slowest rank).
-    double stepOverhead = std::numeric_limits<double>::infinity();
-    for (int k = 0; k < kCalibrationModelCount; ++k)
-      if (!c.stepTimes[k].empty())
-        stepOverhead =
-            std::min(stepOverhead,
-                     calibration::fitStepOverhead(c.samples[k], c.stepTimes[k],
-                                                  double(c.profiledSteps[k])));
-    cal->set_step_overhead_s(stepOverhead);
-  }
-  // The collectives' waits, per call and per second of compute since their
-  // group met: the tensor-parallel run's steps (many collectives, short
-  // gaps) and the data-parallel runs' (few, after a whole backward) against
-  // their priced steps on this very cluster (both waits still 0).
-  for (size_t i = 0; i < measured.size(); ++i) {
-    const RankCalibration &c = measured[i];
-    std::vector<calibration::WaitRun> runs;
-    for (int k = 0; k < kCalibrationModelCount; ++k) {
-      if (c.stepTimes[k].empty() || k == kPipelineModel || c.ranks < 2)
-        continue;
-      llvm::Expected<StepPrediction> priced = predictStep(c.plans[k], cluster);
-      if (!priced)
-        return fail(
-            "pricing the " + std::string(kCalibrationModels[k].name) +
-            " calibration model: " + llvm::toString(priced.takeError()));
-      runs.push_back({median(c.stepTimes[k]), priced->stepTime,
-                      priced->collectivePeers, priced->collectiveGaps});
-    }
-    calibration::CollectiveWaits waits = calibration::fitCollectiveWaits(runs);
-    cluster.mutable_calibrations(int(i))->set_collective_wait_s(waits.wait);
-    cluster.mutable_calibrations(int(i))->set_collective_gap_share(
-        waits.gapShare);
-  }
-  // A waiting rank's share of a core: the pipeline run's measured step
-  // against its priced step as the share moves (after the collectives'
-  // wait, which its data-parallel all-reduce pays).
-  for (size_t i = 0; i < measured.size(); ++i) {
-    const RankCalibration &c = measured[i];
-    if (c.stepTimes[kPipelineModel].empty())
-      continue;
-    spec::Calibration *cal = cluster.mutable_calibrations(int(i));
-    llvm::Expected<double> share = calibration::fitWaitingShare(
-        [&](double s) -> llvm::Expected<double> {
-          cal->set_waiting_core_share(s);
-          llvm::Expected<StepPrediction> priced =
-              predictStep(c.plans[kPipelineModel], cluster);
-          if (!priced)
-            return priced.takeError();
-          return priced->stepTime;
-        },
-        median(c.stepTimes[kPipelineModel]));
-    if (!share)
-      return fail("pricing the pipeline calibration model: " +
-                  llvm::toString(share.takeError()));
-    cal->set_waiting_core_share(*share);
-  }
-
-  std::string text;
-  if (!google::protobuf::TextFormat::PrintToString(cluster, &text))
-    return fail("cannot print the cluster description");
+  llvm::Expected<spec::Cluster> cluster =
+      calibration::fitCluster(*measured, options);
+  if (!cluster)
+    return fail(llvm::toString(cluster.takeError()));
+  llvm::Expected<std::string> text =
+      calibration::clusterFileText(*cluster, options);
+  if (!text)
+    return fail(llvm::toString(text.takeError()));
   {
     std::error_code ec;
     llvm::raw_fd_ostream os(outPath, ec, llvm::sys::fs::OF_Text);
     if (ec)
       return fail("cannot write " + outPath + ": " + ec.message());
-    os << "# This machine's CPU ranks as `braid calibrate --ranks "
-       << llvm::join(
-              llvm::map_range(rankCounts,
-                              [](int64_t n) { return std::to_string(n); }),
-              ",")
-       << " --steps " << steps
-       << (repeats > 1 ? " --repeats " + std::to_string(repeats) : "")
-       << "` measured them\n# (frontends/spec/cluster.proto; braidc --cluster "
-          "FILE reads it).\n"
-       << text;
+    os << *text;
     os.close();
     if (os.has_error()) {
       std::string message = os.error().message();
@@ -841,70 +417,14 @@ int calibrate(int argc, char **argv) {
     return fail("the file written does not load: " +
                 llvm::toString(loaded.takeError()));
   llvm::raw_ostream &os = llvm::outs();
-  for (const RankCalibration &c : measured) {
-    os << llvm::formatv("\n{0} rank{1} x {2} thread{3}\n", c.ranks,
-                        c.ranks == 1 ? "" : "s", c.threads,
-                        c.threads == 1 ? "" : "s");
-    os << llvm::formatv("  {0,-22} {1,-26} {2,12} {3,14}\n", "kernel", "rate",
-                        "overhead", "mid s/step");
-    double measuredSteps = double(std::max<int64_t>(c.profiledSteps[1], 1));
-    for (const spec::KernelRate &r : c.rates) {
-      auto it = c.samples[1].find(r.kernel());
-      std::string perStep =
-          it == c.samples[1].end()
-              ? std::string("")
-              : llvm::formatv("{0:f5}", it->second.seconds / measuredSteps)
-                    .str();
-      os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us {3,14}\n",
-                          r.kernel(), formatRate(r), r.overhead_s() * 1e6,
-                          perStep);
-    }
-    if (c.link)
-      os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us   (all-reduce, {3} "
-                          "sizes)\n",
-                          "link", llvm::formatv("{0:f3} GB/s", c.link->bandwidth() / 1e9).str(),
-                          c.link->latency() * 1e6, c.linkSizes);
-    if (double wait =
-            loaded->calibrations(int(&c - measured.data())).collective_wait_s();
-        wait > 0)
-      os << llvm::formatv("  {0,-22} {1,-26} {2,9:f2} us   (per collective "
-                          "in a step and peer in its group)\n",
-                          "collective wait", "", wait * 1e6);
-    if (double share = loaded->calibrations(int(&c - measured.data()))
-                           .collective_gap_share();
-        share > 0)
-      os << llvm::formatv("  {0,-22} {1,-26:f3}      (of the compute since "
-                          "the group met)\n",
-                          "collective gap wait", share);
-    if (c.ranks > 1 && !c.stepTimes[kPipelineModel].empty())
-      os << llvm::formatv(
-          "  {0,-22} {1,-26:f2}      (of a core, as a share "
-          "of a computing rank's)\n",
-          "waiting rank's core",
-          loaded->calibrations(int(&c - measured.data())).waiting_core_share());
-    for (int k = 0; k < kCalibrationModelCount; ++k) {
-      if (c.stepTimes[k].empty())
-        continue;
-      llvm::Expected<StepPrediction> predicted =
-          predictStep(c.plans[k], *loaded);
-      if (!predicted)
-        return fail(std::string("predicting the ") +
-                    kCalibrationModels[k].name + " model's step: " +
-                    llvm::toString(predicted.takeError()));
-      double step = median(c.stepTimes[k]);
-      os << llvm::formatv("  step of the {0,-9} model: measured {1:f4} s, "
-                          "predicted {2:f4} s ({3:+f1} %)\n",
-                          kCalibrationModels[k].name, step,
-                          predicted->stepTime,
-                          step > 0 ? 100 * (predicted->stepTime - step) / step
-                                   : 0.0);
-    }
-  }
+  if (llvm::Error e = calibration::printSummary(os, *measured, *loaded))
+    return fail(llvm::toString(std::move(e)));
   os << llvm::formatv("\nbraid: wrote {0} (local-cpu: {1} devices of {2:f1} "
                       "GiB, {3:f1} GFLOP/s, {4:f1} GB/s) in {5:f1} s\n",
-                      outPath, most.ranks,
-                      double(cluster.memory_bytes()) / (1 << 30),
-                      bestFlops / 1e9, bestBytes / 1e9, elapsed());
+                      outPath, measured->back().ranks,
+                      double(cluster->memory_bytes()) / (1 << 30),
+                      cluster->peak_flops_fp32() / 1e9,
+                      cluster->memory_bandwidth() / 1e9, elapsed());
   return 0;
 }
 

@@ -137,3 +137,102 @@ func.func @forward(%tokens: tensor<2x16xi32> {model.input = "tokens"},
 // Tests F1: a declaration of @forward (no body) is not a forward graph.
 // expected-error @+1 {{with a body; found @forward without a body}}
 func.func private @forward(tensor<2x8xi32> {model.input = "tokens"}, tensor<2x8xi32> {model.input = "targets"}) -> tensor<f32>
+
+// -----
+
+// Tests F1: an op other than a function or a mesh at the top of the module.
+// expected-error @below {{the forward module may hold only model.mesh and func.func @forward, found test.global}}
+"test.global"() : () -> ()
+func.func @forward(%tokens: tensor<2x16xi32> {model.input = "tokens"},
+                   %targets: tensor<2x16xi32> {model.input = "targets"},
+                   %wte: tensor<512x64xf32> {model.param = "wte"}) -> tensor<f32> {
+  %e = model.embedding %wte[%tokens] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %loss = model.cross_entropy %e, %targets ignore_index = -100 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests F1: a module of a mesh only.
+// expected-error @below {{the forward module has no func.func @forward}}
+module {
+  model.mesh @mesh axes = ["dp"] sizes = [1]
+}
+
+// -----
+
+// Tests F2: an argument that is neither a parameter nor an input.
+// expected-error @below {{argument 2 must carry exactly one of model.param and model.input}}
+func.func @forward(%tokens: tensor<2x16xi32> {model.input = "tokens"},
+                   %targets: tensor<2x16xi32> {model.input = "targets"},
+                   %wte: tensor<512x64xf32>) -> tensor<f32> {
+  %e = model.embedding %wte[%tokens] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %loss = model.cross_entropy %e, %targets ignore_index = -100 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests F2: an argument that claims to be both.
+// expected-error @below {{argument 2 must carry exactly one of model.param and model.input}}
+func.func @forward(%tokens: tensor<2x16xi32> {model.input = "tokens"},
+                   %targets: tensor<2x16xi32> {model.input = "targets"},
+                   %wte: tensor<512x64xf32> {model.param = "wte", model.input = "lr"}) -> tensor<f32> {
+  %e = model.embedding %wte[%tokens] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %loss = model.cross_entropy %e, %targets ignore_index = -100 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests F2: parameter names are unique.
+// expected-error @below {{parameter "wte" is an argument more than once}}
+func.func @forward(%tokens: tensor<2x16xi32> {model.input = "tokens"},
+                   %targets: tensor<2x16xi32> {model.input = "targets"},
+                   %wte: tensor<512x64xf32> {model.param = "wte"},
+                   %head: tensor<512x64xf32> {model.param = "wte"}) -> tensor<f32> {
+  %e = model.embedding %wte[%tokens] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %logits = model.linear %e, %head transpose_w : (tensor<2x16x64xf32>, tensor<512x64xf32>) -> tensor<2x16x512xf32>
+  %loss = model.cross_entropy %logits, %targets ignore_index = -100 : (tensor<2x16x512xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests F2: one tokens input only.
+// expected-error @below {{more than one argument is the "tokens" input}}
+func.func @forward(%tokens: tensor<2x16xi32> {model.input = "tokens"},
+                   %more: tensor<2x16xi32> {model.input = "tokens"},
+                   %targets: tensor<2x16xi32> {model.input = "targets"},
+                   %wte: tensor<512x64xf32> {model.param = "wte"}) -> tensor<f32> {
+  %e = model.embedding %wte[%tokens] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %loss = model.cross_entropy %e, %targets ignore_index = -100 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests F2: the targets input is required.
+// expected-error @below {{@forward needs one "tokens" and one "targets" input}}
+func.func @forward(%tokens: tensor<2x16xi32> {model.input = "tokens"},
+                   %wte: tensor<512x64xf32> {model.param = "wte"}) -> tensor<f32> {
+  %e = model.embedding %wte[%tokens] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %loss = model.cross_entropy %e, %tokens ignore_index = -100 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests F4: layer indices follow program order from 0.
+func.func @forward(%tokens: tensor<2x16xi32> {model.input = "tokens"},
+                   %targets: tensor<2x16xi32> {model.input = "targets"},
+                   %wte: tensor<512x64xf32> {model.param = "wte"}) -> tensor<f32> {
+  %e = model.embedding %wte[%tokens] : (tensor<512x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  // expected-error @below {{layer index is 1 but layer 0 comes next in program order}}
+  %h = model.layer 1 (%e) : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  ^bb0(%x: tensor<2x16x64xf32>):
+    model.yield %x : tensor<2x16x64xf32>
+  }
+  %loss = model.cross_entropy %h, %targets ignore_index = -100 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -1,4 +1,4 @@
-// RUN: braid-opt %s --plan-memory --plan-verify -split-input-file | FileCheck %s
+// RUN: braid-opt %s --plan-memory --plan-verify -split-input-file -verify-diagnostics | FileCheck %s
 
 // Tests that last_micro_step, a copy of micro_step with a reduce-scatter
 // started in it, is placed as micro_step's alternative: its kernels take
@@ -121,3 +121,97 @@ plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backwar
 // CHECK-NEXT: plan.buffer @x : {{.*}} offset = 64
 // CHECK-NEXT: plan.buffer @tw : {{.*}} offset = 64
 // CHECK-NEXT: plan.buffer @tb : {{.*}} offset = 64
+
+// -----
+
+// Tests the placement of one function's buffers: the parameter and the
+// named loss live for the whole program and come first, one after the
+// other at 64-byte alignment; each other buffer lives from its first
+// kernel to its last and takes the first free space. b cannot share a's
+// bytes (k1 reads a and writes b), nor c b's (k2); c reuses a's, dead since
+// k1. The module's arena is the top.
+// CHECK-LABEL: module attributes {plan.arena_bytes = 256 : i64}
+// CHECK-NEXT: plan.buffer @p : {{.*}} offset = 0
+// CHECK-NEXT: plan.buffer @a : {{.*}} offset = 128
+// CHECK-NEXT: plan.buffer @b : {{.*}} offset = 192
+// CHECK-NEXT: plan.buffer @c : {{.*}} offset = 128
+// CHECK-NEXT: plan.buffer @l : {{.*}} offset = 64
+plan.buffer @p : tensor<16xf32> role = "parameter" name = "w"
+plan.buffer @a : tensor<4xf32> role = "activation"
+plan.buffer @b : tensor<4xf32> role = "activation"
+plan.buffer @c : tensor<4xf32> role = "activation"
+plan.buffer @l : tensor<f32> role = "activation" name = "loss"
+plan.func @micro_step {
+  plan.kernel "ZERO" [] -> [@a] {} {provenance = "k0"}
+  plan.kernel "ADD" [@a, @p] -> [@b] {} {provenance = "k1"}
+  plan.kernel "ADD" [@b, @b] -> [@c] {} {provenance = "k2"}
+  plan.kernel "COPY" [@c] -> [@l] {} {provenance = "k3"}
+}
+
+// -----
+
+// Tests views: they take no space of their own but lie view_offset bytes
+// into their bucket.
+// CHECK-LABEL: module attributes {plan.arena_bytes = 192 : i64}
+// CHECK-NEXT: plan.buffer @B : {{.*}} offset = 0
+// CHECK-NEXT: plan.buffer @p0 : {{.*}} view_of = @B view_offset = 0 offset = 0
+// CHECK-NEXT: plan.buffer @p1 : {{.*}} view_of = @B view_offset = 64 offset = 64
+// CHECK-NEXT: plan.buffer @t : {{.*}} offset = 128
+plan.buffer @B : tensor<32xf32> role = "bucket"
+plan.buffer @p0 : tensor<8xf32> role = "parameter" name = "w0" view_of = @B view_offset = 0
+plan.buffer @p1 : tensor<16xf32> role = "parameter" name = "w1" view_of = @B view_offset = 64
+plan.buffer @t : tensor<4xf32> role = "activation"
+plan.func @micro_step {
+  plan.kernel "ADD" [@p0, @p0] -> [@t] {} {provenance = "k0"}
+}
+
+// -----
+
+// Tests pipeline stages: each stage's buffers get an arena of their own,
+// named on its plan.stage; the module's is the largest. A slotted buffer
+// takes one copy per slot (x0: 2 x 64 bytes) for the whole step.
+// CHECK-LABEL: module attributes {plan.arena_bytes = 192 : i64}
+// CHECK-NEXT: plan.buffer @x0 : {{.*}} stage = 0 slots = 2 offset = 0
+// CHECK-NEXT: plan.buffer @t0 : {{.*}} stage = 0 offset = 128
+// CHECK-NEXT: plan.buffer @x1 : {{.*}} stage = 1 slots = 1 offset = 0
+// CHECK: plan.stage 0 {{{.*}}plan.arena_bytes = 192 : i64
+// CHECK: plan.stage 1 {{{.*}}plan.arena_bytes = 64 : i64
+plan.buffer @x0 : tensor<16xf32> role = "activation" stage = 0 slots = 2
+plan.buffer @t0 : tensor<16xf32> role = "activation" stage = 0
+plan.buffer @x1 : tensor<4xf32> role = "activation" stage = 1 slots = 1
+plan.func @f0 {
+  plan.kernel "ZERO" [] -> [@x0] {} {provenance = "f0"}
+  plan.kernel "ADD" [@x0, @x0] -> [@t0] {} {provenance = "f0 temp"}
+}
+plan.func @b0 {
+  plan.kernel "ADD" [@x0, @x0] -> [@x0] {} {provenance = "b0"}
+}
+plan.func @f1 {
+  plan.kernel "ZERO" [] -> [@x1] {} {provenance = "f1"}
+}
+plan.func @b1 {
+  plan.kernel "ADD" [@x1, @x1] -> [@x1] {} {provenance = "b1"}
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f0, backward = @b0, slots = 2 : i64, schedule = ["F0:0", "F1:1", "B0:0", "B1:1"]}
+plan.stage 1 {first_layer = 1 : i64, num_layers = 1 : i64, forward = @f1, backward = @b1, slots = 1 : i64, schedule = ["F0:0", "B0:0", "F1:0", "B1:0"]}
+
+// -----
+
+// Tests a view of a buffer that is not a bucket or a temporary.
+plan.buffer @w : tensor<8xf32> role = "parameter" name = "w"
+// expected-error @below {{'plan.buffer' op is a view of @w, which is not a bucket (or temporary) of its stage it fits in}}
+plan.buffer @v : tensor<4xf32> role = "gradient" name = "v" view_of = @w view_offset = 0
+
+// -----
+
+// Tests a view past its bucket's end (16 + 32 bytes into 32).
+plan.buffer @B : tensor<8xf32> role = "bucket"
+// expected-error @below {{'plan.buffer' op is a view of @B, which is not a bucket (or temporary) of its stage it fits in}}
+plan.buffer @v : tensor<8xf32> role = "gradient" name = "v" view_of = @B view_offset = 16
+
+// -----
+
+// Tests a view of another stage's bucket.
+plan.buffer @B : tensor<8xf32> role = "bucket" stage = 0
+// expected-error @below {{'plan.buffer' op is a view of @B, which is not a bucket (or temporary) of its stage it fits in}}
+plan.buffer @v : tensor<8xf32> role = "gradient" name = "v" stage = 1 view_of = @B view_offset = 0

@@ -1,12 +1,42 @@
-// RUN: braid-opt %s --plan-overlap-param-gather=micro-batches=2 | FileCheck %s
-// RUN: braid-opt %s --plan-overlap-param-gather=micro-batches=0 | FileCheck %s --check-prefix=UNKNOWN
-// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 1 --global-batch-size 2 --compile-to=plan | FileCheck %s --check-prefix=ONE
-// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 2 --global-batch-size 4 --overlap-param-gather=false --compile-to=plan | FileCheck %s --check-prefix=OFF
-// RUN: braidc --preset tiny-llama --seq-len 8 --pp 2 --dp 2 --zero 1 --global-batch-size 8 --compile-to=plan | FileCheck %s --check-prefix=PIPE
-// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 1 --global-batch-size 8 --emit=plan -o %t.on.plan --report=- | python3 -c "import json, sys; print(json.load(sys.stdin)['communication_bytes_per_step'])" > %t.on
-// RUN: braidc --preset tiny-llama --seq-len 8 --dp 2 --zero 1 --global-batch-size 8 --overlap-param-gather=false --emit=plan -o %t.off.plan --report=- | python3 -c "import json, sys; print(json.load(sys.stdin)['communication_bytes_per_step'])" > %t.off
-// RUN: diff %t.on %t.off
+// RUN: split-file %s %t
+// RUN: braid-opt %t/buckets.mlir --plan-overlap-param-gather=micro-batches=2 | FileCheck %s
+// RUN: braid-opt %t/buckets.mlir --plan-overlap-param-gather=micro-batches=0 | FileCheck %s --check-prefix=UNKNOWN
+// RUN: braid-opt %t/buckets.mlir --plan-overlap-param-gather="micro-batches=2 enabled=false" | FileCheck %s --check-prefix=DISABLED
+// RUN: braid-opt %t/one-micro-batch.mlir --plan-overlap-param-gather=micro-batches=1 | FileCheck %s --check-prefix=ONE
+// RUN: braid-opt %t/stages.mlir --plan-overlap-param-gather=micro-batches=2 | FileCheck %s --check-prefix=STAGES
 
+// The checks of buckets.mlir are beside it, below.
+
+// Tests enabled = false: the plan is left as it is.
+// DISABLED-NOT: first_micro_step
+// DISABLED-NOT: gather_params
+// DISABLED: plan.func @update {
+// DISABLED-NEXT: plan.kernel "ALL_GATHER" [@B]
+
+// Tests one micro-batch a step: its function is last_micro_step
+// (plan-overlap-grad-reduce's copy), which first_micro_step copies.
+// ONE-LABEL: plan.func @last_micro_step {
+// ONE-NEXT: plan.kernel "ADD" [@p0, @p0] -> [@x] {} {provenance = "k0"}
+// ONE-NEXT: plan.kernel "WAIT" [@g] -> []
+// ONE-NEXT: {{^ *[}]$}}
+// ONE-NEXT: plan.func @first_micro_step {
+// ONE-NEXT: plan.kernel "ALL_GATHER" [@A] -> [@A] {async = 1 : i64, dim = 0 : i64}
+// ONE-NEXT: plan.kernel "WAIT" [@A] -> []
+// ONE-NEXT: plan.kernel "ADD" [@p0, @p0] -> [@x] {} {provenance = "k0"}
+// ONE-NEXT: plan.kernel "WAIT" [@g] -> []
+// ONE-NEXT: {{^ *[}]$}}
+// ONE-NEXT: plan.func @update {
+// ONE-NEXT: {{^ *[}]$}}
+// ONE-NEXT: plan.func @gather_params {
+// ONE-NEXT: plan.kernel "ALL_GATHER" [@A] -> [@A] {dim = 0 : i64}
+
+// Tests a pipeline (plan.stage): the pass does nothing.
+// STAGES-NOT: first_micro_step
+// STAGES-NOT: gather_params
+// STAGES: plan.func @u {
+// STAGES-NEXT: plan.kernel "ALL_GATHER" [@A]
+
+//--- buckets.mlir
 // Tests two flat buckets of parameters, B (views p1, p2) used by the
 // micro-step's second kernel, A (view p0) by its first: the gathers move
 // out of update into first_micro_step, a copy of micro_step, started at its
@@ -37,8 +67,6 @@ plan.func @update {
   plan.kernel "ALL_GATHER" [@D] -> [@D] {dim = 0 : i64} {group = ["dp"], provenance = "gather D"}
   plan.kernel "COPY" [@p3] -> [@x] {} {provenance = "reads C"}
 }
-// The report counts each collective once per step either way (the diff
-// above): first_micro_step's gathers once, gather_params' never.
 // CHECK-LABEL: plan.func @micro_step {
 // CHECK-NEXT: plan.kernel "ADD" [@p0, @p0] -> [@x] {} {provenance = "k0"}
 // CHECK-LABEL: plan.func @first_micro_step {
@@ -63,31 +91,32 @@ plan.func @update {
 // UNKNOWN-NOT: first_micro_step
 // UNKNOWN-NOT: gather_params
 
-// tiny-llama, ZeRO-1 over dp 2 with one micro-batch a rank: that
-// micro-batch runs first_micro_step, a copy of last_micro_step, so it both
-// gathers the parameters (the default 25 MB: two buckets) before their
-// first use and starts the gradients' reduce-scatters; update gathers
-// nothing; gather_params gathers both.
-// ONE-LABEL: plan.func @first_micro_step {
-// ONE-NEXT: plan.kernel "ALL_GATHER" [@[[M:b[0-9]+]]] -> [@[[M]]] {async = 1 : i64, dim = 0 : i64} {group = ["dp"]
-// ONE-NEXT: plan.kernel "ALL_GATHER" [@[[N:b[0-9]+]]] -> [@[[N]]] {async = 1 : i64, dim = 0 : i64} {group = ["dp"]
-// ONE-NEXT: plan.kernel "WAIT" [@[[M]]] -> []
-// ONE-NEXT: plan.kernel "EMBEDDING"
-// ONE-NEXT: plan.kernel "WAIT" [@[[N]]] -> []
-// ONE-NEXT: plan.kernel "RMS_NORM"
-// ONE: plan.kernel "REDUCE_SCATTER" {{.*}} {async = 1 : i64
-// ONE-LABEL: plan.func @update {
-// ONE-NOT: ALL_GATHER
-// ONE: plan.func @gather_params {
-// ONE-NEXT: plan.kernel "ALL_GATHER" [@[[M]]] -> [@[[M]]] {dim = 0 : i64} {group = ["dp"]
-// ONE-NEXT: plan.kernel "ALL_GATHER" [@[[N]]] -> [@[[N]]] {dim = 0 : i64} {group = ["dp"]
+//--- one-micro-batch.mlir
+plan.buffer @A : tensor<8xf32> role = "bucket"
+plan.buffer @p0 : tensor<8xf32> role = "parameter" name = "w0" view_of = @A view_offset = 0
+plan.buffer @g : tensor<8xf32> role = "gradient" name = "w1"
+plan.buffer @x : tensor<8xf32> role = "activation"
+plan.func @micro_step {
+  plan.kernel "ADD" [@p0, @p0] -> [@x] {} {provenance = "k0"}
+}
+plan.func @last_micro_step {
+  plan.kernel "ADD" [@p0, @p0] -> [@x] {} {provenance = "k0"}
+  plan.kernel "WAIT" [@g] -> [] {} {provenance = "an earlier sum: done"}
+}
+plan.func @update {
+  plan.kernel "ALL_GATHER" [@A] -> [@A] {dim = 0 : i64} {group = ["dp"], provenance = "gather A"}
+}
 
-// OFF-NOT: first_micro_step
-// OFF-LABEL: plan.func @update {
-// OFF: plan.kernel "ALL_GATHER"
-// OFF-NOT: gather_params
-
-// PIPE-NOT: first_micro_step
-// PIPE-NOT: gather_params
-// PIPE: plan.func @stage0_update {
-// PIPE: plan.kernel "ALL_GATHER"
+//--- stages.mlir
+plan.buffer @A : tensor<8xf32> role = "bucket" stage = 0
+plan.buffer @p0 : tensor<8xf32> role = "parameter" name = "w0" stage = 0 view_of = @A view_offset = 0
+plan.buffer @x : tensor<8xf32> role = "activation" stage = 0
+plan.func @f {
+  plan.kernel "ADD" [@p0, @p0] -> [@x] {} {provenance = "k0"}
+}
+plan.func @b {
+}
+plan.func @u {
+  plan.kernel "ALL_GATHER" [@A] -> [@A] {dim = 0 : i64} {group = ["dp"], provenance = "gather A"}
+}
+plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f, backward = @b, update = @u, slots = 1 : i64, schedule = ["F0:0", "B0:0"]}
