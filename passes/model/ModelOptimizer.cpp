@@ -49,6 +49,11 @@ void ModelOptimizerPass::runOnOperation() {
                    "parameter before model-optimizer");
     return signalPassFailure();
   }
+  if (params.empty()) {
+    func.emitError("@train_step has no parameters (arguments marked "
+                   "model.param): there is nothing to optimize");
+    return signalPassFailure();
+  }
   SmallVector<Value> grads(ret.getOperands().drop_front());
 
   OpBuilder b(func.getContext());

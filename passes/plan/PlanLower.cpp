@@ -321,7 +321,8 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     }
     return success();
   }
-  if (!isa<model::ModelDialect>(op->getDialect()))
+  // An op of an unregistered dialect has none.
+  if (!op->getDialect() || !isa<model::ModelDialect>(op->getDialect()))
     return op->emitOpError("cannot be lowered to a plan kernel");
   if (auto reduce = dyn_cast<model::AllReduceOp>(op)) {
     // A step reduction sums the accumulated gradient buffers in place.

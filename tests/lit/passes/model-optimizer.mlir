@@ -81,3 +81,12 @@ func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"},
     -> (tensor<f32>, tensor<4x2xf32> {model.grad = "w"}) {
   return %dl, %w : tensor<f32>, tensor<4x2xf32>
 }
+
+// -----
+
+// Tests a step without parameters: nothing to optimize.
+// expected-error @below {{@train_step has no parameters (arguments marked model.param): there is nothing to optimize}}
+func.func @train_step(%dl: tensor<f32> {model.input = "loss_grad"})
+    -> tensor<f32> {
+  return %dl : tensor<f32>
+}
