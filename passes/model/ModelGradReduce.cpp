@@ -23,8 +23,6 @@ using namespace braid::model;
 
 namespace {
 
-constexpr llvm::StringLiteral kMeshName = "mesh";
-constexpr llvm::StringLiteral kTp = "tp";
 
 struct ModelGradReducePass
     : public braid::model::impl::ModelGradReduceBase<ModelGradReducePass> {

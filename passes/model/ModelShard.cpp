@@ -35,8 +35,6 @@ using namespace braid::model;
 
 namespace {
 
-constexpr llvm::StringLiteral kMeshName = "mesh";
-constexpr llvm::StringLiteral kTp = "tp";
 
 struct ModelShardPass : public braid::model::impl::ModelShardBase<ModelShardPass> {
   using ModelShardBase::ModelShardBase;

@@ -8,6 +8,11 @@
 
 namespace braid::model {
 
+/// The mesh model-shard declares, and its tensor-parallel axis, which
+/// model-grad-reduce reads back.
+inline constexpr llvm::StringLiteral kMeshName = "mesh";
+inline constexpr llvm::StringLiteral kTp = "tp";
+
 #define GEN_PASS_DECL
 #include "passes/model/Passes.h.inc"
 

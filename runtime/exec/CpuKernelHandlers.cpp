@@ -129,7 +129,6 @@ private:
 namespace {
 
 int64_t numel(const Buffer &b) { return plan::NumElements(b); }
-int64_t last(const Buffer &b) { return b.shape(b.shape_size() - 1); }
 int64_t dim(const Buffer &b, int i) { return b.shape(i); }
 /// The rows of a buffer of `cols` columns (0 columns: none).
 int64_t rowsOf(const Buffer &b, int64_t cols) {
@@ -332,7 +331,8 @@ absl::Status embedding(KernelCall<T> &c, bool forward) {
   // With a rank_axis the table is this rank's rows of the vocabulary; the
   // ids are global.
   const Buffer &table = forward ? c.in(0) : c.out(0);
-  int64_t local = dim(table, 0), hidden = last(table), rows = numel(c.in(1));
+  int64_t local = dim(table, 0), hidden = plan::LastDim(table),
+          rows = numel(c.in(1));
   if (absl::Status s = c.checkIds(1, c.globalVocab(local), false, 0); !s.ok())
     return s;
   if (c.inst.rank_axis().empty()) {
@@ -362,7 +362,7 @@ absl::Status positionEmbedding(KernelCall<T> &c, bool forward) {
   // table: start is 0, or with a rank_axis (sequence parallel) the rank's
   // coordinate x seq_start_stride (validated by the loader).
   const Buffer &rows = forward ? c.out(0) : c.in(0);
-  int64_t hidden = last(rows);
+  int64_t hidden = plan::LastDim(rows);
   int64_t start =
       c.inst.rank_axis().empty() ? 0 : c.sliceStart("seq_start_stride");
   if (forward)
@@ -403,7 +403,7 @@ template <typename T> absl::Status run_LINEAR_GRAD_WEIGHT(KernelCall<T> &c) {
 }
 
 template <typename T> absl::Status run_BIAS_GRAD(KernelCall<T> &c) {
-  int64_t outDim = last(c.in(0));
+  int64_t outDim = plan::LastDim(c.in(0));
   cpu::linearBackward<T>(nullptr, nullptr, c.x(0),
                          {rowsOf(c.in(0), outDim), 0, outDim, false}, nullptr,
                          nullptr, c.y(0));
@@ -413,7 +413,7 @@ template <typename T> absl::Status run_BIAS_GRAD(KernelCall<T> &c) {
 //===- Normalization and rotary embeddings --------------------------------===//
 
 template <typename T> absl::Status rmsNorm(KernelCall<T> &c, bool grad) {
-  int64_t d = last(c.in(0)), rows = rowsOf(c.in(0), d);
+  int64_t d = plan::LastDim(c.in(0)), rows = rowsOf(c.in(0), d);
   double eps = plan::DecodeNorm(c.inst).eps;
   std::vector<T> scratch;
   if (!grad) {
@@ -437,7 +437,7 @@ template <typename T> absl::Status run_RMS_NORM_GRAD(KernelCall<T> &c) {
 }
 
 template <typename T> absl::Status layerNorm(KernelCall<T> &c, bool grad) {
-  int64_t d = last(c.in(0)), rows = rowsOf(c.in(0), d);
+  int64_t d = plan::LastDim(c.in(0)), rows = rowsOf(c.in(0), d);
   double eps = plan::DecodeNorm(c.inst).eps;
   std::vector<T> scratch(2 * rows + numel(c.in(0)) + d, T(0));
   T *mean = scratch.data(), *rstd = mean + rows, *tmp = rstd + rows,
@@ -532,7 +532,7 @@ template <typename T> absl::Status run_QKV_CONCAT(KernelCall<T> &c) {
 
 template <typename T> absl::Status run_SWIGLU(KernelCall<T> &c) {
   if (c.inst.inputs_size() == 1) { // packed [gate | up]
-    int64_t f = last(c.out(0));
+    int64_t f = plan::LastDim(c.out(0));
     cpu::swigluPackedForward(c.x(0), rowsOf(c.out(0), f), f, c.y(0));
   } else {
     cpu::swigluForward(c.x(0), c.x(1), numel(c.in(0)), c.y(0));
@@ -542,7 +542,7 @@ template <typename T> absl::Status run_SWIGLU(KernelCall<T> &c) {
 
 template <typename T> absl::Status run_SWIGLU_GRAD(KernelCall<T> &c) {
   if (c.inst.inputs_size() == 2) { // packed [gate | up], dy
-    int64_t f = last(c.in(1));
+    int64_t f = plan::LastDim(c.in(1));
     cpu::swigluPackedBackward(c.x(0), c.x(1), rowsOf(c.in(1), f), f, c.y(0));
   } else {
     cpu::swigluBackward(c.x(0), c.x(1), c.x(2), numel(c.in(0)), c.y(0),
@@ -577,7 +577,7 @@ template <typename T> absl::Status run_DROPOUT(KernelCall<T> &c) {
 //===- Cross-entropy ------------------------------------------------------===//
 
 template <typename T> absl::Status crossEntropy(KernelCall<T> &c, bool grad) {
-  int64_t vocab = last(c.in(0)), rows = rowsOf(c.in(0), vocab);
+  int64_t vocab = plan::LastDim(c.in(0)), rows = rowsOf(c.in(0), vocab);
   int64_t ignore = plan::DecodeCrossEntropy(c.inst).ignoreIndex;
   if (c.inst.inputs_size() == 4) {
     // The gradient from a kept log-sum-exp: the forward's own, or for a
@@ -623,14 +623,14 @@ template <typename T> absl::Status run_CROSS_ENTROPY_GRAD(KernelCall<T> &c) {
 }
 
 template <typename T> absl::Status run_CROSS_ENTROPY_MAX(KernelCall<T> &c) {
-  int64_t vocab = last(c.in(0)), rows = rowsOf(c.in(0), vocab);
+  int64_t vocab = plan::LastDim(c.in(0)), rows = rowsOf(c.in(0), vocab);
   cpu::crossEntropyRowMax(c.x(0), rows, vocab, c.y(0));
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status run_CROSS_ENTROPY_PARTIAL(KernelCall<T> &c) {
-  int64_t vocab = last(c.in(0)), rows = rowsOf(c.in(0), vocab);
+  int64_t vocab = plan::LastDim(c.in(0)), rows = rowsOf(c.in(0), vocab);
   int64_t ignore = plan::DecodeCrossEntropy(c.inst).ignoreIndex;
   if (absl::Status s = c.checkIds(1, c.globalVocab(vocab), true, ignore);
       !s.ok())
