@@ -9,9 +9,9 @@ include "mlir/IR/Interfaces.td"
 def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
   let cppNamespace = "::braid::model";
   let description = [{
-    The forward cost of one `model` op, read by the planner and the compile
-    report. Costs count what the op does on its operand shapes as written
-    (on a sharded value: per shard).
+    The cost of one `model` op (a forward op or a gradient op alike), read
+    by the planner and the compile report. Costs count what the op does on
+    its operand shapes as written (on a sharded value: per shard).
 
     FLOPs are split in two: `matmul` FLOPs (2 per multiply-add of a matrix
     product, what tensor cores do, the numerator of MFU) and `vector` FLOPs
@@ -22,11 +22,11 @@ def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
     are the bytes the op must read and write at least once.
   }];
   let methods = [
-    InterfaceMethod<"FLOPs of matrix products in the forward pass",
+    InterfaceMethod<"FLOPs of the op's matrix products",
       "int64_t", "getMatmulFlops", (ins), "", [{ return 0; }]>,
-    InterfaceMethod<"Elementwise and reduction FLOPs in the forward pass",
+    InterfaceMethod<"The op's elementwise and reduction FLOPs",
       "int64_t", "getVectorFlops", (ins)>,
-    InterfaceMethod<"Bytes read and written at least once in the forward pass",
+    InterfaceMethod<"Bytes the op reads and writes at least once",
       "int64_t", "getBytesAccessed", (ins), "",
       [{ return ::braid::model::detail::defaultBytesAccessed($_op); }]>
   ];
