@@ -665,6 +665,34 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
     for (const auto &[buffer, bytes] : taken)
       if (absl::Status s = e.ReleaseBytes(buffer, /*written=*/true); !s.ok())
         return s;
+    // A stage's copy of a weight another stage updates (an embedding tied
+    // across pipeline stages: the last stage receives it after each update)
+    // has no holding here, but the first step's forward reads it: its
+    // values come from the checkpoint too.
+    std::set<int> held;
+    for (const Holding &h : *holdings)
+      held.insert(h.param);
+    for (int id = 0; id < plan.buffers_size(); ++id) {
+      const plan::Buffer &p = plan.buffers(id);
+      if (p.role() != plan::PARAMETER || p.name().empty() ||
+          p.block_of() > 0 || p.view_of() > 0 || held.count(id) ||
+          p.stage() != stageOf(plan, coords) || !params.count(p.name()))
+        continue;
+      std::vector<float> values(size_t(numel(p)));
+      int64_t c = p.has_shard() ? coordinate(plan.mesh(), coords,
+                                             p.shard().axis())
+                                : 0;
+      for (const plan::ShardRun &run : plan::ShardRuns(p, plan.mesh(), c))
+        if (absl::Status s = (*reader)->Read(p.name(), "param", run.global,
+                                             run.length,
+                                             values.data() + run.local);
+            !s.ok())
+          return s;
+      if (absl::Status s =
+              e.Write(id, std::vector<double>(values.begin(), values.end()));
+          !s.ok())
+        return s;
+    }
     state.step = m.step();
     state.consumedSamples = m.consumed_samples();
     state.plannedSteps = m.planned_steps();
