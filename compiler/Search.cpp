@@ -10,6 +10,7 @@
 #include "frontends/ParallelConfig.h"
 #include "frontends/TrainConfig.h"
 #include "passes/model/Partition.h"
+#include "runtime/common/Format.h"
 #include "runtime/plan/KernelRegistry.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -315,11 +316,13 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     const spec::ParallelSpec &p = all[i].parallel;
     bound[i] = persistentBytesPerParameter(p.zero(), p.dp()) *
                double(parameters) / double(p.tp() * p.pp());
+    // (Shown capped at 9e18 B, which an int64_t holds: past every device.)
     if (bound[i] > double(cluster.memory_bytes()))
-      all[i].rejected = llvm::formatv(
+      all[i].rejected =
           "out of memory: parameters, gradients and optimizer state alone "
-          "need at least {0:F0} B per device",
-          bound[i]);
+          "need at least " +
+          common::FormatBytes(int64_t(std::min(bound[i], 9e18))) +
+          " per device";
   }
   // The order of compiles: a rough estimate of each rung's step time, so
   // that a cap on compiles spends them on the likeliest winners.
@@ -427,10 +430,11 @@ braid::searchLayouts(const spec::JobSpec &job, const SearchOptions &options,
     c.mfu = *report.getNumber("mfu");
     c.feasible = false;
     if (e.peak > cluster.memory_bytes()) {
-      c.rejected = llvm::formatv("out of memory by {0:F3} GB ({1} B needed, "
-                                 "{2} B per device)",
-                                 (e.peak - cluster.memory_bytes()) / 1e9,
-                                 e.peak, cluster.memory_bytes());
+      c.rejected = llvm::formatv(
+          "out of memory by {0} ({1} needed, {2} per device)",
+          common::FormatBytes(e.peak - cluster.memory_bytes()),
+          common::FormatBytes(e.peak),
+          common::FormatBytes(cluster.memory_bytes()));
       return false;
     }
     c.rejected.clear();
@@ -780,7 +784,7 @@ std::string braid::candidateTable(const std::vector<Candidate> &candidates,
                                   int64_t top) {
   std::string out = llvm::formatv(
       "{0,-4} {1,-68} {2,12} {3,12} {4,10} {5,7} {6,14}  {7}\n", "#",
-      "layout", "step (ms)", "tokens/s", "TFLOP/s", "MFU", "peak (B)",
+      "layout", "step (ms)", "tokens/s", "TFLOP/s", "MFU", "peak",
       "compute (of it recompute) / exposed comm / bubble (ms)");
   int64_t shown = 0;
   for (const Candidate &c : candidates) {
@@ -799,7 +803,8 @@ std::string braid::candidateTable(const std::vector<Candidate> &candidates,
         "{0,-4} {1,-68} {2,12:F3} {3,12:F1} {4,10:F3} {5,7:P1} {6,14}  "
         "{7:F3} ({8:F3}) / {9:F3} / {10:F3}\n",
         shown, c.layout, 1e3 * c.prediction.stepTime, c.tokensPerS,
-        c.tflopsPerDevice, c.mfu, c.peakBytes, 1e3 * c.prediction.compute,
+        c.tflopsPerDevice, c.mfu, common::FormatBytes(c.peakBytes),
+        1e3 * c.prediction.compute,
         1e3 * c.prediction.recompute, 1e3 * exposed, 1e3 * c.prediction.bubble);
   }
   if (int64_t(candidates.size()) > shown)

@@ -11,6 +11,7 @@
 
 #include "frontends/HFConfig.h"
 #include "frontends/ModelConfig.h"
+#include "runtime/common/Format.h"
 #include "runtime/common/OutputFile.h"
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/Safetensors.h"
@@ -123,13 +124,13 @@ int inspect(const std::string &dir, bool verify) {
   int64_t total = 0;
   std::printf("%zu files:\n", size_t(m->files_size()));
   for (const ckpt::File &f : m->files()) {
-    std::printf("  %-24s rank %-4lld %12lld bytes  crc32 %s\n",
-                f.name().c_str(), (long long)f.rank(), (long long)f.bytes(),
+    std::printf("  %-24s rank %-4lld %12s  crc32 %s\n", f.name().c_str(),
+                (long long)f.rank(), common::FormatBytes(f.bytes()).c_str(),
                 f.crc32().c_str());
     total += f.bytes();
   }
-  std::printf("%zu tensors (%.1f MB in all files):\n",
-              size_t(m->tensors_size()), total / 1e6);
+  std::printf("%zu tensors (%s in all files):\n", size_t(m->tensors_size()),
+              common::FormatBytes(total).c_str());
   for (const ckpt::Tensor &t : m->tensors()) {
     std::map<std::string, int> pieces;
     for (const ckpt::Piece &p : t.pieces())

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/common/Format.h"
 #include "runtime/data/Preprocess.h"
 
 #include "absl/strings/numbers.h"
@@ -176,11 +177,12 @@ int preprocess(int argc, char **argv) {
 
   auto progress = [](const PreprocessProgress &p) {
     progressShown = true;
-    double mb = p.bytesRead / 1e6;
-    std::fprintf(stderr, "\r%llu docs, %llu tokens, %.1f MB, %.1f MB/s   ",
+    double rate = p.elapsedSeconds > 0 ? p.bytesRead / p.elapsedSeconds : 0;
+    std::fprintf(stderr, "\r%llu docs, %llu tokens, %s, %s/s   ",
                  static_cast<unsigned long long>(p.documents),
-                 static_cast<unsigned long long>(p.tokens), mb,
-                 p.elapsedSeconds > 0 ? mb / p.elapsedSeconds : 0.0);
+                 static_cast<unsigned long long>(p.tokens),
+                 braid::common::FormatBytes(int64_t(p.bytesRead)).c_str(),
+                 braid::common::FormatBytes(int64_t(rate)).c_str());
   };
   PreprocessSummary summary;
   if (absl::Status s = Preprocess(options, progress, &summary); !s.ok())
@@ -188,14 +190,15 @@ int preprocess(int argc, char **argv) {
   std::fprintf(stderr,
                "\ndocuments: %llu\nsequences: %llu\ntokens: %llu\n"
                "tokenizer: %s (vocabulary %lld)\ndtype: %s\n"
-               "read: %.2f MB in %.2f s\noutput: %s %s\n",
+               "read: %s in %.2f s\noutput: %s %s\n",
                static_cast<unsigned long long>(summary.documents),
                static_cast<unsigned long long>(summary.sequences),
                static_cast<unsigned long long>(summary.tokens),
                summary.tokenizer.c_str(),
                static_cast<long long>(summary.vocabSize),
                std::string(dtypeName(summary.dtype)).c_str(),
-               summary.bytesRead / 1e6, summary.elapsedSeconds,
+               braid::common::FormatBytes(int64_t(summary.bytesRead)).c_str(),
+               summary.elapsedSeconds,
                summary.binPath.c_str(), summary.idxPath.c_str());
   return 0;
 }

@@ -38,6 +38,7 @@
 #include "compiler/ScheduleView.h"
 #include "frontends/ModelBuilder.h"
 #include "frontends/Spec.h"
+#include "runtime/common/Format.h"
 #include "runtime/data/Preprocess.h"
 #include "runtime/exec/Devices.h"
 #include "runtime/exec/Trainer.h"
@@ -419,10 +420,10 @@ int calibrate(int argc, char **argv) {
   llvm::raw_ostream &os = llvm::outs();
   if (llvm::Error e = calibration::printSummary(os, *measured, *loaded))
     return fail(llvm::toString(std::move(e)));
-  os << llvm::formatv("\nbraid: wrote {0} (local-cpu: {1} devices of {2:f1} "
-                      "GiB, {3:f1} GFLOP/s, {4:f1} GB/s) in {5:f1} s\n",
+  os << llvm::formatv("\nbraid: wrote {0} (local-cpu: {1} devices of {2}, "
+                      "{3:f1} GFLOP/s, {4:f1} GB/s) in {5:f1} s\n",
                       outPath, measured->back().ranks,
-                      double(cluster->memory_bytes()) / (1 << 30),
+                      common::FormatBytes(cluster->memory_bytes()),
                       cluster->peak_flops_fp32() / 1e9,
                       cluster->memory_bandwidth() / 1e9, elapsed());
   return 0;
@@ -588,7 +589,8 @@ int main(int argc, char **argv) {
   if (!plan)
     return fail(llvm::toString(plan.takeError()));
   std::cout << "braid: " << config.source << ", " << plan->buffers_size()
-            << " buffers in a " << plan->arena_bytes() << "-byte arena"
+            << " buffers in a " << common::FormatBytes(plan->arena_bytes())
+            << " arena"
             << (plan->pipeline().stages_size() > 1 ? " (the largest stage's)"
                                                     : "")
             << std::endl;

@@ -14,6 +14,7 @@
 #include "frontends/ModelBuilder.h"
 #include "frontends/ParallelConfig.h"
 #include "frontends/Spec.h"
+#include "runtime/common/Format.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "google/protobuf/text_format.h"
@@ -367,27 +368,34 @@ int main(int argc, char **argv) {
         return !c.compiled && llvm::StringRef(c.rejected).starts_with(
                                   "not compiled: --auto compiles at most");
       });
+      // Sizes in binary units with the exact bytes beside them, as the
+      // cluster file's memory_bytes and a memory budget are written.
+      auto exact = [](int64_t bytes) {
+        return common::FormatBytes(bytes) + " (" + std::to_string(bytes) +
+               " B)";
+      };
       if (capped)
         return fail(llvm::formatv(
                         "none of the {0} layouts compiled (--max-compiles) "
-                        "fits {1} x {2} devices of {3} B; the least memory "
-                        "among them is {4} B per device ({5}): raise "
+                        "fits {1} x {2} devices of {3}; the least memory "
+                        "among them is {4} per device ({5}): raise "
                         "--max-compiles to try more of the {6} candidates",
                         compiled, cluster->nodes(), cluster->devices_per_node(),
-                        cluster->memory_bytes(), least->peakBytes,
+                        exact(cluster->memory_bytes()), exact(least->peakBytes),
                         least->layout, candidates->size())
                         .str());
       return fail(llvm::formatv(
-                      "no layout fits {0} x {1} devices of {2} B: the least "
-                      "memory any layout needs is {3} B per device ({4})",
+                      "no layout fits {0} x {1} devices of {2}: the least "
+                      "memory any layout needs is {3} per device ({4})",
                       cluster->nodes(), cluster->devices_per_node(),
-                      cluster->memory_bytes(), least->peakBytes, least->layout)
+                      exact(cluster->memory_bytes()), exact(least->peakBytes),
+                      least->layout)
                       .str());
     }
     const Candidate &best = candidates->front();
     os << "auto: " << best.layout << ", predicted "
        << llvm::formatv("{0:F4}", best.prediction.stepTime) << " s per step, "
-       << best.peakBytes << " B per device (of "
+       << common::FormatBytes(best.peakBytes) << " per device (of "
        << llvm::count_if(*candidates,
                          [](const Candidate &c) { return c.feasible; })
        << " layouts that fit, " << candidates->size() << " considered)\n";
@@ -411,7 +419,8 @@ int main(int argc, char **argv) {
       os << "estimates: " << checked
          << " of the best compiled whole; their peak differs from the "
             "proxies' estimate by at most "
-         << peakOff << " B" << worst << ", their step time by at most "
+         << common::FormatBytes(peakOff) << worst
+         << ", their step time by at most "
          << llvm::formatv("{0:P3}", stepOff) << "\n";
     *job->mutable_parallel() = best.parallel;
   }
