@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <sstream>
 
 namespace braid::data {
 namespace {
@@ -38,6 +39,14 @@ constexpr uint64_t kMaxStreamTokens = uint64_t(1) << 62;
 /// certainly a mistake (num_samples far larger than intended), and failing
 /// with a message beats being killed for memory on every rank at once.
 constexpr uint64_t kMaxIndexBytes = uint64_t(1) << 36;
+
+/// "[first, first + count)", computed in 128 bits so that a range asked for
+/// with a count near 2^64 prints what was asked.
+std::string rangeString(uint64_t first, uint64_t count) {
+  std::ostringstream os;
+  os << "[" << first << ", " << absl::uint128(first) + count << ")";
+  return os.str();
+}
 
 } // namespace
 
@@ -82,35 +91,63 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
         prefix, ": the dataset holds ", dtypeName(dataset->dtype()),
         " values, expected token ids (an integer dtype)"));
   const uint64_t L = static_cast<uint64_t>(options.seqLength);
-  const uint64_t T = dataset->numTokens();
-  if (T < L + 1)
+
+  // The document range, checked before first + count is formed so that it
+  // cannot wrap.
+  const uint64_t datasetDocuments = dataset->numDocuments();
+  const uint64_t first = options.firstDocument;
+  if (options.numDocuments &&
+      (first > datasetDocuments ||
+       *options.numDocuments > datasetDocuments - first))
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ": documents ", rangeString(first, *options.numDocuments),
+        " reach past the dataset's ", datasetDocuments, " documents"));
+  if (first > datasetDocuments)
     return absl::InvalidArgumentError(
-        absl::StrCat(prefix, ": the dataset has ", T,
-                     " tokens, fewer than the seq_length + "
-                     "1 = ",
-                     L + 1, " tokens of one sample"));
-  const uint64_t numDocuments = dataset->numDocuments();
-  if (numDocuments > std::numeric_limits<uint32_t>::max())
+        absl::StrCat(prefix, ": the document range starts at document ", first,
+                     ", past the dataset's ", datasetDocuments, " documents"));
+  const uint64_t numDocuments =
+      options.numDocuments ? *options.numDocuments : datasetDocuments - first;
+  const std::string range = rangeString(first, numDocuments);
+  // An empty dataset read whole is refused below for having no tokens.
+  if (numDocuments == 0 && (first != 0 || options.numDocuments))
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ": the document range ", range, " is empty"));
+  // DocumentOrder reports dataset ids as uint32.
+  if (first + numDocuments > std::numeric_limits<uint32_t>::max())
     return absl::ResourceExhaustedError(
-        absl::StrCat(prefix, ": the dataset has ", numDocuments,
-                     " documents, GptSamples supports up to 2^32 - 1"));
+        absl::StrCat(prefix, ": documents ", range,
+                     " end past 2^32 - 1, GptSamples numbers documents in "
+                     "32 bits"));
 
   GptSamples samples;
   samples.dataset_ = dataset;
   samples.options_ = options;
-  samples.tokensPerEpoch_ = T;
+  samples.firstDocument_ = first;
   const std::vector<int64_t> &documentIndex = dataset->documentIndex();
   samples.documentTokens_.resize(numDocuments);
+  uint64_t T = 0;
   for (uint64_t d = 0; d < numDocuments; ++d) {
     uint64_t tokens = 0;
-    for (int64_t s = documentIndex[d]; s < documentIndex[d + 1]; ++s)
+    for (int64_t s = documentIndex[first + d]; s < documentIndex[first + d + 1];
+         ++s)
       tokens += static_cast<uint64_t>(dataset->sequenceLength(s));
     if (tokens > std::numeric_limits<uint32_t>::max())
       return absl::ResourceExhaustedError(absl::StrCat(
-          prefix, ": document ", d, " has ", tokens,
+          prefix, ": document ", first + d, " has ", tokens,
           " tokens, GptSamples supports up to 2^32 - 1 per document"));
     samples.documentTokens_[d] = static_cast<uint32_t>(tokens);
+    T += tokens;
   }
+  if (T < L + 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ": ",
+                     first == 0 && numDocuments == datasetDocuments
+                         ? "the dataset has "
+                         : absl::StrCat("documents ", range, " hold "),
+                     T, " tokens, fewer than the seq_length + 1 = ", L + 1,
+                     " tokens of one sample"));
+  samples.tokensPerEpoch_ = T;
 
   // The windows to index: the first num_samples in sequential order; in
   // shuffled order every window of each epoch a sample can come from, since
@@ -145,7 +182,7 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
   if (shuffled) {
     samples.documents_.reserve(numEpochs * numDocuments);
     for (uint64_t e = 0; e < numEpochs; ++e) {
-      std::vector<uint32_t> order = samples.DocumentOrder(e);
+      std::vector<uint32_t> order = samples.rangeOrder(e);
       samples.documents_.insert(samples.documents_.end(), order.begin(),
                                 order.end());
     }
@@ -193,13 +230,21 @@ uint32_t GptSamples::documentAt(uint64_t epoch, uint64_t position) const {
              : documents_[epoch * documentTokens_.size() + position];
 }
 
-std::vector<uint32_t> GptSamples::DocumentOrder(uint64_t epoch) const {
+std::vector<uint32_t> GptSamples::rangeOrder(uint64_t epoch) const {
   std::vector<uint32_t> order(documentTokens_.size());
   std::iota(order.begin(), order.end(), 0u);
   if (options_.order == SampleOrder::kShuffled) {
     SplitMix64 rng(streamSeed(options_.seed, epoch, kDocumentStream));
     fisherYatesShuffle(order, rng);
   }
+  return order;
+}
+
+std::vector<uint32_t> GptSamples::DocumentOrder(uint64_t epoch) const {
+  std::vector<uint32_t> order = rangeOrder(epoch);
+  // Create checked that the range ends at or below 2^32 - 1.
+  for (uint32_t &document : order)
+    document += static_cast<uint32_t>(firstDocument_);
   return order;
 }
 
@@ -220,8 +265,9 @@ absl::StatusOr<uint64_t> GptSamples::WindowOf(uint64_t globalIndex) const {
 absl::Status GptSamples::readDocument(uint32_t document, uint64_t offset,
                                       uint64_t count, int32_t *out) const {
   const std::vector<int64_t> &documentIndex = dataset_->documentIndex();
-  for (int64_t s = documentIndex[document];
-       count > 0 && s < documentIndex[document + 1]; ++s) {
+  const uint64_t id = firstDocument_ + document;
+  for (int64_t s = documentIndex[id]; count > 0 && s < documentIndex[id + 1];
+       ++s) {
     const uint64_t length = static_cast<uint64_t>(dataset_->sequenceLength(s));
     if (offset >= length) {
       offset -= length;
@@ -235,9 +281,9 @@ absl::Status GptSamples::readDocument(uint32_t document, uint64_t offset,
     offset = 0;
   }
   if (count != 0)
-    return absl::InternalError(absl::StrCat(
-        dataset_->prefix(), ": document ", document, " ended ", count,
-        " tokens early (index and document lengths disagree)"));
+    return absl::InternalError(
+        absl::StrCat(dataset_->prefix(), ": document ", id, " ended ", count,
+                     " tokens early (index and document lengths disagree)"));
   return absl::OkStatus();
 }
 

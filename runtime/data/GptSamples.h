@@ -23,10 +23,19 @@
 // implemented here, so the order is the same on every platform and standard
 // library (std::shuffle and the std distributions are not).
 //
-// GetSample(k) is a pure function of (dataset, seq_length, seed, order, k):
-// there is no iterator, and the order does not depend on num_samples (which
-// only says how many samples to index), on the data-parallel degree or on
-// which samples were read before, so a run resumes at any sample index.
+// GetSample(k) is a pure function of (dataset, document range, seq_length,
+// seed, order, k): there is no iterator, and the order does not depend on
+// num_samples (which only says how many samples to index), on the
+// data-parallel degree or on which samples were read before, so a run
+// resumes at any sample index.
+//
+// Document range: the samples can be drawn from documents [first, first +
+// count) of the dataset alone (a train, validation or test split, Split.h).
+// They are then exactly the samples of a dataset that held only those
+// documents, in file order: the token stream, the epochs and both shuffles
+// are over the range, and only the document ids DocumentOrder reports are
+// the dataset's. The whole dataset is the range [0, numDocuments()), and
+// gives the samples of a GptSamples without a range.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,6 +48,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace braid::data {
@@ -70,6 +80,11 @@ struct GptSampleOptions {
   uint64_t numSamples = 0;
   uint64_t seed = 0;
   SampleOrder order = SampleOrder::kShuffled;
+  /// The documents the samples are drawn from: [firstDocument, firstDocument
+  /// + numDocuments) in file order; numDocuments unset: to the dataset's
+  /// last document.
+  uint64_t firstDocument = 0;
+  std::optional<uint64_t> numDocuments;
 };
 
 /// The sample index of one run over a dataset. Holds a pointer to the
@@ -79,8 +94,11 @@ class GptSamples {
 public:
   /// Builds the document, sample and shuffle indices of every epoch the run
   /// touches. InvalidArgument for seq_length < 1, num_samples < 1, a float
-  /// dataset or one with fewer than seq_length + 1 tokens; ResourceExhausted
-  /// when the indices would not fit the limits stated in the message.
+  /// dataset, a document range that is empty or reaches past the dataset's
+  /// documents, or a range (or whole dataset) with fewer than seq_length + 1
+  /// tokens, each message naming the dataset's prefix and the range;
+  /// ResourceExhausted when the indices would not fit the limits stated in
+  /// the message.
   static absl::StatusOr<GptSamples> Create(const IndexedDataset *dataset,
                                            const GptSampleOptions &options);
 
@@ -93,13 +111,17 @@ public:
   absl::StatusOr<uint64_t> WindowOf(uint64_t globalIndex) const;
 
   /// The documents of epoch `epoch` in stream order (ids into the dataset's
-  /// document index). Any epoch can be asked for, built or not.
+  /// document index, inside the document range). Any epoch can be asked
+  /// for, built or not.
   std::vector<uint32_t> DocumentOrder(uint64_t epoch) const;
 
   uint64_t numSamples() const { return options_.numSamples; }
   int64_t seqLength() const { return options_.seqLength; }
   SampleOrder order() const { return options_.order; }
-  /// T: the tokens in one epoch (all tokens of the dataset).
+  /// The document range: [firstDocument(), firstDocument() + numDocuments()).
+  uint64_t firstDocument() const { return firstDocument_; }
+  uint64_t numDocuments() const { return documentTokens_.size(); }
+  /// T: the tokens in one epoch (all tokens of the document range).
   uint64_t tokensPerEpoch() const { return tokensPerEpoch_; }
   /// The epochs whose documents the indexed samples read.
   uint64_t numEpochs() const { return numEpochs_; }
@@ -115,19 +137,22 @@ private:
 
   GptSamples() = default;
   uint64_t firstWindow(uint64_t epoch) const;
+  /// Documents below are numbered inside the range (0 is firstDocument_).
+  std::vector<uint32_t> rangeOrder(uint64_t epoch) const;
   uint32_t documentAt(uint64_t epoch, uint64_t position) const;
   absl::Status readDocument(uint32_t document, uint64_t offset, uint64_t count,
                             int32_t *out) const;
 
   const IndexedDataset *dataset_ = nullptr;
   GptSampleOptions options_;
+  uint64_t firstDocument_ = 0;
   uint64_t tokensPerEpoch_ = 0;
   uint64_t numEpochs_ = 0;
-  /// Tokens per document, in file order.
+  /// Tokens per document of the range, in file order.
   std::vector<uint32_t> documentTokens_;
   /// Shuffled mode: the document order of every built epoch, epoch after
-  /// epoch (numEpochs x numDocuments). Empty in sequential mode, where every
-  /// epoch is in file order.
+  /// epoch (numEpochs x range documents). Empty in sequential mode, where
+  /// every epoch is in file order.
   std::vector<uint32_t> documents_;
   /// The start of every indexed window, by window number.
   std::vector<WindowStart> starts_;

@@ -14,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <fcntl.h>
 #include <cstring>
@@ -505,6 +506,56 @@ IndexedDataset::SequenceBytes(size_t i) const {
   if (bytes == 0)
     return absl::Span<const uint8_t>();
   return absl::Span<const uint8_t>(binMap_ + sequencePointer(i), bytes);
+}
+
+namespace {
+/// The largest of `largest` and the T values in `bytes`.
+template <typename T>
+int64_t largestOf(absl::Span<const uint8_t> bytes, int64_t largest) {
+  for (size_t k = 0; k + sizeof(T) <= bytes.size(); k += sizeof(T))
+    largest = std::max<int64_t>(largest, load<T>(bytes.data() + k));
+  return largest;
+}
+} // namespace
+
+absl::StatusOr<int64_t> LargestTokenId(const IndexedDataset &dataset) {
+  if (!isIntegerDtype(dataset.dtype()))
+    return absl::InvalidArgumentError(
+        absl::StrCat(dataset.prefix(), ": the dataset holds ",
+                     dtypeName(dataset.dtype()), " values, not token ids"));
+  if (dataset.numTokens() == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        dataset.prefix(), ": the dataset has no tokens, so no largest id"));
+  int64_t largest = std::numeric_limits<int64_t>::min();
+  for (size_t i = 0; i < dataset.numSequences(); ++i) {
+    absl::StatusOr<absl::Span<const uint8_t>> bytes = dataset.SequenceBytes(i);
+    if (!bytes.ok())
+      return bytes.status();
+    switch (dataset.dtype()) {
+    case DType::kUInt8:
+      largest = largestOf<uint8_t>(*bytes, largest);
+      break;
+    case DType::kInt8:
+      largest = largestOf<int8_t>(*bytes, largest);
+      break;
+    case DType::kInt16:
+      largest = largestOf<int16_t>(*bytes, largest);
+      break;
+    case DType::kUInt16:
+      largest = largestOf<uint16_t>(*bytes, largest);
+      break;
+    case DType::kInt32:
+      largest = largestOf<int32_t>(*bytes, largest);
+      break;
+    case DType::kInt64:
+      largest = largestOf<int64_t>(*bytes, largest);
+      break;
+    case DType::kFloat32:
+    case DType::kFloat64:
+      break; // Refused above.
+    }
+  }
+  return largest;
 }
 
 //===----------------------------------------------------------------------===//

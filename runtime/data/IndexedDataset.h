@@ -137,6 +137,11 @@ private:
   std::vector<int64_t> documentIndex_ = {0};
 };
 
+/// The largest token id in `dataset`, reading every token once (to refuse,
+/// before training, a dataset whose ids do not fit the model's vocabulary).
+/// InvalidArgument for a float dataset or one without tokens.
+absl::StatusOr<int64_t> LargestTokenId(const IndexedDataset &dataset);
+
 /// Writes an indexed dataset byte-identical to Megatron's
 /// IndexedDatasetBuilder: add the sequences of a document with AddSequence,
 /// close it with EndDocument, and call Finish once. The data goes to

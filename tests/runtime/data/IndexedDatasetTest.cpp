@@ -300,6 +300,54 @@ TEST_F(IndexedDatasetTest, FloatDatasetIsReadableAsBytesButNotAsTokens) {
   EXPECT_EQ(value, 4.0f);
 }
 
+TEST_F(IndexedDatasetTest, LargestTokenIdReadsEveryToken) {
+  struct Case {
+    uint8_t code;
+    std::vector<Document> documents;
+    int64_t largest;
+  };
+  const std::vector<Case> cases = {
+      // In a split document, after an empty sequence; an empty document.
+      {8, {{{5, 9}, {}, {65534, 3}}, {}, {{7}}}, 65534},
+      // The very last token.
+      {1, {{{1, 2}}, {{255}}}, 255},
+      // Every id negative.
+      {2, {{{-5, -3}}, {{-9}}}, -3},
+      {3, {{{-32768, 12}}}, 12},
+      {4, {{{-7, 2147483647}}, {{0}}}, 2147483647},
+      // Beyond the int32 range.
+      {5, {{{1, int64_t(1) << 40}}, {{2}}}, int64_t(1) << 40},
+  };
+  for (const Case &c : cases) {
+    const std::string prefix = path("largest" + std::to_string(c.code));
+    writeRaw(prefix, buildRaw(c.documents, c.code));
+    absl::StatusOr<IndexedDataset> ds = IndexedDataset::Open(prefix);
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    absl::StatusOr<int64_t> largest = LargestTokenId(*ds);
+    ASSERT_TRUE(largest.ok()) << largest.status();
+    EXPECT_EQ(*largest, c.largest) << "dtype code " << int(c.code);
+  }
+
+  for (const std::vector<Document> &none :
+       {std::vector<Document>{}, std::vector<Document>{{{}}, {}}}) {
+    writeRaw(path("none"), buildRaw(none, 8));
+    absl::StatusOr<IndexedDataset> ds = IndexedDataset::Open(path("none"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    absl::Status s = LargestTokenId(*ds).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("has no tokens"), std::string::npos) << s;
+  }
+
+  writeRaw(path("floats"), buildRaw({{{1, 2, 3}}}, 7));
+  absl::StatusOr<IndexedDataset> floats = IndexedDataset::Open(path("floats"));
+  ASSERT_TRUE(floats.ok()) << floats.status();
+  absl::Status s = LargestTokenId(*floats).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("float32 values, not token ids"),
+            std::string::npos)
+      << s;
+}
+
 TEST_F(IndexedDatasetTest, ReadOutsideASequenceIsOutOfRange) {
   writeRaw(path("r"), buildRaw(sampleDocuments(0), 8));
   absl::StatusOr<IndexedDataset> ds = IndexedDataset::Open(path("r"));
