@@ -98,6 +98,7 @@ const PhaseInfo kPhases[] = {
        gather.microBatches = options.parallel.microBatches;
        gather.enabled = options.parallel.overlapParamGather;
        pm.addPass(plan_ir::createPlanOverlapParamGather(gather));
+       pm.addPass(plan_ir::createPlanEval());
        pm.addPass(plan_ir::createPlanMemory());
        pm.addPass(plan_ir::createPlanVerify());
      }},

@@ -158,6 +158,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       step->set_first_micro_step(fn.getSymName().str());
     else if (fn.getSymName() == plan_ir::kGatherParamsFunc)
       step->set_gather_params(fn.getSymName().str());
+    else if (fn.getSymName() == plan_ir::kEvalStepFunc)
+      step->set_eval_step(fn.getSymName().str());
   }
   // Pipeline stages, each with its schedule.
   for (plan_ir::StageOp stage : module.getOps<plan_ir::StageOp>()) {
@@ -172,6 +174,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
       ps->set_backward_weight(f->str());
     if (std::optional<StringRef> f = stage.getUpdate())
       ps->set_update(f->str());
+    if (std::optional<StringRef> f = stage.getEvalForward())
+      ps->set_eval_forward(f->str());
     ps->set_slots(stage.getSlots().value_or(1));
     if (std::optional<ArrayRef<int64_t>> pools = stage.getChunkSlots())
       for (int64_t n : *pools)
@@ -195,6 +199,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
             fns.getAs<FlatSymbolRefAttr>("backward").getValue().str());
         if (auto w = fns.getAs<FlatSymbolRefAttr>("backward_weight"))
           pc->set_backward_weight(w.getValue().str());
+        if (auto e = fns.getAs<FlatSymbolRefAttr>("eval_forward"))
+          pc->set_eval_forward(e.getValue().str());
       }
     for (Attribute attr : *schedule) {
       StringRef text = cast<StringAttr>(attr).getValue();
@@ -266,6 +272,14 @@ plan::Training braid::trainingSettings(const ModelConfig &model,
   t.set_num_layers(model.numLayers);
   t.set_data_path(data.path());
   t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
+  t.set_data_split(data.split());
+  for (const spec::DataSource &source : data.blend()) {
+    plan::DataSource *s = t.add_data_blend();
+    s->set_weight(source.weight());
+    s->set_path(source.path());
+  }
+  t.set_eval_interval(train.evalInterval);
+  t.set_eval_iters(train.evalIters);
   if (model.dtype == spec::FP16) {
     plan::LossScaling &s = *t.mutable_loss_scaling();
     s.set_static_scale(train.lossScale);

@@ -295,16 +295,52 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
     ranks.push_back(std::move(entry));
   }
   auto arena = module->getAttrOfType<IntegerAttr>("plan.arena_bytes");
-  return llvm::json::Object{{"arena_bytes", arena ? arena.getInt() : 0},
-                            {"buffer_bytes_by_role", std::move(byRole)},
-                            {"persistent_by_rank", std::move(ranks)}};
+  // Evaluation (plan-eval's forward-only copies) runs in the step's arena:
+  // it allocates nothing more, and touches the arena up to the end of the
+  // highest buffer its functions name.
+  llvm::StringMap<Operation *> byName;
+  for (Operation *op : buffers)
+    byName[cast<StringAttr>(op->getAttr("sym_name")).getValue()] = op;
+  llvm::json::Array evalFunctions;
+  int64_t evalTouched = 0;
+  for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>()) {
+    if (!fn->hasAttr("plan.eval_of"))
+      continue;
+    evalFunctions.push_back(fn.getSymName().str());
+    fn.walk([&](Operation *op) {
+      for (StringRef list : {"inputs", "outputs"})
+        if (auto refs = op->getAttrOfType<ArrayAttr>(list))
+          for (Attribute ref : refs) {
+            Operation *b = byName.lookup(
+                cast<SymbolRefAttr>(ref).getRootReference().getValue());
+            auto offset = b ? b->getAttrOfType<IntegerAttr>("offset")
+                            : IntegerAttr();
+            if (!offset)
+              continue;
+            int64_t slots = 1;
+            if (auto n = b->getAttrOfType<IntegerAttr>("slots"))
+              slots = n.getInt();
+            evalTouched =
+                std::max(evalTouched, offset.getInt() + bytesOf(b) * slots);
+          }
+    });
+  }
+  return llvm::json::Object{
+      {"arena_bytes", arena ? arena.getInt() : 0},
+      {"buffer_bytes_by_role", std::move(byRole)},
+      {"persistent_by_rank", std::move(ranks)},
+      {"evaluation",
+       llvm::json::Object{{"functions", std::move(evalFunctions)},
+                          {"arena_bytes", arena ? arena.getInt() : 0},
+                          {"touched_bytes", evalTouched}}}};
 }
 
 /// How many times a step calls each function that runs per micro-batch:
 /// micro_step, first_micro_step and last_micro_step without a pipeline, and the
 /// functions of the stages' schedule calls (their chunk's, or the call's own
 /// after an
-/// `@`). Functions run once a step (zero_grads, update) are not listed.
+/// `@`), and plan-eval's copies (0). Functions run once a step (zero_grads,
+/// update) are not listed.
 static llvm::StringMap<int64_t> callsPerStep(ModuleOp module,
                                              int64_t microBatches) {
   llvm::StringMap<int64_t> calls;
@@ -321,6 +357,10 @@ static llvm::StringMap<int64_t> callsPerStep(ModuleOp module,
         ++calls[*fn];
     }
   }
+  // plan-eval's forward-only copies run outside the steps.
+  for (plan_ir::FuncOp fn : module.getOps<plan_ir::FuncOp>())
+    if (fn->hasAttr("plan.eval_of"))
+      calls[fn.getSymName()] = 0;
   if (!pipelined) {
     // As braid-run picks them (plan::MicroStepFunction); gather_params
     // runs outside the steps.

@@ -8,6 +8,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
+
 using namespace braid;
 
 namespace {
@@ -101,6 +103,27 @@ llvm::Expected<spec::JobSpec> braid::loadJobFile(llvm::StringRef path) {
     data->set_path(relative(data->path()));
   for (std::string &file : *data->mutable_corpus())
     file = relative(file);
+  for (spec::DataSource &source : *data->mutable_blend()) {
+    if (!source.has_path() || source.path().empty())
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          path.str() + ": data.blend has a source without a path (weight " +
+              std::to_string(source.weight()) + ")");
+    if (!source.has_weight() || !(source.weight() > 0) ||
+        !std::isfinite(source.weight()))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          path.str() + ": data.blend source \"" + source.path() +
+              "\" needs a weight > 0 (finite), got " +
+              (source.has_weight() ? std::to_string(source.weight())
+                                   : std::string("none")));
+    source.set_path(relative(source.path()));
+  }
+  if (data->blend_size() && data->has_path())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        path.str() + ": data.path and data.blend both name the data; give one "
+               "(a blend of one source is a path)");
   if (data->has_tokenizer_model())
     data->set_tokenizer_model(relative(data->tokenizer_model()));
   return job;

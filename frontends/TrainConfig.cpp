@@ -42,6 +42,11 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
     c.lossScaleWindow = t.loss_scale_window();
   if (t.has_hysteresis())
     c.hysteresis = t.hysteresis();
+  if (t.has_eval_interval())
+    c.evalInterval = t.eval_interval();
+  c.evalIters = t.has_eval_iters() ? t.eval_iters()
+                : c.evalInterval > 0 ? 100
+                                     : 0;
   // Integer fields print as integers, the others as their shortest digits.
   auto failWith = [](const char *field, const std::string &value,
                      const char *rule) {
@@ -100,6 +105,11 @@ llvm::Expected<TrainConfig> braid::resolveTrain(const spec::JobSpec &job) {
     return failInt("loss_scale_window", c.lossScaleWindow, ">= 1");
   if (c.hysteresis < 1)
     return failInt("hysteresis", c.hysteresis, ">= 1");
+  if (c.evalInterval < 0)
+    return failInt("eval_interval", c.evalInterval, ">= 0 (0: no validation)");
+  if (c.evalIters < 0 || (c.evalInterval > 0 && c.evalIters < 1))
+    return failInt("eval_iters", c.evalIters,
+                   c.evalInterval > 0 ? ">= 1 with an eval_interval" : ">= 0");
   if (c.lrDecay != "constant" && c.lrDecay != "linear" && c.lrDecay != "cosine")
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

@@ -28,6 +28,9 @@ struct TrainConfig {
   /// run its first 17 steps).
   double lossScale = 0, initialLossScale = 65536, minLossScale = 1;
   int64_t lossScaleWindow = 1000, hysteresis = 2;
+  /// Validation every evalInterval steps (0: never) over evalIters global
+  /// batches (Megatron's default 100 when an interval is given).
+  int64_t evalInterval = 0, evalIters = 0;
 };
 
 /// Resolves `job.train`; errors name the field, its value and the rule.

@@ -105,7 +105,7 @@ LogicalResult StageOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   for (std::optional<StringRef> name :
        {getZeroGrads(), std::optional<StringRef>(getForward()),
         std::optional<StringRef>(getBackward()), getBackwardWeight(),
-        getUpdate()})
+        getUpdate(), getEvalForward()})
     if (name && !symbolTable.lookupSymbolIn<FuncOp>(
                     module, StringAttr::get(getContext(), *name)))
       return emitOpError("names @") << *name << ", which is not a plan.func";

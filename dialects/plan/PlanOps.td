@@ -210,6 +210,8 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">,
     micro-batch 3 on slot 2). A backward call may name the function it runs
     instead of its chunk's after an `@` (`"B7:0@stage1_backward_last"`:
     `plan-overlap-grad-reduce`'s copy that starts the gradients' sums).
+    `plan-eval` sets `eval_forward` (and a chunk's `eval_forward`): the
+    forward-only copy of the forward function that evaluation runs.
     `plan-schedule` sets `schedule` and `slots`
     (micro-batches in flight). Each chunk has slots of its own (chunk 1's
     slot 2 is not chunk 0's): with several chunks `chunk_slots` says how
@@ -239,7 +241,8 @@ def Plan_StageOp : Plan_Op<"stage", [HasParent<"::mlir::ModuleOp">,
                        OptionalAttr<I64Attr>:$slots,
                        OptionalAttr<StrArrayAttr>:$schedule,
                        OptionalAttr<DictArrayAttr>:$chunks,
-                       OptionalAttr<DenseI64ArrayAttr>:$chunk_slots);
+                       OptionalAttr<DenseI64ArrayAttr>:$chunk_slots,
+                       OptionalAttr<FlatSymbolRefAttr>:$eval_forward);
   let assemblyFormat = "$index attr-dict";
   let hasVerifier = 1;
 }

@@ -24,6 +24,10 @@ inline constexpr llvm::StringLiteral kLastMicroStepFunc = "last_micro_step";
 /// reads them).
 inline constexpr llvm::StringLiteral kFirstMicroStepFunc = "first_micro_step";
 inline constexpr llvm::StringLiteral kGatherParamsFunc = "gather_params";
+/// `plan-eval`'s forward-only copy of micro_step: one micro-batch's loss,
+/// without dropout or gradients (a pipeline stage's copies of its forward
+/// functions are named after them, with "_eval").
+inline constexpr llvm::StringLiteral kEvalStepFunc = "eval_step";
 
 #define GEN_PASS_DECL
 #include "passes/plan/Passes.h.inc"

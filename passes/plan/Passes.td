@@ -116,7 +116,9 @@ def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
     the kernel before it. What such a kernel touches in a stage's copy
     lives from the first position of every function the schedule calls
     after the copy's call (a reduce-scatter's block lives on until update
-    reads it).
+    reads it). `plan-eval`'s copies add no position either: each of their
+    kernels takes its original's (`plan.eval_index`), so they change no
+    live range.
 
     With pipeline stages, each stage's buffers get their own arena (they
     live on other ranks; the plan's arena is the largest, and each
@@ -128,6 +130,25 @@ def PlanMemory : Pass<"plan-memory", "mlir::ModuleOp"> {
     bucket's, so a temporary bucket lives from the first use of any of its
     views to the last. A view must fit inside a bucket (or temporary) of
     its stage.
+  }];
+}
+
+def PlanEval : Pass<"plan-eval", "mlir::ModuleOp"> {
+  let summary = "Adds the forward-only functions that compute a validation loss";
+  let description = [{
+    Without pipeline stages, adds `@eval_step`: the kernels of `@micro_step`
+    that the buffer named `loss` depends on, in their order, with each
+    `DROPOUT` replaced by a `COPY` of its input (evaluation runs without
+    dropout) and no gradient. With stages, adds to each `plan.stage` an
+    `eval_forward` (and to each of its `chunks` one), the copy of its
+    forward function that computes only the stage's loss and sends.
+
+    A kernel is kept when it writes a buffer that a kept kernel reads
+    later (or the loss, or it is a `SEND`); a `WAIT` is kept with the
+    asynchronous kernels it finishes, naming only their buffers. Each kept
+    kernel carries `plan.eval_index`, its original's index, and the copy
+    `plan.eval_of`, its original: `plan-memory` places them at their
+    originals' positions, so evaluation needs no memory beyond the step's.
   }];
 }
 

@@ -357,7 +357,8 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
                         : FlatSymbolRefAttr(),
         hasUpdate ? FlatSymbolRefAttr::get(update.getSymNameAttr())
                   : FlatSymbolRefAttr(),
-        IntegerAttr(), ArrayAttr(), ArrayAttr(), DenseI64ArrayAttr());
+        IntegerAttr(), ArrayAttr(), ArrayAttr(), DenseI64ArrayAttr(),
+        FlatSymbolRefAttr());
     if (!more.empty())
       stageOp.setChunksAttr(b.getArrayAttr(more));
     if (!hasZero)

@@ -42,15 +42,17 @@ struct Order {
 /// copies plan-overlap-grad-reduce and plan-overlap-param-gather make:
 /// `last_micro_step` and `first_micro_step` (of `micro_step`; a first that
 /// copies last_micro_step matches micro_step too, last's kernels counting as
-/// added) and a stage's functions that a schedule call names after
-/// an `@` (of the function of the call's kind and chunk). A copy runs
+/// added), a stage's functions that a schedule call names after
+/// an `@` (of the function of the call's kind and chunk), and plan-eval's
+/// copies (of the function their plan.eval_of names, each kernel at the
+/// position of its plan.eval_index there). A copy runs
 /// instead of its original, once, so its kernels take their original's
 /// positions, and a kernel the copy adds (a collective started early, a
 /// WAIT) the position of the original's kernel before it. What such a
 /// kernel touches in a stage's copy lives on through the calls after the
 /// copy's in the schedule (until update reads a reduce-scatter's block,
 /// say), so it lives from the first position of their functions.
-Order orderOf(ModuleOp module) {
+FailureOr<Order> orderOf(ModuleOp module) {
   SymbolTable symbols(module);
   DenseMap<Operation *, FuncOp> originalOf;
   DenseMap<Operation *, SmallVector<FuncOp>> followers;
@@ -91,12 +93,34 @@ Order orderOf(ModuleOp module) {
   Order order;
   int64_t position = 0;
   DenseMap<Operation *, int64_t> start;
+  // plan-eval's copies: each kernel at the position of its original
+  // (plan.eval_index in plan.eval_of), after the originals have theirs.
+  auto isEvalCopy = [](FuncOp fn) {
+    return fn->hasAttrOfType<FlatSymbolRefAttr>("plan.eval_of");
+  };
   for (FuncOp fn : module.getOps<FuncOp>()) {
-    if (originalOf.count(fn))
+    if (originalOf.count(fn) || isEvalCopy(fn))
       continue;
     start[fn] = position;
     for (KernelOp kernel : fn.getBody().getOps<KernelOp>())
       order.position[kernel] = position++;
+  }
+  for (FuncOp fn : module.getOps<FuncOp>()) {
+    if (!isEvalCopy(fn))
+      continue;
+    auto original = symbols.lookup<FuncOp>(
+        fn->getAttrOfType<FlatSymbolRefAttr>("plan.eval_of").getValue());
+    SmallVector<KernelOp> theirs;
+    if (original)
+      theirs.assign(original.getBody().getOps<KernelOp>().begin(),
+                    original.getBody().getOps<KernelOp>().end());
+    for (KernelOp kernel : fn.getBody().getOps<KernelOp>()) {
+      auto index = kernel->getAttrOfType<IntegerAttr>("plan.eval_index");
+      if (!index || index.getInt() < 0 ||
+          index.getInt() >= int64_t(theirs.size()))
+        return failure();
+      order.position[kernel] = order.position.lookup(theirs[index.getInt()]);
+    }
   }
   for (FuncOp fn : module.getOps<FuncOp>()) {
     auto it = originalOf.find(fn);
@@ -242,9 +266,14 @@ void PlanMemoryPass::runOnOperation() {
   int64_t arena = 0;
   OpBuilder b(module.getContext());
   std::map<int64_t, int64_t> stageArena;
-  const Order order = orderOf(module);
+  FailureOr<Order> order = orderOf(module);
+  if (failed(order)) {
+    module.emitError("plan-memory: a kernel of a plan-eval copy has no "
+                     "plan.eval_index of a kernel of its plan.eval_of");
+    return signalPassFailure();
+  }
   for (auto &[stage, buffers] : byStage) {
-    stageArena[stage] = placeStage(module, order, buffers);
+    stageArena[stage] = placeStage(module, *order, buffers);
     arena = std::max(arena, stageArena[stage]);
   }
   // Each pipeline stage's own arena, for the report.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -108,6 +109,19 @@ absl::Status validateTraining(const Plan &plan,
     if (value < 1 || value > (int64_t(1) << 40))
       return absl::InvalidArgumentError(absl::StrCat(
           "training.", field, " = ", value, " must be in [1, 2^40]"));
+  for (auto [field, value] :
+       {std::pair<const char *, int64_t>{"eval_interval", t.eval_interval()},
+        {"eval_iters", t.eval_iters()}})
+    if (value < 0 || value > (int64_t(1) << 40))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.", field, " = ", value, " must be in [0, 2^40]"));
+  for (auto [field, value] :
+       {std::pair<const char *, double>{"device_peak_flops",
+                                        t.device_peak_flops()},
+        {"model_flops_per_step", t.model_flops_per_step()}})
+    if (!(value >= 0) || !std::isfinite(value))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.", field, " = ", value, " must be >= 0 and finite"));
   if (t.micro_batch_size() * t.micro_batches() > (int64_t(1) << 40) ||
       t.micro_batch_size() * t.seq_length() > (int64_t(1) << 40))
     return absl::InvalidArgumentError(
@@ -141,7 +155,8 @@ absl::Status validateTraining(const Plan &plan,
                              {"last_micro_step", step.last_micro_step()},
                              {"first_micro_step", step.first_micro_step()},
                              {"gather_params", step.gather_params()},
-                             {"update", step.update()}})
+                             {"update", step.update()},
+                             {"eval_step", step.eval_step()}})
     if (!name.empty() && !functions.count(name))
       return absl::InvalidArgumentError(absl::StrCat(
           "training.step.", field, " names function '", name,
@@ -185,12 +200,16 @@ absl::Status validatePipeline(const Plan &plan,
         {"forward", stage.forward(), true},
         {"backward", stage.backward(), true},
         {"backward_weight", stage.backward_weight(), false},
-        {"update", stage.update(), false}};
+        {"update", stage.update(), false},
+        {"eval_forward", stage.eval_forward(), false}};
     for (int k = 0; k < stage.chunks_size(); ++k) {
       const Chunk &chunk = stage.chunks(k);
       std::string at = absl::StrCat("chunk ", k + 1, "'s ");
       fields.push_back({at + "forward", chunk.forward(), true});
       fields.push_back({at + "backward", chunk.backward(), true});
+      // Evaluation needs every chunk's copy, or none.
+      fields.push_back({at + "eval_forward", chunk.eval_forward(),
+                        !stage.eval_forward().empty()});
       // A chunk splits its backward exactly when chunk 0 does.
       fields.push_back({at + "backward_weight", chunk.backward_weight(),
                         !stage.backward_weight().empty()});
@@ -249,10 +268,12 @@ int64_t chunkSlots(const Stage &stage, int64_t chunk) {
 std::vector<const std::string *> chunkCalls(const Stage &stage, int chunk) {
   std::vector<const std::string *> out;
   if (chunk == 0) {
-    out = {&stage.forward(), &stage.backward(), &stage.backward_weight()};
+    out = {&stage.forward(), &stage.backward(), &stage.backward_weight(),
+           &stage.eval_forward()};
   } else {
     const Chunk &c = stage.chunks(chunk - 1);
-    out = {&c.forward(), &c.backward(), &c.backward_weight()};
+    out = {&c.forward(), &c.backward(), &c.backward_weight(),
+           &c.eval_forward()};
   }
   for (const ScheduleStep &step : stage.schedule())
     if (step.chunk() == chunk && !step.function().empty())

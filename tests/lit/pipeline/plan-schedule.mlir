@@ -100,7 +100,7 @@
 // buffers come before its stage).
 // VPP: plan.buffer @{{.+}} : tensor<1x8xi32> role = "input" name = "tokens" stage = 0 slots = 4
 // VPP: plan.buffer @{{.+}} role = "activation" stage = 0 slots = 2
-// VPP: plan.stage 0 {backward = @stage0_backward, chunk_slots = array<i64: 4, 2>, chunks = [{backward = @stage0_chunk1_backward, forward = @stage0_chunk1_forward}], first_layer = 0 : i64, forward = @stage0_forward, num_layers = 2 : i64, {{.*}}schedule = ["F0:0", "F1:1", "F0.1:0", "F1.1:1", "F2:2", "B0.1:0", "F3:3", "B1.1:1", "F2.1:0", "B0:0", "F3.1:1", "B1:1", "B2.1:0", "B3.1:1", "B2:2", "B3:3"], slots = 4 : i64
+// VPP: plan.stage 0 {backward = @stage0_backward, chunk_slots = array<i64: 4, 2>, chunks = [{backward = @stage0_chunk1_backward, eval_forward = @stage0_chunk1_forward_eval, forward = @stage0_chunk1_forward}], eval_forward = @stage0_forward_eval, first_layer = 0 : i64, forward = @stage0_forward, num_layers = 2 : i64, {{.*}}schedule = ["F0:0", "F1:1", "F0.1:0", "F1.1:1", "F2:2", "B0.1:0", "F3:3", "B1.1:1", "F2.1:0", "B0:0", "F3.1:1", "B1:1", "B2.1:0", "B3.1:1", "B2:2", "B3:3"], slots = 4 : i64
 // VPP: plan.buffer @{{.+}} : tensor<1x8xi32> role = "input" name = "targets" stage = 1 slots = 1
 // VPP: plan.stage 1 {{.*}}chunk_slots = array<i64: 3, 1>, {{.*}}schedule = ["F0:0", "F1:1", "F0.1:0", "B0.1:0", "F1.1:0", "B1.1:0", "F2:2", "B0:0", "F3:0", "B1:1", "F2.1:0", "B2.1:0", "F3.1:0", "B3.1:0", "B2:2", "B3:0"], slots = 3 : i64
 
