@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -98,6 +99,19 @@ struct TrainerOptions {
   /// object (`braid calibrate` reads it). Both leave out the first step when
   /// there are several: it touches the arena's pages for the first time.
   std::string profileOut;
+  /// Override the plan's data split (data.split, "969,30,1"), validation
+  /// interval and iterations (train.eval_interval, train.eval_iters).
+  std::optional<std::string> split;
+  std::optional<int64_t> evalInterval, evalIters;
+  /// When set, TensorBoard event files are written here (by rank 0): every
+  /// step's scalars (TensorBoard.h).
+  std::string tensorboardDir;
+  /// Stop, with a checkpoint, once this many minutes have passed since the
+  /// run began (checked after each step; 0: never), or after every step
+  /// that is a multiple of exitInterval (0: never). SIGTERM and SIGINT stop
+  /// the same way (Preemption.h).
+  double exitDurationMins = 0;
+  int64_t exitInterval = 0;
   /// When set, the measured timeline of the steps (every step, function
   /// call and kernel of every rank) is written here as a Chrome trace
   /// (Trace.h), by rank 0, which opens it before training.
@@ -112,13 +126,16 @@ struct StepRecord {
   /// touched (Backend::TouchedArenaBytes: on the CPU, the operating
   /// system's count).
   int64_t predictedMemBytes = 0, peakMemBytes = 0;
+  /// The validation loss evaluated after the step (NaN: none was).
+  double validLoss = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// The flags braid-run and braid train share: --data, --steps, --seed,
 /// --data-order, --init-from, --load, --allow-model-change, --save,
 /// --save-every, --keep-last,
 /// --threads, --log-every, --metrics-out, --save-params, --trace,
-/// --profile-out, --device, --collective-timeout. Returns true when `flag`
+/// --profile-out, --device, --collective-timeout, --split, --eval-interval,
+/// --eval-iters, --tensorboard-dir, --exit-duration-in-mins, --exit-interval. Returns true when `flag`
 /// (with its `value`) is one of them and sets it in `options`, false when it
 /// is not one of them, and an
 /// error naming the flag and value when the value is not allowed.

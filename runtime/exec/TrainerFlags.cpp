@@ -25,7 +25,9 @@ const char kTrainerFlagsUsage[] =
     "[--save-every N] [--keep-last K] [--overwrite] [--threads N] [--log-every N] "
     "[--metrics-out FILE] [--save-params FILE.safetensors] [--trace FILE.json] "
     "[--profile-out FILE.json] [--device cpu|cuda] [--cuda-graphs on|off] "
-    "[--collective-timeout SECONDS]";
+    "[--collective-timeout SECONDS] [--split TRAIN,VALID,TEST] "
+    "[--eval-interval N] [--eval-iters N] [--tensorboard-dir DIR] "
+    "[--exit-duration-in-mins M] [--exit-interval N]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -91,6 +93,26 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
           "--collective-timeout=", value,
           " is not a non-negative number of seconds (0: no deadline)"));
     options->collectiveTimeout = seconds;
+  } else if (flag == "--split") {
+    if (value.empty())
+      return absl::InvalidArgumentError(
+          "--split= names no split (expected e.g. --split 969,30,1)");
+    options->split = value;
+  } else if (flag == "--tensorboard-dir") {
+    if (value.empty())
+      return absl::InvalidArgumentError(
+          "--tensorboard-dir= names no directory");
+    options->tensorboardDir = value;
+  } else if (flag == "--exit-duration-in-mins") {
+    char *end = nullptr;
+    errno = 0;
+    double minutes = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(minutes) ||
+        !(minutes > 0))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--exit-duration-in-mins=", value,
+          " is not a positive number of minutes"));
+    options->exitDurationMins = minutes;
   } else if (flag == "--data-order") {
     if (value != "shuffled" && value != "sequential")
       return absl::InvalidArgumentError(absl::StrCat(
@@ -98,9 +120,12 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
     options->dataOrder = value;
   } else if (flag == "--steps" || flag == "--seed" || flag == "--log-every" ||
              flag == "--threads" || flag == "--save-every" ||
-             flag == "--keep-last") {
-    // --steps 0 saves what it loads or initialises, without training.
-    bool nonNegative = flag == "--seed" || flag == "--steps";
+             flag == "--keep-last" || flag == "--eval-interval" ||
+             flag == "--eval-iters" || flag == "--exit-interval") {
+    // --steps 0 saves what it loads or initialises, without training;
+    // --eval-interval 0 evaluates never.
+    bool nonNegative = flag == "--seed" || flag == "--steps" ||
+                       flag == "--eval-interval";
     char *end = nullptr;
     errno = 0;
     long long n = std::strtoll(value.c_str(), &end, 10);
@@ -118,6 +143,12 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
       options->saveEvery = n;
     else if (flag == "--keep-last")
       options->keepLast = n;
+    else if (flag == "--eval-interval")
+      options->evalInterval = n;
+    else if (flag == "--eval-iters")
+      options->evalIters = n;
+    else if (flag == "--exit-interval")
+      options->exitInterval = n;
     else
       options->logEvery = n;
   } else {

@@ -9,11 +9,14 @@
 //   InitialiseWeights  TrainerInit.cpp    --load, --init-from (a Braid or
 //                                         Hugging Face checkpoint) or the
 //                                         seeded scheme; the master weights
-//   PrepareSteps       TrainerSetup.cpp   the data, the save root, the
+//   PrepareSteps       TrainerSetup.cpp   the data (PrepareData,
+//                                         TrainerData.cpp), the save root, the
 //                                         learning-rate schedule, the loop's
-//                                         buffers, the metrics file, the trace
+//                                         buffers, the metrics and TensorBoard
+//                                         files, the trace
 //   RunSteps           TrainerLoop.cpp    the steps, their lines and
-//                                         checkpoints
+//                                         checkpoints, the evaluations
+//                                         (TrainerEval.cpp), stopping early
 //   FinishRun          TrainerReport.cpp  the trace, the parameters
 //                                         (--save-params) and the reports
 //
@@ -29,9 +32,11 @@
 
 #include "runtime/common/OutputFile.h"
 #include "runtime/cpu/Optimizer.h"
+#include "runtime/data/BlendedSamples.h"
 #include "runtime/data/GptSamples.h"
 #include "runtime/data/IndexedDataset.h"
 #include "runtime/exec/Checkpointing.h"
+#include "runtime/exec/TensorBoard.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/exec/Trainer.h"
 
@@ -92,22 +97,58 @@ struct TrainingRun {
   std::string order; ///< the data order: shuffled or sequential
   std::string lineage;
   std::unique_ptr<ckpt::RootLock> saveLock;
-  std::optional<data::IndexedDataset> dataset;
-  std::optional<data::GptSamples> samples;
+  /// The datasets (one, or a blend's), each where it stays: the samples
+  /// point into them.
+  std::vector<std::unique_ptr<data::IndexedDataset>> datasets;
+  /// The training split's samples, and the validation and test splits'
+  /// (when the run evaluates and the split has documents).
+  std::optional<data::BlendedSamples> samples, validSamples, testSamples;
+  /// Validation every evalInterval steps (0: never), over evalIters global
+  /// batches.
+  int64_t evalInterval = 0, evalIters = 0;
+  /// The global batches of the test split evaluated at the end: evalIters,
+  /// or fewer when the split holds fewer.
+  int64_t testIters = 0;
+  /// rank 0's, with --tensorboard-dir.
+  std::unique_ptr<TensorBoardWriter> tensorboard;
   std::optional<cpu::LrSchedule> schedule;
   LoopBuffers buffers;
   std::unique_ptr<common::OutputFile> metrics;
 
-  // RunSteps: the step times, as measured.
+  // RunSteps: the step times, as measured; the step after which the run
+  // stopped early (a signal, --exit-duration-in-mins, --exit-interval: 0
+  // when it did not) and why.
   std::vector<double> stepTimes;
+  int64_t stoppedAfter = 0;
+  std::string stopReason;
 };
 
 absl::Status SetUpRun(TrainingRun &run);
+/// The data of PrepareSteps (TrainerData.cpp): the datasets (data_path or
+/// data_blend), checked against the model's vocabulary, split (data_split)
+/// into the training samples and, when the run evaluates, the validation
+/// and test samples.
+absl::Status PrepareData(TrainingRun &run);
 absl::Status InitialiseWeights(TrainingRun &run);
 absl::Status PrepareSteps(TrainingRun &run);
 /// Appends each step's record to `records` when given.
 absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records);
 absl::Status FinishRun(TrainingRun &run);
+
+// Evaluation (TrainerEval.cpp).
+
+/// Writes the micro-batch of samples first, first + 1, ... of `samples`
+/// (micro_batch_size of them) into copy `slot` of the rank's tokens and
+/// targets (those it has).
+absl::Status FeedSamples(TrainingRun &run, const data::BlendedSamples &samples,
+                         uint64_t first, int64_t slot);
+/// Whether the plan has plan-eval's forward-only functions (every stage's).
+bool HasEvalFunctions(const plan::Plan &plan);
+/// The mean loss over the first `iters` global batches of `samples`, run by
+/// the forward-only functions after step `step`, the same on every rank.
+absl::StatusOr<double> Evaluate(TrainingRun &run,
+                                const data::BlendedSamples &samples,
+                                int64_t iters, int64_t step);
 
 /// ZeRO's parameters that the plan gathers in the next step's first
 /// micro-batch (gather_params) are whole on every rank only after it: runs

@@ -10,6 +10,8 @@
 #include "runtime/exec/TrainerInternal.h"
 
 #include "runtime/exec/LossScaler.h"
+#include "runtime/exec/Preemption.h"
+#include "runtime/ckpt/Checkpoint.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 namespace braid::exec::trainer {
@@ -50,8 +53,7 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
   const RunState &resumed = run.resumed;
   const cpu::LrSchedule &schedule = *run.schedule;
   const LoopBuffers &buffers = run.buffers;
-  const int tokens = buffers.tokens, targets = buffers.targets,
-            lr = buffers.lr, step = buffers.step, gradNorm = buffers.gradNorm;
+  const int lr = buffers.lr, step = buffers.step, gradNorm = buffers.gradNorm;
   Backend &e = *run.backend;
   Trace *trace = run.trace.get();
   common::OutputFile *metrics = run.metrics.get();
@@ -84,8 +86,6 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
         });
   };
   auto start = std::chrono::steady_clock::now();
-  std::vector<int32_t> sample;
-  std::vector<double> tokenValues(batch * seq), targetValues(batch * seq);
   // fp16: the loss scale (LossScaler.h), applied through the backend; a
   // resumed run continues the scaler it saved.
   std::optional<LossScaler> scaler;
@@ -131,6 +131,34 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
   if (firstStep > steps && !options.save.empty())
     if (absl::Status st = save(resumed.step); !st.ok())
       return st;
+  // Nothing to train, and validation asked for: the weights loaded (or
+  // initialised) are evaluated, as Megatron's --skip-train does.
+  if (firstStep > steps && run.validSamples) {
+    std::string line = absl::StrFormat("{\"step\": %d", resumed.step);
+    for (auto [samples, iters, name] :
+         {std::tuple<const data::BlendedSamples *, int64_t, const char *>{
+              &*run.validSamples, run.evalIters, "valid"},
+          {run.testSamples ? &*run.testSamples : nullptr, run.testIters,
+           "test"}}) {
+      if (!samples)
+        continue;
+      absl::StatusOr<double> loss = Evaluate(run, *samples, iters, resumed.step);
+      if (!loss.ok())
+        return loss.status();
+      if (options.log)
+        *options.log << absl::StrFormat(
+            "%s loss at step %d: %.6f  perplexity %.3f  (%d samples)\n",
+            std::string(name) == "valid" ? "validation" : "test", resumed.step,
+            *loss, std::exp(*loss), iters * globalBatch);
+      absl::StrAppendFormat(&line, ", \"%s_loss\": %.9g, \"%s_ppl\": %.9g", name,
+                            *loss, name, std::exp(*loss));
+    }
+    if (metrics)
+      if (absl::Status st = metrics->Write(line + "}\n");
+          !st.ok() || !(st = metrics->Flush()).ok())
+        return absl::Status(st.code(),
+                            absl::StrCat("--metrics-out: ", st.message()));
+  }
   for (int64_t s = firstStep; s <= steps; ++s) {
     auto stepStart = std::chrono::steady_clock::now();
     if (options.comm) {
@@ -154,33 +182,12 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
     // follow those of the earlier micro-batches, ranks and steps: the global
     // order of samples does not depend on the dp degree (nor on pipeline
     // stages).
-    auto fill = [&](int64_t m) -> absl::Status {
-      for (int64_t b = 0; b < batch; ++b) {
-        uint64_t index = uint64_t(resumed.consumedSamples +
-                                  (s - firstStep) * globalBatch +
-                                  share.rank * micros * batch + m * batch + b);
-        if (absl::Status st = run.samples->GetSample(index, &sample); !st.ok())
-          return st;
-        for (int64_t i = 0; i < seq; ++i) {
-          tokenValues[b * seq + i] = sample[i];
-          targetValues[b * seq + i] = sample[i + 1];
-        }
-      }
-      return absl::OkStatus();
-    };
-    // Into copy `slot` of the buffers that exist (both, without a pipeline).
     auto feed = [&](int64_t m, int64_t slot) -> absl::Status {
-      if (tokens < 0 && targets < 0)
-        return absl::OkStatus();
-      if (absl::Status st = fill(m); !st.ok())
-        return st;
-      if (tokens >= 0)
-        if (absl::Status st = e.Write(tokens, tokenValues, slot); !st.ok())
-          return st;
-      if (targets >= 0)
-        if (absl::Status st = e.Write(targets, targetValues, slot); !st.ok())
-          return st;
-      return absl::OkStatus();
+      return FeedSamples(run, *run.samples,
+                         uint64_t(resumed.consumedSamples +
+                                  (s - firstStep) * globalBatch +
+                                  share.rank * micros * batch + m * batch),
+                         slot);
     };
     absl::StatusOr<double> stepLoss =
         pipelined ? RunPipelineStep(e, seed, s, feed)
@@ -221,19 +228,68 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
     double memory[2];
     if (absl::Status st = arenaBytes(memory); !st.ok())
       return st;
-    if (records)
+    // Validation every eval_interval steps and after the last; the test
+    // split after the last.
+    double validLoss = std::nan(""), testLoss = std::nan("");
+    const bool lastStep = s == steps;
+    if (run.validSamples &&
+        (s % run.evalInterval == 0 || lastStep)) {
+      absl::StatusOr<double> v =
+          Evaluate(run, *run.validSamples, run.evalIters, s);
+      if (!v.ok())
+        return v.status();
+      validLoss = *v;
+      if (lastStep && run.testSamples) {
+        absl::StatusOr<double> tl =
+            Evaluate(run, *run.testSamples, run.testIters, s);
+        if (!tl.ok())
+          return tl.status();
+        testLoss = *tl;
+      }
+    }
+    // Model FLOPs utilization, where the plan knows the device's peak.
+    const double mfu =
+        t.device_peak_flops() > 0 && t.model_flops_per_step() > 0
+            ? t.model_flops_per_step() /
+                  (std::max(stepTime, 1e-9) * double(plan::WorldSize(plan)) *
+                   t.device_peak_flops())
+            : std::nan("");
+    if (records) {
       records->push_back({s, lossValue, rate, norm, stepTime,
                           int64_t(memory[0]), int64_t(memory[1])});
+      records->back().validLoss = validLoss;
+    }
     if (options.log && (s % std::max<int64_t>(options.logEvery, 1) == 0 || s == steps))
       *options.log << absl::StrFormat(
-          "step %*d/%d  loss %.4f  lr %.3e  grad norm %.3f  %.0f tokens/s  "
+          "step %*d/%d  loss %.4f  lr %.3e  grad norm %.3f  %.0f tokens/s%s  "
           "elapsed %.1fs  eta %.1fs\n",
           int(std::to_string(steps).size()), s, steps, lossValue, rate, norm,
-          tokensPerS, elapsed,
+          tokensPerS,
+          std::isnan(mfu) ? "" : absl::StrFormat("  MFU %.1f%%", 100 * mfu),
+          elapsed,
           elapsed / double(s - firstStep + 1) * double(steps - s));
+    if (options.log && !std::isnan(validLoss))
+      *options.log << absl::StrFormat(
+          "validation loss at step %d: %.6f  perplexity %.3f  (%d samples)\n",
+          s, validLoss, std::exp(validLoss), run.evalIters * globalBatch);
+    if (options.log && !std::isnan(testLoss))
+      *options.log << absl::StrFormat(
+          "test loss at step %d: %.6f  perplexity %.3f  (%d samples)\n", s,
+          testLoss, std::exp(testLoss), run.testIters * globalBatch);
     // A step skipped for overflow has no gradient norm: JSON's null (JSON
     // has no NaN), and "skipped".
-    if (metrics)
+    if (metrics) {
+      std::string extra;
+      if (!std::isnan(mfu))
+        absl::StrAppendFormat(&extra, ", \"mfu\": %.6f", mfu);
+      if (!std::isnan(validLoss))
+        absl::StrAppendFormat(&extra, ", \"valid_loss\": %.9g, \"valid_ppl\": %.9g",
+                              validLoss, std::exp(validLoss));
+      if (!std::isnan(testLoss))
+        absl::StrAppendFormat(&extra, ", \"test_loss\": %.9g, \"test_ppl\": %.9g",
+                              testLoss, std::exp(testLoss));
+      if (!std::isfinite(norm))
+        extra += ", \"skipped\": true";
       if (absl::Status st = metrics->Write(absl::StrFormat(
           "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, "
           "\"tokens\": %d, \"step_time_s\": %.6f, \"tokens_per_s\": %.3f, "
@@ -242,15 +298,101 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
           s, lossValue, rate,
           std::isfinite(norm) ? absl::StrFormat("%.9g", norm) : "null",
           globalBatch * seq, stepTime, tokensPerS, int64_t(memory[0]),
-          int64_t(memory[1]), lossScale,
-          std::isfinite(norm) ? "" : ", \"skipped\": true"));
+          int64_t(memory[1]), lossScale, extra));
           !st.ok() || !(st = metrics->Flush()).ok())
         return absl::Status(st.code(),
                             absl::StrCat("--metrics-out: ", st.message()));
-    if (!options.save.empty() &&
-        ((options.saveEvery > 0 && s % options.saveEvery == 0) || s == steps))
+    }
+    if (TensorBoardWriter *tb = run.tensorboard.get()) {
+      std::vector<std::pair<std::string, double>> scalars = {
+          {"train/loss", lossValue},
+          {"train/learning_rate", rate},
+          {"train/grad_norm", norm},
+          {"train/loss_scale", lossScale},
+          {"train/tokens_per_s", tokensPerS},
+          {"train/step_time_s", stepTime},
+          {"memory/predicted_bytes", memory[0]},
+          {"memory/touched_bytes", memory[1]}};
+      if (!std::isnan(mfu))
+        scalars.push_back({"train/mfu", mfu});
+      if (!std::isnan(validLoss)) {
+        scalars.push_back({"validation/loss", validLoss});
+        scalars.push_back({"validation/perplexity", std::exp(validLoss)});
+      }
+      if (!std::isnan(testLoss)) {
+        scalars.push_back({"test/loss", testLoss});
+        scalars.push_back({"test/perplexity", std::exp(testLoss)});
+      }
+      if (absl::Status st = tb->AddScalars(s, scalars);
+          !st.ok() || !(st = tb->Flush()).ok())
+        return absl::Status(st.code(),
+                            absl::StrCat("--tensorboard-dir: ", st.message()));
+    }
+    const bool saved = !options.save.empty() &&
+                       ((options.saveEvery > 0 && s % options.saveEvery == 0) ||
+                        s == steps);
+    if (saved)
       if (absl::Status st = save(s); !st.ok())
         return st;
+    if (lastStep)
+      break;
+    // Stopping early: a signal (on any rank), the time limit or the
+    // interval. The ranks agree on it, so that all stop after this step.
+    double stop[2] = {double(PendingStopSignal()),
+                      options.exitDurationMins > 0 &&
+                              elapsed >= options.exitDurationMins * 60
+                          ? 1.0
+                          : 0.0};
+    if (severalRanks) {
+      std::string group = absl::StrJoin(allAxes, ",");
+      if (absl::Status st = tracedCommunication(
+              e.trace(), "ALL_REDUCE",
+              "braid-run: whether any rank stops after this step",
+              group.c_str(), [&] {
+                return options.comm->AllReduce(allAxes, stop, 2, plan::F64,
+                                               Reduction::kMax);
+              });
+          !st.ok())
+        return st;
+    }
+    std::string why =
+        stop[0] != 0 ? absl::StrCat(StopSignalName(int(stop[0])), " received")
+        : stop[1] != 0
+            ? absl::StrCat("--exit-duration-in-mins ", options.exitDurationMins,
+                           " reached")
+        : options.exitInterval > 0 && s % options.exitInterval == 0
+            ? absl::StrCat("--exit-interval ", options.exitInterval)
+            : "";
+    if (why.empty())
+      continue;
+    run.stoppedAfter = s;
+    run.stopReason = why;
+    if (options.save.empty()) {
+      if (options.log)
+        *options.log << "stopped after step " << s << " (" << why
+                     << "): nothing saved, the run has no --save\n";
+      break;
+    }
+    if (!saved) {
+      // Not over another run's checkpoint of this step (the save root was
+      // checked only for the steps the run planned to save).
+      for (const ckpt::ListedCheckpoint &c :
+           ckpt::ListCheckpointLineages(options.save))
+        if (c.step == s && c.lineage != run.lineage && !options.overwrite)
+          return absl::FailedPreconditionError(absl::StrCat(
+              "stopped after step ", s, " (", why, ") but ", options.save,
+              " holds another run's checkpoint of step ", s,
+              ", which this run does not replace without --overwrite: "
+              "nothing saved"));
+      if (absl::Status st = save(s); !st.ok())
+        return st;
+    }
+    if (options.log)
+      *options.log << "stopped after step " << s << " (" << why
+                   << "): the checkpoint of step " << s << " is in "
+                   << options.save << "; resume with --load " << options.save
+                   << "\n";
+    break;
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,8 @@
 
 #include "runtime/exec/TrainerInternal.h"
 
+#include "runtime/exec/Preemption.h"
+
 #include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
@@ -40,11 +42,14 @@ absl::Status SetUpRun(TrainingRun &run) {
   run.dataPath = options.dataPrefix.empty() ? t.data_path()
                                             : options.dataPrefix;
   const int64_t steps = run.steps;
+  const bool evaluates =
+      options.evalInterval.value_or(t.eval_interval()) > 0;
   if (steps < 0 || (steps == 0 && options.save.empty() &&
-                    options.saveParams.empty()))
+                    options.saveParams.empty() && !evaluates))
     return absl::InvalidArgumentError(absl::StrCat(
         "steps = ", steps,
-        " must be >= 1 (0 only to convert: with --save or --save-params)"));
+        " must be >= 1 (0 only to convert or evaluate: with --save, "
+        "--save-params or --eval-interval)"));
   if ((options.saveEvery > 0 || options.keepLast > 0) && options.save.empty())
     return absl::InvalidArgumentError(
         "--save-every and --keep-last need --save DIR");
@@ -59,9 +64,13 @@ absl::Status SetUpRun(TrainingRun &run) {
         absl::StrJoin(options.allowModelChange, ","),
         " applies to the checkpoint of --load or --init-from, and neither is "
         "given"));
-  if (run.dataPath.empty() && steps > 0)
+  if (run.dataPath.empty() && t.data_blend_size() == 0 && steps > 0)
     return absl::InvalidArgumentError(
         "no data: give --data PREFIX (a .bin/.idx pair) or data.path in the job");
+  // SIGTERM and SIGINT stop the run after the current step, with a
+  // checkpoint (Preemption.h).
+  if (absl::Status s = InstallStopHandlers(); !s.ok())
+    return s;
   if (options.threads > 0)
     cpu::setNumThreads(int(std::min<int64_t>(options.threads, 1 << 12)));
   if (plan::WorldSize(plan) > 1 && !options.comm)
@@ -172,37 +181,8 @@ absl::Status PrepareSteps(TrainingRun &run) {
       resumed.dataOrder != order && options.log)
     *options.log << "note: the saving run read its data " << resumed.dataOrder
                  << " and this one reads it " << order << "\n";
-  std::optional<data::IndexedDataset> &dataset = run.dataset;
-  if (firstStep <= steps) {
-    absl::StatusOr<data::IndexedDataset> opened =
-        data::IndexedDataset::Open(run.dataPath);
-    if (!opened.ok())
-      return opened.status();
-    dataset.emplace(std::move(*opened));
-    data::GptSampleOptions sampleOptions;
-    sampleOptions.seqLength = seq;
-    sampleOptions.numSamples = uint64_t(resumed.consumedSamples +
-                                        (steps - resumed.step) * globalBatch);
-    sampleOptions.seed = seed;
-    sampleOptions.order = order == "sequential" ? data::SampleOrder::kSequential
-                                                : data::SampleOrder::kShuffled;
-    absl::StatusOr<data::GptSamples> created =
-        data::GptSamples::Create(&*dataset, sampleOptions);
-    if (!created.ok())
-      return created.status();
-    // A dataset shorter than one global batch would fill each batch with
-    // the same text again (the next epochs): refused rather than trained
-    // on copies.
-    const uint64_t batchTokens = uint64_t(globalBatch) * uint64_t(seq) + 1;
-    if (dataset->numTokens() < batchTokens)
-      return absl::InvalidArgumentError(absl::StrCat(
-          run.dataPath, ": the dataset holds ", dataset->numTokens(),
-          " tokens, fewer than one global batch reads (", globalBatch,
-          " samples of ", seq, " tokens, ", batchTokens,
-          " tokens): every batch would repeat the same text; give more "
-          "data, or a smaller batch or sequence length"));
-    run.samples.emplace(std::move(*created));
-  }
+  if (absl::Status s = PrepareData(run); !s.ok())
+    return s;
 
   // The schedule.
   cpu::LrScheduleConfig lrConfig;
@@ -269,6 +249,21 @@ absl::Status PrepareSteps(TrainingRun &run) {
                           absl::StrCat("--metrics-out: ",
                                        opened.status().message()));
     run.metrics = std::move(*opened);
+  }
+  // TensorBoard's events, by rank 0; a resumed run marks where it restarts,
+  // so that TensorBoard drops what an earlier file holds from there on.
+  if (!options.tensorboardDir.empty() && run.writer) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> opened =
+        TensorBoardWriter::Open(options.tensorboardDir);
+    if (!opened.ok())
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("--tensorboard-dir: ",
+                                       opened.status().message()));
+    run.tensorboard = std::move(*opened);
+    if (absl::Status s = run.tensorboard->AddSessionStart(run.firstStep);
+        !s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("--tensorboard-dir: ", s.message()));
   }
   if (options.profile || !options.profileOut.empty())
     e.EnableProfile();
