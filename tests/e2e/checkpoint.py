@@ -28,6 +28,9 @@ corrupt files.
    500000) is refused by --load and --init-from, naming each field; so is a
    Hugging Face config.json of another model or without "architectures";
    --allow-model-change accepts a dropout, not a head count.
+7. Preemption (preemption()): SIGTERM, --exit-interval and
+   --exit-duration-in-mins stop a blended, validated run with a checkpoint
+   that resumes bit for bit; TensorBoard reads its events.
 
   checkpoint.py --bin BUILD/bin --work DIR --corpus TEXT
 """
@@ -445,7 +448,227 @@ def main():
                  ['config.json: missing required field "architectures"'],
                  "--init-from", other_hf)
 
+    preemption(setup, data, fail, fresh)
     print("checkpoint: 1 passed, 0 failed")
+
+
+def preemption(setup, data, fail, fresh):
+    """7. Stopping early with a checkpoint, on a blend of two datasets split
+    into train, validation and test, with TensorBoard's events: SIGTERM to
+    one rank of a 4-rank job stops every rank after the same step with a
+    checkpoint of it, exit 0; resumed, the run's losses, validation losses
+    and final parameters are the uninterrupted run's, bit for bit, and
+    TensorBoard reads every step once. A second SIGTERM during the save
+    leaves a whole checkpoint; --exit-interval and --exit-duration-in-mins
+    stop alike."""
+    b, w = setup.b, setup.w
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import tensorboard_check
+
+    # Two datasets, a document per line: the corpus's next 100 KB, and the
+    # first 200 KB again (data).
+    with open(setup.args.corpus, "rb") as f:
+        f.seek(200_000)
+        text = f.read(100_000)
+    with open(w("other.txt"), "wb") as f:
+        f.write(text)
+    run([b("braid-data"), "preprocess", "--input", w("other.txt"), "--output-prefix",
+         w("other"), "--split-lines", "--append-eod"])
+    run([b("braid-data"), "preprocess", "--input", w("corpus.txt"), "--output-prefix",
+         w("lines"), "--split-lines", "--append-eod"])
+    steps = 150
+    path = w("preempt.textproto")
+    with open(path, "w") as f:
+        f.write('model { preset: "tiny-llama" hidden_dropout: 0.1 }\n'
+                "parallel { tp: 2 dp: 2 micro_batch_size: 2 }\n"
+                f"train {{ steps: {steps} lr: 3e-3 warmup_steps: 2 seed: 7 "
+                "eval_interval: 25 eval_iters: 2 }\n"
+                f'data {{ seq_length: 32 split: "90,5,5" '
+                f'blend {{ weight: 0.3 path: "{w("other")}" }} '
+                f'blend {{ weight: 0.7 path: "{w("lines")}" }} }}\n')
+    plan = w("preempt.plan")
+    run([b("braidc"), path, "--emit=plan", "-o", plan])
+
+    def start(name, *flags):
+        if os.path.exists(w(name + ".jsonl")):
+            os.remove(w(name + ".jsonl"))  # an earlier run's would read as this one's
+        log = open(w(name + ".log"), "w")
+        cmd = mpirun(4) + [b("braid-run"), plan, "--metrics-out", w(name + ".jsonl"),
+                           "--log-every", "1", *flags]
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), w(name + ".log")
+
+    def rows(name):
+        return [json.loads(l) for l in open(w(name + ".jsonl"))]
+
+    def ranks_of():
+        pids = subprocess.run(["pgrep", "-f", f"braid-run {plan}"], capture_output=True,
+                              text=True).stdout.split()
+        return [int(p) for p in pids]
+
+    # The uninterrupted run.
+    tb = fresh(w("preempt-tb-straight"))
+    proc, log = start("preempt-straight", "--save-params", w("preempt-straight.safetensors"),
+                      "--tensorboard-dir", tb)
+    if proc.wait(timeout=300) != 0:
+        fail(f"the uninterrupted blended run failed:\n{open(log).read()}")
+    straight = {r["step"]: r for r in rows("preempt-straight")}
+    evaluated = sorted(s for s, r in straight.items() if "valid_loss" in r)
+    if evaluated != [25, 50, 75, 100, 125, 150] or "test_loss" not in straight[steps]:
+        fail(f"validation ran after steps {evaluated}")
+    every = ["train/loss", "train/learning_rate", "train/grad_norm", "train/loss_scale",
+             "train/tokens_per_s", "train/step_time_s", "memory/predicted_bytes",
+             "memory/touched_bytes"]
+    for tags, kw in ((every, {}), (["validation/loss", "validation/perplexity"],
+                                   {"every": 25}),
+                     (["test/loss", "test/perplexity"], {"first_step": steps})):
+        problems, _ = tensorboard_check.check(tb, tags, steps, **kw)
+        if problems:
+            fail("TensorBoard: " + "; ".join(problems))
+    seen = tensorboard_check.scalars(tb)
+    for s, r in straight.items():
+        # Events hold float32.
+        if abs(seen["train/loss"][s] - r["loss"]) > 1e-6 * abs(r["loss"]):
+            fail(f"TensorBoard's train/loss at step {s} is {seen['train/loss'][s]}, "
+                 f"the metrics' {r['loss']}")
+    print(f"tensorboard: every scalar at every step 1..{steps} (validation every 25), "
+          "train/loss as the metrics")
+
+    # SIGTERM to one rank, once the run is under way.
+    root = fresh(w("preempt-ckpt"))
+    tb = fresh(w("preempt-tb"))
+    proc, log = start("preempt-stopped", "--save", root, "--tensorboard-dir", tb)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if os.path.exists(w("preempt-stopped.jsonl")) and len(rows("preempt-stopped")) >= 30:
+            break
+        time.sleep(0.01)
+    victims = [p for p in ranks_of() if p != proc.pid]
+    if proc.poll() is not None or not victims:
+        fail(f"the run ended before it could be stopped:\n{open(log).read()}")
+    os.kill(victims[-1], signal.SIGTERM)
+    if proc.wait(timeout=120) != 0:
+        fail(f"the stopped run exited {proc.returncode}:\n{open(log).read()}")
+    text = open(log).read()
+    stopped = [l for l in text.splitlines() if l.startswith("stopped after step ")]
+    if len(stopped) != 1 or "(SIGTERM received): the checkpoint of step" not in stopped[0]:
+        fail(f"no line says where the run stopped:\n{text}")
+    at = int(stopped[0].split()[3])
+    if not 30 <= at < steps or open(os.path.join(root, "latest")).read().strip() != \
+            f"step-{at:08d}":
+        fail(f"stopped at step {at}; latest is {open(os.path.join(root, 'latest')).read()}")
+    proc, log = start("preempt-resumed", "--load", root, "--tensorboard-dir", tb,
+                      "--save-params", w("preempt-resumed.safetensors"))
+    if proc.wait(timeout=300) != 0:
+        fail(f"resuming the stopped run failed:\n{open(log).read()}")
+    resumed = {r["step"]: r for r in rows("preempt-resumed")}
+    if sorted(resumed) != list(range(at + 1, steps + 1)):
+        fail(f"the resumed run ran steps {min(resumed)}..{max(resumed)}")
+    for s, r in resumed.items():
+        for key in ("loss", "grad_norm", "valid_loss", "test_loss"):
+            if r.get(key) != straight[s].get(key):
+                fail(f"resumed step {s}: {key} {r.get(key)}, uninterrupted "
+                     f"{straight[s].get(key)}")
+    if raw_tensors(w("preempt-resumed.safetensors")) != \
+            raw_tensors(w("preempt-straight.safetensors")):
+        fail("the resumed run's final parameters differ from the uninterrupted run's")
+    problems, _ = tensorboard_check.check(tb, ["train/loss"], steps)
+    if problems:
+        fail("TensorBoard after the resume: " + "; ".join(problems))
+    print(f"preemption: SIGTERM to one of 4 ranks stopped the job after step {at} with "
+          f"its checkpoint (exit 0); resumed, steps {at + 1}-{steps} equal the "
+          "uninterrupted run's bit for bit (losses, validation, parameters)")
+
+    # SIGTERM to mpirun, which passes it on to every rank (and itself exits
+    # 1, as Open MPI's mpirun does for a job it was told to end, after the
+    # ranks have saved and exited 0).
+    # (mpirun passes the signal on after a while: a long run, so that it
+    # arrives before the end.)
+    root = fresh(w("preempt-mpirun"))
+    proc, log = start("preempt-mpirun", "--save", root, "--steps", "100000")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if os.path.exists(w("preempt-mpirun.jsonl")) and len(rows("preempt-mpirun")) >= 10:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    text = open(log).read()
+    stopped = [l for l in text.splitlines() if l.startswith("stopped after step ")]
+    if len(stopped) != 1:
+        fail(f"SIGTERM to mpirun: no line says where the run stopped:\n{text}")
+    at = int(stopped[0].split()[3])
+    if open(os.path.join(root, "latest")).read().strip() != f"step-{at:08d}":
+        fail(f"SIGTERM to mpirun: stopped after step {at} but latest is "
+             f"{open(os.path.join(root, 'latest')).read()}")
+    proc, log = start("preempt-mpirun-resumed", "--load", root, "--steps", "100000",
+                      "--exit-interval", "1")
+    if proc.wait(timeout=300) != 0:
+        fail(f"resuming after SIGTERM to mpirun failed:\n{open(log).read()}")
+    resumed = [r["step"] for r in rows("preempt-mpirun-resumed")]
+    if resumed != [at + 1]:
+        fail(f"resumed after SIGTERM to mpirun, the run ran steps {resumed}")
+    print(f"preemption: SIGTERM to mpirun stopped every rank after step {at} with its "
+          "checkpoint, which resumes")
+
+    # A second SIGTERM, to every rank, while the checkpoint the first one
+    # asked for is being written (a model of 77 MB of checkpoint, whose save
+    # takes long enough to be caught).
+    big = w("preempt-big.textproto")
+    with open(big, "w") as f:
+        f.write("model { family: LLAMA num_layers: 2 hidden_size: 512 num_heads: 8 "
+                "ffn_hidden_size: 1408 vocab_size: 257 }\n"
+                "parallel { dp: 2 micro_batch_size: 1 }\n"
+                "train { steps: 1000 lr: 3e-3 seed: 7 }\ndata { seq_length: 32 }\n")
+    big_plan = w("preempt-big.plan")
+    run([b("braidc"), big, "--emit=plan", "-o", big_plan])
+    root = fresh(w("preempt-twice"))
+    log_path = w("preempt-twice.log")
+    proc = subprocess.Popen(mpirun(2) + [b("braid-run"), big_plan, "--data", data,
+                                         "--save", root, "--log-every", "1"],
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    second = None
+    first_sent = False
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and second is None:
+        pids = subprocess.run(["pgrep", "-f", f"braid-run {big_plan}"],
+                              capture_output=True, text=True).stdout.split()
+        pids = [int(p) for p in pids if int(p) != proc.pid]
+        if not first_sent:
+            if "step " in open(log_path).read() and pids:
+                os.kill(pids[0], signal.SIGTERM)
+                first_sent = True
+        else:
+            names = os.listdir(root) if os.path.isdir(root) else []
+            if any(n.startswith(".step-") and n.endswith(".tmp") for n in names):
+                for pid in pids:
+                    os.kill(pid, signal.SIGTERM)
+                second = [n for n in names if n.endswith(".tmp")][0]
+        time.sleep(0.0005 if first_sent else 0.01)
+    if proc.wait(timeout=120) != 0:
+        fail(f"the twice-stopped run exited {proc.returncode}:\n{open(log_path).read()}")
+    if second is None:
+        fail("the second SIGTERM found no save in progress to land in")
+    latest = open(os.path.join(root, "latest")).read().strip()
+    p = subprocess.run([b("braid-ckpt"), "inspect", root], capture_output=True, text=True)
+    if p.returncode != 0 or "verified:" not in p.stdout:
+        fail(f"after a second SIGTERM the checkpoint does not verify:\n{p.stdout}{p.stderr}")
+    if any(n.endswith(".tmp") for n in os.listdir(root)):
+        fail(f"a temporary checkpoint was left behind: {os.listdir(root)}")
+    print(f"preemption: a second SIGTERM during the save of {second} left {latest} "
+          "whole (it verifies)")
+
+    # --exit-interval and --exit-duration-in-mins.
+    for flags, want in ((["--exit-interval", "7"], 7),
+                        (["--exit-duration-in-mins", "0.000001"], 1)):
+        root = fresh(w("preempt-exit"))
+        proc, log = start("preempt-exit", "--save", root, *flags)
+        if proc.wait(timeout=120) != 0:
+            fail(f"{flags} exited {proc.returncode}:\n{open(log).read()}")
+        text = open(log).read()
+        if f"stopped after step {want} (" not in text or \
+                open(os.path.join(root, "latest")).read().strip() != f"step-{want:08d}":
+            fail(f"{flags}: did not stop after step {want} with its checkpoint:\n{text}")
+        print(f"{' '.join(flags)}: stopped after step {want} with its checkpoint")
 
 
 if __name__ == "__main__":

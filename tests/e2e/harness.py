@@ -47,15 +47,17 @@ class Setup:
     def w(self, name):
         return os.path.join(self.args.work, name)
 
-    def dataset(self, size):
+    def dataset(self, size, split_lines=False):
         """The first `size` bytes of the corpus, preprocessed with bytes as
-        tokens; returns the dataset prefix."""
+        tokens (one document, or one per non-blank line with `split_lines`);
+        returns the dataset prefix."""
         with open(self.args.corpus, "rb") as f:
             text = f.read(size)
         with open(self.w("corpus.txt"), "wb") as f:
             f.write(text)
         run([self.b("braid-data"), "preprocess", "--input", self.w("corpus.txt"),
-             "--output-prefix", self.w("data")])
+             "--output-prefix", self.w("data")] +
+            (["--split-lines", "--append-eod"] if split_lines else []))
         return self.w("data")
 
 

@@ -5,7 +5,14 @@ Trains tiny models for a few steps serially and under each parallel layout
 (mpirun -np N braid-run), on the same samples, and checks that every step's
 loss is within --loss-rtol of the serial run's and every final parameter
 within --param-rtol (relative to the tensor's largest magnitude). Prints the
-largest differences seen. Also checks the errors of a job whose world size
+largest differences seen.
+
+Validation: every run holds out documents (data.split 90,5,5) and evaluates
+every 10 steps. With dropout, each layout then evaluates the serial run's
+final checkpoint (braid-run --load, nothing left to train): its validation
+and test losses must be the serial run's to --eval-rtol, the weights being
+the same; and the serial plan of the model without dropout, given the same
+checkpoint, must find the same losses (evaluation runs without dropout). Also checks the errors of a job whose world size
 does not match the plan and of a rank that dies mid-run.
 
   parity.py --bin BUILD/bin --work DIR --corpus TEXT [--steps N]
@@ -62,12 +69,14 @@ def main():
         ap.add_argument("--steps", type=int, default=20)
         ap.add_argument("--loss-rtol", type=float, default=1e-5)
         ap.add_argument("--param-rtol", type=float, default=1e-4)
+        ap.add_argument("--eval-rtol", type=float, default=1e-6)
         ap.add_argument("--only", default="",
                         help="run only the layouts whose name matches this regular expression")
     setup = Setup(options)
     args, b, w = setup.args, setup.b, setup.w
-    # 200 KB of real text, bytes as tokens.
-    setup.dataset(200_000)
+    # 200 KB of real text, bytes as tokens, a document per line (the splits
+    # divide documents).
+    setup.dataset(200_000, split_lines=True)
 
     # (name, mpirun ranks, extra parallel fields): global batch 4 throughout.
     layouts = [
@@ -172,7 +181,7 @@ def main():
     for m in ("tiny-llama", "tiny-gpt2"):
         models.append((f"{m}-8layers", f'preset: "{m}" num_layers: 8',
                        [("pp4-vpp2", 4, "pp: 4 vpp: 2 micro_batch_size: 1 global_batch_size: 4")]))
-    worst_loss = worst_param = 0.0
+    worst_loss = worst_param = worst_eval = 0.0
     for model, base_fields, model_layouts in models:
         for dropout in (0.0, 0.1):
             tag = f"{model}-dropout{dropout}"
@@ -193,7 +202,30 @@ def main():
                 stages = r.get("pipeline", {}).get("stages", [])
                 return max([s["rank_arena_bytes"] for s in stages] or [r["memory"]["arena_bytes"]])
 
-            def train(name, ranks, parallel, extra_model_fields=""):
+            def evaluate(name, ranks, checkpoint, fields=None, allow=None):
+                """The validation and test loss of `checkpoint` in the layout
+                `name` (already compiled by train), or in the serial plan of
+                the model with `fields`."""
+                plan = w(f"{tag}-{name}.plan")
+                if fields is not None:
+                    job = w(f"{tag}-{name}.textproto")
+                    with open(job, "w") as f:
+                        f.write(f"model {{ {fields} }}\nparallel {{ micro_batch_size: 4 }}\n"
+                                f"train {{ steps: {args.steps} lr: 3e-3 warmup_steps: 2 "
+                                f"seed: 7 eval_interval: 10 eval_iters: 2 }}\n"
+                                f'data {{ seq_length: 32 split: "90,5,5" }}\n')
+                    run([b("braidc"), job, "--emit=plan", "-o", plan])
+                metrics = w(f"{tag}-{name}-eval.jsonl")
+                cmd = [b("braid-run"), plan, "--data", w("data"), "--load", checkpoint,
+                       "--metrics-out", metrics]
+                if allow:
+                    cmd += ["--allow-model-change", allow]
+                run((mpirun(ranks) if ranks > 1 else []) + cmd)
+                (line,) = [json.loads(l) for l in open(metrics)]
+                assert line["step"] == args.steps and "loss" not in line, line
+                return line["valid_loss"], line["test_loss"]
+
+            def train(name, ranks, parallel, extra_model_fields="", save=None):
                 if "{budget}" in parallel:
                     base = parallel.split("recompute:")[0]
                     low = largest_arena(name + "-full", base + 'recompute: "full"')
@@ -203,26 +235,49 @@ def main():
                 with open(job, "w") as f:
                     f.write(f"model {{ {model_fields} {extra_model_fields} }}\n"
                             f"parallel {{ {parallel} }}\n"
-                            f"train {{ steps: {args.steps} lr: 3e-3 warmup_steps: 2 seed: 7 }}\n"
-                            f"data {{ seq_length: 32 }}\n")
+                            f"train {{ steps: {args.steps} lr: 3e-3 warmup_steps: 2 seed: 7 "
+                            f"eval_interval: 10 eval_iters: 2 }}\n"
+                            f'data {{ seq_length: 32 split: "90,5,5" }}\n')
                 plan = w(f"{tag}-{name}.plan")
                 run([b("braidc"), job, "--emit=plan", "-o", plan])
                 metrics, params = w(f"{tag}-{name}.jsonl"), w(f"{tag}-{name}.safetensors")
                 cmd = [b("braid-run"), plan, "--data", w("data"), "--metrics-out", metrics,
                        "--save-params", params, "--log-every", "1000"]
+                if save:
+                    cmd += ["--save", save, "--overwrite"]
                 run((mpirun(ranks) if ranks > 1 else []) + cmd)
-                losses = [json.loads(l)["loss"] for l in open(metrics)]
+                lines = [json.loads(l) for l in open(metrics)]
+                losses = [l["loss"] for l in lines]
                 assert len(losses) == args.steps, (name, len(losses))
-                return losses, read_safetensors(params)
+                # Validation after every 10th step and the last, the test
+                # split after the last.
+                evaluated = [l["step"] for l in lines if "valid_loss" in l]
+                want = sorted({s for s in range(10, args.steps + 1, 10)} | {args.steps})
+                assert evaluated == want and "test_loss" in lines[-1], (name, evaluated)
+                return losses, read_safetensors(params), lines[-1]
 
             chosen = [l for l in model_layouts if re.search(args.only, l[0])]
             if model.startswith("tiny-gpt2"):  # a GeLU MLP: nothing to fuse
                 chosen = [l for l in chosen if "fuse_mlp" not in "".join(l[3:])]
             if not chosen:
                 continue
-            serial_losses, serial_params = train("serial", 1, "micro_batch_size: 4")
+            checkpoint = w(f"{tag}-serial-ckpt")
+            serial_losses, serial_params, serial_last = train(
+                "serial", 1, "micro_batch_size: 4", save=checkpoint)
+            serial_eval = (serial_last["valid_loss"], serial_last["test_loss"])
+            if dropout:
+                # The same weights in the model without dropout: the same
+                # losses, evaluation having none.
+                plain = evaluate("serial-nodropout", 1, checkpoint,
+                                 fields=model_fields.replace(f": {dropout}", ": 0.0"),
+                                 allow="hidden_dropout,embedding_dropout")
+                de = max(abs(a - s) / abs(s) for a, s in zip(plain, serial_eval))
+                print(f"{tag:24s} {'no dropout':16s} eval rel diff {de:.2e}")
+                if de > args.eval_rtol:
+                    sys.exit(f"FAILED: {tag}: evaluation depends on dropout: {plain} "
+                             f"without, {serial_eval} with")
             for name, ranks, parallel, *extra in chosen:
-                losses, params = train(name, ranks, parallel, *extra)
+                losses, params, _ = train(name, ranks, parallel, *extra)
                 params = unfuse_mlp(params, serial_params)
                 dl = max(abs(a - s) / abs(s) for a, s in zip(losses, serial_losses))
                 dp = 0.0
@@ -237,12 +292,22 @@ def main():
                     diffs = [abs(x - y) for i, (x, y) in enumerate(zip(got, ref))
                              if i not in noise]
                     dp = max(dp, max(diffs, default=0.0) / scale)
-                print(f"{tag:24s} {name:16s} loss rel diff {dl:.2e}  param rel diff {dp:.2e}")
+                de = 0.0
+                if dropout:
+                    got = evaluate(name, ranks, checkpoint)
+                    de = max(abs(a - s) / abs(s) for a, s in zip(got, serial_eval))
+                print(f"{tag:24s} {name:16s} loss rel diff {dl:.2e}  param rel diff {dp:.2e}"
+                      + (f"  eval rel diff {de:.2e}" if dropout else ""))
                 if dl > args.loss_rtol or dp > args.param_rtol or math.isnan(dl + dp):
                     sys.exit(f"FAILED: {tag} {name} differs from the serial run")
+                if de > args.eval_rtol or math.isnan(de):
+                    sys.exit(f"FAILED: {tag} {name}: the serial checkpoint's validation "
+                             f"and test losses differ from the serial run's")
                 worst_loss, worst_param = max(worst_loss, dl), max(worst_param, dp)
+                worst_eval = max(worst_eval, de)
     print(f"largest loss difference {worst_loss:.2e} (limit {args.loss_rtol}), "
-          f"largest parameter difference {worst_param:.2e} (limit {args.param_rtol})")
+          f"largest parameter difference {worst_param:.2e} (limit {args.param_rtol}), "
+          f"largest evaluation difference {worst_eval:.2e} (limit {args.eval_rtol})")
 
     if args.only:
         return  # the checks below use the dp2 plan of the whole run

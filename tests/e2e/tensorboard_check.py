@@ -8,7 +8,7 @@ step from --min-step to --steps. TensorBoard's reader checks both CRCs of
 every record and stops at the first broken one, so a broken record shows as
 missing steps. On success, prints one line and exits 0.
 
-  tensorboard_check.py DIR --tags loss,lr --steps N [--min-step S]
+  tensorboard_check.py DIR --tags loss,lr --steps N [--min-step S] [--every K]
 
 check() does the same for scripts that import this one.
 """
@@ -30,9 +30,21 @@ def _ranges(steps):
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
-def check(directory, tags, last_step, first_step=1):
+def scalars(directory):
+    """tag -> {step: value}, as TensorBoard reads `directory` (a step written
+    twice keeps its last value, as TensorBoard shows it)."""
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(
+        directory, size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)}
+            for tag in acc.Tags().get(event_accumulator.SCALARS, [])}
+
+
+def check(directory, tags, last_step, first_step=1, every=1):
     """Returns (problems, summary): problems is a list of lines, empty when
-    every tag has a finite scalar at every step first_step..last_step."""
+    every tag has a finite scalar at every step first_step..last_step (with
+    `every` > 1: at the multiples of it among them, and at last_step)."""
     if not os.path.isdir(directory):
         return [f"{directory} is not a directory"], ""
     files = sorted(f for f in os.listdir(directory) if "tfevents" in f)
@@ -49,7 +61,8 @@ def check(directory, tags, last_step, first_step=1):
     acc.Reload()
     found = sorted(acc.Tags().get(event_accumulator.SCALARS, []))
     problems = []
-    wanted = range(first_step, last_step + 1)
+    wanted = [s for s in range(first_step, last_step + 1)
+              if s % every == 0 or s == last_step]
     for tag in tags:
         if tag not in found:
             problems.append(f"tag {tag!r}: no scalars (the scalar tags in "
@@ -68,7 +81,8 @@ def check(directory, tags, last_step, first_step=1):
                             f"{_ranges(bad)} (first: step {bad[0]} = "
                             f"{values[bad[0]]})")
     summary = (f"{directory}: {len(tags)} tag(s) ({', '.join(tags)}) finite "
-               f"at every step {first_step}..{last_step}, read by TensorBoard "
+               f"at every {'' if every == 1 else f'{every}th '}step "
+               f"{first_step}..{last_step}, read by TensorBoard "
                f"from {len(files)} events file(s)")
     return problems, summary
 
@@ -82,13 +96,19 @@ def main():
                     help="the last step each tag must have")
     ap.add_argument("--min-step", type=int, default=1,
                     help="the first step each tag must have (default 1)")
+    ap.add_argument("--every", type=int, default=1,
+                    help="only the steps that are multiples of this, and the "
+                         "last (default 1: every step)")
     args = ap.parse_args()
     tags = [t.strip() for t in args.tags.split(",") if t.strip()]
     if not tags:
         ap.error("--tags names no tag")
     if args.steps < args.min_step:
         ap.error(f"--steps {args.steps} is below --min-step {args.min_step}")
-    problems, summary = check(args.dir, tags, args.steps, args.min_step)
+    if args.every < 1:
+        ap.error(f"--every {args.every} is below 1")
+    problems, summary = check(args.dir, tags, args.steps, args.min_step,
+                              args.every)
     if problems:
         print(f"FAILED: TensorBoard's view of {args.dir}:", file=sys.stderr)
         for p in problems:
