@@ -11,7 +11,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BRAID_BUILD_DIR:-$root/build}"
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config python3
+  build-essential cmake ninja-build ccache pkg-config python3 python3-pip
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libabsl-dev libprotobuf-dev protobuf-compiler zlib1g-dev
   libgtest-dev libgmock-dev
@@ -36,6 +36,14 @@ if ((${#missing[@]})); then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: all Debian packages present"
+fi
+
+# Python test oracles from PyPI: TensorBoard's own reader checks the event
+# files braid-run writes (tests/e2e/tensorboard_check.py).
+if ! python3 -c "import tensorboard" 2>/dev/null; then
+  echo "setup: installing tensorboard from PyPI (the tests read event files with it)"
+  python3 -m pip install --quiet tensorboard 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages tensorboard
 fi
 
 if [ "${BRAID_SKIP_BUILD:-0}" = "1" ]; then exit 0; fi

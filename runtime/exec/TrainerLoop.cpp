@@ -9,6 +9,8 @@
 
 #include "runtime/exec/TrainerInternal.h"
 
+#include "runtime/common/Format.h"
+
 #include "runtime/exec/LossScaler.h"
 #include "runtime/exec/Preemption.h"
 #include "runtime/ckpt/Checkpoint.h"
@@ -123,9 +125,10 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
                                        saved.status().message()));
     if (options.log)
       *options.log << absl::StrFormat(
-          "checkpoint: step %d saved to %s (%.1f MB in %.2f s, %.0f MB/s)\n",
-          s, saved->dir, saved->bytes / 1e6, saved->seconds,
-          saved->bytes / 1e6 / std::max(saved->seconds, 1e-9));
+          "checkpoint: step %d saved to %s (%s in %.2f s, %s/s)\n", s,
+          saved->dir, common::FormatBytes(int64_t(saved->bytes)), saved->seconds,
+          common::FormatBytes(int64_t(saved->bytes /
+                                      std::max(saved->seconds, 1e-9))));
     return absl::OkStatus();
   };
   if (firstStep > steps && !options.save.empty())
@@ -265,7 +268,7 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
           "elapsed %.1fs  eta %.1fs\n",
           int(std::to_string(steps).size()), s, steps, lossValue, rate, norm,
           tokensPerS,
-          std::isnan(mfu) ? "" : absl::StrFormat("  MFU %.1f%%", 100 * mfu),
+          std::isnan(mfu) ? "" : absl::StrFormat("  MFU %.3g%%", 100 * mfu),
           elapsed,
           elapsed / double(s - firstStep + 1) * double(steps - s));
     if (options.log && !std::isnan(validLoss))

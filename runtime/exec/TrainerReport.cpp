@@ -9,6 +9,8 @@
 
 #include "runtime/exec/TrainerInternal.h"
 
+#include "runtime/common/Format.h"
+
 #include "runtime/cpu/Kernels.h"
 #include "runtime/plan/PlanLoader.h"
 
@@ -65,15 +67,16 @@ absl::Status reportMemory(const Backend &e, std::ostream *log) {
     int64_t predicted = int64_t(f[0]), arena = int64_t(f[1]),
             workspaces = int64_t(f[2]);
     *log << absl::StrFormat(
-        "memory: %s: predicted %d B, %s %d B (%s)%s\n",
+        "memory: %s: predicted %s (%d B), %s %s (%d B) (%s)%s\n",
         RankName(plan.mesh(), r, plan::MeshCoordinates(plan.mesh(), r)),
-        predicted, used, arena,
+        common::FormatBytes(predicted), predicted, used,
+        common::FormatBytes(arena), arena,
         predicted > 0 ? absl::StrFormat("%.2f %%", 100.0 * double(arena) /
                                                        double(predicted))
                       : std::string("nothing predicted"),
         workspaces > 0
-            ? absl::StrFormat(", and %d B of the kernels' workspaces",
-                              workspaces)
+            ? absl::StrFormat(", and %s of the kernels' workspaces",
+                              common::FormatBytes(workspaces))
             : std::string());
   }
   return absl::OkStatus();

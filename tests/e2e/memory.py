@@ -34,9 +34,10 @@ from harness import Setup, mpirun, run
 
 
 
-# "memory: rank 1 (pp 1, dp 0, tp 0): predicted 1234567 B, touched 1234000 B (99.95 %)"
+# "memory: rank 1 (pp 1, dp 0, tp 0): predicted 1.18 MiB (1234567 B), touched
+# 1.18 MiB (1234000 B) (99.95 %)"
 MEMORY_LINE = re.compile(
-    r"^memory: rank (\d+) \(([^)]*)\): predicted (\d+) B, touched (\d+) B")
+    r"^memory: rank (\d+) \(([^)]*)\): predicted [^(]+ \((\d+) B\), touched [^(]+ \((\d+) B\)")
 
 
 def predicted_by_report(report, coords):

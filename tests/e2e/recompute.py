@@ -45,7 +45,8 @@ from harness import Setup, mpirun, run
 
 
 
-MEMORY_LINE = re.compile(r"^memory: rank (\d+) \([^)]*\): predicted (\d+) B, touched (\d+) B")
+MEMORY_LINE = re.compile(r"^memory: rank (\d+) \([^)]*\): predicted [^(]+ \((\d+) B\), "
+                         r"touched [^(]+ \((\d+) B\)")
 
 
 def main():

@@ -478,6 +478,16 @@ int main(int argc, char **argv) {
                        double(config->seqLength) *
                        double(parallel->microBatches) * double(parallel->dp);
       predicted = predictionReport(*prediction, *cluster, *exported, perStep);
+      // braid-run's MFU: the model's FLOPs of a step over the step time and
+      // the devices' peak in the plan's dtype (bf16/fp16 parameters: the
+      // low-precision peak), as the report's prediction counts them.
+      bool low = false;
+      for (const plan::Buffer &b : exported->buffers())
+        low = low || (b.role() == plan::PARAMETER &&
+                      (b.dtype() == plan::BF16 || b.dtype() == plan::F16));
+      exported->mutable_training()->set_device_peak_flops(
+          low ? cluster->peak_flops_bf16() : cluster->peak_flops_fp32());
+      exported->mutable_training()->set_model_flops_per_step(perStep);
     }
     if (emit == "plan") {
       if (absl::Status s = plan::WritePlanFile(*exported, outputFile); !s.ok())
