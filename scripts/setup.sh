@@ -16,6 +16,8 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler zlib1g-dev
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
+  # tests/e2e/slurm.py starts a one-node Slurm of its own (srun --mpi=pmix).
+  slurmctld slurmd slurm-client munge
   libopenblas-dev libopenblas0-openmp
   libsentencepiece-dev sentencepiece
 )

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "runtime/comm/Slurm.h"
 #include "runtime/common/Float16.h"
 #include "runtime/plan/PlanLoader.h"
 
@@ -339,12 +340,23 @@ absl::Status MpiBroadcastFromRoot(const std::string &tag, std::string &bytes) {
 }
 
 bool LaunchedByMpi() {
+  // srun's own SLURM_PROCID does not count: without PMI (srun --mpi=none)
+  // MPI_Init cannot join the tasks into one job. srun --mpi=pmix sets
+  // PMIX_RANK, --mpi=pmi2 PMI_SIZE.
   return envOf({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) != nullptr;
 }
 
 int64_t LocalRanks() {
   const char *v = envOf({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"});
   int64_t n = v ? std::atoll(v) : 1;
+  // Under srun (PMIx sets neither variable): the step's tasks on this node.
+  const char *perNode = std::getenv("SLURM_STEP_TASKS_PER_NODE");
+  const char *node = std::getenv("SLURM_NODEID");
+  if (!v && InSlurmStep() && perNode && node)
+    if (absl::StatusOr<int64_t> tasks =
+            SlurmTasksOnNode(perNode, std::atoll(node));
+        tasks.ok())
+      n = *tasks;
   return std::max<int64_t>(n, 1);
 }
 
@@ -376,7 +388,10 @@ MpiCommunicator::Create(const plan::Plan &plan) {
   if (world != size)
     return absl::FailedPreconditionError(absl::StrCat(
         "the plan is for ", world, " ranks (", plan::DescribeMesh(plan.mesh()),
-        ") but the job has ", size, ": start it with mpirun -np ", world));
+        ") but the job has ", size, ": start it with ",
+        InSlurmStep() && !std::getenv("OMPI_COMM_WORLD_SIZE") ? "srun -n "
+                                                              : "mpirun -np ",
+        world));
   c->coords_ = plan::MeshCoordinates(plan.mesh(), rank);
   // Every group the plan uses, in one order on every rank (the plan is the
   // same everywhere), since creating a communicator is collective.

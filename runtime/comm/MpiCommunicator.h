@@ -37,10 +37,12 @@
 namespace braid::comm {
 
 /// Whether this process was started by an MPI launcher (mpirun, srun with
-/// PMI): then it must join the job even when the plan is for one rank.
+/// PMI: --mpi=pmix or pmi2): then it must join the job even when the plan
+/// is for one rank.
 bool LaunchedByMpi();
 
-/// The ranks that run on this node (the launcher's local size), or 1.
+/// The ranks that run on this node (the launcher's local size; under srun,
+/// the step's tasks on this node), or 1.
 int64_t LocalRanks();
 
 /// comm::RootBroadcast over MPI (NCCL's bootstrap in a job mpirun started):

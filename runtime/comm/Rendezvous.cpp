@@ -13,6 +13,8 @@
 
 #include "runtime/comm/Rendezvous.h"
 
+#include "runtime/comm/Slurm.h"
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -322,7 +324,7 @@ absl::Status join(const RendezvousConfig &c, const std::string &tag,
 }
 
 /// The first of `names` that is set, and which.
-const char *firstSet(std::initializer_list<const char *> names,
+const char *firstSet(const std::vector<const char *> &names,
                      const char **which) {
   for (const char *name : names)
     if (const char *v = std::getenv(name)) {
@@ -346,15 +348,31 @@ absl::StatusOr<int64_t> integer(const char *name, const char *value,
 
 absl::StatusOr<RendezvousConfig> RendezvousFromEnvironment() {
   RendezvousConfig c;
+  // srun's variables come last: a launcher's own (mpirun's, or PMI's under
+  // srun --mpi=pmi2) say the same where srun set both, and in a job that
+  // mpirun started inside a Slurm allocation the SLURM_* ones a rank
+  // inherits are its node's, not its own.
+  const bool slurm = InSlurmStep();
+  std::vector<const char *> rankNames = {"RANK", "OMPI_COMM_WORLD_RANK",
+                                         "PMI_RANK"},
+                            sizeNames = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
+                                         "PMI_SIZE"},
+                            localNames = {"LOCAL_RANK",
+                                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                                          "MPI_LOCALRANKID"};
+  if (slurm) {
+    rankNames.push_back("SLURM_PROCID");
+    sizeNames.push_back("SLURM_NTASKS");
+    localNames.push_back("SLURM_LOCALID");
+  }
   const char *rankName = nullptr, *sizeName = nullptr;
-  const char *rank =
-      firstSet({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, &rankName);
-  const char *size = firstSet(
-      {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &sizeName);
+  const char *rank = firstSet(rankNames, &rankName);
+  const char *size = firstSet(sizeNames, &sizeName);
   if (!rank || !size)
     return absl::FailedPreconditionError(absl::StrCat(
         "the ranks of a job without MPI meet through RANK, WORLD_SIZE, "
-        "MASTER_ADDR and MASTER_PORT (as torchrun sets them): ",
+        "MASTER_ADDR and MASTER_PORT (as torchrun sets them), or as tasks "
+        "of srun (SLURM_PROCID, SLURM_NTASKS): ",
         !rank ? "RANK" : "WORLD_SIZE", " is not set"));
   absl::StatusOr<int64_t> worldSize = integer(sizeName, size, 1, 1 << 24);
   if (!worldSize.ok())
@@ -365,16 +383,28 @@ absl::StatusOr<RendezvousConfig> RendezvousFromEnvironment() {
   c.rank = *r;
   c.worldSize = *worldSize;
   const char *localName = nullptr;
-  if (const char *local = firstSet(
-          {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"},
-          &localName)) {
+  if (const char *local = firstSet(localNames, &localName)) {
     absl::StatusOr<int64_t> l = integer(localName, local, 0, *worldSize - 1);
     if (!l.ok())
       return l.status();
     c.localRank = *l;
   }
-  if (const char *host = std::getenv("MASTER_ADDR"); host && *host)
+  if (const char *host = std::getenv("MASTER_ADDR"); host && *host) {
     c.host = host;
+  } else if (std::strcmp(rankName, "SLURM_PROCID") == 0) {
+    // srun puts task 0 on the first node of its step (in its block and
+    // cyclic distributions; an arbitrary one sets MASTER_ADDR).
+    const char *listName = nullptr;
+    if (const char *list =
+            firstSet({"SLURM_STEP_NODELIST", "SLURM_NODELIST"}, &listName)) {
+      absl::StatusOr<std::vector<std::string>> hosts =
+          ExpandSlurmHostlist(list);
+      if (!hosts.ok())
+        return absl::InvalidArgumentError(
+            absl::StrCat(listName, ": ", hosts.status().message()));
+      c.host = hosts->front();
+    }
+  }
   if (const char *port = std::getenv("MASTER_PORT")) {
     absl::StatusOr<int64_t> p = integer("MASTER_PORT", port, 1, 65535);
     if (!p.ok())

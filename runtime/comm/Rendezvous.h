@@ -3,11 +3,12 @@
 // The bootstrap of a job that MPI does not connect (NCCL's communicators on
 // GPUs): the ranks find each other through the environment torchrun and
 // Megatron's launchers set, RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
-// (or, under mpirun, its own rank and size variables). Rank 0 listens on
-// MASTER_ADDR:MASTER_PORT, every other rank connects to it, and rank 0 gives
-// them all the same bytes (NCCL's unique id). Plain TCP sockets: no MPI, no
-// CUDA. (A job mpirun started, in a build with MPI, hands the bytes over
-// MPI instead: braid-run, MpiBroadcastFromRoot.)
+// (or, under mpirun, its own rank and size variables; under srun, the
+// task's: Slurm.h). Rank 0 listens on MASTER_ADDR:MASTER_PORT, every other
+// rank connects to it, and rank 0 gives them all the same bytes (NCCL's
+// unique id). Plain TCP sockets: no MPI, no CUDA. (A job mpirun, or srun
+// with PMIx, started, in a build with MPI, hands the bytes over MPI
+// instead: braid-run, MpiBroadcastFromRoot.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,12 +38,14 @@ struct RendezvousConfig {
 
 /// The rendezvous of this process from its environment: RANK and
 /// WORLD_SIZE (else mpirun's OMPI_COMM_WORLD_RANK and _SIZE, or PMI_RANK and
-/// PMI_SIZE), LOCAL_RANK (else OMPI_COMM_WORLD_LOCAL_RANK or
-/// MPI_LOCALRANKID; default 0), MASTER_ADDR (default 127.0.0.1) and
-/// MASTER_PORT (default 29500); BRAID_RENDEZVOUS_TIMEOUT in seconds
-/// (default 300). A missing rank
-/// or size, or a value that is not a number in range, is an error naming
-/// the variable.
+/// PMI_SIZE, or in a task srun started SLURM_PROCID and SLURM_NTASKS),
+/// LOCAL_RANK (else OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or
+/// SLURM_LOCALID; default 0), MASTER_ADDR (default: where the rank is
+/// srun's SLURM_PROCID, the first host of SLURM_STEP_NODELIST, else of
+/// SLURM_NODELIST; otherwise 127.0.0.1) and MASTER_PORT (default 29500);
+/// BRAID_RENDEZVOUS_TIMEOUT in seconds (default 300). A missing rank
+/// or size, or a value that is not a number in range (or a node list that
+/// is not a hostlist), is an error naming the variable.
 absl::StatusOr<RendezvousConfig> RendezvousFromEnvironment();
 
 /// How a job's rank 0 hands bytes to its other ranks (RendezvousBroadcast's

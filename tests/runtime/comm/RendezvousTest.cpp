@@ -128,7 +128,7 @@ TEST(Rendezvous, ReadsTheEnvironment) {
        {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
         "PMI_RANK", "PMI_SIZE", "MASTER_ADDR", "MASTER_PORT",
         "BRAID_RENDEZVOUS_TIMEOUT", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-        "MPI_LOCALRANKID"})
+        "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_STEP_ID", "SLURM_STEPID"})
     setEnv(v, nullptr);
   absl::StatusOr<RendezvousConfig> c = RendezvousFromEnvironment();
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
