@@ -2,6 +2,9 @@
 
 #include "frontends/Spec.h"
 
+#include "frontends/Format.h"
+#include "runtime/data/Split.h"
+
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "llvm/ADT/SmallString.h"
@@ -108,17 +111,25 @@ llvm::Expected<spec::JobSpec> braid::loadJobFile(llvm::StringRef path) {
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           path.str() + ": data.blend has a source without a path (weight " +
-              std::to_string(source.weight()) + ")");
+              formatNumber(source.weight()) + ")");
     if (!source.has_weight() || !(source.weight() > 0) ||
         !std::isfinite(source.weight()))
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           path.str() + ": data.blend source \"" + source.path() +
               "\" needs a weight > 0 (finite), got " +
-              (source.has_weight() ? std::to_string(source.weight())
+              (source.has_weight() ? formatNumber(source.weight())
                                    : std::string("none")));
     source.set_path(relative(source.path()));
   }
+  // The split as braid-run reads it (Megatron's rules, data/Split.h).
+  if (data->has_split())
+    if (absl::StatusOr<std::array<double, 3>> split =
+            data::ParseSplit(data->split());
+        !split.ok())
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          path.str() + ": data.split: " + std::string(split.status().message()));
   if (data->blend_size() && data->has_path())
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

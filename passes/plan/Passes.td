@@ -275,7 +275,10 @@ def PlanVerify : Pass<"plan-verify", "mlir::ModuleOp"> {
     some stage can never go on (naming the stages and the operations they
     wait in), when a RECV gets a message of another size or type than its
     buffer (naming both ends), when two stages meet at different
-    collectives, or when a message is never received.
+    collectives, or when a message is never received. The evaluation is
+    run the same way: every stage's `eval_forward` (and its chunks', in
+    order) on each micro-batch, each call followed by a wait until every
+    message the stage sent has been received, as braid-run runs it.
 
     In every function, with the offsets `plan-memory` placed: between a
     collective started with `async = 1` and the `WAIT` that finishes it

@@ -31,13 +31,17 @@ struct PlanVerifyPass
 
 /// What a stage does that another stage takes part in.
 struct Event {
-  enum Kind { Send, Recv, Collective } kind;
+  /// WaitSends: the stage goes on once every message it sent was received
+  /// (braid-run waits for its sends after each call of an evaluation).
+  enum Kind { Send, Recv, Collective, WaitSends } kind;
   mutable KernelOp op;
   int64_t peer = 0;   // Send, Recv: the other stage
   std::string where;  // the function and the schedule's call
 };
 
 std::string describe(const Event &e) {
+  if (e.kind == Event::WaitSends)
+    return "the wait for its sends after " + e.where;
   std::string s = "'" + e.op.getKernel().str() + "'";
   if (std::optional<StringRef> why = e.op.getProvenance())
     s += " (" + why->str() + ")";
@@ -45,8 +49,12 @@ std::string describe(const Event &e) {
 }
 
 /// The stage's step as the events of its kernels, in the order it runs
-/// them.
-FailureOr<std::vector<Event>> eventsOf(SymbolTable &symbols, StageOp stage) {
+/// them; with `evaluation`, braid-run's evaluation of as many micro-batches
+/// instead: each micro-batch through the stage's chunks in order (their
+/// eval_forward), waiting for the sends after each call (none without
+/// eval_forward).
+FailureOr<std::vector<Event>> eventsOf(SymbolTable &symbols, StageOp stage,
+                                       bool evaluation = false) {
   std::vector<Event> events;
   auto add = [&](std::optional<StringRef> name,
                  const std::string &where) -> LogicalResult {
@@ -73,6 +81,37 @@ FailureOr<std::vector<Event>> eventsOf(SymbolTable &symbols, StageOp stage) {
     }
     return success();
   };
+  if (evaluation) {
+    std::optional<StringRef> own = stage.getEvalForward();
+    if (!own)
+      return events;
+    SmallVector<StringRef> chunkFns = {*own};
+    if (std::optional<ArrayAttr> chunks = stage.getChunks())
+      for (Attribute chunk : *chunks) {
+        auto fn = cast<DictionaryAttr>(chunk).getAs<FlatSymbolRefAttr>(
+            "eval_forward");
+        if (!fn)
+          return stage.emitOpError("has an eval_forward but a chunk has none");
+        chunkFns.push_back(fn.getValue());
+      }
+    int64_t micros = 0;
+    if (std::optional<ArrayAttr> schedule = stage.getSchedule())
+      for (Attribute attr : *schedule) {
+        FailureOr<ScheduleCall> call =
+            parseScheduleCall(cast<StringAttr>(attr).getValue());
+        if (succeeded(call) && call->kind == 'F' && call->chunk == 0)
+          ++micros;
+      }
+    for (int64_t m = 0; m < std::max<int64_t>(micros, 1); ++m)
+      for (auto [c, fn] : llvm::enumerate(chunkFns)) {
+        std::string where = "the evaluation of micro-batch " + std::to_string(m) +
+                            (c ? " on chunk " + std::to_string(c) : std::string());
+        if (failed(add(fn, where)))
+          return failure();
+        events.push_back({Event::WaitSends, KernelOp(), 0, where});
+      }
+    return events;
+  }
   if (failed(add(stage.getZeroGrads(), "zero_grads")))
     return failure();
   if (std::optional<ArrayAttr> schedule = stage.getSchedule())
@@ -198,34 +237,15 @@ LogicalResult checkInFlight(FuncOp fn, SymbolTable &symbols) {
   return success();
 }
 
-void PlanVerifyPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  SymbolTable functions(module);
-  for (FuncOp fn : module.getOps<FuncOp>())
-    if (failed(checkInFlight(fn, functions)))
-      return signalPassFailure();
-  SmallVector<StageOp> stages = getStages(module);
-  if (stages.empty())
-    return;
-  int64_t p = stages.size();
-  std::vector<std::vector<Event>> events;
-  SymbolTable symbols(module);
-  for (StageOp stage : stages) {
-    FailureOr<std::vector<Event>> e = eventsOf(symbols, stage);
-    if (failed(e))
-      return signalPassFailure();
-    events.push_back(std::move(*e));
-  }
-  auto bufferOf = [&](KernelOp k, bool output) {
-    ArrayAttr list = output ? k.getOutputs() : k.getInputs();
-    return symbols.lookup<BufferOp>(
-        cast<SymbolRefAttr>(list[0]).getRootReference());
-  };
-  auto fail = [&](const Twine &message) {
-    module.emitError("plan-verify: ") << message;
-    signalPassFailure();
-  };
-
+/// Runs the stages' events together (sends buffered, a receive waits for
+/// its send, a collective over pp for every stage, a WaitSends for the
+/// stage's sends to be received): fails, through `fail`, naming what each
+/// stage waits in when `what` (the pipeline's step, the evaluation)
+/// deadlocks, or a message of the wrong type or never received.
+template <typename BufferOf, typename Fail>
+LogicalResult simulate(const std::vector<std::vector<Event>> &events,
+                       const std::string &what, BufferOf bufferOf, Fail fail) {
+  int64_t p = int64_t(events.size());
   std::vector<size_t> pc(p, 0);
   std::map<std::pair<int64_t, int64_t>, std::deque<const Event *>> channels;
   while (true) {
@@ -235,6 +255,17 @@ void PlanVerifyPass::runOnOperation() {
         const Event &e = events[s][pc[s]];
         if (e.kind == Event::Collective)
           break;
+        if (e.kind == Event::WaitSends) {
+          // Every message this stage sent has been received.
+          bool pending = false;
+          for (auto &[ends, queue] : channels)
+            pending |= ends.first == s && !queue.empty();
+          if (pending)
+            break;
+          ++pc[s];
+          progress = true;
+          continue;
+        }
         if (e.peer < 0 || e.peer >= p)
           return fail("stage " + Twine(s) + " has " + describe(e) +
                       " with stage " + Twine(e.peer) + ", which is not a stage");
@@ -290,23 +321,61 @@ void PlanVerifyPass::runOnOperation() {
       if (!stuck.empty())
         stuck += "; ";
       if (pc[s] == events[s].size()) {
-        stuck += "stage " + std::to_string(s) + " has finished its step";
+        stuck += "stage " + std::to_string(s) + " has finished";
         continue;
       }
       const Event &e = events[s][pc[s]];
       stuck += "stage " + std::to_string(s) + " waits in " + describe(e);
       if (e.kind == Event::Recv)
         stuck += " for stage " + std::to_string(e.peer);
+      else if (e.kind == Event::WaitSends)
+        stuck += " for the stages it sent to";
       else
         stuck += " for every stage";
     }
-    return fail("the pipeline deadlocks: " + stuck);
+    return fail(what + " deadlocks: " + stuck);
   }
   for (auto &[ends, queue] : channels)
     if (!queue.empty())
       return fail("stage " + Twine(ends.first) + " sends " +
                   describe(*queue.front()) + " that stage " +
                   Twine(ends.second) + " never receives");
+  return success();
+}
+
+void PlanVerifyPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SymbolTable functions(module);
+  for (FuncOp fn : module.getOps<FuncOp>())
+    if (failed(checkInFlight(fn, functions)))
+      return signalPassFailure();
+  SmallVector<StageOp> stages = getStages(module);
+  if (stages.empty())
+    return;
+  SymbolTable symbols(module);
+  auto bufferOf = [&](KernelOp k, bool output) {
+    ArrayAttr list = output ? k.getOutputs() : k.getInputs();
+    return symbols.lookup<BufferOp>(
+        cast<SymbolRefAttr>(list[0]).getRootReference());
+  };
+  auto fail = [&](const Twine &message) {
+    module.emitError("plan-verify: ") << message;
+    signalPassFailure();
+    return failure();
+  };
+  // The step, then the evaluation: each must end on every stage.
+  for (bool evaluation : {false, true}) {
+    std::vector<std::vector<Event>> events;
+    for (StageOp stage : stages) {
+      FailureOr<std::vector<Event>> e = eventsOf(symbols, stage, evaluation);
+      if (failed(e))
+        return signalPassFailure();
+      events.push_back(std::move(*e));
+    }
+    if (failed(simulate(events, evaluation ? "the evaluation" : "the pipeline",
+                        bufferOf, fail)))
+      return;
+  }
 }
 
 } // namespace

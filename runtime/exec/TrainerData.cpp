@@ -109,7 +109,8 @@ absl::Status PrepareData(TrainingRun &run) {
     absl::StatusOr<std::array<double, 3>> parsed = data::ParseSplit(split);
     if (!parsed.ok())
       return absl::InvalidArgumentError(
-          absl::StrCat("data split: ", parsed.status().message()));
+          absl::StrCat(options.split ? "--split: " : "the plan's data.split: ",
+                       parsed.status().message()));
     fractions = *parsed;
   }
   const bool training = run.firstStep <= steps;

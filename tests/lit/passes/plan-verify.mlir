@@ -275,3 +275,39 @@ plan.func @b0 {
 }
 // expected-error @below {{'plan.stage' op schedule call "X0:0" is not F, B or W (W needs a backward_weight)}}
 plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f0, backward = @b0, slots = 1 : i64, schedule = ["F0:0", "X0:0"]}
+
+// -----
+
+// Tests that the evaluation is proved too: braid-run runs each stage's
+// eval_forward on every micro-batch and waits for its sends after each
+// call. The step's schedule is sound, but stage 1's evaluation copy receives
+// twice where stage 0's sends once: stage 1's second receive of micro-batch
+// 0 takes micro-batch 1's activation, and its first receive of micro-batch
+// 1 waits for a send that never comes (stage 0 has finished).
+// expected-error @below {{plan-verify: the evaluation deadlocks: stage 0 has finished; stage 1 waits in 'RECV' (activation) in the evaluation of micro-batch 1 for stage 0}}
+module {
+  plan.buffer @x0 : tensor<4xf32> role = "activation" stage = 0
+  plan.buffer @x1 : tensor<4xf32> role = "activation" stage = 1
+  plan.buffer @y1 : tensor<4xf32> role = "activation" stage = 1
+  plan.func @f0 {
+    plan.kernel "SEND" [@x0] -> [] {peer = 1 : i64} {provenance = "activation", rank_axis = "pp"}
+  }
+  plan.func @b0 {
+    plan.kernel "RECV" [] -> [@x0] {peer = 1 : i64} {provenance = "gradient", rank_axis = "pp"}
+  }
+  plan.func @f1 {
+    plan.kernel "RECV" [] -> [@x1] {peer = -1 : i64} {provenance = "activation", rank_axis = "pp"}
+  }
+  plan.func @b1 {
+    plan.kernel "SEND" [@x1] -> [] {peer = -1 : i64} {provenance = "gradient", rank_axis = "pp"}
+  }
+  plan.func @e0 {
+    plan.kernel "SEND" [@x0] -> [] {peer = 1 : i64} {provenance = "activation", rank_axis = "pp"}
+  }
+  plan.func @e1 {
+    plan.kernel "RECV" [] -> [@x1] {peer = -1 : i64} {provenance = "activation", rank_axis = "pp"}
+    plan.kernel "RECV" [] -> [@y1] {peer = -1 : i64} {provenance = "second activation", rank_axis = "pp"}
+  }
+  plan.stage 0 {first_layer = 0 : i64, num_layers = 1 : i64, forward = @f0, backward = @b0, eval_forward = @e0, slots = 1 : i64, schedule = ["F0:0", "B0:0", "F1:0", "B1:0"]}
+  plan.stage 1 {first_layer = 1 : i64, num_layers = 1 : i64, forward = @f1, backward = @b1, eval_forward = @e1, slots = 1 : i64, schedule = ["F0:0", "B0:0", "F1:0", "B1:0"]}
+}
