@@ -225,8 +225,10 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
                                    "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0)
     args.push_back("--allow-run-as-root");
-  args.insert(args.end(), {std::string(runner), std::string(planPath), "--data",
-                           dataPrefix});
+  args.insert(args.end(), {std::string(runner), std::string(planPath)});
+  // Without a prefix the plan's blend (data.blend) is the data.
+  if (!dataPrefix.empty())
+    args.insert(args.end(), {"--data", dataPrefix});
   args.insert(args.end(), flags.begin(), flags.end());
   std::cout << "braid: starting " << world << " ranks: mpirun -np " << world
             << " braid-run ..." << std::endl;
@@ -598,10 +600,13 @@ int main(int argc, char **argv) {
   // Data, then training.
   std::string prefix = options.dataPrefix.empty() ? job->data().path()
                                                   : options.dataPrefix;
-  if (prefix.empty())
-    return fail("no data: set data.path in the job or give --data PREFIX");
-  if (int rc = prepareData(job->data(), prefix))
-    return rc;
+  if (prefix.empty() && job->data().blend_size() == 0)
+    return fail("no data: set data.path (or data.blend) in the job or give "
+                "--data PREFIX");
+  // A blend's datasets must exist already: data.corpus builds data.path.
+  if (!prefix.empty())
+    if (int rc = prepareData(job->data(), prefix))
+      return rc;
   options.dataPrefix = prefix;
   if (plan::WorldSize(*plan) > 1)
     return launchRanks(*plan, prefix, forwarded, argv[0]);
