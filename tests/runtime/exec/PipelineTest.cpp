@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/ckpt/Safetensors.h"
+#include "runtime/common/Format.h"
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Trainer.h"
@@ -414,11 +415,12 @@ TEST_P(PipelineTrainer, TrainsLikeTheWholeModel) {
   }
   // Rank 0 reports every rank's own arena.
   for (int s = 0; s < 2; ++s) {
-    std::string bytes =
-        std::to_string(pipelined.pipeline().stages(s).arena_bytes());
+    const int64_t arena = pipelined.pipeline().stages(s).arena_bytes();
+    std::string bytes = common::FormatBytes(arena) + " (" +
+                        std::to_string(arena) + " B)";
     std::string line = "memory: rank " + std::to_string(s) + " (pp " +
                        std::to_string(s) + ", dp 0, tp 0): predicted " + bytes +
-                       " B, touched " + bytes + " B (100.00 %)\n";
+                       ", touched " + bytes + " (100.00 %)\n";
     EXPECT_NE(got[0].log.find(line), std::string::npos) << got[0].log;
   }
   // The norm was clipped, and training moved the loss.
