@@ -133,7 +133,8 @@ absl::Status InitialiseWeights(TrainingRun &run) {
   const plan::Plan &plan = run.plan;
   const TrainerOptions &options = run.options;
   const plan::Training &t = run.t;
-  const int64_t steps = run.steps, stage = run.stage;
+  int64_t steps = run.steps;
+  const int64_t stage = run.stage;
   Backend &e = *run.backend;
   RunState &resumed = run.resumed;
   // Initial weights: a run to resume (--load), a checkpoint of any layout
@@ -158,6 +159,15 @@ absl::Status InitialiseWeights(TrainingRun &run) {
             " has seed ", resumed.seed,
             " (resuming keeps its seed: dropout and the data order)"));
       run.seed = resumed.seed;
+      // --steps 0 with validation: evaluate the loaded weights (Megatron's
+      // --skip-train), the run ending where the checkpoint is.
+      if (steps == 0 &&
+          options.evalInterval.value_or(t.eval_interval()) > 0) {
+        run.steps = steps = resumed.step;
+        if (options.log)
+          *options.log << "--steps 0: evaluating the weights of step "
+                       << resumed.step << ", nothing to train\n";
+      }
       if (resumed.step > steps)
         return absl::InvalidArgumentError(absl::StrCat(
             "the checkpoint in ", options.load, " is at step ", resumed.step,
@@ -166,7 +176,7 @@ absl::Status InitialiseWeights(TrainingRun &run) {
         *options.log << "resumed from " << options.load << " at step "
                      << resumed.step << " (" << resumed.consumedSamples
                      << " samples consumed)\n";
-        if (resumed.plannedSteps != steps)
+        if (resumed.plannedSteps != steps && steps > resumed.step)
           *options.log << "note: the saving run planned " << resumed.plannedSteps
                        << " steps and this one " << steps
                        << ": the learning-rate schedule differs from it\n";

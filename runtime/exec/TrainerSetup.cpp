@@ -199,7 +199,7 @@ absl::Status PrepareSteps(TrainingRun &run) {
   // would never reach the peak (cpu::LrSchedule refuses it in its own
   // terms; say it in the run's).
   if (*style != cpu::LrDecayStyle::kConstant && steps > 0 &&
-      lrConfig.warmupSteps > steps)
+      firstStep <= steps && lrConfig.warmupSteps > steps)
     return absl::InvalidArgumentError(absl::StrCat(
         "the plan warms the learning rate up over ", lrConfig.warmupSteps,
         " steps (train.warmup_steps) and then decays it (", t.lr_decay(),

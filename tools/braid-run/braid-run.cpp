@@ -28,6 +28,7 @@
 
 #ifdef BRAID_HAVE_MPI
 #include "runtime/comm/MpiCommunicator.h"
+#include "runtime/comm/Slurm.h"
 #endif
 #include "runtime/exec/BenchCollectives.h"
 #include "runtime/exec/Devices.h"
@@ -217,11 +218,17 @@ int main(int argc, char **argv) {
   if (!jobComm &&
       (braid::plan::WorldSize(*plan) > 1 || braid::comm::LaunchedByMpi())) {
     if (!braid::comm::LaunchedByMpi()) {
-      writeLine(absl::StrCat("braid-run: error: the plan is for ",
+      // A task srun started without a PMI that MPI can join (--mpi=none,
+      // or pmi2 with Open MPI): docs/slurm.md.
+      writeLine(absl::StrCat(
+          "braid-run: error: the plan is for ", braid::plan::WorldSize(*plan),
+          " ranks: start it with mpirun -np ", braid::plan::WorldSize(*plan),
+          " braid-run ... (braid train does)",
+          braid::comm::InSlurmStep()
+              ? absl::StrCat(", or with srun --mpi=pmix -n ",
                              braid::plan::WorldSize(*plan),
-                             " ranks: start it with mpirun -np ",
-                             braid::plan::WorldSize(*plan),
-                             " braid-run ... (braid train does)"));
+                             " (this srun task has no PMIx for MPI to join)")
+              : ""));
       return 1;
     }
     absl::StatusOr<std::unique_ptr<braid::comm::MpiCommunicator>> created =
