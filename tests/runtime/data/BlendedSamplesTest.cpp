@@ -25,16 +25,6 @@ using namespace braid::data::testing;
 
 namespace {
 
-GptSampleOptions options(int64_t seqLength, uint64_t numSamples,
-                         SampleOrder order, uint64_t seed = 1234) {
-  GptSampleOptions o;
-  o.seqLength = seqLength;
-  o.numSamples = numSamples;
-  o.order = order;
-  o.seed = seed;
-  return o;
-}
-
 std::vector<double> normalized(const std::vector<double> &weights) {
   absl::StatusOr<std::vector<double>> w = NormalizeBlendWeights(weights);
   EXPECT_TRUE(w.ok()) << w.status();

@@ -1,14 +1,15 @@
 //===- DataTestUtil.h - Datasets written for the data layer's tests -------===//
 //
-// A temporary directory per test and a writer of small datasets whose
-// documents are given token by token, shared by the tests of document
-// ranges, splits and blends.
+// A temporary directory per test, a writer of small datasets whose
+// documents are given token by token, and sample options, shared by the
+// tests of GPT samples, document ranges, splits and blends.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef BRAID_TESTS_RUNTIME_DATA_DATATESTUTIL_H
 #define BRAID_TESTS_RUNTIME_DATA_DATATESTUTIL_H
 
+#include "runtime/data/GptSamples.h"
 #include "runtime/data/IndexedDataset.h"
 
 #include "gtest/gtest.h"
@@ -29,6 +30,17 @@ inline Document countingDocument(int64_t base, int64_t length) {
   for (int64_t k = 0; k < length; ++k)
     tokens[static_cast<size_t>(k)] = base + k;
   return {tokens};
+}
+
+/// The options of `numSamples` samples of `seqLength` tokens.
+inline GptSampleOptions options(int64_t seqLength, uint64_t numSamples,
+                         SampleOrder order, uint64_t seed = 1234) {
+  GptSampleOptions o;
+  o.seqLength = seqLength;
+  o.numSamples = numSamples;
+  o.order = order;
+  o.seed = seed;
+  return o;
 }
 
 inline void expectError(const absl::Status &status, absl::StatusCode code,

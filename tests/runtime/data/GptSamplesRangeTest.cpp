@@ -43,16 +43,6 @@ std::vector<Document> irregularDocuments() {
   return documents;
 }
 
-GptSampleOptions options(int64_t seqLength, uint64_t numSamples,
-                         SampleOrder order, uint64_t seed = 1234) {
-  GptSampleOptions o;
-  o.seqLength = seqLength;
-  o.numSamples = numSamples;
-  o.order = order;
-  o.seed = seed;
-  return o;
-}
-
 GptSampleOptions inRange(GptSampleOptions o, uint64_t first,
                          std::optional<uint64_t> count) {
   o.firstDocument = first;

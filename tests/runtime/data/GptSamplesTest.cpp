@@ -12,6 +12,8 @@
 
 #include "runtime/data/GptSamples.h"
 
+#include "tests/runtime/data/DataTestUtil.h"
+
 #include "gtest/gtest.h"
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <vector>
 
 using namespace braid::data;
+using braid::data::testing::options;
 
 namespace {
 
@@ -108,16 +111,6 @@ std::vector<int32_t> sample(const GptSamples &samples, uint64_t k) {
   absl::Status s = samples.GetSample(k, &out);
   EXPECT_TRUE(s.ok()) << s;
   return out;
-}
-
-GptSampleOptions options(int64_t seqLength, uint64_t numSamples,
-                         SampleOrder order, uint64_t seed = 1234) {
-  GptSampleOptions o;
-  o.seqLength = seqLength;
-  o.numSamples = numSamples;
-  o.order = order;
-  o.seed = seed;
-  return o;
 }
 
 //===----------------------------------------------------------------------===//
