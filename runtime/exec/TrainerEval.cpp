@@ -25,7 +25,6 @@
 
 #include "absl/strings/str_cat.h"
 
-#include <set>
 #include <string>
 #include <vector>
 
@@ -96,29 +95,15 @@ absl::StatusOr<double> Evaluate(TrainingRun &run,
   // The functions a micro-batch runs, chunk by chunk, and which of them
   // read the tokens and targets (without a pipeline: eval_step, which does).
   std::vector<std::string> functions;
-  std::vector<bool> feeds;
+  std::vector<bool> feeds = {true};
   if (stages == 0) {
     functions = {plan.training().step().eval_step()};
-    feeds = {true};
   } else {
     const plan::Stage &program = plan.pipeline().stages(int(stage));
     functions.push_back(program.eval_forward());
     for (const plan::Chunk &chunk : program.chunks())
       functions.push_back(chunk.eval_forward());
-    std::set<int> inputs;
-    for (const char *name : {"tokens", "targets"})
-      if (int id = e.FindBuffer(name, stage); id >= 0)
-        inputs.insert(id);
-    for (const std::string &name : functions) {
-      bool reads = false;
-      for (const plan::Function &fn : plan.functions())
-        if (fn.name() == name)
-          for (const plan::Instruction &inst : fn.body())
-            for (const auto *ids : {&inst.inputs(), &inst.outputs()})
-              for (int32_t id : *ids)
-                reads |= inputs.count(id) > 0;
-      feeds.push_back(reads);
-    }
+    feeds = feedingChunks(e, program, stage);
   }
   const uint64_t globalBatch = uint64_t(run.globalBatch);
   std::vector<double> losses(size_t(iters * micros), 0.0);

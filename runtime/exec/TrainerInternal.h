@@ -162,6 +162,13 @@ absl::StatusOr<int> need(const Backend &e, const char *name);
 /// The buffer named `name` of pipeline stage `stage`.
 absl::StatusOr<int> needInStage(const Backend &e, const char *name,
                                 int64_t stage);
+/// Per model chunk of pipeline stage `stage` (`program`): whether its
+/// forward calls (and evaluation's copies of them) feed the micro-batch's
+/// tokens and targets. Each chunk has slots of its own (Stage.chunk_slots),
+/// so only the chunk whose calls read them writes them; another chunk's
+/// slot k is not theirs. With one chunk, every forward feeds.
+std::vector<bool> feedingChunks(const Backend &e, const plan::Stage &program,
+                                int64_t stage);
 /// Writes `values` into every copy of buffer `id` (one, or one per slot).
 absl::Status writeEveryCopy(Backend &e, int id,
                             absl::Span<const double> values);

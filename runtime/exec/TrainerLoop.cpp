@@ -29,6 +29,23 @@
 #include <utility>
 
 namespace braid::exec::trainer {
+namespace {
+
+/// The line for people of an evaluation of `split` ("validation", "test")
+/// after step `step`, and its metrics fields ("valid"/"test" `_loss` and
+/// `_ppl`).
+std::string evaluationLine(const char *split, int64_t step, double loss,
+                           int64_t samples) {
+  return absl::StrFormat(
+      "%s loss at step %d: %.6f  perplexity %.3f  (%d samples)\n", split, step,
+      loss, std::exp(loss), samples);
+}
+std::string evaluationFields(const char *key, double loss) {
+  return absl::StrFormat(", \"%s_loss\": %.9g, \"%s_ppl\": %.9g", key, loss,
+                         key, std::exp(loss));
+}
+
+} // namespace
 
 absl::Status GatherParams(TrainingRun &run) {
   const std::string &fn = run.t.step().gather_params();
@@ -138,10 +155,11 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
   // initialised) are evaluated, as Megatron's --skip-train does.
   if (firstStep > steps && run.validSamples) {
     std::string line = absl::StrFormat("{\"step\": %d", resumed.step);
-    for (auto [samples, iters, name] :
-         {std::tuple<const data::BlendedSamples *, int64_t, const char *>{
-              &*run.validSamples, run.evalIters, "valid"},
-          {run.testSamples ? &*run.testSamples : nullptr, run.testIters,
+    for (auto [samples, iters, split, key] :
+         {std::tuple<const data::BlendedSamples *, int64_t, const char *,
+                     const char *>{&*run.validSamples, run.evalIters,
+                                   "validation", "valid"},
+          {run.testSamples ? &*run.testSamples : nullptr, run.testIters, "test",
            "test"}}) {
       if (!samples)
         continue;
@@ -149,12 +167,9 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
       if (!loss.ok())
         return loss.status();
       if (options.log)
-        *options.log << absl::StrFormat(
-            "%s loss at step %d: %.6f  perplexity %.3f  (%d samples)\n",
-            std::string(name) == "valid" ? "validation" : "test", resumed.step,
-            *loss, std::exp(*loss), iters * globalBatch);
-      absl::StrAppendFormat(&line, ", \"%s_loss\": %.9g, \"%s_ppl\": %.9g", name,
-                            *loss, name, std::exp(*loss));
+        *options.log << evaluationLine(split, resumed.step, *loss,
+                                       iters * globalBatch);
+      line += evaluationFields(key, *loss);
     }
     if (metrics)
       if (absl::Status st = metrics->Write(line + "}\n");
@@ -272,13 +287,11 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
           elapsed,
           elapsed / double(s - firstStep + 1) * double(steps - s));
     if (options.log && !std::isnan(validLoss))
-      *options.log << absl::StrFormat(
-          "validation loss at step %d: %.6f  perplexity %.3f  (%d samples)\n",
-          s, validLoss, std::exp(validLoss), run.evalIters * globalBatch);
+      *options.log << evaluationLine("validation", s, validLoss,
+                                     run.evalIters * globalBatch);
     if (options.log && !std::isnan(testLoss))
-      *options.log << absl::StrFormat(
-          "test loss at step %d: %.6f  perplexity %.3f  (%d samples)\n", s,
-          testLoss, std::exp(testLoss), run.testIters * globalBatch);
+      *options.log << evaluationLine("test", s, testLoss,
+                                     run.testIters * globalBatch);
     // A step skipped for overflow has no gradient norm: JSON's null (JSON
     // has no NaN), and "skipped".
     if (metrics) {
@@ -286,11 +299,9 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
       if (!std::isnan(mfu))
         absl::StrAppendFormat(&extra, ", \"mfu\": %.6f", mfu);
       if (!std::isnan(validLoss))
-        absl::StrAppendFormat(&extra, ", \"valid_loss\": %.9g, \"valid_ppl\": %.9g",
-                              validLoss, std::exp(validLoss));
+        extra += evaluationFields("valid", validLoss);
       if (!std::isnan(testLoss))
-        absl::StrAppendFormat(&extra, ", \"test_loss\": %.9g, \"test_ppl\": %.9g",
-                              testLoss, std::exp(testLoss));
+        extra += evaluationFields("test", testLoss);
       if (!std::isfinite(norm))
         extra += ", \"skipped\": true";
       if (absl::Status st = metrics->Write(absl::StrFormat(

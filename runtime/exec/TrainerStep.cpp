@@ -47,6 +47,34 @@ absl::Status writeEveryCopy(Backend &e, int id,
   return absl::OkStatus();
 }
 
+std::vector<bool> feedingChunks(const Backend &e, const plan::Stage &program,
+                                int64_t stage) {
+  std::vector<bool> feeds(1 + program.chunks_size(),
+                          program.chunks_size() == 0);
+  if (program.chunks_size() == 0)
+    return feeds;
+  std::set<int> inputs;
+  for (const char *name : {"tokens", "targets"})
+    if (int id = e.FindBuffer(name, stage); id >= 0)
+      inputs.insert(id);
+  for (int k = 0; k <= program.chunks_size(); ++k) {
+    const plan::Chunk *chunk = k ? &program.chunks(k - 1) : nullptr;
+    std::set<std::string> calls =
+        chunk ? std::set<std::string>{chunk->forward(), chunk->backward(),
+                                      chunk->backward_weight()}
+              : std::set<std::string>{program.forward(), program.backward(),
+                                      program.backward_weight()};
+    for (const plan::Function &fn : e.plan().functions())
+      if (calls.count(fn.name()))
+        for (const plan::Instruction &inst : fn.body())
+          for (const auto *ids : {&inst.inputs(), &inst.outputs()})
+            for (int32_t id : *ids)
+              if (inputs.count(id))
+                feeds[k] = true;
+  }
+  return feeds;
+}
+
 } // namespace trainer
 
 namespace {
@@ -91,38 +119,6 @@ absl::Status tracedFeed(Trace *trace, int64_t micro, int64_t slot,
   trace->Add(absl::StrCat("data mb ", micro), TracePhase::kData,
              TraceThread::kCalls, begin, Trace::Now(), std::move(args));
   return s;
-}
-
-/// Per model chunk of stage `stage` (`program`): whether its FORWARDs feed
-/// the micro-batch's tokens and targets. Each chunk has slots of its own
-/// (Stage.chunk_slots), so only the chunk whose calls read them writes them;
-/// another chunk's slot k is not theirs. With one chunk, every FORWARD feeds.
-std::vector<bool> feedingChunks(const Backend &e, const plan::Stage &program,
-                                int64_t stage) {
-  std::vector<bool> feeds(1 + program.chunks_size(),
-                          program.chunks_size() == 0);
-  if (program.chunks_size() == 0)
-    return feeds;
-  std::set<int> inputs;
-  for (const char *name : {"tokens", "targets"})
-    if (int id = e.FindBuffer(name, stage); id >= 0)
-      inputs.insert(id);
-  for (int k = 0; k <= program.chunks_size(); ++k) {
-    const plan::Chunk *chunk = k ? &program.chunks(k - 1) : nullptr;
-    std::set<std::string> calls =
-        chunk ? std::set<std::string>{chunk->forward(), chunk->backward(),
-                                      chunk->backward_weight()}
-              : std::set<std::string>{program.forward(), program.backward(),
-                                      program.backward_weight()};
-    for (const plan::Function &fn : e.plan().functions())
-      if (calls.count(fn.name()))
-        for (const plan::Instruction &inst : fn.body())
-          for (const auto *ids : {&inst.inputs(), &inst.outputs()})
-            for (int32_t id : *ids)
-              if (inputs.count(id))
-                feeds[k] = true;
-  }
-  return feeds;
 }
 
 } // namespace
@@ -328,7 +324,7 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
                                                          : chunk.backward_weight();
   };
   const int64_t lastChunk = program.chunks_size();
-  const std::vector<bool> feeds = feedingChunks(e, program, stage);
+  const std::vector<bool> feeds = trainer::feedingChunks(e, program, stage);
   for (const plan::ScheduleStep &call : program.schedule()) {
     int64_t m = call.micro_batch(), slot = call.slot();
     if (call.kind() == plan::ScheduleStep::BACKWARD) {
