@@ -238,17 +238,19 @@ void layerNormBackward(const T *x, const T *w, const T *mean, const T *rstd,
 //===-- RoPE --------------------------------------------------------------===//
 
 namespace {
-/// Rotates every head of x by angle·sign (sign -1 is the inverse rotation).
+/// Rotates every head of x by angle·sign (sign -1 is the inverse rotation),
+/// row (b, s) at position s, or at positions[b · seq + s] when given.
 template <typename T>
 void rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
-            int64_t headDim, double theta, double sign, T *y) {
+            int64_t headDim, double theta, double sign,
+            const int32_t *positions, T *y) {
   int64_t half = headDim / 2, width = heads * headDim;
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = std::pow(theta, -2.0 * i / headDim);
   // One unit per (batch, position) row; its angles serve every head.
   auto rowBody = [&](int64_t row) {
-    int64_t p = row % seq;
+    int64_t p = positions ? int64_t(positions[row]) : row % seq;
     std::vector<double> cosines(half), sines(half);
     for (int64_t i = 0; i < half; ++i) {
       double angle = p * invFreq[i];
@@ -272,13 +274,20 @@ void rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
 template <typename T>
 void ropeForward(const T *x, int64_t batch, int64_t seq, int64_t heads,
                  int64_t headDim, double theta, T *y) {
-  rotate(x, batch, seq, heads, headDim, theta, 1.0, y);
+  rotate(x, batch, seq, heads, headDim, theta, 1.0, nullptr, y);
 }
 
 template <typename T>
 void ropeBackward(const T *dy, int64_t batch, int64_t seq, int64_t heads,
                   int64_t headDim, double theta, T *dx) {
-  rotate(dy, batch, seq, heads, headDim, theta, -1.0, dx);
+  rotate(dy, batch, seq, heads, headDim, theta, -1.0, nullptr, dx);
+}
+
+template <typename T>
+void ropeAtForward(const T *x, const int32_t *positions, int64_t batch,
+                   int64_t seq, int64_t heads, int64_t headDim, double theta,
+                   T *y) {
+  rotate(x, batch, seq, heads, headDim, theta, 1.0, positions, y);
 }
 
 //===-- Attention ---------------------------------------------------------===//
@@ -686,6 +695,8 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
                                double, T *);                                   \
   template void ropeBackward<T>(const T *, int64_t, int64_t, int64_t, int64_t, \
                                 double, T *);                                  \
+  template void ropeAtForward<T>(const T *, const int32_t *, int64_t, int64_t, \
+                                 int64_t, int64_t, double, T *);               \
   template void attentionForward<T>(const T *, const T *, const T *,           \
                                     const AttentionShape &, T *, T *);         \
   template void attentionBackward<T>(const T *, const T *, const T *,          \

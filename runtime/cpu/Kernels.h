@@ -106,6 +106,14 @@ void ropeForward(const T *x, int64_t batch, int64_t seq, int64_t heads,
 template <typename T>
 void ropeBackward(const T *dy, int64_t batch, int64_t seq, int64_t heads,
                   int64_t headDim, double theta, T *dx);
+/// ROPE_AT: ropeForward's rotation with row (b, s) at position
+/// positions[b · seq + s] rather than s (generation: each sequence's new
+/// tokens at their places in it). Any position rotates; the executor
+/// refuses those outside the generation's cache.
+template <typename T>
+void ropeAtForward(const T *x, const int32_t *positions, int64_t batch,
+                   int64_t seq, int64_t heads, int64_t headDim, double theta,
+                   T *y);
 
 struct AttentionShape {
   int64_t batch, seq, heads, kvHeads, headDim;

@@ -6,7 +6,8 @@
 // element without generating the ones before it. That is what makes dropout
 // masks independent of how a tensor is sharded: the counter is the element's
 // global index, the key the seed, and the remaining counter words the step
-// and the op.
+// and the op. SAMPLE's draws (samplingUniform) are keyed by the generation's
+// seed at the drawn token's position and the row.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,6 +62,27 @@ BRAID_HOST_DEVICE inline bool dropoutKeepsElement(uint64_t index, double rate,
   PhiloxCounter bits =
       philox4x32(counter, {uint32_t(seed), uint32_t(seed >> 32)});
   return uniformFromBits(bits[index & 3]) >= rate;
+}
+
+/// The counter's last word in a draw of SAMPLE ("SAMP"), which keeps its
+/// numbers apart from dropout's (whose last word is an op's number).
+inline constexpr uint32_t kSamplingStream = 0x53414D50;
+
+/// 53 random bits for drawing row `row`'s token at `counter` (the drawn
+/// token's position) under `seed`: Philox4x32 keyed by the seed's low and
+/// high words, at counter {counter, row, 0, kSamplingStream}; 27 bits of
+/// word 0 above 26 bits of word 1.
+BRAID_HOST_DEVICE inline uint64_t samplingBits(uint64_t seed, uint32_t counter,
+                                               uint32_t row) {
+  PhiloxCounter bits = philox4x32({counter, row, 0, kSamplingStream},
+                                  {uint32_t(seed), uint32_t(seed >> 32)});
+  return (uint64_t(bits[0] >> 5) << 26) | uint64_t(bits[1] >> 6);
+}
+
+/// The uniform number in [0, 1) of that draw: samplingBits / 2^53.
+BRAID_HOST_DEVICE inline double samplingUniform(uint64_t seed, uint32_t counter,
+                                                uint32_t row) {
+  return double(samplingBits(seed, counter, row)) * (1.0 / 9007199254740992.0);
 }
 
 } // namespace braid::cpu

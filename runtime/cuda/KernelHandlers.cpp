@@ -19,6 +19,7 @@
 #include "runtime/common/Status.h"
 
 #include "runtime/cuda/Attention.h"
+#include "runtime/cuda/Generation.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/plan/KernelParams.h"
 #include "runtime/plan/KernelRegistry.h"
@@ -580,6 +581,54 @@ template <typename T> auto Executor::run_ADAMW(const Call<T> &c) {
           static_cast<const int64_t *>(address(inst.inputs(5), c.slot)),
           c.xf(6), copy, c.st),
       inst);
+}
+
+//===- Generation ---------------------------------------------------------===//
+
+// Positions and indices are read on the device, which cannot refuse one out
+// of its range (the CPU executor does): the kernels skip such a row's cache
+// write and write zeros for its output row (Generation.h).
+
+template <typename T> auto Executor::run_ROPE_AT(const Call<T> &c) {
+  const plan::RopeParams p = plan::DecodeRope(c.inst);
+  const Buffer &x = c.in(0);
+  return launched(ropeAtForward(c.x(0), c.ids(1), x.shape(0), x.shape(1),
+                                x.shape(2) / p.headDim, p.headDim, p.theta,
+                                c.y(0), c.st),
+                  c.inst);
+}
+
+// (q, k, v, positions, cache_k, cache_v) -> (out, cache_k, cache_v), the
+// caches in place (outputs 1 and 2 are inputs 4 and 5).
+template <typename T> auto Executor::run_ATTENTION_CACHED(const Call<T> &c) {
+  cpu::AttentionShape s = attentionShape(c.inst);
+  if (s.headDim > kMaxCachedAttentionHeadDim)
+    return absl::UnimplementedError(
+        absl::StrCat("ATTENTION_CACHED: heads of ", s.headDim,
+                     " dimensions, more than the CUDA kernel's ",
+                     kMaxCachedAttentionHeadDim));
+  return launched(attentionCachedForward(c.x(0), c.x(1), c.x(2), c.ids(3), s,
+                                         c.in(4).shape(1), c.y(1), c.y(2),
+                                         c.y(0), c.st),
+                  c.inst);
+}
+
+template <typename T> auto Executor::run_TAKE_ROWS(const Call<T> &c) {
+  const Buffer &x = c.in(0);
+  return launched(takeRows(c.x(0), c.ids(1), x.shape(0), x.shape(1), x.shape(2),
+                           c.y(0), c.st),
+                  c.inst);
+}
+
+// (logits, settings F32 whatever T, seed, counter) -> ids. The settings are
+// read on the device, as the host last wrote them.
+template <typename T> auto Executor::run_SAMPLE(const Call<T> &c) {
+  return launched(
+      sampleTokens(
+          c.x(0), c.in(0).shape(0), plan::LastDim(c.in(0)),
+          plan::DecodeSample(c.inst).vocabSize, c.xf(1), c.ids(2), c.ids(3),
+          static_cast<int32_t *>(address(c.inst.outputs(0), c.slot)), c.st),
+      c.inst);
 }
 
 //===- Communication (ExecutorCommunication.cpp), whatever T --------------===//

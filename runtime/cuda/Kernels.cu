@@ -199,17 +199,25 @@ __global__ void rmsNormInputGradKernel(const T *x, const T *w,
 
 //===-- Position encoding -------------------------------------------------===//
 
+/// Row `row`'s position: its place in the sequence, or positions[row]
+/// (ROPE_AT) when given.
+__device__ __forceinline__ int64_t ropePosition(int64_t row, int64_t seq,
+                                                const int32_t *positions) {
+  return positions ? int64_t(positions[row]) : row % seq;
+}
+
 /// One thread per (row, frequency k): the angle (in double, as the CPU's)
 /// once, then the pair (k, k + half) of every head. A warp's lanes take
 /// consecutive k, so each head's loads and stores are contiguous.
 template <typename T>
 __global__ void ropeKernel(const T *x, int64_t rows, int64_t seq, int64_t heads,
-                           int64_t headDim, double theta, double sign, T *y) {
+                           int64_t headDim, double theta, double sign,
+                           const int32_t *positions, T *y) {
   const int64_t half = headDim / 2;
   BRAID_GRID_STRIDE(i, rows * half) {
     const int64_t k = i % half, row = i / half;
-    const double angle =
-        double(row % seq) * pow(theta, -2.0 * double(k) / double(headDim));
+    const double angle = double(ropePosition(row, seq, positions)) *
+                         pow(theta, -2.0 * double(k) / double(headDim));
     double sd, cd;
     sincos(angle, &sd, &cd);
     const float s = float(sd * sign), c = float(cd);
@@ -864,16 +872,17 @@ namespace {
 template <typename T>
 __global__ void ropeVectorsKernel(const T *x, int64_t rows, int64_t seq,
                                   int64_t heads, int64_t headDim, double theta,
-                                  double sign, T *y) {
+                                  double sign, const int32_t *positions, T *y) {
   constexpr int V = Vector16<T>::kSize;
   const int64_t half = headDim / 2, groups = half / V;
   BRAID_GRID_STRIDE(i, rows * groups) {
     const int64_t k0 = i % groups * V, row = i / groups;
+    const double position = double(ropePosition(row, seq, positions));
     float s[V], c[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const double angle = double(row % seq) *
-                           pow(theta, -2.0 * double(k0 + k) / double(headDim));
+      const double angle =
+          position * pow(theta, -2.0 * double(k0 + k) / double(headDim));
       double sd, cd;
       sincos(angle, &sd, &cd);
       s[k] = float(sd * sign);
@@ -897,11 +906,12 @@ __global__ void ropeVectorsKernel(const T *x, int64_t rows, int64_t seq,
   }
 }
 
-/// Rotates every head of x by angle·sign (sign -1 is the inverse rotation).
+/// Rotates every head of x by angle·sign (sign -1 is the inverse rotation),
+/// row (b, s) at position s, or at positions[b · seq + s] when given.
 template <typename T>
 cudaError_t rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
-                   int64_t headDim, double theta, double sign, T *y,
-                   cudaStream_t stream) {
+                   int64_t headDim, double theta, double sign,
+                   const int32_t *positions, T *y, cudaStream_t stream) {
   const int64_t half = headDim / 2, rows = batch * seq;
   if (rows * half == 0 || heads == 0)
     return cudaSuccess;
@@ -909,11 +919,11 @@ cudaError_t rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
   if (half % V == 0 && aligned16(x) && aligned16(y)) {
     BRAID_LAUNCH(gridFor(rows * (half / V)), kThreads, 0, stream,
                  ropeVectorsKernel<T>)
-    (x, rows, seq, heads, headDim, theta, sign, y);
+    (x, rows, seq, heads, headDim, theta, sign, positions, y);
     return cudaGetLastError();
   }
   BRAID_LAUNCH(gridFor(rows * half), kThreads, 0, stream, ropeKernel<T>)
-  (x, rows, seq, heads, headDim, theta, sign, y);
+  (x, rows, seq, heads, headDim, theta, sign, positions, y);
   return cudaGetLastError();
 }
 
@@ -923,14 +933,23 @@ template <typename T>
 cudaError_t ropeForward(const T *x, int64_t batch, int64_t seq, int64_t heads,
                         int64_t headDim, double theta, T *y,
                         cudaStream_t stream) {
-  return rotate(x, batch, seq, heads, headDim, theta, 1.0, y, stream);
+  return rotate(x, batch, seq, heads, headDim, theta, 1.0, nullptr, y, stream);
 }
 
 template <typename T>
 cudaError_t ropeBackward(const T *dy, int64_t batch, int64_t seq, int64_t heads,
                          int64_t headDim, double theta, T *dx,
                          cudaStream_t stream) {
-  return rotate(dy, batch, seq, heads, headDim, theta, -1.0, dx, stream);
+  return rotate(dy, batch, seq, heads, headDim, theta, -1.0, nullptr, dx,
+                stream);
+}
+
+template <typename T>
+cudaError_t ropeAtForward(const T *x, const int32_t *positions, int64_t batch,
+                          int64_t seq, int64_t heads, int64_t headDim,
+                          double theta, T *y, cudaStream_t stream) {
+  return rotate(x, batch, seq, heads, headDim, theta, 1.0, positions, y,
+                stream);
 }
 
 template <typename T>
@@ -1628,6 +1647,9 @@ cudaError_t setCallValues(CallValues *device, const CallValues &values,
                                       int64_t, double, T *, cudaStream_t);     \
   template cudaError_t ropeBackward<T>(const T *, int64_t, int64_t, int64_t,   \
                                        int64_t, double, T *, cudaStream_t);    \
+  template cudaError_t ropeAtForward<T>(const T *, const int32_t *, int64_t,   \
+                                        int64_t, int64_t, int64_t, double,     \
+                                        T *, cudaStream_t);                    \
   template cudaError_t swigluForward<T>(const T *, const T *, int64_t, T *,    \
                                         cudaStream_t);                         \
   template cudaError_t swigluBackward<T>(const T *, const T *, const T *,      \

@@ -129,6 +129,14 @@ template <typename T>
 cudaError_t ropeBackward(const T *dy, int64_t batch, int64_t seq, int64_t heads,
                          int64_t headDim, double theta, T *dx,
                          cudaStream_t stream);
+/// ROPE_AT (cpu::ropeAtForward): the rotation with row (b, s) at position
+/// positions[b · seq + s], read on the device. Any position rotates (the
+/// device cannot refuse one outside the generation's cache; the CPU
+/// executor does).
+template <typename T>
+cudaError_t ropeAtForward(const T *x, const int32_t *positions, int64_t batch,
+                          int64_t seq, int64_t heads, int64_t headDim,
+                          double theta, T *y, cudaStream_t stream);
 
 //===-- Elementwise -------------------------------------------------------===//
 

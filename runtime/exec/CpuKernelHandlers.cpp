@@ -15,8 +15,10 @@
 
 #include "runtime/exec/Executor.h"
 
+#include "runtime/cpu/Generation.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Optimizer.h"
+#include "runtime/cpu/Sampling.h"
 #include "runtime/cpu/VocabParallel.h"
 #include "runtime/plan/KernelParams.h"
 #include "runtime/plan/KernelRegistry.h"
@@ -25,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -717,6 +720,76 @@ template <typename T> absl::Status run_ADAMW(KernelCall<T> &c) {
       c.y(0) + (c.inst.rank_axis().empty() ? 0 : c.rankCoordinate() * n);
   return cpu::adamwStep<T>(param, c.x(1), c.y(1), c.y(2), n, config, *c.x(4),
                            step, *c.x(6));
+}
+
+//===- Generation ---------------------------------------------------------===//
+
+/// The int32 values of input `i` ([sequences] or [sequences, tokens]) in
+/// [0, limit); otherwise an InvalidArgument naming the kernel, the row
+/// and the value (the CUDA kernels, which cannot refuse, write zeros for
+/// such a row).
+template <typename T>
+absl::Status checkInRange(const KernelCall<T> &c, int i, int64_t limit,
+                          const char *what) {
+  const Buffer &b = c.in(i);
+  const int32_t *values = c.ids(i);
+  int64_t perRow = b.shape_size() > 1 ? dim(b, 1) : 1;
+  for (int64_t k = 0, n = numel(b); k < n; ++k)
+    if (values[k] < 0 || values[k] >= limit)
+      return absl::InvalidArgumentError(
+          absl::StrCat(plan::Kernel_Name(c.inst.kernel()), ": ", what, " ",
+                       values[k], " of row ", k / perRow,
+                       perRow > 1 ? absl::StrCat(", token ", k % perRow) : "",
+                       " ('", b.name(), "') is outside [0, ", limit, ")"));
+  return absl::OkStatus();
+}
+
+template <typename T> absl::Status run_ROPE_AT(KernelCall<T> &c) {
+  // In a generation plan, positions of its cache; else any position.
+  int64_t cache = c.plan().generation().max_seq_len();
+  if (absl::Status s = checkInRange(
+          c, 1, cache > 0 ? cache : int64_t(INT32_MAX) + 1, "position");
+      !s.ok())
+    return s;
+  const plan::RopeParams p = plan::DecodeRope(c.inst);
+  cpu::ropeAtForward(c.x(0), c.ids(1), dim(c.in(0), 0), dim(c.in(0), 1),
+                     dim(c.in(0), 2) / p.headDim, p.headDim, p.theta, c.y(0));
+  return absl::OkStatus();
+}
+
+// (q, k, v, positions, cache_k, cache_v) -> (out, cache_k, cache_v), the
+// caches in place (outputs 1 and 2 are inputs 4 and 5).
+template <typename T> absl::Status run_ATTENTION_CACHED(KernelCall<T> &c) {
+  int64_t cacheLen = dim(c.in(4), 1);
+  if (absl::Status s = checkInRange(c, 3, cacheLen, "position"); !s.ok())
+    return s;
+  cpu::attentionCachedForward(c.x(0), c.x(1), c.x(2), c.ids(3),
+                              c.attentionShape(), cacheLen, c.y(1), c.y(2),
+                              c.y(0));
+  return absl::OkStatus();
+}
+
+template <typename T> absl::Status run_TAKE_ROWS(KernelCall<T> &c) {
+  int64_t seq = dim(c.in(0), 1);
+  if (absl::Status s = checkInRange(c, 1, seq, "index"); !s.ok())
+    return s;
+  cpu::takeRows(c.x(0), c.ids(1), dim(c.in(0), 0), seq, dim(c.in(0), 2),
+                c.y(0));
+  return absl::OkStatus();
+}
+
+// (logits, settings F32, seed, counter) -> ids.
+template <typename T> absl::Status run_SAMPLE(KernelCall<T> &c) {
+  const float *settings =
+      static_cast<const float *>(c.address(c.inst.inputs(1)));
+  if (absl::Status s = cpu::validateSamplingSettings(settings); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("SAMPLE: ", s.message()));
+  const int32_t *seed = c.ids(2);
+  cpu::sampleTokens(c.x(0), dim(c.in(0), 0), plan::LastDim(c.in(0)),
+                    plan::DecodeSample(c.inst).vocabSize, settings,
+                    cpu::samplingSeed(seed[0], seed[1]), c.ids(3),
+                    static_cast<int32_t *>(c.address(c.inst.outputs(0))));
+  return absl::OkStatus();
 }
 
 //===- The table ----------------------------------------------------------===//

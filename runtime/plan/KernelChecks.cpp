@@ -118,23 +118,17 @@ absl::Status InstructionChecker::checkRope() {
   return same(out(0), in(0), "y");
 }
 
-absl::Status InstructionChecker::checkAttention(bool grad) {
-  // The forward's log-sum-exp per query row, [batch, heads, queries]: an
-  // optional second output of ATTENTION and sixth input of ATTENTION_GRAD
-  // (without it, backward computes the forward again); F32 with mixed
-  // precision.
-  bool hasLse = grad ? inst.inputs_size() == 6 : inst.outputs_size() == 2;
-  BRAID_RETURN_IF_ERROR(hasLse ? dtypes({}, {grad ? 5 : 4}) : dtypes());
-  const Buffer &q = in(0), &k = in(1), &v = in(2);
-  BRAID_RETURN_IF_ERROR(rank(q, 3, "q"));
-  BRAID_RETURN_IF_ERROR(rank(k, 3, "k"));
+/// The heads of ATTENTION, ATTENTION_GRAD and ATTENTION_CACHED: kv_heads,
+/// alibi and scale, q's columns (in(0)) and, with a slice of the heads
+/// (tensor parallelism), the global counts and each rank's heads. Returns
+/// kv_heads.
+absl::StatusOr<int64_t> InstructionChecker::checkHeads(int64_t heads) {
+  const Buffer &q = in(0);
   // A slice of the heads (tensor parallelism) may hold more kv heads than
   // query heads (kv heads replicated); the global counts must then divide.
   bool sliced = inst.int_attrs().count("global_heads") > 0;
   const int64_t kMaxHeads = int64_t(1) << 20;
-  BRAID_ASSIGN_OR_RETURN(heads, intAttr("heads", 1, kMaxHeads));
   BRAID_ASSIGN_OR_RETURN(kvHeads, intAttr("kv_heads", 1, sliced ? kMaxHeads : heads));
-  BRAID_ASSIGN_OR_RETURN(causal, intAttr("causal", 0, 1));
   BRAID_ASSIGN_OR_RETURN(alibi, intAttr("alibi", 0, 1));
   BRAID_ASSIGN_OR_RETURN(scale, floatAttr("scale", 1e-30, 1e30));
   (void)alibi;
@@ -165,6 +159,22 @@ absl::Status InstructionChecker::checkAttention(bool grad) {
                                  "' use kv heads the rank does not hold"));
     }
   }
+  return kvHeads;
+}
+
+absl::Status InstructionChecker::checkAttention(bool grad) {
+  // The forward's log-sum-exp per query row, [batch, heads, queries]: an
+  // optional second output of ATTENTION and sixth input of ATTENTION_GRAD
+  // (without it, backward computes the forward again); F32 with mixed
+  // precision.
+  bool hasLse = grad ? inst.inputs_size() == 6 : inst.outputs_size() == 2;
+  BRAID_RETURN_IF_ERROR(hasLse ? dtypes({}, {grad ? 5 : 4}) : dtypes());
+  const Buffer &q = in(0), &k = in(1), &v = in(2);
+  BRAID_RETURN_IF_ERROR(rank(q, 3, "q"));
+  BRAID_RETURN_IF_ERROR(rank(k, 3, "k"));
+  BRAID_ASSIGN_OR_RETURN(heads, intAttr("heads", 1, int64_t(1) << 20));
+  BRAID_ASSIGN_OR_RETURN(kvHeads, checkHeads(heads));
+  BRAID_ASSIGN_OR_RETURN(causal, intAttr("causal", 0, 1));
   int64_t headDim = q.shape(2) / heads;
   BRAID_RETURN_IF_ERROR(
       shape(k, {q.shape(0), k.shape(1), kvHeads * headDim}, "k"));
@@ -628,6 +638,86 @@ absl::Status InstructionChecker::checkCopy() {
                              internal::shapeStr(in(0)), " (one per rank of '",
                              inst.rank_axis(), "')"));
   return absl::OkStatus();
+}
+
+/// ROPE_AT (x [B, T, C], positions [B, T] I32) -> y.
+absl::Status InstructionChecker::checkRopeAt() {
+  BRAID_RETURN_IF_ERROR(dtypes({1}));
+  BRAID_RETURN_IF_ERROR(rank(in(0), 3, "x"));
+  BRAID_RETURN_IF_ERROR(
+      shape(in(1), {in(0).shape(0), in(0).shape(1)}, "positions"));
+  BRAID_ASSIGN_OR_RETURN(headDim, intAttr("head_dim", 2, int64_t(1) << 20));
+  BRAID_ASSIGN_OR_RETURN(theta, floatAttr("theta", 1e-30, 1e30));
+  (void)theta;
+  if (headDim % 2 != 0 || in(0).shape(2) % headDim != 0)
+    return fail(absl::StrCat("head_dim = ", headDim, " must be even and divide ",
+                             in(0).shape(2)));
+  return same(out(0), in(0), "y");
+}
+
+/// ATTENTION_CACHED (q, k, v, positions, cache_k, cache_v) -> (out, cache_k,
+/// cache_v): the caches are updated in place, so outputs 1 and 2 are inputs
+/// 4 and 5.
+absl::Status InstructionChecker::checkAttentionCached() {
+  BRAID_RETURN_IF_ERROR(dtypes({3}));
+  const Buffer &q = in(0), &k = in(1), &cache = in(4);
+  BRAID_RETURN_IF_ERROR(rank(q, 3, "q"));
+  BRAID_RETURN_IF_ERROR(rank(k, 3, "k"));
+  BRAID_RETURN_IF_ERROR(rank(cache, 3, "cache_k"));
+  BRAID_ASSIGN_OR_RETURN(heads, intAttr("heads", 1, int64_t(1) << 20));
+  BRAID_ASSIGN_OR_RETURN(kvHeads, checkHeads(heads));
+  int64_t batch = q.shape(0), queries = q.shape(1);
+  int64_t headDim = q.shape(2) / heads;
+  BRAID_RETURN_IF_ERROR(shape(k, {batch, queries, kvHeads * headDim}, "k"));
+  BRAID_RETURN_IF_ERROR(same(in(2), k, "v"));
+  BRAID_RETURN_IF_ERROR(shape(in(3), {batch, queries}, "positions"));
+  BRAID_RETURN_IF_ERROR(
+      shape(cache, {batch, cache.shape(1), kvHeads * headDim}, "cache_k"));
+  if (cache.shape(1) < queries)
+    return fail(absl::StrCat("cache_k '", cache.name(), "' holds ",
+                             cache.shape(1), " positions, fewer than the ",
+                             queries, " written per call"));
+  BRAID_RETURN_IF_ERROR(same(in(5), cache, "cache_v"));
+  if (inst.outputs(1) != inst.inputs(4) || inst.outputs(2) != inst.inputs(5))
+    return fail("outputs 1 and 2 must be the caches, inputs 4 and 5 (they "
+                "are updated in place)");
+  return same(out(0), q, "out");
+}
+
+/// TAKE_ROWS (x [B, T, C], index [B] I32) -> y [B, 1, C].
+absl::Status InstructionChecker::checkTakeRows() {
+  BRAID_RETURN_IF_ERROR(dtypes({1}));
+  BRAID_RETURN_IF_ERROR(rank(in(0), 3, "x"));
+  BRAID_RETURN_IF_ERROR(shape(in(1), {in(0).shape(0)}, "index"));
+  return shape(out(0), {in(0).shape(0), 1, in(0).shape(2)}, "y");
+}
+
+/// SAMPLE (logits [B, 1, V], settings [3] F32, seed [2] I32, counter [B]
+/// I32) -> ids [B] I32; attr vocab_size in [1, V]. The settings are F32
+/// whatever the logits' dtype (F64 included), so they are checked apart.
+absl::Status InstructionChecker::checkSample() {
+  const Buffer &logits = in(0);
+  if (!internal::isFloat(logits.dtype()))
+    return fail(absl::StrCat("logits '", logits.name(), "' must be a float "
+                             "type, found ", DType_Name(logits.dtype())));
+  for (const Buffer *b : {&in(2), &in(3), &out(0)})
+    if (b->dtype() != I32)
+      return fail(absl::StrCat("operand '", b->name(), "' must be I32, found ",
+                               DType_Name(b->dtype())));
+  BRAID_RETURN_IF_ERROR(rank(logits, 3, "logits"));
+  if (logits.shape(1) != 1)
+    return fail(absl::StrCat("logits '", logits.name(), "' is ",
+                             internal::shapeStr(logits),
+                             ", expected one row per sequence [B, 1, V]"));
+  if (in(1).dtype() != F32)
+    return fail(absl::StrCat("settings '", in(1).name(), "' is ",
+                             DType_Name(in(1).dtype()), ", expected F32"));
+  BRAID_RETURN_IF_ERROR(shape(in(1), {3}, "settings"));
+  BRAID_RETURN_IF_ERROR(shape(in(2), {2}, "seed"));
+  BRAID_RETURN_IF_ERROR(shape(in(3), {logits.shape(0)}, "counter"));
+  BRAID_ASSIGN_OR_RETURN(vocab, intAttr("vocab_size", 1, logits.shape(2)));
+  (void)vocab;
+  return shape(out(0), {logits.shape(0)}, "ids");
 }
 
 absl::Status InstructionChecker::checkAdamW() {

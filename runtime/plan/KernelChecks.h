@@ -209,11 +209,16 @@ private:
   absl::Status checkGatherScatter(bool gather);
   absl::Status checkPointToPoint(bool send);
   absl::Status checkCopy();
+  absl::Status checkRopeAt();
+  absl::Status checkAttentionCached();
+  absl::Status checkTakeRows();
+  absl::Status checkSample();
 
   /// Checks the operand counts against the kernel's row of Kernels.def.
   absl::Status checkArity(const KernelInfo &info);
   absl::Status checkGroup(const KernelInfo &info);
   absl::Status checkPackedSwiglu(bool grad);
+  absl::StatusOr<int64_t> checkHeads(int64_t heads);
   absl::Status checkDropoutSlice();
   /// CROSS_ENTROPY, _GRAD and _PARTIAL: the logits' checks they share;
   /// returns the logits' leading dimensions.

@@ -48,6 +48,10 @@ AttentionParams DecodeAttention(const Instruction &inst) {
   return p;
 }
 
+SampleParams DecodeSample(const Instruction &inst) {
+  return {intOr(inst, "vocab_size", 0)};
+}
+
 QkvParams DecodeQkv(const Instruction &inst) {
   return {intOr(inst, "heads", 0), intOr(inst, "kv_heads", 0),
           intOr(inst, "head_dim", 0), intOr(inst, "per_head", 0) != 0};

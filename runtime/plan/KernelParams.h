@@ -31,14 +31,15 @@ struct NormParams {
 };
 NormParams DecodeNorm(const Instruction &inst);
 
-/// ROPE, ROPE_GRAD.
+/// ROPE, ROPE_GRAD, ROPE_AT.
 struct RopeParams {
   int64_t headDim = 0;
   double theta = 0;
 };
 RopeParams DecodeRope(const Instruction &inst);
 
-/// ATTENTION, ATTENTION_GRAD. With a slice of the heads (rank_axis), the
+/// ATTENTION, ATTENTION_GRAD, ATTENTION_CACHED (always causal: its keys
+/// are the cache's positions up to the query's). With a slice of the heads (rank_axis), the
 /// global counts and the strides of the rank's first query and kv head.
 struct AttentionParams {
   int64_t heads = 1, kvHeads = 1;
@@ -49,6 +50,12 @@ struct AttentionParams {
   int64_t headOffsetStride = 0, kvHeadOffsetStride = 0;
 };
 AttentionParams DecodeAttention(const Instruction &inst);
+
+/// SAMPLE.
+struct SampleParams {
+  int64_t vocabSize = 0; ///< ids at or above it are the vocabulary's padding
+};
+SampleParams DecodeSample(const Instruction &inst);
 
 /// QKV_SPLIT, QKV_CONCAT.
 struct QkvParams {

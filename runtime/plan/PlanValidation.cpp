@@ -142,8 +142,9 @@ absl::Status validateTraining(const Plan &plan,
           s.min(), ", initial ", s.initial(), ", window ", s.window(),
           ", hysteresis ", s.hysteresis()));
   }
-  // With a pipeline, the stages' functions make the step.
-  if (plan.pipeline().stages_size())
+  // With a pipeline, the stages' functions make the step; an inference plan
+  // has none (validateGeneration).
+  if (plan.pipeline().stages_size() || plan.has_generation())
     return absl::OkStatus();
   const StepFunctions &step = t.step();
   if (step.micro_step().empty())
@@ -161,6 +162,84 @@ absl::Status validateTraining(const Plan &plan,
       return absl::InvalidArgumentError(absl::StrCat(
           "training.step.", field, " names function '", name,
           "', which the plan does not have"));
+  return absl::OkStatus();
+}
+
+/// An inference plan: its shapes, its two functions, and the buffers the
+/// host writes and reads (plan.proto's Generation), each of its shape.
+absl::Status validateGeneration(const Plan &plan,
+                                const std::set<std::string> &functions) {
+  if (!plan.has_generation())
+    return absl::OkStatus();
+  const Generation &g = plan.generation();
+  if (plan.pipeline().stages_size())
+    return absl::InvalidArgumentError(
+        "an inference plan (generation) cannot have pipeline stages");
+  const int64_t b = g.max_batch(), s = g.max_seq_len(), p = g.prefill_chunk();
+  if (b < 1 || b > (int64_t(1) << 20) || s < 2 || s > (int64_t(1) << 24) ||
+      p < 1 || p > s)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generation: max_batch = ", b, ", max_seq_len = ", s,
+        ", prefill_chunk = ", p, " must be in [1, 2^20], [2, 2^24] and [1, "
+        "max_seq_len]"));
+  for (auto [field, name] :
+       {std::pair<const char *, const std::string &>{"prefill", g.prefill()},
+        {"decode", g.decode()}})
+    if (!functions.count(name))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "generation.", field, " names function '", name,
+          "', which the plan does not have"));
+  // The host's buffers, each once.
+  std::map<std::string, const Buffer *> named;
+  int64_t cacheBytes = 0;
+  for (const Buffer &buffer : plan.buffers()) {
+    if (buffer.role() == KV_CACHE)
+      cacheBytes += numel(buffer) * DTypeBytes(buffer.dtype());
+    if (!buffer.name().empty())
+      named.emplace(buffer.name(), &buffer);
+  }
+  int64_t vocab = 0;
+  for (const char *logits : {"prefill_logits", "decode_logits"}) {
+    auto it = named.find(logits);
+    if (it == named.end() || it->second->shape_size() != 3 ||
+        it->second->shape(0) != b || it->second->shape(1) != 1)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "generation: the plan has no buffer '", logits, "' [", b,
+          ", 1, vocab]"));
+    vocab = it->second->shape(2);
+  }
+  struct Want {
+    const char *name;
+    std::vector<int64_t> shape;
+    DType dtype;
+  };
+  for (const Want &w : std::initializer_list<Want>{
+           {"prefill_tokens", {b, p}, I32},
+           {"prefill_positions", {b, p}, I32},
+           {"prefill_last", {b}, I32},
+           {"decode_tokens", {b, 1}, I32},
+           {"decode_positions", {b, 1}, I32},
+           {"sampling", {3}, F32},
+           {"seed", {2}, I32},
+           {"draw_positions", {b}, I32},
+           {"prefill_ids", {b}, I32},
+           {"decode_ids", {b}, I32}}) {
+    auto it = named.find(w.name);
+    if (it == named.end() || it->second->dtype() != w.dtype ||
+        std::vector<int64_t>(it->second->shape().begin(),
+                             it->second->shape().end()) != w.shape)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "generation: the plan has no buffer '", w.name, "' [",
+          absl::StrJoin(w.shape, ", "), "] of ", DType_Name(w.dtype)));
+  }
+  if (g.vocab_size() < 1 || g.vocab_size() > vocab)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generation.vocab_size = ", g.vocab_size(), " must be in [1, ", vocab,
+        "] (the logits' columns)"));
+  if (g.kv_cache_bytes() != cacheBytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generation.kv_cache_bytes = ", g.kv_cache_bytes(), " but the plan's "
+        "KV_CACHE buffers hold ", cacheBytes, " bytes"));
   return absl::OkStatus();
 }
 
@@ -681,6 +760,8 @@ absl::Status ValidatePlan(const Plan &plan) {
   if (absl::Status s = validateStageBuffers(plan, stageOf); !s.ok())
     return s;
   if (absl::Status s = validateTraining(plan, names); !s.ok())
+    return s;
+  if (absl::Status s = validateGeneration(plan, names); !s.ok())
     return s;
   return validateSchedules(plan);
 }

@@ -135,6 +135,17 @@ public:
     work.flops = 2 * rowsOf(in(0), inDim) * inDim * outDim;
   }
 
+  void attentionCached() {
+    // q [batch, queries, heads · d] against a cache of [batch, positions,
+    // kv_heads · d]: q·k and p·v (4d) per score, as if each query saw every
+    // position (at most that many).
+    const Buffer &q = in(0);
+    AttentionParams p = DecodeAttention(inst);
+    double heads = double(std::max<int64_t>(p.heads, 1));
+    double d = dimOf(q, 2) / heads;
+    work.flops = 4 * d * heads * dimOf(q, 0) * dimOf(q, 1) * dimOf(in(4), 1);
+  }
+
   void attention(bool grad) {
     // q [batch, seq, heads · d] holds the heads this rank computes (`heads`
     // is the local count with tensor parallelism); k [batch, keys, kv_heads ·

@@ -1294,3 +1294,69 @@ TEST(PlanValidation, PackedSwiglu) {
   bodyOf(plan, 1)->set_outputs(0, 1);
   EXPECT_REFUSED(plan, "result 'y' is [2, 3, 4], expected [2, 3, 8]");
 }
+
+namespace {
+
+/// Generation's kernels on two sequences of three new tokens: ROPE_AT of
+/// x, ATTENTION_CACHED against caches of 8 positions (2 heads of 4 on one
+/// kv head), TAKE_ROWS of each sequence's last row, SAMPLE of 12 logits
+/// (the first 10 the vocabulary).
+Plan generationKernelsPlan() {
+  HandPlan hand;
+  int x = hand.buffer("x", F32, {2, 3, 8}, ACTIVATION);
+  int positions = hand.buffer("positions", I32, {2, 3}, INPUT);
+  int q = hand.buffer("q", F32, {2, 3, 8}, ACTIVATION);
+  int k = hand.buffer("k", F32, {2, 3, 4}, ACTIVATION);
+  int v = hand.buffer("v", F32, {2, 3, 4}, ACTIVATION);
+  int cacheK = hand.buffer("cache_k", F32, {2, 8, 4}, KV_CACHE);
+  int cacheV = hand.buffer("cache_v", F32, {2, 8, 4}, KV_CACHE);
+  int out = hand.buffer("out", F32, {2, 3, 8}, ACTIVATION);
+  int last = hand.buffer("last", I32, {2}, INPUT);
+  int rows = hand.buffer("rows", F32, {2, 1, 8}, ACTIVATION);
+  int logits = hand.buffer("logits", F32, {2, 1, 12}, ACTIVATION);
+  int sampling = hand.buffer("sampling", F32, {3}, INPUT);
+  int seed = hand.buffer("seed", I32, {2}, INPUT);
+  int draws = hand.buffer("draw_positions", I32, {2}, INPUT);
+  int ids = hand.buffer("ids", I32, {2}, ACTIVATION);
+  hand.buffer("wrong", I32, {2, 1}, INPUT); // 15: a shape none of them takes
+  hand.plan.set_arena_bytes(hand.offset);
+  Function *fn = hand.plan.add_functions();
+  fn->set_name("decode");
+  Instruction *rope = addInstruction(fn, ROPE_AT, {x, positions}, {q});
+  (*rope->mutable_int_attrs())["head_dim"] = 4;
+  (*rope->mutable_float_attrs())["theta"] = 10000;
+  Instruction *attention =
+      addInstruction(fn, ATTENTION_CACHED, {q, k, v, positions, cacheK, cacheV},
+                     {out, cacheK, cacheV});
+  auto &ints = *attention->mutable_int_attrs();
+  ints["heads"] = 2;
+  ints["kv_heads"] = 1;
+  ints["alibi"] = 1;
+  (*attention->mutable_float_attrs())["scale"] = 0.5;
+  addInstruction(fn, TAKE_ROWS, {out, last}, {rows});
+  (*addInstruction(fn, SAMPLE, {logits, sampling, seed, draws}, {ids})
+        ->mutable_int_attrs())["vocab_size"] = 10;
+  return std::move(hand.plan);
+}
+
+} // namespace
+
+// One refusal of each of generation's kernel checks.
+TEST(PlanValidation, GenerationKernels) {
+  EXPECT_EQ(errorOf(generationKernelsPlan()), "");
+  Plan plan = generationKernelsPlan();
+  bodyOf(plan, 0)->set_inputs(1, 15);
+  EXPECT_REFUSED(plan,
+                 "(ROPE_AT): positions 'wrong' is [2, 1], expected [2, 3]");
+  plan = generationKernelsPlan();
+  bodyOf(plan, 1)->set_outputs(1, 6); // the value cache as cache_k's result
+  EXPECT_REFUSED(plan, "(ATTENTION_CACHED): outputs 1 and 2 must be the "
+                       "caches, inputs 4 and 5");
+  plan = generationKernelsPlan();
+  bodyOf(plan, 2)->set_inputs(1, 15);
+  EXPECT_REFUSED(plan, "(TAKE_ROWS): index 'wrong' is [2, 1], expected [2]");
+  plan = generationKernelsPlan();
+  (*bodyOf(plan, 3)->mutable_int_attrs())["vocab_size"] = 13;
+  EXPECT_REFUSED(plan, "(SAMPLE): attribute 'vocab_size' = 13 is outside "
+                       "[1, 12]");
+}

@@ -1,0 +1,232 @@
+//===- Generation.cpp - CPU kernels of generation with a KV cache ---------===//
+//
+// Attention reads the cache as ATTENTION reads its keys: per (batch, head)
+// unit, scores and sums in double. SAMPLE follows its definition literally
+// (sorts, cumulative sums in order), on the integer weights of Sampling.h
+// that make the CUDA kernel's radix selection agree with it exactly.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/Generation.h"
+
+#include "runtime/cpu/Parallel.h"
+#include "runtime/cpu/Philox.h"
+#include "runtime/cpu/Sampling.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+namespace braid::cpu {
+
+//===-- Attention against the cache ---------------------------------------===//
+
+template <typename T>
+void attentionCachedForward(const T *q, const T *k, const T *v,
+                            const int32_t *positions, const AttentionShape &s,
+                            int64_t cacheLen, T *cacheK, T *cacheV, T *out) {
+  const int64_t batch = s.batch, queries = s.seq, d = s.headDim;
+  const int64_t qStride = s.heads * d, kvStride = s.kvHeads * d;
+  auto inCache = [&](int64_t p) { return p >= 0 && p < cacheLen; };
+  // The writes, all before any read: one unit per sequence, its rows in
+  // order (a position given twice keeps the later row).
+  parallelFor(batch, batch * queries * kvStride, [&](int64_t b) {
+    for (int64_t t = 0; t < queries; ++t) {
+      int64_t p = positions[b * queries + t];
+      if (!inCache(p))
+        continue;
+      int64_t from = (b * queries + t) * kvStride;
+      int64_t to = (b * cacheLen + p) * kvStride;
+      std::copy_n(k + from, kvStride, cacheK + to);
+      std::copy_n(v + from, kvStride, cacheV + to);
+    }
+  });
+  std::vector<double> slopes(s.allHeads());
+  alibiSlopes(s.allHeads(), slopes.data());
+  // The (batch, head) pairs are independent problems, one unit each.
+  auto pairBody = [&](int64_t pair) {
+    int64_t b = pair / s.heads, h = pair % s.heads;
+    int64_t kvOffset = s.kvHeadOf(h) * d;
+    double slope = s.alibi ? slopes[s.headOffset + h] : 0.0;
+    std::vector<double> scores, acc(d);
+    for (int64_t t = 0; t < queries; ++t) {
+      int64_t row = b * queries + t, p = positions[row];
+      T *o = out + row * qStride + h * d;
+      if (!inCache(p)) {
+        std::fill_n(o, d, T(0));
+        continue;
+      }
+      const T *qi = q + row * qStride + h * d;
+      const T *keys = cacheK + b * cacheLen * kvStride + kvOffset;
+      const T *values = cacheV + b * cacheLen * kvStride + kvOffset;
+      scores.resize(p + 1);
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j <= p; ++j) {
+        const T *kj = keys + j * kvStride;
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += double(qi[c]) * kj[c];
+        scores[j] = dot * s.scale - slope * (p - j);
+        m = std::max(m, scores[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j <= p; ++j)
+        sum += std::exp(scores[j] - m);
+      double l = m + std::log(sum);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j <= p; ++j) {
+        double weight = std::exp(scores[j] - l);
+        const T *vj = values + j * kvStride;
+        for (int64_t c = 0; c < d; ++c)
+          acc[c] += weight * vj[c];
+      }
+      for (int64_t c = 0; c < d; ++c)
+        o[c] = T(acc[c]);
+    }
+  };
+  parallelFor(batch * s.heads,
+              batch * s.heads * queries * cacheLen * std::max<int64_t>(d, 1),
+              pairBody);
+}
+
+//===-- Rows --------------------------------------------------------------===//
+
+template <typename T>
+void takeRows(const T *x, const int32_t *index, int64_t batch, int64_t seq,
+              int64_t cols, T *y) {
+  parallelFor(batch, batch * cols, [&](int64_t b) {
+    int64_t i = index[b];
+    if (i < 0 || i >= seq)
+      std::fill_n(y + b * cols, cols, T(0));
+    else
+      std::copy_n(x + (b * seq + i) * cols, cols, y + b * cols);
+  });
+}
+
+//===-- Sampling ----------------------------------------------------------===//
+
+absl::Status validateSamplingSettings(const float *settings) {
+  float temperature = settings[0], topK = settings[1], topP = settings[2];
+  if (!(temperature >= 0) || std::isinf(temperature))
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature = ", temperature,
+                     " must be finite and >= 0 (0: the most likely token)"));
+  if (!(topK >= 0) || std::isinf(topK))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "top_k = ", topK, " must be finite and >= 0 (0: every token)"));
+  if (!(topP > 0 && topP <= 1))
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_p = ", topP, " must be in (0, 1] (1: every token)"));
+  return absl::OkStatus();
+}
+
+namespace {
+
+/// The token of the largest key(i) among [0, n), the lowest id of equals.
+template <typename Key> int64_t argmaxOf(int64_t n, Key key) {
+  int64_t best = 0;
+  uint64_t bestKey = key(0);
+  for (int64_t i = 1; i < n; ++i)
+    if (uint64_t ki = key(i); ki > bestKey) {
+      best = i;
+      bestKey = ki;
+    }
+  return best;
+}
+
+/// One row's token (Generation.h, sampleTokens).
+template <typename T>
+int64_t sampleRow(const T *logits, int64_t n, const SamplingRule &rule,
+                  uint64_t seed, uint32_t counter, uint32_t row) {
+  if (rule.greedy)
+    return argmaxOf(n,
+                    [&](int64_t i) { return samplingKey(double(logits[i])); });
+  std::vector<double> z(n);
+  std::vector<uint64_t> key(n);
+  for (int64_t i = 0; i < n; ++i) {
+    z[i] = double(logits[i]) / rule.temperature;
+    key[i] = samplingKey(z[i]);
+  }
+  const int64_t top = argmaxOf(n, [&](int64_t i) { return key[i]; });
+  // top-k: the k-th largest z and every token with at least as much.
+  uint64_t least = 0;
+  if (rule.topK > 0) {
+    std::vector<uint64_t> sorted = key;
+    std::nth_element(sorted.begin(), sorted.begin() + (rule.topK - 1),
+                     sorted.end(), std::greater<uint64_t>());
+    least = sorted[rule.topK - 1];
+  }
+  // The kept tokens most likely first, equal z by ascending id.
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < n; ++i)
+    if (key[i] >= least)
+      order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return key[a] != key[b] ? key[a] > key[b] : a < b;
+  });
+  const int shift = samplingWeightShift(n);
+  std::vector<uint64_t> weight(n, 0);
+  uint64_t total = 0;
+  for (int64_t i : order) {
+    weight[i] = samplingWeight(z[i], z[top], shift);
+    total += weight[i];
+  }
+  // top-p: least likely first, drop while the cumulative weight is at most
+  // the limit; never the most likely (order[0]).
+  if (rule.topP < 1) {
+    uint64_t limit = samplingTopPLimit(rule.topP, total), cumulative = 0;
+    for (size_t r = order.size(); r-- > 1;) {
+      cumulative += weight[order[r]];
+      if (cumulative > limit)
+        break;
+      total -= weight[order[r]];
+      weight[order[r]] = 0;
+    }
+  }
+  if (total == 0)
+    return top;
+  uint64_t target = samplingTarget(samplingBits(seed, counter, row), total);
+  uint64_t cumulative = 0;
+  for (int64_t i : order) {
+    cumulative += weight[i];
+    if (cumulative > target)
+      return i;
+  }
+  return order.back(); // not reached: the cumulative ends at total > target
+}
+
+} // namespace
+
+template <typename T>
+void sampleTokens(const T *logits, int64_t rows, int64_t vocab,
+                  int64_t candidates, const float *settings, uint64_t seed,
+                  const int32_t *counters, int32_t *ids) {
+  SamplingRule rule =
+      samplingRule(settings[0], settings[1], settings[2], candidates);
+  parallelFor(rows, rows * candidates * kTranscendentalCost, [&](int64_t r) {
+    ids[r] = int32_t(sampleRow(logits + r * vocab, candidates, rule, seed,
+                               uint32_t(counters[r]), uint32_t(r)));
+  });
+}
+
+//===-- Instantiations ----------------------------------------------------===//
+
+#define BRAID_INSTANTIATE(T)                                                   \
+  template void attentionCachedForward<T>(                                     \
+      const T *, const T *, const T *, const int32_t *,                        \
+      const AttentionShape &, int64_t, T *, T *, T *);                         \
+  template void takeRows<T>(const T *, const int32_t *, int64_t, int64_t,      \
+                            int64_t, T *);                                     \
+  template void sampleTokens<T>(const T *, int64_t, int64_t, int64_t,          \
+                                const float *, uint64_t, const int32_t *,      \
+                                int32_t *);
+
+BRAID_INSTANTIATE(float)
+BRAID_INSTANTIATE(double)
+#undef BRAID_INSTANTIATE
+
+} // namespace braid::cpu

@@ -1,0 +1,92 @@
+//===- Generation.h - CPU kernels of generation with a KV cache -*- C++ -*-===//
+//
+// The kernels an inference plan (plan.proto's Generation) adds to the
+// forward's: attention against a cache of every position's keys and values
+// (ATTENTION_CACHED), the row of each sequence whose logits are drawn from
+// (TAKE_ROWS) and the draw (SAMPLE). The rotation at given positions
+// (ROPE_AT) is ropeAtForward in Kernels.h, ROPE's own loop. B sequences,
+// T new positions each per call, a cache of S positions per sequence.
+// Conventions as in Kernels.h: raw row-major buffers, T float or double,
+// OpenMP over units with disjoint outputs, so that the results are
+// bit-identical whatever the number of threads.
+//
+// Positions and indices outside their ranges are the executor's to refuse
+// (it names the instruction); given one anyway, the kernels do what the
+// CUDA kernels do, which cannot refuse: skip the row's cache write and
+// write zeros for its output.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CPU_GENERATION_H
+#define BRAID_RUNTIME_CPU_GENERATION_H
+
+#include "runtime/cpu/Kernels.h"
+
+#include "absl/status/status.h"
+
+#include <cstdint>
+
+namespace braid::cpu {
+
+/// ATTENTION_CACHED: q [B, T, heads · d], k and v [B, T, kvHeads · d],
+/// positions [B, T], caches [B, cacheLen, kvHeads · d] updated in place, out
+/// [B, T, heads · d]; `s` as ATTENTION's with s.seq = T (s.causal unused:
+/// the keys are always the cache's positions up to the query's).
+///
+/// First every row (b, t) of k and v is written into the caches at position
+/// p = positions[b, t] (rows in order of t, so a position given twice keeps
+/// the later row); only then does any query read. Query (b, t), head h,
+/// attends to the cache's positions j in [0, p] of its kv head (GQA and
+/// head slices as AttentionShape::kvHeadOf):
+///   out = Σ_j softmax_j(scale · q · cacheK[b, j] - slope_h · (p - j))
+///             · cacheV[b, j]
+/// with ALiBi's slope_h (alibiSlopes, of head headOffset + h) when s.alibi,
+/// else no bias. So a prompt's chunk attends to itself (causally) and to
+/// what earlier calls wrote; the positions below p that no call wrote are
+/// the caller's to have filled. Positions outside [0, cacheLen): no write,
+/// out's row zeros.
+template <typename T>
+void attentionCachedForward(const T *q, const T *k, const T *v,
+                            const int32_t *positions, const AttentionShape &s,
+                            int64_t cacheLen, T *cacheK, T *cacheV, T *out);
+
+/// TAKE_ROWS: y[b, 0, :] = x[b, index[b], :] for x [batch, seq, cols], y
+/// [batch, 1, cols]. An index outside [0, seq): y's row zeros.
+template <typename T>
+void takeRows(const T *x, const int32_t *index, int64_t batch, int64_t seq,
+              int64_t cols, T *y);
+
+/// SAMPLE's settings {temperature, top_k, top_p}: InvalidArgument, naming
+/// the setting, unless temperature is finite and >= 0 (0: greedy), top_k
+/// finite and >= 0 (0: every candidate) and top_p in (0, 1] (1: every
+/// token).
+absl::Status validateSamplingSettings(const float *settings);
+
+/// SAMPLE: ids[b] = the next token of row b of logits [rows, vocab], whose
+/// first `candidates` columns are the vocabulary (the rest is padding,
+/// never drawn). With settings {temperature, top_k, top_p} (validated; read
+/// as cpu::samplingRule reads them), Hugging Face's logits processors in
+/// their order:
+///  - temperature 0: the argmax of the candidates, ties the lowest id; done.
+///  - z = logits / temperature, in double.
+///  - top_k in (0, candidates): keep the tokens whose z is at least the k-th
+///    largest (ties kept, as TopKLogitsWarper).
+///  - top_p < 1: the kept tokens least likely first (ascending z, equal z by
+///    descending id) with their cumulative probability; drop those at most
+///    1 - top_p, never the most likely (TopPLogitsWarper with
+///    min_tokens_to_keep 1).
+///  - the draw: u = samplingUniform(seed, counters[b], b) (Philox.h); the
+///    kept tokens most likely first (descending z, equal z by ascending id);
+///    the first whose cumulative probability exceeds u times the kept total.
+/// The probabilities are the integer weights of Sampling.h
+/// (exp(z - max z) scaled by 2^samplingWeightShift(candidates) and
+/// truncated), so that the CUDA kernel draws the same ids; a row whose
+/// weights are all 0 (infinite or NaN logits) takes the argmax of z.
+template <typename T>
+void sampleTokens(const T *logits, int64_t rows, int64_t vocab,
+                  int64_t candidates, const float *settings, uint64_t seed,
+                  const int32_t *counters, int32_t *ids);
+
+} // namespace braid::cpu
+
+#endif // BRAID_RUNTIME_CPU_GENERATION_H

@@ -1,0 +1,463 @@
+//===- Generation.cu - CUDA kernels of generation with a KV cache ---------===//
+//
+// The cache's writes are one launch and its reads the next, so that every
+// write of a call lands before any read. Attention runs one block per
+// (sequence, query, head) over that query's keys in chunks of a block's
+// width, with an online softmax (a running maximum and sum) in float.
+// SAMPLE runs one block per row: the argmax and the kept total by block
+// reductions, and each selection (top-k's k-th largest z, top-p's first
+// kept token, the drawn token) by radix passes over the tokens' keys, one
+// byte per pass: a histogram of the matching tokens' weights (integers,
+// added by shared-memory atomics in any order, exactly) picks the byte.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/Generation.h"
+
+#include "runtime/cpu/Philox.h"
+#include "runtime/cpu/Sampling.h"
+#include "runtime/cuda/DeviceMath.cuh"
+
+#include <algorithm>
+#include <cmath>
+
+namespace braid::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+/// Attention's block: one key per thread per chunk of keys.
+constexpr int kAttentionThreads = 128;
+/// SAMPLE's block (a power of two: the argmax reduces by halves).
+constexpr int kSampleThreads = 256;
+
+/// Blocks for a grid-stride loop over n elements.
+unsigned gridFor(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  return unsigned(std::min<int64_t>(std::max<int64_t>(blocks, 1), 1 << 20));
+}
+
+#define BRAID_GRID_STRIDE(i, n)                                                \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);    \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+/// The sum (or maximum) of `v` over the block, returned to every thread;
+/// `shared` holds 32 floats, the block is a multiple of 32 threads, and the
+/// threads add in the same order at every launch.
+__device__ float blockSum(float v, float *shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpSum(v);
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < (blockDim.x >> 5) ? shared[threadIdx.x] : 0.0f;
+  if (warp == 0)
+    v = warpSum(v);
+  if (threadIdx.x == 0)
+    shared[0] = v;
+  __syncthreads();
+  float total = shared[0];
+  __syncthreads(); // `shared` may be reused at once
+  return total;
+}
+
+__device__ float blockMax(float v, float *shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpMax(v);
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < (blockDim.x >> 5) ? shared[threadIdx.x] : -INFINITY;
+  if (warp == 0)
+    v = warpMax(v);
+  if (threadIdx.x == 0)
+    shared[0] = v;
+  __syncthreads();
+  float total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+//===-- Attention against the cache ---------------------------------------===//
+
+/// One thread per (sequence, column) of k and v: the sequence's rows in
+/// order, so that a position given twice keeps the later row (as the CPU).
+template <typename T>
+__global__ void cacheWriteKernel(const T *k, const T *v,
+                                 const int32_t *positions, int64_t batch,
+                                 int64_t queries, int64_t width,
+                                 int64_t cacheLen, T *cacheK, T *cacheV) {
+  BRAID_GRID_STRIDE(i, batch * width) {
+    const int64_t b = i / width, c = i % width;
+    for (int64_t t = 0; t < queries; ++t) {
+      const int64_t p = positions[b * queries + t];
+      // Out of the cache: not written (the device cannot refuse it).
+      if (p < 0 || p >= cacheLen)
+        continue;
+      const int64_t from = (b * queries + t) * width + c;
+      cacheK[(b * cacheLen + p) * width + c] = k[from];
+      cacheV[(b * cacheLen + p) * width + c] = v[from];
+    }
+  }
+}
+
+/// One block per (sequence b, query t, head h), its threads one key each
+/// per chunk of keys, then one output column each. Dynamic shared memory:
+/// the query row, the output row being summed, the chunk's probabilities.
+template <typename T>
+__global__ void attentionCachedKernel(const T *q, const int32_t *positions,
+                                      const T *cacheK, const T *cacheV,
+                                      cpu::AttentionShape s, int64_t cacheLen,
+                                      T *out) {
+  BRAID_DYNAMIC_SHARED(float, dynamic);
+  __shared__ float reduce[32];
+  const int64_t d = s.headDim, heads = s.heads;
+  const int64_t h = int64_t(blockIdx.x) % heads, row = blockIdx.x / heads;
+  const int64_t b = row / s.seq;
+  const int64_t qStride = heads * d, kvStride = s.kvHeads * d;
+  float *qs = dynamic, *acc = dynamic + d, *probs = dynamic + 2 * d;
+  T *o = out + row * qStride + h * d;
+  const int64_t p = positions[row];
+  if (p < 0 || p >= cacheLen) {
+    // Out of the cache: zeros (the whole block leaves here).
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+      o[c] = fromFloat<T>(0.0f);
+    return;
+  }
+  const T *qi = q + row * qStride + h * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    qs[c] = toFloat(qi[c]);
+    acc[c] = 0.0f;
+  }
+  __syncthreads();
+  // The kv head of query head h (its group among the global heads) and its
+  // ALiBi slope, as cpu::AttentionShape::kvHeadOf and cpu::alibiSlopes.
+  const int64_t allHeads = s.globalHeads ? s.globalHeads : s.heads;
+  const int64_t allKvHeads = s.globalKvHeads ? s.globalKvHeads : s.kvHeads;
+  const int64_t g =
+      (s.headOffset + h) / (allHeads / allKvHeads) - s.kvHeadOffset;
+  const float slope = s.alibi ? alibiSlope(allHeads, s.headOffset + h) : 0.0f;
+  const float scale = float(s.scale);
+  const T *keys = cacheK + b * cacheLen * kvStride + g * d;
+  const T *values = cacheV + b * cacheLen * kvStride + g * d;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j0 = 0; j0 <= p; j0 += blockDim.x) {
+    const int64_t j = j0 + threadIdx.x;
+    float score = -INFINITY;
+    if (j <= p) {
+      const T *kj = keys + j * kvStride;
+      float dot = 0.0f;
+      for (int64_t c = 0; c < d; ++c)
+        dot += qs[c] * toFloat(kj[c]);
+      score = dot * scale - slope * float(p - j);
+    }
+    const float mNew = fmaxf(m, blockMax(score, reduce));
+    const float alpha = expf(m - mNew); // 0 on the first chunk
+    const float weight = j <= p ? expf(score - mNew) : 0.0f;
+    probs[threadIdx.x] = weight;
+    l = l * alpha + blockSum(weight, reduce); // its barrier shows `probs`
+    const int64_t n = std::min<int64_t>(blockDim.x, p - j0 + 1);
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      float a = acc[c] * alpha;
+      for (int64_t jj = 0; jj < n; ++jj)
+        a += probs[jj] * toFloat(values[(j0 + jj) * kvStride + c]);
+      acc[c] = a;
+    }
+    __syncthreads(); // `probs` is rewritten by the next chunk
+    m = mNew;
+  }
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    o[c] = fromFloat<T>(acc[c] / l);
+}
+
+//===-- Rows --------------------------------------------------------------===//
+
+template <typename T>
+__global__ void takeRowsKernel(const T *x, const int32_t *index, int64_t batch,
+                               int64_t seq, int64_t cols, T *y) {
+  BRAID_GRID_STRIDE(i, batch * cols) {
+    const int64_t b = i / cols, c = i % cols, r = index[b];
+    // Out of x's rows: zeros (the device cannot refuse it).
+    y[i] = r >= 0 && r < seq ? x[(b * seq + r) * cols + c] : fromFloat<T>(0.0f);
+  }
+}
+
+//===-- Sampling ----------------------------------------------------------===//
+
+/// SAMPLE's shared memory: a radix pass's histogram and its choice, the
+/// argmax's halves, the kept total.
+struct SampleShared {
+  unsigned long long bins[256];
+  uint64_t hi[kSampleThreads], lo[kSampleThreads];
+  unsigned long long total;
+  uint64_t above;
+  int chosen;
+};
+
+/// The largest key (hi, lo) of the block's threads' own, returned to every
+/// thread.
+__device__ void blockMaxKey(uint64_t &hi, uint64_t &lo, SampleShared &sh) {
+  const int t = threadIdx.x;
+  sh.hi[t] = hi;
+  sh.lo[t] = lo;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (t < half) {
+      const int u = t + half;
+      if (sh.hi[u] > sh.hi[t] ||
+          (sh.hi[u] == sh.hi[t] && sh.lo[u] > sh.lo[t])) {
+        sh.hi[t] = sh.hi[u];
+        sh.lo[t] = sh.lo[u];
+      }
+    }
+    __syncthreads();
+  }
+  hi = sh.hi[0];
+  lo = sh.lo[0];
+  __syncthreads();
+}
+
+/// The sum of every thread's `v` (exact: integers).
+__device__ uint64_t blockTotal(uint64_t v, SampleShared &sh) {
+  if (threadIdx.x == 0)
+    sh.total = 0;
+  __syncthreads();
+  if (v)
+    atomicAdd(&sh.total, (unsigned long long)v);
+  __syncthreads();
+  uint64_t total = sh.total;
+  __syncthreads();
+  return total;
+}
+
+/// The first token, in descending order of its key (hi, lo) = key(i), at
+/// which the cumulative weight(i, hi, lo) exceeds `target`: its key's first
+/// `levels` bytes (hi's 8, then lo's low 4) into (hi, lo), and into `above`
+/// the weight of the tokens before it. False (on every thread) when the
+/// total weight is at most target. Each pass adds the weights of the tokens
+/// whose key begins with the bytes chosen so far by their next byte, and
+/// takes the byte at which the cumulative weight passes the target.
+template <typename Key, typename Weight>
+__device__ bool selectFromTop(int64_t n, int levels, uint64_t target, Key key,
+                              Weight weight, SampleShared &sh, uint64_t &hi,
+                              uint64_t &lo, uint64_t &above) {
+  uint64_t hiMask = 0, loMask = 0;
+  hi = lo = above = 0;
+  for (int level = 0; level < levels; ++level) {
+    const bool onHi = level < 8;
+    const int shift = onHi ? 56 - 8 * level : 24 - 8 * (level - 8);
+    for (int bin = threadIdx.x; bin < 256; bin += blockDim.x)
+      sh.bins[bin] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      uint64_t kh, kl;
+      key(i, kh, kl);
+      if ((kh & hiMask) != hi || (kl & loMask) != lo)
+        continue;
+      if (uint64_t w = weight(i, kh, kl))
+        atomicAdd(&sh.bins[((onHi ? kh : kl) >> shift) & 0xFF],
+                  (unsigned long long)w);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t cumulative = above;
+      int chosen = -1;
+      for (int bin = 255; bin >= 0; --bin) {
+        if (cumulative + sh.bins[bin] > target) {
+          chosen = bin;
+          break;
+        }
+        cumulative += sh.bins[bin];
+      }
+      sh.chosen = chosen;
+      sh.above = cumulative;
+    }
+    __syncthreads();
+    const int chosen = sh.chosen;
+    above = sh.above;
+    if (chosen < 0)
+      return false;
+    if (onHi) {
+      hi |= uint64_t(chosen) << shift;
+      hiMask |= uint64_t(0xFF) << shift;
+    } else {
+      lo |= uint64_t(chosen) << shift;
+      loMask |= uint64_t(0xFF) << shift;
+    }
+  }
+  return true;
+}
+
+/// One block per row (cpu::sampleTokens' steps).
+template <typename T>
+__global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
+                             const float *settings, const int32_t *seedWords,
+                             const int32_t *counters, int32_t *ids) {
+  __shared__ SampleShared sh;
+  const int64_t row = blockIdx.x;
+  const T *x = logits + row * vocab;
+  const cpu::SamplingRule rule =
+      cpu::samplingRule(settings[0], settings[1], settings[2], n);
+  // The argmax of key(i), ties the lowest id: into `top`.
+  auto argmax = [&](auto keyOf) {
+    uint64_t hi = 0, lo = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      uint64_t ki = keyOf(i), li = cpu::samplingIdKey(i);
+      if (ki > hi || (ki == hi && li > lo)) {
+        hi = ki;
+        lo = li;
+      }
+    }
+    blockMaxKey(hi, lo, sh);
+    return int64_t(0xFFFFFFFFu - lo);
+  };
+  if (rule.greedy) {
+    int64_t top = argmax(
+        [&](int64_t i) { return cpu::samplingKey(double(toFloat(x[i]))); });
+    if (threadIdx.x == 0)
+      ids[row] = int32_t(top);
+    return;
+  }
+  auto zOf = [&](int64_t i) {
+    return double(toFloat(x[i])) / rule.temperature;
+  };
+  const int64_t top =
+      argmax([&](int64_t i) { return cpu::samplingKey(zOf(i)); });
+  const double zTop = zOf(top);
+  uint64_t hi, lo, above;
+  // top-k: the k-th largest z (the k-th token by count, most likely first).
+  uint64_t least = 0;
+  if (rule.topK > 0) {
+    selectFromTop(
+        n, 8, uint64_t(rule.topK - 1),
+        [&](int64_t i, uint64_t &kh, uint64_t &kl) {
+          kh = cpu::samplingKey(zOf(i));
+          kl = 0;
+        },
+        [](int64_t, uint64_t, uint64_t) { return uint64_t(1); }, sh, hi, lo,
+        above);
+    least = hi;
+  }
+  const int shift = cpu::samplingWeightShift(n);
+  // The weight of token i, whose z key is zk, when top-k keeps it.
+  auto weightOf = [&](int64_t i, uint64_t zk) -> uint64_t {
+    return zk >= least ? cpu::samplingWeight(zOf(i), zTop, shift) : 0;
+  };
+  uint64_t mine = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    mine += weightOf(i, cpu::samplingKey(zOf(i)));
+  uint64_t total = blockTotal(mine, sh);
+  if (total == 0) {
+    if (threadIdx.x == 0)
+      ids[row] = int32_t(top);
+    return;
+  }
+  // top-p: the first token kept, least likely first (the keys complemented:
+  // ascending z, equal z by descending id), is the first at which the
+  // cumulative weight exceeds the limit; the tokens before it go. The kept
+  // are those whose key (z key, id key) is at least (cutHi, cutLo).
+  uint64_t cutHi = 0, cutLo = 0;
+  if (rule.topP < 1) {
+    uint64_t limit = cpu::samplingTopPLimit(rule.topP, total);
+    bool found = selectFromTop(
+        n, 12, limit,
+        [&](int64_t i, uint64_t &kh, uint64_t &kl) {
+          kh = ~cpu::samplingKey(zOf(i));
+          kl = uint64_t(i);
+        },
+        [&](int64_t i, uint64_t kh, uint64_t) { return weightOf(i, ~kh); }, sh,
+        hi, lo, above);
+    if (found) {
+      cutHi = ~hi;
+      cutLo = cpu::samplingIdKey(int64_t(lo));
+      total -= above;
+    } else {
+      // Every token within the limit: the most likely one stays.
+      cutHi = cpu::samplingKey(zTop);
+      cutLo = cpu::samplingIdKey(top);
+      total = cpu::samplingWeight(zTop, zTop, shift);
+    }
+  }
+  const uint64_t target = cpu::samplingTarget(
+      cpu::samplingBits(cpu::samplingSeed(seedWords[0], seedWords[1]),
+                        uint32_t(counters[row]), uint32_t(row)),
+      total);
+  selectFromTop(
+      n, 12, target,
+      [&](int64_t i, uint64_t &kh, uint64_t &kl) {
+        kh = cpu::samplingKey(zOf(i));
+        kl = cpu::samplingIdKey(i);
+      },
+      [&](int64_t i, uint64_t kh, uint64_t kl) -> uint64_t {
+        bool kept = kh > cutHi || (kh == cutHi && kl >= cutLo);
+        return kept ? weightOf(i, kh) : 0;
+      },
+      sh, hi, lo, above);
+  if (threadIdx.x == 0)
+    ids[row] = int32_t(0xFFFFFFFFu - lo);
+}
+
+} // namespace
+
+template <typename T>
+cudaError_t attentionCachedForward(const T *q, const T *k, const T *v,
+                                   const int32_t *positions,
+                                   const cpu::AttentionShape &s,
+                                   int64_t cacheLen, T *cacheK, T *cacheV,
+                                   T *out, cudaStream_t stream) {
+  const int64_t width = s.kvHeads * s.headDim;
+  if (s.batch * s.seq == 0)
+    return cudaSuccess;
+  if (width > 0) {
+    BRAID_LAUNCH(gridFor(s.batch * width), kThreads, 0, stream,
+                 cacheWriteKernel<T>)
+    (k, v, positions, s.batch, s.seq, width, cacheLen, cacheK, cacheV);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return e;
+  }
+  if (s.heads * s.headDim == 0)
+    return cudaSuccess;
+  size_t shared = size_t(2 * s.headDim + kAttentionThreads) * sizeof(float);
+  BRAID_LAUNCH(unsigned(s.batch * s.seq * s.heads), kAttentionThreads, shared,
+               stream, attentionCachedKernel<T>)
+  (q, positions, cacheK, cacheV, s, cacheLen, out);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t takeRows(const T *x, const int32_t *index, int64_t batch,
+                     int64_t seq, int64_t cols, T *y, cudaStream_t stream) {
+  if (batch * cols == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(gridFor(batch * cols), kThreads, 0, stream, takeRowsKernel<T>)
+  (x, index, batch, seq, cols, y);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
+                         int64_t candidates, const float *settings,
+                         const int32_t *seed, const int32_t *counters,
+                         int32_t *ids, cudaStream_t stream) {
+  if (rows == 0 || candidates == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(unsigned(rows), kSampleThreads, 0, stream, sampleKernel<T>)
+  (logits, vocab, candidates, settings, seed, counters, ids);
+  return cudaGetLastError();
+}
+
+#define BRAID_INSTANTIATE(T)                                                   \
+  template cudaError_t attentionCachedForward<T>(                              \
+      const T *, const T *, const T *, const int32_t *,                        \
+      const cpu::AttentionShape &, int64_t, T *, T *, T *, cudaStream_t);      \
+  template cudaError_t takeRows<T>(const T *, const int32_t *, int64_t,        \
+                                   int64_t, int64_t, T *, cudaStream_t);       \
+  template cudaError_t sampleTokens<T>(                                        \
+      const T *, int64_t, int64_t, int64_t, const float *, const int32_t *,    \
+      const int32_t *, int32_t *, cudaStream_t);
+
+BRAID_INSTANTIATE(float)
+BRAID_INSTANTIATE(__nv_bfloat16)
+BRAID_INSTANTIATE(__half)
+#undef BRAID_INSTANTIATE
+
+} // namespace braid::cuda

@@ -1,0 +1,67 @@
+//===- Generation.h - CUDA kernels of generation with a KV cache *- C++ -*-===//
+//
+// The CUDA counterparts of runtime/cpu/Generation.h (ROPE_AT's is
+// ropeAtForward in Kernels.h): attention against the KV cache, the row of
+// each sequence to draw from, and the draw. T is float, bf16 or fp16
+// storage; arithmetic in float (the sampling's in double and integers, as
+// the CPU's). Nothing synchronises with the host or allocates; each
+// launcher returns the launch's error.
+//
+// Positions and indices are read on the device, where nothing can refuse
+// one out of its range (the CPU executor refuses them): the kernels skip
+// such a row's cache write and write zeros for its output row.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CUDA_GENERATION_H
+#define BRAID_RUNTIME_CUDA_GENERATION_H
+
+#include "runtime/cpu/Kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace braid::cuda {
+
+/// The largest head dimension attentionCachedForward takes (its block keeps
+/// the query row and the output row in 48 KiB of shared memory).
+constexpr int64_t kMaxCachedAttentionHeadDim = 4096;
+
+/// ATTENTION_CACHED, as cpu::attentionCachedForward: first (one launch) every
+/// row (b, t) of k and v into the caches at positions[b, t], the rows of a
+/// sequence in order; then (a second) one block per (b, t, head) attending
+/// to the cache's positions [0, positions[b, t]] with an online softmax.
+/// `s` as ATTENTION's with s.seq = T; s.headDim at most
+/// kMaxCachedAttentionHeadDim.
+template <typename T>
+cudaError_t attentionCachedForward(const T *q, const T *k, const T *v,
+                                   const int32_t *positions,
+                                   const cpu::AttentionShape &s,
+                                   int64_t cacheLen, T *cacheK, T *cacheV,
+                                   T *out, cudaStream_t stream);
+
+/// TAKE_ROWS: y[b, 0, :] = x[b, index[b], :] (zeros for an index outside
+/// [0, seq)).
+template <typename T>
+cudaError_t takeRows(const T *x, const int32_t *index, int64_t batch,
+                     int64_t seq, int64_t cols, T *y, cudaStream_t stream);
+
+/// SAMPLE, as cpu::sampleTokens on the same logits (the same ids): one
+/// block per row. settings {temperature, top_k, top_p} (f32), seed {low,
+/// high} and counters [rows] are read on the device; settings the host
+/// would refuse (cpu::validateSamplingSettings) are read as
+/// cpu::samplingRule reads them. The kept tokens are found by radix
+/// selection on the tokens' keys (no sort): top-k's k-th largest z, top-p's
+/// first kept token and the drawn one, each a byte of the key per pass.
+template <typename T>
+cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
+                         int64_t candidates, const float *settings,
+                         const int32_t *seed, const int32_t *counters,
+                         int32_t *ids, cudaStream_t stream);
+
+} // namespace braid::cuda
+
+#endif // BRAID_RUNTIME_CUDA_GENERATION_H
