@@ -41,11 +41,20 @@ else
 fi
 
 # Python test oracles from PyPI: TensorBoard's own reader checks the event
-# files braid-run writes (tests/e2e/tensorboard_check.py).
-if ! python3 -c "import tensorboard" 2>/dev/null; then
-  echo "setup: installing tensorboard from PyPI (the tests read event files with it)"
-  python3 -m pip install --quiet tensorboard 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages tensorboard
+# files braid-run writes (tests/e2e/tensorboard_check.py); numpy runs the
+# reference models of tests/e2e/hf_reference.py; Hugging Face's tokenizers
+# and transformers (without PyTorch) and sentencepiece are the reference
+# tokenizers of tests/e2e/tokenizer_check.py.
+oracles=(tensorboard numpy tokenizers transformers sentencepiece protobuf)
+modules=(tensorboard numpy tokenizers transformers sentencepiece google.protobuf)
+missing_oracles=()
+for i in "${!oracles[@]}"; do
+  python3 -c "import ${modules[$i]}" 2>/dev/null || missing_oracles+=("${oracles[$i]}")
+done
+if [ "${#missing_oracles[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing_oracles[*]} from PyPI (test oracles)"
+  python3 -m pip install --quiet "${missing_oracles[@]}" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "${missing_oracles[@]}"
 fi
 
 if [ "${BRAID_SKIP_BUILD:-0}" = "1" ]; then exit 0; fi

@@ -2,21 +2,31 @@
 //
 //   braid-data preprocess --input F [--input F ...] --output-prefix P ...
 //   braid-data train-tokenizer --input F [...] --model-prefix P --vocab-size N
+//   braid-data tokenize --tokenizer-dir DIR (--text S | --decode --ids 1,2)
 //
-// A thin main() over runtime/data/Preprocess.h. Flags are parsed here by
-// hand (no LLVM in runtime tools). Exit codes: 0 success, 1 the work failed,
-// 2 a bad command line.
+// A thin main() over runtime/data/Preprocess.h and ModelTokenizer.h. Flags
+// are parsed here by hand (no LLVM in runtime tools). Exit codes: 0 success,
+// 1 the work failed, 2 a bad command line.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/common/Format.h"
+#include "runtime/data/BpeTokenizer.h"
+#include "runtime/data/ModelTokenizer.h"
 #include "runtime/data/Preprocess.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,6 +43,10 @@ constexpr char kUsage[] = R"(usage:
       --model-prefix PREFIX --vocab-size N [--format jsonl|text]
       [--json-key KEY] [--character-coverage X] [--no-byte-fallback]
       [--input-sentence-size N] [--nondeterministic]
+  braid-data tokenize --tokenizer-dir DIR
+      (--text TEXT | --text-file FILE | --jsonl FILE) [--no-special]
+      | --decode (--ids ID,ID,... | --jsonl FILE) [--skip-special]
+      | --info
 
 preprocess writes PREFIX.bin and PREFIX.idx (Megatron's indexed dataset), one
 document per JSONL line (the string under KEY, default "text") or per text
@@ -44,6 +58,21 @@ model; --append-eod ends every document with the tokenizer's EOD id.
 train-tokenizer trains a SentencePiece BPE model (PREFIX.model, PREFIX.vocab)
 with unk=0, bos=1, eos=2, byte fallback, and, unless --nondeterministic, the
 same model on every run.
+
+tokenize uses the tokenizer of a Hugging Face model directory: tokenizer.json
+(byte-level BPE), vocab.json + merges.txt (GPT-2's) or tokenizer.model
+(SentencePiece), with the BOS and EOS ids of its tokenizer_config.json,
+special_tokens_map.json, config.json and generation_config.json. With --text
+(or --text-file, its bytes as they are) it prints the ids, space-separated,
+on one line: the prompt a generation starts from, with the BOS where the
+model's tokenizer adds one (transformers' tokenizer(text)); --no-special
+leaves out what the tokenizer adds around the text. With --decode it prints
+the text of the ids (separated by commas or spaces) as it is, with no
+newline added; special tokens appear as their text unless --skip-special
+(SentencePiece's control tokens, such as <s>, decode to nothing either way).
+--jsonl does either for many texts, one JSON object a line: {"text": S}
+prints a line of ids; with --decode, {"ids": [...]} prints {"text": S}.
+--info prints the tokenizer, its vocabulary size and the BOS and EOS ids.
 )";
 
 /// A usage error: one line on stderr, exit 2.
@@ -244,11 +273,206 @@ int trainTokenizer(int argc, char **argv) {
   return 0;
 }
 
+/// Comma- or space-separated token ids.
+std::vector<int32_t> idsFlag(const FlagParser &flags) {
+  std::vector<std::string> given = flags.all("ids");
+  if (given.size() > 1)
+    usageError("flag --ids given more than once");
+  std::vector<int32_t> ids;
+  for (absl::string_view part :
+       absl::StrSplit(given[0], absl::ByAnyChar(", "), absl::SkipEmpty())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(part, &id))
+      usageError(absl::StrCat("flag --ids: '", part, "' is not a token id"));
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+/// The text of `ids`; special tokens as their text unless `skipSpecial`.
+absl::StatusOr<std::string> decodeIds(const Tokenizer &tokenizer,
+                                      absl::Span<const int32_t> ids,
+                                      bool skipSpecial) {
+  if (const auto *bpe = dynamic_cast<const ByteLevelBpeTokenizer *>(&tokenizer))
+    return bpe->decode(ids, skipSpecial);
+  return tokenizer.decode(ids);
+}
+
+/// `text` as a JSON string (the text is UTF-8; only what JSON requires is
+/// escaped).
+std::string jsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppend(
+          &out, "\\u00",
+          absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+/// --jsonl: one JSON object a line, {"text": ...} to encode (one line of
+/// ids out) or, with --decode, {"ids": [...]} (one line {"text": ...} out).
+int tokenizeJsonl(const ModelTokenizer &model, const std::string &path,
+                  bool decode, bool noSpecial, bool skipSpecial) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return runFailed(
+        absl::NotFoundError(absl::StrCat("cannot open JSONL file ", path)));
+  google::protobuf::util::JsonParseOptions jsonOptions;
+  std::string line;
+  for (uint64_t lineNumber = 1; std::getline(in, line); ++lineNumber) {
+    const std::string where = absl::StrCat(path, ":", lineNumber, ": ");
+    google::protobuf::Struct object;
+    auto parsed =
+        google::protobuf::util::JsonStringToMessage(line, &object, jsonOptions);
+    if (!parsed.ok())
+      return runFailed(absl::InvalidArgumentError(
+          absl::StrCat(where, "expected a JSON object: ",
+                       absl::string_view(parsed.message().data(),
+                                         parsed.message().size()))));
+    const char *key = decode ? "ids" : "text";
+    auto field = object.fields().find(key);
+    if (decode) {
+      std::vector<int32_t> ids;
+      bool ok =
+          field != object.fields().end() &&
+          field->second.kind_case() == google::protobuf::Value::kListValue;
+      if (ok)
+        for (const google::protobuf::Value &v :
+             field->second.list_value().values()) {
+          double d = v.number_value();
+          if (v.kind_case() != google::protobuf::Value::kNumberValue ||
+              d != static_cast<int32_t>(d)) {
+            ok = false;
+            break;
+          }
+          ids.push_back(static_cast<int32_t>(d));
+        }
+      if (!ok)
+        return runFailed(absl::InvalidArgumentError(
+            absl::StrCat(where, "expected \"ids\", a list of token ids")));
+      absl::StatusOr<std::string> text =
+          decodeIds(*model.tokenizer, ids, skipSpecial);
+      if (!text.ok())
+        return runFailed(
+            absl::Status(text.status().code(),
+                         where + std::string(text.status().message())));
+      std::printf("{\"text\": %s}\n", jsonString(*text).c_str());
+      continue;
+    }
+    if (field == object.fields().end() ||
+        field->second.kind_case() != google::protobuf::Value::kStringValue)
+      return runFailed(absl::InvalidArgumentError(
+          absl::StrCat(where, "expected \"text\", a string")));
+    const std::string &text = field->second.string_value();
+    absl::StatusOr<std::vector<int32_t>> ids =
+        noSpecial ? model.tokenizer->encode(text) : EncodePrompt(model, text);
+    if (!ids.ok())
+      return runFailed(absl::Status(
+          ids.status().code(), where + std::string(ids.status().message())));
+    std::printf("%s\n", absl::StrJoin(*ids, " ").c_str());
+  }
+  if (in.bad())
+    return runFailed(
+        absl::DataLossError(absl::StrCat("error reading JSONL file ", path)));
+  return 0;
+}
+
+int tokenize(int argc, char **argv) {
+  FlagParser flags;
+  flags.known = {
+      {"tokenizer-dir", true}, {"text", true},          {"text-file", true},
+      {"ids", true},           {"jsonl", true},         {"decode", false},
+      {"no-special", false},   {"skip-special", false}, {"info", false}};
+  flags.parse(argc, argv, 2);
+  const std::string dir = flags.single("tokenizer-dir", true);
+  const bool decode = flags.has("decode");
+  const bool info = flags.has("info");
+  const bool jsonl = flags.has("jsonl");
+  const int texts = flags.has("text") + flags.has("text-file");
+  if (info + jsonl + texts + flags.has("ids") != 1)
+    usageError("give one of --text, --text-file, --ids (with --decode), "
+               "--jsonl or --info");
+  if (decode && !(flags.has("ids") || jsonl))
+    usageError("--decode goes with --ids or --jsonl");
+  if (flags.has("ids") && !decode)
+    usageError("--ids goes with --decode");
+  if (flags.has("no-special") && (decode || info))
+    usageError("--no-special is for encoding (--text, --text-file, --jsonl)");
+  if (flags.has("skip-special") && !decode)
+    usageError("--skip-special goes with --decode");
+  const bool noSpecial = flags.has("no-special");
+  const bool skipSpecial = flags.has("skip-special");
+
+  absl::StatusOr<ModelTokenizer> model = LoadModelTokenizer(dir);
+  if (!model.ok())
+    return runFailed(model.status());
+  const Tokenizer &tokenizer = *model->tokenizer;
+
+  if (info) {
+    std::printf("tokenizer: %s (from %s)\n", tokenizer.name().c_str(),
+                model->source.c_str());
+    if (!model->note.empty())
+      std::printf("note: %s\n", model->note.c_str());
+    std::printf("vocabulary: %lld\n",
+                static_cast<long long>(tokenizer.vocabSize()));
+    std::printf("bos: %d (%s)\n", model->bosId,
+                model->addBos ? "added to prompts" : "not added");
+    std::printf("eos: %s\n", absl::StrJoin(model->eosIds, " ").c_str());
+    if (!model->promptSuffix.empty())
+      std::printf("prompt suffix: %s\n",
+                  absl::StrJoin(model->promptSuffix, " ").c_str());
+    return 0;
+  }
+  if (jsonl)
+    return tokenizeJsonl(*model, flags.single("jsonl", true), decode, noSpecial,
+                         skipSpecial);
+
+  if (decode) {
+    absl::StatusOr<std::string> text =
+        decodeIds(tokenizer, idsFlag(flags), skipSpecial);
+    if (!text.ok())
+      return runFailed(text.status());
+    std::fwrite(text->data(), 1, text->size(), stdout);
+    return 0;
+  }
+
+  std::string text;
+  if (flags.has("text")) {
+    if (flags.all("text").size() > 1)
+      usageError("flag --text given more than once");
+    text = flags.all("text")[0];
+  } else {
+    std::string path = flags.single("text-file", true);
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      return runFailed(
+          absl::NotFoundError(absl::StrCat("cannot open text file ", path)));
+    text.assign(std::istreambuf_iterator<char>(in),
+                std::istreambuf_iterator<char>());
+  }
+  absl::StatusOr<std::vector<int32_t>> ids =
+      noSpecial ? tokenizer.encode(text) : EncodePrompt(*model, text);
+  if (!ids.ok())
+    return runFailed(ids.status());
+  std::printf("%s\n", absl::StrJoin(*ids, " ").c_str());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   if (argc < 2)
-    usageError("missing subcommand (preprocess or train-tokenizer; see --help)");
+    usageError("missing subcommand (preprocess, train-tokenizer or tokenize; "
+               "see --help)");
   std::string command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {
     std::fputs(kUsage, stdout);
@@ -258,6 +482,9 @@ int main(int argc, char **argv) {
     return preprocess(argc, argv);
   if (command == "train-tokenizer")
     return trainTokenizer(argc, argv);
+  if (command == "tokenize")
+    return tokenize(argc, argv);
   usageError(absl::StrCat("unknown subcommand '", command,
-                          "' (preprocess or train-tokenizer; see --help)"));
+                          "' (preprocess, train-tokenizer or tokenize; see "
+                          "--help)"));
 }
