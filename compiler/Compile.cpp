@@ -80,6 +80,14 @@ const PhaseInfo kPhases[] = {
      }},
     {Phase::Plan, "plan",
      [](OpPassManager &pm, const CompileOptions &options) {
+       if (options.generate) {
+         // An inference plan: prefill and decode, no step to schedule,
+         // shard over dp or evaluate.
+         pm.addPass(plan_ir::createPlanLower());
+         pm.addPass(plan_ir::createPlanMemory());
+         pm.addPass(plan_ir::createPlanVerify());
+         return;
+       }
        plan_ir::PlanLowerOptions lower;
        lower.splitBackward = options.parallel.schedule == "zb-h1";
        pm.addPass(plan_ir::createPlanLower(lower));
@@ -167,7 +175,10 @@ unsigned addPhases(PassManager &pm, const CompileOptions &options, Phase from,
   for (const PhaseInfo &info : kPhases) {
     if (info.phase < from)
       continue;
-    info.addPasses(pm, options);
+    // An inference graph has no step to differentiate, optimize, cut into
+    // stages or recompute: only its plan is made.
+    if (!options.generate || info.phase == Phase::Plan)
+      info.addPasses(pm, options);
     if (info.phase == to)
       break;
   }

@@ -47,6 +47,9 @@ struct CompileOptions {
   /// plan-verify at the end, run either way). The layout search turns it
   /// off for the proxies it compiles only to estimate.
   bool verifyEachPass = true;
+  /// The module is an inference graph (buildGenerateModule): of the phases
+  /// only the plan's passes run (plan-lower, plan-memory, plan-verify).
+  bool generate = false;
 };
 
 /// Runs the passes of every phase up to `options.compileTo` on `module`.

@@ -46,6 +46,7 @@ plan::BufferRole roleOf(StringRef role) {
       .Case("input", plan::INPUT)
       .Case("workspace", plan::WORKSPACE)
       .Case("bucket", plan::BUCKET)
+      .Case("kv_cache", plan::KV_CACHE)
       .Default(plan::ROLE_UNSPECIFIED);
 }
 
@@ -161,6 +162,25 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     else if (fn.getSymName() == plan_ir::kEvalStepFunc)
       step->set_eval_step(fn.getSymName().str());
   }
+  // An inference plan: its shapes, functions and cache bytes.
+  if (auto generate = module->getAttrOfType<DictionaryAttr>("model.generate")) {
+    plan::Generation *g = out.mutable_generation();
+    auto field = [&](StringRef name) {
+      auto attr = generate.getAs<IntegerAttr>(name);
+      return attr ? attr.getInt() : 0;
+    };
+    g->set_max_batch(field("max_batch"));
+    g->set_max_seq_len(field("max_seq_len"));
+    g->set_prefill_chunk(field("prefill_chunk"));
+    g->set_vocab_size(field("vocab_size"));
+    g->set_prefill(plan_ir::kPrefillFunc.str());
+    g->set_decode(plan_ir::kDecodeFunc.str());
+    int64_t cacheBytes = 0;
+    for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>())
+      if (b.getRole() == "kv_cache")
+        cacheBytes += b.getBytes();
+    g->set_kv_cache_bytes(cacheBytes);
+  }
   // Pipeline stages, each with its schedule.
   for (plan_ir::StageOp stage : module.getOps<plan_ir::StageOp>()) {
     plan::Stage *ps = out.mutable_pipeline()->add_stages();
@@ -224,7 +244,12 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
         module->getAttrOfType<StringAttr>("plan.schedule")
             ? module->getAttrOfType<StringAttr>("plan.schedule").getValue().str()
             : "");
-  if (step->micro_step().empty() && !out.pipeline().stages_size())
+  if (out.has_generation()) {
+    // An inference plan has no step; the step loop's sizes stay valid.
+    out.mutable_training()->clear_step();
+    out.mutable_training()->set_micro_batch_size(out.generation().max_batch());
+    out.mutable_training()->set_seq_length(out.generation().max_seq_len());
+  } else if (step->micro_step().empty() && !out.pipeline().stages_size())
     return error("the module has no @" + plan_ir::kMicroStepFunc +
                  ": run plan-lower first");
   // The step loop's sizes; trainingSettings() fills them from the job.

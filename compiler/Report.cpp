@@ -265,7 +265,8 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
       role = it->second;
     }
     bytes[role] += bytesOf(op);
-    if (role == "parameter" || role == "gradient" || role == "optimizer_state")
+    if (role == "parameter" || role == "gradient" ||
+        role == "optimizer_state" || role == "kv_cache")
       persistent[stage][role] += bytesOf(op);
   }
   llvm::json::Object byRole;

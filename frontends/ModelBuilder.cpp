@@ -71,8 +71,25 @@ public:
   }
 
   OwningOpRef<ModuleOp> build();
+  /// The inference graph of braidc --mode generate (buildGenerateModule).
+  OwningOpRef<ModuleOp> buildGenerate(const GenerateConfig &g);
 
 private:
+  /// The architecture, as the module's `model.config` dictionary.
+  void setConfig(ModuleOp module) {
+  module->setAttr("model.config", b.getDictionaryAttr({
+        b.getNamedAttr("source", b.getStringAttr(c.source)),
+        b.getNamedAttr("family", b.getStringAttr(familyName(c.family))),
+        b.getNamedAttr("num_layers", b.getI64IntegerAttr(c.numLayers)),
+        b.getNamedAttr("hidden_size", b.getI64IntegerAttr(c.hiddenSize)),
+        b.getNamedAttr("num_heads", b.getI64IntegerAttr(c.numHeads)),
+        b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(c.numKvHeads)),
+        b.getNamedAttr("ffn_hidden_size", b.getI64IntegerAttr(c.ffnHiddenSize)),
+        b.getNamedAttr("vocab_size", b.getI64IntegerAttr(c.vocabSize)),
+        b.getNamedAttr("padded_vocab_size",
+                       b.getI64IntegerAttr(c.paddedVocabSize)),
+    }));
+  }
   /// Declares a parameter: the next argument of @forward, named `name`.
   void param(const std::string &name, ArrayRef<int64_t> shape) {
     paramTypes.push_back(RankedTensorType::get(shape, element));
@@ -93,6 +110,17 @@ private:
   }
   Value emitLayer(OpBuilder &ob, int64_t index, Value hidden,
                   ArrayRef<Value> params);
+  /// A layer's key and value caches and the positions of the tokens of an
+  /// inference graph; emitLayerBody replaces the caches with the extended
+  /// ones.
+  struct LayerCache {
+    Value positions, k, v;
+  };
+  /// The ops of one layer on `x` with its parameters `params` (in the order
+  /// declareParams gives them): the training forward without `cache`, the
+  /// inference one (attention over the cache, no dropout) with it.
+  Value emitLayerBody(OpBuilder &lb, Value x, ValueRange params,
+                      LayerCache *cache);
 
   const ModelConfig &c;
   const Naming &naming;
@@ -202,13 +230,26 @@ Value ForwardBuilder::emitLayer(OpBuilder &ob, int64_t index, Value hidden,
       ob.create<LayerOp>(loc, index, TypeRange{hidden.getType()}, inputs);
   OpBuilder lb = OpBuilder::atBlockEnd(&layer.getBody().front());
   Block &block = layer.getBody().front();
-  Value x = block.getArgument(0);
-  unsigned next = 1;
-  auto take = [&]() { return block.getArgument(next++); };
+  Value x = emitLayerBody(lb, block.getArgument(0),
+                          block.getArguments().drop_front(), nullptr);
+  lb.create<YieldOp>(loc, x);
+  return layer.getResult(0);
+}
+
+Value ForwardBuilder::emitLayerBody(OpBuilder &lb, Value x,
+                                    ValueRange params, LayerCache *cache) {
+  unsigned next = 0;
+  auto take = [&]() { return params[next++]; };
   bool ln = c.norm == spec::LAYER_NORM;
   auto takeLinear = [&](bool bias) -> std::pair<Value, Value> {
     Value w = take();
     return {w, bias ? take() : Value()};
+  };
+  // Inference has no dropout.
+  auto dropout = [&](Value v, double rate) {
+    return cache || rate <= 0
+               ? v
+               : Value(lb.create<DropoutOp>(loc, v, rate, nextRngId++));
   };
 
   // Attention half.
@@ -232,18 +273,33 @@ Value ForwardBuilder::emitLayer(OpBuilder &ob, int64_t index, Value hidden,
     k = emitLinear(lb, n1, wk, bk);
     v = emitLinear(lb, n1, wv, bv);
   }
-  if (c.positionEmbedding == spec::ROPE) {
-    q = lb.create<RopeOp>(loc, q, c.headDim, c.ropeTheta);
-    k = lb.create<RopeOp>(loc, k, c.headDim, c.ropeTheta);
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
+  bool alibi = c.positionEmbedding == spec::ALIBI;
+  Value attn;
+  if (cache) {
+    // Generation: the tokens are at the given positions of their
+    // sequences, and attend to the cache, which they extend.
+    if (c.positionEmbedding == spec::ROPE) {
+      q = lb.create<RopeAtOp>(loc, q, cache->positions, c.headDim, c.ropeTheta);
+      k = lb.create<RopeAtOp>(loc, k, cache->positions, c.headDim, c.ropeTheta);
+    }
+    auto cached = lb.create<AttentionCachedOp>(
+        loc, q, k, v, cache->positions, cache->k, cache->v, c.numHeads,
+        c.numKvHeads, scale, alibi);
+    attn = cached.getResult();
+    cache->k = cached.getNewCacheK();
+    cache->v = cached.getNewCacheV();
+  } else {
+    if (c.positionEmbedding == spec::ROPE) {
+      q = lb.create<RopeOp>(loc, q, c.headDim, c.ropeTheta);
+      k = lb.create<RopeOp>(loc, k, c.headDim, c.ropeTheta);
+    }
+    attn = lb.create<AttentionOp>(loc, q, k, v, c.numHeads, c.numKvHeads,
+                                  scale, /*causal=*/true, alibi,
+                                  c.attentionDropout);
   }
-  Value attn = lb.create<AttentionOp>(
-      loc, q, k, v, c.numHeads, c.numKvHeads,
-      1.0 / std::sqrt(static_cast<double>(c.headDim)), /*causal=*/true,
-      /*alibi=*/c.positionEmbedding == spec::ALIBI, c.attentionDropout);
   auto [wo, bo] = takeLinear(c.attentionBias);
-  Value o = emitLinear(lb, attn, wo, bo);
-  if (c.hiddenDropout > 0)
-    o = lb.create<DropoutOp>(loc, o, c.hiddenDropout, nextRngId++);
+  Value o = dropout(emitLinear(lb, attn, wo, bo), c.hiddenDropout);
   x = lb.create<AddOp>(loc, x, o);
 
   // MLP half.
@@ -265,29 +321,14 @@ Value ForwardBuilder::emitLayer(OpBuilder &ob, int64_t index, Value hidden,
     act = lb.create<GeluOp>(loc, up, c.activation == spec::GELU_TANH);
   }
   auto [wd, bd] = takeLinear(c.mlpBias);
-  Value down = emitLinear(lb, act, wd, bd);
-  if (c.hiddenDropout > 0)
-    down = lb.create<DropoutOp>(loc, down, c.hiddenDropout, nextRngId++);
-  x = lb.create<AddOp>(loc, x, down);
-  lb.create<YieldOp>(loc, x);
-  return layer.getResult(0);
+  Value down = dropout(emitLinear(lb, act, wd, bd), c.hiddenDropout);
+  return lb.create<AddOp>(loc, x, down);
 }
 
 OwningOpRef<ModuleOp> ForwardBuilder::build() {
   declareParams();
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  (*module)->setAttr("model.config", b.getDictionaryAttr({
-      b.getNamedAttr("source", b.getStringAttr(c.source)),
-      b.getNamedAttr("family", b.getStringAttr(familyName(c.family))),
-      b.getNamedAttr("num_layers", b.getI64IntegerAttr(c.numLayers)),
-      b.getNamedAttr("hidden_size", b.getI64IntegerAttr(c.hiddenSize)),
-      b.getNamedAttr("num_heads", b.getI64IntegerAttr(c.numHeads)),
-      b.getNamedAttr("num_kv_heads", b.getI64IntegerAttr(c.numKvHeads)),
-      b.getNamedAttr("ffn_hidden_size", b.getI64IntegerAttr(c.ffnHiddenSize)),
-      b.getNamedAttr("vocab_size", b.getI64IntegerAttr(c.vocabSize)),
-      b.getNamedAttr("padded_vocab_size",
-                     b.getI64IntegerAttr(c.paddedVocabSize)),
-  }));
+  setConfig(*module);
 
   auto tokenType = RankedTensorType::get({c.microBatchSize, c.seqLength},
                                          b.getI32Type());
@@ -348,10 +389,165 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   return module;
 }
 
+
+OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
+  declareParams();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  setConfig(*module);
+  Builder &mb = b;
+  (*module)->setAttr("model.generate", mb.getDictionaryAttr({
+      mb.getNamedAttr("max_batch", mb.getI64IntegerAttr(g.maxBatch)),
+      mb.getNamedAttr("max_seq_len", mb.getI64IntegerAttr(g.maxSeqLen)),
+      mb.getNamedAttr("prefill_chunk", mb.getI64IntegerAttr(g.prefillChunk)),
+      mb.getNamedAttr("vocab_size", mb.getI64IntegerAttr(c.vocabSize)),
+  }));
+
+  // The arguments: the parameters, the inputs of both functions, the
+  // sampling settings they share, then each layer's caches.
+  Type i32 = b.getI32Type();
+  int64_t batch = g.maxBatch, chunk = g.prefillChunk;
+  auto ids = [&](ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, i32);
+  };
+  struct Input {
+    const char *name;
+    Type type;
+  };
+  SmallVector<Input> inputs = {
+      {"prefill_tokens", ids({batch, chunk})},
+      {"prefill_positions", ids({batch, chunk})},
+      {"prefill_last", ids({batch})},
+      {"decode_tokens", ids({batch, 1})},
+      {"decode_positions", ids({batch, 1})},
+      {"sampling", RankedTensorType::get({3}, b.getF32Type())},
+      {"seed", ids({2})},
+      {"draw_positions", ids({batch})},
+  };
+  auto cacheType = RankedTensorType::get(
+      {batch, g.maxSeqLen, c.numKvHeads * c.headDim}, element);
+  SmallVector<Type> argTypes(paramTypes);
+  SmallVector<DictionaryAttr> argAttrs;
+  auto named = [&](StringRef attr, StringRef value) {
+    return b.getDictionaryAttr(b.getNamedAttr(attr, b.getStringAttr(value)));
+  };
+  for (const std::string &name : paramNames)
+    argAttrs.push_back(named(ModelDialect::kParamAttrName, name));
+  unsigned firstInput = argTypes.size();
+  for (const Input &in : inputs) {
+    argTypes.push_back(in.type);
+    argAttrs.push_back(named(ModelDialect::kInputAttrName, in.name));
+  }
+  unsigned firstCache = argTypes.size();
+  for (int64_t i = 0; i < c.numLayers; ++i)
+    for (const char *kv : {"k", "v"}) {
+      argTypes.push_back(cacheType);
+      argAttrs.push_back(named(ModelDialect::kCacheAttrName,
+                               ("cache." + std::string(kv) + "." +
+                                std::to_string(i))));
+    }
+
+  auto logitsType =
+      RankedTensorType::get({batch, 1, c.paddedVocabSize}, element);
+  SmallVector<Type> resultTypes = {ids({batch}), logitsType, ids({batch}),
+                                   logitsType};
+  b.setInsertionPointToEnd(module->getBody());
+  auto func = b.create<func::FuncOp>(
+      loc, "generate", b.getFunctionType(argTypes, resultTypes));
+  func.setAllArgAttrs(argAttrs);
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (const char *name :
+       {"prefill_ids", "prefill_logits", "decode_ids", "decode_logits"})
+    resultAttrs.push_back(named(ModelDialect::kResultAttrName, name));
+  func.setAllResultAttrs(resultAttrs);
+
+  Block *entry = func.addEntryBlock();
+  OpBuilder fb = OpBuilder::atBlockEnd(entry);
+  auto arg = [&](int index) {
+    return index < 0 ? Value() : Value(entry->getArgument(index));
+  };
+  auto input = [&](unsigned i) { return entry->getArgument(firstInput + i); };
+  Value sampling = input(5), seed = input(6), draw = input(7);
+
+  // One function's ops: its tokens through the model into the caches, and
+  // the next token of each sequence from the row `last` names (the only
+  // row without it). Every op is marked with the function it runs in.
+  auto emitPhase = [&](StringRef phase, Value tokens, Value positions,
+                       Value last) -> std::pair<Value, Value> {
+    Operation *before = entry->empty() ? nullptr : &entry->back();
+    Value x = fb.create<EmbeddingOp>(loc, arg(embed), tokens);
+    if (this->positions >= 0)
+      x = fb.create<AddOp>(
+          loc, x, fb.create<EmbeddingOp>(loc, arg(this->positions), positions));
+    if (c.embeddingNorm)
+      x = fb.create<LayerNormOp>(loc, x, arg(embedNormW), arg(embedNormB),
+                                 c.normEps);
+    for (auto [i, indices] : llvm::enumerate(layerParams)) {
+      SmallVector<Value> params;
+      for (unsigned index : indices)
+        params.push_back(entry->getArgument(index));
+      LayerCache cache{positions, entry->getArgument(firstCache + 2 * i),
+                       entry->getArgument(firstCache + 2 * i + 1)};
+      x = emitLayerBody(fb, x, params, &cache);
+    }
+    if (last)
+      x = fb.create<TakeRowsOp>(loc, x, last);
+    x = emitNorm(fb, x, arg(finalNormW), arg(finalNormB));
+    Value head = lmHead >= 0 ? arg(lmHead) : arg(embed);
+    Value logits =
+        fb.create<LinearOp>(loc, x, head, Value(), /*transposeW=*/true);
+    Value next = fb.create<SampleOp>(loc, logits, sampling, seed, draw,
+                                     c.vocabSize);
+    auto phaseAttr = b.getStringAttr(phase);
+    for (Operation &op : llvm::make_range(
+             before ? std::next(before->getIterator()) : entry->begin(),
+             entry->end()))
+      op.setAttr(ModelDialect::kPhaseAttrName, phaseAttr);
+    return {next, logits};
+  };
+  auto [prefillIds, prefillLogits] =
+      emitPhase("prefill", input(0), input(1), input(2));
+  auto [decodeIds, decodeLogits] =
+      emitPhase("decode", input(3), input(4), Value());
+  fb.create<func::ReturnOp>(
+      loc, ValueRange{prefillIds, prefillLogits, decodeIds, decodeLogits});
+  return module;
+}
+
 } // namespace
 
 OwningOpRef<ModuleOp> braid::buildForwardModule(MLIRContext &context,
                                                 const ModelConfig &config) {
   context.loadDialect<ModelDialect, func::FuncDialect>();
   return ForwardBuilder(context, config).build();
+}
+
+llvm::Error braid::checkGenerateConfig(const ModelConfig &config,
+                                       const GenerateConfig &g) {
+  auto error = [](const llvm::Twine &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   message.str());
+  };
+  if (g.maxBatch < 1 || g.maxBatch > (int64_t(1) << 20))
+    return error("generate: max_batch = " + llvm::Twine(g.maxBatch) +
+                 " must be in [1, 1048576]");
+  if (g.maxSeqLen < 2 || g.maxSeqLen > (int64_t(1) << 24))
+    return error("generate: max_seq_len = " + llvm::Twine(g.maxSeqLen) +
+                 " must be in [2, 16777216] (a prompt token and a new one)");
+  if (g.prefillChunk < 1 || g.prefillChunk > g.maxSeqLen)
+    return error("generate: prefill_chunk = " + llvm::Twine(g.prefillChunk) +
+                 " must be in [1, max_seq_len = " + llvm::Twine(g.maxSeqLen) +
+                 "]");
+  if (config.positionEmbedding == spec::LEARNED &&
+      g.maxSeqLen > config.maxSeqLen)
+    return error("generate: max_seq_len = " + llvm::Twine(g.maxSeqLen) +
+                 " is beyond the model's " + llvm::Twine(config.maxSeqLen) +
+                 " learned positions (model.max_seq_len)");
+  return llvm::Error::success();
+}
+
+OwningOpRef<ModuleOp> braid::buildGenerateModule(MLIRContext &context,
+                                                 const ModelConfig &config,
+                                                 const GenerateConfig &g) {
+  context.loadDialect<ModelDialect, func::FuncDialect>();
+  return ForwardBuilder(context, config).buildGenerate(g);
 }

@@ -7,6 +7,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/Error.h"
 
 namespace braid {
 
@@ -17,6 +18,34 @@ namespace braid {
 /// architecture as the `model.config` dictionary.
 mlir::OwningOpRef<mlir::ModuleOp> buildForwardModule(mlir::MLIRContext &context,
                                                      const ModelConfig &config);
+
+/// The static shapes of an inference plan (braidc --mode generate).
+struct GenerateConfig {
+  int64_t maxBatch = 1;     ///< sequences per call
+  int64_t maxSeqLen = 0;    ///< positions each sequence's KV cache holds
+  int64_t prefillChunk = 0; ///< prompt tokens per sequence per prefill call
+};
+
+/// Checks `g` against the model: sizes in range, and no position beyond a
+/// learned position table.
+llvm::Error checkGenerateConfig(const ModelConfig &config,
+                                const GenerateConfig &g);
+
+/// Builds the inference graph of `config`: `func.func @generate` whose ops
+/// carry the plan function they run in (model.phase "prefill" or
+/// "decode"). Its arguments are the parameters (named as for training), the
+/// inputs of both functions (model.input: prefill_tokens, prefill_positions,
+/// prefill_last, decode_tokens, decode_positions, sampling, seed,
+/// draw_positions; their shapes are plan.proto's Generation) and each
+/// layer's caches (model.cache "cache.k.N", "cache.v.N": [max_batch,
+/// max_seq_len, kv_heads x head_dim]); its results are each function's next
+/// tokens and logits (model.result). Both functions read the same cache
+/// arguments: they are two programs over one state, which plan-lower makes
+/// one set of buffers. The module carries `model.config` and
+/// `model.generate` (the shapes, and the vocabulary size).
+mlir::OwningOpRef<mlir::ModuleOp>
+buildGenerateModule(mlir::MLIRContext &context, const ModelConfig &config,
+                    const GenerateConfig &g);
 
 } // namespace braid
 

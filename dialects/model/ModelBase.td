@@ -51,6 +51,14 @@ def Model_Dialect : Dialect {
     /// The argument/result attribute of optimizer state:
     /// "exp_avg:<param>" or "exp_avg_sq:<param>".
     static constexpr llvm::StringLiteral kOptStateAttrName = "model.opt_state";
+    /// On an argument of an inference graph: a layer's key or value cache,
+    /// kept between calls (its name, e.g. "cache.k.0").
+    static constexpr llvm::StringLiteral kCacheAttrName = "model.cache";
+    /// On an op of an inference graph: the plan function it runs in
+    /// ("prefill" or "decode").
+    static constexpr llvm::StringLiteral kPhaseAttrName = "model.phase";
+    /// On a result of an inference graph: the name of its buffer.
+    static constexpr llvm::StringLiteral kResultAttrName = "model.result";
     /// The argument attribute of a tensor-parallel parameter (or its
     /// optimizer state) whose split dimension is made of blocks that are
     /// each split evenly, as a fused [Q | K | V] projection: the blocks'

@@ -288,6 +288,30 @@ LogicalResult ModelDialect::verifyOperationAttribute(Operation *op,
           "model.config must be a dictionary on the module");
     return success();
   }
+  if (attr.getName() == "model.generate") {
+    // An inference graph's shapes (frontends/ModelBuilder.h).
+    auto shapes = llvm::dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!llvm::isa<ModuleOp>(op) || !shapes)
+      return op->emitOpError(
+          "model.generate must be a dictionary on the module");
+    for (const char *field :
+         {"max_batch", "max_seq_len", "prefill_chunk", "vocab_size"}) {
+      auto value = shapes.getAs<IntegerAttr>(field);
+      if (!value || value.getInt() < 1)
+        return op->emitOpError("model.generate needs a positive integer ")
+               << field;
+    }
+    return success();
+  }
+  if (attr.getName() == kPhaseAttrName) {
+    // The plan function an op of an inference graph runs in.
+    auto phase = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!phase || (phase.getValue() != "prefill" && phase.getValue() != "decode"))
+      return op->emitOpError("model.phase must be \"prefill\" or "
+                             "\"decode\", found ")
+             << attr.getValue();
+    return success();
+  }
   return op->emitOpError("has unknown model dialect attribute ")
          << attr.getName();
 }
@@ -322,11 +346,27 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
   }
   if (attr.getName() == kInputAttrName) {
     auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
-    if (!name || !llvm::is_contained(
-                     {"tokens", "targets", "loss_grad", "lr", "step"},
-                     name.getValue()))
+    // A training step's inputs, and an inference graph's (plan.proto's
+    // Generation).
+    if (!name ||
+        !llvm::is_contained({"tokens", "targets", "loss_grad", "lr", "step",
+                             "prefill_tokens", "prefill_positions",
+                             "prefill_last", "decode_tokens",
+                             "decode_positions", "sampling", "seed",
+                             "draw_positions"},
+                            name.getValue()))
       return emitError() << "model.input must be \"tokens\", \"targets\", "
-                            "\"loss_grad\", \"lr\" or \"step\", found "
+                            "\"loss_grad\", \"lr\", \"step\" or an input "
+                            "of an inference graph, found "
+                         << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kCacheAttrName) {
+    auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!name || !(name.getValue().starts_with("cache.k.") ||
+                   name.getValue().starts_with("cache.v.")))
+      return emitError() << "model.cache must be \"cache.k.<layer>\" or "
+                            "\"cache.v.<layer>\", found "
                          << attr.getValue();
     return success();
   }
@@ -362,6 +402,14 @@ LogicalResult ModelDialect::verifyRegionResultAttribute(Operation *op,
       return op->emitOpError("result ")
              << resultIndex << ": " << attr.getName()
              << " must be a non-empty string, found " << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kResultAttrName) {
+    auto name = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty())
+      return op->emitOpError("result ")
+             << resultIndex << ": model.result must be a non-empty string, "
+             << "found " << attr.getValue();
     return success();
   }
   if (attr.getName() == kGradAttrName) {

@@ -1524,3 +1524,168 @@ LogicalResult ReduceScatterOp::verify() {
 }
 
 int64_t ReduceScatterOp::getVectorFlops() { return 0; }
+
+//===----------------------------------------------------------------------===//
+// Generation ops (ModelGenerationOps.td)
+//===----------------------------------------------------------------------===//
+
+/// Whether `index` is `[dims...]` (an index tensor of that shape).
+static bool indexShaped(Value index, ArrayRef<int64_t> dims) {
+  return shapesAgree(cast<RankedTensorType>(index.getType()).getShape(), dims);
+}
+
+void RopeAtOp::build(OpBuilder &builder, OperationState &state, Value x,
+                     Value positions, int64_t headDim, double theta) {
+  build(builder, state, x.getType(), x, positions,
+        builder.getI64IntegerAttr(headDim), builder.getF64FloatAttr(theta));
+}
+
+LogicalResult RopeAtOp::verify() {
+  RankedTensorType x = getX().getType();
+  // RA2 to RA4 are model.rope's R2 to R4; RA1 adds the positions.
+  if (failed(verifyRope(*this, x, "x", getHeadDimAttr().getInt(),
+                        getTheta().convertToDouble(), getResult())))
+    return failure();
+  // RA1: positions [batch, seq].
+  if (!indexShaped(getPositions(), {x.getDimSize(0), x.getDimSize(1)}))
+    return emitOpError("positions are ")
+           << shapeStr(getPositions().getType().getShape())
+           << " but must be [batch, seq] of x, "
+           << shapeStr({x.getDimSize(0), x.getDimSize(1)});
+  return success();
+}
+
+int64_t RopeAtOp::getVectorFlops() { return product({3, numel(getX())}); }
+
+void AttentionCachedOp::build(OpBuilder &builder, OperationState &state,
+                              Value q, Value k, Value v, Value positions,
+                              Value cacheK, Value cacheV, int64_t numHeads,
+                              int64_t numKvHeads, double scale, bool alibi) {
+  build(builder, state, q.getType(), cacheK.getType(), cacheV.getType(), q, k,
+        v, positions, cacheK, cacheV, builder.getI64IntegerAttr(numHeads),
+        builder.getI64IntegerAttr(numKvHeads), builder.getF64FloatAttr(scale),
+        alibi ? builder.getUnitAttr() : UnitAttr());
+}
+
+LogicalResult AttentionCachedOp::verify() {
+  RankedTensorType q = getQ().getType(), k = getK().getType(),
+                   v = getV().getType(), ck = getCacheK().getType(),
+                   cv = getCacheV().getType();
+  int64_t heads = getNumHeadsAttr().getInt(),
+          kvHeads = getNumKvHeadsAttr().getInt();
+  // AC1 (q, k, v), AC2, AC3 (k, v) and AC5 are model.attention's A1 to A4
+  // on the new rows, causal: k and v have q's length.
+  if (failed(verifyAttention(*this, q, k, v, heads, kvHeads,
+                             getScale().convertToDouble(), /*dropout=*/0,
+                             /*causal=*/true, heads, kvHeads)))
+    return failure();
+  // AC1: the caches and the positions.
+  if (ck.getRank() != 3 || !dimsAgree(ck.getDimSize(0), q.getDimSize(0)))
+    return emitOpError("cache_k is ")
+           << ck << " but must be [batch, cache_len, kv columns] of q's batch";
+  if (!indexShaped(getPositions(), {q.getDimSize(0), q.getDimSize(1)}))
+    return emitOpError("positions are ")
+           << shapeStr(getPositions().getType().getShape())
+           << " but must be [batch, seq] of q, "
+           << shapeStr({q.getDimSize(0), q.getDimSize(1)});
+  // AC3: the caches' columns are k's.
+  if (!dimsAgree(ck.getDimSize(2), k.getDimSize(2)))
+    return emitOpError("the caches have ")
+           << ck.getDimSize(2) << " columns but k has " << k.getDimSize(2);
+  // AC4: one cache type, long enough, of q's element type.
+  if (cv != ck)
+    return emitOpError("cache_v is ") << cv << " but cache_k is " << ck;
+  if (!ShapedType::isDynamic(ck.getDimSize(1)) &&
+      !ShapedType::isDynamic(q.getDimSize(1)) &&
+      ck.getDimSize(1) < q.getDimSize(1))
+    return emitOpError("the caches hold ")
+           << ck.getDimSize(1) << " positions, fewer than the "
+           << q.getDimSize(1) << " written";
+  if (!oneElementType(q, k, v) || ck.getElementType() != q.getElementType())
+    return emitOpError("q, k, v and the caches mix element types");
+  // AC6: the results.
+  if (getResult().getType() != q)
+    return emitOpError("result is ")
+           << getResult().getType() << " but must be q's type " << q;
+  if (getNewCacheK().getType() != ck || getNewCacheV().getType() != cv)
+    return emitOpError("the new caches must have the caches' type ") << ck;
+  return success();
+}
+
+int64_t AttentionCachedOp::getMatmulFlops() {
+  // q·k and p·v (2d each) per score, as if each query saw the whole cache
+  // (the positions are known only at run time): Kernels.def's row.
+  auto q = getQ().getType();
+  int64_t heads = getNumHeadsAttr().getInt();
+  return product({4 * headSize(getQ(), heads), q.getDimSize(0), heads,
+                  q.getDimSize(1), getCacheK().getType().getDimSize(1)});
+}
+
+int64_t AttentionCachedOp::getVectorFlops() { return 0; }
+
+void TakeRowsOp::build(OpBuilder &builder, OperationState &state, Value x,
+                       Value index) {
+  auto type = cast<RankedTensorType>(x.getType());
+  build(builder, state,
+        withShape(type, {type.getDimSize(0), 1, type.getDimSize(2)}), x,
+        index);
+}
+
+LogicalResult TakeRowsOp::verify() {
+  RankedTensorType x = getX().getType();
+  // TR1: x of rank 3, index [batch].
+  if (x.getRank() != 3)
+    return emitOpError("x has rank ") << x.getRank() << " but must have rank 3";
+  if (!indexShaped(getIndex(), {x.getDimSize(0)}))
+    return emitOpError("index is ")
+           << shapeStr(getIndex().getType().getShape())
+           << " but must be [batch] of x, [" << x.getDimSize(0) << "]";
+  // TR2: [batch, 1, hidden].
+  return verifySameType(
+      *this, getResult(),
+      withShape(x, {x.getDimSize(0), 1, x.getDimSize(2)}), "");
+}
+
+int64_t TakeRowsOp::getVectorFlops() { return 0; }
+
+void SampleOp::build(OpBuilder &builder, OperationState &state, Value logits,
+                     Value settings, Value seed, Value counter,
+                     int64_t vocabSize) {
+  auto type = cast<RankedTensorType>(logits.getType());
+  build(builder, state,
+        RankedTensorType::get({type.getDimSize(0)}, builder.getI32Type()),
+        logits, settings, seed, counter,
+        builder.getI64IntegerAttr(vocabSize));
+}
+
+LogicalResult SampleOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  // S1: the operands' shapes.
+  if (logits.getRank() != 3 || !dimsAgree(logits.getDimSize(1), 1))
+    return emitOpError("logits are ")
+           << logits << " but must be [batch, 1, vocab]";
+  auto settings = getSettings().getType();
+  if (!settings.getElementType().isF32() ||
+      !shapesAgree(settings.getShape(), {3}))
+    return emitOpError("settings are ") << settings << " but must be 3xf32";
+  if (!indexShaped(getSeed(), {2}))
+    return emitOpError("seed is ")
+           << getSeed().getType() << " but must hold 2 words";
+  if (!indexShaped(getCounter(), {logits.getDimSize(0)}))
+    return emitOpError("counter is ")
+           << getCounter().getType() << " but must be [batch]";
+  // S2: vocab_size in [1, vocab].
+  int64_t vocab = getVocabSizeAttr().getInt();
+  if (vocab < 1 || (!ShapedType::isDynamic(logits.getDimSize(2)) &&
+                    vocab > logits.getDimSize(2)))
+    return emitOpError("vocab_size = ")
+           << vocab << " must be in [1, " << logits.getDimSize(2) << "]";
+  // S3: [batch] of i32.
+  auto ids = cast<RankedTensorType>(getIds().getType());
+  if (!ids.getElementType().isInteger(32) ||
+      !shapesAgree(ids.getShape(), {logits.getDimSize(0)}))
+    return emitOpError("ids are ") << ids << " but must be [batch] of i32";
+  return success();
+}
+
+int64_t SampleOp::getVectorFlops() { return product({4, numel(getLogits())}); }

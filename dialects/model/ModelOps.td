@@ -772,5 +772,6 @@ def Model_CrossEntropyFinishOp : Model_ComputeOp<"cross_entropy_finish"> {
 include "dialects/model/ModelGradOps.td"
 include "dialects/model/ModelOptimizerOps.td"
 include "dialects/model/ModelCollectiveOps.td"
+include "dialects/model/ModelGenerationOps.td"
 
 #endif // BRAID_MODEL_OPS_TD

@@ -26,11 +26,12 @@ void PlanDialect::initialize() {
 LogicalResult BufferOp::verify() {
   // B1: a known role.
   if (!llvm::is_contained({"parameter", "gradient", "optimizer_state",
-                           "activation", "input", "workspace", "bucket"},
+                           "activation", "input", "workspace", "bucket",
+                           "kv_cache"},
                           getRole()))
     return emitOpError("role \"") << getRole() << "\" is not one of parameter, "
                                   << "gradient, optimizer_state, activation, "
-                                  << "input, workspace, bucket";
+                                  << "input, workspace, bucket, kv_cache";
   // B2: a statically shaped tensor.
   auto type = dyn_cast<RankedTensorType>(getType());
   if (!type || !type.hasStaticShape())

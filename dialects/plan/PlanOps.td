@@ -53,7 +53,7 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
 
     Constraints:
     - B1: `role` is one of parameter, gradient, optimizer_state, activation,
-      input, workspace, bucket.
+      input, workspace, bucket, kv_cache.
     - B2: the type is a statically shaped tensor.
     - B3: `offset`, when present, is a non-negative multiple of the element
       size.

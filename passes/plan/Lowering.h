@@ -10,7 +10,8 @@
 // - PlanLowerPipeline.cpp: a step cut into pipeline stages (each stage's
 //   functions, the transfers between stages, shared parameters, slotted
 //   buffers) and, for zero-bubble schedules, the split of the weight
-//   gradients into backward_weight functions.
+//   gradients into backward_weight functions;
+// - PlanLowerGenerate.cpp: an inference graph into prefill and decode.
 //
 // ZeRO is not part of the lowering: `plan-zero` rewrites the update that
 // this makes (PlanZero.cpp).
@@ -127,6 +128,15 @@ private:
 
   /// The step cut into the pipeline stages `stages` (model.pipeline).
   mlir::LogicalResult runPipeline(mlir::ArrayAttr stages);
+
+  //===--------------------------------------------------------------------===//
+  // Inference plans (PlanLowerGenerate.cpp)
+  //===--------------------------------------------------------------------===//
+
+  /// An inference graph (the module has model.generate): each op into the
+  /// function its model.phase names, the caches into kv_cache buffers that
+  /// both functions update in place, the results named by model.result.
+  mlir::LogicalResult runGenerate();
   /// Zero-bubble split: lowers the weight gradient `op` into `weightFn`.
   mlir::LogicalResult lowerIntoWeightFunction(mlir::Operation *op);
   int64_t rankOf(int64_t virtualStage) const {

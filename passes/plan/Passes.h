@@ -28,6 +28,11 @@ inline constexpr llvm::StringLiteral kGatherParamsFunc = "gather_params";
 /// without dropout or gradients (a pipeline stage's copies of its forward
 /// functions are named after them, with "_eval").
 inline constexpr llvm::StringLiteral kEvalStepFunc = "eval_step";
+/// The functions of an inference plan (an inference graph's ops marked
+/// model.phase): a chunk of each sequence's prompt into the KV caches and
+/// the next token, and one token of each sequence and the next.
+inline constexpr llvm::StringLiteral kPrefillFunc = "prefill";
+inline constexpr llvm::StringLiteral kDecodeFunc = "decode";
 
 #define GEN_PASS_DECL
 #include "passes/plan/Passes.h.inc"

@@ -245,6 +245,8 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op,
     flag("causal");
     flag("alibi");
   }
+  if (isa<model::AttentionCachedOp>(op))
+    flag("alibi");
   if (isa<model::GeluOp, model::GeluGradOp>(op))
     flag("tanh");
   return b.getDictionaryAttr(params);
@@ -386,6 +388,11 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
              *params, op->getLoc(), provenance, ArrayAttr(), rankAxis);
       return success();
     }
+  } else if (auto cached = dyn_cast<model::AttentionCachedOp>(op)) {
+    // The caches are updated in place: the new ones are the old buffers.
+    newBuffer(cached.getResult(), "activation");
+    buffers[cached.getNewCacheK()] = buffers.lookup(cached.getCacheK());
+    buffers[cached.getNewCacheV()] = buffers.lookup(cached.getCacheV());
   } else {
     for (Value v : op->getResults())
       if (BufferOp grad = accumulateInto.lookup(v))
@@ -521,8 +528,14 @@ LogicalResult Lowering::argBuffer(BlockArgument arg) {
     newBuffer(arg, "input", in.getValue());
     return success();
   }
+  if (auto cache = func.getArgAttrOfType<StringAttr>(
+          i, model::ModelDialect::kCacheAttrName)) {
+    newBuffer(arg, "kv_cache", cache.getValue());
+    return success();
+  }
   return func.emitError("argument ") << i << " is neither a parameter, "
-                                     << "an input nor optimizer state";
+                                     << "an input, optimizer state nor a "
+                                     << "cache";
 }
 
 FailureOr<SmallVector<std::pair<Value, BufferOp>>>
@@ -567,6 +580,8 @@ Lowering::planGradients(function_ref<bool(Operation *)> inStep,
 }
 
 LogicalResult Lowering::run() {
+  if (module->hasAttr("model.generate"))
+    return runGenerate();
   if (auto stages = module->getAttrOfType<ArrayAttr>("model.pipeline");
       stages && stages.size() > 1)
     return runPipeline(stages);

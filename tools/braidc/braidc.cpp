@@ -7,6 +7,7 @@
 
 #include "compiler/Compile.h"
 #include "compiler/CostModel.h"
+#include "compiler/Generate.h"
 #include "compiler/PlanExport.h"
 #include "compiler/Registration.h"
 #include "compiler/Report.h"
@@ -179,6 +180,26 @@ static cl::opt<std::string>
     precision("precision", cl::desc("fp32 | bf16 | fp16 | fp64 (train.precision)"),
               cl::cat(category));
 
+static cl::opt<std::string> modeFlag(
+    "mode",
+    cl::desc("train (a training step, the default) | generate (an inference "
+             "plan: prefill and decode over a KV cache; docs/generation.md)"),
+    cl::init("train"), cl::cat(category));
+static cl::opt<int64_t> maxBatchFlag(
+    "max-batch", cl::desc("--mode generate: sequences per call "
+                          "(generate.max_batch)"),
+    cl::cat(category));
+static cl::opt<int64_t> maxSeqLenFlag(
+    "max-seq-len",
+    cl::desc("--mode generate: positions of each sequence's KV cache "
+             "(generate.max_seq_len)"),
+    cl::cat(category));
+static cl::opt<int64_t> prefillChunkFlag(
+    "prefill-chunk",
+    cl::desc("--mode generate: prompt tokens per sequence per prefill call "
+             "(generate.prefill_chunk)"),
+    cl::cat(category));
+
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "braidc") << message << "\n";
   return 1;
@@ -268,6 +289,12 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_parallel()->set_global_batch_size(globalBatch);
   if (fuseMlpFlag.getNumOccurrences())
     model->set_fuse_mlp(fuseMlpFlag);
+  if (maxBatchFlag.getNumOccurrences())
+    job.mutable_generate()->set_max_batch(maxBatchFlag);
+  if (maxSeqLenFlag.getNumOccurrences())
+    job.mutable_generate()->set_max_seq_len(maxSeqLenFlag);
+  if (prefillChunkFlag.getNumOccurrences())
+    job.mutable_generate()->set_prefill_chunk(prefillChunkFlag);
   if (precision.getNumOccurrences()) {
     spec::DType dtype;
     std::string upper = llvm::StringRef(precision).upper();
@@ -278,6 +305,57 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_train()->set_precision(dtype);
   }
   return job;
+}
+
+/// braidc --mode generate: the inference plan, its IR or its report.
+static int compileGenerate(mlir::MLIRContext &context,
+                           const spec::JobSpec &job) {
+  for (cl::Option *flag : {static_cast<cl::Option *>(&autoFlag),
+                           static_cast<cl::Option *>(&clusterFlag)})
+    if (flag->getNumOccurrences())
+      return fail("--" + flag->ArgStr + " prices training steps; it does not "
+                  "apply to --mode generate");
+  if (compileTo.getNumOccurrences() && compileTo != "plan")
+    return fail("--mode generate compiles to the plan; --compile-to=" +
+                compileTo + " has no inference graph to stop at");
+  llvm::Expected<GeneratePlan> compiled =
+      compileGeneratePlan(context, job, dumpDir);
+  if (!compiled)
+    return fail(compiled.takeError());
+  std::string errorMessage;
+  if (emit == "plan") {
+    if (absl::Status s = plan::WritePlanFile(compiled->plan, outputFile);
+        !s.ok())
+      return fail(std::string(s.message()));
+  } else {
+    auto output = mlir::openOutputFile(outputFile, &errorMessage);
+    if (!output)
+      return fail(errorMessage);
+    if (emit == "plan-text") {
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(compiled->plan, &text);
+      output->os() << text;
+    } else {
+      compiled->module->print(output->os());
+      output->os() << "\n";
+    }
+    if (int rc = keepOutput(*output, outputFile))
+      return rc;
+  }
+  if (!reportFile.empty()) {
+    auto report = mlir::openOutputFile(reportFile, &errorMessage);
+    if (!report)
+      return fail(errorMessage);
+    llvm::json::Object json;
+    json["mode"] = "generate";
+    json["memory"] = planMemoryReport(*compiled->module);
+    json["generation"] = generationReport(compiled->plan);
+    report->os() << llvm::formatv("{0:2}", llvm::json::Value(std::move(json)))
+                 << "\n";
+    if (int rc = keepOutput(*report, reportFile))
+      return rc;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -314,6 +392,17 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registerDialects(registry);
   mlir::MLIRContext context(registry);
+
+  if (modeFlag != "train" && modeFlag != "generate")
+    return fail("--mode=" + modeFlag + " is not one of train, generate");
+  for (cl::Option *flag : {static_cast<cl::Option *>(&maxBatchFlag),
+                           static_cast<cl::Option *>(&maxSeqLenFlag),
+                           static_cast<cl::Option *>(&prefillChunkFlag)})
+    if (flag->getNumOccurrences() && modeFlag != "generate")
+      return fail("--" + flag->ArgStr + " shapes an inference plan: give "
+                  "--mode generate");
+  if (modeFlag == "generate")
+    return compileGenerate(context, *job);
 
   // The search's own flags.
   for (cl::Option *flag : {static_cast<cl::Option *>(&topFlag),

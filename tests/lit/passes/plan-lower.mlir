@@ -252,7 +252,7 @@ module {
 // -----
 
 // Tests an argument of no role.
-// expected-error @below {{argument 0 is neither a parameter, an input nor optimizer state}}
+// expected-error @below {{argument 0 is neither a parameter, an input, optimizer state nor a cache}}
 func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }

@@ -529,7 +529,7 @@ func.func @sharding_not_a_sharding(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 // Tests that model.input is "tokens" or "targets".
-// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens", "targets", "loss_grad", "lr" or "step", found "labels"}}
+// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens", "targets", "loss_grad", "lr", "step" or an input of an inference graph, found "labels"}}
 func.func @input_bad_value(%x: tensor<2x16xi32> {model.input = "labels"}) {
   return
 }
@@ -1506,4 +1506,144 @@ func.func @d3_axis(%x: tensor<2x8xf32>) {
   // expected-error @+1 {{'model.dropout' op seq_axis = "tp" is not an axis of the module's model.mesh}}
   %d = model.dropout %x rate = 0.1 seq_axis = "tp" : (tensor<2x8xf32>) -> tensor<2x8xf32>
   return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Inference ops: model.rope_at, model.attention_cached, model.take_rows,
+// model.sample
+//===----------------------------------------------------------------------===//
+
+// Tests RA1: rope_at's positions are [batch, seq] of x.
+func.func @ra1_positions(%x: tensor<2x4x64xf32>, %p: tensor<2x3xi32>) -> tensor<2x4x64xf32> {
+  // expected-error @+1 {{'model.rope_at' op positions are [2, 3] but must be [batch, seq] of x, [2, 4]}}
+  %r = model.rope_at %x, %p head_dim = 16 theta = 1.0e+04 : (tensor<2x4x64xf32>, tensor<2x3xi32>) -> tensor<2x4x64xf32>
+  return %r : tensor<2x4x64xf32>
+}
+
+// -----
+
+// Tests RA2: rope_at's head_dim is even.
+func.func @ra2_odd_head_dim(%x: tensor<2x4x63xf32>, %p: tensor<2x4xi32>) -> tensor<2x4x63xf32> {
+  // expected-error @+1 {{'model.rope_at' op head_dim is 7 but must be even and >= 2}}
+  %r = model.rope_at %x, %p head_dim = 7 theta = 1.0e+04 : (tensor<2x4x63xf32>, tensor<2x4xi32>) -> tensor<2x4x63xf32>
+  return %r : tensor<2x4x63xf32>
+}
+
+// -----
+
+// Tests RA3: rope_at's theta is positive.
+func.func @ra3_theta(%x: tensor<2x4x64xf32>, %p: tensor<2x4xi32>) -> tensor<2x4x64xf32> {
+  // expected-error @+1 {{'model.rope_at' op theta is 0.000000e+00 but must be positive}}
+  %r = model.rope_at %x, %p head_dim = 16 theta = 0.0 : (tensor<2x4x64xf32>, tensor<2x4xi32>) -> tensor<2x4x64xf32>
+  return %r : tensor<2x4x64xf32>
+}
+
+// -----
+
+// Tests RA4: rope_at's result has x's type.
+func.func @ra4_result(%x: tensor<2x4x64xf32>, %p: tensor<2x4xi32>) -> tensor<2x4x64xf16> {
+  // expected-error @+1 {{'model.rope_at' op result is 'tensor<2x4x64xf16>' but must be x's type 'tensor<2x4x64xf32>'}}
+  %r = model.rope_at %x, %p head_dim = 16 theta = 1.0e+04 : (tensor<2x4x64xf32>, tensor<2x4xi32>) -> tensor<2x4x64xf16>
+  return %r : tensor<2x4x64xf16>
+}
+
+// -----
+
+// Tests AC1: attention_cached's positions are [batch, seq] of q.
+func.func @ac1_positions(%q: tensor<2x1x64xf32>, %k: tensor<2x1x32xf32>, %p: tensor<2x2xi32>, %c: tensor<2x16x32xf32>) {
+  // expected-error @+1 {{'model.attention_cached' op positions are [2, 2] but must be [batch, seq] of q, [2, 1]}}
+  %o, %ck, %cv = model.attention_cached %q, %k, %k, %p, %c, %c heads = 4 kv_heads = 2 scale = 0.25 : (tensor<2x1x64xf32>, tensor<2x1x32xf32>, tensor<2x1x32xf32>, tensor<2x2xi32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> (tensor<2x1x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  return
+}
+
+// -----
+
+// Tests AC2: attention_cached's kv heads divide its heads.
+func.func @ac2_heads(%q: tensor<2x1x64xf32>, %k: tensor<2x1x48xf32>, %p: tensor<2x1xi32>, %c: tensor<2x16x48xf32>) {
+  // expected-error @+1 {{'model.attention_cached' op kv_heads = 3 does not divide heads = 4}}
+  %o, %ck, %cv = model.attention_cached %q, %k, %k, %p, %c, %c heads = 4 kv_heads = 3 scale = 0.25 : (tensor<2x1x64xf32>, tensor<2x1x48xf32>, tensor<2x1x48xf32>, tensor<2x1xi32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>) -> (tensor<2x1x64xf32>, tensor<2x16x48xf32>, tensor<2x16x48xf32>)
+  return
+}
+
+// -----
+
+// Tests AC3: the caches have k's columns.
+func.func @ac3_cache_columns(%q: tensor<2x1x64xf32>, %k: tensor<2x1x32xf32>, %p: tensor<2x1xi32>, %c: tensor<2x16x16xf32>) {
+  // expected-error @+1 {{'model.attention_cached' op the caches have 16 columns but k has 32}}
+  %o, %ck, %cv = model.attention_cached %q, %k, %k, %p, %c, %c heads = 4 kv_heads = 2 scale = 0.25 : (tensor<2x1x64xf32>, tensor<2x1x32xf32>, tensor<2x1x32xf32>, tensor<2x1xi32>, tensor<2x16x16xf32>, tensor<2x16x16xf32>) -> (tensor<2x1x64xf32>, tensor<2x16x16xf32>, tensor<2x16x16xf32>)
+  return
+}
+
+// -----
+
+// Tests AC4: the caches hold at least the positions written.
+func.func @ac4_short_cache(%q: tensor<2x8x64xf32>, %k: tensor<2x8x32xf32>, %p: tensor<2x8xi32>, %c: tensor<2x4x32xf32>) {
+  // expected-error @+1 {{'model.attention_cached' op the caches hold 4 positions, fewer than the 8 written}}
+  %o, %ck, %cv = model.attention_cached %q, %k, %k, %p, %c, %c heads = 4 kv_heads = 2 scale = 0.25 : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8xi32>, tensor<2x4x32xf32>, tensor<2x4x32xf32>) -> (tensor<2x8x64xf32>, tensor<2x4x32xf32>, tensor<2x4x32xf32>)
+  return
+}
+
+// -----
+
+// Tests AC5: attention_cached's scale is positive.
+func.func @ac5_scale(%q: tensor<2x1x64xf32>, %k: tensor<2x1x32xf32>, %p: tensor<2x1xi32>, %c: tensor<2x16x32xf32>) {
+  // expected-error @+1 {{'model.attention_cached' op scale is 0.000000e+00 but must be positive}}
+  %o, %ck, %cv = model.attention_cached %q, %k, %k, %p, %c, %c heads = 4 kv_heads = 2 scale = 0.0 : (tensor<2x1x64xf32>, tensor<2x1x32xf32>, tensor<2x1x32xf32>, tensor<2x1xi32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> (tensor<2x1x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  return
+}
+
+// -----
+
+// Tests AC6: the new caches have the caches' type.
+func.func @ac6_new_cache(%q: tensor<2x1x64xf32>, %k: tensor<2x1x32xf32>, %p: tensor<2x1xi32>, %c: tensor<2x16x32xf32>) {
+  // expected-error @+1 {{'model.attention_cached' op the new caches must have the caches' type}}
+  %o, %ck, %cv = model.attention_cached %q, %k, %k, %p, %c, %c heads = 4 kv_heads = 2 scale = 0.25 : (tensor<2x1x64xf32>, tensor<2x1x32xf32>, tensor<2x1x32xf32>, tensor<2x1xi32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> (tensor<2x1x64xf32>, tensor<2x8x32xf32>, tensor<2x16x32xf32>)
+  return
+}
+
+// -----
+
+// Tests TR1: take_rows' index is [batch].
+func.func @tr1_index(%x: tensor<2x4x64xf32>, %i: tensor<3xi32>) -> tensor<2x1x64xf32> {
+  // expected-error @+1 {{'model.take_rows' op index is [3] but must be [batch] of x, [2]}}
+  %r = model.take_rows %x[%i] : (tensor<2x4x64xf32>, tensor<3xi32>) -> tensor<2x1x64xf32>
+  return %r : tensor<2x1x64xf32>
+}
+
+// -----
+
+// Tests TR2: take_rows' result is one row per sequence.
+func.func @tr2_result(%x: tensor<2x4x64xf32>, %i: tensor<2xi32>) -> tensor<2x2x64xf32> {
+  // expected-error @+1 {{'model.take_rows' op result is 'tensor<2x2x64xf32>' but must be 'tensor<2x1x64xf32>'}}
+  %r = model.take_rows %x[%i] : (tensor<2x4x64xf32>, tensor<2xi32>) -> tensor<2x2x64xf32>
+  return %r : tensor<2x2x64xf32>
+}
+
+// -----
+
+// Tests S1: sample's settings are three f32.
+func.func @s1_settings(%l: tensor<2x1x64xf32>, %s: tensor<2xf32>, %seed: tensor<2xi32>, %c: tensor<2xi32>) -> tensor<2xi32> {
+  // expected-error @+1 {{'model.sample' op settings are 'tensor<2xf32>' but must be 3xf32}}
+  %ids = model.sample %l, %s, %seed, %c vocab_size = 60 : (tensor<2x1x64xf32>, tensor<2xf32>, tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>
+  return %ids : tensor<2xi32>
+}
+
+// -----
+
+// Tests S2: sample's vocab_size is at most the logits' columns.
+func.func @s2_vocab(%l: tensor<2x1x64xf32>, %s: tensor<3xf32>, %seed: tensor<2xi32>, %c: tensor<2xi32>) -> tensor<2xi32> {
+  // expected-error @+1 {{'model.sample' op vocab_size = 65 must be in [1, 64]}}
+  %ids = model.sample %l, %s, %seed, %c vocab_size = 65 : (tensor<2x1x64xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>
+  return %ids : tensor<2xi32>
+}
+
+// -----
+
+// Tests S3: sample's ids are [batch] of i32.
+func.func @s3_ids(%l: tensor<2x1x64xf32>, %s: tensor<3xf32>, %seed: tensor<2xi32>, %c: tensor<2xi32>) -> tensor<2xi64> {
+  // expected-error @+1 {{'model.sample' op ids are 'tensor<2xi64>' but must be [batch] of i32}}
+  %ids = model.sample %l, %s, %seed, %c vocab_size = 60 : (tensor<2x1x64xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>) -> tensor<2xi64>
+  return %ids : tensor<2xi64>
 }

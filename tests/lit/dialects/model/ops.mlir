@@ -761,3 +761,20 @@ func.func @sequence_parallel(%x: tensor<1x4x8xf32>, %wpe: tensor<16x8xf32>, %ids
   %d = model.dropout %s rate = 0.1 seq_axis = "tp" {rng_id = 3 : i64} : (tensor<1x4x8xf32>) -> tensor<1x4x8xf32>
   return
 }
+
+// -----
+
+// Tests that the inference ops round-trip: rope_at, attention_cached (with
+// ALiBi), take_rows and sample.
+// CHECK-LABEL: func.func @generation
+func.func @generation(%q: tensor<2x4x64xf32>, %k: tensor<2x4x32xf32>, %v: tensor<2x4x32xf32>, %pos: tensor<2x4xi32>, %ck: tensor<2x16x32xf32>, %cv: tensor<2x16x32xf32>, %last: tensor<2xi32>, %settings: tensor<3xf32>, %seed: tensor<2xi32>, %draw: tensor<2xi32>) -> tensor<2xi32> {
+  // CHECK: model.rope_at %{{.+}}, %{{.+}} head_dim = 16 theta = 1.000000e+04 : (tensor<2x4x64xf32>, tensor<2x4xi32>) -> tensor<2x4x64xf32>
+  %r = model.rope_at %q, %pos head_dim = 16 theta = 1.0e+04 : (tensor<2x4x64xf32>, tensor<2x4xi32>) -> tensor<2x4x64xf32>
+  // CHECK: model.attention_cached %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} heads = 4 kv_heads = 2 scale = 2.500000e-01 alibi
+  %o, %ck2, %cv2 = model.attention_cached %r, %k, %v, %pos, %ck, %cv heads = 4 kv_heads = 2 scale = 0.25 alibi : (tensor<2x4x64xf32>, tensor<2x4x32xf32>, tensor<2x4x32xf32>, tensor<2x4xi32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> (tensor<2x4x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  // CHECK: model.take_rows %{{.+}}[%{{.+}}] : (tensor<2x4x64xf32>, tensor<2xi32>) -> tensor<2x1x64xf32>
+  %h = model.take_rows %o[%last] : (tensor<2x4x64xf32>, tensor<2xi32>) -> tensor<2x1x64xf32>
+  // CHECK: model.sample %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} vocab_size = 60 : (tensor<2x1x64xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>
+  %ids = model.sample %h, %settings, %seed, %draw vocab_size = 60 : (tensor<2x1x64xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>
+  return %ids : tensor<2xi32>
+}

@@ -1,0 +1,169 @@
+//===- ModelGenerationOps.td - Inference ops of `model` ------*- tablegen -*-===//
+//
+// The ops of an inference graph (braidc --mode generate): attention over a
+// key/value cache, rotary embeddings at given positions, the rows whose
+// logits are drawn from, and the draw. They have no gradient: a training
+// step never contains them. Every description ends with its Constraints,
+// checked item by item in ModelGenerationOps.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_MODEL_GENERATION_OPS_TD
+#define BRAID_MODEL_GENERATION_OPS_TD
+
+def Model_RopeAtOp : Model_ComputeOp<"rope_at", [], [], "ROPE_AT"> {
+  let summary = "Rotary position embedding at given positions";
+  let description = [{
+    `model.rope` with element `(b, t)` of `x` (`[batch, seq, heads ×
+    head_dim]`) at position `positions[b, t]` instead of `t`: the positions
+    of the tokens of a prompt chunk or of a decoded token in their
+    sequences.
+
+    Example:
+
+    ```mlir
+    %r = model.rope_at %q, %pos head_dim = 16 theta = 1.0e+04
+        : (tensor<2x1x64xf32>, tensor<2x1xi32>) -> tensor<2x1x64xf32>
+    ```
+
+    Constraints:
+    - RA1: `x` has rank 3 and `positions` is `[batch, seq]` of `x`.
+    - RA2: `head_dim` is even, at least 2, and divides `x`'s last dimension.
+    - RA3: `theta` is positive.
+    - RA4: the result has `x`'s type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_IndexTensor:$positions,
+                       I64Attr:$head_dim, F64Attr:$theta);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $positions `head_dim` `=` $head_dim `theta` `=` $theta attr-dict
+    `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$positions,
+                                 "int64_t":$headDim, "double":$theta)>];
+}
+
+def Model_AttentionCachedOp : Model_ComputeOp<"attention_cached", [],
+                                              ["getMatmulFlops"],
+                                              "ATTENTION_CACHED"> {
+  let summary = "Causal attention over a key/value cache, which it extends";
+  let description = [{
+    The attention of one step of generation. `k` and `v` (`[batch, seq,
+    kv_heads × head_dim]`) are the new rows: row `(b, t)` goes into the
+    caches (`[batch, cache_len, kv_heads × head_dim]`) at position
+    `positions[b, t]`, giving `new_cache_k` and `new_cache_v`. Then query
+    `(b, t)` attends, as `model.attention` does (heads packed, grouped-query,
+    ALiBi), to the new caches' positions `0 .. positions[b, t]`. A prompt
+    chunk (seq > 1) therefore attends to itself causally, and a decoded
+    token (seq = 1) to everything before it.
+
+    The cache results replace the cache operands: the lowering gives them
+    the same buffers, updated in place.
+
+    Example:
+
+    ```mlir
+    %o, %ck2, %cv2 = model.attention_cached %q, %k, %v, %pos, %ck, %cv
+        heads = 4 kv_heads = 2 scale = 0.25
+        : (tensor<2x1x64xf32>, tensor<2x1x32xf32>, tensor<2x1x32xf32>,
+           tensor<2x1xi32>, tensor<2x128x32xf32>, tensor<2x128x32xf32>)
+        -> (tensor<2x1x64xf32>, tensor<2x128x32xf32>, tensor<2x128x32xf32>)
+    ```
+
+    Constraints:
+    - AC1: `q`, `k`, `v` and the caches have rank 3 and one batch size; `k`
+      and `v` have `q`'s sequence length; `positions` is `[batch, seq]`.
+    - AC2: `num_heads` and `num_kv_heads` are at least 1 and `num_kv_heads`
+      divides `num_heads`.
+    - AC3: `num_heads` divides `q`'s last dimension; `k`, `v` and the caches
+      have `num_kv_heads × head_size` columns.
+    - AC4: the caches have one type, at least `seq` positions, and `q`'s
+      element type.
+    - AC5: `scale` is positive.
+    - AC6: the results have the types of `q` and of the caches.
+  }];
+  let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
+                       Model_FloatTensor:$v, Model_IndexTensor:$positions,
+                       Model_FloatTensor:$cache_k, Model_FloatTensor:$cache_v,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads,
+                       F64Attr:$scale, UnitAttr:$alibi);
+  let results = (outs Model_FloatTensor:$result,
+                      Model_FloatTensor:$new_cache_k,
+                      Model_FloatTensor:$new_cache_v);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $positions `,` $cache_k `,` $cache_v
+    `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads `scale` `=` $scale
+    (`alibi` $alibi^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k,
+      "::mlir::Value":$v, "::mlir::Value":$positions, "::mlir::Value":$cacheK,
+      "::mlir::Value":$cacheV, "int64_t":$numHeads, "int64_t":$numKvHeads,
+      "double":$scale, "bool":$alibi)>];
+}
+
+def Model_TakeRowsOp : Model_ComputeOp<"take_rows", [], [], "TAKE_ROWS"> {
+  let summary = "One row of each sequence";
+  let description = [{
+    `result[b, 0, :] = x[b, index[b], :]`: the hidden state of each
+    sequence's last prompt token, whose logits give its first new token.
+
+    Example:
+
+    ```mlir
+    %h = model.take_rows %x[%last]
+        : (tensor<2x16x64xf32>, tensor<2xi32>) -> tensor<2x1x64xf32>
+    ```
+
+    Constraints:
+    - TR1: `x` has rank 3 and `index` is `[batch]` of `x`.
+    - TR2: the result is `[batch, 1, hidden]` of `x`'s element type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_IndexTensor:$index);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `[` $index `]` attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$index)>];
+}
+
+def Model_SampleOp : Model_ComputeOp<"sample"> {
+  let summary = "The next token of each sequence, drawn from its logits";
+  let description = [{
+    Per sequence `b`, a token id from `logits[b, 0, :vocab_size]` (the
+    columns past `vocab_size` are the vocabulary's padding): the argmax when
+    `settings[0]` (the temperature) is 0, else a draw from the softmax of
+    the logits over the temperature, truncated to the `settings[1]` most
+    likely ids (0: no limit) and then to the smallest set whose probability
+    reaches `settings[2]` (1: no limit), as Hugging Face's logits warpers
+    do. The draw is Philox keyed by `seed` (low and high 32 bits) at
+    `counter[b]` (the position the token will take), so a seed gives the
+    same tokens in every layout.
+
+    Example:
+
+    ```mlir
+    %ids = model.sample %logits, %settings, %seed, %counter vocab_size = 97
+        : (tensor<2x1x128xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>)
+        -> tensor<2xi32>
+    ```
+
+    Constraints:
+    - S1: `logits` is `[batch, 1, vocab]`; `settings` is `[3]` of f32;
+      `seed` is `[2]`; `counter` is `[batch]`.
+    - S2: `vocab_size` is in `[1, vocab]`.
+    - S3: the result is `[batch]` of i32.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, Model_FloatTensor:$settings,
+                       Model_IndexTensor:$seed, Model_IndexTensor:$counter,
+                       I64Attr:$vocab_size);
+  let results = (outs Model_IndexTensor:$ids);
+  let assemblyFormat = [{
+    $logits `,` $settings `,` $seed `,` $counter `vocab_size` `=` $vocab_size
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$logits,
+      "::mlir::Value":$settings, "::mlir::Value":$seed,
+      "::mlir::Value":$counter, "int64_t":$vocabSize)>];
+}
+
+#endif // BRAID_MODEL_GENERATION_OPS_TD
