@@ -37,6 +37,10 @@ absl::Status SetUpRun(TrainingRun &run) {
   if (!options.backend)
     if (absl::Status s = Executor::CheckRunsOnCpu(plan); !s.ok())
       return s;
+  if (plan.has_generation())
+    return absl::InvalidArgumentError(
+        "the plan is an inference plan (braidc --mode generate): braid "
+        "generate runs it; braid-run trains");
   run.steps = options.steps.value_or(t.steps());
   run.seed = options.seed.value_or(t.seed());
   run.dataPath = options.dataPrefix.empty() ? t.data_path()

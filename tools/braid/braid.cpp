@@ -44,6 +44,7 @@
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 #include "tools/braid/CalibrationRuns.h"
+#include "tools/braid/Generate.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -83,7 +84,8 @@ int usage(const std::string &error) {
                << exec::kTrainerFlagsUsage << "\n"
                << "       braid view PLAN -o FILE.html\n"
                << "       braid calibrate [--ranks 1,2,4] [--threads T] "
-                  "[--steps N] [--repeats R] [--corpus FILE] [-o FILE]\n";
+                  "[--steps N] [--repeats R] [--corpus FILE] [-o FILE]\n"
+               << kGenerateUsage;
   return error.empty() ? 0 : 2;
 }
 
@@ -444,6 +446,8 @@ int main(int argc, char **argv) {
     return view(argc, argv);
   if (command == "calibrate")
     return calibrate(argc, argv);
+  if (command == "generate")
+    return generateCommand(argc, argv);
   if (command != "train")
     return usage("unknown command '" + command + "'");
   std::string jobPath;

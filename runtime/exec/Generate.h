@@ -1,0 +1,111 @@
+//===- Generate.h - Running an inference plan -------------------*- C++ -*-===//
+//
+// The host's side of generation (braid generate, braid chat): an inference
+// plan (plan.proto's Generation, made by braidc --mode generate) run on a
+// backend, weights from a Hugging Face directory or a Braid checkpoint.
+// Each call of Generate takes up to max_batch prompts of token ids: their
+// tokens go into the KV caches a prefill chunk at a time, then decode makes
+// one token per sequence per call until every sequence has stopped. Only
+// the drawn ids come back from the device (and the logits, when asked
+// for).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_EXEC_GENERATE_H
+#define BRAID_RUNTIME_EXEC_GENERATE_H
+
+#include "runtime/exec/Backend.h"
+#include "runtime/exec/Trainer.h"
+#include "runtime/plan/plan.pb.h"
+
+#include "absl/status/statusor.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace braid::exec {
+
+/// How the next token is chosen (the plan's SAMPLE; Hugging Face's
+/// generate semantics).
+struct SamplingOptions {
+  double temperature = 0; ///< 0: the most likely token (greedy)
+  int64_t topK = 0;       ///< > 0: only the k most likely tokens
+  double topP = 1;        ///< < 1: the smallest set of at least this mass
+  uint64_t seed = 0;      ///< the draws' Philox key
+};
+
+/// One sequence's tokens after Generate.
+struct Completion {
+  std::vector<int32_t> tokens; ///< the new tokens, the stop token included
+  /// "eos" (the end-of-sequence token), "length" (max_new_tokens), "stop"
+  /// (the caller's callback said so) or "context" (the cache is full:
+  /// max_seq_len positions).
+  std::string finish;
+};
+
+/// Told of each new token of sequence `row` as it is drawn; returning true
+/// stops that sequence (a stop string).
+using TokenCallback = std::function<bool(int64_t row, int32_t token)>;
+/// Told of each function call's logits, [max_batch, vocab] (padded), with
+/// the function's name: for tests, which compare them with a reference.
+using LogitsCallback =
+    std::function<void(const std::string &function,
+                       const std::vector<double> &logits)>;
+
+struct GeneratorOptions {
+  /// A Hugging Face directory (config.json + safetensors) or a Braid
+  /// checkpoint (or root) whose model is the plan's; empty: the plan's
+  /// seeded initial weights.
+  std::string weights;
+  /// The device's name ("cpu", "cuda") and its backend: null for the CPU
+  /// executor, else the factory BackendFor(device) gives (Devices.h).
+  std::string device = "cpu";
+  BackendFactory backend;
+  /// Model fields the checkpoint may differ in (--allow-model-change).
+  std::set<std::string> allowModelChange;
+  /// Where notes on the loaded weights go; none when null.
+  std::ostream *log = nullptr;
+};
+
+class Generator {
+public:
+  /// The plan's backend with its weights loaded. The plan must be an
+  /// inference plan of one rank.
+  static absl::StatusOr<std::unique_ptr<Generator>>
+  Create(const plan::Plan &plan, const GeneratorOptions &options);
+  ~Generator();
+
+  int64_t maxBatch() const { return generation().max_batch(); }
+  int64_t maxSeqLen() const { return generation().max_seq_len(); }
+  int64_t vocabSize() const { return generation().vocab_size(); }
+
+  /// Continues each prompt (1 .. max_batch of them, each of 1 ..
+  /// max_seq_len - 1 ids below the vocabulary size) by up to
+  /// `maxNewTokens` tokens, stopping a sequence at any of `eosIds`, when
+  /// `onToken` says so, or when its cache is full. Every bad argument is
+  /// an InvalidArgument naming it.
+  absl::StatusOr<std::vector<Completion>>
+  Generate(const std::vector<std::vector<int32_t>> &prompts,
+           int64_t maxNewTokens, const SamplingOptions &sampling,
+           const std::vector<int32_t> &eosIds = {},
+           const TokenCallback &onToken = {},
+           const LogitsCallback &onLogits = {});
+
+  /// Checks sampling options as SAMPLE needs them: temperature >= 0 and
+  /// finite, top_k >= 0, top_p in (0, 1].
+  static absl::Status CheckSampling(const SamplingOptions &sampling);
+
+private:
+  struct State;
+  explicit Generator(std::unique_ptr<State> state);
+  const plan::Generation &generation() const;
+  std::unique_ptr<State> state;
+};
+
+} // namespace braid::exec
+
+#endif // BRAID_RUNTIME_EXEC_GENERATE_H

@@ -1,0 +1,160 @@
+"""Generation against an independent reference: `braid generate` on random
+Hugging Face models (LLaMA with grouped-query attention and RoPE, GPT-2
+with learned positions, Bloom with ALiBi) against hf_reference.py, a numpy
+implementation of the Hugging Face models and of generate()'s greedy search
+written from their definitions.
+
+- Every call's logits (each prefill chunk's last prompt row, each decode
+  step's) equal the reference's logits of the same prefix in float64, to
+  1e-5 of the row's largest logit.
+- Greedy tokens equal the reference's, over a batch of prompts of different
+  lengths whose prefill takes several chunks.
+- Sampling: the same seed gives the same tokens, another seed others; a
+  prompt's tokens do not depend on the batch it is in.
+- Bad input gets one error line naming it.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import hf_reference as ref  # noqa: E402
+
+TOLERANCE = 1e-5
+
+
+def generate(s, model, prompts, extra, check=True):
+    cmd = [s.b("braid"), "generate", model]
+    for p in prompts:
+        cmd += ["--prompt-ids", ",".join(str(t) for t in p)]
+    cmd += extra
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def read_logits(path, batch):
+    """The --logits-out file: per call, its function and [batch, vocab]."""
+    calls = []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            values = np.array([float(v) for v in parts[1:]])
+            calls.append((parts[0], values.reshape(batch, -1)))
+    return calls
+
+
+def check_family(s, family, seed):
+    config, weights = ref.random_model(family, seed=seed)
+    model_dir = s.w(f"{family}-model")
+    ref.save_hf_dir(model_dir, config, weights)
+    truth = ref.Reference(config, weights)
+    vocab = config["vocab_size"]
+    rng = np.random.default_rng(seed + 100)
+    # Two prompts of different lengths; chunks of 4 make the longer one's
+    # prefill three calls, the shorter one's last token in the first.
+    prompts = [list(rng.integers(3, vocab, 11)), list(rng.integers(3, vocab, 3))]
+    new = 10
+    logits_file = s.w(f"{family}-logits.txt")
+    out = generate(s, model_dir, prompts,
+                   ["--greedy", "--max-new-tokens", str(new), "--print-ids",
+                    "--max-batch", "2", "--max-seq-len", "32",
+                    "--prefill-chunk", "4", "--logits-out", logits_file])
+    lines = out.stdout.strip().splitlines()
+    if len(lines) != len(prompts):
+        sys.exit(f"FAILED: {family}: {len(lines)} lines of ids for "
+                 f"{len(prompts)} prompts:\n{out.stdout}")
+
+    # Each row's logits, in the order its tokens were drawn: the prefill
+    # call that held its last prompt token, then every decode call.
+    calls = read_logits(logits_file, len(prompts))
+    worst = 0.0
+    for row, prompt in enumerate(prompts):
+        got = [int(t) for t in lines[row].split()]
+        tokens, margins = truth.greedy_margins(prompt, new)
+        want = list(prompt) + tokens
+        if min(margins) < 1e-3:
+            sys.exit(f"FAILED: {family}: the reference's greedy margins "
+                     f"{min(margins):.2e} are too small to compare float32 "
+                     f"tokens with (pick another seed)")
+        if got != want:
+            sys.exit(f"FAILED: {family} prompt {row}: braid generate gave\n"
+                     f"  {got}\nthe reference\n  {want}")
+        chunk_of_last = (len(prompt) - 1) // 4
+        rows = [calls[chunk_of_last][1][row]]
+        rows += [values[row] for name, values in calls if name == "decode"]
+        prefix = list(prompt)
+        for k, token in enumerate(tokens):
+            expected = truth.next_logits(prefix)
+            actual = rows[k][:vocab]
+            err = np.max(np.abs(actual - expected)) / np.max(np.abs(expected))
+            worst = max(worst, err)
+            if err > TOLERANCE:
+                sys.exit(f"FAILED: {family} prompt {row}, token {k}: logits "
+                         f"differ from the reference by {err:.2e} of the "
+                         f"largest (tolerance {TOLERANCE})")
+            prefix.append(token)
+    print(f"{family}: greedy tokens equal the reference's; logits within "
+          f"{worst:.1e} of the largest over {new} tokens x 2 prompts")
+    return model_dir, prompts
+
+
+def check_sampling(s, model_dir, prompts):
+    args = ["--max-new-tokens", "12", "--print-ids", "--temperature", "1.2",
+            "--top-k", "20", "--top-p", "0.9", "--max-seq-len", "32"]
+    a = generate(s, model_dir, prompts, args + ["--seed", "7"]).stdout
+    b = generate(s, model_dir, prompts, args + ["--seed", "7"]).stdout
+    c = generate(s, model_dir, prompts, args + ["--seed", "8"]).stdout
+    if a != b:
+        sys.exit(f"FAILED: one seed gave two outputs:\n{a}\n{b}")
+    if a == c:
+        sys.exit("FAILED: seeds 7 and 8 gave the same sampled tokens")
+    # A draw is keyed by its position and its row: the first prompt alone,
+    # in a batch of one, draws what it drew in row 0 of two.
+    alone = generate(s, model_dir, prompts[:1],
+                     args + ["--seed", "7", "--max-batch", "2"]).stdout
+    if alone.splitlines()[0] != a.splitlines()[0]:
+        sys.exit(f"FAILED: prompt 0 sampled differently alone:\n{alone}\n{a}")
+    print("sampling: one seed, one output; another seed, another")
+
+
+def check_errors(s, model_dir):
+    cases = [
+        (["--prompt-ids", ",".join(["5"] * 40), "--max-seq-len", "32",
+          "--greedy"], "at most 31"),
+        (["--prompt-ids", "5,6", "--top-p", "1.5"], "--top-p"),
+        (["--prompt-ids", "5,6", "--beam-width", "4"], "beam search"),
+        (["--prompt-ids", "5,6", "--tp", "2"], "tensor parallelism"),
+        (["--prompt-ids", "5,500"], "outside the model's"),
+        (["--prompt", "hello"], "holds no tokenizer"),
+        (["--prompt-ids", "5,x"], "is not a token id"),
+    ]
+    for extra, expected in cases:
+        p = subprocess.run([s.b("braid"), "generate", model_dir] + extra,
+                           capture_output=True, text=True)
+        if p.returncode == 0 or expected not in p.stderr:
+            sys.exit(f"FAILED: braid generate {' '.join(extra)} should fail "
+                     f"naming '{expected}'; it exited {p.returncode}:\n"
+                     f"{p.stderr}")
+        if "Traceback" in p.stderr or "terminate" in p.stderr:
+            sys.exit(f"FAILED: braid generate {' '.join(extra)} crashed")
+    print(f"errors: {len(cases)} bad inputs refused, each named")
+
+
+def main():
+    s = harness.Setup()
+    llama, prompts = check_family(s, "llama", 11)
+    check_family(s, "gpt2", 12)
+    check_family(s, "bloom", 13)
+    check_sampling(s, llama, prompts)
+    check_errors(s, llama)
+    print("PASSED")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,507 @@
+//===- Generate.cpp - braid generate --------------------------------------===//
+//
+// MODEL is a Hugging Face directory (config.json, safetensors, a tokenizer)
+// or a Braid checkpoint (its manifest records the model). The model's
+// inference plan is compiled in-process (compiler/Generate.h) and run by
+// exec::Generator; tokens are printed as they are drawn.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tools/braid/Generate.h"
+
+#include "compiler/Generate.h"
+#include "compiler/Registration.h"
+#include "frontends/HFConfig.h"
+#include "runtime/ckpt/Checkpoint.h"
+#include "runtime/ckpt/ModelIdentity.h"
+#include "runtime/data/ModelTokenizer.h"
+#include "runtime/exec/Devices.h"
+#include "runtime/exec/Generate.h"
+
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+using namespace braid;
+
+const char kGenerateUsage[] =
+    "       braid generate MODEL (--prompt TEXT | --prompts FILE.jsonl | "
+    "--prompt-ids 1,2,3)\n"
+    "           [--max-new-tokens N] [--greedy | --temperature T --top-k K "
+    "--top-p P] [--seed S]\n"
+    "           [--stop STRING]... [--tokenizer DIR|bytes] [--print-ids] "
+    "[-o OUT.jsonl]\n"
+    "           [--device cpu|cuda] [--precision fp32|bf16|fp16] "
+    "[--max-batch B] [--max-seq-len S] [--prefill-chunk P]\n"
+    "           [--tp N] [--beam-width W [--length-penalty A]] "
+    "[--logits-out FILE]\n";
+
+namespace {
+
+int fail(const std::string &message, int code = 1) {
+  llvm::errs() << "braid generate: error: " << message << "\n";
+  return code;
+}
+
+/// A JSON string literal of `text` (UTF-8 passed through, control
+/// characters escaped).
+std::string jsonString(const std::string &text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\r': out += "\\r"; break;
+    case '\t': out += "\\t"; break;
+    default:
+      if (c < 0x20) {
+        char buf[8];
+        snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else {
+        out += char(c);
+      }
+    }
+  }
+  return out + "\"";
+}
+
+/// One prompt: its text (empty for ids given as ids) and its ids.
+struct Prompt {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+/// The flags of braid generate.
+struct Flags {
+  std::string model, prompt, promptsFile, tokenizer, output;
+  /// --prompt-ids, once per prompt.
+  std::vector<std::string> promptIds;
+  std::string device = "cpu", precision, logitsOut;
+  std::vector<std::string> stops;
+  int64_t maxNewTokens = 64, maxBatch = 0, maxSeqLen = 0, prefillChunk = 0;
+  int64_t tp = 1, beamWidth = 1;
+  double lengthPenalty = 1.0;
+  bool greedy = false, printIds = false;
+  std::optional<double> temperature, topP;
+  std::optional<int64_t> topK;
+  uint64_t seed = 0;
+};
+
+llvm::Expected<Flags> parseFlags(int argc, char **argv) {
+  Flags f;
+  auto error = [](const std::string &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+  };
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("-", 0) != 0) {
+      if (!f.model.empty())
+        return error("more than one model: " + f.model + " and " + arg);
+      f.model = arg;
+      continue;
+    }
+    if (arg == "--greedy") {
+      f.greedy = true;
+      continue;
+    }
+    if (arg == "--print-ids") {
+      f.printIds = true;
+      continue;
+    }
+    if (i + 1 >= argc)
+      return error(arg + " needs a value");
+    std::string value = argv[++i];
+    auto integer = [&](int64_t &out, int64_t lo) -> llvm::Error {
+      if (!llvm::to_integer(value, out) || out < lo)
+        return error(arg + " " + value + ": expected an integer >= " +
+                     std::to_string(lo));
+      return llvm::Error::success();
+    };
+    auto real = [&](double &out) -> llvm::Error {
+      if (!llvm::to_float(value, out))
+        return error(arg + " " + value + ": expected a number");
+      return llvm::Error::success();
+    };
+    if (arg == "--prompt") f.prompt = value;
+    else if (arg == "--prompts") f.promptsFile = value;
+    else if (arg == "--prompt-ids") f.promptIds.push_back(value);
+    else if (arg == "--tokenizer") f.tokenizer = value;
+    else if (arg == "-o") f.output = value;
+    else if (arg == "--device") f.device = value;
+    else if (arg == "--precision") f.precision = value;
+    else if (arg == "--logits-out") f.logitsOut = value;
+    else if (arg == "--stop") f.stops.push_back(value);
+    else if (arg == "--max-new-tokens") {
+      if (llvm::Error e = integer(f.maxNewTokens, 1)) return std::move(e);
+    } else if (arg == "--max-batch") {
+      if (llvm::Error e = integer(f.maxBatch, 1)) return std::move(e);
+    } else if (arg == "--max-seq-len") {
+      if (llvm::Error e = integer(f.maxSeqLen, 2)) return std::move(e);
+    } else if (arg == "--prefill-chunk") {
+      if (llvm::Error e = integer(f.prefillChunk, 1)) return std::move(e);
+    } else if (arg == "--tp") {
+      if (llvm::Error e = integer(f.tp, 1)) return std::move(e);
+    } else if (arg == "--beam-width") {
+      if (llvm::Error e = integer(f.beamWidth, 1)) return std::move(e);
+    } else if (arg == "--top-k") {
+      int64_t k;
+      if (llvm::Error e = integer(k, 0)) return std::move(e);
+      f.topK = k;
+    } else if (arg == "--seed") {
+      int64_t s;
+      if (llvm::Error e = integer(s, 0)) return std::move(e);
+      f.seed = uint64_t(s);
+    } else if (arg == "--temperature") {
+      double t;
+      if (llvm::Error e = real(t)) return std::move(e);
+      f.temperature = t;
+    } else if (arg == "--top-p") {
+      double p;
+      if (llvm::Error e = real(p)) return std::move(e);
+      f.topP = p;
+    } else if (arg == "--length-penalty") {
+      if (llvm::Error e = real(f.lengthPenalty)) return std::move(e);
+    } else {
+      return error("unknown flag " + arg);
+    }
+  }
+  if (f.model.empty())
+    return error("no MODEL: give a Hugging Face directory or a Braid "
+                 "checkpoint");
+  int given = !f.prompt.empty() + !f.promptsFile.empty() + !f.promptIds.empty();
+  if (given != 1)
+    return error("give exactly one of --prompt TEXT, --prompts FILE.jsonl "
+                 "and --prompt-ids 1,2,3 (once per prompt)");
+  if (f.greedy && (f.temperature || f.topK || f.topP))
+    return error("--greedy takes the most likely token: it does not go with "
+                 "--temperature, --top-k or --top-p");
+  if (f.topP && !(*f.topP > 0 && *f.topP <= 1))
+    return error("--top-p " + std::to_string(*f.topP) +
+                 " must be in (0, 1]");
+  if (f.temperature && !(*f.temperature > 0))
+    return error("--temperature must be > 0 (use --greedy for the most "
+                 "likely token)");
+  if (f.beamWidth > 1)
+    return error("--beam-width " + std::to_string(f.beamWidth) +
+                 ": beam search is not built yet (greedy and sampling are)");
+  if (f.tp > 1)
+    return error("--tp " + std::to_string(f.tp) +
+                 ": generation under tensor parallelism is not built yet");
+  if (f.device != "cpu" && f.device != "cuda")
+    return error("--device " + f.device + " is not one of cpu, cuda");
+  return f;
+}
+
+/// The model spec of MODEL: a Braid checkpoint's manifest, or a Hugging
+/// Face directory's config.json.
+llvm::Expected<spec::ModelSpec> modelOf(const std::string &model,
+                                        bool &braidCheckpoint) {
+  auto error = [](const std::string &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+  };
+  if (!llvm::sys::fs::is_directory(model))
+    return error(model + " is not a directory (a Hugging Face model "
+                         "directory or a Braid checkpoint)");
+  absl::StatusOr<std::string> dir = ckpt::ResolveCheckpoint(model);
+  braidCheckpoint = dir.ok();
+  if (braidCheckpoint) {
+    absl::StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(*dir);
+    if (!manifest.ok())
+      return error(std::string(manifest.status().message()));
+    if (manifest->model_spec().empty())
+      return error("the checkpoint " + *dir +
+                   " does not record its model (an older writer's)");
+    absl::StatusOr<spec::ModelSpec> spec =
+        ckpt::ParseModelSpec(manifest->model_spec(), "the manifest's model");
+    if (!spec.ok())
+      return error(std::string(spec.status().message()));
+    return *spec;
+  }
+  llvm::SmallString<256> config(model);
+  llvm::sys::path::append(config, "config.json");
+  if (!llvm::sys::fs::exists(config))
+    return error(model + " has neither a Braid checkpoint's manifest nor a "
+                         "Hugging Face config.json");
+  return importHFConfig(config);
+}
+
+llvm::Expected<std::vector<int32_t>> parseIds(const std::string &text) {
+  std::vector<int32_t> ids;
+  for (llvm::StringRef part : llvm::split(text, ',')) {
+    int64_t id;
+    if (!llvm::to_integer(part.trim(), id) || id < 0 || id > INT32_MAX)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--prompt-ids " + text + ": '" + part.str() +
+              "' is not a token id (non-negative integers, comma-separated)");
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
+} // namespace
+
+int generateCommand(int argc, char **argv) {
+  llvm::Expected<Flags> parsed = parseFlags(argc, argv);
+  if (!parsed)
+    return fail(llvm::toString(parsed.takeError()), 2);
+  Flags &f = *parsed;
+  bool braidCheckpoint = false;
+  llvm::Expected<spec::ModelSpec> model = modelOf(f.model, braidCheckpoint);
+  if (!model)
+    return fail(llvm::toString(model.takeError()));
+
+  // The tokenizer: --tokenizer (a directory, or "bytes": the byte tokenizer
+  // the demo trains with), else the model directory's.
+  std::optional<data::ModelTokenizer> tokenizer;
+  std::string tokenizerDir =
+      !f.tokenizer.empty() ? f.tokenizer : (braidCheckpoint ? "" : f.model);
+  if (f.tokenizer == "bytes") {
+    tokenizer.emplace();
+    tokenizer->tokenizer = std::make_unique<data::ByteTokenizer>();
+    tokenizer->eosId = data::ByteTokenizer::kEodId;
+    tokenizer->eosIds = {data::ByteTokenizer::kEodId};
+    tokenizer->source = "bytes";
+  } else if (!tokenizerDir.empty()) {
+    absl::StatusOr<data::ModelTokenizer> loaded =
+        data::LoadModelTokenizer(tokenizerDir);
+    if (loaded.ok())
+      tokenizer.emplace(std::move(*loaded));
+    else if (f.promptIds.empty() || !f.tokenizer.empty())
+      return fail(std::string(loaded.status().message()));
+  }
+  if (!tokenizer && f.promptIds.empty())
+    return fail(f.model + " comes without a tokenizer: give --tokenizer DIR "
+                          "(or bytes), or the prompt as --prompt-ids");
+  if (!tokenizer && !f.stops.empty())
+    return fail("--stop needs a tokenizer to match text");
+
+  // The prompts.
+  std::vector<Prompt> prompts;
+  auto encode = [&](const std::string &text) -> absl::StatusOr<Prompt> {
+    absl::StatusOr<std::vector<int32_t>> ids =
+        tokenizer->tokenizer->encode(text);
+    if (!ids.ok())
+      return ids.status();
+    Prompt p{text, {}};
+    if (tokenizer->addBos)
+      p.ids.push_back(tokenizer->bosId);
+    p.ids.insert(p.ids.end(), ids->begin(), ids->end());
+    p.ids.insert(p.ids.end(), tokenizer->promptSuffix.begin(),
+                 tokenizer->promptSuffix.end());
+    return p;
+  };
+  if (!f.promptIds.empty()) {
+    for (const std::string &text : f.promptIds) {
+      llvm::Expected<std::vector<int32_t>> ids = parseIds(text);
+      if (!ids)
+        return fail(llvm::toString(ids.takeError()), 2);
+      prompts.push_back({"", *ids});
+    }
+  } else if (!f.prompt.empty()) {
+    absl::StatusOr<Prompt> p = encode(f.prompt);
+    if (!p.ok())
+      return fail(std::string(p.status().message()));
+    prompts.push_back(*p);
+  } else {
+    std::ifstream in(f.promptsFile);
+    if (!in)
+      return fail("cannot read " + f.promptsFile);
+    std::string line;
+    for (int64_t number = 1; std::getline(in, line); ++number) {
+      if (llvm::StringRef(line).trim().empty())
+        continue;
+      google::protobuf::Struct object;
+      if (!google::protobuf::util::JsonStringToMessage(line, &object).ok() ||
+          !object.fields().count("prompt") ||
+          object.fields().at("prompt").kind_case() !=
+              google::protobuf::Value::kStringValue)
+        return fail(f.promptsFile + ":" + std::to_string(number) +
+                    ": expected a JSON object with a string \"prompt\"");
+      absl::StatusOr<Prompt> p =
+          encode(object.fields().at("prompt").string_value());
+      if (!p.ok())
+        return fail(f.promptsFile + ":" + std::to_string(number) + ": " +
+                    std::string(p.status().message()));
+      prompts.push_back(*p);
+    }
+    if (prompts.empty())
+      return fail(f.promptsFile + " holds no prompt");
+  }
+
+  // The inference plan.
+  spec::JobSpec job;
+  *job.mutable_model() = *model;
+  if (!f.precision.empty()) {
+    spec::DType dtype;
+    if (!spec::DType_Parse(llvm::StringRef(f.precision).upper(), &dtype) ||
+        dtype == spec::DTYPE_UNSPECIFIED || dtype == spec::FP64)
+      return fail("--precision " + f.precision +
+                  " is not one of fp32, bf16, fp16", 2);
+    job.mutable_train()->set_precision(dtype);
+  }
+  int64_t longest = 0;
+  for (const Prompt &p : prompts)
+    longest = std::max<int64_t>(longest, int64_t(p.ids.size()));
+  spec::GenerateSpec &g = *job.mutable_generate();
+  g.set_max_batch(f.maxBatch > 0
+                      ? f.maxBatch
+                      : std::min<int64_t>(int64_t(prompts.size()), 8));
+  if (f.maxSeqLen > 0)
+    g.set_max_seq_len(f.maxSeqLen);
+  if (f.prefillChunk > 0)
+    g.set_prefill_chunk(f.prefillChunk);
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  mlir::MLIRContext context(registry);
+  llvm::Expected<GeneratePlan> compiled = compileGeneratePlan(context, job);
+  if (!compiled)
+    return fail(llvm::toString(compiled.takeError()));
+  exec::GeneratorOptions options;
+  options.weights = f.model;
+  options.device = f.device;
+  absl::StatusOr<exec::BackendFactory> backend = exec::BackendFor(f.device);
+  if (!backend.ok())
+    return fail(std::string(backend.status().message()));
+  options.backend = *backend;
+  absl::StatusOr<std::unique_ptr<exec::Generator>> generator =
+      exec::Generator::Create(compiled->plan, options);
+  if (!generator.ok())
+    return fail(std::string(generator.status().message()));
+  exec::Generator &gen = **generator;
+
+  exec::SamplingOptions sampling;
+  sampling.temperature = f.greedy ? 0.0 : f.temperature.value_or(0.0);
+  sampling.topK = f.topK.value_or(0);
+  sampling.topP = f.topP.value_or(1.0);
+  sampling.seed = f.seed;
+  if ((f.topK || f.topP) && !f.temperature)
+    sampling.temperature = 1.0; // sampling was asked for: HF's default
+  std::vector<int32_t> eosIds = tokenizer ? tokenizer->eosIds
+                                          : std::vector<int32_t>{};
+
+  std::ofstream logits;
+  if (!f.logitsOut.empty()) {
+    logits.open(f.logitsOut, std::ios::trunc);
+    if (!logits)
+      return fail("cannot write " + f.logitsOut);
+  }
+  std::ofstream out;
+  if (!f.output.empty()) {
+    out.open(f.output, std::ios::trunc);
+    if (!out)
+      return fail("cannot write " + f.output);
+  }
+  // Streams one prompt's text as it grows when there is one prompt and no
+  // -o; the text of the ids so far, printed past what is already out.
+  const bool stream = prompts.size() == 1 && f.output.empty() &&
+                      tokenizer && !f.printIds;
+  const int64_t batch = gen.maxBatch();
+  for (size_t first = 0; first < prompts.size(); first += size_t(batch)) {
+    size_t count = std::min(prompts.size() - first, size_t(batch));
+    std::vector<std::vector<int32_t>> ids;
+    for (size_t k = 0; k < count; ++k)
+      ids.push_back(prompts[first + k].ids);
+    std::vector<std::vector<int32_t>> made(count);
+    std::vector<size_t> shown(count, 0);
+    if (stream) {
+      std::cout << prompts[first].text << std::flush;
+    }
+    auto onToken = [&](int64_t row, int32_t token) {
+      made[row].push_back(token);
+      if (!tokenizer)
+        return false;
+      absl::StatusOr<std::string> text = tokenizer->tokenizer->decode(made[row]);
+      if (!text.ok())
+        return false;
+      if (stream && text->size() > shown[row]) {
+        std::cout << text->substr(shown[row]) << std::flush;
+        shown[row] = text->size();
+      }
+      for (const std::string &stop : f.stops)
+        if (text->find(stop) != std::string::npos)
+          return true;
+      return false;
+    };
+    auto onLogits = [&](const std::string &function,
+                        const std::vector<double> &values) {
+      logits << function;
+      for (double v : values)
+        logits << ' ' << v;
+      logits << '\n';
+    };
+    auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<exec::Completion>> done =
+        gen.Generate(ids, f.maxNewTokens, sampling, eosIds, onToken,
+                     f.logitsOut.empty() ? exec::LogitsCallback()
+                                         : exec::LogitsCallback(onLogits));
+    if (!done.ok())
+      return fail(std::string(done.status().message()));
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    if (stream)
+      std::cout << "\n";
+    for (size_t k = 0; k < count; ++k) {
+      const exec::Completion &c = (*done)[k];
+      const Prompt &p = prompts[first + k];
+      if (f.printIds) {
+        std::string line;
+        for (int32_t id : p.ids)
+          line += std::to_string(id) + " ";
+        for (int32_t id : c.tokens)
+          line += std::to_string(id) + " ";
+        if (!line.empty())
+          line.pop_back();
+        (f.output.empty() ? std::cout : out) << line << "\n";
+        continue;
+      }
+      std::string text;
+      if (tokenizer) {
+        // The completion without its end-of-sequence token.
+        std::vector<int32_t> shown = c.tokens;
+        if (c.finish == "eos" && !shown.empty())
+          shown.pop_back();
+        absl::StatusOr<std::string> decoded =
+            tokenizer->tokenizer->decode(shown);
+        if (!decoded.ok())
+          return fail(std::string(decoded.status().message()));
+        text = *decoded;
+      }
+      if (!f.output.empty() || prompts.size() > 1) {
+        std::ostream &os = f.output.empty() ? std::cout : out;
+        os << "{\"prompt\": " << jsonString(p.text)
+           << ", \"completion\": " << jsonString(text)
+           << ", \"tokens\": " << c.tokens.size()
+           << ", \"finish_reason\": " << jsonString(c.finish)
+           << ", \"tokens_per_s\": "
+           << (seconds > 0 ? double(c.tokens.size()) / seconds : 0.0)
+           << "}\n";
+      } else if (!stream) {
+        std::cout << text << "\n";
+      }
+      if (c.finish == "context")
+        llvm::errs() << "braid generate: prompt " << first + k
+                     << " stopped: the context is full ("
+                     << gen.maxSeqLen() << " positions, --max-seq-len)\n";
+    }
+  }
+  if (out) {
+    out.flush();
+    if (!out)
+      return fail("cannot write " + f.output);
+  }
+  return 0;
+}
