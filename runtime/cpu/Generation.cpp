@@ -4,6 +4,8 @@
 // unit, scores and sums in double. SAMPLE follows its definition literally
 // (sorts, cumulative sums in order), on the integer weights of Sampling.h
 // that make the CUDA kernel's radix selection agree with it exactly.
+// TOP_LOGPROBS sorts each row's k most likely ids out of its candidates
+// (a partial sort); REORDER_ROWS copies the rows out, then back by parent.
 //
 //===----------------------------------------------------------------------===//
 
@@ -213,6 +215,58 @@ void sampleTokens(const T *logits, int64_t rows, int64_t vocab,
   });
 }
 
+//===-- Beam search -------------------------------------------------------===//
+
+template <typename T>
+void topLogprobs(const T *logits, int64_t rows, int64_t vocab,
+                 int64_t candidates, int64_t k, float *values, int32_t *ids) {
+  parallelFor(rows, rows * candidates * kTranscendentalCost, [&](int64_t r) {
+    const T *x = logits + r * vocab;
+    // The normaliser, in double: m (a NaN is never the maximum; it makes
+    // the sum NaN) and log(sum exp(x - m)).
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < candidates; ++i)
+      if (double(x[i]) > m)
+        m = double(x[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < candidates; ++i)
+      sum += std::exp(double(x[i]) - m);
+    const double logSum = std::log(sum);
+    // The k first of the candidates by descending logit, then ascending id.
+    std::vector<uint64_t> key(candidates);
+    std::vector<int32_t> order(candidates);
+    for (int64_t i = 0; i < candidates; ++i) {
+      key[i] = samplingKey(double(x[i]));
+      order[i] = int32_t(i);
+    }
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return key[a] != key[b] ? key[a] > key[b] : a < b;
+                      });
+    for (int64_t j = 0; j < k; ++j) {
+      ids[r * k + j] = order[j];
+      values[r * k + j] = float((double(x[order[j]]) - m) - logSum);
+    }
+  });
+}
+
+template <typename T>
+void reorderRows(T *x, const int32_t *parents, int64_t rows, int64_t cols,
+                 T *scratch) {
+  parallelBlocks(rows * cols, kElementBlock, 1,
+                 [&](int64_t begin, int64_t end) {
+                   std::copy(x + begin, x + end, scratch + begin);
+                 });
+  parallelFor(rows, rows * cols, [&](int64_t b) {
+    const int64_t p = parents[b];
+    // Outside the rows: unchanged (as the CUDA kernel, which cannot refuse
+    // it).
+    if (p < 0 || p >= rows || p == b)
+      return;
+    std::copy_n(scratch + p * cols, cols, x + b * cols);
+  });
+}
+
 //===-- Instantiations ----------------------------------------------------===//
 
 #define BRAID_INSTANTIATE(T)                                                   \
@@ -223,7 +277,10 @@ void sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                             int64_t, T *);                                     \
   template void sampleTokens<T>(const T *, int64_t, int64_t, int64_t,          \
                                 const float *, uint64_t, const int32_t *,      \
-                                int32_t *);
+                                int32_t *);                                    \
+  template void topLogprobs<T>(const T *, int64_t, int64_t, int64_t, int64_t,  \
+                               float *, int32_t *);                            \
+  template void reorderRows<T>(T *, const int32_t *, int64_t, int64_t, T *);
 
 BRAID_INSTANTIATE(float)
 BRAID_INSTANTIATE(double)

@@ -3,17 +3,19 @@
 // The kernels an inference plan (plan.proto's Generation) adds to the
 // forward's: attention against a cache of every position's keys and values
 // (ATTENTION_CACHED), the row of each sequence whose logits are drawn from
-// (TAKE_ROWS) and the draw (SAMPLE). The rotation at given positions
-// (ROPE_AT) is ropeAtForward in Kernels.h, ROPE's own loop. B sequences,
-// T new positions each per call, a cache of S positions per sequence.
-// Conventions as in Kernels.h: raw row-major buffers, T float or double,
-// OpenMP over units with disjoint outputs, so that the results are
-// bit-identical whatever the number of threads.
+// (TAKE_ROWS), the draw (SAMPLE), and beam search's most likely next tokens
+// (TOP_LOGPROBS) and reordering of the caches (REORDER_ROWS). The rotation
+// at given positions (ROPE_AT) is ropeAtForward in Kernels.h, ROPE's own
+// loop. B sequences, T new positions each per call, a cache of S positions
+// per sequence. Conventions as in Kernels.h: raw row-major buffers, T float
+// or double, OpenMP over units with disjoint outputs, so that the results
+// are bit-identical whatever the number of threads.
 //
-// Positions and indices outside their ranges are the executor's to refuse
-// (it names the instruction); given one anyway, the kernels do what the
-// CUDA kernels do, which cannot refuse: skip the row's cache write and
-// write zeros for its output.
+// Positions, indices and parents outside their ranges are the executor's
+// to refuse (it names the instruction); given one anyway, the kernels do
+// what the CUDA kernels do, which cannot refuse: skip the row's cache write
+// and write zeros for its output, or for REORDER_ROWS leave the row as it
+// was.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,6 +88,31 @@ template <typename T>
 void sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                   int64_t candidates, const float *settings, uint64_t seed,
                   const int32_t *counters, int32_t *ids);
+
+/// TOP_LOGPROBS: for each row r of logits [rows, vocab], whose first
+/// `candidates` columns are the vocabulary (the rest is padding, never
+/// chosen), the k ids (1 <= k <= candidates) of the largest
+/// log-probabilities
+///   log_softmax(x)_i = x_i - m - log(sum_{j < candidates} exp(x_j - m)),
+///   m = max_{j < candidates} x_j,
+/// most likely first, equal logits by ascending id: ids[r, j] for j < k,
+/// and values[r, j] their log-probabilities, the normaliser in double and
+/// the value rounded to float. log_softmax increases with the logit, so
+/// the ids are ranked by the logits themselves, in the order samplingKey
+/// gives doubles (-0 equals +0; a NaN has a place, so that the CUDA kernel
+/// ranks the same ids); a row with an infinite or NaN logit has NaN or
+/// infinite values.
+template <typename T>
+void topLogprobs(const T *logits, int64_t rows, int64_t vocab,
+                 int64_t candidates, int64_t k, float *values, int32_t *ids);
+
+/// REORDER_ROWS: row b of x [rows, cols] becomes the old row parents[b],
+/// every row at once (a parent may be taken by several rows, or by none),
+/// through `scratch` of rows · cols elements, which it overwrites. A parent
+/// outside [0, rows): row b stays as it was.
+template <typename T>
+void reorderRows(T *x, const int32_t *parents, int64_t rows, int64_t cols,
+                 T *scratch);
 
 } // namespace braid::cpu
 

@@ -9,6 +9,10 @@
 // kept token, the drawn token) by radix passes over the tokens' keys, one
 // byte per pass: a histogram of the matching tokens' weights (integers,
 // added by shared-memory atomics in any order, exactly) picks the byte.
+// TOP_LOGPROBS runs one block per row too: its k-th most likely id by the
+// same radix selection (every id of weight 1), then the ids at least as
+// likely ranked against each other in shared memory. REORDER_ROWS copies x
+// into the executor's scratch, then every row back from its parent's copy.
 //
 //===----------------------------------------------------------------------===//
 
@@ -73,6 +77,24 @@ __device__ float blockMax(float v, float *shared) {
     shared[0] = v;
   __syncthreads();
   float total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+/// blockSum in double (`shared` holds 32 doubles).
+__device__ double blockSumDouble(double v, double *shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpSum(v);
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < (blockDim.x >> 5) ? shared[threadIdx.x] : 0.0;
+  if (warp == 0)
+    v = warpSum(v);
+  if (threadIdx.x == 0)
+    shared[0] = v;
+  __syncthreads();
+  double total = shared[0];
   __syncthreads();
   return total;
 }
@@ -396,6 +418,97 @@ __global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
     ids[row] = int32_t(0xFFFFFFFFu - lo);
 }
 
+//===-- Beam search -------------------------------------------------------===//
+
+/// One block per row (cpu::topLogprobs' steps), of kSampleThreads threads.
+/// Dynamic shared memory: the k chosen ids, then their logits.
+template <typename T>
+__global__ void topLogprobsKernel(const T *logits, int64_t vocab, int64_t n,
+                                  int64_t k, float *values, int32_t *ids) {
+  __shared__ SampleShared sh;
+  __shared__ float reduceMax[32];
+  __shared__ double reduceSum[32];
+  __shared__ unsigned chosenCount;
+  BRAID_DYNAMIC_SHARED(int32_t, chosen);
+  float *chosenLogits = reinterpret_cast<float *>(chosen + k);
+  const int64_t row = blockIdx.x;
+  const T *x = logits + row * vocab;
+  // The normaliser: the maximum (fmaxf passes over NaN, as the CPU's
+  // comparison does) and the sum of exp(x - m) in double.
+  float mine = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    mine = fmaxf(mine, toFloat(x[i]));
+  const float m = blockMax(mine, reduceMax);
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sum += double(expf(toFloat(x[i]) - m));
+  const double logSum = log(blockSumDouble(sum, reduceSum));
+  // The ids' keys: descending logit (cpu::samplingKey's order of doubles,
+  // as the CPU ranks them), then ascending id. They are distinct, so
+  // exactly k are at least the k-th largest.
+  auto key = [&](int64_t i, uint64_t &kh, uint64_t &kl) {
+    kh = cpu::samplingKey(double(toFloat(x[i])));
+    kl = cpu::samplingIdKey(i);
+  };
+  uint64_t hi, lo, above;
+  selectFromTop(
+      n, 12, uint64_t(k - 1), key,
+      [](int64_t, uint64_t, uint64_t) { return uint64_t(1); }, sh, hi, lo,
+      above);
+  if (threadIdx.x == 0)
+    chosenCount = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    uint64_t kh, kl;
+    key(i, kh, kl);
+    if (kh > hi || (kh == hi && kl >= lo)) {
+      const unsigned slot = atomicAdd(&chosenCount, 1u);
+      if (slot < k) {
+        chosen[slot] = int32_t(i);
+        chosenLogits[slot] = toFloat(x[i]);
+      }
+    }
+  }
+  __syncthreads();
+  // Each chosen id's place: the chosen ids before it in the order.
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+    const int32_t id = chosen[j];
+    const uint64_t kj = cpu::samplingKey(double(chosenLogits[j]));
+    int64_t rank = 0;
+    for (int64_t other = 0; other < k; ++other) {
+      const uint64_t ko = cpu::samplingKey(double(chosenLogits[other]));
+      rank += ko > kj || (ko == kj && chosen[other] < id);
+    }
+    ids[row * k + rank] = id;
+    values[row * k + rank] =
+        float((double(chosenLogits[j]) - double(m)) - logSum);
+  }
+}
+
+/// One thread per word W of x: row b's from the copy of its parent's.
+template <typename W>
+__global__ void reorderRowsKernel(W *x, const int32_t *parents, int64_t rows,
+                                  int64_t rowWords, const W *scratch) {
+  BRAID_GRID_STRIDE(i, rows * rowWords) {
+    const int64_t b = i / rowWords, c = i % rowWords, p = parents[b];
+    // Outside the rows: left as it was (the device cannot refuse it).
+    if (p >= 0 && p < rows && p != b)
+      x[i] = scratch[p * rowWords + c];
+  }
+}
+
+template <typename W>
+cudaError_t launchReorderRows(void *x, const int32_t *parents, int64_t rows,
+                              int64_t rowBytes, const void *scratch,
+                              cudaStream_t stream) {
+  const int64_t rowWords = rowBytes / int64_t(sizeof(W));
+  BRAID_LAUNCH(gridFor(rows * rowWords), kThreads, 0, stream,
+               reorderRowsKernel<W>)
+  (static_cast<W *>(x), parents, rows, rowWords,
+   static_cast<const W *>(scratch));
+  return cudaGetLastError();
+}
+
 } // namespace
 
 template <typename T>
@@ -445,6 +558,43 @@ cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t topLogprobs(const T *logits, int64_t rows, int64_t vocab,
+                        int64_t candidates, int64_t k, float *values,
+                        int32_t *ids, cudaStream_t stream) {
+  if (rows == 0 || k == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(unsigned(rows), kSampleThreads,
+               size_t(k) * (sizeof(int32_t) + sizeof(float)), stream,
+               topLogprobsKernel<T>)
+  (logits, vocab, candidates, k, values, ids);
+  return cudaGetLastError();
+}
+
+cudaError_t reorderRows(void *x, const int32_t *parents, int64_t rows,
+                        int64_t rowBytes, void *scratch, cudaStream_t stream) {
+  if (rows * rowBytes == 0)
+    return cudaSuccess;
+  if (cudaError_t e = cudaMemcpyAsync(scratch, x, size_t(rows * rowBytes),
+                                      cudaMemcpyDeviceToDevice, stream);
+      e != cudaSuccess)
+    return e;
+  // In the widest words that the rows and both addresses are aligned to.
+  auto aligned = [&](int64_t bytes) {
+    return rowBytes % bytes == 0 &&
+           reinterpret_cast<uintptr_t>(x) % bytes == 0 &&
+           reinterpret_cast<uintptr_t>(scratch) % bytes == 0;
+  };
+  if (aligned(16))
+    return launchReorderRows<uint4>(x, parents, rows, rowBytes, scratch,
+                                    stream);
+  if (aligned(4))
+    return launchReorderRows<uint32_t>(x, parents, rows, rowBytes, scratch,
+                                       stream);
+  return launchReorderRows<uint8_t>(x, parents, rows, rowBytes, scratch,
+                                    stream);
+}
+
 #define BRAID_INSTANTIATE(T)                                                   \
   template cudaError_t attentionCachedForward<T>(                              \
       const T *, const T *, const T *, const int32_t *,                        \
@@ -453,7 +603,10 @@ cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                                    int64_t, int64_t, T *, cudaStream_t);       \
   template cudaError_t sampleTokens<T>(                                        \
       const T *, int64_t, int64_t, int64_t, const float *, const int32_t *,    \
-      const int32_t *, int32_t *, cudaStream_t);
+      const int32_t *, int32_t *, cudaStream_t);                               \
+  template cudaError_t topLogprobs<T>(const T *, int64_t, int64_t, int64_t,    \
+                                      int64_t, float *, int32_t *,             \
+                                      cudaStream_t);
 
 BRAID_INSTANTIATE(float)
 BRAID_INSTANTIATE(__nv_bfloat16)

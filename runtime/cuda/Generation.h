@@ -2,14 +2,16 @@
 //
 // The CUDA counterparts of runtime/cpu/Generation.h (ROPE_AT's is
 // ropeAtForward in Kernels.h): attention against the KV cache, the row of
-// each sequence to draw from, and the draw. T is float, bf16 or fp16
-// storage; arithmetic in float (the sampling's in double and integers, as
-// the CPU's). Nothing synchronises with the host or allocates; each
-// launcher returns the launch's error.
+// each sequence to draw from, the draw, and beam search's most likely
+// tokens and reordering of the caches. T is float, bf16 or fp16 storage;
+// arithmetic in float (the sampling's in double and integers, as the
+// CPU's). Nothing synchronises with the host or allocates; each launcher
+// returns the launch's error.
 //
-// Positions and indices are read on the device, where nothing can refuse
-// one out of its range (the CPU executor refuses them): the kernels skip
-// such a row's cache write and write zeros for its output row.
+// Positions, indices and parents are read on the device, where nothing can
+// refuse one out of its range (the CPU executor refuses them): the kernels
+// skip such a row's cache write and write zeros for its output row, and
+// REORDER_ROWS leaves such a row as it was.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,6 +63,30 @@ cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                          int64_t candidates, const float *settings,
                          const int32_t *seed, const int32_t *counters,
                          int32_t *ids, cudaStream_t stream);
+
+/// The most ids per row topLogprobs ranks (its block sorts them in shared
+/// memory, 8 bytes each, within a block's 48 KiB).
+constexpr int64_t kMaxTopLogprobs = 4096;
+
+/// TOP_LOGPROBS, as cpu::topLogprobs on the same logits (the same ids, in
+/// the same order; the values within float rounding of the CPU's double
+/// normaliser): one block per row of logits [rows, vocab], of whose columns
+/// the first `candidates` are the vocabulary. The maximum and
+/// sum(exp(x - max)) by block reductions (exp in float, summed in double);
+/// the k-th most likely id by radix selection on the ids' keys (a byte per
+/// pass, as SAMPLE's selections); then the k ids at least as likely ranked
+/// in shared memory. k in [1, min(candidates, kMaxTopLogprobs)].
+template <typename T>
+cudaError_t topLogprobs(const T *logits, int64_t rows, int64_t vocab,
+                        int64_t candidates, int64_t k, float *values,
+                        int32_t *ids, cudaStream_t stream);
+
+/// REORDER_ROWS, as cpu::reorderRows on the bytes of x [rows, rowBytes]
+/// (whatever its dtype): x copied into `scratch` (rows · rowBytes bytes,
+/// on the stream), then each row b from the copy of row parents[b]. A
+/// parent outside [0, rows): row b is left as it was.
+cudaError_t reorderRows(void *x, const int32_t *parents, int64_t rows,
+                        int64_t rowBytes, void *scratch, cudaStream_t stream);
 
 } // namespace braid::cuda
 

@@ -631,6 +631,61 @@ template <typename T> auto Executor::run_SAMPLE(const Call<T> &c) {
       c.inst);
 }
 
+// (logits [B, 1, V]) -> (values [B, K] F32, ids [B, K]). The logits are
+// read in their own dtype: T is the instruction's (values' F32 in an F32
+// plan, the plan's BF16 or F16 in a mixed-precision one), whatever theirs.
+template <typename T> auto Executor::run_TOP_LOGPROBS(const Call<T> &c) {
+  const Buffer &logits = c.in(0);
+  const int64_t k = c.out(0).shape(1);
+  if (k > kMaxTopLogprobs)
+    return absl::UnimplementedError(absl::StrCat("TOP_LOGPROBS: ", k,
+                                                 " ids per row, more than the "
+                                                 "CUDA kernel's ",
+                                                 kMaxTopLogprobs));
+  auto run = [&](const auto *x) {
+    return launched(
+        topLogprobs(x, logits.shape(0), plan::LastDim(logits),
+                    // The attribute vocab_size, SAMPLE's.
+                    plan::DecodeSample(c.inst).vocabSize, k, c.yf(0),
+                    static_cast<int32_t *>(address(c.inst.outputs(1), c.slot)),
+                    c.st),
+        c.inst);
+  };
+  const void *x = address(c.inst.inputs(0), c.slot);
+  switch (logits.dtype()) {
+  case plan::F32:
+    return run(static_cast<const float *>(x));
+  case plan::BF16:
+    return run(static_cast<const bf16 *>(x));
+  case plan::F16:
+    return run(static_cast<const f16 *>(x));
+  default:
+    return absl::UnimplementedError(
+        absl::StrCat("TOP_LOGPROBS of ", plan::DType_Name(logits.dtype()),
+                     " logits runs on the CPU backend"));
+  }
+}
+
+// (x [B, ...], parents [B]) -> x in place, as bytes whatever T. Every row is
+// read before any is written: x is copied into collectiveScratch_, which
+// need<REORDER_ROWS> sizes at Create (so that a call allocates nothing and
+// can be captured in a graph). The collectives use that scratch only within
+// their own instruction, on the same stream, so the two never overlap.
+// Parents are read on the device: a row whose parent is outside [0, B) is
+// left as it was (the device cannot refuse it; the CPU executor does).
+template <typename T> auto Executor::run_REORDER_ROWS(const Call<T> &c) {
+  const int64_t rows = c.in(0).shape(0), bytes = bytes_[c.inst.inputs(0)];
+  return launched(reorderRows(address(c.inst.outputs(0), c.slot), c.ids(1),
+                              rows, rows ? bytes / rows : 0, collectiveScratch_,
+                              c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::REORDER_ROWS>(const Instruction &inst, Needs &needs) {
+  needs.collectiveBytes =
+      std::max(needs.collectiveBytes, bytes_[inst.inputs(0)]);
+}
+
 //===- Communication (ExecutorCommunication.cpp), whatever T --------------===//
 
 template <typename T> auto Executor::run_ALL_REDUCE(const Call<T> &c) {

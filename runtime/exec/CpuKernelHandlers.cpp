@@ -727,7 +727,7 @@ template <typename T> absl::Status run_ADAMW(KernelCall<T> &c) {
 /// The int32 values of input `i` ([sequences] or [sequences, tokens]) in
 /// [0, limit); otherwise an InvalidArgument naming the kernel, the row
 /// and the value (the CUDA kernels, which cannot refuse, write zeros for
-/// such a row).
+/// such a row, or for REORDER_ROWS leave it as it was).
 template <typename T>
 absl::Status checkInRange(const KernelCall<T> &c, int i, int64_t limit,
                           const char *what) {
@@ -789,6 +789,46 @@ template <typename T> absl::Status run_SAMPLE(KernelCall<T> &c) {
                     plan::DecodeSample(c.inst).vocabSize, settings,
                     cpu::samplingSeed(seed[0], seed[1]), c.ids(3),
                     static_cast<int32_t *>(c.address(c.inst.outputs(0))));
+  return absl::OkStatus();
+}
+
+// (logits [B, 1, V]) -> (values [B, K] F32, ids [B, K] I32). The
+// instruction's dtype is its first float output's, values' F32, whatever
+// the logits' (F64 in an F64 plan): they are read in their own dtype.
+template <typename T> absl::Status run_TOP_LOGPROBS(KernelCall<T> &c) {
+  const Buffer &logits = c.in(0);
+  const int64_t rows = dim(logits, 0), k = dim(c.out(0), 1);
+  const int64_t vocab = plan::LastDim(logits);
+  // The attribute vocab_size, SAMPLE's (the ids at or above it are padding).
+  const int64_t candidates = plan::DecodeSample(c.inst).vocabSize;
+  const void *x = c.address(c.inst.inputs(0));
+  float *values = static_cast<float *>(c.address(c.inst.outputs(0)));
+  int32_t *ids = static_cast<int32_t *>(c.address(c.inst.outputs(1)));
+  switch (logits.dtype()) {
+  case plan::F32:
+    cpu::topLogprobs(static_cast<const float *>(x), rows, vocab, candidates, k,
+                     values, ids);
+    return absl::OkStatus();
+  case plan::F64:
+    cpu::topLogprobs(static_cast<const double *>(x), rows, vocab, candidates, k,
+                     values, ids);
+    return absl::OkStatus();
+  default:
+    return absl::UnimplementedError(
+        absl::StrCat("TOP_LOGPROBS of ", plan::DType_Name(logits.dtype()),
+                     " logits needs the CUDA backend"));
+  }
+}
+
+// (x [B, ...], parents [B]) -> x, in place; T is x's dtype.
+template <typename T> absl::Status run_REORDER_ROWS(KernelCall<T> &c) {
+  const int64_t rows = dim(c.in(0), 0);
+  if (absl::Status s = checkInRange(c, 1, rows, "parent"); !s.ok())
+    return s;
+  // Every row is read before any is written: through a copy of x.
+  std::vector<T> scratch(numel(c.in(0)));
+  cpu::reorderRows(c.y(0), c.ids(1), rows, rows ? numel(c.in(0)) / rows : 0,
+                   scratch.data());
   return absl::OkStatus();
 }
 

@@ -720,6 +720,47 @@ absl::Status InstructionChecker::checkSample() {
   return shape(out(0), {logits.shape(0)}, "ids");
 }
 
+/// TOP_LOGPROBS (logits [B, 1, V]) -> (values [B, K] F32, ids [B, K] I32);
+/// attr vocab_size in [K, V].
+absl::Status InstructionChecker::checkTopLogprobs() {
+  const Buffer &logits = in(0);
+  if (!internal::isFloat(logits.dtype()))
+    return fail(absl::StrCat("logits '", logits.name(), "' must be a float "
+                             "type, found ", DType_Name(logits.dtype())));
+  BRAID_RETURN_IF_ERROR(rank(logits, 3, "logits"));
+  if (logits.shape(1) != 1)
+    return fail(absl::StrCat("logits '", logits.name(), "' is ",
+                             internal::shapeStr(logits),
+                             ", expected one row per sequence [B, 1, V]"));
+  BRAID_RETURN_IF_ERROR(rank(out(0), 2, "values"));
+  if (out(0).dtype() != F32 || out(1).dtype() != I32)
+    return fail("values must be F32 and ids I32");
+  const int64_t k = out(0).shape(1);
+  BRAID_RETURN_IF_ERROR(shape(out(0), {logits.shape(0), k}, "values"));
+  BRAID_RETURN_IF_ERROR(shape(out(1), {logits.shape(0), k}, "ids"));
+  BRAID_ASSIGN_OR_RETURN(vocab, intAttr("vocab_size", 1, logits.shape(2)));
+  if (k < 1 || k > vocab)
+    return fail(absl::StrCat("K = ", k, " candidates per row must be in [1, "
+                             "vocab_size = ", vocab, "]"));
+  return absl::OkStatus();
+}
+
+/// REORDER_ROWS (x [B, ...], parents [B] I32) -> x, in place.
+absl::Status InstructionChecker::checkReorderRows() {
+  BRAID_RETURN_IF_ERROR(minRank(in(0), 1, "x"));
+  if (!internal::isFloat(in(0).dtype()))
+    return fail(absl::StrCat("x '", in(0).name(), "' must be a float type, "
+                             "found ", DType_Name(in(0).dtype())));
+  if (in(1).dtype() != I32)
+    return fail(absl::StrCat("parents '", in(1).name(), "' must be I32, found ",
+                             DType_Name(in(1).dtype())));
+  BRAID_RETURN_IF_ERROR(shape(in(1), {in(0).shape(0)}, "parents"));
+  if (inst.outputs(0) != inst.inputs(0))
+    return fail("the output must be x, input 0 (its rows are reordered in "
+                "place)");
+  return absl::OkStatus();
+}
+
 absl::Status InstructionChecker::checkAdamW() {
   // Mixed precision: a fourth output, the weights the model computes with
   // (BF16 or F16), rounded from the F32 master weights in(0) the update

@@ -213,6 +213,8 @@ private:
   absl::Status checkAttentionCached();
   absl::Status checkTakeRows();
   absl::Status checkSample();
+  absl::Status checkTopLogprobs();
+  absl::Status checkReorderRows();
 
   /// Checks the operand counts against the kernel's row of Kernels.def.
   absl::Status checkArity(const KernelInfo &info);

@@ -184,7 +184,8 @@ absl::Status validateGeneration(const Plan &plan,
         "max_seq_len]"));
   for (auto [field, name] :
        {std::pair<const char *, const std::string &>{"prefill", g.prefill()},
-        {"decode", g.decode()}})
+        {"decode", g.decode()},
+        {"reorder", g.reorder()}})
     if (!functions.count(name))
       return absl::InvalidArgumentError(absl::StrCat(
           "generation.", field, " names function '", name,
@@ -223,7 +224,8 @@ absl::Status validateGeneration(const Plan &plan,
            {"seed", {2}, I32},
            {"draw_positions", {b}, I32},
            {"prefill_ids", {b}, I32},
-           {"decode_ids", {b}, I32}}) {
+           {"decode_ids", {b}, I32},
+           {"beam_parents", {b}, I32}}) {
     auto it = named.find(w.name);
     if (it == named.end() || it->second->dtype() != w.dtype ||
         std::vector<int64_t>(it->second->shape().begin(),
@@ -231,6 +233,24 @@ absl::Status validateGeneration(const Plan &plan,
       return absl::InvalidArgumentError(absl::StrCat(
           "generation: the plan has no buffer '", w.name, "' [",
           absl::StrJoin(w.shape, ", "), "] of ", DType_Name(w.dtype)));
+  }
+  // Beam search's candidates: [B, K] of each function, one K.
+  int64_t candidates = -1;
+  for (auto [values, ids] :
+       {std::pair<const char *, const char *>{"prefill_top_logprobs",
+                                              "prefill_top_ids"},
+        {"decode_top_logprobs", "decode_top_ids"}}) {
+    auto v = named.find(values), i = named.find(ids);
+    if (v == named.end() || i == named.end() ||
+        v->second->dtype() != F32 || i->second->dtype() != I32 ||
+        v->second->shape_size() != 2 || v->second->shape(0) != b ||
+        i->second->shape_size() != 2 || i->second->shape(0) != b ||
+        v->second->shape(1) != i->second->shape(1) ||
+        (candidates >= 0 && v->second->shape(1) != candidates))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "generation: the plan has no buffers '", values, "' [", b,
+          ", K] F32 and '", ids, "' [", b, ", K] I32 of one K"));
+    candidates = v->second->shape(1);
   }
   if (g.vocab_size() < 1 || g.vocab_size() > vocab)
     return absl::InvalidArgumentError(absl::StrCat(

@@ -1,12 +1,15 @@
 //===- GenerationKernelsTest.cpp - Generation's CPU kernels ---------------===//
 //
-// ROPE_AT, ATTENTION_CACHED, TAKE_ROWS and SAMPLE (runtime/cpu/Generation.h)
-// against references written here from the kernels' definitions (plan.proto
-// and Generation.h), in double: the rotation formula, a cache written row by
-// row and a softmax per query over its positions with ALiBi's slopes (Press
-// et al.), and for SAMPLE the distribution Hugging Face's temperature, top-k
-// and top-p warpers leave, which 20000 draws must fit (a chi-square test).
-// ROPE_AT is also checked against ROPE itself where their positions agree.
+// ROPE_AT, ATTENTION_CACHED, TAKE_ROWS, SAMPLE, TOP_LOGPROBS and
+// REORDER_ROWS (runtime/cpu/Generation.h) against references written here
+// from the kernels' definitions (plan.proto and Generation.h), in double:
+// the rotation formula, a cache written row by row and a softmax per query
+// over its positions with ALiBi's slopes (Press et al.), for SAMPLE the
+// distribution Hugging Face's temperature, top-k and top-p warpers leave,
+// which 20000 draws must fit (a chi-square test), for TOP_LOGPROBS a stable
+// sort of the candidates by logit and log_softmax, and for REORDER_ROWS the
+// rows gathered from a copy. ROPE_AT is also checked against ROPE itself
+// where their positions agree.
 //
 //===----------------------------------------------------------------------===//
 
@@ -550,6 +553,208 @@ TYPED_TEST(GenerationKernels, SampleIsAFunctionOfSeedAndCounter) {
   setNumThreads(4);
   four = drawRows<T>(logits, 2000, 50, {0.7f, 20, 0.9f}, 42);
   EXPECT_EQ(one, four);
+}
+
+//===-- TOP_LOGPROBS ------------------------------------------------------===//
+
+/// The definition, in double: each row's first `candidates` ids stably
+/// sorted by descending logit (equal logits keep ascending ids), the first
+/// k of them, and their log_softmax over the candidates,
+/// x - m - log(sum exp(x - m)).
+template <typename T>
+void referenceTopLogprobs(const std::vector<T> &logits, int64_t rows,
+                          int64_t vocab, int64_t candidates, int64_t k,
+                          std::vector<double> &values,
+                          std::vector<int32_t> &ids) {
+  values.clear();
+  ids.clear();
+  for (int64_t r = 0; r < rows; ++r) {
+    auto x = [&](int64_t i) { return double(logits[r * vocab + i]); };
+    std::vector<int32_t> order(candidates);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return x(a) > x(b); });
+    double m = x(order[0]), sum = 0;
+    for (int64_t i = 0; i < candidates; ++i)
+      sum += std::exp(x(i) - m);
+    for (int64_t j = 0; j < k; ++j) {
+      ids.push_back(order[j]);
+      values.push_back(x(order[j]) - m - std::log(sum));
+    }
+  }
+}
+
+/// topLogprobs' outputs for `logits`.
+template <typename T>
+void runTopLogprobs(const std::vector<T> &logits, int64_t rows, int64_t vocab,
+                    int64_t candidates, int64_t k, std::vector<float> &values,
+                    std::vector<int32_t> &ids) {
+  values.assign(rows * k, std::numeric_limits<float>::quiet_NaN());
+  ids.assign(rows * k, -1);
+  topLogprobs(logits.data(), rows, vocab, candidates, k, values.data(),
+              ids.data());
+}
+
+/// The values as float rounds them: within a few units of float's last
+/// place of the double reference.
+void expectLogprobs(const std::vector<float> &got,
+                    const std::vector<double> &want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(double(got[i]), want[i], 4e-7 * (1 + std::abs(want[i])))
+        << "value " << i;
+}
+
+// Rows of random logits (one shifted by 5000, which log_softmax ignores),
+// padded with large logits that are never candidates.
+TYPED_TEST(GenerationKernels, TopLogprobsIsTheDefinition) {
+  using T = TypeParam;
+  const int64_t rows = 3, vocab = 24, candidates = 19, k = 6;
+  std::vector<T> logits = randomVec<T>(rows * vocab, 40, 4.0);
+  for (int64_t i = 0; i < vocab; ++i) {
+    logits[vocab + i] += T(5000);
+    for (int64_t r = 0; r < rows; ++r)
+      if (i >= candidates)
+        logits[r * vocab + i] = T(1e4);
+  }
+  std::vector<double> want;
+  std::vector<int32_t> wantIds;
+  referenceTopLogprobs(logits, rows, vocab, candidates, k, want, wantIds);
+  std::vector<float> values;
+  std::vector<int32_t> ids;
+  runTopLogprobs(logits, rows, vocab, candidates, k, values, ids);
+  EXPECT_EQ(ids, wantIds);
+  expectLogprobs(values, want);
+  for (int32_t id : ids)
+    EXPECT_LT(id, candidates);
+}
+
+// Equal logits come by ascending id, -0 and +0 included.
+TYPED_TEST(GenerationKernels, TopLogprobsTiesTakeTheLowerId) {
+  using T = TypeParam;
+  const std::vector<T> logits = {1, 3, 2, 3, T(-0.0), 3, T(0.0), 2, 9};
+  // Ids 0..7 the vocabulary, 8 padding: 3 (ids 1, 3, 5), 2 (2, 7), 1 (0),
+  // then 0 (4, 6).
+  std::vector<float> values;
+  std::vector<int32_t> ids;
+  runTopLogprobs(logits, 1, 9, 8, 8, values, ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 5, 2, 7, 0, 4, 6}));
+  std::vector<double> want;
+  std::vector<int32_t> wantIds;
+  referenceTopLogprobs(logits, 1, 9, 8, 8, want, wantIds);
+  expectLogprobs(values, want);
+  EXPECT_EQ(values[0], values[1]);
+  EXPECT_EQ(values[1], values[2]);
+  EXPECT_EQ(values[6], values[7]);
+  // Fewer than the tied: the lowest ids of them.
+  runTopLogprobs(logits, 1, 9, 8, 2, values, ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3}));
+}
+
+// K = vocab_size: every candidate, in order; their probabilities sum to 1.
+TYPED_TEST(GenerationKernels, TopLogprobsOfTheWholeVocabulary) {
+  using T = TypeParam;
+  const int64_t rows = 2, vocab = 12, candidates = 10;
+  std::vector<T> logits = randomVec<T>(rows * vocab, 41, 3.0);
+  std::vector<float> values;
+  std::vector<int32_t> ids;
+  runTopLogprobs(logits, rows, vocab, candidates, candidates, values, ids);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int32_t> row(ids.begin() + r * candidates,
+                             ids.begin() + (r + 1) * candidates);
+    std::vector<int32_t> sorted = row;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int32_t> all(candidates);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(sorted, all) << "row " << r;
+    double total = 0;
+    for (int64_t j = 0; j < candidates; ++j) {
+      total += std::exp(double(values[r * candidates + j]));
+      if (j > 0) {
+        EXPECT_LE(values[r * candidates + j], values[r * candidates + j - 1]);
+      }
+    }
+    EXPECT_NEAR(total, 1.0, 1e-6) << "row " << r;
+  }
+  std::vector<double> want;
+  std::vector<int32_t> wantIds;
+  referenceTopLogprobs(logits, rows, vocab, candidates, candidates, want,
+                       wantIds);
+  EXPECT_EQ(ids, wantIds);
+  expectLogprobs(values, want);
+}
+
+TYPED_TEST(GenerationKernels, TopLogprobsSameOnOneAndFourThreads) {
+  using T = TypeParam;
+  const int64_t rows = 8, vocab = 5000, k = 12;
+  std::vector<T> logits = randomVec<T>(rows * vocab, 42, 5.0);
+  std::vector<float> values1, values4;
+  std::vector<int32_t> ids1, ids4;
+  setNumThreads(1);
+  runTopLogprobs(logits, rows, vocab, vocab, k, values1, ids1);
+  setNumThreads(4);
+  runTopLogprobs(logits, rows, vocab, vocab, k, values4, ids4);
+  EXPECT_EQ(ids1, ids4);
+  EXPECT_TRUE(sameBits(values1, values4));
+  std::vector<double> want;
+  std::vector<int32_t> wantIds;
+  referenceTopLogprobs(logits, rows, vocab, vocab, k, want, wantIds);
+  EXPECT_EQ(ids4, wantIds);
+  expectLogprobs(values4, want);
+}
+
+//===-- REORDER_ROWS ------------------------------------------------------===//
+
+/// x [rows, cols] with row b the old row parents[b], from a copy; rows
+/// whose parent is outside [0, rows) as they were.
+template <typename T>
+std::vector<T> referenceReorder(const std::vector<T> &x,
+                                const std::vector<int32_t> &parents,
+                                int64_t cols) {
+  std::vector<T> y = x;
+  for (size_t b = 0; b < parents.size(); ++b)
+    if (parents[b] >= 0 && parents[b] < int32_t(parents.size()))
+      for (int64_t c = 0; c < cols; ++c)
+        y[b * cols + c] = x[parents[b] * cols + c];
+  return y;
+}
+
+TYPED_TEST(GenerationKernels, ReorderRows) {
+  using T = TypeParam;
+  const int64_t rows = 4, cols = 6;
+  const std::vector<T> x = randomVec<T>(rows * cols, 43);
+  // Duplicated parents (row 1 dropped), a cycle (a row copy in place, one
+  // after another, would spread row 0 everywhere), the identity, and
+  // parents outside the rows (left as they were).
+  for (std::vector<int32_t> parents : {std::vector<int32_t>{2, 2, 0, 3},
+                                       {1, 2, 3, 0},
+                                       {0, 1, 2, 3},
+                                       {-1, 0, 4, 1}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "parents " << parents[0] << " " << parents[1] << " "
+                 << parents[2] << " " << parents[3]);
+    std::vector<T> got = x, scratch(x.size());
+    reorderRows(got.data(), parents.data(), rows, cols, scratch.data());
+    EXPECT_TRUE(sameBits(got, referenceReorder(x, parents, cols)));
+  }
+  std::vector<T> same = x, scratch(x.size());
+  std::vector<int32_t> identity = {0, 1, 2, 3};
+  reorderRows(same.data(), identity.data(), rows, cols, scratch.data());
+  EXPECT_TRUE(sameBits(same, x));
+}
+
+TYPED_TEST(GenerationKernels, ReorderRowsSameOnOneAndFourThreads) {
+  using T = TypeParam;
+  const int64_t rows = 6, cols = 20000;
+  const std::vector<T> x0 = randomVec<T>(rows * cols, 44);
+  std::vector<int32_t> parents = {5, 0, 0, 3, 1, 5};
+  std::vector<T> x, scratch(x0.size());
+  expectSameOnOneAndFour<T>(
+      {&x}, [&] { x = x0; },
+      [&] {
+        reorderRows(x.data(), parents.data(), rows, cols, scratch.data());
+      });
+  EXPECT_TRUE(sameBits(x, referenceReorder(x0, parents, cols)));
 }
 
 TEST(Sampling, UniformIsPhiloxAtTheDrawsCounter) {

@@ -1,13 +1,15 @@
 //===- CudaGenerationTest.cpp - Generation's CUDA kernels vs the CPU's ----===//
 //
-// ROPE_AT, ATTENTION_CACHED, TAKE_ROWS and SAMPLE on the device
-// (runtime/cuda/Generation.h, Kernels.h) on the same inputs as their CPU
-// counterparts (runtime/cpu/Generation.h), which are the reference (and are
-// tested against the definitions in tests/runtime/cpu). Inputs are rounded
-// to T first and the CPU runs in float on them: outputs within T's
-// tolerance (CudaTestUtil.h), the caches' and rows' copies exact, and
-// SAMPLE's ids identical, greedy and sampled, with and without top-k and
-// top-p. Part of the kernel tests' binary; without a device every test
+// ROPE_AT, ATTENTION_CACHED, TAKE_ROWS, SAMPLE, TOP_LOGPROBS and
+// REORDER_ROWS on the device (runtime/cuda/Generation.h, Kernels.h) on the
+// same inputs as their CPU counterparts (runtime/cpu/Generation.h), which
+// are the reference (and are tested against the definitions in
+// tests/runtime/cpu). Inputs are rounded to T first and the CPU runs in
+// float on them: outputs within T's tolerance (CudaTestUtil.h), the caches'
+// and rows' copies exact, SAMPLE's ids identical, greedy and sampled, with
+// and without top-k and top-p, and TOP_LOGPROBS' ids identical (ties
+// among the rounded logits included) with their log-probabilities within
+// float's. Part of the kernel tests' binary; without a device every test
 // skips.
 //
 //===----------------------------------------------------------------------===//
@@ -202,6 +204,86 @@ TYPED_TEST(CudaGeneration, SampleOfAWideVocabulary) {
               cudaSuccess);
     EXPECT_EQ(gids.host(), ids)
         << "top_k " << settings[1] << ", top_p " << settings[2];
+  }
+}
+
+/// TOP_LOGPROBS of `logits` [rows, vocab] (already rounded to T) on the
+/// device and on the CPU: the same ids, the values within float's
+/// tolerance (exp in float on the device, in double on the CPU).
+template <typename T>
+void expectTopLogprobsOfCpu(const std::vector<float> &logits, int64_t rows,
+                            int64_t vocab, int64_t candidates, int64_t k) {
+  SCOPED_TRACE(testing::Message()
+               << rows << " rows of " << candidates << " candidates, k " << k);
+  std::vector<float> values(rows * k);
+  std::vector<int32_t> ids(rows * k);
+  cpu::topLogprobs(logits.data(), rows, vocab, candidates, k, values.data(),
+                   ids.data());
+  Device<T> glogits(as<T>(logits));
+  Device<float> gvalues(rows * k);
+  Device<int32_t> gids(rows * k);
+  ASSERT_EQ(cuda::topLogprobs(glogits.get(), rows, vocab, candidates, k,
+                              gvalues.get(), gids.get(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(gids.host(), ids);
+  expectClose(gvalues.host(), values, 2e-6, 2e-6, "values");
+}
+
+TYPED_TEST(CudaGeneration, TopLogprobsRanksTheCpusIds) {
+  using T = TypeParam;
+  // 6 rows of 1000 candidates padded to 1100 (the padding's logits large:
+  // never chosen), rounded to T (ties among them, bf16 most); row 2 all
+  // equal (the lowest ids), row 4 a few large logits over a flat rest.
+  const int64_t rows = 6, vocab = 1100, candidates = 1000;
+  std::vector<float> logits = randomValues(rows * vocab, 40, 3.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < vocab; ++i) {
+      float &x = logits[r * vocab + i];
+      if (i >= candidates)
+        x = 50.0f;
+      else if (r == 2)
+        x = 0.5f;
+      else if (r == 4)
+        x = i % 97 == 5 ? 8.0f + float(i % 3) : -1.0f;
+    }
+  logits = rounded<T>(logits);
+  for (int64_t k : {1, 7, 64, 300, 1000})
+    expectTopLogprobsOfCpu<T>(logits, rows, vocab, candidates, k);
+  // A wide vocabulary: many passes of the block over each row.
+  std::vector<float> wide = rounded<T>(randomValues(2 * 40000, 41, 2.0f));
+  expectTopLogprobsOfCpu<T>(wide, 2, 40000, 40000, 16);
+}
+
+TYPED_TEST(CudaGeneration, ReorderRows) {
+  using T = TypeParam;
+  // Rows of 21 elements (bytes, or 4-byte words for float, as the copy
+  // goes) and of 64 (16-byte words).
+  const int64_t rows = 5;
+  for (int64_t cols : {21, 64}) {
+    const std::vector<float> x =
+        rounded<T>(randomValues(rows * cols, 50 + uint32_t(cols)));
+    Device<uint8_t> scratch(rows * cols * sizeof(T));
+    // Duplicated parents, a cycle, the identity, and parents outside the
+    // rows (left as they were, as on the CPU).
+    for (std::vector<int32_t> parents : {std::vector<int32_t>{4, 4, 0, 2, 1},
+                                         {1, 2, 3, 4, 0},
+                                         {0, 1, 2, 3, 4},
+                                         {-1, 0, 9, 3, 3}}) {
+      SCOPED_TRACE(testing::Message()
+                   << cols << " columns, parents " << parents[0] << " "
+                   << parents[1] << " " << parents[2] << " " << parents[3]
+                   << " " << parents[4]);
+      std::vector<float> want = x, cpuScratch(x.size());
+      cpu::reorderRows(want.data(), parents.data(), rows, cols,
+                       cpuScratch.data());
+      Device<T> gx(as<T>(x));
+      Device<int32_t> gparents(parents);
+      ASSERT_EQ(cuda::reorderRows(gx.get(), gparents.get(), rows,
+                                  cols * int64_t(sizeof(T)), scratch.get(),
+                                  nullptr),
+                cudaSuccess);
+      expectClose(gx.host(), want, 0, 0, "x");
+    }
   }
 }
 

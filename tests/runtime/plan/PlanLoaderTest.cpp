@@ -1360,3 +1360,42 @@ TEST(PlanValidation, GenerationKernels) {
   EXPECT_REFUSED(plan, "(SAMPLE): attribute 'vocab_size' = 13 is outside "
                        "[1, 12]");
 }
+
+namespace {
+
+/// Beam search's kernels on two beams: TOP_LOGPROBS of 12 logits (the
+/// first 10 the vocabulary), 3 candidates per beam, and REORDER_ROWS of a
+/// cache of 8 positions.
+Plan beamSearchKernelsPlan() {
+  HandPlan hand;
+  int logits = hand.buffer("logits", F32, {2, 1, 12}, ACTIVATION);
+  int values = hand.buffer("top_logprobs", F32, {2, 3}, ACTIVATION);
+  int ids = hand.buffer("top_ids", I32, {2, 3}, ACTIVATION);
+  int cache = hand.buffer("cache_k", F32, {2, 8, 4}, KV_CACHE);
+  int parents = hand.buffer("beam_parents", I32, {2}, INPUT);
+  hand.buffer("cache_v", F32, {2, 8, 4}, KV_CACHE); // 5: another cache
+  hand.plan.set_arena_bytes(hand.offset);
+  Function *fn = hand.plan.add_functions();
+  fn->set_name("decode");
+  (*addInstruction(fn, TOP_LOGPROBS, {logits}, {values, ids})
+        ->mutable_int_attrs())["vocab_size"] = 10;
+  Function *reorder = hand.plan.add_functions();
+  reorder->set_name("reorder");
+  addInstruction(reorder, REORDER_ROWS, {cache, parents}, {cache});
+  return std::move(hand.plan);
+}
+
+} // namespace
+
+// TOP_LOGPROBS keeps at most vocab_size candidates; REORDER_ROWS reorders
+// its x in place.
+TEST(PlanValidation, BeamSearchKernels) {
+  EXPECT_EQ(errorOf(beamSearchKernelsPlan()), "");
+  Plan plan = beamSearchKernelsPlan();
+  (*bodyOf(plan, 0)->mutable_int_attrs())["vocab_size"] = 2;
+  EXPECT_REFUSED(plan, "(TOP_LOGPROBS): K = 3 candidates per row must be in "
+                       "[1, vocab_size = 2]");
+  plan = beamSearchKernelsPlan();
+  plan.mutable_functions(1)->mutable_body(0)->set_outputs(0, 5);
+  EXPECT_REFUSED(plan, "(REORDER_ROWS): the output must be x, input 0");
+}
