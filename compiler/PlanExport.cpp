@@ -175,6 +175,7 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     g->set_vocab_size(field("vocab_size"));
     g->set_prefill(plan_ir::kPrefillFunc.str());
     g->set_decode(plan_ir::kDecodeFunc.str());
+    g->set_reorder(plan_ir::kReorderFunc.str());
     int64_t cacheBytes = 0;
     for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>())
       if (b.getRole() == "kv_cache")

@@ -422,6 +422,7 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
       {"sampling", RankedTensorType::get({3}, b.getF32Type())},
       {"seed", ids({2})},
       {"draw_positions", ids({batch})},
+      {"beam_parents", ids({batch})},
   };
   auto cacheType = RankedTensorType::get(
       {batch, g.maxSeqLen, c.numKvHeads * c.headDim}, element);
@@ -448,16 +449,34 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
 
   auto logitsType =
       RankedTensorType::get({batch, 1, c.paddedVocabSize}, element);
-  SmallVector<Type> resultTypes = {ids({batch}), logitsType, ids({batch}),
-                                   logitsType};
+  // Beam search's candidates per row: enough for every beam's best when
+  // the beams fill the batch and up to two ids end a sequence ((1 + ends)
+  // x beams), within the vocabulary.
+  int64_t candidates = std::min<int64_t>(3 * batch, c.vocabSize);
+  auto topType = [&](Type element) {
+    return RankedTensorType::get({batch, candidates}, element);
+  };
+  SmallVector<Type> resultTypes = {
+      ids({batch}), logitsType, topType(b.getF32Type()), topType(i32),
+      ids({batch}), logitsType, topType(b.getF32Type()), topType(i32)};
+  for (int64_t i = 0; i < 2 * c.numLayers; ++i)
+    resultTypes.push_back(cacheType);
   b.setInsertionPointToEnd(module->getBody());
   auto func = b.create<func::FuncOp>(
       loc, "generate", b.getFunctionType(argTypes, resultTypes));
   func.setAllArgAttrs(argAttrs);
   SmallVector<DictionaryAttr> resultAttrs;
   for (const char *name :
-       {"prefill_ids", "prefill_logits", "decode_ids", "decode_logits"})
+       {"prefill_ids", "prefill_logits", "prefill_top_logprobs",
+        "prefill_top_ids", "decode_ids", "decode_logits",
+        "decode_top_logprobs", "decode_top_ids"})
     resultAttrs.push_back(named(ModelDialect::kResultAttrName, name));
+  // The reordered caches: the cache buffers themselves.
+  for (int64_t i = 0; i < c.numLayers; ++i)
+    for (const char *kv : {"k", "v"})
+      resultAttrs.push_back(named(
+          ModelDialect::kResultAttrName,
+          "cache." + std::string(kv) + "." + std::to_string(i)));
   func.setAllResultAttrs(resultAttrs);
 
   Block *entry = func.addEntryBlock();
@@ -466,13 +485,21 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
     return index < 0 ? Value() : Value(entry->getArgument(index));
   };
   auto input = [&](unsigned i) { return entry->getArgument(firstInput + i); };
-  Value sampling = input(5), seed = input(6), draw = input(7);
+  Value sampling = input(5), seed = input(6), draw = input(7),
+        parents = input(8);
 
   // One function's ops: its tokens through the model into the caches, and
   // the next token of each sequence from the row `last` names (the only
   // row without it). Every op is marked with the function it runs in.
+  auto markPhase = [&](Operation *before, StringRef phase) {
+    auto phaseAttr = b.getStringAttr(phase);
+    for (Operation &op : llvm::make_range(
+             before ? std::next(before->getIterator()) : entry->begin(),
+             entry->end()))
+      op.setAttr(ModelDialect::kPhaseAttrName, phaseAttr);
+  };
   auto emitPhase = [&](StringRef phase, Value tokens, Value positions,
-                       Value last) -> std::pair<Value, Value> {
+                       Value last) -> SmallVector<Value> {
     Operation *before = entry->empty() ? nullptr : &entry->back();
     Value x = fb.create<EmbeddingOp>(loc, arg(embed), tokens);
     if (this->positions >= 0)
@@ -497,19 +524,20 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
         fb.create<LinearOp>(loc, x, head, Value(), /*transposeW=*/true);
     Value next = fb.create<SampleOp>(loc, logits, sampling, seed, draw,
                                      c.vocabSize);
-    auto phaseAttr = b.getStringAttr(phase);
-    for (Operation &op : llvm::make_range(
-             before ? std::next(before->getIterator()) : entry->begin(),
-             entry->end()))
-      op.setAttr(ModelDialect::kPhaseAttrName, phaseAttr);
-    return {next, logits};
+    auto top = fb.create<TopLogprobsOp>(loc, logits, candidates, c.vocabSize);
+    markPhase(before, phase);
+    return {next, logits, top.getLogprobs(), top.getIds()};
   };
-  auto [prefillIds, prefillLogits] =
+  SmallVector<Value> results =
       emitPhase("prefill", input(0), input(1), input(2));
-  auto [decodeIds, decodeLogits] =
-      emitPhase("decode", input(3), input(4), Value());
-  fb.create<func::ReturnOp>(
-      loc, ValueRange{prefillIds, prefillLogits, decodeIds, decodeLogits});
+  llvm::append_range(results, emitPhase("decode", input(3), input(4), Value()));
+  // Beam search's reorder: every cache's rows taken from the parent beams.
+  Operation *before = &entry->back();
+  for (int64_t i = 0; i < 2 * c.numLayers; ++i)
+    results.push_back(fb.create<ReorderRowsOp>(
+        loc, entry->getArgument(firstCache + i), parents));
+  markPhase(before, "reorder");
+  fb.create<func::ReturnOp>(loc, results);
   return module;
 }
 

@@ -306,9 +306,10 @@ LogicalResult ModelDialect::verifyOperationAttribute(Operation *op,
   if (attr.getName() == kPhaseAttrName) {
     // The plan function an op of an inference graph runs in.
     auto phase = llvm::dyn_cast<StringAttr>(attr.getValue());
-    if (!phase || (phase.getValue() != "prefill" && phase.getValue() != "decode"))
-      return op->emitOpError("model.phase must be \"prefill\" or "
-                             "\"decode\", found ")
+    if (!phase || !llvm::is_contained({"prefill", "decode", "reorder"},
+                                      phase.getValue()))
+      return op->emitOpError("model.phase must be \"prefill\", \"decode\" "
+                             "or \"reorder\", found ")
              << attr.getValue();
     return success();
   }
@@ -353,7 +354,7 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
                              "prefill_tokens", "prefill_positions",
                              "prefill_last", "decode_tokens",
                              "decode_positions", "sampling", "seed",
-                             "draw_positions"},
+                             "draw_positions", "beam_parents"},
                             name.getValue()))
       return emitError() << "model.input must be \"tokens\", \"targets\", "
                             "\"loss_grad\", \"lr\", \"step\" or an input "

@@ -166,4 +166,65 @@ def Model_SampleOp : Model_ComputeOp<"sample"> {
       "::mlir::Value":$counter, "int64_t":$vocabSize)>];
 }
 
+def Model_TopLogprobsOp : Model_ComputeOp<"top_logprobs", [], [],
+                                          "TOP_LOGPROBS"> {
+  let summary = "Each sequence's most likely next tokens, for beam search";
+  let description = [{
+    Per sequence `b`, the `k` ids with the largest log-probability under
+    `log_softmax(logits[b, 0, :vocab_size])`, most likely first (ties: the
+    lower id), and those log-probabilities (f32). Beam search extends its
+    beams from them: the best candidates over every beam are among each
+    beam's best.
+
+    Example:
+
+    ```mlir
+    %lp, %ids = model.top_logprobs %logits k = 8 vocab_size = 97
+        : (tensor<4x1x128xf32>) -> (tensor<4x8xf32>, tensor<4x8xi32>)
+    ```
+
+    Constraints:
+    - TL1: `logits` is `[batch, 1, vocab]`.
+    - TL2: `k` is in `[1, vocab_size]` and `vocab_size` in `[1, vocab]`.
+    - TL3: the results are `[batch, k]` of f32 and of i32.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, I64Attr:$k,
+                       I64Attr:$vocab_size);
+  let results = (outs Model_FloatTensor:$logprobs, Model_IndexTensor:$ids);
+  let assemblyFormat = [{
+    $logits `k` `=` $k `vocab_size` `=` $vocab_size attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$logits, "int64_t":$k,
+                                 "int64_t":$vocabSize)>];
+}
+
+def Model_ReorderRowsOp : Model_ComputeOp<"reorder_rows", [], [],
+                                          "REORDER_ROWS"> {
+  let summary = "Rows gathered by parent: beam search's cache reordering";
+  let description = [{
+    `result[b] = x[parents[b]]` for every row `b` of the leading dimension:
+    after a step of beam search each beam continues from a parent beam,
+    whose keys and values it takes. The lowering updates `x`'s buffer in
+    place (a cache).
+
+    Example:
+
+    ```mlir
+    %c2 = model.reorder_rows %cache[%parents]
+        : (tensor<4x64x32xf32>, tensor<4xi32>) -> tensor<4x64x32xf32>
+    ```
+
+    Constraints:
+    - RR1: `x` has rank at least 1 and `parents` is `[rows]` of `x`.
+    - RR2: the result has `x`'s type.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, Model_IndexTensor:$parents);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `[` $parents `]` attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$parents)>];
+}
+
 #endif // BRAID_MODEL_GENERATION_OPS_TD

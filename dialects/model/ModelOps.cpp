@@ -1689,3 +1689,63 @@ LogicalResult SampleOp::verify() {
 }
 
 int64_t SampleOp::getVectorFlops() { return product({4, numel(getLogits())}); }
+
+void TopLogprobsOp::build(OpBuilder &builder, OperationState &state,
+                          Value logits, int64_t k, int64_t vocabSize) {
+  int64_t batch = cast<RankedTensorType>(logits.getType()).getDimSize(0);
+  build(builder, state,
+        RankedTensorType::get({batch, k}, builder.getF32Type()),
+        RankedTensorType::get({batch, k}, builder.getI32Type()), logits,
+        builder.getI64IntegerAttr(k), builder.getI64IntegerAttr(vocabSize));
+}
+
+LogicalResult TopLogprobsOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  // TL1: [batch, 1, vocab].
+  if (logits.getRank() != 3 || !dimsAgree(logits.getDimSize(1), 1))
+    return emitOpError("logits are ")
+           << logits << " but must be [batch, 1, vocab]";
+  // TL2: k in [1, vocab_size], vocab_size in [1, vocab].
+  int64_t k = getKAttr().getInt(), vocab = getVocabSizeAttr().getInt();
+  if (vocab < 1 || (!ShapedType::isDynamic(logits.getDimSize(2)) &&
+                    vocab > logits.getDimSize(2)))
+    return emitOpError("vocab_size = ")
+           << vocab << " must be in [1, " << logits.getDimSize(2) << "]";
+  if (k < 1 || k > vocab)
+    return emitOpError("k = ") << k << " must be in [1, vocab_size = "
+                               << vocab << "]";
+  // TL3: [batch, k] of f32 and i32.
+  auto values = cast<RankedTensorType>(getLogprobs().getType());
+  auto ids = cast<RankedTensorType>(getIds().getType());
+  if (!values.getElementType().isF32() || !ids.getElementType().isInteger(32) ||
+      !shapesAgree(values.getShape(), {logits.getDimSize(0), k}) ||
+      !shapesAgree(ids.getShape(), {logits.getDimSize(0), k}))
+    return emitOpError("results are ")
+           << values << " and " << ids << " but must be [batch, k] of f32 "
+           << "and of i32";
+  return success();
+}
+
+int64_t TopLogprobsOp::getVectorFlops() {
+  return product({4, numel(getLogits())});
+}
+
+void ReorderRowsOp::build(OpBuilder &builder, OperationState &state, Value x,
+                          Value parents) {
+  build(builder, state, x.getType(), x, parents);
+}
+
+LogicalResult ReorderRowsOp::verify() {
+  RankedTensorType x = getX().getType();
+  // RR1: rows and parents.
+  if (x.getRank() < 1)
+    return emitOpError("x must have rank at least 1");
+  if (!indexShaped(getParents(), {x.getDimSize(0)}))
+    return emitOpError("parents are ")
+           << shapeStr(getParents().getType().getShape())
+           << " but must be [rows] of x, [" << x.getDimSize(0) << "]";
+  // RR2: x's type.
+  return verifySameType(*this, getResult(), x, "x's type");
+}
+
+int64_t ReorderRowsOp::getVectorFlops() { return 0; }

@@ -33,6 +33,8 @@ inline constexpr llvm::StringLiteral kEvalStepFunc = "eval_step";
 /// the next token, and one token of each sequence and the next.
 inline constexpr llvm::StringLiteral kPrefillFunc = "prefill";
 inline constexpr llvm::StringLiteral kDecodeFunc = "decode";
+/// Beam search's: each cache's rows taken from the parent beams.
+inline constexpr llvm::StringLiteral kReorderFunc = "reorder";
 
 #define GEN_PASS_DECL
 #include "passes/plan/Passes.h.inc"

@@ -388,6 +388,9 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
              *params, op->getLoc(), provenance, ArrayAttr(), rankAxis);
       return success();
     }
+  } else if (auto reorder = dyn_cast<model::ReorderRowsOp>(op)) {
+    // In place: a cache's rows reordered.
+    buffers[reorder.getResult()] = buffers.lookup(reorder.getX());
   } else if (auto cached = dyn_cast<model::AttentionCachedOp>(op)) {
     // The caches are updated in place: the new ones are the old buffers.
     newBuffer(cached.getResult(), "activation");

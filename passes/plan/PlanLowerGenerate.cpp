@@ -22,6 +22,7 @@ LogicalResult Lowering::runGenerate() {
   b.setInsertionPointToEnd(module.getBody());
   FuncOp prefill = newFunc(kPrefillFunc);
   FuncOp decode = newFunc(kDecodeFunc);
+  FuncOp reorder = newFunc(kReorderFunc);
   firstFunc = prefill;
   for (BlockArgument arg : func.getArguments())
     if (failed(argBuffer(arg)))
@@ -29,12 +30,14 @@ LogicalResult Lowering::runGenerate() {
   Block &entry = func.getBody().front();
   for (Operation &op : entry.without_terminator()) {
     auto phase = op.getAttrOfType<StringAttr>(model::ModelDialect::kPhaseAttrName);
-    if (!phase || (phase.getValue() != kPrefillFunc &&
-                   phase.getValue() != kDecodeFunc))
+    if (!phase || !llvm::is_contained({kPrefillFunc, kDecodeFunc, kReorderFunc},
+                                      phase.getValue()))
       return op.emitOpError("of an inference graph must have ")
              << model::ModelDialect::kPhaseAttrName << " \"" << kPrefillFunc
-             << "\" or \"" << kDecodeFunc << "\"";
-    FuncOp fn = phase.getValue() == kPrefillFunc ? prefill : decode;
+             << "\", \"" << kDecodeFunc << "\" or \"" << kReorderFunc << "\"";
+    FuncOp fn = phase.getValue() == kPrefillFunc  ? prefill
+                : phase.getValue() == kDecodeFunc ? decode
+                                                  : reorder;
     b.setInsertionPointToEnd(&fn.getBody().front());
     if (failed(lowerOp(&op, phase.getValue())))
       return failure();
@@ -45,11 +48,13 @@ LogicalResult Lowering::runGenerate() {
     auto name = func.getResultAttrOfType<StringAttr>(
         i, model::ModelDialect::kResultAttrName);
     BufferOp buffer = buffers.lookup(v);
-    if (!name || !buffer || buffer.getRole() != "activation")
+    if (!name || !buffer)
       return ret.emitError("result ")
              << i << " of an inference graph must be a computed value with "
              << model::ModelDialect::kResultAttrName;
-    buffer.setName(name.getValue());
+    // A cache updated in place is already named.
+    if (buffer.getRole() == "activation")
+      buffer.setName(name.getValue());
   }
   func.erase();
   return success();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace braid::exec {
@@ -29,6 +30,8 @@ struct Generator::State {
   int decodeTokens = -1, decodePositions = -1;
   int sampling = -1, seed = -1, drawPositions = -1;
   int prefillIds = -1, decodeIds = -1, prefillLogits = -1, decodeLogits = -1;
+  // Beam search's: each function's candidates, and the parents.
+  int topLogprobs[2] = {-1, -1}, topIds[2] = {-1, -1}, beamParents = -1;
 };
 
 Generator::Generator(std::unique_ptr<State> state) : state(std::move(state)) {}
@@ -88,7 +91,12 @@ Generator::Create(const plan::Plan &plan, const GeneratorOptions &options) {
            {"prefill_ids", &s.prefillIds},
            {"decode_ids", &s.decodeIds},
            {"prefill_logits", &s.prefillLogits},
-           {"decode_logits", &s.decodeLogits}}) {
+           {"decode_logits", &s.decodeLogits},
+           {"prefill_top_logprobs", &s.topLogprobs[0]},
+           {"prefill_top_ids", &s.topIds[0]},
+           {"decode_top_logprobs", &s.topLogprobs[1]},
+           {"decode_top_ids", &s.topIds[1]},
+           {"beam_parents", &s.beamParents}}) {
     absl::StatusOr<int> id = trainer::need(e, n.name);
     if (!id.ok())
       return id.status();
@@ -108,6 +116,79 @@ absl::Status Generator::CheckSampling(const SamplingOptions &sampling) {
   if (!(sampling.topP > 0 && sampling.topP <= 1))
     return absl::InvalidArgumentError(absl::StrCat(
         "top_p ", sampling.topP, " must be in (0, 1] (1: no limit)"));
+  return absl::OkStatus();
+}
+
+absl::Status
+Generator::prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
+                        int64_t c) {
+  // A row whose prompt ended in an earlier chunk (or a row without a
+  // prompt) writes padding past its tokens, at positions decode overwrites
+  // before anything reads them.
+  State &s = *state;
+  Backend &e = *s.run.backend;
+  const plan::Generation &g = generation();
+  const int64_t batch = g.max_batch(), seqLen = g.max_seq_len(),
+                chunk = g.prefill_chunk(), n = int64_t(prompts.size());
+  std::vector<double> tokens(batch * chunk), positions(batch * chunk),
+      last(batch), draws(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::vector<int32_t> *p = b < n ? &prompts[b] : nullptr;
+    int64_t len = p ? int64_t(p->size()) : 0;
+    for (int64_t j = 0; j < chunk; ++j) {
+      int64_t at = c * chunk + j;
+      tokens[b * chunk + j] = at < len ? (*p)[at] : 0;
+      positions[b * chunk + j] = double(std::min(at, seqLen - 1));
+    }
+    bool endsHere = len > 0 && (len - 1) / chunk == c;
+    last[b] = endsHere ? double((len - 1) % chunk) : 0;
+    draws[b] = double(std::min(len, seqLen - 1));
+  }
+  for (auto [id, values] :
+       {std::pair<int, const std::vector<double> *>{s.prefillTokens, &tokens},
+        {s.prefillPositions, &positions},
+        {s.prefillLast, &last},
+        {s.drawPositions, &draws}})
+    if (absl::Status w = e.Write(id, *values); !w.ok())
+      return w;
+  auto start = std::chrono::steady_clock::now();
+  if (absl::Status r = e.Run(g.prefill(), StepContext{}); !r.ok())
+    return r;
+  // Waits for the call (the ids are what the host reads next).
+  if (absl::StatusOr<std::vector<double>> ids = e.Read(s.prefillIds);
+      !ids.ok())
+    return ids.status();
+  timings.prefillSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  ++timings.prefillCalls;
+  return absl::OkStatus();
+}
+
+absl::Status Generator::decodeCall(const std::vector<double> &tokens,
+                                   const std::vector<double> &positions) {
+  State &s = *state;
+  Backend &e = *s.run.backend;
+  const plan::Generation &g = generation();
+  std::vector<double> draws(positions.size());
+  for (size_t b = 0; b < positions.size(); ++b)
+    draws[b] = std::min<double>(positions[b] + 1, double(g.max_seq_len() - 1));
+  for (auto [id, values] :
+       {std::pair<int, const std::vector<double> *>{s.decodeTokens, &tokens},
+        {s.decodePositions, &positions},
+        {s.drawPositions, &draws}})
+    if (absl::Status w = e.Write(id, *values); !w.ok())
+      return w;
+  auto start = std::chrono::steady_clock::now();
+  if (absl::Status r = e.Run(g.decode(), StepContext{}); !r.ok())
+    return r;
+  if (absl::StatusOr<std::vector<double>> ids = e.Read(s.decodeIds);
+      !ids.ok())
+    return ids.status();
+  timings.decodeSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  ++timings.decodeCalls;
   return absl::OkStatus();
 }
 
@@ -167,6 +248,7 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
       !w.ok())
     return w;
 
+  timings = Timings();
   std::vector<Completion> out(n);
   std::vector<int64_t> length(batch, 1); // tokens in each row's cache
   std::vector<bool> done(batch, true);
@@ -201,33 +283,10 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
     done[b] = !c.finish.empty();
   };
 
-  // Prefill: the prompts a chunk at a time. A row whose prompt ended in an
-  // earlier chunk (or a row without a prompt) writes padding past its
-  // tokens, at positions decode overwrites before anything reads them.
+  // Prefill: the prompts a chunk at a time.
   const int64_t chunks = (longest + chunk - 1) / chunk;
-  std::vector<double> tokens(batch * chunk), positions(batch * chunk),
-      last(batch), draws(batch);
   for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t b = 0; b < batch; ++b) {
-      const std::vector<int32_t> *p = b < n ? &prompts[b] : nullptr;
-      int64_t len = p ? int64_t(p->size()) : 0;
-      for (int64_t j = 0; j < chunk; ++j) {
-        int64_t at = c * chunk + j;
-        tokens[b * chunk + j] = at < len ? (*p)[at] : 0;
-        positions[b * chunk + j] = double(std::min(at, seqLen - 1));
-      }
-      bool endsHere = len > 0 && (len - 1) / chunk == c;
-      last[b] = endsHere ? double((len - 1) % chunk) : 0;
-      draws[b] = double(std::min(len, seqLen - 1));
-    }
-    for (auto [id, values] :
-         {std::pair<int, const std::vector<double> *>{s.prefillTokens, &tokens},
-          {s.prefillPositions, &positions},
-          {s.prefillLast, &last},
-          {s.drawPositions, &draws}})
-      if (absl::Status w = e.Write(id, *values); !w.ok())
-        return w;
-    if (absl::Status r = e.Run(g.prefill(), StepContext{}); !r.ok())
+    if (absl::Status r = prefillChunk(prompts, c); !r.ok())
       return r;
     absl::StatusOr<std::vector<double>> ids = e.Read(s.prefillIds);
     if (!ids.ok())
@@ -247,18 +306,10 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
   while (std::any_of(done.begin(), done.begin() + n,
                      [](bool d) { return !d; })) {
     for (int64_t b = 0; b < batch; ++b) {
-      int64_t position = std::min(length[b], seqLen - 1);
       one[b] = done[b] ? 0 : next[b];
-      at[b] = double(position);
-      draws[b] = double(std::min(position + 1, seqLen - 1));
+      at[b] = double(std::min(length[b], seqLen - 1));
     }
-    for (auto [id, values] :
-         {std::pair<int, const std::vector<double> *>{s.decodeTokens, &one},
-          {s.decodePositions, &at},
-          {s.drawPositions, &draws}})
-      if (absl::Status w = e.Write(id, *values); !w.ok())
-        return w;
-    if (absl::Status r = e.Run(g.decode(), StepContext{}); !r.ok())
+    if (absl::Status r = decodeCall(one, at); !r.ok())
       return r;
     absl::StatusOr<std::vector<double>> ids = e.Read(s.decodeIds);
     if (!ids.ok())
@@ -272,6 +323,204 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
       next[b] = int32_t((*ids)[b]);
       take(b, next[b]);
     }
+  }
+  return out;
+}
+
+absl::StatusOr<Completion>
+Generator::BeamSearch(const std::vector<int32_t> &prompt, int64_t maxNewTokens,
+                      const BeamOptions &beam,
+                      const std::vector<int32_t> &eosIds) {
+  State &s = *state;
+  Backend &e = *s.run.backend;
+  const plan::Generation &g = generation();
+  const int64_t batch = g.max_batch(), seqLen = g.max_seq_len();
+  const int64_t width = beam.width;
+  if (width < 1 || width > batch)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "beam width ", width, " must be in [1, ", batch,
+        "]: the beams are rows of the plan's batch (generate.max_batch)"));
+  if (maxNewTokens < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens ", maxNewTokens, " must be at least 1"));
+  if (!std::isfinite(beam.lengthPenalty))
+    return absl::InvalidArgumentError("the length penalty must be finite");
+  const int64_t promptLen = int64_t(prompt.size());
+  if (promptLen < 1 || promptLen > seqLen - 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", promptLen, " tokens; the plan's cache holds ",
+        seqLen, " positions, so a prompt may have 1 to ", seqLen - 1));
+  for (int32_t id : prompt)
+    if (id < 0 || id >= g.vocab_size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the prompt has token id ", id, ", outside the model's ",
+          g.vocab_size(), " ids"));
+  absl::StatusOr<std::vector<double>> probe = e.Read(s.topIds[0]);
+  if (!probe.ok())
+    return probe.status();
+  const int64_t perRow = int64_t(probe->size()) / batch;
+  // Hugging Face's candidates per step: max(2, 1 + end ids) x beams, which
+  // each row's best must hold.
+  const int64_t wanted =
+      std::max<int64_t>(2, 1 + int64_t(eosIds.size())) * width;
+  if (wanted > perRow)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "beam width ", width, " with ", eosIds.size(),
+        " end-of-sequence ids needs ", wanted,
+        " candidates per beam; the plan keeps ", perRow,
+        " (3 x max_batch, at most the vocabulary)"));
+  timings = Timings();
+  // The cache holds at most seqLen tokens of a beam: the last one drawn is
+  // never fed back, so a beam may reach seqLen + 1 tokens, and the search
+  // is cut there.
+  const int64_t maxLength = std::min(promptLen + maxNewTokens, seqLen + 1);
+  const bool cut = maxLength < promptLen + maxNewTokens;
+
+  // The functions draw too (greedily here; beam search reads the
+  // candidates instead).
+  if (absl::Status w = e.Write(s.sampling, std::vector<double>{0, 0, 1});
+      !w.ok())
+    return w;
+  if (absl::Status w = e.Write(s.seed, std::vector<double>{0, 0}); !w.ok())
+    return w;
+  // Every beam's row holds the prompt; the first step expands beam 0 alone
+  // (the others start at -1e9).
+  std::vector<std::vector<int32_t>> rows(width, prompt);
+  const int64_t chunk = g.prefill_chunk();
+  for (int64_t c = 0; c * chunk < promptLen; ++c)
+    if (absl::Status r = prefillChunk(rows, c); !r.ok())
+      return r;
+  int top = 0; // the function whose candidates are read next (0: prefill)
+
+  struct Hypothesis {
+    double score;
+    std::vector<int32_t> tokens;
+    bool onEos;
+  };
+  std::vector<Hypothesis> kept;
+  double worst = 1e9;
+  auto add = [&](const std::vector<int32_t> &tokens, double sumLogprobs,
+                 int64_t generated, bool onEos) {
+    double score =
+        sumLogprobs / std::pow(double(generated), beam.lengthPenalty);
+    if (int64_t(kept.size()) < width || score > worst) {
+      kept.push_back({score, tokens, onEos});
+      if (int64_t(kept.size()) > width) {
+        // The worst goes (ties: the earlier added); the next worst is the
+        // bar.
+        std::vector<std::pair<double, size_t>> ranked;
+        for (size_t i = 0; i < kept.size(); ++i)
+          ranked.push_back({kept[i].score, i});
+        std::sort(ranked.begin(), ranked.end());
+        kept.erase(kept.begin() + ranked[0].second);
+        worst = ranked[1].first;
+      } else {
+        worst = std::min(score, worst);
+      }
+    }
+  };
+  auto isEos = [&](int32_t token) {
+    return std::find(eosIds.begin(), eosIds.end(), token) != eosIds.end();
+  };
+
+  std::vector<std::vector<int32_t>> beams(width);
+  std::vector<double> scores(width, -1e9);
+  scores[0] = 0;
+  bool done = false;
+  int64_t length = promptLen; // tokens of each beam so far
+  while (length < maxLength) {
+    absl::StatusOr<std::vector<double>> values = e.Read(s.topLogprobs[top]);
+    if (!values.ok())
+      return values.status();
+    absl::StatusOr<std::vector<double>> ids = e.Read(s.topIds[top]);
+    if (!ids.ok())
+      return ids.status();
+    struct Candidate {
+      double score;
+      int64_t beam;
+      int32_t token;
+    };
+    std::vector<Candidate> candidates;
+    for (int64_t b = 0; b < width; ++b)
+      for (int64_t j = 0; j < perRow; ++j)
+        candidates.push_back({scores[b] + (*values)[b * perRow + j], b,
+                              int32_t((*ids)[b * perRow + j])});
+    // Best first; ties to the lower beam, then the lower token.
+    std::sort(candidates.begin(), candidates.end(),
+              [](const Candidate &x, const Candidate &y) {
+                if (x.score != y.score)
+                  return x.score > y.score;
+                if (x.beam != y.beam)
+                  return x.beam < y.beam;
+                return x.token < y.token;
+              });
+    candidates.resize(size_t(wanted));
+    const int64_t generated = length + 1 - promptLen;
+    std::vector<Candidate> next;
+    for (size_t rank = 0; rank < candidates.size(); ++rank) {
+      const Candidate &c = candidates[rank];
+      if (isEos(c.token)) {
+        if (int64_t(rank) < width)
+          add(beams[c.beam], c.score, generated, true);
+      } else {
+        next.push_back(c);
+      }
+      if (int64_t(next.size()) == width)
+        break;
+    }
+    // Done when the beams cannot beat what is kept (early_stopping false:
+    // the step's best candidate as the bound).
+    if (int64_t(kept.size()) >= width)
+      done = beam.earlyStopping ||
+             worst >= candidates[0].score /
+                          std::pow(double(generated), beam.lengthPenalty);
+    std::vector<std::vector<int32_t>> grown;
+    std::vector<double> parents(batch), tokens(batch, 0), positions(batch);
+    for (int64_t b = 0; b < batch; ++b)
+      parents[b] = double(b);
+    for (int64_t b = 0; b < width; ++b) {
+      grown.push_back(beams[next[b].beam]);
+      grown.back().push_back(next[b].token);
+      scores[b] = next[b].score;
+      parents[b] = double(next[b].beam);
+      tokens[b] = next[b].token;
+    }
+    beams = std::move(grown);
+    ++length;
+    if (done || length >= maxLength)
+      break;
+    // Each beam's row takes its parent's cache, then its new token.
+    if (absl::Status w = e.Write(s.beamParents, parents); !w.ok())
+      return w;
+    if (absl::Status r = e.Run(g.reorder(), StepContext{}); !r.ok())
+      return r;
+    for (int64_t b = 0; b < batch; ++b)
+      positions[b] = double(std::min(length - 1, seqLen - 1));
+    if (absl::Status r = decodeCall(tokens, positions); !r.ok())
+      return r;
+    top = 1;
+  }
+  if (!done)
+    for (int64_t b = 0; b < width; ++b)
+      add(beams[b], scores[b], int64_t(beams[b].size()), false);
+  // The best: the last of the kept sorted by score (stable: among equal
+  // scores, the one added last).
+  std::vector<size_t> order(kept.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return kept[x].score < kept[y].score;
+  });
+  const Hypothesis &best = kept[order.back()];
+  Completion out;
+  out.tokens = best.tokens;
+  if (best.onEos && !eosIds.empty()) {
+    out.tokens.push_back(eosIds.front());
+    out.finish = "eos";
+  } else {
+    out.finish = cut && int64_t(best.tokens.size()) + promptLen >= maxLength
+                     ? "context"
+                     : "length";
   }
   return out;
 }

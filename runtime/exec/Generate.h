@@ -95,6 +95,34 @@ public:
            const TokenCallback &onToken = {},
            const LogitsCallback &onLogits = {});
 
+  /// The wall time of the last Generate's calls: its prefill calls (each
+  /// waited for, the ids read back), and its decode calls.
+  struct Timings {
+    int64_t prefillCalls = 0, decodeCalls = 0;
+    double prefillSeconds = 0, decodeSeconds = 0;
+  };
+  const Timings &lastTimings() const { return timings; }
+
+  /// Beam search's settings (Hugging Face's generate with num_beams).
+  struct BeamOptions {
+    int64_t width = 1;          ///< beams: rows of the plan's batch
+    double lengthPenalty = 1.0; ///< a hypothesis scores sum / length^this
+    bool earlyStopping = false; ///< stop once `width` hypotheses are done
+  };
+  /// Beam search from one prompt, as transformers v4.36 to v4.49 do it
+  /// (BeamSearchScorer): each step the best max(2, 1 + end ids) x width
+  /// candidates over every beam (their log-probabilities summed), those
+  /// ending a sequence (ranked below `width`) kept as hypotheses scored by
+  /// sum / generated^length_penalty, the others the next beams; done when
+  /// `width` hypotheses are kept and none of the beams can beat the worst
+  /// (with earlyStopping, at once). Returns the best hypothesis' new
+  /// tokens, its end id included. The beams are rows 0 .. width-1: after
+  /// each step the reorder function gives each the cache of its parent.
+  absl::StatusOr<Completion> BeamSearch(const std::vector<int32_t> &prompt,
+                                        int64_t maxNewTokens,
+                                        const BeamOptions &beam,
+                                        const std::vector<int32_t> &eosIds);
+
   /// Checks sampling options as SAMPLE needs them: temperature >= 0 and
   /// finite, top_k >= 0, top_p in (0, 1].
   static absl::Status CheckSampling(const SamplingOptions &sampling);
@@ -103,7 +131,16 @@ private:
   struct State;
   explicit Generator(std::unique_ptr<State> state);
   const plan::Generation &generation() const;
+  /// Writes chunk `c` of the prompts (rows past them padding) and runs
+  /// prefill on it.
+  absl::Status prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
+                            int64_t c);
+  /// Runs decode on each row's token at its position (the draw for the
+  /// next position).
+  absl::Status decodeCall(const std::vector<double> &tokens,
+                          const std::vector<double> &positions);
   std::unique_ptr<State> state;
+  Timings timings;
 };
 
 } // namespace braid::exec

@@ -104,6 +104,46 @@ def check_family(s, family, seed):
     return model_dir, prompts
 
 
+def check_beam(s, family, seed):
+    """Beam search, width 4, length penalty 1.0, against the reference's
+    (transformers v4.36-v4.49 rules): without an end id, and with one that
+    the search meets (so that finished hypotheses compete)."""
+    config, weights = ref.random_model(family, seed=seed)
+    model_dir = s.w(f"{family}-beam-model")
+    ref.save_hf_dir(model_dir, config, weights)
+    truth = ref.Reference(config, weights)
+    rng = np.random.default_rng(seed + 200)
+    checked = ended = 0
+    for trial in range(3):
+        prompt = [int(t) for t in rng.integers(3, config["vocab_size"], 5)]
+        new = 12
+        # End ids the greedy continuation produces early: hypotheses end on
+        # them while other beams go on.
+        greedy = truth.greedy(prompt, new)
+        for eos in (None, greedy[1], greedy[2], greedy[3]):
+            details = truth.beam_search_details(prompt, 4, new, 1.0, eos)
+            ended += eos is not None and details["tokens"][-1] == eos
+            extra = ["--beam-width", "4", "--length-penalty", "1.0",
+                     "--max-new-tokens", str(new), "--print-ids",
+                     "--max-seq-len", "32", "--prefill-chunk", "4"]
+            if eos is not None:
+                extra += ["--eos-id", str(eos)]
+            out = generate(s, model_dir, [prompt], extra).stdout.split()
+            got = [int(t) for t in out]
+            want = prompt + details["tokens"]
+            if got != want:
+                scores = [f"{sc:.6f}" for sc, _ in details["hypotheses"]]
+                sys.exit(f"FAILED: {family} beam search (eos {eos}) gave\n"
+                         f"  {got}\nthe reference\n  {want}\n(the "
+                         f"reference's hypothesis scores: {scores})")
+            checked += 1
+    if ended < 3:
+        sys.exit(f"FAILED: only {ended} of the searches ended on their end "
+                 "id: the test no longer exercises finished hypotheses")
+    print(f"{family}: beam search (width 4) equals the reference's in "
+          f"{checked} searches ({ended} ending on their end id)")
+
+
 def check_sampling(s, model_dir, prompts):
     args = ["--max-new-tokens", "12", "--print-ids", "--temperature", "1.2",
             "--top-k", "20", "--top-p", "0.9", "--max-seq-len", "32"]
@@ -128,7 +168,10 @@ def check_errors(s, model_dir):
         (["--prompt-ids", ",".join(["5"] * 40), "--max-seq-len", "32",
           "--greedy"], "at most 31"),
         (["--prompt-ids", "5,6", "--top-p", "1.5"], "--top-p"),
-        (["--prompt-ids", "5,6", "--beam-width", "4"], "beam search"),
+        (["--prompt-ids", "5,6", "--beam-width", "4", "--max-batch", "2"],
+         "the beams are rows of the batch"),
+        (["--prompt-ids", "5,6", "--beam-width", "2", "--top-k", "5"],
+         "does not go with"),
         (["--prompt-ids", "5,6", "--tp", "2"], "tensor parallelism"),
         (["--prompt-ids", "5,500"], "outside the model's"),
         (["--prompt", "hello"], "holds no tokenizer"),
@@ -151,6 +194,7 @@ def main():
     llama, prompts = check_family(s, "llama", 11)
     check_family(s, "gpt2", 12)
     check_family(s, "bloom", 13)
+    check_beam(s, "llama", 21)
     check_sampling(s, llama, prompts)
     check_errors(s, llama)
     print("PASSED")

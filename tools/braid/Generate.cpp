@@ -24,6 +24,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -44,7 +45,7 @@ const char kGenerateUsage[] =
     "           [--device cpu|cuda] [--precision fp32|bf16|fp16] "
     "[--max-batch B] [--max-seq-len S] [--prefill-chunk P]\n"
     "           [--tp N] [--beam-width W [--length-penalty A]] "
-    "[--logits-out FILE]\n";
+    "[--eos-id ID]... [--logits-out FILE] [--stats]\n";
 
 namespace {
 
@@ -90,10 +91,12 @@ struct Flags {
   std::vector<std::string> promptIds;
   std::string device = "cpu", precision, logitsOut;
   std::vector<std::string> stops;
+  /// --eos-id: the ids that end a sequence, instead of the tokenizer's.
+  std::vector<int32_t> eosIds;
   int64_t maxNewTokens = 64, maxBatch = 0, maxSeqLen = 0, prefillChunk = 0;
   int64_t tp = 1, beamWidth = 1;
   double lengthPenalty = 1.0;
-  bool greedy = false, printIds = false;
+  bool greedy = false, printIds = false, stats = false;
   std::optional<double> temperature, topP;
   std::optional<int64_t> topK;
   uint64_t seed = 0;
@@ -118,6 +121,10 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
     }
     if (arg == "--print-ids") {
       f.printIds = true;
+      continue;
+    }
+    if (arg == "--stats") {
+      f.stats = true;
       continue;
     }
     if (i + 1 >= argc)
@@ -155,6 +162,10 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
       if (llvm::Error e = integer(f.tp, 1)) return std::move(e);
     } else if (arg == "--beam-width") {
       if (llvm::Error e = integer(f.beamWidth, 1)) return std::move(e);
+    } else if (arg == "--eos-id") {
+      int64_t id;
+      if (llvm::Error e = integer(id, 0)) return std::move(e);
+      f.eosIds.push_back(int32_t(id));
     } else if (arg == "--top-k") {
       int64_t k;
       if (llvm::Error e = integer(k, 0)) return std::move(e);
@@ -193,9 +204,16 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
   if (f.temperature && !(*f.temperature > 0))
     return error("--temperature must be > 0 (use --greedy for the most "
                  "likely token)");
-  if (f.beamWidth > 1)
+  if (f.beamWidth > 1 && (f.temperature || f.topK || f.topP))
+    return error("--beam-width searches the most likely continuation: it "
+                 "does not go with --temperature, --top-k or --top-p");
+  if (f.beamWidth > 1 && f.maxBatch > 0 && f.beamWidth > f.maxBatch)
     return error("--beam-width " + std::to_string(f.beamWidth) +
-                 ": beam search is not built yet (greedy and sampling are)");
+                 " is above --max-batch " + std::to_string(f.maxBatch) +
+                 ": the beams are rows of the batch");
+  if (f.lengthPenalty != 1.0 && f.beamWidth == 1)
+    return error("--length-penalty scores beam search's hypotheses: give "
+                 "--beam-width W");
   if (f.tp > 1)
     return error("--tp " + std::to_string(f.tp) +
                  ": generation under tensor parallelism is not built yet");
@@ -358,7 +376,9 @@ int generateCommand(int argc, char **argv) {
   spec::GenerateSpec &g = *job.mutable_generate();
   g.set_max_batch(f.maxBatch > 0
                       ? f.maxBatch
-                      : std::min<int64_t>(int64_t(prompts.size()), 8));
+                      : std::max<int64_t>(
+                            f.beamWidth,
+                            std::min<int64_t>(int64_t(prompts.size()), 8)));
   if (f.maxSeqLen > 0)
     g.set_max_seq_len(f.maxSeqLen);
   if (f.prefillChunk > 0)
@@ -389,8 +409,10 @@ int generateCommand(int argc, char **argv) {
   sampling.seed = f.seed;
   if ((f.topK || f.topP) && !f.temperature)
     sampling.temperature = 1.0; // sampling was asked for: HF's default
-  std::vector<int32_t> eosIds = tokenizer ? tokenizer->eosIds
-                                          : std::vector<int32_t>{};
+  std::vector<int32_t> eosIds =
+      !f.eosIds.empty() ? f.eosIds
+      : tokenizer       ? tokenizer->eosIds
+                        : std::vector<int32_t>{};
 
   std::ofstream logits;
   if (!f.logitsOut.empty()) {
@@ -408,7 +430,8 @@ int generateCommand(int argc, char **argv) {
   // -o; the text of the ids so far, printed past what is already out.
   const bool stream = prompts.size() == 1 && f.output.empty() &&
                       tokenizer && !f.printIds;
-  const int64_t batch = gen.maxBatch();
+  // Beam search takes the prompts one at a time, its beams in the rows.
+  const int64_t batch = f.beamWidth > 1 ? 1 : gen.maxBatch();
   for (size_t first = 0; first < prompts.size(); first += size_t(batch)) {
     size_t count = std::min(prompts.size() - first, size_t(batch));
     std::vector<std::vector<int32_t>> ids;
@@ -443,10 +466,24 @@ int generateCommand(int argc, char **argv) {
       logits << '\n';
     };
     auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::vector<exec::Completion>> done =
-        gen.Generate(ids, f.maxNewTokens, sampling, eosIds, onToken,
-                     f.logitsOut.empty() ? exec::LogitsCallback()
-                                         : exec::LogitsCallback(onLogits));
+    absl::StatusOr<std::vector<exec::Completion>> done;
+    if (f.beamWidth > 1) {
+      exec::Generator::BeamOptions beam;
+      beam.width = f.beamWidth;
+      beam.lengthPenalty = f.lengthPenalty;
+      absl::StatusOr<exec::Completion> best =
+          gen.BeamSearch(ids[0], f.maxNewTokens, beam, eosIds);
+      if (!best.ok())
+        return fail(std::string(best.status().message()));
+      done = std::vector<exec::Completion>{*best};
+      if (stream)
+        for (int32_t token : best->tokens)
+          onToken(0, token);
+    } else {
+      done = gen.Generate(ids, f.maxNewTokens, sampling, eosIds, onToken,
+                          f.logitsOut.empty() ? exec::LogitsCallback()
+                                              : exec::LogitsCallback(onLogits));
+    }
     if (!done.ok())
       return fail(std::string(done.status().message()));
     double seconds = std::chrono::duration<double>(
@@ -454,6 +491,17 @@ int generateCommand(int argc, char **argv) {
                          .count();
     if (stream)
       std::cout << "\n";
+    if (f.stats) {
+      const exec::Generator::Timings &t = gen.lastTimings();
+      // Decode calls make one token per sequence each.
+      llvm::errs() << llvm::formatv(
+          "stats: {0} sequences; prefill {1} calls in {2:F4} s; decode {3} "
+          "calls in {4:F4} s, {5:F2} calls/s; arena {6} bytes\n",
+          count, t.prefillCalls, t.prefillSeconds, t.decodeCalls,
+          t.decodeSeconds,
+          t.decodeSeconds > 0 ? double(t.decodeCalls) / t.decodeSeconds : 0.0,
+          compiled->plan.arena_bytes());
+    }
     for (size_t k = 0; k < count; ++k) {
       const exec::Completion &c = (*done)[k];
       const Prompt &p = prompts[first + k];
