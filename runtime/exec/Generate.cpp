@@ -121,7 +121,7 @@ absl::Status Generator::CheckSampling(const SamplingOptions &sampling) {
 
 absl::Status
 Generator::prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
-                        int64_t c) {
+                        int64_t c, const std::vector<int64_t> &start) {
   // A row whose prompt ended in an earlier chunk (or a row without a
   // prompt) writes padding past its tokens, at positions decode overwrites
   // before anything reads them.
@@ -135,14 +135,15 @@ Generator::prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
   for (int64_t b = 0; b < batch; ++b) {
     const std::vector<int32_t> *p = b < n ? &prompts[b] : nullptr;
     int64_t len = p ? int64_t(p->size()) : 0;
+    int64_t first = b < int64_t(start.size()) ? start[b] : 0;
     for (int64_t j = 0; j < chunk; ++j) {
       int64_t at = c * chunk + j;
       tokens[b * chunk + j] = at < len ? (*p)[at] : 0;
-      positions[b * chunk + j] = double(std::min(at, seqLen - 1));
+      positions[b * chunk + j] = double(std::min(first + at, seqLen - 1));
     }
     bool endsHere = len > 0 && (len - 1) / chunk == c;
     last[b] = endsHere ? double((len - 1) % chunk) : 0;
-    draws[b] = double(std::min(len, seqLen - 1));
+    draws[b] = double(std::min(first + len, seqLen - 1));
   }
   for (auto [id, values] :
        {std::pair<int, const std::vector<double> *>{s.prefillTokens, &tokens},
@@ -151,7 +152,7 @@ Generator::prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
         {s.drawPositions, &draws}})
     if (absl::Status w = e.Write(id, *values); !w.ok())
       return w;
-  auto start = std::chrono::steady_clock::now();
+  auto began = std::chrono::steady_clock::now();
   if (absl::Status r = e.Run(g.prefill(), StepContext{}); !r.ok())
     return r;
   // Waits for the call (the ids are what the host reads next).
@@ -159,7 +160,7 @@ Generator::prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
       !ids.ok())
     return ids.status();
   timings.prefillSeconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began)
           .count();
   ++timings.prefillCalls;
   return absl::OkStatus();
@@ -197,7 +198,8 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
                     int64_t maxNewTokens, const SamplingOptions &sampling,
                     const std::vector<int32_t> &eosIds,
                     const TokenCallback &onToken,
-                    const LogitsCallback &onLogits) {
+                    const LogitsCallback &onLogits,
+                    const std::vector<int64_t> &continueAt) {
   State &s = *state;
   Backend &e = *s.run.backend;
   const plan::Generation &g = generation();
@@ -214,17 +216,34 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
   if (absl::Status c = CheckSampling(sampling); !c.ok())
     return c;
   int64_t longest = 0;
+  std::vector<int64_t> start(batch, 0);
+  if (!continueAt.empty() && int64_t(continueAt.size()) != n)
+    return absl::InvalidArgumentError(absl::StrCat(
+        continueAt.size(), " cached lengths for ", n, " prompts"));
+  for (int64_t b = 0; b < int64_t(continueAt.size()); ++b) {
+    if (continueAt[b] < 0 || continueAt[b] > seqLen - 1)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row ", b, " continues at position ", continueAt[b],
+          ", outside the cache's [0, ", seqLen - 1, "]"));
+    start[b] = continueAt[b];
+  }
   for (int64_t b = 0; b < n; ++b) {
     const std::vector<int32_t> &p = prompts[b];
     if (p.empty())
       return absl::InvalidArgumentError(
           absl::StrCat("prompt ", b, " has no tokens"));
-    if (int64_t(p.size()) > seqLen - 1)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt ", b, " has ", p.size(),
-          " tokens; the plan's cache holds ", seqLen,
-          " positions (generate.max_seq_len), so a prompt may have at most ",
-          seqLen - 1));
+    if (start[b] + int64_t(p.size()) > seqLen - 1)
+      return absl::InvalidArgumentError(
+          start[b] == 0
+              ? absl::StrCat("prompt ", b, " has ", p.size(),
+                             " tokens; the plan's cache holds ", seqLen,
+                             " positions (generate.max_seq_len), so a prompt "
+                             "may have at most ",
+                             seqLen - 1)
+              : absl::StrCat("prompt ", b, " has ", p.size(),
+                             " tokens after the ", start[b],
+                             " in the cache; the cache holds ", seqLen,
+                             " positions (generate.max_seq_len)"));
     for (int32_t id : p)
       if (id < 0 || id >= g.vocab_size())
         return absl::InvalidArgumentError(absl::StrCat(
@@ -253,7 +272,7 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
   std::vector<int64_t> length(batch, 1); // tokens in each row's cache
   std::vector<bool> done(batch, true);
   for (int64_t b = 0; b < n; ++b) {
-    length[b] = int64_t(prompts[b].size());
+    length[b] = start[b] + int64_t(prompts[b].size());
     done[b] = false;
   }
   std::vector<int32_t> next(batch, 0);
@@ -286,7 +305,7 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
   // Prefill: the prompts a chunk at a time.
   const int64_t chunks = (longest + chunk - 1) / chunk;
   for (int64_t c = 0; c < chunks; ++c) {
-    if (absl::Status r = prefillChunk(prompts, c); !r.ok())
+    if (absl::Status r = prefillChunk(prompts, c, start); !r.ok())
       return r;
     absl::StatusOr<std::vector<double>> ids = e.Read(s.prefillIds);
     if (!ids.ok())
@@ -388,7 +407,7 @@ Generator::BeamSearch(const std::vector<int32_t> &prompt, int64_t maxNewTokens,
   std::vector<std::vector<int32_t>> rows(width, prompt);
   const int64_t chunk = g.prefill_chunk();
   for (int64_t c = 0; c * chunk < promptLen; ++c)
-    if (absl::Status r = prefillChunk(rows, c); !r.ok())
+    if (absl::Status r = prefillChunk(rows, c, {}); !r.ok())
       return r;
   int top = 0; // the function whose candidates are read next (0: prefill)
 

@@ -86,14 +86,19 @@ public:
   /// Continues each prompt (1 .. max_batch of them, each of 1 ..
   /// max_seq_len - 1 ids below the vocabulary size) by up to
   /// `maxNewTokens` tokens, stopping a sequence at any of `eosIds`, when
-  /// `onToken` says so, or when its cache is full. Every bad argument is
+  /// `onToken` says so, or when its cache is full. With `continueAt` (one
+  /// per prompt), row b's cache keeps its first continueAt[b] positions
+  /// from the calls before (a conversation: the tokens Generate returned
+  /// were drawn, not yet fed, so the next prompt starts with the last of
+  /// them) and its prompt goes at the positions after. Every bad argument is
   /// an InvalidArgument naming it.
   absl::StatusOr<std::vector<Completion>>
   Generate(const std::vector<std::vector<int32_t>> &prompts,
            int64_t maxNewTokens, const SamplingOptions &sampling,
            const std::vector<int32_t> &eosIds = {},
            const TokenCallback &onToken = {},
-           const LogitsCallback &onLogits = {});
+           const LogitsCallback &onLogits = {},
+           const std::vector<int64_t> &continueAt = {});
 
   /// The wall time of the last Generate's calls: its prefill calls (each
   /// waited for, the ids read back), and its decode calls.
@@ -134,7 +139,7 @@ private:
   /// Writes chunk `c` of the prompts (rows past them padding) and runs
   /// prefill on it.
   absl::Status prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
-                            int64_t c);
+                            int64_t c, const std::vector<int64_t> &start);
   /// Runs decode on each row's token at its position (the draw for the
   /// next position).
   absl::Status decodeCall(const std::vector<double> &tokens,

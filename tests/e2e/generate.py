@@ -144,6 +144,66 @@ def check_beam(s, family, seed):
           f"{checked} searches ({ended} ending on their end id)")
 
 
+def check_chat(s, seed):
+    """braid chat keeps the conversation in the KV cache: each answer is
+    the reference's greedy continuation of the whole conversation so far
+    (the plain template, bytes as tokens), and a turn that does not fit
+    starts a new conversation, saying so."""
+    config, weights = ref.random_model("llama", {"vocab_size": 300}, seed=seed)
+    model_dir = s.w("chat-model")
+    ref.save_hf_dir(model_dir, config, weights)
+    truth = ref.Reference(config, weights)
+    eos = 256  # the byte tokenizer's end id
+    new = 6
+
+    def chat(turns, seq_len):
+        p = subprocess.run(
+            [s.b("braid"), "chat", model_dir, "--tokenizer", "bytes",
+             "--greedy", "--print-ids", "--max-new-tokens", str(new),
+             "--max-seq-len", str(seq_len)],
+            input="".join(t + "\n" for t in turns), capture_output=True,
+            text=True)
+        if p.returncode != 0:
+            sys.exit(f"FAILED: braid chat: {p.stderr}")
+        return p.stdout.splitlines()
+
+    def plain(text, first):
+        wrapped = ("" if first else "\n") + "User: " + text + "\nAssistant:"
+        return list(wrapped.encode())
+
+    turns = ["hello there", "and then?", "why"]
+    lines = chat(turns, 96)
+    history = []
+    for k, turn in enumerate(turns):
+        history += plain(turn, k == 0)
+        want = truth.greedy(history, new, eos)
+        got = [int(t) for t in lines[k].split()]
+        if got != want:
+            sys.exit(f"FAILED: braid chat turn {k}: answered {got}, the "
+                     f"reference {want} (conversation {history})")
+        history += want
+    # 40 positions: the second turn does not fit after the first.
+    lines = chat(turns[:2], 40)
+    if len(lines) != 3 or "the context is full" not in lines[1]:
+        sys.exit(f"FAILED: braid chat did not say the context was full:\n"
+                 f"{lines}")
+    want = truth.greedy(plain(turns[1], True), new, eos)
+    if [int(t) for t in lines[2].split()] != want:
+        sys.exit(f"FAILED: braid chat's new conversation answered "
+                 f"{lines[2]}, the reference {want}")
+    for extra, expected in ((["--template", "vicuna"], "--template vicuna is "
+                             "not one of llama2, alpaca, plain"),
+                            ([], "holds no tokenizer")):
+        cmd = [s.b("braid"), "chat", model_dir] + \
+            (["--tokenizer", "bytes"] if extra else []) + extra
+        p = subprocess.run(cmd, input="hi\n", capture_output=True, text=True)
+        if p.returncode == 0 or expected not in p.stderr:
+            sys.exit(f"FAILED: {' '.join(cmd)} should fail naming "
+                     f"'{expected}':\n{p.stderr}")
+    print(f"chat: {len(turns)} turns in one cache equal the reference's "
+          f"greedy answers; a full context starts a new conversation")
+
+
 def check_sampling(s, model_dir, prompts):
     args = ["--max-new-tokens", "12", "--print-ids", "--temperature", "1.2",
             "--top-k", "20", "--top-p", "0.9", "--max-seq-len", "32"]
@@ -195,6 +255,7 @@ def main():
     check_family(s, "gpt2", 12)
     check_family(s, "bloom", 13)
     check_beam(s, "llama", 21)
+    check_chat(s, 31)
     check_sampling(s, llama, prompts)
     check_errors(s, llama)
     print("PASSED")

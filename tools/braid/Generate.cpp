@@ -33,7 +33,15 @@
 #include <iostream>
 #include <optional>
 
+#include <unistd.h>
+
 using namespace braid;
+
+const char kChatUsage[] =
+    "       braid chat MODEL [--template llama2|alpaca|plain] "
+    "[--tokenizer DIR|bytes] [--max-new-tokens N]\n"
+    "           [--greedy | --temperature T --top-k K --top-p P] [--seed S] "
+    "[--max-seq-len S] [--device cpu|cuda] [--print-ids]\n";
 
 const char kGenerateUsage[] =
     "       braid generate MODEL (--prompt TEXT | --prompts FILE.jsonl | "
@@ -50,7 +58,7 @@ const char kGenerateUsage[] =
 namespace {
 
 int fail(const std::string &message, int code = 1) {
-  llvm::errs() << "braid generate: error: " << message << "\n";
+  llvm::errs() << "braid: error: " << message << "\n";
   return code;
 }
 
@@ -90,6 +98,7 @@ struct Flags {
   /// --prompt-ids, once per prompt.
   std::vector<std::string> promptIds;
   std::string device = "cpu", precision, logitsOut;
+  std::string chatTemplate = "plain"; ///< braid chat --template
   std::vector<std::string> stops;
   /// --eos-id: the ids that end a sequence, instead of the tokenizer's.
   std::vector<int32_t> eosIds;
@@ -102,7 +111,7 @@ struct Flags {
   uint64_t seed = 0;
 };
 
-llvm::Expected<Flags> parseFlags(int argc, char **argv) {
+llvm::Expected<Flags> parseFlags(int argc, char **argv, bool chat = false) {
   Flags f;
   auto error = [](const std::string &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
@@ -150,6 +159,7 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
     else if (arg == "--precision") f.precision = value;
     else if (arg == "--logits-out") f.logitsOut = value;
     else if (arg == "--stop") f.stops.push_back(value);
+    else if (arg == "--template" && chat) f.chatTemplate = value;
     else if (arg == "--max-new-tokens") {
       if (llvm::Error e = integer(f.maxNewTokens, 1)) return std::move(e);
     } else if (arg == "--max-batch") {
@@ -192,7 +202,19 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv) {
     return error("no MODEL: give a Hugging Face directory or a Braid "
                  "checkpoint");
   int given = !f.prompt.empty() + !f.promptsFile.empty() + !f.promptIds.empty();
-  if (given != 1)
+  if (chat) {
+    if (given != 0)
+      return error("braid chat reads its turns from the terminal (standard "
+                   "input); --prompt, --prompts and --prompt-ids are braid "
+                   "generate's");
+    if (f.chatTemplate != "llama2" && f.chatTemplate != "alpaca" &&
+        f.chatTemplate != "plain")
+      return error("--template " + f.chatTemplate +
+                   " is not one of llama2, alpaca, plain");
+    if (f.beamWidth > 1)
+      return error("braid chat samples or takes the most likely token; "
+                   "--beam-width is braid generate's");
+  } else if (given != 1)
     return error("give exactly one of --prompt TEXT, --prompts FILE.jsonl "
                  "and --prompt-ids 1,2,3 (once per prompt)");
   if (f.greedy && (f.temperature || f.topK || f.topP))
@@ -269,6 +291,103 @@ llvm::Expected<std::vector<int32_t>> parseIds(const std::string &text) {
   return ids;
 }
 
+
+/// Loads the tokenizer: --tokenizer (a directory, or "bytes": the byte
+/// tokenizer the demo trains with), else the model directory's. Without
+/// one, an error when `required`.
+llvm::Error loadTokenizer(const Flags &f, bool braidCheckpoint, bool required,
+                          std::optional<data::ModelTokenizer> &tokenizer) {
+  auto error = [](const std::string &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+  };
+  std::string dir =
+      !f.tokenizer.empty() ? f.tokenizer : (braidCheckpoint ? "" : f.model);
+  if (f.tokenizer == "bytes") {
+    tokenizer.emplace();
+    tokenizer->tokenizer = std::make_unique<data::ByteTokenizer>();
+    tokenizer->eosId = data::ByteTokenizer::kEodId;
+    tokenizer->eosIds = {data::ByteTokenizer::kEodId};
+    tokenizer->source = "bytes";
+  } else if (!dir.empty()) {
+    absl::StatusOr<data::ModelTokenizer> loaded = data::LoadModelTokenizer(dir);
+    if (loaded.ok())
+      tokenizer.emplace(std::move(*loaded));
+    else if (required || !f.tokenizer.empty())
+      return error(std::string(loaded.status().message()));
+  }
+  if (!tokenizer && required)
+    return error(f.model + " comes without a tokenizer: give --tokenizer DIR "
+                           "(or bytes), or the prompt as --prompt-ids");
+  return llvm::Error::success();
+}
+
+/// The compiled inference plan and its generator, weights loaded.
+struct Opened {
+  std::unique_ptr<mlir::MLIRContext> context;
+  GeneratePlan compiled;
+  std::unique_ptr<exec::Generator> generator;
+};
+
+/// Compiles MODEL's inference plan for `defaultBatch` sequences (unless
+/// --max-batch) and loads its weights on --device.
+llvm::Expected<Opened> openGenerator(const Flags &f,
+                                     const spec::ModelSpec &model,
+                                     int64_t defaultBatch) {
+  auto error = [](const std::string &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+  };
+  spec::JobSpec job;
+  *job.mutable_model() = model;
+  if (!f.precision.empty()) {
+    spec::DType dtype;
+    if (!spec::DType_Parse(llvm::StringRef(f.precision).upper(), &dtype) ||
+        dtype == spec::DTYPE_UNSPECIFIED || dtype == spec::FP64)
+      return error("--precision " + f.precision +
+                   " is not one of fp32, bf16, fp16");
+    job.mutable_train()->set_precision(dtype);
+  }
+  spec::GenerateSpec &g = *job.mutable_generate();
+  g.set_max_batch(f.maxBatch > 0 ? f.maxBatch : defaultBatch);
+  if (f.maxSeqLen > 0)
+    g.set_max_seq_len(f.maxSeqLen);
+  if (f.prefillChunk > 0)
+    g.set_prefill_chunk(f.prefillChunk);
+  Opened out;
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  out.context = std::make_unique<mlir::MLIRContext>(registry);
+  llvm::Expected<GeneratePlan> compiled = compileGeneratePlan(*out.context, job);
+  if (!compiled)
+    return compiled.takeError();
+  out.compiled = std::move(*compiled);
+  exec::GeneratorOptions options;
+  options.weights = f.model;
+  options.device = f.device;
+  absl::StatusOr<exec::BackendFactory> backend = exec::BackendFor(f.device);
+  if (!backend.ok())
+    return error(std::string(backend.status().message()));
+  options.backend = *backend;
+  absl::StatusOr<std::unique_ptr<exec::Generator>> generator =
+      exec::Generator::Create(out.compiled.plan, options);
+  if (!generator.ok())
+    return error(std::string(generator.status().message()));
+  out.generator = std::move(*generator);
+  return out;
+}
+
+/// The sampling options of the flags (sampling when --top-k or --top-p is
+/// given without a temperature: Hugging Face's default of 1).
+exec::SamplingOptions samplingOf(const Flags &f) {
+  exec::SamplingOptions sampling;
+  sampling.temperature = f.greedy ? 0.0 : f.temperature.value_or(0.0);
+  sampling.topK = f.topK.value_or(0);
+  sampling.topP = f.topP.value_or(1.0);
+  sampling.seed = f.seed;
+  if ((f.topK || f.topP) && !f.temperature)
+    sampling.temperature = 1.0;
+  return sampling;
+}
+
 } // namespace
 
 int generateCommand(int argc, char **argv) {
@@ -281,25 +400,11 @@ int generateCommand(int argc, char **argv) {
   if (!model)
     return fail(llvm::toString(model.takeError()));
 
-  // The tokenizer: --tokenizer (a directory, or "bytes": the byte tokenizer
-  // the demo trains with), else the model directory's.
   std::optional<data::ModelTokenizer> tokenizer;
-  std::string tokenizerDir =
-      !f.tokenizer.empty() ? f.tokenizer : (braidCheckpoint ? "" : f.model);
-  if (f.tokenizer == "bytes") {
-    tokenizer.emplace();
-    tokenizer->tokenizer = std::make_unique<data::ByteTokenizer>();
-    tokenizer->eosId = data::ByteTokenizer::kEodId;
-    tokenizer->eosIds = {data::ByteTokenizer::kEodId};
-    tokenizer->source = "bytes";
-  } else if (!tokenizerDir.empty()) {
-    absl::StatusOr<data::ModelTokenizer> loaded =
-        data::LoadModelTokenizer(tokenizerDir);
-    if (loaded.ok())
-      tokenizer.emplace(std::move(*loaded));
-    else if (f.promptIds.empty() || !f.tokenizer.empty())
-      return fail(std::string(loaded.status().message()));
-  }
+  if (llvm::Error e = loadTokenizer(f, braidCheckpoint,
+                                    /*required=*/f.promptIds.empty(),
+                                    tokenizer))
+    return fail(llvm::toString(std::move(e)));
   if (!tokenizer && f.promptIds.empty())
     return fail(f.model + " comes without a tokenizer: give --tokenizer DIR "
                           "(or bytes), or the prompt as --prompt-ids");
@@ -359,56 +464,16 @@ int generateCommand(int argc, char **argv) {
       return fail(f.promptsFile + " holds no prompt");
   }
 
-  // The inference plan.
-  spec::JobSpec job;
-  *job.mutable_model() = *model;
-  if (!f.precision.empty()) {
-    spec::DType dtype;
-    if (!spec::DType_Parse(llvm::StringRef(f.precision).upper(), &dtype) ||
-        dtype == spec::DTYPE_UNSPECIFIED || dtype == spec::FP64)
-      return fail("--precision " + f.precision +
-                  " is not one of fp32, bf16, fp16", 2);
-    job.mutable_train()->set_precision(dtype);
-  }
-  int64_t longest = 0;
-  for (const Prompt &p : prompts)
-    longest = std::max<int64_t>(longest, int64_t(p.ids.size()));
-  spec::GenerateSpec &g = *job.mutable_generate();
-  g.set_max_batch(f.maxBatch > 0
-                      ? f.maxBatch
-                      : std::max<int64_t>(
-                            f.beamWidth,
-                            std::min<int64_t>(int64_t(prompts.size()), 8)));
-  if (f.maxSeqLen > 0)
-    g.set_max_seq_len(f.maxSeqLen);
-  if (f.prefillChunk > 0)
-    g.set_prefill_chunk(f.prefillChunk);
-  mlir::DialectRegistry registry;
-  registerDialects(registry);
-  mlir::MLIRContext context(registry);
-  llvm::Expected<GeneratePlan> compiled = compileGeneratePlan(context, job);
-  if (!compiled)
-    return fail(llvm::toString(compiled.takeError()));
-  exec::GeneratorOptions options;
-  options.weights = f.model;
-  options.device = f.device;
-  absl::StatusOr<exec::BackendFactory> backend = exec::BackendFor(f.device);
-  if (!backend.ok())
-    return fail(std::string(backend.status().message()));
-  options.backend = *backend;
-  absl::StatusOr<std::unique_ptr<exec::Generator>> generator =
-      exec::Generator::Create(compiled->plan, options);
-  if (!generator.ok())
-    return fail(std::string(generator.status().message()));
-  exec::Generator &gen = **generator;
+  llvm::Expected<Opened> opened = openGenerator(
+      f, *model,
+      std::max<int64_t>(f.beamWidth,
+                        std::min<int64_t>(int64_t(prompts.size()), 8)));
+  if (!opened)
+    return fail(llvm::toString(opened.takeError()));
+  const GeneratePlan *compiled = &opened->compiled;
+  exec::Generator &gen = *opened->generator;
 
-  exec::SamplingOptions sampling;
-  sampling.temperature = f.greedy ? 0.0 : f.temperature.value_or(0.0);
-  sampling.topK = f.topK.value_or(0);
-  sampling.topP = f.topP.value_or(1.0);
-  sampling.seed = f.seed;
-  if ((f.topK || f.topP) && !f.temperature)
-    sampling.temperature = 1.0; // sampling was asked for: HF's default
+  exec::SamplingOptions sampling = samplingOf(f);
   std::vector<int32_t> eosIds =
       !f.eosIds.empty() ? f.eosIds
       : tokenizer       ? tokenizer->eosIds
@@ -550,6 +615,150 @@ int generateCommand(int argc, char **argv) {
     out.flush();
     if (!out)
       return fail("cannot write " + f.output);
+  }
+  return 0;
+}
+
+namespace {
+
+/// The tokens of one turn of `chatTemplate` around the user's `text`:
+/// llama2 "[INST] text [/INST]" after the beginning-of-sequence id (and,
+/// after the first turn, the end id that closed the answer before);
+/// alpaca "### Instruction:\ntext\n\n### Response:\n"; plain
+/// "User: text\nAssistant:". `first`: the conversation's first turn.
+absl::StatusOr<std::vector<int32_t>>
+chatTurn(const data::ModelTokenizer &t, const std::string &chatTemplate,
+         const std::string &text, bool first) {
+  std::vector<int32_t> ids;
+  std::string wrapped;
+  if (chatTemplate == "llama2") {
+    if (!first && t.eosId >= 0)
+      ids.push_back(t.eosId);
+    if (t.bosId >= 0)
+      ids.push_back(t.bosId);
+    wrapped = "[INST] " + text + " [/INST]";
+  } else {
+    if (first && t.addBos && t.bosId >= 0)
+      ids.push_back(t.bosId);
+    wrapped = chatTemplate == "alpaca"
+                  ? (first ? "" : "\n\n") + std::string("### Instruction:\n") +
+                        text + "\n\n### Response:\n"
+                  : (first ? "" : "\n") + std::string("User: ") + text +
+                        "\nAssistant:";
+  }
+  absl::StatusOr<std::vector<int32_t>> encoded = t.tokenizer->encode(wrapped);
+  if (!encoded.ok())
+    return encoded.status();
+  ids.insert(ids.end(), encoded->begin(), encoded->end());
+  return ids;
+}
+
+} // namespace
+
+int chatCommand(int argc, char **argv) {
+  llvm::Expected<Flags> parsed = parseFlags(argc, argv, /*chat=*/true);
+  if (!parsed)
+    return fail(llvm::toString(parsed.takeError()), 2);
+  Flags &f = *parsed;
+  bool braidCheckpoint = false;
+  llvm::Expected<spec::ModelSpec> model = modelOf(f.model, braidCheckpoint);
+  if (!model)
+    return fail(llvm::toString(model.takeError()));
+  std::optional<data::ModelTokenizer> tokenizer;
+  if (llvm::Error e =
+          loadTokenizer(f, braidCheckpoint, /*required=*/true, tokenizer))
+    return fail(llvm::toString(std::move(e)));
+  llvm::Expected<Opened> opened = openGenerator(f, *model, 1);
+  if (!opened)
+    return fail(llvm::toString(opened.takeError()));
+  exec::Generator &gen = *opened->generator;
+  exec::SamplingOptions sampling = samplingOf(f);
+  std::vector<int32_t> eosIds =
+      !f.eosIds.empty() ? f.eosIds : tokenizer->eosIds;
+  const bool interactive = isatty(0);
+  const int64_t seqLen = gen.maxSeqLen();
+  // The conversation: the positions its cache holds, and the answer's last
+  // token, drawn but not yet fed (the next turn starts with it).
+  int64_t cached = 0;
+  std::vector<int32_t> pending;
+  std::string line;
+  while (true) {
+    if (interactive)
+      std::cout << "> " << std::flush;
+    if (!std::getline(std::cin, line))
+      break;
+    if (llvm::StringRef(line).trim().empty())
+      continue;
+    absl::StatusOr<std::vector<int32_t>> turn =
+        chatTurn(*tokenizer, f.chatTemplate, line, cached == 0);
+    if (!turn.ok())
+      return fail(std::string(turn.status().message()));
+    std::vector<int32_t> ids = pending;
+    // The llama2 template closes an answer with the end id: one that ended
+    // on it has it pending already.
+    if (f.chatTemplate == "llama2" && !pending.empty() && !turn->empty() &&
+        std::find(eosIds.begin(), eosIds.end(), pending.back()) !=
+            eosIds.end() &&
+        turn->front() == tokenizer->eosId)
+      turn->erase(turn->begin());
+    ids.insert(ids.end(), turn->begin(), turn->end());
+    if (cached + int64_t(ids.size()) > seqLen - 1) {
+      // Full: the turn starts a new conversation.
+      std::cout << "[the context is full: " << seqLen
+                << " positions (--max-seq-len); a new conversation starts "
+                   "with this turn]\n";
+      cached = 0;
+      pending.clear();
+      turn = chatTurn(*tokenizer, f.chatTemplate, line, true);
+      if (!turn.ok())
+        return fail(std::string(turn.status().message()));
+      ids = *turn;
+      if (int64_t(ids.size()) > seqLen - 1) {
+        std::cout << "[this turn alone has " << ids.size()
+                  << " tokens, more than the " << seqLen - 1
+                  << " the context holds]\n";
+        continue;
+      }
+    }
+    std::vector<int32_t> answer;
+    size_t shown = 0;
+    auto onToken = [&](int64_t, int32_t token) {
+      answer.push_back(token);
+      std::vector<int32_t> visible = answer;
+      if (std::find(eosIds.begin(), eosIds.end(), token) != eosIds.end())
+        visible.pop_back();
+      absl::StatusOr<std::string> text = tokenizer->tokenizer->decode(visible);
+      if (text.ok() && text->size() > shown && !f.printIds) {
+        std::cout << text->substr(shown) << std::flush;
+        shown = text->size();
+      }
+      return false;
+    };
+    absl::StatusOr<std::vector<exec::Completion>> done =
+        gen.Generate({ids}, f.maxNewTokens, sampling, eosIds, onToken, {},
+                     {cached});
+    if (!done.ok())
+      return fail(std::string(done.status().message()));
+    const exec::Completion &c = (*done)[0];
+    if (f.printIds) {
+      std::string out;
+      for (int32_t id : c.tokens)
+        out += std::to_string(id) + " ";
+      if (!out.empty())
+        out.pop_back();
+      std::cout << out;
+    }
+    std::cout << "\n";
+    // Everything but the answer's last token is in the cache now.
+    cached += int64_t(ids.size()) + int64_t(c.tokens.size()) - 1;
+    pending = {c.tokens.back()};
+    if (c.finish == "context") {
+      std::cout << "[the context is full: " << seqLen
+                << " positions (--max-seq-len); the next turn starts a new "
+                   "conversation]\n";
+      cached = 0;
+      pending.clear();
+    }
   }
   return 0;
 }

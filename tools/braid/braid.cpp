@@ -85,7 +85,7 @@ int usage(const std::string &error) {
                << "       braid view PLAN -o FILE.html\n"
                << "       braid calibrate [--ranks 1,2,4] [--threads T] "
                   "[--steps N] [--repeats R] [--corpus FILE] [-o FILE]\n"
-               << kGenerateUsage;
+               << kGenerateUsage << kChatUsage;
   return error.empty() ? 0 : 2;
 }
 
@@ -448,6 +448,8 @@ int main(int argc, char **argv) {
     return calibrate(argc, argv);
   if (command == "generate")
     return generateCommand(argc, argv);
+  if (command == "chat")
+    return chatCommand(argc, argv);
   if (command != "train")
     return usage("unknown command '" + command + "'");
   std::string jobPath;
