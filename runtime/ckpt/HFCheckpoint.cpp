@@ -6,6 +6,7 @@
 #include "runtime/ckpt/ModelIdentity.h"
 #include "runtime/common/MappedFile.h"
 
+#include "runtime/common/Json.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -34,22 +35,7 @@ constexpr size_t kMaxNamesListed = 10;
 constexpr absl::string_view kGpt2Prefix = "transformer.";
 
 
-/// Parses `text` (the contents of `path`) as a JSON object.
-absl::StatusOr<Struct> parseJsonObject(const std::string &path,
-                                       const std::string &text) {
-  if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "{"))
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a JSON object"));
-  Struct object;
-  google::protobuf::util::JsonParseOptions options;
-  auto parsed =
-      google::protobuf::util::JsonStringToMessage(text, &object, options);
-  if (!parsed.ok())
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": malformed JSON: ",
-        absl::string_view(parsed.message().data(), parsed.message().size())));
-  return object;
-}
+using common::ParseJsonObject;
 
 bool isRegularFile(const std::string &path) {
   std::error_code ec;
@@ -129,7 +115,7 @@ absl::StatusOr<HFCheckpoint> OpenHFCheckpoint(const std::string &dir) {
   absl::StatusOr<std::string> config = common::readWholeFile(configPath);
   if (!config.ok())
     return config.status();
-  if (absl::StatusOr<Struct> parsed = parseJsonObject(configPath, *config);
+  if (absl::StatusOr<Struct> parsed = ParseJsonObject(configPath, *config);
       !parsed.ok())
     return parsed.status();
   ckpt.configJson_ = std::move(*config);
@@ -155,7 +141,7 @@ absl::StatusOr<HFCheckpoint> OpenHFCheckpoint(const std::string &dir) {
     absl::StatusOr<std::string> text = common::readWholeFile(indexPath);
     if (!text.ok())
       return text.status();
-    absl::StatusOr<Struct> index = parseJsonObject(indexPath, *text);
+    absl::StatusOr<Struct> index = ParseJsonObject(indexPath, *text);
     if (!index.ok())
       return index.status();
     auto weightMap = index->fields().find("weight_map");

@@ -30,9 +30,24 @@
 namespace braid::cpu {
 namespace {
 
+// One row times a matrix is a matrix-vector product: OpenBLAS's GEMM
+// would copy (pack) the whole matrix for that one row first, which is most
+// of a decode step's time (bench/generate_cpu.sh measured 79 % of it in the
+// packing). GEMV reads the matrix once; each output is one dot product on
+// one thread, so the result does not depend on the thread count.
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
           int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
           float beta, float *c, int64_t ldc) {
+  if (m == 1 && ta == CblasNoTrans) {
+    // c[1, n] = a[1, k] · op(b): b is [n, k] (Trans) or [k, n].
+    if (tb == CblasTrans)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, b, ldb, a, 1, beta,
+                  c, 1);
+    else
+      cblas_sgemv(CblasRowMajor, CblasTrans, k, n, 1.0f, b, ldb, a, 1, beta,
+                  c, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
               ldc);
 }
@@ -40,6 +55,15 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
           int64_t k, const double *a, int64_t lda, const double *b,
           int64_t ldb, double beta, double *c, int64_t ldc) {
+  if (m == 1 && ta == CblasNoTrans) {
+    if (tb == CblasTrans)
+      cblas_dgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0, b, ldb, a, 1, beta,
+                  c, 1);
+    else
+      cblas_dgemv(CblasRowMajor, CblasTrans, k, n, 1.0, b, ldb, a, 1, beta, c,
+                  1);
+    return;
+  }
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c,
               ldc);
 }

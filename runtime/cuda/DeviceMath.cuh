@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace braid::cuda {
@@ -61,6 +62,55 @@ __device__ __forceinline__ float alibiSlope(int64_t allHeads, int64_t g) {
                    : -4.0 * double(2 * (g - p) + 1) / double(p);
   return float(exp2(e));
 }
+
+/// The sum of `v` over the block, returned to every thread. `shared` holds
+/// 32 values; the block's size is a multiple of 32. The same threads add in
+/// the same order at every launch, so the result does not vary.
+template <typename V> __device__ __forceinline__ V blockSum(V v, V *shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpSum(v);
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = threadIdx.x < warps ? shared[threadIdx.x] : V(0);
+  if (warp == 0)
+    v = warpSum(v);
+  if (threadIdx.x == 0)
+    shared[0] = v;
+  __syncthreads();
+  V total = shared[0];
+  __syncthreads(); // `shared` may be reused at once
+  return total;
+}
+
+__device__ __forceinline__ float blockMax(float v, float *shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpMax(v);
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = threadIdx.x < warps ? shared[threadIdx.x] : -INFINITY;
+  if (warp == 0)
+    v = warpMax(v);
+  if (threadIdx.x == 0)
+    shared[0] = v;
+  __syncthreads();
+  float total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+/// Blocks of `threads` for a grid-stride loop over n elements.
+inline unsigned gridFor(int64_t n, int64_t threads = 256) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return unsigned(std::min<int64_t>(std::max<int64_t>(blocks, 1), 1 << 20));
+}
+
+#define BRAID_GRID_STRIDE(i, n)                                                \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);    \
+       i += int64_t(gridDim.x) * blockDim.x)
 
 } // namespace braid::cuda
 

@@ -34,70 +34,6 @@ constexpr int kAttentionThreads = 128;
 /// SAMPLE's block (a power of two: the argmax reduces by halves).
 constexpr int kSampleThreads = 256;
 
-/// Blocks for a grid-stride loop over n elements.
-unsigned gridFor(int64_t n) {
-  int64_t blocks = (n + kThreads - 1) / kThreads;
-  return unsigned(std::min<int64_t>(std::max<int64_t>(blocks, 1), 1 << 20));
-}
-
-#define BRAID_GRID_STRIDE(i, n)                                                \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);    \
-       i += int64_t(gridDim.x) * blockDim.x)
-
-/// The sum (or maximum) of `v` over the block, returned to every thread;
-/// `shared` holds 32 floats, the block is a multiple of 32 threads, and the
-/// threads add in the same order at every launch.
-__device__ float blockSum(float v, float *shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warpSum(v);
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  v = threadIdx.x < (blockDim.x >> 5) ? shared[threadIdx.x] : 0.0f;
-  if (warp == 0)
-    v = warpSum(v);
-  if (threadIdx.x == 0)
-    shared[0] = v;
-  __syncthreads();
-  float total = shared[0];
-  __syncthreads(); // `shared` may be reused at once
-  return total;
-}
-
-__device__ float blockMax(float v, float *shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warpMax(v);
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  v = threadIdx.x < (blockDim.x >> 5) ? shared[threadIdx.x] : -INFINITY;
-  if (warp == 0)
-    v = warpMax(v);
-  if (threadIdx.x == 0)
-    shared[0] = v;
-  __syncthreads();
-  float total = shared[0];
-  __syncthreads();
-  return total;
-}
-
-/// blockSum in double (`shared` holds 32 doubles).
-__device__ double blockSumDouble(double v, double *shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warpSum(v);
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  v = threadIdx.x < (blockDim.x >> 5) ? shared[threadIdx.x] : 0.0;
-  if (warp == 0)
-    v = warpSum(v);
-  if (threadIdx.x == 0)
-    shared[0] = v;
-  __syncthreads();
-  double total = shared[0];
-  __syncthreads();
-  return total;
-}
 
 //===-- Attention against the cache ---------------------------------------===//
 
@@ -442,7 +378,7 @@ __global__ void topLogprobsKernel(const T *logits, int64_t vocab, int64_t n,
   double sum = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     sum += double(expf(toFloat(x[i]) - m));
-  const double logSum = log(blockSumDouble(sum, reduceSum));
+  const double logSum = log(blockSum(sum, reduceSum));
   // The ids' keys: descending logit (cpu::samplingKey's order of doubles,
   // as the CPU ranks them), then ascending id. They are distinct, so
   // exactly k are at least the k-th largest.

@@ -22,55 +22,6 @@ constexpr int kThreads = 256;
 /// Rows of one block of the column sums (rmsNormBackward's dw).
 constexpr int64_t kRowsPerColumnBlock = 64;
 
-/// The sum of `v` over the block, returned to every thread. `shared` holds
-/// 32 values; the block's size is a multiple of 32. The same threads add in
-/// the same order at every launch, so the result does not vary.
-template <typename V> __device__ V blockSum(V v, V *shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warpSum(v);
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x >> 5;
-  v = threadIdx.x < warps ? shared[threadIdx.x] : V(0);
-  if (warp == 0)
-    v = warpSum(v);
-  if (threadIdx.x == 0)
-    shared[0] = v;
-  __syncthreads();
-  V total = shared[0];
-  __syncthreads(); // `shared` may be reused at once
-  return total;
-}
-
-__device__ float blockMax(float v, float *shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warpMax(v);
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x >> 5;
-  v = threadIdx.x < warps ? shared[threadIdx.x] : -INFINITY;
-  if (warp == 0)
-    v = warpMax(v);
-  if (threadIdx.x == 0)
-    shared[0] = v;
-  __syncthreads();
-  float total = shared[0];
-  __syncthreads();
-  return total;
-}
-
-/// Blocks for a grid-stride loop over n elements.
-unsigned gridFor(int64_t n) {
-  int64_t blocks = (n + kThreads - 1) / kThreads;
-  return unsigned(std::min<int64_t>(std::max<int64_t>(blocks, 1), 1 << 20));
-}
-
-#define BRAID_GRID_STRIDE(i, n)                                                \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);    \
-       i += int64_t(gridDim.x) * blockDim.x)
-
 //===-- Embeddings --------------------------------------------------------===//
 
 /// Rows whose id is outside [vocabStart, vocabStart + localVocab) belong to

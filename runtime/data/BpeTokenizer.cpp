@@ -7,6 +7,7 @@
 
 #include "runtime/data/BpeTokenizer.h"
 
+#include "runtime/common/Json.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
@@ -396,21 +397,7 @@ absl::StatusOr<std::string> readFile(const std::string &path,
   return text;
 }
 
-absl::StatusOr<Struct> parseJsonObject(const std::string &path,
-                                       const std::string &text) {
-  if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "{"))
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a JSON object"));
-  Struct object;
-  google::protobuf::util::JsonParseOptions options;
-  auto parsed =
-      google::protobuf::util::JsonStringToMessage(text, &object, options);
-  if (!parsed.ok())
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": malformed JSON: ",
-        absl::string_view(parsed.message().data(), parsed.message().size())));
-  return object;
-}
+using common::ParseJsonObject;
 
 /// `s` in double quotes, quotes and control characters escaped (and
 /// backslashes not, so that a pattern reads as written).
@@ -1118,7 +1105,7 @@ ByteLevelBpeTokenizer::LoadFromFiles(const std::string &vocabJsonPath,
       readFile(vocabJsonPath, "BPE vocabulary");
   if (!vocabText.ok())
     return vocabText.status();
-  absl::StatusOr<Struct> vocab = parseJsonObject(vocabJsonPath, *vocabText);
+  absl::StatusOr<Struct> vocab = ParseJsonObject(vocabJsonPath, *vocabText);
   if (!vocab.ok())
     return vocab.status();
   BpeBuilder builder(absl::StrCat(vocabJsonPath, "+", mergesTxtPath));
@@ -1143,7 +1130,7 @@ ByteLevelBpeTokenizer::LoadFromTokenizerJson(
   absl::StatusOr<std::string> text = readFile(path, "tokenizer");
   if (!text.ok())
     return text.status();
-  absl::StatusOr<Struct> json = parseJsonObject(path, *text);
+  absl::StatusOr<Struct> json = ParseJsonObject(path, *text);
   if (!json.ok())
     return json.status();
   JsonReader top(path, *json, "");

@@ -4,6 +4,7 @@
 
 #include "runtime/data/BpeTokenizer.h"
 
+#include "runtime/common/Json.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -54,18 +55,10 @@ absl::StatusOr<std::optional<Struct>> readOptionalJson(const fs::path &dir,
   absl::StatusOr<std::string> text = readWholeFile(path.string());
   if (!text.ok())
     return text.status();
-  if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(*text), "{"))
-    return absl::InvalidArgumentError(
-        absl::StrCat(path.string(), ": not a JSON object"));
-  Struct object;
-  google::protobuf::util::JsonParseOptions options;
-  auto parsed =
-      google::protobuf::util::JsonStringToMessage(*text, &object, options);
-  if (!parsed.ok())
-    return absl::InvalidArgumentError(absl::StrCat(
-        path.string(), ": malformed JSON: ",
-        absl::string_view(parsed.message().data(), parsed.message().size())));
-  return std::optional<Struct>(std::move(object));
+  absl::StatusOr<Struct> object = common::ParseJsonObject(path.string(), *text);
+  if (!object.ok())
+    return object.status();
+  return std::optional<Struct>(std::move(*object));
 }
 
 /// The field `key` of `object` (null when absent or JSON null).

@@ -41,6 +41,16 @@ const plan::Generation &Generator::generation() const {
   return state->plan.generation();
 }
 
+LogitsCallback LogitsWriter(std::ostream &out) {
+  return [&out](const std::string &function,
+                const std::vector<double> &values) {
+    out << function;
+    for (double v : values)
+      out << ' ' << v;
+    out << '\n';
+  };
+}
+
 absl::StatusOr<std::unique_ptr<Generator>>
 Generator::Create(const plan::Plan &plan, const GeneratorOptions &options) {
   if (!plan.has_generation())

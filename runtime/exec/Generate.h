@@ -56,6 +56,11 @@ using LogitsCallback =
     std::function<void(const std::string &function,
                        const std::vector<double> &logits)>;
 
+/// A LogitsCallback that writes each call's logits to `out` as one line:
+/// the function's name, then the values, space-separated (the
+/// --logits-out files of braid generate and braid-run).
+LogitsCallback LogitsWriter(std::ostream &out);
+
 struct GeneratorOptions {
   /// A Hugging Face directory (config.json + safetensors) or a Braid
   /// checkpoint (or root) whose model is the plan's; empty: the plan's

@@ -104,6 +104,62 @@ def check_family(s, family, seed):
     return model_dir, prompts
 
 
+def check_braid_run(s, family, model_dir, prompts):
+    """The plan braidc --mode generate writes, run by braid-run (no
+    compiler, no tokenizer: a GPU node's way), gives braid generate's
+    tokens; under the CUDA emulation (--device cuda) the same tokens, fp32
+    logits within 1e-5 of the CPU's, and bf16 logits within 5e-2."""
+    plan = s.w(f"{family}-gen.plan")
+    harness.run([s.b("braidc"), "--hf-config", f"{model_dir}/config.json",
+                 "--mode", "generate", "--max-batch", "2", "--max-seq-len",
+                 "32", "--prefill-chunk", "4", "--emit=plan", "-o", plan])
+    args = ["--init-from", model_dir, "--greedy", "--max-new-tokens", "10"]
+    for p in prompts:
+        args += ["--prompt-ids", ",".join(str(t) for t in p)]
+    cpu_logits = s.w(f"{family}-cpu-logits.txt")
+    cpu = harness.run([s.b("braid-run"), plan] + args +
+                      ["--logits-out", cpu_logits]).stdout
+    tool = generate(s, model_dir, prompts,
+                    ["--greedy", "--max-new-tokens", "10", "--print-ids",
+                     "--max-batch", "2", "--max-seq-len", "32",
+                     "--prefill-chunk", "4"]).stdout
+    if cpu != tool:
+        sys.exit(f"FAILED: braid-run gave\n{cpu}braid generate\n{tool}")
+    emulated = s.b("braid-run-emulated")
+    if not os.path.exists(emulated):
+        print(f"{family}: braid-run equals braid generate (no CUDA "
+              "emulation in this build)")
+        return
+    cuda_logits = s.w(f"{family}-cuda-logits.txt")
+    cuda = harness.run([emulated, plan, "--device", "cuda"] + args +
+                       ["--logits-out", cuda_logits]).stdout
+    if cuda != cpu:
+        sys.exit(f"FAILED: CUDA (emulated) gave\n{cuda}the CPU\n{cpu}")
+    a = read_logits(cpu_logits, 2)
+    b = read_logits(cuda_logits, 2)
+    err = max(np.max(np.abs(x[1] - y[1])) / np.max(np.abs(x[1]))
+              for x, y in zip(a, b))
+    if err > TOLERANCE:
+        sys.exit(f"FAILED: CUDA (emulated) logits differ from the CPU's by "
+                 f"{err:.2e} of the largest")
+    bf16_plan = s.w(f"{family}-gen-bf16.plan")
+    harness.run([s.b("braidc"), "--hf-config", f"{model_dir}/config.json",
+                 "--mode", "generate", "--precision", "bf16", "--max-batch",
+                 "2", "--max-seq-len", "32", "--prefill-chunk", "4",
+                 "--emit=plan", "-o", bf16_plan])
+    bf16_logits = s.w(f"{family}-bf16-logits.txt")
+    harness.run([emulated, bf16_plan, "--device", "cuda"] + args +
+                ["--logits-out", bf16_logits])
+    c = read_logits(bf16_logits, 2)
+    # The first call's logits (the same prompts in both): bf16 rounding.
+    err16 = np.max(np.abs(a[0][1] - c[0][1])) / np.max(np.abs(a[0][1]))
+    if err16 > 5e-2:
+        sys.exit(f"FAILED: bf16 (emulated CUDA) prefill logits differ from "
+                 f"fp32 by {err16:.2e} of the largest")
+    print(f"{family}: braid-run equals braid generate; CUDA (emulated) "
+          f"tokens equal, logits within {err:.1e}; bf16 within {err16:.1e}")
+
+
 def check_beam(s, family, seed):
     """Beam search, width 4, length penalty 1.0, against the reference's
     (transformers v4.36-v4.49 rules): without an end id, and with one that
@@ -252,6 +308,7 @@ def check_errors(s, model_dir):
 def main():
     s = harness.Setup()
     llama, prompts = check_family(s, "llama", 11)
+    check_braid_run(s, "llama", llama, prompts)
     check_family(s, "gpt2", 12)
     check_family(s, "bloom", 13)
     check_beam(s, "llama", 21)

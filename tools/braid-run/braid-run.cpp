@@ -32,6 +32,7 @@
 #endif
 #include "runtime/exec/BenchCollectives.h"
 #include "runtime/exec/Devices.h"
+#include "runtime/exec/GenerateCommand.h"
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 
@@ -69,7 +70,9 @@ int usage(const std::string &error) {
   std::cerr << "usage: braid-run PLAN " << braid::exec::kTrainerFlagsUsage
             << " [--profile]\n"
             << "       mpirun -np N braid-run PLAN --bench-collectives "
-               "FILE.json\n";
+               "FILE.json\n"
+            << "       braid-run GENERATE_PLAN "
+            << braid::exec::kGenerateFlagsUsage << "\n";
   return error.empty() ? 0 : 2;
 }
 
@@ -115,6 +118,18 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
 } // namespace
 
 int main(int argc, char **argv) {
+  // An inference plan (braidc --mode generate) takes generation's flags.
+  if (argc >= 2 && argv[1][0] != '-') {
+    absl::StatusOr<braid::plan::Plan> plan =
+        braid::plan::LoadPlanFile(argv[1]);
+    if (plan.ok() && plan->has_generation())
+      return braid::exec::RunGenerateCommand(
+          *plan, std::vector<std::string>(argv + 2, argv + argc),
+          [](const std::string &device) {
+            return braid::exec::BackendFor(device);
+          },
+          std::cout, std::cerr);
+  }
   std::string planPath;
   std::string benchOut; // --bench-collectives
   braid::exec::TrainerOptions options;

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 
@@ -484,6 +485,7 @@ int generateCommand(int argc, char **argv) {
     logits.open(f.logitsOut, std::ios::trunc);
     if (!logits)
       return fail("cannot write " + f.logitsOut);
+    logits << std::setprecision(9);
   }
   std::ofstream out;
   if (!f.output.empty()) {
@@ -523,13 +525,7 @@ int generateCommand(int argc, char **argv) {
           return true;
       return false;
     };
-    auto onLogits = [&](const std::string &function,
-                        const std::vector<double> &values) {
-      logits << function;
-      for (double v : values)
-        logits << ' ' << v;
-      logits << '\n';
-    };
+    const exec::LogitsCallback onLogits = exec::LogitsWriter(logits);
     auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<exec::Completion>> done;
     if (f.beamWidth > 1) {
@@ -547,7 +543,7 @@ int generateCommand(int argc, char **argv) {
     } else {
       done = gen.Generate(ids, f.maxNewTokens, sampling, eosIds, onToken,
                           f.logitsOut.empty() ? exec::LogitsCallback()
-                                              : exec::LogitsCallback(onLogits));
+                                              : onLogits);
     }
     if (!done.ok())
       return fail(std::string(done.status().message()));

@@ -1,0 +1,28 @@
+//===- Json.h - A JSON file's object, through Protobuf ----------*- C++ -*-===//
+//
+// The runtime reads JSON (config.json, safetensors indexes, tokenizer
+// files) with Protobuf's JSON parser into a google.protobuf.Struct: no
+// other dependency. Its own library (BraidJson), so that the readers that
+// need no JSON (datasets) link no Protobuf.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_COMMON_JSON_H
+#define BRAID_RUNTIME_COMMON_JSON_H
+
+#include "absl/status/statusor.h"
+
+#include <google/protobuf/struct.pb.h>
+
+#include <string>
+
+namespace braid::common {
+
+/// Parses `text`, the contents of `path`, as a JSON object. InvalidArgument
+/// naming the path when it is not an object or not JSON.
+absl::StatusOr<google::protobuf::Struct>
+ParseJsonObject(const std::string &path, const std::string &text);
+
+} // namespace braid::common
+
+#endif // BRAID_RUNTIME_COMMON_JSON_H

@@ -1,0 +1,184 @@
+//===- GenerateCommand.cpp - braid-run on an inference plan ---------------===//
+
+#include "runtime/exec/GenerateCommand.h"
+
+#include "runtime/exec/Generate.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+#include <fstream>
+#include <iomanip>
+#include <optional>
+
+namespace braid::exec {
+
+const char kGenerateFlagsUsage[] =
+    "[--init-from DIR] [--device cpu|cuda] --prompt-ids 1,2,3 "
+    "[--prompt-ids ...] [--max-new-tokens N] [--greedy | --temperature T "
+    "--top-k K --top-p P] [--seed S] [--beam-width W [--length-penalty A]] "
+    "[--eos-id ID]... [--logits-out FILE] [--stats]";
+
+int RunGenerateCommand(
+    const plan::Plan &plan, const std::vector<std::string> &args,
+    const std::function<absl::StatusOr<BackendFactory>(const std::string &)>
+        &backendFor,
+    std::ostream &out, std::ostream &err) {
+  auto usage = [&](const std::string &message) {
+    err << "braid-run: error: " << message << "\nusage: braid-run PLAN "
+        << kGenerateFlagsUsage << "\n";
+    return 2;
+  };
+  auto fail = [&](absl::string_view message) {
+    err << "braid-run: error: " << message << "\n";
+    return 1;
+  };
+  GeneratorOptions options;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> eosIds;
+  int64_t maxNewTokens = 64, beamWidth = 1;
+  double lengthPenalty = 1.0;
+  SamplingOptions sampling;
+  bool greedy = false, stats = false, sampled = false;
+  std::string logitsOut;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &arg = args[i];
+    if (arg == "--greedy") {
+      greedy = true;
+      continue;
+    }
+    if (arg == "--stats") {
+      stats = true;
+      continue;
+    }
+    if (i + 1 >= args.size())
+      return usage(arg + " needs a value");
+    const std::string &value = args[++i];
+    auto integer = [&](int64_t &v, int64_t lo) {
+      return absl::SimpleAtoi(value, &v) && v >= lo;
+    };
+    auto real = [&](double &v) { return absl::SimpleAtod(value, &v); };
+    int64_t n = 0;
+    if (arg == "--init-from") {
+      options.weights = value;
+    } else if (arg == "--device") {
+      options.device = value;
+    } else if (arg == "--prompt-ids") {
+      std::vector<int32_t> ids;
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        int32_t id;
+        if (!absl::SimpleAtoi(part, &id) || id < 0)
+          return usage(absl::StrCat("--prompt-ids ", value, ": '", part,
+                                    "' is not a token id"));
+        ids.push_back(id);
+      }
+      prompts.push_back(std::move(ids));
+    } else if (arg == "--max-new-tokens") {
+      if (!integer(maxNewTokens, 1))
+        return usage("--max-new-tokens " + value + ": expected an integer >= 1");
+    } else if (arg == "--beam-width") {
+      if (!integer(beamWidth, 1))
+        return usage("--beam-width " + value + ": expected an integer >= 1");
+    } else if (arg == "--eos-id") {
+      if (!integer(n, 0))
+        return usage("--eos-id " + value + ": expected a token id");
+      eosIds.push_back(int32_t(n));
+    } else if (arg == "--seed") {
+      if (!integer(n, 0))
+        return usage("--seed " + value + ": expected an integer >= 0");
+      sampling.seed = uint64_t(n);
+    } else if (arg == "--top-k") {
+      if (!integer(sampling.topK, 0))
+        return usage("--top-k " + value + ": expected an integer >= 0");
+      sampled = true;
+    } else if (arg == "--temperature") {
+      if (!real(sampling.temperature) || !(sampling.temperature > 0))
+        return usage("--temperature " + value + ": expected a number > 0");
+      sampled = true;
+    } else if (arg == "--top-p") {
+      if (!real(sampling.topP))
+        return usage("--top-p " + value + ": expected a number");
+      sampled = true;
+    } else if (arg == "--length-penalty") {
+      if (!real(lengthPenalty))
+        return usage("--length-penalty " + value + ": expected a number");
+    } else if (arg == "--logits-out") {
+      logitsOut = value;
+    } else {
+      return usage("unknown flag " + arg + " for an inference plan");
+    }
+  }
+  if (prompts.empty())
+    return usage("no prompt: give --prompt-ids 1,2,3 (once per prompt)");
+  if (greedy && sampled)
+    return usage("--greedy does not go with --temperature, --top-k or --top-p");
+  if (sampled && sampling.temperature == 0)
+    sampling.temperature = 1.0;
+  if (absl::Status s = Generator::CheckSampling(sampling); !s.ok())
+    return usage(std::string(s.message()));
+  absl::StatusOr<BackendFactory> backend = backendFor(options.device);
+  if (!backend.ok())
+    return fail(backend.status().message());
+  options.backend = *backend;
+  options.log = &err;
+  absl::StatusOr<std::unique_ptr<Generator>> created =
+      Generator::Create(plan, options);
+  if (!created.ok())
+    return fail(created.status().message());
+  Generator &gen = **created;
+
+  std::ofstream logits;
+  if (!logitsOut.empty()) {
+    logits.open(logitsOut, std::ios::trunc);
+    if (!logits)
+      return fail("cannot write " + logitsOut);
+    logits << std::setprecision(9);
+  }
+  const LogitsCallback onLogits = LogitsWriter(logits);
+  const size_t batch = beamWidth > 1 ? 1 : size_t(gen.maxBatch());
+  for (size_t first = 0; first < prompts.size(); first += batch) {
+    std::vector<std::vector<int32_t>> group(
+        prompts.begin() + first,
+        prompts.begin() + std::min(prompts.size(), first + batch));
+    std::vector<Completion> done;
+    if (beamWidth > 1) {
+      absl::StatusOr<Completion> best = gen.BeamSearch(
+          group[0], maxNewTokens,
+          Generator::BeamOptions{beamWidth, lengthPenalty, false}, eosIds);
+      if (!best.ok())
+        return fail(best.status().message());
+      done.push_back(*best);
+    } else {
+      absl::StatusOr<std::vector<Completion>> made = gen.Generate(
+          group, maxNewTokens, sampling, eosIds, {},
+          logitsOut.empty() ? LogitsCallback() : onLogits);
+      if (!made.ok())
+        return fail(made.status().message());
+      done = std::move(*made);
+    }
+    for (size_t k = 0; k < group.size(); ++k) {
+      std::string line;
+      for (int32_t id : group[k])
+        absl::StrAppend(&line, id, " ");
+      for (int32_t id : done[k].tokens)
+        absl::StrAppend(&line, id, " ");
+      line.pop_back();
+      out << line << "\n";
+    }
+    if (stats) {
+      const Generator::Timings &t = gen.lastTimings();
+      err << "stats: " << group.size() << " sequences; prefill "
+          << t.prefillCalls << " calls in " << t.prefillSeconds
+          << " s; decode " << t.decodeCalls << " calls in " << t.decodeSeconds
+          << " s, "
+          << (t.decodeSeconds > 0 ? double(t.decodeCalls) / t.decodeSeconds
+                                  : 0.0)
+          << " calls/s; arena " << plan.arena_bytes() << " bytes\n";
+    }
+  }
+  out.flush();
+  return 0;
+}
+
+} // namespace braid::exec
