@@ -27,6 +27,7 @@ llvm::Expected<GenerateConfig> braid::resolveGenerate(const spec::JobSpec &job,
   g.maxSeqLen = s.has_max_seq_len() ? s.max_seq_len() : model.maxSeqLen;
   g.prefillChunk = s.has_prefill_chunk() ? s.prefill_chunk()
                                          : std::min<int64_t>(g.maxSeqLen, 512);
+  g.vocabLimit = s.has_vocab_size() ? s.vocab_size() : 0;
   if (llvm::Error e = checkGenerateConfig(model, g))
     return std::move(e);
   return g;

@@ -395,11 +395,13 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   setConfig(*module);
   Builder &mb = b;
+  // The ids a new token may take: the model's, or fewer (a tokenizer's).
+  const int64_t vocab = g.vocabLimit > 0 ? g.vocabLimit : c.vocabSize;
   (*module)->setAttr("model.generate", mb.getDictionaryAttr({
       mb.getNamedAttr("max_batch", mb.getI64IntegerAttr(g.maxBatch)),
       mb.getNamedAttr("max_seq_len", mb.getI64IntegerAttr(g.maxSeqLen)),
       mb.getNamedAttr("prefill_chunk", mb.getI64IntegerAttr(g.prefillChunk)),
-      mb.getNamedAttr("vocab_size", mb.getI64IntegerAttr(c.vocabSize)),
+      mb.getNamedAttr("vocab_size", mb.getI64IntegerAttr(vocab)),
   }));
 
   // The arguments: the parameters, the inputs of both functions, the
@@ -452,7 +454,7 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
   // Beam search's candidates per row: enough for every beam's best when
   // the beams fill the batch and up to two ids end a sequence ((1 + ends)
   // x beams), within the vocabulary.
-  int64_t candidates = std::min<int64_t>(3 * batch, c.vocabSize);
+  int64_t candidates = std::min<int64_t>(3 * batch, vocab);
   auto topType = [&](Type element) {
     return RankedTensorType::get({batch, candidates}, element);
   };
@@ -522,9 +524,9 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
     Value head = lmHead >= 0 ? arg(lmHead) : arg(embed);
     Value logits =
         fb.create<LinearOp>(loc, x, head, Value(), /*transposeW=*/true);
-    Value next = fb.create<SampleOp>(loc, logits, sampling, seed, draw,
-                                     c.vocabSize);
-    auto top = fb.create<TopLogprobsOp>(loc, logits, candidates, c.vocabSize);
+    Value next =
+        fb.create<SampleOp>(loc, logits, sampling, seed, draw, vocab);
+    auto top = fb.create<TopLogprobsOp>(loc, logits, candidates, vocab);
     markPhase(before, phase);
     return {next, logits, top.getLogprobs(), top.getIds()};
   };
@@ -565,6 +567,10 @@ llvm::Error braid::checkGenerateConfig(const ModelConfig &config,
     return error("generate: prefill_chunk = " + llvm::Twine(g.prefillChunk) +
                  " must be in [1, max_seq_len = " + llvm::Twine(g.maxSeqLen) +
                  "]");
+  if (g.vocabLimit < 0 || g.vocabLimit > config.vocabSize)
+    return error("generate: vocab_size = " + llvm::Twine(g.vocabLimit) +
+                 " must be in [1, the model's " +
+                 llvm::Twine(config.vocabSize) + " ids] (0: all of them)");
   if (config.positionEmbedding == spec::LEARNED &&
       g.maxSeqLen > config.maxSeqLen)
     return error("generate: max_seq_len = " + llvm::Twine(g.maxSeqLen) +

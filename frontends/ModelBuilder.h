@@ -24,6 +24,9 @@ struct GenerateConfig {
   int64_t maxBatch = 1;     ///< sequences per call
   int64_t maxSeqLen = 0;    ///< positions each sequence's KV cache holds
   int64_t prefillChunk = 0; ///< prompt tokens per sequence per prefill call
+  /// The ids a new token may take, [0, vocabLimit): a tokenizer's
+  /// vocabulary when it is smaller than the model's (0: the model's).
+  int64_t vocabLimit = 0;
 };
 
 /// Checks `g` against the model: sizes in range, and no position beyond a

@@ -14,6 +14,7 @@ written from their definitions.
 - Bad input gets one error line naming it.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -200,6 +201,50 @@ def check_beam(s, family, seed):
           f"{checked} searches ({ended} ending on their end id)")
 
 
+def check_text(s, model_dir, greedy):
+    """Text in and out (bytes as tokens): prompts from JSONL give JSONL
+    (prompt, completion, tokens, finish_reason, tokens_per_s), completions
+    the reference's greedy ones; a stop string ends a completion at the
+    token that completes it."""
+    prompts = ["It is a truth", "Emma Woodhouse, handsome"]
+    path = s.w("prompts.jsonl")
+    with open(path, "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt": p}) + "\n")
+    out = s.w("completions.jsonl")
+    harness.run([s.b("braid"), "generate", model_dir, "--tokenizer", "bytes",
+                 "--prompts", path, "-o", out, "--greedy",
+                 "--max-new-tokens", "8"])
+    with open(out) as f:
+        rows = [json.loads(line) for line in f]
+    for p, row in zip(prompts, rows):
+        want = greedy(list(p.encode()), 8)
+        text = bytes(t for t in want if t < 256).decode("utf-8", "replace")
+        if row["prompt"] != p or row["completion"] != text or \
+                row["tokens"] != len(want) or row["finish_reason"] not in (
+                    "length", "eos") or row["tokens_per_s"] <= 0:
+            sys.exit(f"FAILED: JSONL row {row} for {p!r}; the reference's "
+                     f"completion {text!r} ({len(want)} tokens)")
+    # A stop string: the first ASCII byte the reference makes after its
+    # first token (an ASCII byte is never part of a longer character).
+    want = greedy(list(prompts[0].encode()), 8)
+    at = next((k for k in range(1, len(want)) if want[k] < 128), None)
+    if at is None or 256 in want[:at]:
+        sys.exit(f"FAILED: the reference's completion {want} has no ASCII "
+                 "byte to stop at: pick another prompt")
+    stop = chr(want[at])
+    p = subprocess.run(
+        [s.b("braid"), "generate", model_dir, "--tokenizer", "bytes",
+         "--prompt", prompts[0], "--greedy", "--max-new-tokens", "8",
+         "--stop", stop, "--print-ids"], capture_output=True, text=True)
+    got = [int(t) for t in p.stdout.split()][len(prompts[0]):]
+    if p.returncode != 0 or got != want[:at + 1]:
+        sys.exit(f"FAILED: --stop {stop!r} gave {got}, expected "
+                 f"{want[:at + 1]}:\n{p.stderr}")
+    print("text: JSONL prompts give the reference's completions; --stop ends "
+          "at the string")
+
+
 def check_chat(s, seed):
     """braid chat keeps the conversation in the KV cache: each answer is
     the reference's greedy continuation of the whole conversation so far
@@ -211,6 +256,13 @@ def check_chat(s, seed):
     truth = ref.Reference(config, weights)
     eos = 256  # the byte tokenizer's end id
     new = 6
+
+    # The model has 300 ids, the byte tokenizer 257: braid generate draws
+    # only ids the tokenizer decodes (generate.vocab_size), as Hugging
+    # Face's generate does with the others suppressed.
+    def greedy(prompt, n):
+        return ref.greedy_search(lambda ids: truth.next_logits(ids)[:257],
+                                 prompt, n, eos)
 
     def chat(turns, seq_len):
         p = subprocess.run(
@@ -232,7 +284,7 @@ def check_chat(s, seed):
     history = []
     for k, turn in enumerate(turns):
         history += plain(turn, k == 0)
-        want = truth.greedy(history, new, eos)
+        want = greedy(history, new)
         got = [int(t) for t in lines[k].split()]
         if got != want:
             sys.exit(f"FAILED: braid chat turn {k}: answered {got}, the "
@@ -243,7 +295,7 @@ def check_chat(s, seed):
     if len(lines) != 3 or "the context is full" not in lines[1]:
         sys.exit(f"FAILED: braid chat did not say the context was full:\n"
                  f"{lines}")
-    want = truth.greedy(plain(turns[1], True), new, eos)
+    want = greedy(plain(turns[1], True), new)
     if [int(t) for t in lines[2].split()] != want:
         sys.exit(f"FAILED: braid chat's new conversation answered "
                  f"{lines[2]}, the reference {want}")
@@ -256,6 +308,7 @@ def check_chat(s, seed):
         if p.returncode == 0 or expected not in p.stderr:
             sys.exit(f"FAILED: {' '.join(cmd)} should fail naming "
                      f"'{expected}':\n{p.stderr}")
+    check_text(s, model_dir, greedy)
     print(f"chat: {len(turns)} turns in one cache equal the reference's "
           f"greedy answers; a full context starts a new conversation")
 

@@ -63,9 +63,46 @@ int fail(const std::string &message, int code = 1) {
   return code;
 }
 
-/// A JSON string literal of `text` (UTF-8 passed through, control
-/// characters escaped).
-std::string jsonString(const std::string &text) {
+/// `text` with each ill-formed UTF-8 sequence (a byte that starts none, or
+/// the maximal prefix of one that is cut short) replaced by U+FFFD, as
+/// Unicode recommends and Python's "replace" does: a completion cut at any
+/// token is still text JSON can hold.
+std::string validUtf8(const std::string &text) {
+  std::string out;
+  const auto *s = reinterpret_cast<const unsigned char *>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    unsigned char c = s[i];
+    int length = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2
+                 : c >= 0xE0 && c <= 0xEF            ? 3
+                 : c >= 0xF0 && c <= 0xF4            ? 4
+                                                     : 0;
+    size_t j = i + 1;
+    for (int k = 1; k < length && j < n; ++k, ++j) {
+      // The second byte's range is narrower after E0, ED, F0 and F4.
+      unsigned char lo = 0x80, hi = 0xBF;
+      if (k == 1) {
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+      }
+      if (s[j] < lo || s[j] > hi)
+        break;
+    }
+    if (length > 0 && int(j - i) == length)
+      out.append(text, i, j - i);
+    else
+      out += "\xEF\xBF\xBD"; // U+FFFD
+    i = length > 0 ? j : i + 1;
+  }
+  return out;
+}
+
+/// A JSON string literal of `text` (UTF-8, ill-formed sequences replaced;
+/// control characters escaped).
+std::string jsonString(const std::string &raw) {
+  std::string text = validUtf8(raw);
   std::string out = "\"";
   for (unsigned char c : text) {
     switch (c) {
@@ -331,9 +368,10 @@ struct Opened {
 
 /// Compiles MODEL's inference plan for `defaultBatch` sequences (unless
 /// --max-batch) and loads its weights on --device.
-llvm::Expected<Opened> openGenerator(const Flags &f,
-                                     const spec::ModelSpec &model,
-                                     int64_t defaultBatch) {
+llvm::Expected<Opened>
+openGenerator(const Flags &f, const spec::ModelSpec &model,
+              int64_t defaultBatch,
+              const std::optional<data::ModelTokenizer> &tokenizer) {
   auto error = [](const std::string &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
   };
@@ -353,6 +391,11 @@ llvm::Expected<Opened> openGenerator(const Flags &f,
     g.set_max_seq_len(f.maxSeqLen);
   if (f.prefillChunk > 0)
     g.set_prefill_chunk(f.prefillChunk);
+  // Only ids the tokenizer decodes are drawn (the demo's byte tokenizer has
+  // 257 of the model's 512).
+  if (tokenizer && model.has_vocab_size() &&
+      tokenizer->tokenizer->vocabSize() < model.vocab_size())
+    g.set_vocab_size(tokenizer->tokenizer->vocabSize());
   Opened out;
   mlir::DialectRegistry registry;
   registerDialects(registry);
@@ -468,7 +511,8 @@ int generateCommand(int argc, char **argv) {
   llvm::Expected<Opened> opened = openGenerator(
       f, *model,
       std::max<int64_t>(f.beamWidth,
-                        std::min<int64_t>(int64_t(prompts.size()), 8)));
+                        std::min<int64_t>(int64_t(prompts.size()), 8)),
+      tokenizer);
   if (!opened)
     return fail(llvm::toString(opened.takeError()));
   const GeneratePlan *compiled = &opened->compiled;
@@ -664,7 +708,7 @@ int chatCommand(int argc, char **argv) {
   if (llvm::Error e =
           loadTokenizer(f, braidCheckpoint, /*required=*/true, tokenizer))
     return fail(llvm::toString(std::move(e)));
-  llvm::Expected<Opened> opened = openGenerator(f, *model, 1);
+  llvm::Expected<Opened> opened = openGenerator(f, *model, 1, tokenizer);
   if (!opened)
     return fail(llvm::toString(opened.takeError()));
   exec::Generator &gen = *opened->generator;
