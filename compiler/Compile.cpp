@@ -176,9 +176,15 @@ unsigned addPhases(PassManager &pm, const CompileOptions &options, Phase from,
     if (info.phase < from)
       continue;
     // An inference graph has no step to differentiate, optimize, cut into
-    // stages or recompute: only its plan is made.
-    if (!options.generate || info.phase == Phase::Plan)
+    // stages or recompute: it is split over tp (model-shard alone: no
+    // gradients to sum) and its plan is made.
+    if (!options.generate || info.phase == Phase::Plan) {
       info.addPasses(pm, options);
+    } else if (info.phase == Phase::Shard && options.parallel.tp > 1) {
+      model::ModelShardOptions o;
+      o.tp = options.parallel.tp;
+      pm.addPass(model::createModelShard(o));
+    }
     if (info.phase == to)
       break;
   }

@@ -40,14 +40,14 @@ braid::compileGeneratePlan(mlir::MLIRContext &context, const spec::JobSpec &job,
   if (!config)
     return config.takeError();
   const spec::ParallelSpec &p = job.parallel();
-  for (auto [name, value] : {std::pair<const char *, int64_t>{"tp", p.tp()},
-                             {"pp", p.pp()},
+  for (auto [name, value] : {std::pair<const char *, int64_t>{"pp", p.pp()},
                              {"dp", p.dp()}})
     if (value > 1)
-      return error(llvm::Twine("generation on several ranks is not built "
-                               "yet: parallel.") +
+      return error(llvm::Twine("generation splits a model over tensor "
+                               "parallelism only: parallel.") +
                    name + " = " + llvm::Twine(value) +
-                   " (an inference plan runs on one rank)");
+                   " (pipeline stages and data parallelism are not built "
+                   "for inference plans)");
   if (p.sp())
     return error("generation does not use sequence parallelism (parallel.sp)");
   llvm::Expected<GenerateConfig> g = resolveGenerate(job, *config);

@@ -81,19 +81,29 @@ def Model_AttentionCachedOp : Model_ComputeOp<"attention_cached", [],
       element type.
     - AC5: `scale` is positive.
     - AC6: the results have the types of `q` and of the caches.
+    - AC7: `head_axis`, `global_heads` and `global_kv_heads` are as
+      `model.attention`'s (A6): a slice of the heads under tensor
+      parallelism, the caches holding the rank's kv heads (all of them when
+      they are replicated).
   }];
   let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
                        Model_FloatTensor:$v, Model_IndexTensor:$positions,
                        Model_FloatTensor:$cache_k, Model_FloatTensor:$cache_v,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads,
-                       F64Attr:$scale, UnitAttr:$alibi);
+                       F64Attr:$scale, UnitAttr:$alibi,
+                       OptionalAttr<StrAttr>:$head_axis,
+                       OptionalAttr<I64Attr>:$global_heads,
+                       OptionalAttr<I64Attr>:$global_kv_heads);
   let results = (outs Model_FloatTensor:$result,
                       Model_FloatTensor:$new_cache_k,
                       Model_FloatTensor:$new_cache_v);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $positions `,` $cache_k `,` $cache_v
     `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads `scale` `=` $scale
-    (`alibi` $alibi^)? attr-dict `:` functional-type(operands, results)
+    (`alibi` $alibi^)? (`head_axis` `=` $head_axis^)?
+    (`global_heads` `=` $global_heads^)?
+    (`global_kv_heads` `=` $global_kv_heads^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k,
       "::mlir::Value":$v, "::mlir::Value":$positions, "::mlir::Value":$cacheK,

@@ -1564,7 +1564,8 @@ void AttentionCachedOp::build(OpBuilder &builder, OperationState &state,
   build(builder, state, q.getType(), cacheK.getType(), cacheV.getType(), q, k,
         v, positions, cacheK, cacheV, builder.getI64IntegerAttr(numHeads),
         builder.getI64IntegerAttr(numKvHeads), builder.getF64FloatAttr(scale),
-        alibi ? builder.getUnitAttr() : UnitAttr());
+        alibi ? builder.getUnitAttr() : UnitAttr(), StringAttr(), IntegerAttr(),
+        IntegerAttr());
 }
 
 LogicalResult AttentionCachedOp::verify() {
@@ -1573,11 +1574,17 @@ LogicalResult AttentionCachedOp::verify() {
                    cv = getCacheV().getType();
   int64_t heads = getNumHeadsAttr().getInt(),
           kvHeads = getNumKvHeadsAttr().getInt();
+  // AC7: the slice of the heads.
+  int64_t allHeads, allKvHeads;
+  if (failed(verifyHeadSlice(*this, heads, kvHeads, getHeadAxis(),
+                             getGlobalHeads(), getGlobalKvHeads(), allHeads,
+                             allKvHeads)))
+    return failure();
   // AC1 (q, k, v), AC2, AC3 (k, v) and AC5 are model.attention's A1 to A4
   // on the new rows, causal: k and v have q's length.
   if (failed(verifyAttention(*this, q, k, v, heads, kvHeads,
                              getScale().convertToDouble(), /*dropout=*/0,
-                             /*causal=*/true, heads, kvHeads)))
+                             /*causal=*/true, allHeads, allKvHeads)))
     return failure();
   // AC1: the caches and the positions.
   if (ck.getRank() != 3 || !dimsAgree(ck.getDimSize(0), q.getDimSize(0)))

@@ -74,10 +74,24 @@ void ModelShardPass::runOnOperation() {
                                            << " must be at least 1";
     return signalPassFailure();
   }
-  auto func = module.lookupSymbol<func::FuncOp>("train_step");
+  // A training step, or an inference graph (buildGenerateModule), whose
+  // prefill, decode and reorder split the same way.
+  bool inference = module->hasAttr("model.generate");
+  auto func = module.lookupSymbol<func::FuncOp>(inference ? "generate"
+                                                          : "train_step");
   if (!func || func.isExternal()) {
-    module.emitError("model-shard needs a func.func @train_step (run "
-                     "model-optimizer first)");
+    module.emitError(inference
+                         ? "model-shard needs the inference graph's "
+                           "func.func @generate"
+                         : "model-shard needs a func.func @train_step (run "
+                           "model-optimizer first)");
+    return signalPassFailure();
+  }
+  if (inference && (dp > 1 || pp > 1 || sp)) {
+    module.emitError("model-shard: an inference graph splits over tp only "
+                     "(dp = ")
+        << int64_t(dp) << ", pp = " << int64_t(pp) << ", sp = " << bool(sp)
+        << ")";
     return signalPassFailure();
   }
   if (module.lookupSymbol(kMeshName)) {

@@ -37,12 +37,16 @@ constexpr llvm::StringLiteral kTp = "tp";
 bool feedsReplicatedKv(Value v, int64_t tp) {
   for (OpOperand &use : v.getUses()) {
     Operation *user = use.getOwner();
-    if (auto rope = dyn_cast<RopeOp>(user)) {
-      if (feedsReplicatedKv(rope.getResult(), tp))
+    if (isa<RopeOp, RopeAtOp>(user)) {
+      if (feedsReplicatedKv(user->getResult(0), tp))
         return true;
     } else if (auto attention = dyn_cast<AttentionOp>(user)) {
       if (use.getOperandNumber() > 0 &&
           attention.getNumKvHeadsAttr().getInt() % tp != 0)
+        return true;
+    } else if (auto cached = dyn_cast<AttentionCachedOp>(user)) {
+      if ((use.getOperandNumber() == 1 || use.getOperandNumber() == 2) &&
+          cached.getNumKvHeadsAttr().getInt() % tp != 0)
         return true;
     }
   }
@@ -289,6 +293,61 @@ LogicalResult attentionForward(AttentionOp op, TensorParallel &e) {
 
 LogicalResult attentionGrad(AttentionGradOp op, TensorParallel &e) {
   return attention(op, op.getK(), {op.getDk(), op.getDv()}, e);
+}
+
+/// Attention over the KV cache: as attention, and the caches (arguments of
+/// the inference graph, shared by prefill's and decode's attention) hold
+/// the rank's kv heads, or all of them when k and v are whole.
+LogicalResult attentionCached(AttentionCachedOp op, TensorParallel &e) {
+  if (failed(attention(op, op.getK(), {}, e)))
+    return failure();
+  Layout kv = e.layout(op.getK());
+  if (kv.isPartial())
+    return e.unsupported(op, "k and v are partial sums");
+  for (auto [cache, updated] :
+       {std::pair<Value, Value>{op.getCacheK(), op.getNewCacheK()},
+        {op.getCacheV(), op.getNewCacheV()}}) {
+    Layout now = e.layout(cache);
+    if (now.isSplit() || (kv.isReplicated() && now.isReplicated())) {
+      if (!now.sameAs(kv))
+        return e.unsupported(op, "a cache is used with two different splits");
+    } else if (failed(e.setLayout(cache, kv, op))) {
+      return failure();
+    }
+    if (failed(e.setLayout(updated, kv, op)))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult wholeOperands(Operation *op, TensorParallel &e);
+
+/// The draws of an inference graph: on the whole logits, which the
+/// vocabulary-parallel output layer leaves split by vocabulary: gathered
+/// over tp once, for every user (the draw, beam search's candidates, the
+/// logits the host reads).
+LogicalResult wholeLogits(Operation *op, TensorParallel &e) {
+  Value logits = op->getOperand(0);
+  Layout l = e.layout(logits);
+  auto type = cast<RankedTensorType>(logits.getType());
+  if (l.isSplit() && l.dim == type.getRank() - 1 && l.blocks.empty()) {
+    OpBuilder &b = e.builder();
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointAfterValue(logits);
+    SmallVector<int64_t> shape(type.getShape());
+    shape.back() *= e.tp();
+    auto gathered = b.create<AllGatherOp>(
+        op->getLoc(), RankedTensorType::get(shape, type.getElementType()),
+        logits, e.mesh(), b.getStrArrayAttr({kTp}),
+        b.getI64IntegerAttr(type.getRank() - 1),
+        b.getStringAttr("model-shard: the vocabulary-parallel logits "
+                        "gathered for the draw"));
+    if (Attribute phase = op->getAttr(ModelDialect::kPhaseAttrName))
+      gathered->setAttr(ModelDialect::kPhaseAttrName, phase);
+    e.record(gathered.getResult(), Layout());
+    logits.replaceAllUsesExcept(gathered.getResult(), gathered);
+  }
+  return wholeOperands(op, e);
 }
 
 LogicalResult gradNorm(GradNormOp norm, TensorParallel &e) {
@@ -597,7 +656,10 @@ void braid::model::registerTensorParallelRules(DialectRegistry &registry) {
     attachRule<linearGradInput, LinearGradInputOp>(*ctx);
     attachRule<linearGradWeight, LinearGradWeightOp>(*ctx);
     attachRule<biasGrad, BiasGradOp>(*ctx);
-    attachRule<perHead, RopeOp, RopeGradOp>(*ctx);
+    attachRule<perHead, RopeOp, RopeGradOp, RopeAtOp, ReorderRowsOp>(*ctx);
+    attachRule<attentionCached, AttentionCachedOp>(*ctx);
+    attachRule<wholeLogits, SampleOp, TopLogprobsOp>(*ctx);
+    attachRule<rowwise, TakeRowsOp>(*ctx);
     attachRule<add, AddOp>(*ctx);
     attachRule<qkvSplit, QkvSplitOp>(*ctx);
     attachRule<qkvConcat, QkvConcatOp>(*ctx);

@@ -533,8 +533,8 @@ LogicalResult Lowering::argBuffer(BlockArgument arg) {
   }
   if (auto cache = func.getArgAttrOfType<StringAttr>(
           i, model::ModelDialect::kCacheAttrName)) {
-    newBuffer(arg, "kv_cache", cache.getValue());
-    return success();
+    // Under tensor parallelism, the rank's kv heads.
+    return setShard(newBuffer(arg, "kv_cache", cache.getValue()), i);
   }
   return func.emitError("argument ") << i << " is neither a parameter, "
                                      << "an input, optimizer state nor a "

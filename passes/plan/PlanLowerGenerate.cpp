@@ -30,6 +30,15 @@ LogicalResult Lowering::runGenerate() {
   Block &entry = func.getBody().front();
   for (Operation &op : entry.without_terminator()) {
     auto phase = op.getAttrOfType<StringAttr>(model::ModelDialect::kPhaseAttrName);
+    // A collective model-shard inserted runs where the value it reduces or
+    // gathers is made.
+    if (!phase && isa<model::AllReduceOp, model::AllGatherOp>(op))
+      if (Operation *def = op.getOperand(0).getDefiningOp()) {
+        phase = def->getAttrOfType<StringAttr>(
+            model::ModelDialect::kPhaseAttrName);
+        if (phase)
+          op.setAttr(model::ModelDialect::kPhaseAttrName, phase);
+      }
     if (!phase || !llvm::is_contained({kPrefillFunc, kDecodeFunc, kReorderFunc},
                                       phase.getValue()))
       return op.emitOpError("of an inference graph must have ")

@@ -57,10 +57,11 @@ Generator::Create(const plan::Plan &plan, const GeneratorOptions &options) {
     return absl::InvalidArgumentError(
         "the plan is a training plan, not an inference plan: compile it with "
         "braidc --mode generate");
-  if (plan::WorldSize(plan) != 1)
-    return absl::InvalidArgumentError(absl::StrCat(
+  if (plan::WorldSize(plan) > 1 && !options.comm)
+    return absl::FailedPreconditionError(absl::StrCat(
         "the inference plan is for ", plan::WorldSize(plan),
-        " ranks; generation runs on one"));
+        " ranks: start it with mpirun -np ", plan::WorldSize(plan),
+        " braid-run ..."));
   auto state = std::make_unique<State>(plan);
   State &s = *state;
   TrainerOptions &o = s.options;
@@ -69,15 +70,16 @@ Generator::Create(const plan::Plan &plan, const GeneratorOptions &options) {
   o.initFrom = options.weights;
   o.allowModelChange = options.allowModelChange;
   o.log = options.log;
+  o.comm = options.comm;
   if (!o.backend)
     if (absl::Status c = Executor::CheckRunsOnCpu(s.plan); !c.ok())
       return c;
   trainer::TrainingRun &run = s.run;
   run.seed = s.plan.training().seed();
   absl::StatusOr<std::unique_ptr<Backend>> created =
-      o.backend ? o.backend(s.plan, nullptr)
+      o.backend ? o.backend(s.plan, o.comm)
                 : absl::StatusOr<std::unique_ptr<Backend>>(
-                      Executor::Create(s.plan, nullptr));
+                      Executor::Create(s.plan, o.comm));
   if (!created.ok())
     return created.status();
   run.backend = std::move(*created);

@@ -74,6 +74,10 @@ struct GeneratorOptions {
   std::set<std::string> allowModelChange;
   /// Where notes on the loaded weights go; none when null.
   std::ostream *log = nullptr;
+  /// The other ranks of a plan split over tensor parallelism (every rank
+  /// runs the same calls with the same inputs and draws the same ids);
+  /// null for a plan of one rank.
+  Communicator *comm = nullptr;
 };
 
 class Generator {

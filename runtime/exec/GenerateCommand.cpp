@@ -24,7 +24,7 @@ int RunGenerateCommand(
     const plan::Plan &plan, const std::vector<std::string> &args,
     const std::function<absl::StatusOr<BackendFactory>(const std::string &)>
         &backendFor,
-    std::ostream &out, std::ostream &err) {
+    Communicator *comm, std::ostream &out, std::ostream &err) {
   auto usage = [&](const std::string &message) {
     err << "braid-run: error: " << message << "\nusage: braid-run PLAN "
         << kGenerateFlagsUsage << "\n";
@@ -122,6 +122,11 @@ int RunGenerateCommand(
     return fail(backend.status().message());
   options.backend = *backend;
   options.log = &err;
+  options.comm = comm;
+  // Rank 0 speaks for the job.
+  const bool writer = !comm || comm->Rank() == 0;
+  if (!writer)
+    logitsOut.clear();
   absl::StatusOr<std::unique_ptr<Generator>> created =
       Generator::Create(plan, options);
   if (!created.ok())
@@ -157,7 +162,7 @@ int RunGenerateCommand(
         return fail(made.status().message());
       done = std::move(*made);
     }
-    for (size_t k = 0; k < group.size(); ++k) {
+    for (size_t k = 0; k < group.size() && writer; ++k) {
       std::string line;
       for (int32_t id : group[k])
         absl::StrAppend(&line, id, " ");
@@ -166,7 +171,7 @@ int RunGenerateCommand(
       line.pop_back();
       out << line << "\n";
     }
-    if (stats) {
+    if (stats && writer) {
       const Generator::Timings &t = gen.lastTimings();
       err << "stats: " << group.size() << " sequences; prefill "
           << t.prefillCalls << " calls in " << t.prefillSeconds

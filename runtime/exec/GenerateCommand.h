@@ -10,8 +10,10 @@
 //       [--beam-width W [--length-penalty A]] [--eos-id ID]...
 //       [--logits-out FILE] [--stats]
 //
-// Each prompt's ids and its completion's print on one line. `braid
-// generate` (tools/braid) adds tokenizers and compiles the plan itself.
+// Each prompt's ids and its completion's print on one line. A plan split
+// over tensor parallelism runs as `mpirun -np N braid-run gen.plan ...`,
+// rank 0 printing. `braid generate` (tools/braid) adds tokenizers and
+// compiles the plan itself.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,11 +37,13 @@ extern const char kGenerateFlagsUsage[];
 /// say, with the backends `backendFor` makes per device ("cpu": null).
 /// Prints the ids to `out`, errors to `err`; returns the exit status (2
 /// for a bad flag).
+/// `comm`: the job's other ranks (a plan split over tp, under mpirun), or
+/// null; rank 0 alone prints.
 int RunGenerateCommand(
     const plan::Plan &plan, const std::vector<std::string> &args,
     const std::function<absl::StatusOr<BackendFactory>(const std::string &)>
         &backendFor,
-    std::ostream &out, std::ostream &err);
+    Communicator *comm, std::ostream &out, std::ostream &err);
 
 } // namespace braid::exec
 

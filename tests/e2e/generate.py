@@ -161,6 +161,67 @@ def check_braid_run(s, family, model_dir, prompts):
           f"tokens equal, logits within {err:.1e}; bf16 within {err16:.1e}")
 
 
+def check_tensor_parallel(s, family, seed):
+    """The inference plan split over tp 2 and tp 4 (heads, kv heads split or
+    replicated, the vocabulary) under mpirun: every call's logits within
+    1e-5 of the one-rank plan's, the same greedy tokens as the reference,
+    and one seed the same sampled tokens in every layout."""
+    config, weights = ref.random_model(family, {"vocab_size": 100},
+                                       seed=seed)
+    model_dir = s.w(f"{family}-tp-model")
+    ref.save_hf_dir(model_dir, config, weights)
+    truth = ref.Reference(config, weights)
+    rng = np.random.default_rng(seed + 300)
+    prompts = [list(rng.integers(3, 100, 6)), list(rng.integers(3, 100, 2))]
+    new = 8
+    args = ["--init-from", model_dir, "--max-new-tokens", str(new)]
+    for p in prompts:
+        args += ["--prompt-ids", ",".join(str(t) for t in p)]
+    runs = {}
+    for tp in (1, 2, 4):
+        plan = s.w(f"{family}-tp{tp}.plan")
+        harness.run([s.b("braidc"), "--hf-config", f"{model_dir}/config.json",
+                     "--mode", "generate", "--tp", str(tp), "--max-batch",
+                     "2", "--max-seq-len", "24", "--prefill-chunk", "4",
+                     "--emit=plan", "-o", plan])
+        launch = (harness.mpirun(tp) if tp > 1 else []) + \
+            [s.b("braid-run"), plan]
+        logits = s.w(f"{family}-tp{tp}-logits.txt")
+        greedy = harness.run(launch + args + ["--greedy", "--logits-out",
+                                              logits]).stdout
+        sampled = harness.run(launch + args + ["--temperature", "0.9",
+                                               "--top-k", "12", "--seed",
+                                               "5"]).stdout
+        runs[tp] = (greedy, sampled, read_logits(logits, 2))
+    for row, prompt in enumerate(prompts):
+        want = list(prompt) + truth.greedy(prompt, new)
+        got = [int(t) for t in runs[1][0].splitlines()[row].split()]
+        if got != want:
+            sys.exit(f"FAILED: {family} one rank gave {got}, the reference "
+                     f"{want}")
+    worst = 0.0
+    for tp in (2, 4):
+        if runs[tp][0] != runs[1][0] or runs[tp][1] != runs[1][1]:
+            sys.exit(f"FAILED: {family} tp {tp} gave\n{runs[tp][0]}"
+                     f"{runs[tp][1]}one rank\n{runs[1][0]}{runs[1][1]}")
+        for (f1, a), (f2, b) in zip(runs[1][2], runs[tp][2]):
+            err = np.max(np.abs(a - b)) / np.max(np.abs(a))
+            worst = max(worst, err)
+            if f1 != f2 or err > TOLERANCE:
+                sys.exit(f"FAILED: {family} tp {tp}: {f2} logits differ from "
+                         f"one rank's by {err:.2e} of the largest")
+    # braid generate starts the ranks itself.
+    tool = generate(s, model_dir, prompts,
+                    ["--greedy", "--max-new-tokens", str(new), "--print-ids",
+                     "--tp", "2", "--max-batch", "2", "--max-seq-len", "24",
+                     "--prefill-chunk", "4"]).stdout
+    if tool != runs[1][0]:
+        sys.exit(f"FAILED: {family} braid generate --tp 2 gave\n{tool}"
+                 f"one rank\n{runs[1][0]}")
+    print(f"{family}: tp 2 and tp 4 give one rank's tokens (greedy and "
+          f"seeded sampling), logits within {worst:.1e}")
+
+
 def check_beam(s, family, seed):
     """Beam search, width 4, length penalty 1.0, against the reference's
     (transformers v4.36-v4.49 rules): without an end id, and with one that
@@ -241,8 +302,17 @@ def check_text(s, model_dir, greedy):
     if p.returncode != 0 or got != want[:at + 1]:
         sys.exit(f"FAILED: --stop {stop!r} gave {got}, expected "
                  f"{want[:at + 1]}:\n{p.stderr}")
+    # Text under tensor parallelism (300 ids: 2 ranks of 150).
+    one = harness.run([s.b("braid"), "generate", model_dir, "--tokenizer",
+                       "bytes", "--prompt", prompts[1], "--greedy",
+                       "--max-new-tokens", "8"]).stdout
+    two = harness.run([s.b("braid"), "generate", model_dir, "--tokenizer",
+                       "bytes", "--prompt", prompts[1], "--greedy",
+                       "--max-new-tokens", "8", "--tp", "2"]).stdout
+    if one != two:
+        sys.exit(f"FAILED: --tp 2 printed {two!r}, one rank {one!r}")
     print("text: JSONL prompts give the reference's completions; --stop ends "
-          "at the string")
+          "at the string; --tp 2 prints one rank's text")
 
 
 def check_chat(s, seed):
@@ -341,7 +411,8 @@ def check_errors(s, model_dir):
          "the beams are rows of the batch"),
         (["--prompt-ids", "5,6", "--beam-width", "2", "--top-k", "5"],
          "does not go with"),
-        (["--prompt-ids", "5,6", "--tp", "2"], "tensor parallelism"),
+        (["--prompt-ids", "5,6", "--tp", "2"],
+         "does not divide the padded vocabulary = 97"),
         (["--prompt-ids", "5,500"], "outside the model's"),
         (["--prompt", "hello"], "holds no tokenizer"),
         (["--prompt-ids", "5,x"], "is not a token id"),
@@ -364,6 +435,8 @@ def main():
     check_braid_run(s, "llama", llama, prompts)
     check_family(s, "gpt2", 12)
     check_family(s, "bloom", 13)
+    for family, seed in (("llama", 41), ("gpt2", 42), ("bloom", 43)):
+        check_tensor_parallel(s, family, seed)
     check_beam(s, "llama", 21)
     check_chat(s, 31)
     check_sampling(s, llama, prompts)

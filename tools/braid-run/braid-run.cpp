@@ -118,17 +118,37 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
 } // namespace
 
 int main(int argc, char **argv) {
-  // An inference plan (braidc --mode generate) takes generation's flags.
+  // An inference plan (braidc --mode generate) takes generation's flags;
+  // split over tp, its ranks are an MPI job's.
   if (argc >= 2 && argv[1][0] != '-') {
     absl::StatusOr<braid::plan::Plan> plan =
         braid::plan::LoadPlanFile(argv[1]);
-    if (plan.ok() && plan->has_generation())
-      return braid::exec::RunGenerateCommand(
+    if (plan.ok() && plan->has_generation()) {
+      braid::exec::Communicator *jobComm = nullptr;
+#ifdef BRAID_HAVE_MPI
+      std::unique_ptr<braid::comm::MpiCommunicator> comm;
+      if (braid::plan::WorldSize(*plan) > 1 && braid::comm::LaunchedByMpi()) {
+        absl::StatusOr<std::unique_ptr<braid::comm::MpiCommunicator>> created =
+            braid::comm::MpiCommunicator::Create(*plan);
+        if (!created.ok()) {
+          writeLine(absl::StrCat("braid-run: error: ",
+                                 created.status().message()));
+          return 1;
+        }
+        comm = std::move(*created);
+        jobComm = comm.get();
+      }
+#endif
+      int rc = braid::exec::RunGenerateCommand(
           *plan, std::vector<std::string>(argv + 2, argv + argc),
           [](const std::string &device) {
             return braid::exec::BackendFor(device);
           },
-          std::cout, std::cerr);
+          jobComm, std::cout, std::cerr);
+      if (rc != 0 && jobComm)
+        jobComm->Abort(rc);
+      return rc;
+    }
   }
   std::string planPath;
   std::string benchOut; // --bench-collectives

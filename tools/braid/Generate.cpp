@@ -16,6 +16,9 @@
 #include "runtime/ckpt/ModelIdentity.h"
 #include "runtime/data/ModelTokenizer.h"
 #include "runtime/exec/Devices.h"
+#ifdef BRAID_HAVE_MPI
+#include "runtime/comm/MpiCommunicator.h"
+#endif
 #include "runtime/exec/Generate.h"
 
 #include "google/protobuf/struct.pb.h"
@@ -26,6 +29,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
@@ -97,6 +101,35 @@ std::string validUtf8(const std::string &text) {
     i = length > 0 ? j : i + 1;
   }
   return out;
+}
+
+/// Where `text` can be cut for printing as it grows: before a last
+/// character whose bytes have not all come yet (a lead byte and valid
+/// continuations, fewer than it needs), else its end.
+size_t printableEnd(const std::string &text) {
+  const size_t n = text.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    unsigned char c = static_cast<unsigned char>(text[n - back]);
+    if ((c & 0xC0) == 0x80)
+      continue; // a continuation: look further back for its lead
+    size_t need = c >= 0xF0 && c <= 0xF4   ? 4
+                  : c >= 0xE0 && c <= 0xEF ? 3
+                  : c >= 0xC2 && c <= 0xDF ? 2
+                                           : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
+/// Prints what `text` (the decoded completion so far) adds past `shown`
+/// bytes, as valid UTF-8, holding back a character still arriving;
+/// `final`: all of it.
+void printGrowing(const std::string &text, size_t &shown, bool final) {
+  size_t end = final ? text.size() : printableEnd(text);
+  if (end > shown) {
+    std::cout << validUtf8(text.substr(shown, end - shown)) << std::flush;
+    shown = end;
+  }
 }
 
 /// A JSON string literal of `text` (UTF-8, ill-formed sequences replaced;
@@ -274,9 +307,10 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv, bool chat = false) {
   if (f.lengthPenalty != 1.0 && f.beamWidth == 1)
     return error("--length-penalty scores beam search's hypotheses: give "
                  "--beam-width W");
-  if (f.tp > 1)
+  if (f.tp > 1 && chat)
     return error("--tp " + std::to_string(f.tp) +
-                 ": generation under tensor parallelism is not built yet");
+                 ": braid chat runs on one rank (its turns come from one "
+                 "terminal)");
   if (f.device != "cpu" && f.device != "cuda")
     return error("--device " + f.device + " is not one of cpu, cuda");
   return f;
@@ -363,7 +397,13 @@ llvm::Error loadTokenizer(const Flags &f, bool braidCheckpoint, bool required,
 struct Opened {
   std::unique_ptr<mlir::MLIRContext> context;
   GeneratePlan compiled;
+#ifdef BRAID_HAVE_MPI
+  /// With --tp: this rank's place among the job's (mpirun's).
+  std::unique_ptr<comm::MpiCommunicator> comm;
+#endif
   std::unique_ptr<exec::Generator> generator;
+  /// Whether this rank prints (rank 0, or the only one).
+  bool writer = true;
 };
 
 /// Compiles MODEL's inference plan for `defaultBatch` sequences (unless
@@ -371,7 +411,8 @@ struct Opened {
 llvm::Expected<Opened>
 openGenerator(const Flags &f, const spec::ModelSpec &model,
               int64_t defaultBatch,
-              const std::optional<data::ModelTokenizer> &tokenizer) {
+              const std::optional<data::ModelTokenizer> &tokenizer,
+              bool compileOnly = false) {
   auto error = [](const std::string &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
   };
@@ -385,6 +426,8 @@ openGenerator(const Flags &f, const spec::ModelSpec &model,
                    " is not one of fp32, bf16, fp16");
     job.mutable_train()->set_precision(dtype);
   }
+  if (f.tp > 1)
+    job.mutable_parallel()->set_tp(f.tp);
   spec::GenerateSpec &g = *job.mutable_generate();
   g.set_max_batch(f.maxBatch > 0 ? f.maxBatch : defaultBatch);
   if (f.maxSeqLen > 0)
@@ -404,6 +447,8 @@ openGenerator(const Flags &f, const spec::ModelSpec &model,
   if (!compiled)
     return compiled.takeError();
   out.compiled = std::move(*compiled);
+  if (compileOnly)
+    return out;
   exec::GeneratorOptions options;
   options.weights = f.model;
   options.device = f.device;
@@ -411,6 +456,20 @@ openGenerator(const Flags &f, const spec::ModelSpec &model,
   if (!backend.ok())
     return error(std::string(backend.status().message()));
   options.backend = *backend;
+  if (f.tp > 1) {
+#ifdef BRAID_HAVE_MPI
+    absl::StatusOr<std::unique_ptr<comm::MpiCommunicator>> created =
+        comm::MpiCommunicator::Create(out.compiled.plan);
+    if (!created.ok())
+      return error(std::string(created.status().message()));
+    out.comm = std::move(*created);
+    options.comm = out.comm.get();
+    out.writer = out.comm->Rank() == 0;
+#else
+    return error("--tp needs MPI, and this braid was built without it "
+                 "(BRAID_WITH_MPI=OFF)");
+#endif
+  }
   absl::StatusOr<std::unique_ptr<exec::Generator>> generator =
       exec::Generator::Create(out.compiled.plan, options);
   if (!generator.ok())
@@ -434,11 +493,37 @@ exec::SamplingOptions samplingOf(const Flags &f) {
 
 } // namespace
 
+/// braid generate --tp N outside an MPI job: the same command on N ranks,
+/// started by mpirun on this machine; mpirun's exit status.
+int launchTensorParallel(const Flags &f, int argc, char **argv) {
+  llvm::ErrorOr<std::string> mpirun = llvm::sys::findProgramByName("mpirun");
+  if (!mpirun)
+    return fail("--tp " + std::to_string(f.tp) + " runs " +
+                std::to_string(f.tp) + " ranks and mpirun is not on the PATH "
+                "(scripts/setup.sh installs Open MPI)");
+  std::string self = llvm::sys::fs::getMainExecutable(
+      argv[0], reinterpret_cast<void *>(&launchTensorParallel));
+  std::vector<std::string> args = {*mpirun, "-np", std::to_string(f.tp),
+                                   "--oversubscribe", "--bind-to", "none"};
+  if (geteuid() == 0)
+    args.push_back("--allow-run-as-root");
+  args.push_back(self);
+  args.insert(args.end(), argv + 1, argv + argc);
+  std::vector<llvm::StringRef> refs(args.begin(), args.end());
+  std::string why;
+  int rc = llvm::sys::ExecuteAndWait(*mpirun, refs, std::nullopt, {}, 0, 0,
+                                     &why);
+  if (rc < 0)
+    return fail("cannot run mpirun: " + why);
+  return rc;
+}
+
 int generateCommand(int argc, char **argv) {
   llvm::Expected<Flags> parsed = parseFlags(argc, argv);
   if (!parsed)
     return fail(llvm::toString(parsed.takeError()), 2);
   Flags &f = *parsed;
+
   bool braidCheckpoint = false;
   llvm::Expected<spec::ModelSpec> model = modelOf(f.model, braidCheckpoint);
   if (!model)
@@ -508,15 +593,30 @@ int generateCommand(int argc, char **argv) {
       return fail(f.promptsFile + " holds no prompt");
   }
 
-  llvm::Expected<Opened> opened = openGenerator(
-      f, *model,
-      std::max<int64_t>(f.beamWidth,
-                        std::min<int64_t>(int64_t(prompts.size()), 8)),
-      tokenizer);
+  const int64_t defaultBatch = std::max<int64_t>(
+      f.beamWidth, std::min<int64_t>(int64_t(prompts.size()), 8));
+#ifdef BRAID_HAVE_MPI
+  // --tp outside an MPI job: the plan compiled here first, so that a job
+  // that cannot be split fails once, then the ranks started.
+  if (f.tp > 1 && !comm::LaunchedByMpi()) {
+    llvm::Expected<Opened> checked =
+        openGenerator(f, *model, defaultBatch, tokenizer, /*compileOnly=*/true);
+    if (!checked)
+      return fail(llvm::toString(checked.takeError()));
+    return launchTensorParallel(f, argc, argv);
+  }
+#endif
+  llvm::Expected<Opened> opened =
+      openGenerator(f, *model, defaultBatch, tokenizer);
   if (!opened)
     return fail(llvm::toString(opened.takeError()));
   const GeneratePlan *compiled = &opened->compiled;
   exec::Generator &gen = *opened->generator;
+  // Under --tp every rank runs the same calls on the same inputs; rank 0
+  // prints.
+  const bool writer = opened->writer;
+  if (!writer)
+    std::cout.setstate(std::ios::badbit);
 
   exec::SamplingOptions sampling = samplingOf(f);
   std::vector<int32_t> eosIds =
@@ -525,14 +625,14 @@ int generateCommand(int argc, char **argv) {
                         : std::vector<int32_t>{};
 
   std::ofstream logits;
-  if (!f.logitsOut.empty()) {
+  if (!f.logitsOut.empty() && writer) {
     logits.open(f.logitsOut, std::ios::trunc);
     if (!logits)
       return fail("cannot write " + f.logitsOut);
     logits << std::setprecision(9);
   }
   std::ofstream out;
-  if (!f.output.empty()) {
+  if (!f.output.empty() && writer) {
     out.open(f.output, std::ios::trunc);
     if (!out)
       return fail("cannot write " + f.output);
@@ -553,17 +653,24 @@ int generateCommand(int argc, char **argv) {
     if (stream) {
       std::cout << prompts[first].text << std::flush;
     }
+    // The text of a row's tokens so far, without an end-of-sequence token
+    // (which ends it, and which a BPE would spell out).
+    auto textOf = [&](int64_t row) -> absl::StatusOr<std::string> {
+      std::vector<int32_t> visible = made[row];
+      if (!visible.empty() && std::find(eosIds.begin(), eosIds.end(),
+                                        visible.back()) != eosIds.end())
+        visible.pop_back();
+      return tokenizer->tokenizer->decode(visible);
+    };
     auto onToken = [&](int64_t row, int32_t token) {
       made[row].push_back(token);
       if (!tokenizer)
         return false;
-      absl::StatusOr<std::string> text = tokenizer->tokenizer->decode(made[row]);
+      absl::StatusOr<std::string> text = textOf(row);
       if (!text.ok())
         return false;
-      if (stream && text->size() > shown[row]) {
-        std::cout << text->substr(shown[row]) << std::flush;
-        shown[row] = text->size();
-      }
+      if (stream)
+        printGrowing(*text, shown[row], /*final=*/false);
       for (const std::string &stop : f.stops)
         if (text->find(stop) != std::string::npos)
           return true;
@@ -594,9 +701,12 @@ int generateCommand(int argc, char **argv) {
     double seconds = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)
                          .count();
-    if (stream)
+    if (stream) {
+      if (absl::StatusOr<std::string> text = textOf(0); text.ok())
+        printGrowing(*text, shown[0], /*final=*/true);
       std::cout << "\n";
-    if (f.stats) {
+    }
+    if (f.stats && writer) {
       const exec::Generator::Timings &t = gen.lastTimings();
       // Decode calls make one token per sequence each.
       llvm::errs() << llvm::formatv(
@@ -645,7 +755,7 @@ int generateCommand(int argc, char **argv) {
       } else if (!stream) {
         std::cout << text << "\n";
       }
-      if (c.finish == "context")
+      if (c.finish == "context" && writer)
         llvm::errs() << "braid generate: prompt " << first + k
                      << " stopped: the context is full ("
                      << gen.maxSeqLen() << " positions, --max-seq-len)\n";
@@ -768,10 +878,8 @@ int chatCommand(int argc, char **argv) {
       if (std::find(eosIds.begin(), eosIds.end(), token) != eosIds.end())
         visible.pop_back();
       absl::StatusOr<std::string> text = tokenizer->tokenizer->decode(visible);
-      if (text.ok() && text->size() > shown && !f.printIds) {
-        std::cout << text->substr(shown) << std::flush;
-        shown = text->size();
-      }
+      if (text.ok() && !f.printIds)
+        printGrowing(*text, shown, /*final=*/false);
       return false;
     };
     absl::StatusOr<std::vector<exec::Completion>> done =
@@ -779,6 +887,16 @@ int chatCommand(int argc, char **argv) {
                      {cached});
     if (!done.ok())
       return fail(std::string(done.status().message()));
+    if (!f.printIds) {
+      std::vector<int32_t> visible = answer;
+      if (!visible.empty() && std::find(eosIds.begin(), eosIds.end(),
+                                        visible.back()) != eosIds.end())
+        visible.pop_back();
+      if (absl::StatusOr<std::string> text =
+              tokenizer->tokenizer->decode(visible);
+          text.ok())
+        printGrowing(*text, shown, /*final=*/true);
+    }
     const exec::Completion &c = (*done)[0];
     if (f.printIds) {
       std::string out;
