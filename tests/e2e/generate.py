@@ -218,8 +218,18 @@ def check_tensor_parallel(s, family, seed):
     if tool != runs[1][0]:
         sys.exit(f"FAILED: {family} braid generate --tp 2 gave\n{tool}"
                  f"one rank\n{runs[1][0]}")
+    # Beam search on the split plan: the reference's.
+    beam = generate(s, model_dir, prompts[:1],
+                    ["--beam-width", "4", "--max-new-tokens", str(new),
+                     "--print-ids", "--tp", "2", "--max-seq-len", "24",
+                     "--prefill-chunk", "4"]).stdout.split()
+    want = list(prompts[0]) + truth.beam_search(prompts[0], 4, new)
+    if [int(t) for t in beam] != want:
+        sys.exit(f"FAILED: {family} beam search at tp 2 gave {beam}, the "
+                 f"reference {want}")
     print(f"{family}: tp 2 and tp 4 give one rank's tokens (greedy and "
-          f"seeded sampling), logits within {worst:.1e}")
+          f"seeded sampling), logits within {worst:.1e}; beam search at tp 2 "
+          f"the reference's")
 
 
 def check_beam(s, family, seed):
