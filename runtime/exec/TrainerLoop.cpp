@@ -384,7 +384,7 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
     if (options.save.empty()) {
       if (options.log)
         *options.log << "stopped after step " << s << " (" << why
-                     << "): nothing saved, the run has no --save\n";
+                     << "): nothing saved, the run has no --save" << std::endl;
       break;
     }
     if (!saved) {
@@ -401,11 +401,13 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
       if (absl::Status st = save(s); !st.ok())
         return st;
     }
+    // Flushed at once: a launcher that was told to end the job (mpirun,
+    // srun) may kill the ranks soon after they save.
     if (options.log)
       *options.log << "stopped after step " << s << " (" << why
                    << "): the checkpoint of step " << s << " is in "
                    << options.save << "; resume with --load " << options.save
-                   << "\n";
+                   << std::endl;
     break;
   }
   return absl::OkStatus();
