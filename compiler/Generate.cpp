@@ -28,6 +28,8 @@ llvm::Expected<GenerateConfig> braid::resolveGenerate(const spec::JobSpec &job,
   g.prefillChunk = s.has_prefill_chunk() ? s.prefill_chunk()
                                          : std::min<int64_t>(g.maxSeqLen, 512);
   g.vocabLimit = s.has_vocab_size() ? s.vocab_size() : 0;
+  if (s.has_draw_candidates())
+    g.drawCandidates = s.draw_candidates();
   if (llvm::Error e = checkGenerateConfig(model, g))
     return std::move(e);
   return g;
@@ -113,6 +115,8 @@ llvm::json::Object braid::generationReport(const plan::Plan &plan) {
       {"max_seq_len", g.max_seq_len()},
       {"prefill_chunk", g.prefill_chunk()},
       {"vocab_size", g.vocab_size()},
+      {"logits_axis", g.logits_axis()},
+      {"draw_candidates", g.draw_candidates()},
       {"arena_bytes", plan.arena_bytes()},
       {"parameter_bytes", parameterBytes},
       {"kv_cache", std::move(kv)},

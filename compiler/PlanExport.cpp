@@ -173,6 +173,11 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     g->set_max_seq_len(field("max_seq_len"));
     g->set_prefill_chunk(field("prefill_chunk"));
     g->set_vocab_size(field("vocab_size"));
+    // Set by model-shard's draw over tp (drawFromCandidates).
+    if (auto axis = generate.getAs<StringAttr>("logits_axis")) {
+      g->set_logits_axis(axis.str());
+      g->set_draw_candidates(field("candidates_per_rank"));
+    }
     g->set_prefill(plan_ir::kPrefillFunc.str());
     g->set_decode(plan_ir::kDecodeFunc.str());
     g->set_reorder(plan_ir::kReorderFunc.str());

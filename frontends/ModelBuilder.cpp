@@ -402,6 +402,8 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
       mb.getNamedAttr("max_seq_len", mb.getI64IntegerAttr(g.maxSeqLen)),
       mb.getNamedAttr("prefill_chunk", mb.getI64IntegerAttr(g.prefillChunk)),
       mb.getNamedAttr("vocab_size", mb.getI64IntegerAttr(vocab)),
+      mb.getNamedAttr("draw_candidates",
+                      mb.getI64IntegerAttr(g.drawCandidates)),
   }));
 
   // The arguments: the parameters, the inputs of both functions, the
@@ -571,6 +573,11 @@ llvm::Error braid::checkGenerateConfig(const ModelConfig &config,
     return error("generate: vocab_size = " + llvm::Twine(g.vocabLimit) +
                  " must be in [1, the model's " +
                  llvm::Twine(config.vocabSize) + " ids] (0: all of them)");
+  if (g.drawCandidates < 1 || g.drawCandidates > (int64_t(1) << 12))
+    return error("generate: draw_candidates = " +
+                 llvm::Twine(g.drawCandidates) +
+                 " must be in [1, 4096] (the best tokens each tensor-parallel "
+                 "rank gives the draw)");
   if (config.positionEmbedding == spec::LEARNED &&
       g.maxSeqLen > config.maxSeqLen)
     return error("generate: max_seq_len = " + llvm::Twine(g.maxSeqLen) +

@@ -27,6 +27,10 @@ struct GenerateConfig {
   /// The ids a new token may take, [0, vocabLimit): a tokenizer's
   /// vocabulary when it is smaller than the model's (0: the model's).
   int64_t vocabLimit = 0;
+  /// Under tensor parallelism, the best tokens each rank gives the draw
+  /// (model-shard's draw from candidates): greedy decoding and top_k up to
+  /// it never gather the whole logits.
+  int64_t drawCandidates = 64;
 };
 
 /// Checks `g` against the model: sizes in range, and no position beyond a

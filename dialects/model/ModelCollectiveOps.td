@@ -57,6 +57,8 @@ def Model_AllGatherOp : Model_ComputeOp<"all_gather"> {
     sequence parallelism it turns the sequence slices that norms and
     residuals work on back into whole sequences before a column-parallel
     linear (and, in backward, before a row-parallel one's input gradient).
+    Under tensor parallelism an inference graph gathers each rank's best
+    tokens, their logits and their ids (i32), for the draw.
 
     Example:
 
@@ -74,9 +76,10 @@ def Model_AllGatherOp : Model_ComputeOp<"all_gather"> {
       of ranks in the group; the others are the operand's.
     - CG4: `reason` is not empty.
   }];
-  let arguments = (ins Model_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrArrayAttr:$axes, I64Attr:$dim, StrAttr:$reason);
-  let results = (outs Model_FloatTensor:$result);
+  let arguments = (ins AnyTypeOf<[Model_FloatTensor, Model_IndexTensor]>:$input,
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$dim, StrAttr:$reason);
+  let results = (outs AnyTypeOf<[Model_FloatTensor, Model_IndexTensor]>:$result);
   let assemblyFormat = [{
     $input `over` $mesh $axes `dim` `=` $dim `reason` `=` $reason attr-dict
     `:` functional-type(operands, results)

@@ -157,18 +157,37 @@ def Model_SampleOp : Model_ComputeOp<"sample"> {
         -> tensor<2xi32>
     ```
 
+    With `candidates` (`[batch, vocab]` of i32), the columns of `logits`
+    are candidates rather than the vocabulary: column `i` of row `b` is the
+    token `candidates[b, i]`, which ties are ordered by and the result
+    takes, and `vocab_size` is the whole vocabulary's size (the scale of
+    `top_k`'s limit and of the draw's weights). `model-shard` draws so
+    under tensor parallelism from every rank's best tokens
+    (`model.top_candidates`, gathered): the same id as the whole row for
+    greedy decoding and for `top_k` at most the ranks' candidate count.
+
+    ```mlir
+    %ids = model.sample %values, %settings, %seed, %counter
+        candidates %cand vocab_size = 97
+        : (tensor<2x1x16xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>,
+           tensor<2x16xi32>) -> tensor<2xi32>
+    ```
+
     Constraints:
     - S1: `logits` is `[batch, 1, vocab]`; `settings` is `[3]` of f32;
       `seed` is `[2]`; `counter` is `[batch]`.
-    - S2: `vocab_size` is in `[1, vocab]`.
+    - S2: `vocab_size` is in `[1, vocab]`, or with `candidates` at least 1.
     - S3: the result is `[batch]` of i32.
+    - S4: `candidates` is `[batch, vocab]`.
   }];
   let arguments = (ins Model_FloatTensor:$logits, Model_FloatTensor:$settings,
                        Model_IndexTensor:$seed, Model_IndexTensor:$counter,
+                       Optional<Model_IndexTensor>:$candidate_ids,
                        I64Attr:$vocab_size);
   let results = (outs Model_IndexTensor:$ids);
   let assemblyFormat = [{
-    $logits `,` $settings `,` $seed `,` $counter `vocab_size` `=` $vocab_size
+    $logits `,` $settings `,` $seed `,` $counter
+    (`candidates` $candidate_ids^)? `vocab_size` `=` $vocab_size
     attr-dict `:` functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$logits,
@@ -193,16 +212,74 @@ def Model_TopLogprobsOp : Model_ComputeOp<"top_logprobs", [], [],
         : (tensor<4x1x128xf32>) -> (tensor<4x8xf32>, tensor<4x8xi32>)
     ```
 
+    With `candidates (%ids, %lse)`, the columns of `logits` are candidates,
+    as `model.sample`'s: column `i` of row `b` is the token `ids[b, i]`
+    (`[batch, vocab]` of i32), and the normaliser is the log-sum-exp of the
+    row's values of `lse` (`[batch, 1, ranks]`, the logits' element type:
+    each rank's log-sum-exp over its columns of the vocabulary).
+
     Constraints:
     - TL1: `logits` is `[batch, 1, vocab]`.
-    - TL2: `k` is in `[1, vocab_size]` and `vocab_size` in `[1, vocab]`.
+    - TL2: `k` is in `[1, vocab_size]` and `vocab_size` in `[1, vocab]`;
+      with candidates, `k` is in `[1, vocab]` and `vocab_size` at least 1.
     - TL3: the results are `[batch, k]` of f32 and of i32.
+    - TL4: `candidates` are none, or `[batch, vocab]` of i32 and `[batch,
+      1, ranks]` of the logits' element type.
   }];
-  let arguments = (ins Model_FloatTensor:$logits, I64Attr:$k,
+  let arguments = (ins Model_FloatTensor:$logits,
+                       Variadic<AnyRankedTensor>:$candidates, I64Attr:$k,
                        I64Attr:$vocab_size);
   let results = (outs Model_FloatTensor:$logprobs, Model_IndexTensor:$ids);
   let assemblyFormat = [{
-    $logits `k` `=` $k `vocab_size` `=` $vocab_size attr-dict `:`
+    $logits (`candidates` `(` $candidates^ `)`)? `k` `=` $k `vocab_size` `=`
+    $vocab_size attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$logits, "int64_t":$k,
+                                 "int64_t":$vocabSize)>];
+}
+
+def Model_TopCandidatesOp : Model_ComputeOp<"top_candidates", [], [],
+                                            "TOP_CANDIDATES"> {
+  let summary = "A rank's best tokens of its slice of the vocabulary";
+  let description = [{
+    Per sequence `b`, the `k` best tokens of `logits[b, 0, :]` by
+    descending logit, equal logits by ascending id, as `model.sample` and
+    `model.top_logprobs` rank them: `values[b, 0, i]` their logits
+    (unchanged) and `ids[b, i]` their ids; and `lse[b, 0, 0]`, the
+    log-sum-exp of the row's valid logits. The ids are the columns' own,
+    or with `vocab_axis` (set by `model-shard`) the rank's columns of the
+    vocabulary, whose first id is the rank's coordinate along that axis
+    times the columns per rank. Ids at or above
+    `vocab_size` are padding, never a candidate; slots no valid column
+    fills get -infinity and the id 2^31 - 1.
+
+    Gathered over the ranks, the candidates hold the whole vocabulary's `k`
+    best tokens and `lse` its normaliser: what `model.sample` and
+    `model.top_logprobs` with `candidates` draw from instead of the whole
+    logits.
+
+    Example:
+
+    ```mlir
+    %v, %ids, %lse = model.top_candidates %logits k = 16 vocab_size = 97
+        : (tensor<2x1x64xf32>)
+        -> (tensor<2x1x16xf32>, tensor<2x16xi32>, tensor<2x1x1xf32>)
+    ```
+
+    Constraints:
+    - TC1: `logits` is `[batch, 1, vocab]`.
+    - TC2: `k` and `vocab_size` are at least 1.
+    - TC3: `values` is `[batch, 1, k]` and `lse` `[batch, 1, 1]`, of the
+      logits' element type; `ids` is `[batch, k]` of i32.
+    - TC4: `vocab_axis`, when present, is an axis of the module's mesh.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, I64Attr:$k,
+                       I64Attr:$vocab_size, OptionalAttr<StrAttr>:$vocab_axis);
+  let results = (outs Model_FloatTensor:$values, Model_IndexTensor:$ids,
+                      Model_FloatTensor:$lse);
+  let assemblyFormat = [{
+    $logits `k` `=` $k `vocab_size` `=` $vocab_size
+    (`vocab_axis` `=` $vocab_axis^)? attr-dict `:`
     functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$logits, "int64_t":$k,

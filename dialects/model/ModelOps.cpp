@@ -1661,7 +1661,7 @@ void SampleOp::build(OpBuilder &builder, OperationState &state, Value logits,
   auto type = cast<RankedTensorType>(logits.getType());
   build(builder, state,
         RankedTensorType::get({type.getDimSize(0)}, builder.getI32Type()),
-        logits, settings, seed, counter,
+        logits, settings, seed, counter, /*candidate_ids=*/Value(),
         builder.getI64IntegerAttr(vocabSize));
 }
 
@@ -1681,17 +1681,28 @@ LogicalResult SampleOp::verify() {
   if (!indexShaped(getCounter(), {logits.getDimSize(0)}))
     return emitOpError("counter is ")
            << getCounter().getType() << " but must be [batch]";
-  // S2: vocab_size in [1, vocab].
+  // S2: vocab_size in [1, vocab], or at least 1 with candidates.
   int64_t vocab = getVocabSizeAttr().getInt();
-  if (vocab < 1 || (!ShapedType::isDynamic(logits.getDimSize(2)) &&
+  if (vocab < 1 || (!getCandidateIds() &&
+                    !ShapedType::isDynamic(logits.getDimSize(2)) &&
                     vocab > logits.getDimSize(2)))
     return emitOpError("vocab_size = ")
-           << vocab << " must be in [1, " << logits.getDimSize(2) << "]";
+           << vocab << " must be in [1, "
+           << (getCandidateIds() ? std::string("...")
+                                 : std::to_string(logits.getDimSize(2)))
+           << "]";
   // S3: [batch] of i32.
   auto ids = cast<RankedTensorType>(getIds().getType());
   if (!ids.getElementType().isInteger(32) ||
       !shapesAgree(ids.getShape(), {logits.getDimSize(0)}))
     return emitOpError("ids are ") << ids << " but must be [batch] of i32";
+  // S4: a candidate id per column.
+  if (Value candidates = getCandidateIds();
+      candidates && !indexShaped(candidates, {logits.getDimSize(0),
+                                              logits.getDimSize(2)}))
+    return emitOpError("candidates are ")
+           << candidates.getType() << " but must be [batch, vocab] = ["
+           << logits.getDimSize(0) << ", " << logits.getDimSize(2) << "]";
   return success();
 }
 
@@ -1703,7 +1714,8 @@ void TopLogprobsOp::build(OpBuilder &builder, OperationState &state,
   build(builder, state,
         RankedTensorType::get({batch, k}, builder.getF32Type()),
         RankedTensorType::get({batch, k}, builder.getI32Type()), logits,
-        builder.getI64IntegerAttr(k), builder.getI64IntegerAttr(vocabSize));
+        ValueRange(), builder.getI64IntegerAttr(k),
+        builder.getI64IntegerAttr(vocabSize));
 }
 
 LogicalResult TopLogprobsOp::verify() {
@@ -1712,15 +1724,41 @@ LogicalResult TopLogprobsOp::verify() {
   if (logits.getRank() != 3 || !dimsAgree(logits.getDimSize(1), 1))
     return emitOpError("logits are ")
            << logits << " but must be [batch, 1, vocab]";
-  // TL2: k in [1, vocab_size], vocab_size in [1, vocab].
+  // TL4: none, or the candidates' ids and the ranks' log-sum-exps.
+  const bool fromCandidates = !getCandidates().empty();
+  if (fromCandidates) {
+    if (getCandidates().size() != 2)
+      return emitOpError("takes ")
+             << getCandidates().size()
+             << " candidate operands but needs 2 (the ids and the ranks' "
+                "log-sum-exps)";
+    Value ids = getCandidates()[0];
+    auto lse = cast<RankedTensorType>(getCandidates()[1].getType());
+    if (!indexShaped(ids, {logits.getDimSize(0), logits.getDimSize(2)}))
+      return emitOpError("candidate ids are ")
+             << ids.getType() << " but must be [batch, vocab] of i32";
+    if (lse.getElementType() != logits.getElementType() ||
+        lse.getRank() != 3 ||
+        !shapesAgree(lse.getShape().take_front(2),
+                     {logits.getDimSize(0), 1}))
+      return emitOpError("lse is ")
+             << lse << " but must be [batch, 1, ranks] of "
+             << logits.getElementType();
+  }
+  // TL2: k in [1, vocab_size], vocab_size in [1, vocab]; with candidates,
+  // k in [1, vocab].
   int64_t k = getKAttr().getInt(), vocab = getVocabSizeAttr().getInt();
-  if (vocab < 1 || (!ShapedType::isDynamic(logits.getDimSize(2)) &&
+  if (vocab < 1 || (!fromCandidates &&
+                    !ShapedType::isDynamic(logits.getDimSize(2)) &&
                     vocab > logits.getDimSize(2)))
     return emitOpError("vocab_size = ")
            << vocab << " must be in [1, " << logits.getDimSize(2) << "]";
-  if (k < 1 || k > vocab)
-    return emitOpError("k = ") << k << " must be in [1, vocab_size = "
-                               << vocab << "]";
+  int64_t limit = fromCandidates ? logits.getDimSize(2) : vocab;
+  if (k < 1 || (!ShapedType::isDynamic(limit) && k > limit))
+    return emitOpError("k = ")
+           << k << " must be in [1, "
+           << (fromCandidates ? "candidates" : "vocab_size") << " = " << limit
+           << "]";
   // TL3: [batch, k] of f32 and i32.
   auto values = cast<RankedTensorType>(getLogprobs().getType());
   auto ids = cast<RankedTensorType>(getIds().getType());
@@ -1734,6 +1772,53 @@ LogicalResult TopLogprobsOp::verify() {
 }
 
 int64_t TopLogprobsOp::getVectorFlops() {
+  return product({4, numel(getLogits())});
+}
+
+void TopCandidatesOp::build(OpBuilder &builder, OperationState &state,
+                            Value logits, int64_t k, int64_t vocabSize) {
+  auto type = cast<RankedTensorType>(logits.getType());
+  int64_t batch = type.getDimSize(0);
+  Type element = type.getElementType();
+  build(builder, state, RankedTensorType::get({batch, 1, k}, element),
+        RankedTensorType::get({batch, k}, builder.getI32Type()),
+        RankedTensorType::get({batch, 1, 1}, element), logits,
+        builder.getI64IntegerAttr(k), builder.getI64IntegerAttr(vocabSize),
+        /*vocab_axis=*/StringAttr());
+}
+
+LogicalResult TopCandidatesOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  // TC1: [batch, 1, vocab].
+  if (logits.getRank() != 3 || !dimsAgree(logits.getDimSize(1), 1))
+    return emitOpError("logits are ")
+           << logits << " but must be [batch, 1, vocab]";
+  // TC2: k and vocab_size at least 1.
+  int64_t k = getKAttr().getInt(), vocab = getVocabSizeAttr().getInt();
+  if (k < 1 || vocab < 1)
+    return emitOpError("k = ")
+           << k << " and vocab_size = " << vocab << " must be at least 1";
+  // TC3: the results' shapes.
+  int64_t batch = logits.getDimSize(0);
+  Type element = logits.getElementType();
+  if (failed(verifySameType(*this, getValues(),
+                            RankedTensorType::get({batch, 1, k}, element),
+                            "(values)")) ||
+      failed(verifySameType(*this, getLse(),
+                            RankedTensorType::get({batch, 1, 1}, element),
+                            "(lse)")))
+    return failure();
+  if (!indexShaped(getIds(), {batch, k}))
+    return emitOpError("ids are ")
+           << getIds().getType() << " but must be [batch, k] of i32";
+  // TC4: vocab_axis is a mesh axis.
+  if (auto axis = getVocabAxis())
+    if (failed(verifyMeshAxis(*this, *axis, "vocab_axis")))
+      return failure();
+  return success();
+}
+
+int64_t TopCandidatesOp::getVectorFlops() {
   return product({4, numel(getLogits())});
 }
 

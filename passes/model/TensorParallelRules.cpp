@@ -322,31 +322,99 @@ LogicalResult attentionCached(AttentionCachedOp op, TensorParallel &e) {
 
 LogicalResult wholeOperands(Operation *op, TensorParallel &e);
 
-/// The draws of an inference graph: on the whole logits, which the
-/// vocabulary-parallel output layer leaves split by vocabulary: gathered
-/// over tp once, for every user (the draw, beam search's candidates, the
-/// logits the host reads).
-LogicalResult wholeLogits(Operation *op, TensorParallel &e) {
+/// The draws of an inference graph under tp, whose vocabulary-parallel
+/// output layer leaves the logits split by vocabulary: no rank gathers the
+/// whole logits. Each rank takes its best k tokens and its log-sum-exp
+/// (model.top_candidates), the ranks' candidates are gathered (three small
+/// all-gathers, shared by the draw and beam search's candidates), and
+/// model.sample and model.top_logprobs run on them: the same ids as on the
+/// whole logits for greedy decoding, top_k <= k and beam search (whose k is
+/// at most the candidates'). k is the inference graph's draw_candidates
+/// (model.generate; none: beam search's k), at least beam search's k, at
+/// most the rank's columns.
+/// The logits the host reads stay split: the runtime gathers them only when
+/// asked (runtime/exec/Generate.cpp).
+LogicalResult drawFromCandidates(Operation *op, TensorParallel &e) {
   Value logits = op->getOperand(0);
   Layout l = e.layout(logits);
   auto type = cast<RankedTensorType>(logits.getType());
-  if (l.isSplit() && l.dim == type.getRank() - 1 && l.blocks.empty()) {
-    OpBuilder &b = e.builder();
+  const int64_t lastDim = type.getRank() - 1;
+  if (!l.isSplit() || l.dim != lastDim || !l.blocks.empty())
+    return wholeOperands(op, e);
+  // The candidates of these logits: made by the first draw that needs them.
+  TopCandidatesOp candidates;
+  for (Operation *user : logits.getUsers())
+    if (auto c = dyn_cast<TopCandidatesOp>(user))
+      candidates = c;
+  OpBuilder &b = e.builder();
+  if (!candidates) {
+    int64_t k = 0;
+    if (auto generate = op->getParentOfType<ModuleOp>()
+                            ->getAttrOfType<DictionaryAttr>("model.generate"))
+      if (auto m = generate.getAs<IntegerAttr>("draw_candidates"))
+        k = m.getInt();
+    int64_t vocabSize = 0;
+    for (Operation *user : logits.getUsers()) {
+      if (auto top = dyn_cast<TopLogprobsOp>(user)) {
+        k = std::max<int64_t>(k, top.getK());
+        vocabSize = top.getVocabSize();
+      } else if (auto sample = dyn_cast<SampleOp>(user)) {
+        vocabSize = sample.getVocabSize();
+      }
+    }
+    k = std::clamp<int64_t>(k, 1, type.getDimSize(lastDim));
+    // What the plan tells the host (Plan.generation): the logits it reads
+    // are split, and the draw takes k tokens per rank.
+    ModuleOp module = op->getParentOfType<ModuleOp>();
+    NamedAttrList generate(
+        module->getAttrOfType<DictionaryAttr>("model.generate"));
+    generate.set("logits_axis", b.getStringAttr(kTp));
+    generate.set("candidates_per_rank", b.getI64IntegerAttr(k));
+    module->setAttr("model.generate", generate.getDictionary(b.getContext()));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointAfterValue(logits);
-    SmallVector<int64_t> shape(type.getShape());
-    shape.back() *= e.tp();
-    auto gathered = b.create<AllGatherOp>(
-        op->getLoc(), RankedTensorType::get(shape, type.getElementType()),
-        logits, e.mesh(), b.getStrArrayAttr({kTp}),
-        b.getI64IntegerAttr(type.getRank() - 1),
-        b.getStringAttr("model-shard: the vocabulary-parallel logits "
-                        "gathered for the draw"));
-    if (Attribute phase = op->getAttr(ModelDialect::kPhaseAttrName))
-      gathered->setAttr(ModelDialect::kPhaseAttrName, phase);
-    e.record(gathered.getResult(), Layout());
-    logits.replaceAllUsesExcept(gathered.getResult(), gathered);
+    candidates = b.create<TopCandidatesOp>(op->getLoc(), logits, k, vocabSize);
+    candidates.setVocabAxisAttr(b.getStringAttr(kTp));
+    Attribute phase = op->getAttr(ModelDialect::kPhaseAttrName);
+    if (phase)
+      candidates->setAttr(ModelDialect::kPhaseAttrName, phase);
+    // Each rank's block of the gathered candidates.
+    e.record(candidates.getValues(), Layout::split(2));
+    e.record(candidates.getIds(), Layout::split(1));
+    e.record(candidates.getLse(), Layout::split(2));
+    for (auto [value, dim, what] :
+         {std::tuple<Value, int64_t, const char *>{
+              candidates.getValues(), 2, "logits"},
+          {candidates.getIds(), 1, "ids"},
+          {candidates.getLse(), 2, "log-sum-exps"}}) {
+      auto t = cast<RankedTensorType>(value.getType());
+      SmallVector<int64_t> shape(t.getShape());
+      shape[dim] *= e.tp();
+      auto gathered = b.create<AllGatherOp>(
+          op->getLoc(), RankedTensorType::get(shape, t.getElementType()), value,
+          e.mesh(), b.getStrArrayAttr({kTp}), b.getI64IntegerAttr(dim),
+          b.getStringAttr(std::string("model-shard: the ranks' best tokens' ") +
+                          what + ", gathered for the draw"));
+      if (phase)
+        gathered->setAttr(ModelDialect::kPhaseAttrName, phase);
+      e.record(gathered.getResult(), Layout());
+    }
   }
+  // The gathered candidates: the users of the three all-gathers.
+  auto gatheredOf = [&](Value v) -> Value {
+    for (Operation *user : v.getUsers())
+      if (auto g = dyn_cast<AllGatherOp>(user))
+        return g.getResult();
+    return Value();
+  };
+  Value values = gatheredOf(candidates.getValues());
+  Value ids = gatheredOf(candidates.getIds());
+  Value lse = gatheredOf(candidates.getLse());
+  op->setOperand(0, values);
+  if (auto sample = dyn_cast<SampleOp>(op))
+    sample.getCandidateIdsMutable().append(ids);
+  else
+    cast<TopLogprobsOp>(op).getCandidatesMutable().append({ids, lse});
   return wholeOperands(op, e);
 }
 
@@ -658,7 +726,7 @@ void braid::model::registerTensorParallelRules(DialectRegistry &registry) {
     attachRule<biasGrad, BiasGradOp>(*ctx);
     attachRule<perHead, RopeOp, RopeGradOp, RopeAtOp, ReorderRowsOp>(*ctx);
     attachRule<attentionCached, AttentionCachedOp>(*ctx);
-    attachRule<wholeLogits, SampleOp, TopLogprobsOp>(*ctx);
+    attachRule<drawFromCandidates, SampleOp, TopLogprobsOp>(*ctx);
     attachRule<rowwise, TakeRowsOp>(*ctx);
     attachRule<add, AddOp>(*ctx);
     attachRule<qkvSplit, QkvSplitOp>(*ctx);

@@ -680,14 +680,16 @@ absl::Status MpiCommunicator::timedOut(const Waiting &w, double waited) {
   return absl::DeadlineExceededError(message);
 }
 
-/// An all-gather's type; `in` becomes MPI_IN_PLACE when it is this rank's
-/// block of `out` (in place).
+/// An all-gather's type, which any dtype of the plan may be (it moves
+/// elements and sums none: the draw's I32 ids too); `in` becomes
+/// MPI_IN_PLACE when it is this rank's block of `out` (in place).
 static absl::StatusOr<Call> prepareGather(void *comm, const void *&in,
                                           void *out, int64_t count,
                                           plan::DType dtype) {
-  absl::StatusOr<Call> call = prepare(comm, dtype);
-  if (!call.ok())
-    return call.status();
+  absl::StatusOr<MPI_Datatype> type = messageType(dtype);
+  if (!type.ok())
+    return type.status();
+  absl::StatusOr<Call> call = Call{static_cast<MPI_Comm>(comm), *type};
   if (count > (int64_t(1) << 30))
     return absl::UnimplementedError("an all-gather of more than 2^30 elements");
   int place = 0, size = 0;

@@ -128,35 +128,43 @@ absl::Status validateSamplingSettings(const float *settings) {
 
 namespace {
 
-/// The token of the largest key(i) among [0, n), the lowest id of equals.
-template <typename Key> int64_t argmaxOf(int64_t n, Key key) {
+/// The column of the largest key(i) among [0, n), of equal keys the one
+/// of the lowest id(i).
+template <typename Key, typename Id>
+int64_t argmaxOf(int64_t n, Key key, Id id) {
   int64_t best = 0;
   uint64_t bestKey = key(0);
+  int64_t bestId = id(0);
   for (int64_t i = 1; i < n; ++i)
-    if (uint64_t ki = key(i); ki > bestKey) {
+    if (uint64_t ki = key(i);
+        ki > bestKey || (ki == bestKey && id(i) < bestId)) {
       best = i;
       bestKey = ki;
+      bestId = id(i);
     }
   return best;
 }
 
-/// One row's token (Generation.h, sampleTokens).
-template <typename T>
+/// One row's column (Generation.h, sampleTokens): `id(i)` is column i's
+/// token, `scale` the vocabulary's size that samplingRule's limit and the
+/// weights' shift take.
+template <typename T, typename Id>
 int64_t sampleRow(const T *logits, int64_t n, const SamplingRule &rule,
-                  uint64_t seed, uint32_t counter, uint32_t row) {
+                  int64_t scale, Id id, uint64_t seed, uint32_t counter,
+                  uint32_t row) {
   if (rule.greedy)
-    return argmaxOf(n,
-                    [&](int64_t i) { return samplingKey(double(logits[i])); });
+    return argmaxOf(
+        n, [&](int64_t i) { return samplingKey(double(logits[i])); }, id);
   std::vector<double> z(n);
   std::vector<uint64_t> key(n);
   for (int64_t i = 0; i < n; ++i) {
     z[i] = double(logits[i]) / rule.temperature;
     key[i] = samplingKey(z[i]);
   }
-  const int64_t top = argmaxOf(n, [&](int64_t i) { return key[i]; });
+  const int64_t top = argmaxOf(n, [&](int64_t i) { return key[i]; }, id);
   // top-k: the k-th largest z and every token with at least as much.
   uint64_t least = 0;
-  if (rule.topK > 0) {
+  if (rule.topK > 0 && rule.topK <= n) {
     std::vector<uint64_t> sorted = key;
     std::nth_element(sorted.begin(), sorted.begin() + (rule.topK - 1),
                      sorted.end(), std::greater<uint64_t>());
@@ -168,9 +176,9 @@ int64_t sampleRow(const T *logits, int64_t n, const SamplingRule &rule,
     if (key[i] >= least)
       order.push_back(i);
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return key[a] != key[b] ? key[a] > key[b] : a < b;
+    return key[a] != key[b] ? key[a] > key[b] : id(a) < id(b);
   });
-  const int shift = samplingWeightShift(n);
+  const int shift = samplingWeightShift(scale);
   std::vector<uint64_t> weight(n, 0);
   uint64_t total = 0;
   for (int64_t i : order) {
@@ -206,24 +214,81 @@ int64_t sampleRow(const T *logits, int64_t n, const SamplingRule &rule,
 template <typename T>
 void sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                   int64_t candidates, const float *settings, uint64_t seed,
-                  const int32_t *counters, int32_t *ids) {
+                  const int32_t *counters, int32_t *ids,
+                  const Candidates<T> &from) {
+  const int64_t n = from.ids ? vocab : candidates;
+  const int64_t scale = from.ids ? from.vocabSize : candidates;
   SamplingRule rule =
-      samplingRule(settings[0], settings[1], settings[2], candidates);
-  parallelFor(rows, rows * candidates * kTranscendentalCost, [&](int64_t r) {
-    ids[r] = int32_t(sampleRow(logits + r * vocab, candidates, rule, seed,
-                               uint32_t(counters[r]), uint32_t(r)));
+      samplingRule(settings[0], settings[1], settings[2], scale);
+  parallelFor(rows, rows * n * kTranscendentalCost, [&](int64_t r) {
+    const int32_t *rowIds = from.ids ? from.ids + r * vocab : nullptr;
+    auto id = [&](int64_t i) { return rowIds ? int64_t(rowIds[i]) : i; };
+    ids[r] = int32_t(id(sampleRow(logits + r * vocab, n, rule, scale, id, seed,
+                                  uint32_t(counters[r]), uint32_t(r))));
   });
 }
 
 //===-- Beam search -------------------------------------------------------===//
 
+namespace {
+
+/// The k first columns of x [n] by descending logit (samplingKey's order),
+/// equal logits by ascending id(i), into order[0, k).
+template <typename T, typename Id>
+void bestColumns(const T *x, int64_t n, int64_t k, Id id,
+                 std::vector<int64_t> &order) {
+  std::vector<uint64_t> key(n);
+  order.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    key[i] = samplingKey(double(x[i]));
+    order[i] = i;
+  }
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int64_t a, int64_t b) {
+                      return key[a] != key[b] ? key[a] > key[b]
+                                              : id(a) < id(b);
+                    });
+}
+
+/// log(sum exp(x_i)) over x [n] in double: m + log(sum exp(x - m)), m the
+/// maximum (a NaN is never the maximum; it makes the sum NaN); -infinity
+/// when n is 0 or every x is -infinity.
+template <typename T> double logSumExp(const T *x, int64_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i)
+    if (double(x[i]) > m)
+      m = double(x[i]);
+  if (m == -std::numeric_limits<double>::infinity())
+    return m;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += std::exp(double(x[i]) - m);
+  return m + std::log(sum);
+}
+
+} // namespace
+
 template <typename T>
 void topLogprobs(const T *logits, int64_t rows, int64_t vocab,
-                 int64_t candidates, int64_t k, float *values, int32_t *ids) {
-  parallelFor(rows, rows * candidates * kTranscendentalCost, [&](int64_t r) {
+                 int64_t candidates, int64_t k, float *values, int32_t *ids,
+                 const Candidates<T> &from) {
+  const int64_t n = from.ids ? vocab : candidates;
+  parallelFor(rows, rows * n * kTranscendentalCost, [&](int64_t r) {
     const T *x = logits + r * vocab;
-    // The normaliser, in double: m (a NaN is never the maximum; it makes
-    // the sum NaN) and log(sum exp(x - m)).
+    const int32_t *rowIds = from.ids ? from.ids + r * vocab : nullptr;
+    auto id = [&](int64_t i) { return rowIds ? int64_t(rowIds[i]) : i; };
+    std::vector<int64_t> order;
+    bestColumns(x, n, k, id, order);
+    if (from.ids) {
+      // The ranks' normalisers combined: the log-sum-exp of their lse.
+      const double lse = logSumExp(from.lse + r * from.lseCount, from.lseCount);
+      for (int64_t j = 0; j < k; ++j) {
+        ids[r * k + j] = int32_t(id(order[j]));
+        values[r * k + j] = float(double(x[order[j]]) - lse);
+      }
+      return;
+    }
+    // The normaliser, in double: m and log(sum exp(x - m)).
     double m = -std::numeric_limits<double>::infinity();
     for (int64_t i = 0; i < candidates; ++i)
       if (double(x[i]) > m)
@@ -232,21 +297,33 @@ void topLogprobs(const T *logits, int64_t rows, int64_t vocab,
     for (int64_t i = 0; i < candidates; ++i)
       sum += std::exp(double(x[i]) - m);
     const double logSum = std::log(sum);
-    // The k first of the candidates by descending logit, then ascending id.
-    std::vector<uint64_t> key(candidates);
-    std::vector<int32_t> order(candidates);
-    for (int64_t i = 0; i < candidates; ++i) {
-      key[i] = samplingKey(double(x[i]));
-      order[i] = int32_t(i);
-    }
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) {
-                        return key[a] != key[b] ? key[a] > key[b] : a < b;
-                      });
     for (int64_t j = 0; j < k; ++j) {
-      ids[r * k + j] = order[j];
+      ids[r * k + j] = int32_t(order[j]);
       values[r * k + j] = float((double(x[order[j]]) - m) - logSum);
     }
+  });
+}
+
+template <typename T>
+void topCandidates(const T *logits, int64_t rows, int64_t cols,
+                   int64_t vocabStart, int64_t vocabSize, int64_t k,
+                   T *values, int32_t *ids, T *lse) {
+  // The rank's valid columns: [0, valid).
+  const int64_t valid =
+      std::clamp<int64_t>(vocabSize - vocabStart, 0, cols);
+  parallelFor(rows, rows * valid * kTranscendentalCost, [&](int64_t r) {
+    const T *x = logits + r * cols;
+    std::vector<int64_t> order;
+    const int64_t chosen = std::min(k, valid);
+    bestColumns(x, valid, chosen, [&](int64_t i) { return vocabStart + i; },
+                order);
+    for (int64_t j = 0; j < k; ++j) {
+      const bool has = j < chosen;
+      values[r * k + j] =
+          has ? x[order[j]] : T(-std::numeric_limits<double>::infinity());
+      ids[r * k + j] = has ? int32_t(vocabStart + order[j]) : kNoCandidate;
+    }
+    lse[r] = T(logSumExp(x, valid));
   });
 }
 
@@ -277,9 +354,11 @@ void reorderRows(T *x, const int32_t *parents, int64_t rows, int64_t cols,
                             int64_t, T *);                                     \
   template void sampleTokens<T>(const T *, int64_t, int64_t, int64_t,          \
                                 const float *, uint64_t, const int32_t *,      \
-                                int32_t *);                                    \
+                                int32_t *, const Candidates<T> &);             \
   template void topLogprobs<T>(const T *, int64_t, int64_t, int64_t, int64_t,  \
-                               float *, int32_t *);                            \
+                               float *, int32_t *, const Candidates<T> &);     \
+  template void topCandidates<T>(const T *, int64_t, int64_t, int64_t,         \
+                                 int64_t, int64_t, T *, int32_t *, T *);       \
   template void reorderRows<T>(T *, const int32_t *, int64_t, int64_t, T *);
 
 BRAID_INSTANTIATE(float)

@@ -23,6 +23,7 @@
 #define BRAID_RUNTIME_CPU_GENERATION_H
 
 #include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/Sampling.h"
 
 #include "absl/status/status.h"
 
@@ -84,10 +85,22 @@ absl::Status validateSamplingSettings(const float *settings);
 /// (exp(z - max z) scaled by 2^samplingWeightShift(candidates) and
 /// truncated), so that the CUDA kernel draws the same ids; a row whose
 /// weights are all 0 (infinite or NaN logits) takes the argmax of z.
+///
+/// With `from.ids`, every column of a row is a candidate (`candidates` is
+/// `vocab`) whose id is from.ids' (the ids order ties and are what ids[b]
+/// gets), and from.vocabSize stands for `candidates` in top_k's limit and
+/// the weights' scale. When the candidates hold the whole vocabulary's k
+/// best tokens of a row (TOP_CANDIDATES' on every rank, gathered) and
+/// top_k is in [1, k], or the temperature is 0, the id is the one the
+/// whole row gives: the truncations keep the same tokens, with the same
+/// weights, in the same order. (A tie at the k-th largest z that spreads
+/// past a rank's k candidates is the exception: the whole row keeps every
+/// tied token.)
 template <typename T>
 void sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                   int64_t candidates, const float *settings, uint64_t seed,
-                  const int32_t *counters, int32_t *ids);
+                  const int32_t *counters, int32_t *ids,
+                  const Candidates<T> &from = {});
 
 /// TOP_LOGPROBS: for each row r of logits [rows, vocab], whose first
 /// `candidates` columns are the vocabulary (the rest is padding, never
@@ -102,9 +115,32 @@ void sampleTokens(const T *logits, int64_t rows, int64_t vocab,
 /// gives doubles (-0 equals +0; a NaN has a place, so that the CUDA kernel
 /// ranks the same ids); a row with an infinite or NaN logit has NaN or
 /// infinite values.
+///
+/// With `from.ids` and `from.lse`, every column is a candidate with
+/// from.ids' id (ids[r, j] gets it; ties by it), and the normaliser is
+/// the log-sum-exp of the row's from.lseCount values of from.lse (each a
+/// rank's log sum exp over its columns): L = M + log(sum_j exp(lse_j -
+/// M)), M their maximum, in double; values[r, j] = float(x - L).
 template <typename T>
 void topLogprobs(const T *logits, int64_t rows, int64_t vocab,
-                 int64_t candidates, int64_t k, float *values, int32_t *ids);
+                 int64_t candidates, int64_t k, float *values, int32_t *ids,
+                 const Candidates<T> &from = {});
+
+/// TOP_CANDIDATES: for each row r of logits [rows, cols], the rank's
+/// columns of the vocabulary (column j is token vocabStart + j; those at
+/// or above vocabSize are padding, never a candidate), the k best tokens
+/// in the order SAMPLE and TOP_LOGPROBS rank them (descending samplingKey
+/// of the logit, equal logits by ascending id): values[r, i] the logit
+/// (T, unchanged) and ids[r, i] the token, for i below the count of valid
+/// columns; after them -infinity and kNoCandidate. lse[r] = m + log(sum
+/// exp(x - m)) over the valid columns (m their maximum), in double rounded
+/// to T; -infinity when there are none. Gathered over the ranks, the
+/// candidates hold the whole row's k best tokens (each rank's share of
+/// them is among its own k best) and the lse values its normaliser.
+template <typename T>
+void topCandidates(const T *logits, int64_t rows, int64_t cols,
+                   int64_t vocabStart, int64_t vocabSize, int64_t k,
+                   T *values, int32_t *ids, T *lse);
 
 /// REORDER_ROWS: row b of x [rows, cols] becomes the old row parents[b],
 /// every row at once (a parent may be taken by several rows, or by none),

@@ -59,6 +59,28 @@ samplingRule(float temperature, float topK, float topP, int64_t candidates) {
   return rule;
 }
 
+/// The id of a slot of TOP_CANDIDATES' output that no valid column fills
+/// (its value is -infinity): after every id in the order of ties.
+constexpr int32_t kNoCandidate = 0x7FFFFFFF;
+
+/// Where SAMPLE and TOP_LOGPROBS draw from each rank's best candidates
+/// (tensor parallelism, the vocabulary split over the ranks) instead of a
+/// row of the whole vocabulary: column i of a row is the token
+/// `ids[row · cols + i]` (kNoCandidate: none, its value -infinity), and
+/// `vocabSize` is the whole vocabulary's size, whose scale the draw keeps
+/// (samplingRule's and samplingWeightShift's `candidates`), so that it
+/// draws the id the whole row would give. TOP_LOGPROBS also takes each
+/// rank's log-sum-exp, `lse[row · lseCount + j]`, for the normaliser. The
+/// pointers are the kernel's memory: the host's for the CPU's, the
+/// device's for the CUDA kernels'. Without `ids` (the default) the columns
+/// are the vocabulary's own.
+template <typename T> struct Candidates {
+  const int32_t *ids = nullptr;
+  int64_t vocabSize = 0;
+  const T *lse = nullptr;
+  int64_t lseCount = 0;
+};
+
 /// The generation's seed from its two int32 words {low, high}.
 BRAID_HOST_DEVICE inline uint64_t samplingSeed(int32_t low, int32_t high) {
   return uint64_t(uint32_t(low)) | uint64_t(uint32_t(high)) << 32;

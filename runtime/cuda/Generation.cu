@@ -11,8 +11,11 @@
 // added by shared-memory atomics in any order, exactly) picks the byte.
 // TOP_LOGPROBS runs one block per row too: its k-th most likely id by the
 // same radix selection (every id of weight 1), then the ids at least as
-// likely ranked against each other in shared memory. REORDER_ROWS copies x
-// into the executor's scratch, then every row back from its parent's copy.
+// likely ranked against each other in shared memory. TOP_CANDIDATES ranks
+// a rank's valid columns the same way, its lse by block reductions. On
+// gathered candidates, SAMPLE and TOP_LOGPROBS key each column by its
+// candidate's id instead of its index. REORDER_ROWS copies x into the
+// executor's scratch, then every row back from its parent's copy.
 //
 //===----------------------------------------------------------------------===//
 
@@ -142,14 +145,24 @@ __global__ void takeRowsKernel(const T *x, const int32_t *index, int64_t batch,
 //===-- Sampling ----------------------------------------------------------===//
 
 /// SAMPLE's shared memory: a radix pass's histogram and its choice, the
-/// argmax's halves, the kept total.
+/// argmax's halves, the kept total; TOP_LOGPROBS' and TOP_CANDIDATES' counts
+/// of the chosen ids above the k-th and equal to it.
 struct SampleShared {
   unsigned long long bins[256];
   uint64_t hi[kSampleThreads], lo[kSampleThreads];
   unsigned long long total;
   uint64_t above;
   int chosen;
+  unsigned chosenAbove, chosenEqual;
 };
+
+/// The double whose cpu::samplingKey is `key` (+0 for zero's).
+__device__ double doubleOfKey(uint64_t key) {
+  const uint64_t bits = key >> 63 ? key & ~(uint64_t(1) << 63) : ~key;
+  double z;
+  memcpy(&z, &bits, sizeof(z));
+  return z;
+}
 
 /// The largest key (hi, lo) of the block's threads' own, returned to every
 /// thread.
@@ -245,32 +258,43 @@ __device__ bool selectFromTop(int64_t n, int levels, uint64_t target, Key key,
   return true;
 }
 
-/// One block per row (cpu::sampleTokens' steps).
+/// One block per row (cpu::sampleTokens' steps). With `from.ids`, column i
+/// is the token from.ids[row · vocab + i] (its ties ordered by that id, the
+/// id drawn), and from.vocabSize scales the rule and the weights.
 template <typename T>
 __global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
                              const float *settings, const int32_t *seedWords,
-                             const int32_t *counters, int32_t *ids) {
+                             const int32_t *counters, int32_t *ids,
+                             Candidates<T> from) {
   __shared__ SampleShared sh;
   const int64_t row = blockIdx.x;
   const T *x = logits + row * vocab;
+  const int32_t *rowIds = from.ids ? from.ids + row * vocab : nullptr;
+  // Column i's token.
+  auto idOf = [&](int64_t i) { return rowIds ? int64_t(rowIds[i]) : i; };
+  const int64_t scale = rowIds ? from.vocabSize : n;
   const cpu::SamplingRule rule =
-      cpu::samplingRule(settings[0], settings[1], settings[2], n);
-  // The argmax of key(i), ties the lowest id: into `top`.
-  auto argmax = [&](auto keyOf) {
+      cpu::samplingRule(settings[0], settings[1], settings[2], scale);
+  // The argmax of key(i), ties the lowest id: its id, and its key into
+  // `topKey`.
+  auto argmax = [&](auto keyOf, uint64_t &topKey) {
     uint64_t hi = 0, lo = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      uint64_t ki = keyOf(i), li = cpu::samplingIdKey(i);
+      uint64_t ki = keyOf(i), li = cpu::samplingIdKey(idOf(i));
       if (ki > hi || (ki == hi && li > lo)) {
         hi = ki;
         lo = li;
       }
     }
     blockMaxKey(hi, lo, sh);
+    topKey = hi;
     return int64_t(0xFFFFFFFFu - lo);
   };
+  uint64_t topKey;
   if (rule.greedy) {
     int64_t top = argmax(
-        [&](int64_t i) { return cpu::samplingKey(double(toFloat(x[i]))); });
+        [&](int64_t i) { return cpu::samplingKey(double(toFloat(x[i]))); },
+        topKey);
     if (threadIdx.x == 0)
       ids[row] = int32_t(top);
     return;
@@ -279,8 +303,10 @@ __global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
     return double(toFloat(x[i])) / rule.temperature;
   };
   const int64_t top =
-      argmax([&](int64_t i) { return cpu::samplingKey(zOf(i)); });
-  const double zTop = zOf(top);
+      argmax([&](int64_t i) { return cpu::samplingKey(zOf(i)); }, topKey);
+  // The argmax's z (of a key, whichever column holds it: equal keys are
+  // equal z, but for the sign of a zero, which exp(z - zTop) ignores).
+  const double zTop = doubleOfKey(topKey);
   uint64_t hi, lo, above;
   // top-k: the k-th largest z (the k-th token by count, most likely first).
   uint64_t least = 0;
@@ -295,7 +321,7 @@ __global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
         above);
     least = hi;
   }
-  const int shift = cpu::samplingWeightShift(n);
+  const int shift = cpu::samplingWeightShift(scale);
   // The weight of token i, whose z key is zk, when top-k keeps it.
   auto weightOf = [&](int64_t i, uint64_t zk) -> uint64_t {
     return zk >= least ? cpu::samplingWeight(zOf(i), zTop, shift) : 0;
@@ -310,9 +336,10 @@ __global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
     return;
   }
   // top-p: the first token kept, least likely first (the keys complemented:
-  // ascending z, equal z by descending id), is the first at which the
-  // cumulative weight exceeds the limit; the tokens before it go. The kept
-  // are those whose key (z key, id key) is at least (cutHi, cutLo).
+  // ascending z, equal z by descending id, the id itself the low key), is
+  // the first at which the cumulative weight exceeds the limit; the tokens
+  // before it go. The kept are those whose key (z key, id key) is at least
+  // (cutHi, cutLo).
   uint64_t cutHi = 0, cutLo = 0;
   if (rule.topP < 1) {
     uint64_t limit = cpu::samplingTopPLimit(rule.topP, total);
@@ -320,7 +347,7 @@ __global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
         n, 12, limit,
         [&](int64_t i, uint64_t &kh, uint64_t &kl) {
           kh = ~cpu::samplingKey(zOf(i));
-          kl = uint64_t(i);
+          kl = uint64_t(idOf(i));
         },
         [&](int64_t i, uint64_t kh, uint64_t) { return weightOf(i, ~kh); }, sh,
         hi, lo, above);
@@ -343,7 +370,7 @@ __global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
       n, 12, target,
       [&](int64_t i, uint64_t &kh, uint64_t &kl) {
         kh = cpu::samplingKey(zOf(i));
-        kl = cpu::samplingIdKey(i);
+        kl = cpu::samplingIdKey(idOf(i));
       },
       [&](int64_t i, uint64_t kh, uint64_t kl) -> uint64_t {
         bool kept = kh > cutHi || (kh == cutHi && kl >= cutLo);
@@ -356,35 +383,22 @@ __global__ void sampleKernel(const T *logits, int64_t vocab, int64_t n,
 
 //===-- Beam search -------------------------------------------------------===//
 
-/// One block per row (cpu::topLogprobs' steps), of kSampleThreads threads.
-/// Dynamic shared memory: the k chosen ids, then their logits.
-template <typename T>
-__global__ void topLogprobsKernel(const T *logits, int64_t vocab, int64_t n,
-                                  int64_t k, float *values, int32_t *ids) {
-  __shared__ SampleShared sh;
-  __shared__ float reduceMax[32];
-  __shared__ double reduceSum[32];
-  __shared__ unsigned chosenCount;
-  BRAID_DYNAMIC_SHARED(int32_t, chosen);
-  float *chosenLogits = reinterpret_cast<float *>(chosen + k);
-  const int64_t row = blockIdx.x;
-  const T *x = logits + row * vocab;
-  // The normaliser: the maximum (fmaxf passes over NaN, as the CPU's
-  // comparison does) and the sum of exp(x - m) in double.
-  float mine = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    mine = fmaxf(mine, toFloat(x[i]));
-  const float m = blockMax(mine, reduceMax);
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    sum += double(expf(toFloat(x[i]) - m));
-  const double logSum = log(blockSum(sum, reduceSum));
-  // The ids' keys: descending logit (cpu::samplingKey's order of doubles,
-  // as the CPU ranks them), then ascending id. They are distinct, so
-  // exactly k are at least the k-th largest.
+/// The k best of the n columns of x (k at most n) in TOP_LOGPROBS' order:
+/// descending logit (cpu::samplingKey's order of doubles, as the CPU ranks
+/// them), equal logits by ascending idOf(i). The k-th by radix selection
+/// on the keys (every column of weight 1), which also counts the columns
+/// before it; those and as many as make k of the columns equal to it (the
+/// same logit and id: candidates' duplicates, kNoCandidate's) into
+/// `chosen` (their ids) and `chosenLogits` (k each, shared). Then
+/// emit(rank, id, logit) for each, its place in the order (ties between
+/// duplicates by their slot), from the thread that ranked it.
+template <typename T, typename Id, typename Emit>
+__device__ void rankBest(const T *x, int64_t n, int64_t k, Id idOf,
+                         SampleShared &sh, int32_t *chosen, float *chosenLogits,
+                         Emit emit) {
   auto key = [&](int64_t i, uint64_t &kh, uint64_t &kl) {
     kh = cpu::samplingKey(double(toFloat(x[i])));
-    kl = cpu::samplingIdKey(i);
+    kl = cpu::samplingIdKey(idOf(i));
   };
   uint64_t hi, lo, above;
   selectFromTop(
@@ -392,17 +406,21 @@ __global__ void topLogprobsKernel(const T *logits, int64_t vocab, int64_t n,
       [](int64_t, uint64_t, uint64_t) { return uint64_t(1); }, sh, hi, lo,
       above);
   if (threadIdx.x == 0)
-    chosenCount = 0;
+    sh.chosenAbove = sh.chosenEqual = 0;
   __syncthreads();
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     uint64_t kh, kl;
     key(i, kh, kl);
-    if (kh > hi || (kh == hi && kl >= lo)) {
-      const unsigned slot = atomicAdd(&chosenCount, 1u);
-      if (slot < k) {
-        chosen[slot] = int32_t(i);
-        chosenLogits[slot] = toFloat(x[i]);
-      }
+    unsigned slot;
+    if (kh > hi || (kh == hi && kl > lo))
+      slot = atomicAdd(&sh.chosenAbove, 1u); // below `above` <= k - 1
+    else if (kh == hi && kl == lo)
+      slot = unsigned(above) + atomicAdd(&sh.chosenEqual, 1u);
+    else
+      continue;
+    if (slot < k) {
+      chosen[slot] = int32_t(idOf(i));
+      chosenLogits[slot] = toFloat(x[i]);
     }
   }
   __syncthreads();
@@ -413,11 +431,119 @@ __global__ void topLogprobsKernel(const T *logits, int64_t vocab, int64_t n,
     int64_t rank = 0;
     for (int64_t other = 0; other < k; ++other) {
       const uint64_t ko = cpu::samplingKey(double(chosenLogits[other]));
-      rank += ko > kj || (ko == kj && chosen[other] < id);
+      rank += ko > kj || (ko == kj && (chosen[other] < id ||
+                                       (chosen[other] == id && other < j)));
     }
-    ids[row * k + rank] = id;
-    values[row * k + rank] =
-        float((double(chosenLogits[j]) - double(m)) - logSum);
+    emit(rank, id, chosenLogits[j]);
+  }
+}
+
+/// log(sum exp(x_i)) over x [n] in double, as the CPU's: m + log(sum
+/// exp(x - m)), m the maximum (never a NaN; a NaN makes the sum NaN);
+/// -infinity when n is 0 or every x is -infinity.
+template <typename T> __device__ double logSumExpOf(const T *x, int64_t n) {
+  double m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i)
+    if (double(toFloat(x[i])) > m)
+      m = double(toFloat(x[i]));
+  if (m == -INFINITY)
+    return m;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += exp(double(toFloat(x[i])) - m);
+  return m + log(sum);
+}
+
+/// The softmax normaliser of x [n], to every thread of the block: m its
+/// maximum (fmaxf passes over NaN, as the CPU's comparison does) and sum
+/// that of exp(x - m), exp in float and summed in double (0 when m is
+/// -infinity: no finite column).
+template <typename T>
+__device__ void blockNormaliser(const T *x, int64_t n, float *reduceMax,
+                                double *reduceSum, float &m, double &sum) {
+  float mine = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    mine = fmaxf(mine, toFloat(x[i]));
+  m = blockMax(mine, reduceMax);
+  double partial = 0.0;
+  if (m != -INFINITY)
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      partial += double(expf(toFloat(x[i]) - m));
+  sum = blockSum(partial, reduceSum);
+}
+
+/// One block per row (cpu::topLogprobs' steps), of kSampleThreads threads.
+/// Dynamic shared memory: the k chosen ids, then their logits. With
+/// `from.ids`, column i is the token from.ids[row · vocab + i] and the
+/// normaliser the log-sum-exp of the row's from.lse.
+template <typename T>
+__global__ void topLogprobsKernel(const T *logits, int64_t vocab, int64_t n,
+                                  int64_t k, float *values, int32_t *ids,
+                                  Candidates<T> from) {
+  __shared__ SampleShared sh;
+  __shared__ float reduceMax[32];
+  __shared__ double reduceSum[32];
+  BRAID_DYNAMIC_SHARED(int32_t, chosen);
+  float *chosenLogits = reinterpret_cast<float *>(chosen + k);
+  const int64_t row = blockIdx.x;
+  const T *x = logits + row * vocab;
+  const int32_t *rowIds = from.ids ? from.ids + row * vocab : nullptr;
+  // value = float((x - m) - logSum).
+  double m, logSum;
+  if (rowIds) {
+    // The ranks' normalisers combined (by every thread alike): m the
+    // log-sum-exp of their lse, as the CPU's.
+    m = logSumExpOf(from.lse + row * from.lseCount, from.lseCount);
+    logSum = 0;
+  } else {
+    float mf;
+    double sum;
+    blockNormaliser(x, n, reduceMax, reduceSum, mf, sum);
+    m = double(mf);
+    logSum = log(sum);
+  }
+  rankBest(
+      x, n, k, [&](int64_t i) { return rowIds ? int64_t(rowIds[i]) : i; }, sh,
+      chosen, chosenLogits,
+      [&](int64_t rank, int32_t id, float logit) {
+        ids[row * k + rank] = id;
+        values[row * k + rank] = float((double(logit) - m) - logSum);
+      });
+}
+
+/// One block per row (cpu::topCandidates' steps), of kSampleThreads
+/// threads, over the row's `valid` first columns. Dynamic shared memory: the
+/// k chosen ids, then their logits.
+template <typename T>
+__global__ void
+topCandidatesKernel(const T *logits, int64_t cols, int64_t vocabStart,
+                    int64_t valid, int64_t k, T *values, int32_t *ids, T *lse) {
+  __shared__ SampleShared sh;
+  __shared__ float reduceMax[32];
+  __shared__ double reduceSum[32];
+  BRAID_DYNAMIC_SHARED(int32_t, chosen);
+  float *chosenLogits = reinterpret_cast<float *>(chosen + k);
+  const int64_t row = blockIdx.x;
+  const T *x = logits + row * cols;
+  // lse = m + log(sum) over the valid columns.
+  float m;
+  double sum;
+  blockNormaliser(x, valid, reduceMax, reduceSum, m, sum);
+  if (threadIdx.x == 0)
+    lse[row] = fromFloat<T>(m == -INFINITY ? m : float(double(m) + log(sum)));
+  // The k best valid columns (ids vocabStart + j), then the empty slots.
+  const int64_t best = std::min(k, valid);
+  if (best > 0)
+    rankBest(
+        x, valid, best, [&](int64_t i) { return vocabStart + i; }, sh, chosen,
+        chosenLogits,
+        [&](int64_t rank, int32_t id, float) {
+          values[row * k + rank] = x[id - vocabStart];
+          ids[row * k + rank] = id;
+        });
+  for (int64_t j = best + threadIdx.x; j < k; j += blockDim.x) {
+    values[row * k + j] = fromFloat<T>(-INFINITY);
+    ids[row * k + j] = kNoCandidate;
   }
 }
 
@@ -486,24 +612,43 @@ template <typename T>
 cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                          int64_t candidates, const float *settings,
                          const int32_t *seed, const int32_t *counters,
-                         int32_t *ids, cudaStream_t stream) {
-  if (rows == 0 || candidates == 0)
+                         int32_t *ids, cudaStream_t stream,
+                         const Candidates<T> &from) {
+  const int64_t n = from.ids ? vocab : candidates;
+  if (rows == 0 || n == 0)
     return cudaSuccess;
   BRAID_LAUNCH(unsigned(rows), kSampleThreads, 0, stream, sampleKernel<T>)
-  (logits, vocab, candidates, settings, seed, counters, ids);
+  (logits, vocab, n, settings, seed, counters, ids, from);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                         int64_t candidates, int64_t k, float *values,
-                        int32_t *ids, cudaStream_t stream) {
+                        int32_t *ids, cudaStream_t stream,
+                        const Candidates<T> &from) {
   if (rows == 0 || k == 0)
     return cudaSuccess;
   BRAID_LAUNCH(unsigned(rows), kSampleThreads,
                size_t(k) * (sizeof(int32_t) + sizeof(float)), stream,
                topLogprobsKernel<T>)
-  (logits, vocab, candidates, k, values, ids);
+  (logits, vocab, from.ids ? vocab : candidates, k, values, ids, from);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t topCandidates(const T *logits, int64_t rows, int64_t cols,
+                          int64_t vocabStart, int64_t vocabSize, int64_t k,
+                          T *values, int32_t *ids, T *lse,
+                          cudaStream_t stream) {
+  if (rows == 0)
+    return cudaSuccess;
+  // The row's valid columns: [0, valid).
+  const int64_t valid = std::clamp<int64_t>(vocabSize - vocabStart, 0, cols);
+  BRAID_LAUNCH(unsigned(rows), kSampleThreads,
+               size_t(k) * (sizeof(int32_t) + sizeof(float)), stream,
+               topCandidatesKernel<T>)
+  (logits, cols, vocabStart, valid, k, values, ids, lse);
   return cudaGetLastError();
 }
 
@@ -539,10 +684,13 @@ cudaError_t reorderRows(void *x, const int32_t *parents, int64_t rows,
                                    int64_t, int64_t, T *, cudaStream_t);       \
   template cudaError_t sampleTokens<T>(                                        \
       const T *, int64_t, int64_t, int64_t, const float *, const int32_t *,    \
-      const int32_t *, int32_t *, cudaStream_t);                               \
+      const int32_t *, int32_t *, cudaStream_t, const Candidates<T> &);        \
   template cudaError_t topLogprobs<T>(const T *, int64_t, int64_t, int64_t,    \
                                       int64_t, float *, int32_t *,             \
-                                      cudaStream_t);
+                                      cudaStream_t, const Candidates<T> &);    \
+  template cudaError_t topCandidates<T>(const T *, int64_t, int64_t, int64_t,  \
+                                        int64_t, int64_t, T *, int32_t *, T *, \
+                                        cudaStream_t);
 
 BRAID_INSTANTIATE(float)
 BRAID_INSTANTIATE(__nv_bfloat16)

@@ -3,10 +3,12 @@
 // The CUDA counterparts of runtime/cpu/Generation.h (ROPE_AT's is
 // ropeAtForward in Kernels.h): attention against the KV cache, the row of
 // each sequence to draw from, the draw, and beam search's most likely
-// tokens and reordering of the caches. T is float, bf16 or fp16 storage;
-// arithmetic in float (the sampling's in double and integers, as the
-// CPU's). Nothing synchronises with the host or allocates; each launcher
-// returns the launch's error.
+// tokens and reordering of the caches; under tensor parallelism, each
+// rank's best candidates, which the draw and the ranking then take in
+// place of a whole row. T is float, bf16 or fp16 storage; arithmetic in
+// float (the sampling's in double and integers, as the CPU's). Nothing
+// synchronises with the host or allocates; each launcher returns the
+// launch's error.
 //
 // Positions, indices and parents are read on the device, where nothing can
 // refuse one out of its range (the CPU executor refuses them): the kernels
@@ -19,6 +21,7 @@
 #define BRAID_RUNTIME_CUDA_GENERATION_H
 
 #include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/Sampling.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -51,6 +54,11 @@ template <typename T>
 cudaError_t takeRows(const T *x, const int32_t *index, int64_t batch,
                      int64_t seq, int64_t cols, T *y, cudaStream_t stream);
 
+/// The candidates' empty slot and the candidates' description
+/// (runtime/cpu/Sampling.h), with device pointers.
+using cpu::Candidates;
+using cpu::kNoCandidate;
+
 /// SAMPLE, as cpu::sampleTokens on the same logits (the same ids): one
 /// block per row. settings {temperature, top_k, top_p} (f32), seed {low,
 /// high} and counters [rows] are read on the device; settings the host
@@ -58,11 +66,15 @@ cudaError_t takeRows(const T *x, const int32_t *index, int64_t batch,
 /// cpu::samplingRule reads them. The kept tokens are found by radix
 /// selection on the tokens' keys (no sort): top-k's k-th largest z, top-p's
 /// first kept token and the drawn one, each a byte of the key per pass.
+/// With `from.ids`, as cpu::sampleTokens' `from`: every column is a
+/// candidate, ordered among equal logits by its id, which is what ids[b]
+/// gets; from.vocabSize scales the rule and the weights.
 template <typename T>
 cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                          int64_t candidates, const float *settings,
                          const int32_t *seed, const int32_t *counters,
-                         int32_t *ids, cudaStream_t stream);
+                         int32_t *ids, cudaStream_t stream,
+                         const Candidates<T> &from = {});
 
 /// The most ids per row topLogprobs ranks (its block sorts them in shared
 /// memory, 8 bytes each, within a block's 48 KiB).
@@ -75,11 +87,31 @@ constexpr int64_t kMaxTopLogprobs = 4096;
 /// sum(exp(x - max)) by block reductions (exp in float, summed in double);
 /// the k-th most likely id by radix selection on the ids' keys (a byte per
 /// pass, as SAMPLE's selections); then the k ids at least as likely ranked
-/// in shared memory. k in [1, min(candidates, kMaxTopLogprobs)].
+/// in shared memory. k in [1, min(candidates, kMaxTopLogprobs)]. With
+/// `from.ids` and `from.lse`, as cpu::topLogprobs' `from`: every column is
+/// a candidate with its id (ties by it; ids[r, j] gets it), k at most
+/// min(vocab, kMaxTopLogprobs), and the normaliser the log-sum-exp of the
+/// row's from.lseCount values of from.lse, in double.
 template <typename T>
 cudaError_t topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                         int64_t candidates, int64_t k, float *values,
-                        int32_t *ids, cudaStream_t stream);
+                        int32_t *ids, cudaStream_t stream,
+                        const Candidates<T> &from = {});
+
+/// TOP_CANDIDATES, as cpu::topCandidates on the same logits (the same
+/// values and ids, in the same order; lse within float rounding of the
+/// CPU's double sum): one block per row of logits [rows, cols], column j
+/// the token vocabStart + j (those at or above vocabSize padding, never a
+/// candidate). The k-th best valid column by radix selection on the
+/// columns' keys (as topLogprobs), the k best ranked in shared memory;
+/// the slots past the valid columns' count -infinity and kNoCandidate.
+/// lse[r] = m + log(sum exp(x - m)) over the valid columns (exp in float,
+/// summed in double, rounded to T; -infinity when none is valid). k in
+/// [0, kMaxTopLogprobs].
+template <typename T>
+cudaError_t topCandidates(const T *logits, int64_t rows, int64_t cols,
+                          int64_t vocabStart, int64_t vocabSize, int64_t k,
+                          T *values, int32_t *ids, T *lse, cudaStream_t stream);
 
 /// REORDER_ROWS, as cpu::reorderRows on the bytes of x [rows, rowBytes]
 /// (whatever its dtype): x copied into `scratch` (rows · rowBytes bytes,

@@ -622,14 +622,45 @@ template <typename T> auto Executor::run_TAKE_ROWS(const Call<T> &c) {
 
 // (logits, settings F32 whatever T, seed, counter) -> ids. The settings are
 // read on the device, as the host last wrote them.
+// With candidate ids (input 4), the columns are those tokens.
 template <typename T> auto Executor::run_SAMPLE(const Call<T> &c) {
+  Candidates<T> from;
+  if (c.inst.inputs_size() == 5) {
+    from.ids = c.ids(4);
+    from.vocabSize = plan::DecodeSample(c.inst).vocabSize;
+  }
   return launched(
       sampleTokens(
           c.x(0), c.in(0).shape(0), plan::LastDim(c.in(0)),
           plan::DecodeSample(c.inst).vocabSize, c.xf(1), c.ids(2), c.ids(3),
-          static_cast<int32_t *>(address(c.inst.outputs(0), c.slot)), c.st),
+          static_cast<int32_t *>(address(c.inst.outputs(0), c.slot)), c.st,
+          from),
       c.inst);
 }
+
+namespace {
+
+/// `run` on the logits `x` typed as their own dtype (F32, BF16 or F16),
+/// whatever the instruction's: beam search's and the candidates' kernels
+/// read them so.
+template <typename Run>
+absl::Status withLogits(const Buffer &logits, const void *x,
+                        const char *kernel, Run run) {
+  switch (logits.dtype()) {
+  case plan::F32:
+    return run(static_cast<const float *>(x));
+  case plan::BF16:
+    return run(static_cast<const bf16 *>(x));
+  case plan::F16:
+    return run(static_cast<const f16 *>(x));
+  default:
+    return absl::UnimplementedError(
+        absl::StrCat(kernel, " of ", plan::DType_Name(logits.dtype()),
+                     " logits runs on the CPU backend"));
+  }
+}
+
+} // namespace
 
 // (logits [B, 1, V]) -> (values [B, K] F32, ids [B, K]). The logits are
 // read in their own dtype: T is the instruction's (values' F32 in an F32
@@ -643,27 +674,51 @@ template <typename T> auto Executor::run_TOP_LOGPROBS(const Call<T> &c) {
                                                  "CUDA kernel's ",
                                                  kMaxTopLogprobs));
   auto run = [&](const auto *x) {
+    using U = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
+    // With candidate ids and the ranks' lse (inputs 1 and 2).
+    Candidates<U> from;
+    if (c.inst.inputs_size() == 3) {
+      from.ids = c.ids(1);
+      from.vocabSize = plan::DecodeSample(c.inst).vocabSize;
+      from.lse = static_cast<const U *>(address(c.inst.inputs(2), c.slot));
+      from.lseCount = plan::LastDim(c.in(2));
+    }
     return launched(
         topLogprobs(x, logits.shape(0), plan::LastDim(logits),
                     // The attribute vocab_size, SAMPLE's.
                     plan::DecodeSample(c.inst).vocabSize, k, c.yf(0),
                     static_cast<int32_t *>(address(c.inst.outputs(1), c.slot)),
-                    c.st),
+                    c.st, from),
         c.inst);
   };
-  const void *x = address(c.inst.inputs(0), c.slot);
-  switch (logits.dtype()) {
-  case plan::F32:
-    return run(static_cast<const float *>(x));
-  case plan::BF16:
-    return run(static_cast<const bf16 *>(x));
-  case plan::F16:
-    return run(static_cast<const f16 *>(x));
-  default:
-    return absl::UnimplementedError(
-        absl::StrCat("TOP_LOGPROBS of ", plan::DType_Name(logits.dtype()),
-                     " logits runs on the CPU backend"));
-  }
+  return withLogits(logits, address(c.inst.inputs(0), c.slot),
+                    "TOP_LOGPROBS", run);
+}
+
+// (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K], lse [B, 1, 1]) in the
+// logits' dtype, whatever T; the rank's columns start at vocab_start_stride
+// x its coordinate.
+template <typename T> auto Executor::run_TOP_CANDIDATES(const Call<T> &c) {
+  const Buffer &logits = c.in(0);
+  const int64_t k = c.out(1).shape(1);
+  if (k > kMaxTopLogprobs)
+    return absl::UnimplementedError(absl::StrCat(
+        "TOP_CANDIDATES: ", k, " tokens per row, more than the CUDA kernel's ",
+        kMaxTopLogprobs));
+  const int64_t start = c.inst.rank_axis().empty() ? 0 : c.vocabStart();
+  auto run = [&](const auto *x) {
+    using U = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
+    return launched(
+        topCandidates(
+            x, logits.shape(0), plan::LastDim(logits), start,
+            plan::DecodeSample(c.inst).vocabSize, k,
+            static_cast<U *>(address(c.inst.outputs(0), c.slot)),
+            static_cast<int32_t *>(address(c.inst.outputs(1), c.slot)),
+            static_cast<U *>(address(c.inst.outputs(2), c.slot)), c.st),
+        c.inst);
+  };
+  return withLogits(logits, address(c.inst.inputs(0), c.slot),
+                    "TOP_CANDIDATES", run);
 }
 
 // (x [B, ...], parents [B]) -> x in place, as bytes whatever T. Every row is

@@ -194,8 +194,13 @@ absl::Status gatherOrScatter(KernelCall<T> &c, bool gather) {
   for (int i = 0; i < slice.shape_size(); ++i)
     (i < along ? outer : chunk) *= dim(slice, i);
   int64_t count = outer * chunk;
+  // Moved as bytes of the buffers' own dtype (an all-gather may move I32
+  // ids, whatever T).
+  const int64_t element = plan::DTypeBytes(c.out(0).dtype());
+  char *y = static_cast<char *>(c.address(inst.outputs(0)));
+  const char *x = static_cast<const char *>(c.address(inst.inputs(0)));
   if (ranks == 1) {
-    std::memmove(c.y(0), c.x(0), count * sizeof(T));
+    std::memmove(y, x, count * element);
     return absl::OkStatus();
   }
   if (!comm)
@@ -210,11 +215,11 @@ absl::Status gatherOrScatter(KernelCall<T> &c, bool gather) {
     // is already there, at its place in the group. With async it starts
     // here and a WAIT naming the buffer finishes it (ZeRO-3's prefetch).
     int64_t block = numel(c.out(0)) / ranks;
-    T *own = c.y(0) + c.groupPlace() * block;
+    char *own = y + c.groupPlace() * block * element;
     if (!async)
-      return comm->AllGather(group, own, c.y(0), block, dtype);
+      return comm->AllGather(group, own, y, block, dtype);
     absl::StatusOr<int64_t> handle =
-        comm->StartAllGather(group, own, c.y(0), block, dtype);
+        comm->StartAllGather(group, own, y, block, dtype);
     if (!handle.ok())
       return handle.status();
     c.inFlight(*handle, {inst.outputs(0)});
@@ -222,50 +227,47 @@ absl::Status gatherOrScatter(KernelCall<T> &c, bool gather) {
   }
   // Buffers of a plan may share arena bytes; a collective's in and out
   // must not.
-  const char *xb = static_cast<const char *>(c.address(inst.inputs(0)));
-  const char *yb = static_cast<const char *>(c.address(inst.outputs(0)));
-  int64_t xBytes = numel(c.in(0)) * int64_t(sizeof(T));
-  int64_t yBytes = numel(c.out(0)) * int64_t(sizeof(T));
-  bool overlap = xBytes && yBytes && xb < yb + yBytes && yb < xb + xBytes;
+  int64_t xBytes = numel(c.in(0)) * element;
+  int64_t yBytes = numel(c.out(0)) * element;
+  bool overlap = xBytes && yBytes && x < y + yBytes && y < x + xBytes;
   bool direct = outer == 1 && !overlap;
-  std::vector<T> scratch;
+  std::vector<char> scratch;
   if (gather) {
     if (direct)
-      return comm->AllGather(group, c.x(0), c.y(0), count, dtype);
+      return comm->AllGather(group, x, y, count, dtype);
     // scratch [rank][outer][chunk] -> y [outer][rank][chunk].
-    scratch.resize(ranks * count);
-    if (absl::Status s =
-            comm->AllGather(group, c.x(0), scratch.data(), count, dtype);
+    scratch.resize(size_t(ranks * count * element));
+    if (absl::Status s = comm->AllGather(group, x, scratch.data(), count, dtype);
         !s.ok())
       return s;
-    T *dst = c.y(0);
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t k = 0; k < ranks; ++k)
-        std::copy_n(scratch.data() + (k * outer + o) * chunk, chunk,
-                    dst + (o * ranks + k) * chunk);
+        std::memcpy(y + (o * ranks + k) * chunk * element,
+                    scratch.data() + (k * outer + o) * chunk * element,
+                    size_t(chunk * element));
     return absl::OkStatus();
   }
   if (direct && async) {
     // Started here, finished by a WAIT naming x or y (ZeRO-2's buckets,
     // overlapping the rest of backward).
     absl::StatusOr<int64_t> handle =
-        comm->StartReduceScatter(group, c.x(0), c.y(0), count, dtype);
+        comm->StartReduceScatter(group, x, y, count, dtype);
     if (!handle.ok())
       return handle.status();
     c.inFlight(*handle, {inst.inputs(0), inst.outputs(0)});
     return absl::OkStatus();
   }
   if (direct)
-    return comm->ReduceScatter(group, c.x(0), c.y(0), count, dtype);
+    return comm->ReduceScatter(group, x, y, count, dtype);
   // x [outer][rank][chunk] -> scratch [rank][outer][chunk], the blocks
   // ordered by the rank they go to.
-  scratch.resize(ranks * count);
-  const T *src = c.x(0);
+  scratch.resize(size_t(ranks * count * element));
   for (int64_t k = 0; k < ranks; ++k)
     for (int64_t o = 0; o < outer; ++o)
-      std::copy_n(src + (o * ranks + k) * chunk, chunk,
-                  scratch.data() + (k * outer + o) * chunk);
-  return comm->ReduceScatter(group, scratch.data(), c.y(0), count, dtype);
+      std::memcpy(scratch.data() + (k * outer + o) * chunk * element,
+                  x + (o * ranks + k) * chunk * element,
+                  size_t(chunk * element));
+  return comm->ReduceScatter(group, scratch.data(), y, count, dtype);
 }
 template <typename T> absl::Status run_ALL_GATHER(KernelCall<T> &c) {
   return gatherOrScatter(c, /*gather=*/true);
@@ -785,10 +787,17 @@ template <typename T> absl::Status run_SAMPLE(KernelCall<T> &c) {
   if (absl::Status s = cpu::validateSamplingSettings(settings); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("SAMPLE: ", s.message()));
   const int32_t *seed = c.ids(2);
+  // With candidate ids (input 4): the columns are those tokens.
+  cpu::Candidates<T> from;
+  if (c.inst.inputs_size() == 5) {
+    from.ids = c.ids(4);
+    from.vocabSize = plan::DecodeSample(c.inst).vocabSize;
+  }
   cpu::sampleTokens(c.x(0), dim(c.in(0), 0), plan::LastDim(c.in(0)),
                     plan::DecodeSample(c.inst).vocabSize, settings,
                     cpu::samplingSeed(seed[0], seed[1]), c.ids(3),
-                    static_cast<int32_t *>(c.address(c.inst.outputs(0))));
+                    static_cast<int32_t *>(c.address(c.inst.outputs(0))),
+                    from);
   return absl::OkStatus();
 }
 
@@ -804,20 +813,45 @@ template <typename T> absl::Status run_TOP_LOGPROBS(KernelCall<T> &c) {
   const void *x = c.address(c.inst.inputs(0));
   float *values = static_cast<float *>(c.address(c.inst.outputs(0)));
   int32_t *ids = static_cast<int32_t *>(c.address(c.inst.outputs(1)));
+  // With candidate ids and the ranks' lse (inputs 1 and 2).
+  auto from = [&](auto *type) {
+    using U = std::remove_pointer_t<decltype(type)>;
+    cpu::Candidates<U> f;
+    if (c.inst.inputs_size() == 3) {
+      f.ids = c.ids(1);
+      f.vocabSize = candidates;
+      f.lse = static_cast<const U *>(c.address(c.inst.inputs(2)));
+      f.lseCount = plan::LastDim(c.in(2));
+    }
+    return f;
+  };
   switch (logits.dtype()) {
   case plan::F32:
     cpu::topLogprobs(static_cast<const float *>(x), rows, vocab, candidates, k,
-                     values, ids);
+                     values, ids, from(static_cast<float *>(nullptr)));
     return absl::OkStatus();
   case plan::F64:
     cpu::topLogprobs(static_cast<const double *>(x), rows, vocab, candidates, k,
-                     values, ids);
+                     values, ids, from(static_cast<double *>(nullptr)));
     return absl::OkStatus();
   default:
     return absl::UnimplementedError(
         absl::StrCat("TOP_LOGPROBS of ", plan::DType_Name(logits.dtype()),
                      " logits needs the CUDA backend"));
   }
+}
+
+// (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K], lse [B, 1, 1]); the
+// rank's columns start at vocab_start_stride x its coordinate.
+template <typename T> absl::Status run_TOP_CANDIDATES(KernelCall<T> &c) {
+  const Buffer &logits = c.in(0);
+  const int64_t k = dim(c.out(1), 1);
+  cpu::topCandidates(c.x(0), dim(logits, 0), plan::LastDim(logits),
+                     c.inst.rank_axis().empty() ? 0 : c.vocabStart(),
+                     plan::DecodeSample(c.inst).vocabSize, k, c.y(0),
+                     static_cast<int32_t *>(c.address(c.inst.outputs(1))),
+                     static_cast<T *>(c.address(c.inst.outputs(2))));
+  return absl::OkStatus();
 }
 
 // (x [B, ...], parents [B]) -> x, in place; T is x's dtype.
@@ -858,10 +892,12 @@ absl::Status Executor::runInstruction(const Instruction &inst,
                                       int64_t slot) {
   const int row = plan::KernelIndex(inst.kernel());
   const plan::KernelInfo &kernel = plan::KernelAt(row);
-  // Transfers (SEND, RECV) and WAIT move or finish their buffers in the
-  // buffers' own dtypes: they run whatever the instruction's.
-  bool anyDType =
-      kernel.has(plan::kPointToPoint) || kernel.has(plan::kFinishes);
+  // Transfers (SEND, RECV), WAIT and ALL_GATHER (of floats, or of the
+  // draw's I32 ids) move or finish their buffers in the buffers' own
+  // dtypes: they run whatever the instruction's.
+  bool anyDType = kernel.has(plan::kPointToPoint) ||
+                  kernel.has(plan::kFinishes) ||
+                  inst.kernel() == plan::ALL_GATHER;
   if (dtype == plan::F64)
     return runRow<double>(row, *this, inst, context, slot);
   if (dtype == plan::F32 || anyDType)

@@ -8,9 +8,11 @@
 
 #include "runtime/exec/Generate.h"
 
+#include "runtime/cpu/Generation.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/TrainerInternal.h"
 #include "runtime/plan/Mesh.h"
+#include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -129,6 +131,70 @@ absl::Status Generator::CheckSampling(const SamplingOptions &sampling) {
     return absl::InvalidArgumentError(absl::StrCat(
         "top_p ", sampling.topP, " must be in (0, 1] (1: no limit)"));
   return absl::OkStatus();
+}
+
+bool Generator::needsWholeLogits(const SamplingOptions &sampling) const {
+  const plan::Generation &g = generation();
+  if (g.draw_candidates() == 0 || !(sampling.temperature > 0))
+    return false;
+  // Every column of a rank is a candidate: nothing is left out.
+  const plan::Buffer &logits = state->plan.buffers(state->prefillLogits);
+  if (g.draw_candidates() >= plan::LastDim(logits))
+    return false;
+  return !(sampling.topK >= 1 && sampling.topK <= g.draw_candidates());
+}
+
+absl::StatusOr<std::vector<double>> Generator::wholeLogits(int id) {
+  State &s = *state;
+  absl::StatusOr<std::vector<double>> local = s.run.backend->Read(id);
+  const plan::Generation &g = generation();
+  if (!local.ok() || g.logits_axis().empty())
+    return local;
+  // [B, 1, V / R] on each of the R ranks along the axis, gathered rank by
+  // rank, then each row's blocks side by side.
+  const int64_t ranks = plan::AxisSize(s.plan.mesh(), g.logits_axis());
+  const int64_t rows = g.max_batch();
+  const int64_t cols = int64_t(local->size()) / rows;
+  std::vector<double> gathered(local->size() * size_t(ranks));
+  if (ranks > 1) {
+    if (!s.options.comm)
+      return absl::FailedPreconditionError(
+          "the logits are split over the ranks, and no communicator joins "
+          "them");
+    if (absl::Status a = s.options.comm->AllGather(
+            {g.logits_axis()}, local->data(), gathered.data(),
+            int64_t(local->size()), plan::F64);
+        !a.ok())
+      return a;
+  } else {
+    gathered = *local;
+  }
+  std::vector<double> whole(gathered.size());
+  for (int64_t r = 0; r < ranks; ++r)
+    for (int64_t b = 0; b < rows; ++b)
+      std::copy_n(gathered.begin() + (r * rows + b) * cols, cols,
+                  whole.begin() + (b * ranks + r) * cols);
+  return whole;
+}
+
+absl::StatusOr<std::vector<double>>
+Generator::drawFromLogits(const std::vector<double> &whole,
+                          const SamplingOptions &sampling) {
+  State &s = *state;
+  const plan::Generation &g = generation();
+  absl::StatusOr<std::vector<double>> counters =
+      s.run.backend->Read(s.drawPositions);
+  if (!counters.ok())
+    return counters.status();
+  const int64_t rows = g.max_batch();
+  const int64_t vocab = int64_t(whole.size()) / rows;
+  // The plan's F32 settings and I32 seed words, as SAMPLE reads them.
+  const float settings[3] = {float(sampling.temperature),
+                             float(sampling.topK), float(sampling.topP)};
+  std::vector<int32_t> at(counters->begin(), counters->end()), ids(rows);
+  cpu::sampleTokens(whole.data(), rows, vocab, g.vocab_size(), settings,
+                    sampling.seed, at.data(), ids.data());
+  return std::vector<double>(ids.begin(), ids.end());
 }
 
 absl::Status
@@ -288,14 +354,24 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
     done[b] = false;
   }
   std::vector<int32_t> next(batch, 0);
-  auto logits = [&](int id, const char *function) -> absl::Status {
-    if (!onLogits)
-      return absl::OkStatus();
-    absl::StatusOr<std::vector<double>> values = e.Read(id);
-    if (!values.ok())
-      return values.status();
-    onLogits(function, *values);
-    return absl::OkStatus();
+  // Under tp the draw takes each rank's best tokens; settings those cannot
+  // serve (a temperature with top_k 0 or above them, so top-p alone) draw
+  // here, from the whole logits, as SAMPLE does.
+  const bool hostDraw = needsWholeLogits(sampling);
+  // The ids a call drew (read from `ids`), after the logits of the whole
+  // vocabulary went to onLogits (or to the draw here).
+  auto drawn = [&](int ids, int logits, const char *function)
+      -> absl::StatusOr<std::vector<double>> {
+    if (!onLogits && !hostDraw)
+      return e.Read(ids);
+    absl::StatusOr<std::vector<double>> whole = wholeLogits(logits);
+    if (!whole.ok())
+      return whole.status();
+    if (onLogits)
+      onLogits(function, *whole);
+    if (!hostDraw)
+      return e.Read(ids);
+    return drawFromLogits(*whole, sampling);
   };
   // Takes row b's new token: stops the row at EOS, at the limit, when the
   // caller says so, or when its cache has no position left for another.
@@ -319,11 +395,10 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
   for (int64_t c = 0; c < chunks; ++c) {
     if (absl::Status r = prefillChunk(prompts, c, start); !r.ok())
       return r;
-    absl::StatusOr<std::vector<double>> ids = e.Read(s.prefillIds);
+    absl::StatusOr<std::vector<double>> ids =
+        drawn(s.prefillIds, s.prefillLogits, "prefill");
     if (!ids.ok())
       return ids.status();
-    if (absl::Status l = logits(s.prefillLogits, "prefill"); !l.ok())
-      return l;
     for (int64_t b = 0; b < n; ++b)
       if ((int64_t(prompts[b].size()) - 1) / chunk == c) {
         next[b] = int32_t((*ids)[b]);
@@ -342,11 +417,10 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
     }
     if (absl::Status r = decodeCall(one, at); !r.ok())
       return r;
-    absl::StatusOr<std::vector<double>> ids = e.Read(s.decodeIds);
+    absl::StatusOr<std::vector<double>> ids =
+        drawn(s.decodeIds, s.decodeLogits, "decode");
     if (!ids.ok())
       return ids.status();
-    if (absl::Status l = logits(s.decodeLogits, "decode"); !l.ok())
-      return l;
     for (int64_t b = 0; b < n; ++b) {
       if (done[b])
         continue;

@@ -153,6 +153,19 @@ private:
   /// next position).
   absl::Status decodeCall(const std::vector<double> &tokens,
                           const std::vector<double> &positions);
+  /// Whether `sampling` needs the logits of the whole vocabulary, which
+  /// the plan's draw from each rank's best tokens does not see
+  /// (Plan.generation's draw_candidates): a temperature with top_k 0 or
+  /// above the candidates.
+  bool needsWholeLogits(const SamplingOptions &sampling) const;
+  /// The logits buffer `id` of every rank, [B, 1, V] (gathered over the
+  /// logits_axis when they are split).
+  absl::StatusOr<std::vector<double>> wholeLogits(int id);
+  /// SAMPLE's draw of every row from `whole` [B, 1, V] at the plan's draw
+  /// positions (the ids the plan's SAMPLE gives on those logits).
+  absl::StatusOr<std::vector<double>>
+  drawFromLogits(const std::vector<double> &whole,
+                 const SamplingOptions &sampling);
   std::unique_ptr<State> state;
   Timings timings;
 };

@@ -125,16 +125,16 @@ int RunGenerateCommand(
   options.comm = comm;
   // Rank 0 speaks for the job.
   const bool writer = !comm || comm->Rank() == 0;
-  if (!writer)
-    logitsOut.clear();
   absl::StatusOr<std::unique_ptr<Generator>> created =
       Generator::Create(plan, options);
   if (!created.ok())
     return fail(created.status().message());
   Generator &gen = **created;
 
+  // Every rank reads its logits (split over tp, they are gathered on
+  // each); rank 0 writes them.
   std::ofstream logits;
-  if (!logitsOut.empty()) {
+  if (!logitsOut.empty() && writer) {
     logits.open(logitsOut, std::ios::trunc);
     if (!logits)
       return fail("cannot write " + logitsOut);

@@ -319,7 +319,16 @@ absl::Status InstructionChecker::checkGatherScatter(bool gather) {
       return fail("only an all-gather in place has an async attribute");
     BRAID_RETURN_IF_ERROR(intAttr("async", 0, 1).status());
   }
-  BRAID_RETURN_IF_ERROR(dtypes());
+  // Floats, or for an all-gather also I32 (ids: the draw's candidates).
+  if (gather && (in(0).dtype() == I32 || out(0).dtype() == I32)) {
+    if (in(0).dtype() != out(0).dtype())
+      return fail(absl::StrCat("x '", in(0).name(), "' is ",
+                               DType_Name(in(0).dtype()), " and y '",
+                               out(0).name(), "' ", DType_Name(out(0).dtype()),
+                               ": an all-gather keeps the dtype"));
+  } else {
+    BRAID_RETURN_IF_ERROR(dtypes());
+  }
   const Buffer &x = in(0), &y = out(0);
   if (inst.inputs(0) == inst.outputs(0)) {
     // An all-gather in place (ZeRO's flat parameters): each rank's block of
@@ -697,33 +706,30 @@ absl::Status InstructionChecker::checkTakeRows() {
 /// whatever the logits' dtype (F64 included), so they are checked apart.
 absl::Status InstructionChecker::checkSample() {
   const Buffer &logits = in(0);
-  if (!internal::isFloat(logits.dtype()))
-    return fail(absl::StrCat("logits '", logits.name(), "' must be a float "
-                             "type, found ", DType_Name(logits.dtype())));
+  BRAID_RETURN_IF_ERROR(drawLogits(logits));
   for (const Buffer *b : {&in(2), &in(3), &out(0)})
     if (b->dtype() != I32)
       return fail(absl::StrCat("operand '", b->name(), "' must be I32, found ",
                                DType_Name(b->dtype())));
-  BRAID_RETURN_IF_ERROR(rank(logits, 3, "logits"));
-  if (logits.shape(1) != 1)
-    return fail(absl::StrCat("logits '", logits.name(), "' is ",
-                             internal::shapeStr(logits),
-                             ", expected one row per sequence [B, 1, V]"));
   if (in(1).dtype() != F32)
     return fail(absl::StrCat("settings '", in(1).name(), "' is ",
                              DType_Name(in(1).dtype()), ", expected F32"));
   BRAID_RETURN_IF_ERROR(shape(in(1), {3}, "settings"));
   BRAID_RETURN_IF_ERROR(shape(in(2), {2}, "seed"));
   BRAID_RETURN_IF_ERROR(shape(in(3), {logits.shape(0)}, "counter"));
-  BRAID_ASSIGN_OR_RETURN(vocab, intAttr("vocab_size", 1, logits.shape(2)));
+  const bool fromCandidates = inst.inputs_size() == 5;
+  BRAID_ASSIGN_OR_RETURN(
+      vocab, intAttr("vocab_size", 1,
+                     fromCandidates ? INT32_MAX : logits.shape(2)));
   (void)vocab;
+  if (fromCandidates)
+    BRAID_RETURN_IF_ERROR(candidateIds(in(4), logits));
   return shape(out(0), {logits.shape(0)}, "ids");
 }
 
-/// TOP_LOGPROBS (logits [B, 1, V]) -> (values [B, K] F32, ids [B, K] I32);
-/// attr vocab_size in [K, V].
-absl::Status InstructionChecker::checkTopLogprobs() {
-  const Buffer &logits = in(0);
+/// The logits SAMPLE, TOP_LOGPROBS and TOP_CANDIDATES draw from: a float
+/// [B, 1, V], one row per sequence.
+absl::Status InstructionChecker::drawLogits(const Buffer &logits) const {
   if (!internal::isFloat(logits.dtype()))
     return fail(absl::StrCat("logits '", logits.name(), "' must be a float "
                              "type, found ", DType_Name(logits.dtype())));
@@ -732,17 +738,79 @@ absl::Status InstructionChecker::checkTopLogprobs() {
     return fail(absl::StrCat("logits '", logits.name(), "' is ",
                              internal::shapeStr(logits),
                              ", expected one row per sequence [B, 1, V]"));
+  return absl::OkStatus();
+}
+
+/// Candidate ids of SAMPLE and TOP_LOGPROBS: [B, V] I32 for logits [B, 1,
+/// V].
+absl::Status InstructionChecker::candidateIds(const Buffer &ids,
+                                              const Buffer &logits) const {
+  if (ids.dtype() != I32)
+    return fail(absl::StrCat("candidate ids '", ids.name(),
+                             "' must be I32, found ", DType_Name(ids.dtype())));
+  return shape(ids, {logits.shape(0), logits.shape(2)}, "candidate ids");
+}
+
+/// TOP_LOGPROBS (logits [B, 1, V]) -> (values [B, K] F32, ids [B, K] I32);
+/// attr vocab_size in [K, V].
+absl::Status InstructionChecker::checkTopLogprobs() {
+  const Buffer &logits = in(0);
+  BRAID_RETURN_IF_ERROR(drawLogits(logits));
   BRAID_RETURN_IF_ERROR(rank(out(0), 2, "values"));
   if (out(0).dtype() != F32 || out(1).dtype() != I32)
     return fail("values must be F32 and ids I32");
   const int64_t k = out(0).shape(1);
   BRAID_RETURN_IF_ERROR(shape(out(0), {logits.shape(0), k}, "values"));
   BRAID_RETURN_IF_ERROR(shape(out(1), {logits.shape(0), k}, "ids"));
+  if (inst.inputs_size() == 2)
+    return fail("takes candidate ids without the ranks' lse: give both "
+                "(inputs 1 and 2) or neither");
+  if (inst.inputs_size() == 3) {
+    BRAID_RETURN_IF_ERROR(candidateIds(in(1), logits));
+    const Buffer &lse = in(2);
+    BRAID_RETURN_IF_ERROR(rank(lse, 3, "lse"));
+    BRAID_RETURN_IF_ERROR(
+        shape(lse, {logits.shape(0), 1, lse.shape(2)}, "lse"));
+    if (lse.dtype() != logits.dtype())
+      return fail(absl::StrCat("lse '", lse.name(), "' is ",
+                               DType_Name(lse.dtype()), ", the logits ",
+                               DType_Name(logits.dtype())));
+    BRAID_ASSIGN_OR_RETURN(vocab, intAttr("vocab_size", 1, INT32_MAX));
+    (void)vocab;
+    if (k < 1 || k > logits.shape(2))
+      return fail(absl::StrCat("K = ", k, " per row must be in [1, ",
+                               logits.shape(2), "], the candidates"));
+    return absl::OkStatus();
+  }
   BRAID_ASSIGN_OR_RETURN(vocab, intAttr("vocab_size", 1, logits.shape(2)));
   if (k < 1 || k > vocab)
     return fail(absl::StrCat("K = ", k, " candidates per row must be in [1, "
                              "vocab_size = ", vocab, "]"));
   return absl::OkStatus();
+}
+
+/// TOP_CANDIDATES (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K] I32,
+/// lse [B, 1, 1]); attrs k in [1, 2^24], vocab_size >= 1; with rank_axis,
+/// vocab_start_stride.
+absl::Status InstructionChecker::checkTopCandidates() {
+  const Buffer &logits = in(0);
+  BRAID_RETURN_IF_ERROR(drawLogits(logits));
+  BRAID_ASSIGN_OR_RETURN(k, intAttr("k", 1, int64_t(1) << 24));
+  BRAID_ASSIGN_OR_RETURN(vocab, intAttr("vocab_size", 1, INT32_MAX));
+  (void)vocab;
+  BRAID_RETURN_IF_ERROR(checkVocabSlice(logits.shape(2), "columns"));
+  const int64_t batch = logits.shape(0);
+  BRAID_RETURN_IF_ERROR(shape(out(0), {batch, 1, k}, "values"));
+  BRAID_RETURN_IF_ERROR(shape(out(2), {batch, 1, 1}, "lse"));
+  for (int i : {0, 2})
+    if (out(i).dtype() != logits.dtype())
+      return fail(absl::StrCat("output '", out(i).name(), "' is ",
+                               DType_Name(out(i).dtype()), ", the logits ",
+                               DType_Name(logits.dtype())));
+  if (out(1).dtype() != I32)
+    return fail(absl::StrCat("ids '", out(1).name(), "' must be I32, found ",
+                             DType_Name(out(1).dtype())));
+  return shape(out(1), {batch, k}, "ids");
 }
 
 /// REORDER_ROWS (x [B, ...], parents [B] I32) -> x, in place.

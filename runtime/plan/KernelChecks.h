@@ -214,6 +214,7 @@ private:
   absl::Status checkTakeRows();
   absl::Status checkSample();
   absl::Status checkTopLogprobs();
+  absl::Status checkTopCandidates();
   absl::Status checkReorderRows();
 
   /// Checks the operand counts against the kernel's row of Kernels.def.
@@ -237,6 +238,11 @@ private:
   /// and unused without). Every rank's slice must stay inside the global
   /// vocabulary of local x axis-size ids, which must fit in int64.
   absl::Status checkVocabSlice(int64_t local, absl::string_view what) const;
+  /// The draw's logits: a float [B, 1, V].
+  absl::Status drawLogits(const Buffer &logits) const;
+  /// SAMPLE's and TOP_LOGPROBS' candidate ids: [B, V] I32 for logits [B, 1,
+  /// V].
+  absl::Status candidateIds(const Buffer &ids, const Buffer &logits) const;
   /// A slice along the rank_axis of something that is not the vocabulary:
   /// `local` elements (named by `what`) per rank, rank c's starting at c x
   /// the int attribute `strideAttr` (required with a rank_axis, in [0,

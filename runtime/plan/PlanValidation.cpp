@@ -209,6 +209,26 @@ absl::Status validateGeneration(const Plan &plan,
           ", 1, vocab]"));
     vocab = it->second->shape(2);
   }
+  // Split by vocabulary: the logits' columns are a rank's.
+  if (!g.logits_axis().empty()) {
+    int64_t ranks = 0;
+    for (int i = 0; i < plan.mesh().axes_size(); ++i)
+      if (plan.mesh().axes(i) == g.logits_axis())
+        ranks = plan.mesh().sizes(i);
+    if (ranks < 1)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "generation.logits_axis '", g.logits_axis(),
+          "' is not an axis of the plan's mesh"));
+    if (g.draw_candidates() < 1 || g.draw_candidates() > vocab)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "generation.draw_candidates = ", g.draw_candidates(),
+          " must be in [1, ", vocab, "] (a rank's logits' columns)"));
+    vocab *= ranks;
+  } else if (g.draw_candidates() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generation.draw_candidates = ", g.draw_candidates(),
+        " needs a logits_axis (the draw sees the whole logits)"));
+  }
   struct Want {
     const char *name;
     std::vector<int64_t> shape;

@@ -199,6 +199,11 @@ static cl::opt<int64_t> prefillChunkFlag(
     cl::desc("--mode generate: prompt tokens per sequence per prefill call "
              "(generate.prefill_chunk)"),
     cl::cat(category));
+static cl::opt<int64_t> drawCandidatesFlag(
+    "draw-candidates",
+    cl::desc("--mode generate under --tp: the best tokens each rank gives "
+             "the draw (generate.draw_candidates; default 64)"),
+    cl::cat(category));
 
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "braidc") << message << "\n";
@@ -295,6 +300,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_generate()->set_max_seq_len(maxSeqLenFlag);
   if (prefillChunkFlag.getNumOccurrences())
     job.mutable_generate()->set_prefill_chunk(prefillChunkFlag);
+  if (drawCandidatesFlag.getNumOccurrences())
+    job.mutable_generate()->set_draw_candidates(drawCandidatesFlag);
   if (precision.getNumOccurrences()) {
     spec::DType dtype;
     std::string upper = llvm::StringRef(precision).upper();
@@ -397,7 +404,8 @@ int main(int argc, char **argv) {
     return fail("--mode=" + modeFlag + " is not one of train, generate");
   for (cl::Option *flag : {static_cast<cl::Option *>(&maxBatchFlag),
                            static_cast<cl::Option *>(&maxSeqLenFlag),
-                           static_cast<cl::Option *>(&prefillChunkFlag)})
+                           static_cast<cl::Option *>(&prefillChunkFlag),
+                           static_cast<cl::Option *>(&drawCandidatesFlag)})
     if (flag->getNumOccurrences() && modeFlag != "generate")
       return fail("--" + flag->ArgStr + " shapes an inference plan: give "
                   "--mode generate");

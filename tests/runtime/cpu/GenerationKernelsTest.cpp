@@ -703,6 +703,174 @@ TYPED_TEST(GenerationKernels, TopLogprobsSameOnOneAndFourThreads) {
   expectLogprobs(values4, want);
 }
 
+//===-- TOP_CANDIDATES and the draw from them -----------------------------===//
+
+/// The definition: the valid columns (token vocabStart + j below
+/// vocabSize) stably sorted by descending logit (equal logits keep
+/// ascending ids), the first k of them, padded with -inf and kNoCandidate;
+/// lse the log of the sum of exp over the valid columns, in long double.
+template <typename T>
+void referenceCandidates(const std::vector<T> &logits, int64_t rows,
+                         int64_t cols, int64_t vocabStart, int64_t vocabSize,
+                         int64_t k, std::vector<T> &values,
+                         std::vector<int32_t> &ids, std::vector<double> &lse) {
+  values.clear();
+  ids.clear();
+  lse.clear();
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int64_t> valid;
+    for (int64_t j = 0; j < cols; ++j)
+      if (vocabStart + j < vocabSize)
+        valid.push_back(j);
+    std::stable_sort(valid.begin(), valid.end(), [&](int64_t a, int64_t b) {
+      return logits[r * cols + a] > logits[r * cols + b];
+    });
+    long double sum = 0;
+    for (int64_t j : valid)
+      sum += std::exp((long double)logits[r * cols + j]);
+    lse.push_back(valid.empty() ? -INFINITY : double(std::log(sum)));
+    for (int64_t i = 0; i < k; ++i) {
+      bool has = i < int64_t(valid.size());
+      values.push_back(has ? logits[r * cols + valid[i]] : T(-INFINITY));
+      ids.push_back(has ? int32_t(vocabStart + valid[i]) : kNoCandidate);
+    }
+  }
+}
+
+template <typename T>
+void runCandidates(const std::vector<T> &logits, int64_t rows, int64_t cols,
+                   int64_t vocabStart, int64_t vocabSize, int64_t k,
+                   std::vector<T> &values, std::vector<int32_t> &ids,
+                   std::vector<T> &lse) {
+  values.assign(rows * k, T(7));
+  ids.assign(rows * k, -1);
+  lse.assign(rows, T(7));
+  topCandidates(logits.data(), rows, cols, vocabStart, vocabSize, k,
+                values.data(), ids.data(), lse.data());
+}
+
+// A rank's slice [48, 64) of a vocabulary of 60 (4 padding columns), ties
+// included, and a slice with fewer valid columns than k.
+TYPED_TEST(GenerationKernels, TopCandidatesIsTheDefinition) {
+  using T = TypeParam;
+  const int64_t rows = 3, cols = 16, k = 6;
+  std::vector<T> logits = randomVec<T>(rows * cols, 50, 3.0);
+  logits[3] = logits[9] = logits[1] = T(8); // tied best of row 0
+  logits[cols + 14] = T(100);                // padding: never a candidate
+  for (auto [start, size] : {std::pair<int64_t, int64_t>{48, 60},
+                             {0, 16},
+                             {48, 52}, // 4 valid columns < k
+                             {64, 60}}) { // none valid
+    std::vector<T> values, wantValues, lse;
+    std::vector<int32_t> ids, wantIds;
+    std::vector<double> wantLse;
+    referenceCandidates(logits, rows, cols, start, size, k, wantValues,
+                        wantIds, wantLse);
+    runCandidates(logits, rows, cols, start, size, k, values, ids, lse);
+    EXPECT_EQ(ids, wantIds) << "slice from " << start << " of " << size;
+    EXPECT_TRUE(sameBits(values, wantValues))
+        << "slice from " << start << " of " << size;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (std::isinf(wantLse[r]))
+        EXPECT_TRUE(std::isinf(double(lse[r])) && lse[r] < 0);
+      else
+        EXPECT_NEAR(double(lse[r]), wantLse[r],
+                    tolerance<T>() * (1 + std::abs(wantLse[r])));
+    }
+  }
+}
+
+/// A row of `vocab` logits split into `ranks` slices as tensor parallelism
+/// splits the output layer: each slice's k best candidates and lse, laid
+/// side by side as the all-gathers lay them ([ranks · k] and [ranks]).
+template <typename T>
+void gatheredCandidates(const std::vector<T> &logits, int64_t rows,
+                        int64_t padded, int64_t vocab, int64_t ranks,
+                        int64_t k, std::vector<T> &values,
+                        std::vector<int32_t> &ids, std::vector<T> &lse) {
+  const int64_t cols = padded / ranks;
+  values.assign(rows * ranks * k, T(0));
+  ids.assign(rows * ranks * k, 0);
+  lse.assign(rows * ranks, T(0));
+  for (int64_t c = 0; c < ranks; ++c) {
+    std::vector<T> slice(rows * cols), v, l;
+    std::vector<int32_t> i;
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(logits.begin() + r * padded + c * cols, cols,
+                  slice.begin() + r * cols);
+    runCandidates(slice, rows, cols, c * cols, vocab, k, v, i, l);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(v.begin() + r * k, k, values.begin() + (r * ranks + c) * k);
+      std::copy_n(i.begin() + r * k, k, ids.begin() + (r * ranks + c) * k);
+      lse[r * ranks + c] = l[r];
+    }
+  }
+}
+
+// The draw from the ranks' gathered candidates gives the whole row's ids:
+// greedy, top-k up to the candidates per rank (alone and with top-p), over
+// many counters and seeds, 2 and 4 ranks, with padding columns.
+TYPED_TEST(GenerationKernels, SampleFromCandidatesIsSampleOfTheWholeRow) {
+  using T = TypeParam;
+  const int64_t rows = 64, padded = 96, vocab = 90, k = 8;
+  std::vector<T> logits = randomVec<T>(rows * padded, 51, 2.5);
+  std::vector<int32_t> counters(rows);
+  std::iota(counters.begin(), counters.end(), 11);
+  for (int64_t ranks : {2, 4}) {
+    std::vector<T> values, lse;
+    std::vector<int32_t> ids;
+    gatheredCandidates(logits, rows, padded, vocab, ranks, k, values, ids,
+                       lse);
+    for (std::vector<float> settings :
+         {std::vector<float>{0, 0, 1}, {1, 1, 1}, {0.7f, 5, 1},
+          {1.3f, 8, 1}, {1, 8, 0.6f}, {0.5f, 3, 0.9f}}) {
+      for (uint64_t seed : {uint64_t(1), uint64_t(0x9E3779B97F4A7C15)}) {
+        std::vector<int32_t> whole(rows, -1), fromCandidates(rows, -2);
+        sampleTokens(logits.data(), rows, padded, vocab, settings.data(), seed,
+                     counters.data(), whole.data());
+        Candidates<T> from;
+        from.ids = ids.data();
+        from.vocabSize = vocab;
+        sampleTokens(values.data(), rows, ranks * k, ranks * k,
+                     settings.data(), seed, counters.data(),
+                     fromCandidates.data(), from);
+        EXPECT_EQ(fromCandidates, whole)
+            << ranks << " ranks, settings " << settings[0] << " "
+            << settings[1] << " " << settings[2] << ", seed " << seed;
+      }
+    }
+  }
+}
+
+// Beam search's candidates from the ranks' candidates: the whole row's ids,
+// and log-probabilities that are the definition's (the normaliser from the
+// ranks' lse).
+TYPED_TEST(GenerationKernels, TopLogprobsFromCandidatesIsTheDefinition) {
+  using T = TypeParam;
+  const int64_t rows = 4, padded = 40, vocab = 37, k = 6, ranks = 4;
+  std::vector<T> logits = randomVec<T>(rows * padded, 52, 4.0);
+  logits[5] = logits[17] = T(9); // a tie across two ranks' slices
+  std::vector<T> values, lse;
+  std::vector<int32_t> ids;
+  gatheredCandidates(logits, rows, padded, vocab, ranks, k, values, ids, lse);
+  std::vector<double> want;
+  std::vector<int32_t> wantIds;
+  referenceTopLogprobs(logits, rows, padded, vocab, k, want, wantIds);
+  std::vector<float> got(rows * k, NAN);
+  std::vector<int32_t> gotIds(rows * k, -1);
+  Candidates<T> from;
+  from.ids = ids.data();
+  from.vocabSize = vocab;
+  from.lse = lse.data();
+  from.lseCount = ranks;
+  topLogprobs(values.data(), rows, ranks * k, ranks * k, k, got.data(),
+              gotIds.data(), from);
+  EXPECT_EQ(gotIds, wantIds);
+  EXPECT_EQ(gotIds[0], 5); // the tie: the lower id first
+  EXPECT_EQ(gotIds[1], 17);
+  expectLogprobs(got, want);
+}
+
 //===-- REORDER_ROWS ------------------------------------------------------===//
 
 /// x [rows, cols] with row b the old row parents[b], from a copy; rows

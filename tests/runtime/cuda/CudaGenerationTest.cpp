@@ -1,16 +1,20 @@
 //===- CudaGenerationTest.cpp - Generation's CUDA kernels vs the CPU's ----===//
 //
-// ROPE_AT, ATTENTION_CACHED, TAKE_ROWS, SAMPLE, TOP_LOGPROBS and
-// REORDER_ROWS on the device (runtime/cuda/Generation.h, Kernels.h) on the
-// same inputs as their CPU counterparts (runtime/cpu/Generation.h), which
-// are the reference (and are tested against the definitions in
-// tests/runtime/cpu). Inputs are rounded to T first and the CPU runs in
-// float on them: outputs within T's tolerance (CudaTestUtil.h), the caches'
-// and rows' copies exact, SAMPLE's ids identical, greedy and sampled, with
-// and without top-k and top-p, and TOP_LOGPROBS' ids identical (ties
-// among the rounded logits included) with their log-probabilities within
-// float's. Part of the kernel tests' binary; without a device every test
-// skips.
+// ROPE_AT, ATTENTION_CACHED, TAKE_ROWS, SAMPLE, TOP_LOGPROBS,
+// TOP_CANDIDATES and REORDER_ROWS on the device (runtime/cuda/Generation.h,
+// Kernels.h) on the same inputs as their CPU counterparts
+// (runtime/cpu/Generation.h), which are the reference (and are tested
+// against the definitions in tests/runtime/cpu). Inputs are rounded to T
+// first and the CPU runs in float on them: outputs within T's tolerance
+// (CudaTestUtil.h), the caches' and rows' copies exact, SAMPLE's ids
+// identical, greedy and sampled, with and without top-k and top-p, and
+// TOP_LOGPROBS' ids identical (ties among the rounded logits included) with
+// their log-probabilities within float's; the same for SAMPLE and
+// TOP_LOGPROBS on gathered candidates, and TOP_CANDIDATES' values and ids
+// identical. Then, on the device alone, the candidates' promise: a row
+// split over ranks, each rank's TOP_CANDIDATES gathered, draws and ranks
+// what the whole row does. Part of the kernel tests' binary; without a
+// device every test skips.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,9 +28,12 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <vector>
 
 using namespace braid;
@@ -252,6 +259,342 @@ TYPED_TEST(CudaGeneration, TopLogprobsRanksTheCpusIds) {
   // A wide vocabulary: many passes of the block over each row.
   std::vector<float> wide = rounded<T>(randomValues(2 * 40000, 41, 2.0f));
   expectTopLogprobsOfCpu<T>(wide, 2, 40000, 40000, 16);
+}
+
+/// The elements of a T vector as floats (exactly).
+template <typename T> std::vector<float> floats(const std::vector<T> &v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = toFloat(v[i]);
+  return out;
+}
+
+/// As expectClose where `want` is finite; where it is infinite, `got` equal
+/// to it.
+template <typename G>
+void expectCloseOrInfinite(const std::vector<G> &got,
+                           const std::vector<float> &want, double rel,
+                           double abs, const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::vector<float> finiteGot = floats(got), finiteWant = want;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::isinf(want[i])) {
+      EXPECT_EQ(finiteGot[i], want[i]) << what << ": element " << i;
+      finiteGot[i] = finiteWant[i] = 0;
+    }
+  expectClose(finiteGot, finiteWant, rel, abs, what);
+}
+
+/// TOP_CANDIDATES of `logits` [rows, cols] (already rounded to T) on the
+/// device and on the CPU: the same values and ids, bit for bit, and lse
+/// within T's rounding of the CPU's (float's for float).
+template <typename T>
+void expectTopCandidatesOfCpu(const std::vector<float> &logits, int64_t rows,
+                              int64_t cols, int64_t vocabStart,
+                              int64_t vocabSize, int64_t k) {
+  SCOPED_TRACE(testing::Message()
+               << rows << " rows of " << cols << " columns from " << vocabStart
+               << " of " << vocabSize << ", k " << k);
+  std::vector<float> values(rows * k), lse(rows);
+  std::vector<int32_t> ids(rows * k);
+  cpu::topCandidates(logits.data(), rows, cols, vocabStart, vocabSize, k,
+                     values.data(), ids.data(), lse.data());
+  Device<T> glogits(as<T>(logits)), gvalues(rows * k), glse(rows);
+  Device<int32_t> gids(rows * k);
+  ASSERT_EQ(cuda::topCandidates(glogits.get(), rows, cols, vocabStart,
+                                vocabSize, k, gvalues.get(), gids.get(),
+                                glse.get(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(gids.host(), ids);
+  EXPECT_EQ(floats(gvalues.host()), values);
+  const bool isFloat = std::is_same_v<T, float>;
+  expectCloseOrInfinite(glse.host(), lse,
+                        isFloat ? 1e-6 : relativeTolerance<T>(),
+                        isFloat ? 1e-6 : absoluteTolerance<T>(), "lse");
+}
+
+TYPED_TEST(CudaGeneration, TopCandidatesAreTheCpus) {
+  using T = TypeParam;
+  // A rank's 300 columns from token 700 of a vocabulary of 950: columns 250
+  // and up are padding (their logits large: never candidates). Rounded to
+  // T (ties among them, bf16 most); row 1 all equal (the lowest ids), row 2
+  // five values over and over, row 3 every valid logit -inf (lse -inf, the
+  // lowest ids), row 4 a few large logits over a flat rest.
+  const int64_t rows = 6, cols = 300, vocabStart = 700, vocabSize = 950;
+  std::vector<float> logits = randomValues(rows * cols, 60, 3.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) {
+      float &x = logits[r * cols + i];
+      if (vocabStart + i >= vocabSize)
+        x = 50.0f;
+      else if (r == 1)
+        x = 0.5f;
+      else if (r == 2)
+        x = float(i % 5) - 2.0f;
+      else if (r == 3)
+        x = -INFINITY;
+      else if (r == 4)
+        x = i % 37 == 3 ? 6.0f + float(i % 2) : -1.0f;
+    }
+  logits = rounded<T>(logits);
+  for (int64_t k : {1, 16, 64, 250})
+    expectTopCandidatesOfCpu<T>(logits, rows, cols, vocabStart, vocabSize, k);
+  // Fewer valid columns than k (the rest -inf and kNoCandidate), and none
+  // (the rank wholly past the vocabulary: lse -inf).
+  expectTopCandidatesOfCpu<T>(logits, rows, cols, vocabStart, vocabStart + 10,
+                              16);
+  expectTopCandidatesOfCpu<T>(logits, rows, cols, vocabStart, vocabStart, 16);
+  expectTopCandidatesOfCpu<T>(logits, rows, cols, vocabStart, 600, 4);
+  // A wide rank: many passes of the block over each row.
+  std::vector<float> wide = rounded<T>(randomValues(2 * 40000, 61, 2.0f));
+  expectTopCandidatesOfCpu<T>(wide, 2, 40000, 80000, 200000, 64);
+}
+
+/// Gathered candidates: rows of `vocab` columns, each a token of a
+/// vocabulary of `vocabSize` (distinct, in no order of the columns) or, for
+/// a few, kNoCandidate with a logit of -inf; and each row's `lseCount`
+/// log-sum-exps. Rounded to T.
+struct GatheredCandidates {
+  std::vector<float> logits;
+  std::vector<int32_t> ids;
+  std::vector<float> lse;
+};
+
+template <typename T>
+GatheredCandidates gatheredCandidates(int64_t rows, int64_t vocab,
+                                      int64_t vocabSize, int64_t lseCount,
+                                      uint32_t seed) {
+  GatheredCandidates g;
+  g.logits = randomValues(rows * vocab, seed, 3.0f);
+  g.lse = randomValues(rows * lseCount, seed + 1, 2.0f);
+  for (float &l : g.lse)
+    l += 8.0f;
+  g.lse[lseCount] = -INFINITY; // a rank of row 1 without a valid column
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens(vocabSize);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::shuffle(tokens.begin(), tokens.end(), rng);
+    for (int64_t i = 0; i < vocab; ++i) {
+      float &x = g.logits[r * vocab + i];
+      int32_t id = tokens[i];
+      if (i % 13 == 12) {
+        x = -INFINITY;
+        id = cpu::kNoCandidate;
+      } else if (r == 1 && i % 5 == 0) {
+        x = 9.5f; // ties at the top, their ids in no order
+      } else if (r == 2 && i % 3 == 0) {
+        x = 1.0f; // ties within
+      }
+      g.ids.push_back(id);
+    }
+  }
+  g.logits = rounded<T>(g.logits);
+  g.lse = rounded<T>(g.lse);
+  return g;
+}
+
+TYPED_TEST(CudaGeneration, CandidatesDrawAndRankAsTheCpu) {
+  using T = TypeParam;
+  // 8 rows of 64 candidates (4 ranks' 16) and 3 of 2048 (4 ranks' 512)
+  // from a vocabulary of 5000.
+  const int64_t vocabSize = 5000, lseCount = 4;
+  std::vector<int32_t> seed = {0x2468ace, 77};
+  for (int64_t rows : {8, 3}) {
+    const int64_t vocab = rows == 8 ? 64 : 2048;
+    SCOPED_TRACE(testing::Message()
+                 << rows << " rows of " << vocab << " candidates");
+    GatheredCandidates g =
+        gatheredCandidates<T>(rows, vocab, vocabSize, lseCount, 70);
+    std::vector<int32_t> counters(rows);
+    for (int64_t r = 0; r < rows; ++r)
+      counters[r] = int32_t(50 + 7 * r);
+    Device<T> glogits(as<T>(g.logits)), glse(as<T>(g.lse));
+    Device<int32_t> gcandidates(g.ids), gcounters(counters), gseed(seed);
+    const cpu::Candidates<float> from{g.ids.data(), vocabSize, g.lse.data(),
+                                      lseCount};
+    const cuda::Candidates<T> gfrom{gcandidates.get(), vocabSize, glse.get(),
+                                    lseCount};
+    for (std::vector<float> settings : {std::vector<float>{0, 0, 1},
+                                        {1, 8, 1},
+                                        {0.6f, 30, 1},
+                                        {1, 16, 0.8f},
+                                        {1.5f, 40, 0.5f},
+                                        {1, 3, 0.7f},
+                                        {1, 0, 0.9f},
+                                        {1, 0, 1}}) {
+      SCOPED_TRACE(testing::Message()
+                   << "temperature " << settings[0] << ", top_k " << settings[1]
+                   << ", top_p " << settings[2]);
+      std::vector<int32_t> ids(rows);
+      cpu::sampleTokens(g.logits.data(), rows, vocab, vocab, settings.data(),
+                        cpu::samplingSeed(seed[0], seed[1]), counters.data(),
+                        ids.data(), from);
+      Device<float> gsettings(settings);
+      Device<int32_t> gids(rows);
+      ASSERT_EQ(cuda::sampleTokens(glogits.get(), rows, vocab, vocab,
+                                   gsettings.get(), gseed.get(),
+                                   gcounters.get(), gids.get(), nullptr, gfrom),
+                cudaSuccess);
+      EXPECT_EQ(gids.host(), ids);
+      for (int32_t id : ids)
+        EXPECT_TRUE(std::find(g.ids.begin(), g.ids.end(), id) != g.ids.end())
+            << id << " is no candidate";
+    }
+    // k up to every column: the kNoCandidate slots last, -inf (the k-th
+    // among them, equal, at vocab - 2).
+    for (int64_t k : {int64_t(1), int64_t(8), vocab - 2, vocab}) {
+      SCOPED_TRACE(testing::Message() << "top logprobs, k " << k);
+      std::vector<float> values(rows * k);
+      std::vector<int32_t> ids(rows * k);
+      cpu::topLogprobs(g.logits.data(), rows, vocab, vocab, k, values.data(),
+                       ids.data(), from);
+      Device<float> gvalues(rows * k);
+      Device<int32_t> gids(rows * k);
+      ASSERT_EQ(cuda::topLogprobs(glogits.get(), rows, vocab, vocab, k,
+                                  gvalues.get(), gids.get(), nullptr, gfrom),
+                cudaSuccess);
+      EXPECT_EQ(gids.host(), ids);
+      expectCloseOrInfinite(gvalues.host(), values, 2e-6, 2e-6, "values");
+    }
+  }
+}
+
+TYPED_TEST(CudaGeneration, RanksCandidatesDrawAsTheWholeRow) {
+  using T = TypeParam;
+  // Rows of a vocabulary of 998 padded to 1000 (the padding's logits large:
+  // never drawn), split over 4 ranks of 250 columns (the last with the 2
+  // padding columns); each rank's 16 best (TOP_CANDIDATES) gathered into
+  // 64 candidates. SAMPLE on them, greedy or with top_k in [1, 16] (and
+  // top-p), draws the whole row's id; TOP_LOGPROBS of up to 16 ranks the
+  // whole row's ids with its log-probabilities. Only the device: no CPU
+  // reference, the whole row's draw is the candidates'.
+  const int64_t rows = 48, padded = 1000, vocabSize = 998, ranks = 4;
+  const int64_t cols = padded / ranks, k = 16, gathered = ranks * k;
+  const bool isFloat = std::is_same_v<T, float>;
+  int64_t draws = 0, notTheArgmax = 0, exceptions = 0;
+  for (uint32_t trial = 0; trial < 4; ++trial) {
+    SCOPED_TRACE(testing::Message() << "trial " << trial);
+    std::vector<float> logits =
+        randomValues(rows * padded, 80 + trial, 2.0f + float(trial));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = vocabSize; i < padded; ++i)
+        logits[r * padded + i] = 50.0f;
+    logits = rounded<T>(logits);
+    // Each rank's slice of the rows, its candidates, gathered.
+    std::vector<T> values(rows * gathered), lse(rows * ranks);
+    std::vector<int32_t> candidateIds(rows * gathered);
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      std::vector<float> slice(rows * cols);
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(logits.begin() + r * padded + rank * cols, cols,
+                    slice.begin() + r * cols);
+      Device<T> gslice(as<T>(slice)), gvalues(rows * k), glse(rows);
+      Device<int32_t> gids(rows * k);
+      ASSERT_EQ(cuda::topCandidates(gslice.get(), rows, cols, rank * cols,
+                                    vocabSize, k, gvalues.get(), gids.get(),
+                                    glse.get(), nullptr),
+                cudaSuccess);
+      std::vector<T> v = gvalues.host(), l = glse.host();
+      std::vector<int32_t> ids = gids.host();
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy_n(v.begin() + r * k, k,
+                    values.begin() + r * gathered + rank * k);
+        std::copy_n(ids.begin() + r * k, k,
+                    candidateIds.begin() + r * gathered + rank * k);
+        lse[r * ranks + rank] = l[r];
+      }
+    }
+    Device<T> glogits(as<T>(logits)), gvalues(values), glse(lse);
+    Device<int32_t> gcandidates(candidateIds);
+    const cuda::Candidates<T> from{gcandidates.get(), vocabSize, glse.get(),
+                                   ranks};
+    std::vector<int32_t> counters(rows), seed = {int32_t(trial * 1000 + 1), 3};
+    for (int64_t r = 0; r < rows; ++r)
+      counters[r] = int32_t(r * 11 + trial);
+    Device<int32_t> gcounters(counters), gseed(seed);
+    std::vector<int32_t> greedy;
+    for (std::vector<float> settings : {std::vector<float>{0, 0, 1},
+                                        {1, 16, 1},
+                                        {0.7f, 5, 1},
+                                        {1, 16, 0.9f},
+                                        {1.5f, 8, 0.6f},
+                                        {2, 1, 1},
+                                        {1, 12, 0.999f}}) {
+      SCOPED_TRACE(testing::Message()
+                   << "temperature " << settings[0] << ", top_k " << settings[1]
+                   << ", top_p " << settings[2]);
+      Device<float> gsettings(settings);
+      Device<int32_t> gwhole(rows), gdrawn(rows);
+      ASSERT_EQ(cuda::sampleTokens(glogits.get(), rows, padded, vocabSize,
+                                   gsettings.get(), gseed.get(),
+                                   gcounters.get(), gwhole.get(), nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cuda::sampleTokens(
+                    gvalues.get(), rows, gathered, gathered, gsettings.get(),
+                    gseed.get(), gcounters.get(), gdrawn.get(), nullptr, from),
+                cudaSuccess);
+      std::vector<int32_t> whole = gwhole.host(), drawn = gdrawn.host();
+      const int64_t topK = int64_t(settings[1]);
+      for (int64_t r = 0; r < rows; ++r) {
+        // The exception the candidates' promise names: a tie at the whole
+        // row's top_k-th largest logit (the z's order) spreading past a
+        // rank's k candidates.
+        if (topK > 0) {
+          std::vector<float> row(logits.begin() + r * padded,
+                                 logits.begin() + r * padded + vocabSize);
+          std::nth_element(row.begin(), row.begin() + (topK - 1), row.end(),
+                           std::greater<float>());
+          const float least = row[topK - 1];
+          bool spreads = false;
+          for (int64_t rank = 0; rank < ranks; ++rank) {
+            int64_t atLeast = 0;
+            for (int64_t i = rank * cols;
+                 i < std::min((rank + 1) * cols, vocabSize); ++i)
+              atLeast += logits[r * padded + i] >= least;
+            spreads |= atLeast > k;
+          }
+          if (spreads) {
+            ++exceptions;
+            continue;
+          }
+        }
+        EXPECT_EQ(drawn[r], whole[r]) << "row " << r;
+        ++draws;
+        if (settings[0] == 0)
+          continue;
+        notTheArgmax += whole[r] != greedy[r];
+      }
+      if (settings[0] == 0)
+        greedy = whole;
+    }
+    // TOP_LOGPROBS of the 16 best, and of 5: the whole row's ids, its
+    // values within the rounding of the ranks' lse to T.
+    for (int64_t best : {int64_t(5), k}) {
+      std::vector<float> wholeValues, candidateValues;
+      std::vector<int32_t> wholeIds, gatheredIds;
+      Device<float> gwv(rows * best), gcv(rows * best);
+      Device<int32_t> gwi(rows * best), gci(rows * best);
+      ASSERT_EQ(cuda::topLogprobs(glogits.get(), rows, padded, vocabSize, best,
+                                  gwv.get(), gwi.get(), nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cuda::topLogprobs(gvalues.get(), rows, gathered, gathered, best,
+                                  gcv.get(), gci.get(), nullptr, from),
+                cudaSuccess);
+      EXPECT_EQ(gci.host(), gwi.host()) << "top logprobs of " << best;
+      double largestLse = 0;
+      for (T l : lse)
+        largestLse = std::max(largestLse, std::abs(double(toFloat(l))));
+      expectClose(gcv.host(), gwv.host(), isFloat ? 1e-6 : 0,
+                  isFloat ? 1e-6 : relativeTolerance<T>() * largestLse,
+                  "top logprobs' values");
+    }
+  }
+  // The comparisons were many, drawn (not the argmax), and the exceptions
+  // few.
+  EXPECT_GE(draws, 4 * rows * 6);
+  EXPECT_GE(notTheArgmax, draws / 10);
+  EXPECT_LE(exceptions, draws / 20);
 }
 
 TYPED_TEST(CudaGeneration, ReorderRows) {

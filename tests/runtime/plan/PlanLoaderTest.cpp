@@ -735,9 +735,13 @@ TEST(PlanValidation, GatherAndScatter) {
     plan = sequenceParallelPlan();
     bodyOf(plan, i)->set_inputs(0, 8);
     EXPECT_REFUSED(plan, "x 'scalar' has rank 0, expected at least 1");
+    // I32 ids gather into I32 only; a reduce-scatter sums floats.
     plan = sequenceParallelPlan();
     bodyOf(plan, i)->set_inputs(0, 4);
-    EXPECT_REFUSED(plan, "operand 'ids' must be a float type, found I32");
+    EXPECT_REFUSED(plan, i == 0 ? "x 'ids' is I32 and y 'y' F32: an "
+                                  "all-gather keeps the dtype"
+                                : "operand 'ids' must be a float type, found "
+                                  "I32");
   }
   // Shapes: the gathered dimension is the group's size times x's.
   Plan plan = sequenceParallelPlan();
@@ -1398,4 +1402,90 @@ TEST(PlanValidation, BeamSearchKernels) {
   plan = beamSearchKernelsPlan();
   plan.mutable_functions(1)->mutable_body(0)->set_outputs(0, 5);
   EXPECT_REFUSED(plan, "(REORDER_ROWS): the output must be x, input 0");
+}
+
+namespace {
+
+/// The draw over tp 2 from the ranks' candidates: TOP_CANDIDATES of each
+/// rank's 8 columns of 16 (ids from 8 x its coordinate, 14 valid), 3 per
+/// rank, the three gathered along "tp" (ids as I32), then SAMPLE and
+/// TOP_LOGPROBS from the 6 gathered.
+Plan candidateDrawPlan() {
+  HandPlan hand;
+  hand.plan.mutable_mesh()->add_axes("tp");
+  hand.plan.mutable_mesh()->add_sizes(2);
+  int logits = hand.buffer("logits", F32, {2, 1, 8}, ACTIVATION);
+  int values = hand.buffer("values", F32, {2, 1, 3}, ACTIVATION);
+  int ids = hand.buffer("ids", I32, {2, 3}, ACTIVATION);
+  int lse = hand.buffer("lse", F32, {2, 1, 1}, ACTIVATION);
+  int allValues = hand.buffer("all_values", F32, {2, 1, 6}, ACTIVATION);
+  int allIds = hand.buffer("all_ids", I32, {2, 6}, ACTIVATION);
+  int allLse = hand.buffer("all_lse", F32, {2, 1, 2}, ACTIVATION);
+  int sampling = hand.buffer("sampling", F32, {3}, INPUT);
+  int seed = hand.buffer("seed", I32, {2}, INPUT);
+  int draws = hand.buffer("draw_positions", I32, {2}, INPUT);
+  int next = hand.buffer("next", I32, {2}, ACTIVATION);
+  int top = hand.buffer("top_logprobs", F32, {2, 4}, ACTIVATION);
+  int topIds = hand.buffer("top_ids", I32, {2, 4}, ACTIVATION);
+  hand.plan.set_arena_bytes(hand.offset);
+  Function *fn = hand.plan.add_functions();
+  fn->set_name("decode");
+  Instruction *candidates =
+      addInstruction(fn, TOP_CANDIDATES, {logits}, {values, ids, lse});
+  (*candidates->mutable_int_attrs())["k"] = 3;
+  (*candidates->mutable_int_attrs())["vocab_size"] = 14;
+  (*candidates->mutable_int_attrs())["vocab_start_stride"] = 8;
+  candidates->set_rank_axis("tp");
+  for (auto [in, out, dim] : {std::tuple<int, int, int>{values, allValues, 2},
+                              {ids, allIds, 1},
+                              {lse, allLse, 2}}) {
+    Instruction *gather = addInstruction(fn, ALL_GATHER, {in}, {out});
+    gather->add_group("tp");
+    (*gather->mutable_int_attrs())["dim"] = dim;
+  }
+  (*addInstruction(fn, SAMPLE, {allValues, sampling, seed, draws, allIds},
+                   {next})
+        ->mutable_int_attrs())["vocab_size"] = 14;
+  (*addInstruction(fn, TOP_LOGPROBS, {allValues, allIds, allLse},
+                   {top, topIds})
+        ->mutable_int_attrs())["vocab_size"] = 14;
+  return std::move(hand.plan);
+}
+
+} // namespace
+
+// The candidate draw's checks: TOP_CANDIDATES' outputs and slice, an I32
+// all-gather that keeps its dtype, and SAMPLE's and TOP_LOGPROBS' candidate
+// operands.
+TEST(PlanValidation, CandidateDrawKernels) {
+  EXPECT_EQ(errorOf(candidateDrawPlan()), "");
+  Plan plan = candidateDrawPlan();
+  (*bodyOf(plan, 0)->mutable_int_attrs())["vocab_start_stride"] = 9;
+  EXPECT_REFUSED(plan, "(TOP_CANDIDATES): vocab_start_stride = 9 puts the 8 "
+                       "columns of rank 1 along 'tp' past the global "
+                       "vocabulary of 16");
+  plan = candidateDrawPlan();
+  bodyOf(plan, 0)->set_outputs(0, 4); // values as all_values [2, 1, 6]
+  EXPECT_REFUSED(plan, "(TOP_CANDIDATES): values 'all_values' is [2, 1, 6], "
+                       "expected [2, 1, 3]");
+  plan = candidateDrawPlan();
+  bodyOf(plan, 0)->set_outputs(1, 3); // ids as the F32 lse
+  EXPECT_REFUSED(plan, "(TOP_CANDIDATES): ids 'lse' must be I32, found F32");
+  plan = candidateDrawPlan();
+  bodyOf(plan, 2)->set_outputs(0, 4); // I32 ids gathered into F32 values
+  EXPECT_REFUSED(plan, "(ALL_GATHER): x 'ids' is I32 and y 'all_values' F32: "
+                       "an all-gather keeps the dtype");
+  plan = candidateDrawPlan();
+  bodyOf(plan, 4)->set_inputs(4, 2); // ids of one rank: [2, 3]
+  EXPECT_REFUSED(plan, "(SAMPLE): candidate ids 'ids' is [2, 3], expected "
+                       "[2, 6]");
+  plan = candidateDrawPlan();
+  bodyOf(plan, 5)->mutable_inputs()->RemoveLast();
+  EXPECT_REFUSED(plan, "(TOP_LOGPROBS): takes candidate ids without the "
+                       "ranks' lse");
+  plan = candidateDrawPlan();
+  bodyOf(plan, 5)->set_inputs(2, 1); // lse as one rank's values [2, 1, 3]
+  EXPECT_EQ(errorOf(plan), "");
+  bodyOf(plan, 5)->set_inputs(2, 5); // lse as the ids [2, 6]
+  EXPECT_REFUSED(plan, "(TOP_LOGPROBS): lse 'all_ids' has rank 2, expected 3");
 }

@@ -407,7 +407,7 @@ TEST(Work, EveryKernelIsHandled) {
                   : 1);
     ++kernels;
   }
-  EXPECT_EQ(kernels, 45);
+  EXPECT_EQ(kernels, 46);
 }
 
 } // namespace

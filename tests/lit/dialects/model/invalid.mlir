@@ -1647,3 +1647,121 @@ func.func @s3_ids(%l: tensor<2x1x64xf32>, %s: tensor<3xf32>, %seed: tensor<2xi32
   %ids = model.sample %l, %s, %seed, %c vocab_size = 60 : (tensor<2x1x64xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>) -> tensor<2xi64>
   return %ids : tensor<2xi64>
 }
+
+// -----
+
+// Tests S4: sample's candidate ids are [batch, vocab] of the logits.
+func.func @s4_candidates(%l: tensor<2x1x16xf32>, %s: tensor<3xf32>, %seed: tensor<2xi32>, %c: tensor<2xi32>, %ids: tensor<2x8xi32>) -> tensor<2xi32> {
+  // expected-error @+1 {{'model.sample' op candidates are 'tensor<2x8xi32>' but must be [batch, vocab] = [2, 16]}}
+  %r = model.sample %l, %s, %seed, %c candidates %ids vocab_size = 60 : (tensor<2x1x16xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2x8xi32>) -> tensor<2xi32>
+  return %r : tensor<2xi32>
+}
+
+// -----
+
+// Tests TL1: top_logprobs' logits are [batch, 1, vocab].
+func.func @tl1_logits(%l: tensor<2x2x64xf32>) {
+  // expected-error @+1 {{'model.top_logprobs' op logits are 'tensor<2x2x64xf32>' but must be [batch, 1, vocab]}}
+  %v, %i = model.top_logprobs %l k = 4 vocab_size = 60 : (tensor<2x2x64xf32>) -> (tensor<2x4xf32>, tensor<2x4xi32>)
+  return
+}
+
+// -----
+
+// Tests TL2: top_logprobs' k is at most vocab_size.
+func.func @tl2_k(%l: tensor<2x1x64xf32>) {
+  // expected-error @+1 {{'model.top_logprobs' op k = 61 must be in [1, vocab_size = 60]}}
+  %v, %i = model.top_logprobs %l k = 61 vocab_size = 60 : (tensor<2x1x64xf32>) -> (tensor<2x61xf32>, tensor<2x61xi32>)
+  return
+}
+
+// -----
+
+// Tests TL2: from candidates, top_logprobs' k is at most the candidates.
+func.func @tl2_k_candidates(%l: tensor<2x1x8xf32>, %ids: tensor<2x8xi32>, %lse: tensor<2x1x2xf32>) {
+  // expected-error @+1 {{'model.top_logprobs' op k = 9 must be in [1, candidates = 8]}}
+  %v, %i = model.top_logprobs %l candidates(%ids, %lse) k = 9 vocab_size = 60 : (tensor<2x1x8xf32>, tensor<2x8xi32>, tensor<2x1x2xf32>) -> (tensor<2x9xf32>, tensor<2x9xi32>)
+  return
+}
+
+// -----
+
+// Tests TL3: top_logprobs' results are [batch, k].
+func.func @tl3_results(%l: tensor<2x1x64xf32>) {
+  // expected-error @+1 {{'model.top_logprobs' op results are 'tensor<2x4xf32>' and 'tensor<2x3xi32>' but must be [batch, k] of f32 and of i32}}
+  %v, %i = model.top_logprobs %l k = 4 vocab_size = 60 : (tensor<2x1x64xf32>) -> (tensor<2x4xf32>, tensor<2x3xi32>)
+  return
+}
+
+// -----
+
+// Tests TL4: top_logprobs' candidates are the ids and the ranks' lse.
+func.func @tl4_count(%l: tensor<2x1x8xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{'model.top_logprobs' op takes 1 candidate operands but needs 2 (the ids and the ranks' log-sum-exps)}}
+  %v, %i = model.top_logprobs %l candidates(%ids) k = 4 vocab_size = 60 : (tensor<2x1x8xf32>, tensor<2x8xi32>) -> (tensor<2x4xf32>, tensor<2x4xi32>)
+  return
+}
+
+// -----
+
+// Tests TL4: the ranks' lse are [batch, 1, ranks] of the logits' type.
+func.func @tl4_lse(%l: tensor<2x1x8xf32>, %ids: tensor<2x8xi32>, %lse: tensor<2x1x2xf64>) {
+  // expected-error @+1 {{'model.top_logprobs' op lse is 'tensor<2x1x2xf64>' but must be [batch, 1, ranks] of 'f32'}}
+  %v, %i = model.top_logprobs %l candidates(%ids, %lse) k = 4 vocab_size = 60 : (tensor<2x1x8xf32>, tensor<2x8xi32>, tensor<2x1x2xf64>) -> (tensor<2x4xf32>, tensor<2x4xi32>)
+  return
+}
+
+// -----
+
+// Tests TC1: top_candidates' logits are [batch, 1, vocab].
+func.func @tc1_logits(%l: tensor<2x3x64xf32>) {
+  // expected-error @+1 {{'model.top_candidates' op logits are 'tensor<2x3x64xf32>' but must be [batch, 1, vocab]}}
+  %v, %i, %s = model.top_candidates %l k = 4 vocab_size = 60 : (tensor<2x3x64xf32>) -> (tensor<2x1x4xf32>, tensor<2x4xi32>, tensor<2x1x1xf32>)
+  return
+}
+
+// -----
+
+// Tests TC2: top_candidates' k is at least 1.
+func.func @tc2_k(%l: tensor<2x1x64xf32>) {
+  // expected-error @+1 {{'model.top_candidates' op k = 0 and vocab_size = 60 must be at least 1}}
+  %v, %i, %s = model.top_candidates %l k = 0 vocab_size = 60 : (tensor<2x1x64xf32>) -> (tensor<2x1x0xf32>, tensor<2x0xi32>, tensor<2x1x1xf32>)
+  return
+}
+
+// -----
+
+// Tests TC3: top_candidates' values are [batch, 1, k] of the logits' type.
+func.func @tc3_values(%l: tensor<2x1x64xf32>) {
+  // expected-error @+1 {{'model.top_candidates' op result is 'tensor<2x1x5xf32>' but must be (values) 'tensor<2x1x4xf32>'}}
+  %v, %i, %s = model.top_candidates %l k = 4 vocab_size = 60 : (tensor<2x1x64xf32>) -> (tensor<2x1x5xf32>, tensor<2x4xi32>, tensor<2x1x1xf32>)
+  return
+}
+
+// -----
+
+// Tests TC3: top_candidates' ids are [batch, k].
+func.func @tc3_ids(%l: tensor<2x1x64xf32>) {
+  // expected-error @+1 {{'model.top_candidates' op ids are 'tensor<2x5xi32>' but must be [batch, k] of i32}}
+  %v, %i, %s = model.top_candidates %l k = 4 vocab_size = 60 : (tensor<2x1x64xf32>) -> (tensor<2x1x4xf32>, tensor<2x5xi32>, tensor<2x1x1xf32>)
+  return
+}
+
+// -----
+
+// Tests TC4: top_candidates' vocab_axis is an axis of the module's mesh.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @tc4_axis(%l: tensor<2x1x64xf32>) {
+  // expected-error @+1 {{'model.top_candidates' op vocab_axis = "tp" is not an axis of the module's model.mesh}}
+  %v, %i, %s = model.top_candidates %l k = 4 vocab_size = 60 vocab_axis = "tp" : (tensor<2x1x64xf32>) -> (tensor<2x1x4xf32>, tensor<2x4xi32>, tensor<2x1x1xf32>)
+  return
+}
+
+// -----
+
+// Tests RR1: reorder_rows' parents are [rows] of x.
+func.func @rr1_parents(%x: tensor<4x8xf32>, %p: tensor<3xi32>) {
+  // expected-error @+1 {{'model.reorder_rows' op parents are [3] but must be [rows] of x, [4]}}
+  %r = model.reorder_rows %x[%p] : (tensor<4x8xf32>, tensor<3xi32>) -> tensor<4x8xf32>
+  return
+}

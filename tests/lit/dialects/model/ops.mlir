@@ -778,3 +778,26 @@ func.func @generation(%q: tensor<2x4x64xf32>, %k: tensor<2x4x32xf32>, %v: tensor
   %ids = model.sample %h, %settings, %seed, %draw vocab_size = 60 : (tensor<2x1x64xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>
   return %ids : tensor<2xi32>
 }
+
+// -----
+
+// Tests that the draw from tensor-parallel ranks' candidates round-trips:
+// top_candidates on a rank's slice, the i32 ids gathered, sample and
+// top_logprobs from candidates, and reorder_rows.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+// CHECK-LABEL: func.func @draw_from_candidates
+func.func @draw_from_candidates(%l: tensor<2x1x32xf32>, %settings: tensor<3xf32>, %seed: tensor<2xi32>, %draw: tensor<2xi32>, %cache: tensor<2x16x8xf32>, %parents: tensor<2xi32>) {
+  // CHECK: model.top_candidates %{{.+}} k = 4 vocab_size = 60 vocab_axis = "tp" : (tensor<2x1x32xf32>) -> (tensor<2x1x4xf32>, tensor<2x4xi32>, tensor<2x1x1xf32>)
+  %v, %i, %s = model.top_candidates %l k = 4 vocab_size = 60 vocab_axis = "tp" : (tensor<2x1x32xf32>) -> (tensor<2x1x4xf32>, tensor<2x4xi32>, tensor<2x1x1xf32>)
+  %gv = model.all_gather %v over @mesh ["tp"] dim = 2 reason = "values" : (tensor<2x1x4xf32>) -> tensor<2x1x8xf32>
+  // CHECK: model.all_gather %{{.+}} over @mesh ["tp"] dim = 1 reason = "ids" : (tensor<2x4xi32>) -> tensor<2x8xi32>
+  %gi = model.all_gather %i over @mesh ["tp"] dim = 1 reason = "ids" : (tensor<2x4xi32>) -> tensor<2x8xi32>
+  %gs = model.all_gather %s over @mesh ["tp"] dim = 2 reason = "lse" : (tensor<2x1x1xf32>) -> tensor<2x1x2xf32>
+  // CHECK: model.sample %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} candidates %{{.+}} vocab_size = 60 : (tensor<2x1x8xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2x8xi32>) -> tensor<2xi32>
+  %ids = model.sample %gv, %settings, %seed, %draw candidates %gi vocab_size = 60 : (tensor<2x1x8xf32>, tensor<3xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2x8xi32>) -> tensor<2xi32>
+  // CHECK: model.top_logprobs %{{.+}} candidates(%{{.+}}, %{{.+}}) k = 6 vocab_size = 60 : (tensor<2x1x8xf32>, tensor<2x8xi32>, tensor<2x1x2xf32>) -> (tensor<2x6xf32>, tensor<2x6xi32>)
+  %lp, %li = model.top_logprobs %gv candidates(%gi, %gs) k = 6 vocab_size = 60 : (tensor<2x1x8xf32>, tensor<2x8xi32>, tensor<2x1x2xf32>) -> (tensor<2x6xf32>, tensor<2x6xi32>)
+  // CHECK: model.reorder_rows %{{.+}}[%{{.+}}] : (tensor<2x16x8xf32>, tensor<2xi32>) -> tensor<2x16x8xf32>
+  %c = model.reorder_rows %cache[%parents] : (tensor<2x16x8xf32>, tensor<2xi32>) -> tensor<2x16x8xf32>
+  return
+}
