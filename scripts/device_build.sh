@@ -15,6 +15,7 @@
 # BUNDLE/e2e        tests/e2e/cuda_train.py's plans and dataset (--inputs)
 # BUNDLE/bench      bench/gpu_train.sh's 1B-parameter plans (compile)
 # BUNDLE/graphs     bench/cuda_graphs.sh's plans (compile)
+# BUNDLE/generate   bench/generate_gpu.sh's 1B inference plans (compile)
 # BUNDLE/check.sh   runs all of it on the GPU machine (see its comment)
 #
 # It needs the main build (scripts/setup.sh) for braidc and braid-data.
@@ -102,11 +103,12 @@ python3 "$root/tests/e2e/cuda_train.py" --bin "$main/bin" \
   --corpus "$root/examples/data/pride-and-prejudice.txt" --prepare "$out/e2e"
 BRAID_BUILD_DIR="$main" "$root/bench/gpu_train.sh" compile "$out/bench"
 BRAID_BUILD_DIR="$main" "$root/bench/cuda_graphs.sh" compile "$out/graphs"
+BRAID_BUILD_DIR="$main" "$root/bench/generate_gpu.sh" compile "$out/generate"
 
 cat > "$out/check.sh" <<'CHECK'
 #!/usr/bin/env bash
 # On the GPU machine, from the repository's root (the bundle carried along):
-#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|graphs|all]
+#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|graphs|generate|all]
 # tests: the CUDA tests (kernels, attention, executor) against the CPU;
 # racecheck: compute-sanitizer's racecheck on the tensor-core attention tests;
 # attention: braid-attention-bench (each tensor-core tiling checked, timed);
@@ -114,7 +116,9 @@ cat > "$out/check.sh" <<'CHECK'
 #   and the parallel layouts over 2 ranks on NCCL (sharing the GPU where
 #   there is one) against the CPU's losses the bundle keeps;
 # bench: bench/gpu_train.sh run (Braid against PyTorch, 1B parameters);
-# graphs: bench/cuda_graphs.sh run (captured graphs against launches).
+# graphs: bench/cuda_graphs.sh run (captured graphs against launches);
+# generate: bench/generate_gpu.sh run (1B bf16 decode against the memory
+#   bandwidth, batch 32 against PyTorch's generate).
 # Each part stops after BRAID_CHECK_TIMEOUT seconds (default 600) and, with
 # BRAID_CHECK_LOGS, writes its output to DIR/PART.log as well.
 set -uo pipefail
@@ -190,6 +194,10 @@ fi
 if [ "$what" = graphs ] || [ "$what" = all ]; then
   export BRAID_BIN_DIR="$bin"
   part graphs bash "$root/bench/cuda_graphs.sh" run "$bundle/graphs" || rc=1
+fi
+if [ "$what" = generate ] || [ "$what" = all ]; then
+  export BRAID_BIN_DIR="$bin"
+  part generate bash "$root/bench/generate_gpu.sh" run "$bundle/generate" || rc=1
 fi
 exit $rc
 CHECK
