@@ -302,6 +302,7 @@ plan::Training braid::trainingSettings(const ModelConfig &model,
   t.set_scaled_residual_init(model.family == spec::GPT2);
   t.set_num_layers(model.numLayers);
   t.set_data_path(data.path());
+  t.set_tokenizer(data.tokenizer_model());
   t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
   t.set_data_split(data.split());
   for (const spec::DataSource &source : data.blend()) {

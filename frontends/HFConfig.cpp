@@ -62,7 +62,6 @@ namespace {
 /// The values resolveModel gives a field the config.json does not state
 /// (ModelConfig.cpp); a class without the field reads back only these.
 constexpr double kDefaultRopeTheta = 10000.0;
-constexpr int64_t kDefaultMaxSeqLen = 2048;
 
 llvm::Error exportError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
@@ -79,11 +78,13 @@ llvm::Error cannotExpress(llvm::StringRef cls, llvm::StringRef field,
 /// the keys holding floats are kept aside to be written as Python would.
 class HFObject {
 public:
-  HFObject(llvm::StringRef architecture, llvm::StringRef modelType) {
+  /// `torchDtype`: the dtype the checkpoint exporter writes the weights in
+  /// ("float32", "bfloat16" or "float16").
+  HFObject(llvm::StringRef architecture, llvm::StringRef modelType,
+           llvm::StringRef torchDtype) {
     set("architectures", llvm::json::Array{architecture});
     set("model_type", modelType);
-    // Braid's parameters are fp32; the checkpoint exporter writes them so.
-    set("torch_dtype", "float32");
+    set("torch_dtype", torchDtype);
   }
 
   void set(llvm::StringRef key, llvm::json::Value value) {
@@ -145,7 +146,8 @@ private:
 
 llvm::Expected<std::string> exportLlamaLike(const ModelConfig &c,
                                             llvm::StringRef cls,
-                                            llvm::StringRef modelType) {
+                                            llvm::StringRef modelType,
+    llvm::StringRef torchDtype) {
   bool baichuan = c.family == spec::BAICHUAN;
   bool internlm = c.family == spec::INTERNLM;
   if (c.norm != spec::RMS_NORM)
@@ -178,7 +180,7 @@ llvm::Expected<std::string> exportLlamaLike(const ModelConfig &c,
                          pythonFloat(c.embeddingDropout),
                          "it has no embedding dropout");
 
-  HFObject o(cls, modelType);
+  HFObject o(cls, modelType, torchDtype);
   o.set("hidden_act", "silu");
   o.set("hidden_size", c.hiddenSize);
   // A fused MLP (fuseMlp) is written as the unfused model: the same math,
@@ -233,7 +235,8 @@ llvm::Error checkGptLike(const ModelConfig &c, llvm::StringRef cls) {
 
 llvm::Expected<std::string> exportGpt2(const ModelConfig &c,
                                        llvm::StringRef cls,
-                                       llvm::StringRef modelType) {
+                                       llvm::StringRef modelType,
+    llvm::StringRef torchDtype) {
   if (llvm::Error e = checkGptLike(c, cls))
     return std::move(e);
   const char *activation = c.activation == spec::GELU_TANH ? "gelu_new"
@@ -252,7 +255,7 @@ llvm::Expected<std::string> exportGpt2(const ModelConfig &c,
     return cannotExpress(cls, "embedding_norm", "true",
                          "it has no norm after the embedding");
 
-  HFObject o(cls, modelType);
+  HFObject o(cls, modelType, torchDtype);
   o.set("activation_function", activation);
   o.set("n_embd", c.hiddenSize);
   o.set("n_head", c.numHeads);
@@ -271,18 +274,14 @@ llvm::Expected<std::string> exportGpt2(const ModelConfig &c,
 
 llvm::Expected<std::string> exportBloom(const ModelConfig &c,
                                         llvm::StringRef cls,
-                                        llvm::StringRef modelType) {
+                                        llvm::StringRef modelType,
+    llvm::StringRef torchDtype) {
   if (llvm::Error e = checkGptLike(c, cls))
     return std::move(e);
   if (c.ffnHiddenSize != 4 * c.hiddenSize)
     return cannotExpress(cls, "ffn_hidden_size", llvm::Twine(c.ffnHiddenSize),
                          "its MLP width is always 4 * hidden_size = " +
                              llvm::Twine(4 * c.hiddenSize));
-  if (c.maxSeqLen != kDefaultMaxSeqLen)
-    return cannotExpress(cls, "max_seq_len", llvm::Twine(c.maxSeqLen),
-                         "it has no position limit (ALiBi), so only the "
-                         "default " +
-                             llvm::Twine(kDefaultMaxSeqLen) + " reads back");
   if (c.activation != spec::GELU_TANH)
     return cannotExpress(cls, "activation", activationName(c.activation),
                          "its only activation is bloom_gelu (gelu_tanh)");
@@ -299,10 +298,14 @@ llvm::Expected<std::string> exportBloom(const ModelConfig &c,
                          pythonFloat(c.embeddingDropout),
                          "it has no embedding dropout");
 
-  HFObject o(cls, modelType);
+  HFObject o(cls, modelType, torchDtype);
   o.set("hidden_size", c.hiddenSize);
   o.set("n_head", c.numHeads);
   o.set("n_layer", c.numLayers);
+  // BloomForCausalLM has no position limit (ALiBi); the length the model
+  // was trained at goes where BigScience's configs keep it, which the
+  // importer reads back (transformers ignores it).
+  o.set("seq_length", c.maxSeqLen);
   o.set("vocab_size", c.paddedVocabSize);
   o.set("tie_word_embeddings", c.tieEmbeddings);
   BRAID_TRY(o.setFloat("layer_norm_epsilon", c.normEps, "norm_eps"));
@@ -317,20 +320,24 @@ llvm::Expected<std::string> exportBloom(const ModelConfig &c,
 
 } // namespace
 
-llvm::Expected<std::string> braid::exportHFConfig(const ModelConfig &config) {
+llvm::Expected<std::string>
+braid::exportHFConfig(const ModelConfig &config, llvm::StringRef torchDtype) {
   switch (config.family) {
   case spec::LLAMA:
-    return exportLlamaLike(config, "LlamaForCausalLM", "llama");
+    return exportLlamaLike(config, "LlamaForCausalLM", "llama", torchDtype);
   case spec::AQUILA:
-    return exportLlamaLike(config, "AquilaForCausalLM", "aquila");
+    return exportLlamaLike(config, "AquilaForCausalLM", "aquila",
+                           torchDtype);
   case spec::INTERNLM:
-    return exportLlamaLike(config, "InternLMForCausalLM", "internlm");
+    return exportLlamaLike(config, "InternLMForCausalLM", "internlm",
+                           torchDtype);
   case spec::BAICHUAN:
-    return exportLlamaLike(config, "BaichuanForCausalLM", "baichuan");
+    return exportLlamaLike(config, "BaichuanForCausalLM", "baichuan",
+                           torchDtype);
   case spec::GPT2:
-    return exportGpt2(config, "GPT2LMHeadModel", "gpt2");
+    return exportGpt2(config, "GPT2LMHeadModel", "gpt2", torchDtype);
   case spec::BLOOM:
-    return exportBloom(config, "BloomForCausalLM", "bloom");
+    return exportBloom(config, "BloomForCausalLM", "bloom", torchDtype);
   default:
     return exportError("model.family = " + familyName(config.family) +
                        " has no Hugging Face model class");

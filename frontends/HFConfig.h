@@ -43,7 +43,11 @@ llvm::Expected<spec::ModelSpec> importHFConfig(llvm::StringRef path);
 /// Errors, each naming the field and its value, for what the family's class
 /// cannot express in fields the importer reads back (docs/spec.md lists
 /// them), rather than a config.json that reads back as another model.
-llvm::Expected<std::string> exportHFConfig(const ModelConfig &config);
+/// `torchDtype` is the dtype the weights are written in ("float32",
+/// "bfloat16" or "float16"), the file's torch_dtype.
+llvm::Expected<std::string> exportHFConfig(const ModelConfig &config,
+                                           llvm::StringRef torchDtype =
+                                               "float32");
 
 } // namespace braid
 

@@ -237,6 +237,9 @@ absl::Status importBloom(const Fields &f, spec::ModelSpec &m) {
       f.integer(f.firstPresent({"n_head", "num_attention_heads"}), true),
       set_num_heads);
   BRAID_SET_OPT(f.integer("vocab_size", true), set_vocab_size);
+  // No position limit (ALiBi); the trained length where BigScience's
+  // configs (and Braid's exports) keep it.
+  BRAID_SET_OPT(f.integer("seq_length", false), set_max_seq_len);
   BRAID_SET_OPT(f.number("layer_norm_epsilon"), set_norm_eps);
   BRAID_SET_OPT(f.number("initializer_range"), set_init_std);
   BRAID_SET_OPT(f.number("hidden_dropout"), set_hidden_dropout);

@@ -45,7 +45,10 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from harness import Setup, mpirun, read_safetensors, run
+import hf_reference as ref
 
 
 def raw_tensors(path):
@@ -238,6 +241,55 @@ def main():
                 fail(f"{tag}: exported config.json has {key} = {exported[key]}, not {value}")
         print(f"{tag}: import then export gives the {len(want)} tensors byte for byte")
 
+    def check_shipped(tag, root, out):
+        """The export as people ship it (bf16, in shards of 60 KB with
+        their index) against the float32 export, both read by the reference's
+        own safetensors reader; and the float32 export's logits under the
+        reference model (tests/e2e/hf_reference.py, numpy, written from the
+        Hugging Face modeling code) against braid generate's on the
+        checkpoint."""
+        shipped = fresh(w(f"trained-{tag}-hf-bf16"))
+        run([b("braid-ckpt"), "export", root, "--hf", shipped, "--dtype", "bf16",
+             "--max-shard-size", "60KB"])
+        config, fp32 = ref.load_hf_dir(out)
+        config16, bf16 = ref.load_hf_dir(shipped)
+        if config16.pop("torch_dtype") != "bfloat16" or \
+                {**config16, "torch_dtype": config["torch_dtype"]} != config:
+            fail(f"{tag}: the bf16 export's config.json is not the float32 one's with "
+                 f"torch_dtype bfloat16")
+        with open(os.path.join(shipped, "model.safetensors.index.json")) as f:
+            index = json.load(f)
+        files = sorted(set(index["weight_map"].values()))
+        total = sum(2 * a.size for a in bf16.values())
+        if len(files) < 2 or index["metadata"]["total_size"] != total or \
+                sorted(os.listdir(shipped)) != sorted(files + ["config.json",
+                                                               "model.safetensors.index.json"]):
+            fail(f"{tag}: the bf16 export's shards {files} and index (total_size "
+                 f"{index['metadata']['total_size']}, the tensors' {total})")
+        if set(bf16) != set(fp32):
+            fail(f"{tag}: the bf16 export has other tensors than the float32 one")
+        for name, values in fp32.items():
+            want = ref._bf16_to_f32(ref._f32_to_bf16(values))
+            if not np.array_equal(bf16[name], want):
+                fail(f"{tag}: {name} in bf16 is not its float32 value rounded to "
+                     f"nearest even")
+        # The exported weights mean what Braid computes from its checkpoint.
+        prompt = [5, 17, 42, 9, 100, 3]
+        logits = w(f"trained-{tag}-logits.txt")
+        run([b("braid"), "generate", root, "--prompt-ids", ",".join(map(str, prompt)),
+             "--max-new-tokens", "1", "--greedy", "--print-ids", "--max-seq-len", "16",
+             "--logits-out", logits])
+        with open(logits) as f:
+            got = np.array([float(v) for v in f.readline().split()[1:]])
+        want = ref.Reference(config, fp32).next_logits(prompt)
+        err = np.max(np.abs(got[:want.size] - want)) / np.max(np.abs(want))
+        if got.size != want.size or err > 1e-5:
+            fail(f"{tag}: braid generate's logits on the checkpoint differ from the "
+                 f"reference's on the export by {err:.2e} of the largest")
+        print(f"trained {tag} shipped: bf16 in {len(files)} shards, each tensor its float32 "
+              f"value rounded to nearest even; the export's logits under the reference "
+              f"within {err:.1e} of Braid's")
+
     # A trained model, exported, evaluates like its checkpoint: LLaMA (and
     # with its MLP fused, exported split), GPT-2 (Conv1D weights) and Bloom.
     trained = [
@@ -245,8 +297,8 @@ def main():
         ("tiny-llama-fused", 'preset: "tiny-llama" fuse_mlp: true', 2,
          "tp: 2 micro_batch_size: 4"),
         ("tiny-gpt2", 'preset: "tiny-gpt2"', 2, "pp: 2 micro_batch_size: 2 global_batch_size: 4"),
-        ("tiny-bloom", "family: BLOOM num_layers: 2 hidden_size: 64 num_heads: 4 vocab_size: 512",
-         2, "dp: 2 micro_batch_size: 2 zero: 1"),
+        ("tiny-bloom", "family: BLOOM num_layers: 2 hidden_size: 64 num_heads: 4 vocab_size: 512 "
+         "max_seq_len: 128", 2, "dp: 2 micro_batch_size: 2 zero: 1"),
     ]
     for tag, model, ranks, parallel in trained:
         trained_plan = job(f"trained-{tag}", model, parallel, steps=10)
@@ -270,6 +322,7 @@ def main():
                  f"{from_ckpt[1]}")
         print(f"trained {tag} exported: loss {from_hf[1]} on a fixed batch, its checkpoint's "
               f"{from_ckpt[1]}")
+        check_shipped(tag, root, out)
 
     # 4. A crash during a save.
     big = 'family: LLAMA num_layers: 2 hidden_size: 512 num_heads: 8 ffn_hidden_size: 1408 vocab_size: 257'

@@ -404,6 +404,15 @@ TEST(HFExport, LayoutOfEachFamily) {
     EXPECT_EQ((*architectures)[0].getAsString(), c.architecture);
     EXPECT_EQ(o.getString("model_type"), c.modelType);
     EXPECT_EQ(o.getString("torch_dtype"), "float32");
+    // The dtype the weights are exported in, and nothing else changed.
+    llvm::Expected<std::string> bf16 = exportHFConfig(config, "bfloat16");
+    ASSERT_TRUE(bool(bf16));
+    llvm::json::Object ob = parsedObject(*bf16);
+    EXPECT_EQ(ob.getString("torch_dtype"), "bfloat16");
+    ob["torch_dtype"] = "float32";
+    llvm::json::Object fp32 = o;
+    EXPECT_EQ(llvm::json::Value(std::move(ob)),
+              llvm::json::Value(std::move(fp32)));
     EXPECT_EQ(o.getInteger("vocab_size"), config.paddedVocabSize);
     switch (config.family) {
     case spec::GPT2:
@@ -415,6 +424,7 @@ TEST(HFExport, LayoutOfEachFamily) {
     case spec::BLOOM:
       EXPECT_EQ(o.getInteger("hidden_size"), config.hiddenSize);
       EXPECT_FALSE(o.get("max_position_embeddings") || o.get("n_positions"));
+      EXPECT_EQ(o.getInteger("seq_length"), config.maxSeqLen);
       break;
     default:
       EXPECT_EQ(o.getString("hidden_act"), "silu");
@@ -654,11 +664,16 @@ TEST(HFExport, RefusesWhatTheClassCannotExpress) {
             "model.ffn_hidden_size = 10000 cannot be expressed by "
             "BloomForCausalLM: its MLP width is always 4 * hidden_size = " +
                 std::to_string(4 * narrow.hiddenSize));
-  EXPECT_EQ(exportError(modified("bloom-7b1",
-                                 [](auto &m) { m.set_max_seq_len(4096); })),
-            "model.max_seq_len = 4096 cannot be expressed by "
-            "BloomForCausalLM: it has no position limit (ALiBi), so only the "
-            "default 2048 reads back");
+  // No position limit in the class (ALiBi): any trained length exports,
+  // written where BigScience's configs keep it (seq_length), and reads back.
+  for (int64_t length : {128, 4096}) {
+    ModelConfig trained = modified(
+        "bloom-7b1", [&](auto &m) { m.set_max_seq_len(length); });
+    EXPECT_EQ(exportError(trained), "");
+    EXPECT_EQ(parsedObject(exported(trained)).getInteger("seq_length"),
+              length);
+    EXPECT_TRUE(roundTrips(trained));
+  }
   EXPECT_EQ(exportError(modified("bloom-7b1",
                                  [](auto &m) { m.set_norm(spec::RMS_NORM); })),
             "model.norm = rms_norm cannot be expressed by BloomForCausalLM: "

@@ -1,7 +1,8 @@
 //===- braid-ckpt.cpp - Inspect, verify and export checkpoints ------------===//
 //
 //   braid-ckpt inspect CHECKPOINT [--no-verify]
-//   braid-ckpt export CHECKPOINT --hf OUT
+//   braid-ckpt export CHECKPOINT --hf OUT [--dtype fp32|bf16|fp16]
+//                    [--max-shard-size SIZE] [--tokenizer PATH]
 //
 // CHECKPOINT is a checkpoint directory (step-N) or a root whose `latest`
 // names one (runtime/ckpt/Checkpoint.h). Exit codes: 0 success, 1 the
@@ -14,7 +15,9 @@
 #include "runtime/common/Format.h"
 #include "runtime/common/OutputFile.h"
 #include "runtime/ckpt/Checkpoint.h"
+#include "runtime/ckpt/HFExport.h"
 #include "runtime/ckpt/Safetensors.h"
+#include "runtime/plan/plan.pb.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -26,7 +29,9 @@
 #include <google/protobuf/text_format.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <map>
 #include <string>
@@ -40,7 +45,8 @@ namespace fs = std::filesystem;
 
 constexpr char kUsage[] = R"(usage:
   braid-ckpt inspect CHECKPOINT [--no-verify]
-  braid-ckpt export CHECKPOINT --hf OUT
+  braid-ckpt export CHECKPOINT --hf OUT [--dtype fp32|bf16|fp16]
+                   [--max-shard-size SIZE] [--tokenizer PATH]
 
 CHECKPOINT: a checkpoint directory (ROOT/step-N) or a root (braid-run --save
 ROOT), whose latest checkpoint is used.
@@ -50,9 +56,16 @@ CRC-32, and every tensor with its shape, how the saving layout split it and
 its pieces; then it verifies every file and piece against the manifest's
 CRC-32s (unless --no-verify) and exits 1 on the first mismatch.
 
-export writes OUT/config.json and OUT/model.safetensors in the Hugging Face
-layout of the model's family (float32; SwiGLU's fused gate/up projection
-split into gate_proj and up_proj). OUT must not exist or be empty.
+export writes OUT/config.json and the weights in the Hugging Face layout of
+the model's family (SwiGLU's fused gate/up projection split into gate_proj
+and up_proj), as transformers' save_pretrained does: in --dtype (default
+fp32; bf16 and fp16 rounded to nearest even; config.json's torch_dtype
+says which), in OUT/model.safetensors, or past --max-shard-size (default
+5GB; KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024) in shards
+model-0000i-of-0000n.safetensors with model.safetensors.index.json. The
+tokenizer the run's data was made with (data.tokenizer_model), or
+--tokenizer PATH (a file, or a directory's Hugging Face tokenizer files),
+is copied beside them. OUT must not exist or be empty.
 )";
 
 int usageError(const std::string &message) {
@@ -155,7 +168,14 @@ int inspect(const std::string &dir, bool verify) {
   return 0;
 }
 
-int exportHF(const std::string &dir, const std::string &out) {
+struct ExportOptions {
+  ckpt::ExportDtype dtype;
+  int64_t maxShardBytes = ckpt::kDefaultMaxShardBytes;
+  std::string tokenizer; ///< empty: the run's (Training.tokenizer)
+};
+
+int exportHF(const std::string &dir, const std::string &out,
+             const ExportOptions &options) {
   absl::StatusOr<std::string> resolved = ckpt::ResolveCheckpoint(dir);
   if (!resolved.ok())
     return fail(std::string(resolved.status().message()));
@@ -168,18 +188,40 @@ int exportHF(const std::string &dir, const std::string &out) {
   if (!model)
     return fail(absl::StrCat("cannot export ", *resolved, ": ",
                              llvm::toString(model.takeError())));
-  llvm::Expected<std::string> config = exportHFConfig(*model);
+  llvm::Expected<std::string> config =
+      exportHFConfig(*model, options.dtype.torchName);
   if (!config)
     return fail(absl::StrCat("cannot export ", *resolved, ": ",
                              llvm::toString(config.takeError())));
   std::error_code ec;
+  // The tokenizer: the one given, else the run's, when it is still there.
+  std::string tokenizer = options.tokenizer;
+  if (!tokenizer.empty())
+    if (absl::Status s = ckpt::FindTokenizerFiles(tokenizer).status();
+        !s.ok())
+      return fail(absl::StrCat("cannot export ", *resolved, ": ",
+                               s.message()));
+  std::string tokenizerNote;
+  if (tokenizer.empty()) {
+    plan::Training training;
+    if (google::protobuf::TextFormat::ParseFromString(m.training(),
+                                                      &training) &&
+        !training.tokenizer().empty()) {
+      if (fs::exists(training.tokenizer(), ec))
+        tokenizer = training.tokenizer();
+      else
+        tokenizerNote = absl::StrCat("; the run's tokenizer ",
+                                     training.tokenizer(),
+                                     " is gone: give --tokenizer PATH");
+    } else {
+      tokenizerNote = "; no tokenizer recorded (the run's data was Braid's "
+                      "bytes, or made elsewhere): give --tokenizer PATH";
+    }
+  }
   if (fs::exists(out, ec) &&
       (!fs::is_directory(out, ec) || !fs::is_empty(out, ec)))
     return fail(absl::StrCat(out, " exists and is not an empty directory: "
                                   "export writes into a new one"));
-  fs::create_directories(out, ec);
-  if (ec)
-    return fail(absl::StrCat("cannot create ", out, ": ", ec.message()));
 
   // Every parameter, whole; a fused gate/up projection as its two halves.
   std::vector<std::pair<std::string, std::vector<int64_t>>> names;
@@ -207,25 +249,42 @@ int exportHF(const std::string &dir, const std::string &out) {
     names.push_back({absl::StrCat(prefix, "mlp.up_proj.", suffix), shape});
     values.emplace_back(v.begin() + n / 2, v.end());
   }
+  // In the dtype asked for; every tensor converted before anything is
+  // written, so that a refusal (fp16's range) leaves no partial export.
+  std::vector<std::vector<uint8_t>> bytes;
+  for (size_t i = 0; i < names.size(); ++i) {
+    absl::StatusOr<std::vector<uint8_t>> converted = ckpt::ConvertForExport(
+        values[i], options.dtype.dtype, names[i].first);
+    if (!converted.ok())
+      return fail(absl::StrCat("cannot export ", *resolved, ": ",
+                               converted.status().message()));
+    bytes.push_back(std::move(*converted));
+    values[i] = {};
+  }
   std::vector<ckpt::TensorToWrite> tensors;
   for (size_t i = 0; i < names.size(); ++i)
-    tensors.push_back({names[i].first, ckpt::Dtype::kF32, names[i].second,
-                       absl::Span<const uint8_t>(
-                           reinterpret_cast<const uint8_t *>(values[i].data()),
-                           values[i].size() * sizeof(float))});
-  if (absl::Status s = ckpt::WriteSafetensors(
-          (fs::path(out) / "model.safetensors").string(), tensors,
-          {{"format", "pt"}});
+    tensors.push_back({names[i].first, options.dtype.dtype, names[i].second,
+                       absl::Span<const uint8_t>(bytes[i])});
+  // Created only now: a refusal above leaves nothing behind.
+  fs::create_directories(out, ec);
+  if (ec)
+    return fail(absl::StrCat("cannot create ", out, ": ", ec.message()));
+  std::vector<std::string> files = {"config.json"};
+  if (!tokenizer.empty())
+    if (absl::Status s = ckpt::CopyTokenizer(tokenizer, out, &files); !s.ok())
+      return fail(absl::StrCat("cannot export ", *resolved, ": ", s.message()));
+  if (absl::Status s = ckpt::WriteHFWeights(out, tensors,
+                                            options.maxShardBytes, &files);
       !s.ok())
     return fail(std::string(s.message()));
   if (absl::Status s = common::WriteOutputFile(
           (fs::path(out) / "config.json").string(), *config);
       !s.ok())
     return fail(std::string(s.message()));
-  std::printf("exported %s (step %lld) to %s: config.json, model.safetensors "
-              "(%zu tensors)\n",
+  std::printf("exported %s (step %lld) to %s in %s: %s (%zu tensors)%s\n",
               resolved->c_str(), (long long)m.step(), out.c_str(),
-              tensors.size());
+              options.dtype.torchName, absl::StrJoin(files, ", ").c_str(),
+              tensors.size(), tokenizerNote.c_str());
   return 0;
 }
 
@@ -240,19 +299,51 @@ int main(int argc, char **argv) {
   const std::string command = args[0];
   std::string dir, hf;
   bool verify = true;
+  ExportOptions exportOptions;
+  // An export flag's value: "--flag VALUE" or "--flag=VALUE".
+  auto exportValue = [&](size_t &i, const char *flag,
+                         std::string &value) -> std::optional<int> {
+    const std::string &a = args[i];
+    if (a == flag) {
+      if (i + 1 == args.size())
+        return usageError(absl::StrCat(flag, " needs a value"));
+      value = args[++i];
+    } else {
+      value = a.substr(std::strlen(flag) + 1);
+    }
+    return std::nullopt;
+  };
+  auto isFlag = [&](const std::string &a, const char *flag) {
+    return command == "export" &&
+           (a == flag || absl::StartsWith(a, absl::StrCat(flag, "=")));
+  };
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string &a = args[i];
+    std::string value;
     if (a == "--no-verify" && command == "inspect") {
       verify = false;
-    } else if ((a == "--hf" || absl::StartsWith(a, "--hf=")) &&
-               command == "export") {
-      if (a == "--hf") {
-        if (i + 1 == args.size())
-          return usageError("--hf needs a directory");
-        hf = args[++i];
-      } else {
-        hf = a.substr(5);
-      }
+    } else if (isFlag(a, "--hf")) {
+      if (std::optional<int> rc = exportValue(i, "--hf", hf))
+        return *rc;
+    } else if (isFlag(a, "--dtype")) {
+      if (std::optional<int> rc = exportValue(i, "--dtype", value))
+        return *rc;
+      absl::StatusOr<ckpt::ExportDtype> dtype = ckpt::ParseExportDtype(value);
+      if (!dtype.ok())
+        return usageError(std::string(dtype.status().message()));
+      exportOptions.dtype = *dtype;
+    } else if (isFlag(a, "--max-shard-size")) {
+      if (std::optional<int> rc = exportValue(i, "--max-shard-size", value))
+        return *rc;
+      absl::StatusOr<int64_t> size = ckpt::ParseShardSize(value);
+      if (!size.ok())
+        return usageError(absl::StrCat("--max-shard-size: ",
+                                       size.status().message()));
+      exportOptions.maxShardBytes = *size;
+    } else if (isFlag(a, "--tokenizer")) {
+      if (std::optional<int> rc =
+              exportValue(i, "--tokenizer", exportOptions.tokenizer))
+        return *rc;
     } else if (absl::StartsWith(a, "--")) {
       return usageError(absl::StrCat("unknown flag ", a, " for ", command));
     } else if (dir.empty()) {
@@ -270,5 +361,5 @@ int main(int argc, char **argv) {
     return inspect(dir, verify);
   if (hf.empty())
     return usageError("export needs --hf OUT");
-  return exportHF(dir, hf);
+  return exportHF(dir, hf, exportOptions);
 }
