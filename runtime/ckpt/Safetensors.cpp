@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/common/Json.h"
 #include "runtime/ckpt/Safetensors.h"
 
 #include "runtime/common/OutputFile.h"
@@ -71,25 +72,6 @@ template <typename T> T load(const uint8_t *p) {
   return value;
 }
 
-absl::string_view kindName(const Value &value) {
-  switch (value.kind_case()) {
-  case Value::kNullValue:
-    return "null";
-  case Value::kNumberValue:
-    return "a number";
-  case Value::kBoolValue:
-    return "a boolean";
-  case Value::kStructValue:
-    return "an object";
-  case Value::kListValue:
-    return "an array";
-  case Value::kStringValue:
-    return "a string";
-  default:
-    return "nothing";
-  }
-}
-
 /// A JSON number as the file spells it: integers in full, others with 17
 /// significant digits.
 std::string numberString(double v) {
@@ -102,8 +84,8 @@ std::string numberString(double v) {
 absl::StatusOr<uint64_t> nonNegativeInteger(const Value &value,
                                             absl::string_view what) {
   if (value.kind_case() != Value::kNumberValue)
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is ", kindName(value), ", not an integer"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is ", common::JsonKindName(value), ", not an integer"));
   double v = value.number_value();
   if (!std::isfinite(v) || v != std::floor(v))
     return absl::InvalidArgumentError(
@@ -126,7 +108,7 @@ absl::Status parseTensorEntry(const std::string &name, const Value &entry,
   const std::string where = absl::StrCat("tensor \"", name, "\": ");
   if (entry.kind_case() != Value::kStructValue)
     return absl::InvalidArgumentError(absl::StrCat(
-        where, "its entry is ", kindName(entry),
+        where, "its entry is ", common::JsonKindName(entry),
         ", not an object with dtype, shape and data_offsets"));
   const auto &fields = entry.struct_value().fields();
   for (const char *key : {"dtype", "shape", "data_offsets"})
@@ -136,8 +118,8 @@ absl::Status parseTensorEntry(const std::string &name, const Value &entry,
 
   const Value &dtype = fields.at("dtype");
   if (dtype.kind_case() != Value::kStringValue)
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "dtype is ", kindName(dtype), ", not a string"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "dtype is ", common::JsonKindName(dtype), ", not a string"));
   absl::StatusOr<Dtype> parsed = dtypeFromName(dtype.string_value());
   if (!parsed.ok())
     return absl::InvalidArgumentError(
@@ -146,8 +128,8 @@ absl::Status parseTensorEntry(const std::string &name, const Value &entry,
 
   const Value &shape = fields.at("shape");
   if (shape.kind_case() != Value::kListValue)
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "shape is ", kindName(shape), ", not an array"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "shape is ", common::JsonKindName(shape), ", not an array"));
   info->shape.clear();
   uint64_t elements = 1;
   bool overflow = false;
@@ -177,7 +159,7 @@ absl::Status parseTensorEntry(const std::string &name, const Value &entry,
         offsets.kind_case() == Value::kListValue
             ? absl::StrCat("an array of ", offsets.list_value().values_size(),
                            " values")
-            : std::string(kindName(offsets))));
+            : std::string(common::JsonKindName(offsets))));
   absl::StatusOr<uint64_t> begin =
       nonNegativeInteger(offsets.list_value().values(0), "data_offsets[0]");
   if (!begin.ok())
@@ -302,9 +284,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string &path) {
         kMaxHeaderSize, " bytes (not a safetensors file, or a corrupt one)"));
   if (headerSize > file.size_ - 8)
     return absl::DataLossError(absl::StrCat(
-        where, "header length ", headerSize, " goes beyond the end of the file (",
-        file.size_, " bytes, so at most ", file.size_ - 8,
-        " bytes of header): truncated file?"));
+        where, "header length ", headerSize,
+        " goes beyond the end of the file (", file.size_, " bytes, so at most ",
+        file.size_ - 8, " bytes of header): truncated file?"));
   file.dataStart_ = 8 + headerSize;
   const uint64_t bufferSize = file.size_ - file.dataStart_;
 
@@ -334,13 +316,13 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string &path) {
     if (key == "__metadata__") {
       if (value.kind_case() != Value::kStructValue)
         return absl::InvalidArgumentError(absl::StrCat(
-            where, "__metadata__ is ", kindName(value),
+            where, "__metadata__ is ", common::JsonKindName(value),
             ", not an object of strings"));
       for (const auto &[mk, mv] : value.struct_value().fields()) {
         if (mv.kind_case() != Value::kStringValue)
           return absl::InvalidArgumentError(
               absl::StrCat(where, "__metadata__ key \"", mk, "\" is ",
-                           kindName(mv), ", not a string"));
+                           common::JsonKindName(mv), ", not a string"));
         file.metadata_[mk] = mv.string_value();
       }
       continue;

@@ -26,4 +26,24 @@ ParseJsonObject(const std::string &path, const std::string &text) {
   return object;
 }
 
+absl::string_view JsonKindName(const google::protobuf::Value &value) {
+  using google::protobuf::Value;
+  switch (value.kind_case()) {
+  case Value::kNullValue:
+    return "null";
+  case Value::kNumberValue:
+    return "a number";
+  case Value::kBoolValue:
+    return "a boolean";
+  case Value::kStructValue:
+    return "an object";
+  case Value::kListValue:
+    return "an array";
+  case Value::kStringValue:
+    return "a string";
+  default:
+    return "nothing";
+  }
+}
+
 } // namespace braid::common

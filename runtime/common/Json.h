@@ -11,6 +11,7 @@
 #define BRAID_RUNTIME_COMMON_JSON_H
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 #include <google/protobuf/struct.pb.h>
 
@@ -22,6 +23,10 @@ namespace braid::common {
 /// naming the path when it is not an object or not JSON.
 absl::StatusOr<google::protobuf::Struct>
 ParseJsonObject(const std::string &path, const std::string &text);
+
+/// What a JSON value is, for messages: "null", "a number", "a boolean",
+/// "an object", "an array", "a string" ("nothing" for an unset Value).
+absl::string_view JsonKindName(const google::protobuf::Value &value);
 
 } // namespace braid::common
 

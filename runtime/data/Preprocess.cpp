@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/common/Json.h"
 #include "runtime/data/Preprocess.h"
 
 #include "runtime/data/SentencePieceBridge.h"
@@ -43,25 +44,6 @@ absl::Status checkInputFile(const std::string &path) {
     return absl::InvalidArgumentError(
         absl::StrCat("input ", path, " is a directory, not a file"));
   return absl::OkStatus();
-}
-
-absl::string_view kindName(const google::protobuf::Value &value) {
-  switch (value.kind_case()) {
-  case google::protobuf::Value::kNullValue:
-    return "null";
-  case google::protobuf::Value::kNumberValue:
-    return "a number";
-  case google::protobuf::Value::kBoolValue:
-    return "a boolean";
-  case google::protobuf::Value::kStructValue:
-    return "an object";
-  case google::protobuf::Value::kListValue:
-    return "an array";
-  case google::protobuf::Value::kStringValue:
-    return "a string";
-  default:
-    return "empty";
-  }
 }
 
 absl::string_view trimTrailingCr(absl::string_view line) {
@@ -162,7 +144,7 @@ absl::Status forEachDocument(const std::string &path, InputFormat format,
     if (field->second.kind_case() != google::protobuf::Value::kStringValue)
       return absl::InvalidArgumentError(
           absl::StrCat(where, "key \"", jsonKey, "\" is ",
-                       kindName(field->second), ", not a string"));
+                       common::JsonKindName(field->second), ", not a string"));
     if (absl::Status s = onDocument(field->second.string_value()); !s.ok())
       return s;
     ++documents;

@@ -224,6 +224,69 @@ def check_bpe(failures, name, braid, reference, texts, hf=None):
                                                skip_special_tokens=False))
 
 
+def check_instruction_data(failures, args, tokenizers):
+    """Each handler's records preprocessed with each tokenizer (and one of
+    the templates): the token ids and the loss mask Braid writes, read back
+    with a reader of the Megatron format, against instruction_reference's
+    rendering of the same records."""
+    import instruction_reference as iref
+    work = os.path.join(args.work, "instruction")
+    os.makedirs(work, exist_ok=True)
+    inputs = iref.write_inputs(work)
+    exe = os.path.join(args.bin, "braid-data")
+    for name, flags, template, encode, bos, eos in tokenizers:
+        for handler, path in inputs.items():
+            prefix = os.path.join(work, f"{name}-{handler}")
+            r = subprocess.run([exe, "preprocess", "--handler", handler,
+                                "--input", path, "--output-prefix", prefix,
+                                "--template", template, *flags],
+                               capture_output=True, text=True, timeout=120)
+            what = f"instruction {handler} ({name}, {template})"
+            if r.returncode != 0:
+                failures.expect_equal(f"{what}: exit code", r.returncode, 0)
+                failures.lines[-1] += " " + r.stderr.strip()
+                continue
+            _, tokens = iref.read_indexed(prefix)
+            mask_dtype, masks = iref.read_indexed(prefix + "_loss_mask")
+            failures.expect_equal(f"{what}: the mask's dtype",
+                                  np_name(mask_dtype), "uint8")
+            want = [iref.render(template, *iref.conversation(handler, rec),
+                                encode, bos, eos)
+                    for rec in iref.RECORDS[handler]]
+            failures.expect_equal(f"{what}: conversations", len(tokens),
+                                  len(want))
+            for k, ((ids, mask), got_ids, got_mask) in enumerate(
+                    zip(want, tokens, masks)):
+                failures.expect_equal(f"{what}: record {k + 1} ids",
+                                      [int(t) for t in got_ids], ids)
+                failures.expect_equal(f"{what}: record {k + 1} loss mask",
+                                      [int(m) for m in got_mask], mask)
+    # A file of another format, and a record without its answer.
+    parquet = os.path.join(work, "data.parquet")
+    open(parquet, "wb").close()
+    bad = os.path.join(work, "bad.jsonl")
+    with open(bad, "w") as f:
+        f.write('{"instruction": "a", "output": "b"}\n'
+                '{"instruction": "c"}\n')
+    for path, needles in ((parquet, ["data.parquet", "JSONL"]),
+                          (bad, ["bad.jsonl", "2", "output"])):
+        prefix = os.path.join(work, "refused")
+        r = subprocess.run([exe, "preprocess", "--handler", "alpaca", "--input",
+                            path, "--output-prefix", prefix],
+                           capture_output=True, text=True, timeout=120)
+        failures.expect_equal(
+            f"instruction refusal of {os.path.basename(path)}",
+            (r.returncode != 0, all(n in r.stderr for n in needles),
+             os.path.exists(prefix + ".bin") or
+             os.path.exists(prefix + "_loss_mask.bin")),
+            (True, True, False))
+
+
+def np_name(dtype):
+    import numpy
+    return numpy.dtype(dtype).name
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bin", required=True)
@@ -415,6 +478,17 @@ def main():
                           (True, True))
     failures.expect_equal("llama-both: prompt ids", both.encode(texts[:10]),
                           prompts[:10])
+
+    # Instruction data (braid-data preprocess --handler) against its
+    # definition, encoded by each tokenizer's own library.
+    check_instruction_data(failures, args, [
+        ("byte", ["--tokenizer", "byte"], "alpaca",
+         lambda t: list(t.encode("utf-8")), None, 256),
+        ("llama", ["--tokenizer-dir", llama_dir], "llama2",
+         lambda t: sp.encode(t), 1, 2),
+        ("gpt2", ["--tokenizer-dir", gpt2_json], "plain",
+         lambda t: gpt2.encode(t, add_special_tokens=False).ids, None, eot),
+    ])
 
     # Text that is not UTF-8 round-trips through a byte-level BPE.
     raw = b"ok \xff\xfe bytes \xe6\x97 cut"

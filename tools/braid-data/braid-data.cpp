@@ -1,17 +1,19 @@
 //===- braid-data.cpp - Tokenize corpora into Megatron datasets -----------===//
 //
 //   braid-data preprocess --input F [--input F ...] --output-prefix P ...
+//   braid-data preprocess --handler H --input F [...] --output-prefix P ...
 //   braid-data train-tokenizer --input F [...] --model-prefix P --vocab-size N
 //   braid-data tokenize --tokenizer-dir DIR (--text S | --decode --ids 1,2)
 //
-// A thin main() over runtime/data/Preprocess.h and ModelTokenizer.h. Flags
-// are parsed here by hand (no LLVM in runtime tools). Exit codes: 0 success,
-// 1 the work failed, 2 a bad command line.
+// A thin main() over runtime/data/Preprocess.h, Instruction.h and
+// ModelTokenizer.h. Flags are parsed here by hand (no LLVM in runtime tools).
+// Exit codes: 0 success, 1 the work failed, 2 a bad command line.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/common/Format.h"
 #include "runtime/data/BpeTokenizer.h"
+#include "runtime/data/Instruction.h"
 #include "runtime/data/ModelTokenizer.h"
 #include "runtime/data/Preprocess.h"
 
@@ -29,6 +31,7 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace braid::data;
@@ -39,6 +42,10 @@ constexpr char kUsage[] = R"(usage:
   braid-data preprocess --input FILE [--input FILE ...] --output-prefix PREFIX
       [--format jsonl|text] [--json-key KEY] [--split-lines]
       [--tokenizer-model MODEL.model | --tokenizer byte] [--append-eod]
+  braid-data preprocess --handler alpaca|sharegpt|belle|moss|plain
+      --input FILE [--input FILE ...] --output-prefix PREFIX
+      [--template alpaca|llama2|plain]
+      [--tokenizer-model MODEL.model | --tokenizer byte | --tokenizer-dir DIR]
   braid-data train-tokenizer --input FILE [--input FILE ...]
       --model-prefix PREFIX --vocab-size N [--format jsonl|text]
       [--json-key KEY] [--character-coverage X] [--no-byte-fallback]
@@ -54,6 +61,17 @@ file (per non-blank line with --split-lines). --format defaults by extension:
 .jsonl and .json are JSONL, anything else text. The tokenizer is the byte
 tokenizer (ids 0-255, EOD 256) unless --tokenizer-model names a SentencePiece
 model; --append-eod ends every document with the tokenizer's EOD id.
+
+preprocess --handler writes instruction data: each record of a .json (one
+array of objects) or .jsonl (one object a line) file, read as the handler's
+dataset has it (alpaca {instruction, input?, output, system?, history?},
+sharegpt {conversations: [{from, value}], system?}, belle {instruction,
+input?, output} with "Human:"/"Assistant:" turns, moss {meta_instruction?,
+chat: {turn_N: {Human, MOSS}}}, plain {prompt, response}), is rendered by
+the chat template (default alpaca; those of braid chat --template) as one
+document of PREFIX.bin/.idx, and PREFIX_loss_mask.bin/.idx (uint8) marks
+with 1 the tokens of the answers, whose loss is trained. --tokenizer-dir
+takes a Hugging Face model directory's tokenizer, as tokenize does.
 
 train-tokenizer trains a SentencePiece BPE model (PREFIX.model, PREFIX.vocab)
 with unk=0, bos=1, eos=2, byte fallback, and, unless --nondeterministic, the
@@ -177,14 +195,108 @@ int runFailed(const absl::Status &status) {
   return 1;
 }
 
+/// preprocess --handler: instruction data with its loss mask.
+int preprocessInstructions(const FlagParser &flags) {
+  const std::pair<const char *, const char *> refused[] = {
+      {"append-eod", "every answer already ends with the end id"},
+      {"split-lines", "the inputs are .json or .jsonl, one record a document"},
+      {"json-key", "the handler names the fields it reads"},
+      {"format", "the inputs are .json or .jsonl, read by their extension"}};
+  for (const auto &[flag, why] : refused)
+    if (flags.has(flag))
+      usageError(
+          absl::StrCat("--", flag, " does not go with --handler (", why, ")"));
+  InstructionOptions options;
+  absl::StatusOr<InstructionHandler> handler =
+      ParseInstructionHandler(flags.single("handler", true));
+  if (!handler.ok())
+    usageError(absl::StrCat("flag --handler: ", handler.status().message()));
+  options.handler = *handler;
+  if (flags.has("template")) {
+    absl::StatusOr<ChatTemplate> chatTemplate =
+        ChatTemplate::Parse(flags.single("template", true));
+    if (!chatTemplate.ok())
+      usageError(
+          absl::StrCat("flag --template: ", chatTemplate.status().message()));
+    options.chatTemplate = chatTemplate->kind();
+  }
+  options.inputs = inputFlags(flags);
+  options.outputPrefix = flags.single("output-prefix", true);
+  if (flags.has("tokenizer-model") + flags.has("tokenizer") +
+          flags.has("tokenizer-dir") >
+      1)
+    usageError("give one of --tokenizer-model, --tokenizer byte and "
+               "--tokenizer-dir");
+  if (flags.has("tokenizer") && flags.single("tokenizer", true) != "byte")
+    usageError(absl::StrCat("unknown tokenizer '",
+                            flags.single("tokenizer", true),
+                            "' (byte is the one built in; for SentencePiece "
+                            "use --tokenizer-model, for a model directory "
+                            "--tokenizer-dir)"));
+  (void)integerFlag(flags, "workers", false, 1);
+
+  absl::StatusOr<InstructionTokenizer> tokenizer = ByteInstructionTokenizer();
+  if (flags.has("tokenizer-model"))
+    tokenizer = LoadSentencePieceInstructionTokenizer(
+        flags.single("tokenizer-model", true));
+  else if (flags.has("tokenizer-dir"))
+    tokenizer =
+        LoadModelInstructionTokenizer(flags.single("tokenizer-dir", true));
+  if (!tokenizer.ok())
+    return runFailed(tokenizer.status());
+
+  auto progress = [](const PreprocessProgress &p) {
+    progressShown = true;
+    std::fprintf(stderr, "\r%llu conversations, %llu tokens, %s   ",
+                 static_cast<unsigned long long>(p.documents),
+                 static_cast<unsigned long long>(p.tokens),
+                 braid::common::FormatBytes(int64_t(p.bytesRead)).c_str());
+  };
+  InstructionSummary summary;
+  if (absl::Status s =
+          PreprocessInstructions(options, *tokenizer, progress, &summary);
+      !s.ok())
+    return runFailed(s);
+  if (progressShown)
+    std::fputc('\n', stderr);
+  const double share =
+      summary.tokens == 0
+          ? 0.0
+          : 100.0 * double(summary.trainedTokens) / double(summary.tokens);
+  std::printf(
+      "conversations: %llu\nturns: %llu\ntokens: %llu\n"
+      "trained tokens: %llu (%.2f%%)\n"
+      "handler: %s\ntemplate: %s\n"
+      "tokenizer: %s (vocabulary %lld)\ndtype: %s\n"
+      "read: %s in %.2f s\noutput: %s %s\nloss mask: %s %s\n",
+      static_cast<unsigned long long>(summary.conversations),
+      static_cast<unsigned long long>(summary.turns),
+      static_cast<unsigned long long>(summary.tokens),
+      static_cast<unsigned long long>(summary.trainedTokens), share,
+      std::string(InstructionHandlerName(options.handler)).c_str(),
+      std::string(ChatTemplate(options.chatTemplate).name()).c_str(),
+      summary.tokenizer.c_str(), static_cast<long long>(summary.vocabSize),
+      std::string(dtypeName(summary.dtype)).c_str(),
+      braid::common::FormatBytes(int64_t(summary.bytesRead)).c_str(),
+      summary.elapsedSeconds, summary.binPath.c_str(), summary.idxPath.c_str(),
+      summary.maskBinPath.c_str(), summary.maskIdxPath.c_str());
+  return 0;
+}
+
 int preprocess(int argc, char **argv) {
   FlagParser flags;
-  flags.known = {{"input", true},          {"output-prefix", true},
-                 {"json-key", true},       {"format", true},
-                 {"split-lines", false},   {"tokenizer-model", true},
-                 {"tokenizer", true},      {"append-eod", false},
-                 {"workers", true}};
+  flags.known = {
+      {"input", true},     {"output-prefix", true}, {"json-key", true},
+      {"format", true},    {"split-lines", false},  {"tokenizer-model", true},
+      {"tokenizer", true}, {"append-eod", false},   {"workers", true},
+      {"handler", true},   {"template", true},      {"tokenizer-dir", true}};
   flags.parse(argc, argv, 2);
+  if (flags.has("handler"))
+    return preprocessInstructions(flags);
+  for (const char *flag : {"template", "tokenizer-dir"})
+    if (flags.has(flag))
+      usageError(
+          absl::StrCat("--", flag, " goes with --handler (instruction data)"));
   PreprocessOptions options;
   options.inputs = inputFlags(flags);
   options.outputPrefix = flags.single("output-prefix", true);

@@ -14,6 +14,7 @@
 #include "frontends/HFConfig.h"
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/ModelIdentity.h"
+#include "runtime/data/ChatTemplate.h"
 #include "runtime/data/ModelTokenizer.h"
 #include "runtime/exec/Devices.h"
 #ifdef BRAID_HAVE_MPI
@@ -771,35 +772,33 @@ int generateCommand(int argc, char **argv) {
 
 namespace {
 
-/// The tokens of one turn of `chatTemplate` around the user's `text`:
-/// llama2 "[INST] text [/INST]" after the beginning-of-sequence id (and,
-/// after the first turn, the end id that closed the answer before);
-/// alpaca "### Instruction:\ntext\n\n### Response:\n"; plain
+/// The tokens of one turn of `chatTemplate` around the user's `text`: the
+/// template's prompt segment (runtime/data/ChatTemplate.h) of a conversation
+/// without a system text, as instruction data is rendered with it. llama2
+/// "[INST] text [/INST]" after the beginning-of-sequence id (and, after the
+/// first turn, the end id that closed the answer before); alpaca
+/// "### Instruction:\ntext\n\n### Response:\n"; plain
 /// "User: text\nAssistant:". `first`: the conversation's first turn.
 absl::StatusOr<std::vector<int32_t>>
 chatTurn(const data::ModelTokenizer &t, const std::string &chatTemplate,
          const std::string &text, bool first) {
+  absl::StatusOr<data::ChatTemplate> wrap =
+      data::ChatTemplate::Parse(chatTemplate);
+  if (!wrap.ok())
+    return wrap.status();
+  const bool llama2 = wrap->kind() == data::ChatTemplate::Kind::kLlama2;
   std::vector<int32_t> ids;
-  std::string wrapped;
-  if (chatTemplate == "llama2") {
-    if (!first && t.eosId >= 0)
-      ids.push_back(t.eosId);
-    if (t.bosId >= 0)
-      ids.push_back(t.bosId);
-    wrapped = "[INST] " + text + " [/INST]";
-  } else {
-    if (first && t.addBos && t.bosId >= 0)
-      ids.push_back(t.bosId);
-    wrapped = chatTemplate == "alpaca"
-                  ? (first ? "" : "\n\n") + std::string("### Instruction:\n") +
-                        text + "\n\n### Response:\n"
-                  : (first ? "" : "\n") + std::string("User: ") + text +
-                        "\nAssistant:";
-  }
-  absl::StatusOr<std::vector<int32_t>> encoded = t.tokenizer->encode(wrapped);
-  if (!encoded.ok())
-    return encoded.status();
-  ids.insert(ids.end(), encoded->begin(), encoded->end());
+  if (llama2 && !first && t.eosId >= 0)
+    ids.push_back(t.eosId);
+  // llama2 starts every turn with the beginning-of-sequence id where the
+  // tokenizer has one, the others only a first turn where it adds one.
+  data::ChatSpecialIds special;
+  special.bos = llama2 || t.addBos ? t.bosId : -1;
+  absl::StatusOr<std::vector<int32_t>> prompt = wrap->encodePrompt(
+      *t.tokenizer, special, first ? 1 : 2, /*system=*/"", text);
+  if (!prompt.ok())
+    return prompt.status();
+  ids.insert(ids.end(), prompt->begin(), prompt->end());
   return ids;
 }
 
