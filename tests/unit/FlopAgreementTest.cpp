@@ -14,6 +14,8 @@
 #include "TestUtil.h"
 
 #include "compiler/CostModel.h"
+#include "compiler/Generate.h"
+#include "compiler/Registration.h"
 #include "compiler/ScheduleView.h"
 #include "dialects/model/ModelDialect.h"
 #include "runtime/plan/KernelRegistry.h"
@@ -166,5 +168,77 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case> &info) {
       return std::string(info.param.name);
     });
+
+/// Inference plans (braidc --mode generate): each kernel's FLOPs over the
+/// prefill, decode and reorder functions, the `model` ops' costs against
+/// the work counter's. Each op lowers to one instruction (no gradient to
+/// accumulate, nothing recomputed), so the sums agree kernel by kernel.
+/// At tp 2 the draw takes each rank's candidates (TOP_CANDIDATES).
+TEST(FlopAgreementInference, ModelOpsCostWhatTheirInstructionsDo) {
+  for (int64_t tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    spec::JobSpec j = presetJob("tiny-llama", 32, 2);
+    j.mutable_parallel()->set_tp(tp);
+    j.mutable_generate()->set_max_batch(3);
+    j.mutable_generate()->set_max_seq_len(40);
+    j.mutable_generate()->set_prefill_chunk(8);
+    j.mutable_generate()->set_draw_candidates(16);
+    llvm::Expected<ModelConfig> config = resolveModel(j);
+    ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
+    llvm::Expected<GenerateConfig> g = resolveGenerate(j, *config);
+    ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+    llvm::Expected<ParallelConfig> parallel = resolveParallel(j, *config);
+    ASSERT_TRUE(bool(parallel)) << llvm::toString(parallel.takeError());
+    llvm::Expected<TrainConfig> train = resolveTrain(j);
+    ASSERT_TRUE(bool(train)) << llvm::toString(train.takeError());
+    // The rank's inference graph in the `model` dialect (sharded).
+    // The dialects with their tensor-parallel rules, as braidc has them.
+    mlir::DialectRegistry registry;
+    registerDialects(registry);
+    mlir::MLIRContext context(registry), planContext(registry);
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        buildGenerateModule(context, *config, *g);
+    CompileOptions options;
+    options.compileTo = Phase::Shard;
+    options.generate = true;
+    options.train = *train;
+    options.parallel = *parallel;
+    llvm::Error phases = runPhases(*module, options);
+    ASSERT_FALSE(bool(phases)) << llvm::toString(std::move(phases));
+    PerKernel model = modelFlops(*module);
+
+    llvm::Expected<GeneratePlan> compiled = compileGeneratePlan(planContext, j);
+    ASSERT_TRUE(bool(compiled)) << llvm::toString(compiled.takeError());
+    const plan::Plan &p = compiled->plan;
+    PerKernel work;
+    for (const plan::Function &fn : p.functions())
+      for (const plan::Instruction &inst : fn.body())
+        work[plan::Kernel_Name(inst.kernel())] +=
+            plan::InstructionWork(p, inst).flops;
+    checkViewAgainstWork(p);
+
+    std::set<std::string> kernels;
+    for (const auto &[kernel, flops] : model)
+      kernels.insert(kernel);
+    for (const auto &[kernel, flops] : work)
+      kernels.insert(kernel);
+    int computing = 0;
+    for (const std::string &kernel : kernels) {
+      SCOPED_TRACE(kernel);
+      const plan::KernelInfo *info = plan::FindKernel(kernel);
+      ASSERT_NE(info, nullptr);
+      if (info->has(plan::kCommunication)) {
+        EXPECT_EQ(model[kernel], 0);
+        continue;
+      }
+      computing += model[kernel] > 0;
+      EXPECT_EQ(model[kernel], work[kernel]);
+    }
+    // Linear, RMSNorm, SwiGLU, RoPE at positions, cached attention, the
+    // draw and beam search's candidates (and at tp 2 the ranks' own).
+    EXPECT_GE(computing, tp == 1 ? 8 : 9);
+    EXPECT_EQ(model.count("TOP_CANDIDATES") > 0, tp == 2);
+  }
+}
 
 } // namespace
