@@ -67,6 +67,7 @@
 
 #include "runtime/data/ChatTemplate.h"
 #include "runtime/data/IndexedDataset.h"
+#include "runtime/data/InstructionDataset.h"
 #include "runtime/data/Preprocess.h"
 #include "runtime/data/Tokenizer.h"
 
@@ -174,9 +175,6 @@ struct InstructionSummary {
   std::string maskIdxPath;
 };
 
-/// PREFIX "_loss_mask", where a dataset's loss mask is.
-std::string LossMaskPrefix(const std::string &prefix);
-
 /// Tokenizes the inputs' conversations into the two datasets (see above).
 /// `progress` (PreprocessProgress's documents are conversations) is called
 /// at most every progressIntervalSeconds and once at the end; `summary`, if
@@ -187,23 +185,6 @@ absl::Status PreprocessInstructions(const InstructionOptions &options,
                                     ProgressFn progress,
                                     InstructionSummary *summary);
 
-/// An instruction dataset: the token ids and their loss mask, which agree
-/// document by document and sequence by sequence.
-struct InstructionDataset {
-  IndexedDataset tokens;
-  IndexedDataset lossMask;
-};
-
-/// Opens PREFIX.{bin,idx} and PREFIX_loss_mask.{bin,idx} and checks that
-/// they agree: the same number of documents, the same sequences (and so
-/// lengths) in each, a mask of dtype uint8 holding only 0 and 1. NotFound
-/// for a prefix without loss mask files (a dataset preprocessed without
-/// --handler); IndexedDataset::Open's errors for either dataset;
-/// InvalidArgument for a mask of another dtype or a token dataset of a
-/// float dtype; DataLoss for datasets that disagree, naming both files and
-/// the first document that differs, or a mask value other than 0 and 1.
-absl::StatusOr<InstructionDataset>
-OpenInstructionDataset(const std::string &prefix);
 
 } // namespace braid::data
 

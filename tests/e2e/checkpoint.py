@@ -299,6 +299,8 @@ def main():
         ("tiny-gpt2", 'preset: "tiny-gpt2"', 2, "pp: 2 micro_batch_size: 2 global_batch_size: 4"),
         ("tiny-bloom", "family: BLOOM num_layers: 2 hidden_size: 64 num_heads: 4 vocab_size: 512 "
          "max_seq_len: 128", 2, "dp: 2 micro_batch_size: 2 zero: 1"),
+        ("tiny-bloom-tp2", "family: BLOOM num_layers: 2 hidden_size: 64 num_heads: 4 "
+         "vocab_size: 512 max_seq_len: 128", 2, "tp: 2 micro_batch_size: 4"),
     ]
     for tag, model, ranks, parallel in trained:
         trained_plan = job(f"trained-{tag}", model, parallel, steps=10)
