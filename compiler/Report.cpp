@@ -166,6 +166,7 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
   // mixed precision ADAMW updates master weights and writes the parameters
   // as its fourth output.
   llvm::StringSet<> updated;
+  const bool inference = module->hasAttr("model.generate");
   module.walk([&](Operation *op) {
     if (op->getName().getStringRef() != "plan.kernel" ||
         cast<StringAttr>(op->getAttr("kernel")).getValue() != "ADAMW")
@@ -251,7 +252,8 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
         whole[stage] += type.getNumElements();
       StringRef self = cast<StringAttr>(op->getAttr("sym_name")).getValue();
       auto parent = op->getAttrOfType<FlatSymbolRefAttr>("view_of");
-      if (!updated.contains(self) &&
+      // An inference plan updates no parameter, here or elsewhere.
+      if (!inference && !updated.contains(self) &&
           !(parent && updated.contains(parent.getValue())))
         copies[stage] += type.getNumElements();
       if (op->getAttr("view_of"))
