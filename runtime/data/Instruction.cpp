@@ -794,11 +794,12 @@ absl::Status PreprocessInstructions(const InstructionOptions &options,
           mask->AddSequence(encoded->lossMask), mask->EndDocument()})
       if (!s.ok())
         return s;
-    ++totals.conversations;
+    ++totals.documents;
+    ++totals.sequences;
     totals.turns += conversation.turns.size();
     totals.tokens += encoded->ids.size();
     totals.trainedTokens += encoded->trained;
-    state.documents = totals.conversations;
+    state.documents = totals.documents;
     state.tokens = totals.tokens;
     if (progress &&
         secondsSince(lastReport) >= options.progressIntervalSeconds) {

@@ -158,19 +158,12 @@ struct InstructionOptions {
   double progressIntervalSeconds = 0.5;
 };
 
-struct InstructionSummary {
-  uint64_t conversations = 0;
+/// Preprocess's totals (documents: the conversations, one sequence each),
+/// and the turns, the trained tokens and the mask's files.
+struct InstructionSummary : PreprocessSummary {
   uint64_t turns = 0;
-  uint64_t tokens = 0;
   /// Tokens whose loss counts (mask 1).
   uint64_t trainedTokens = 0;
-  uint64_t bytesRead = 0;
-  double elapsedSeconds = 0;
-  DType dtype = DType::kUInt16;
-  std::string tokenizer;
-  int64_t vocabSize = 0;
-  std::string binPath;
-  std::string idxPath;
   std::string maskBinPath;
   std::string maskIdxPath;
 };

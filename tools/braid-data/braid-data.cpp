@@ -269,7 +269,7 @@ int preprocessInstructions(const FlagParser &flags) {
       "handler: %s\ntemplate: %s\n"
       "tokenizer: %s (vocabulary %lld)\ndtype: %s\n"
       "read: %s in %.2f s\noutput: %s %s\nloss mask: %s %s\n",
-      static_cast<unsigned long long>(summary.conversations),
+      static_cast<unsigned long long>(summary.documents),
       static_cast<unsigned long long>(summary.turns),
       static_cast<unsigned long long>(summary.tokens),
       static_cast<unsigned long long>(summary.trainedTokens), share,

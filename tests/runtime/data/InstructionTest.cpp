@@ -687,7 +687,7 @@ TEST_F(InstructionTest, PreprocessWritesIdsAndLossMask) {
     EXPECT_EQ(ids, want[d]->ids) << "document " << d;
     EXPECT_EQ(mask, want[d]->mask) << "document " << d;
   }
-  EXPECT_EQ(summary.conversations, 2u);
+  EXPECT_EQ(summary.documents, 2u);
   EXPECT_EQ(summary.turns, 3u);
   EXPECT_EQ(summary.tokens, first.ids.size() + second.ids.size());
   EXPECT_EQ(summary.trainedTokens, 6u + 2u + 2u);
