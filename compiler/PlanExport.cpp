@@ -305,6 +305,7 @@ plan::Training braid::trainingSettings(const ModelConfig &model,
   t.set_tokenizer(data.tokenizer_model());
   t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
   t.set_data_split(data.split());
+  t.set_data_instruction(data.instruction());
   for (const spec::DataSource &source : data.blend()) {
     plan::DataSource *s = t.add_data_blend();
     s->set_weight(source.weight());

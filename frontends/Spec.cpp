@@ -135,6 +135,13 @@ llvm::Expected<spec::JobSpec> braid::loadJobFile(llvm::StringRef path) {
         llvm::inconvertibleErrorCode(),
         path.str() + ": data.path and data.blend both name the data; give one "
                "(a blend of one source is a path)");
+  if (data->instruction() && data->corpus_size())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        path.str() + ": data.instruction reads conversations with a loss mask, "
+                     "which braid-data preprocess --handler makes; data.corpus "
+                     "makes pretraining documents: give the instruction "
+                     "dataset as data.path");
   if (data->has_tokenizer_model())
     data->set_tokenizer_model(relative(data->tokenizer_model()));
   return job;

@@ -141,6 +141,10 @@ BlendedSamples::Create(std::vector<BlendSource> sources,
   if (base.numSamples < 1)
     return absl::InvalidArgumentError(
         absl::StrCat("num_samples is ", base.numSamples, ", expected >= 1"));
+  if (base.lossMask)
+    return absl::InvalidArgumentError(
+        "a blend's loss masks are its sources' (BlendSource), but the blend's "
+        "options set one");
   std::vector<double> raw;
   for (size_t d = 0; d < sources.size(); ++d) {
     if (!sources[d].dataset)
@@ -180,6 +184,7 @@ BlendedSamples::Create(std::vector<BlendSource> sources,
     options.seed = BlendSourceSeed(base.seed, d);
     options.firstDocument = sources[d].firstDocument;
     options.numDocuments = sources[d].numDocuments;
+    options.lossMask = sources[d].lossMask;
     absl::StatusOr<GptSamples> samples =
         GptSamples::Create(sources[d].dataset, options);
     if (!samples.ok())
@@ -200,6 +205,17 @@ absl::Status BlendedSamples::GetSample(uint64_t globalIndex,
                                               numSamples_, " samples"));
   return sources_[sourceOf_[globalIndex]].GetSample(indexInSource_[globalIndex],
                                                     out);
+}
+
+absl::Status BlendedSamples::GetSample(uint64_t globalIndex,
+                                       std::vector<int32_t> *out,
+                                       std::vector<uint8_t> *mask) const {
+  if (globalIndex >= numSamples_)
+    return absl::OutOfRangeError(absl::StrCat("sample ", globalIndex,
+                                              " does not exist, the blend has ",
+                                              numSamples_, " samples"));
+  return sources_[sourceOf_[globalIndex]].GetSample(indexInSource_[globalIndex],
+                                                    out, mask);
 }
 
 } // namespace braid::data

@@ -61,6 +61,9 @@ struct BlendSource {
   double weight = 0;
   uint64_t firstDocument = 0;
   std::optional<uint64_t> numDocuments;
+  /// The loss mask of the dataset's tokens (GptSampleOptions::lossMask);
+  /// null: none.
+  const IndexedDataset *lossMask = nullptr;
 };
 
 /// The weights divided by their sum, twice, as Megatron does: Megatron's to
@@ -85,10 +88,10 @@ uint64_t BlendSourceSeed(uint64_t seed, size_t source);
 class BlendedSamples {
 public:
   /// Builds the blending index and each source's GptSamples. `base` gives
-  /// seq_length, num_samples, seed and order; the document ranges are the
-  /// sources'. InvalidArgument for no sources, more than 65535, a null
-  /// dataset, a weight that is not a finite number > 0, num_samples < 1, a
-  /// document range in `base`, or a source GptSamples refuses (the message
+  /// seq_length, num_samples, seed, order and layout; the document ranges
+  /// and loss masks are the sources'. InvalidArgument for no sources, more
+  /// than 65535, a null dataset, a weight that is not a finite number > 0,
+  /// num_samples < 1, a document range or loss mask in `base`, or a source GptSamples refuses (the message
   /// names the source); ResourceExhausted when the index would take more than
   /// 2^36 bytes (10 bytes a sample).
   static absl::StatusOr<BlendedSamples> Create(std::vector<BlendSource> sources,
@@ -97,6 +100,10 @@ public:
   /// Sets `out` to the seq_length + 1 tokens of sample `globalIndex`.
   /// OutOfRange for globalIndex >= numSamples().
   absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out) const;
+  /// The same, and `mask` (when not null) to the tokens' loss mask values
+  /// (GptSamples::GetSample).
+  absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out,
+                         std::vector<uint8_t> *mask) const;
 
   uint64_t numSamples() const { return numSamples_; }
   size_t numSources() const { return sources_.size(); }

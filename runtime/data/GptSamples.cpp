@@ -139,6 +139,35 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
     samples.documentTokens_[d] = static_cast<uint32_t>(tokens);
     T += tokens;
   }
+  if (options.lossMask &&
+      (options.lossMask->numDocuments() != datasetDocuments ||
+       !isIntegerDtype(options.lossMask->dtype())))
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ": its loss mask ", options.lossMask->prefix(), " holds ",
+        options.lossMask->numDocuments(), " documents of ",
+        dtypeName(options.lossMask->dtype()), ", expected ", datasetDocuments,
+        " of an integer dtype"));
+  if (options.layout == SampleLayout::kDocuments) {
+    // A sample per document: the order is the documents' of each epoch.
+    if (numDocuments == 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, ": the dataset has no documents"));
+    samples.tokensPerEpoch_ = T;
+    const uint64_t numEpochs =
+        (options.numSamples - 1) / numDocuments + 1;
+    const bool shuffled = options.order == SampleOrder::kShuffled;
+    if (shuffled &&
+        absl::uint128(numEpochs) * numDocuments * 4 > kMaxIndexBytes)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          prefix, ": num_samples ", options.numSamples, " of one document each",
+          " spans ", numEpochs, " epochs of ", numDocuments,
+          " documents, whose shuffled orders would take more than 2^36 "
+          "bytes"));
+    samples.numEpochs_ = numEpochs;
+    if (shuffled)
+      samples.buildDocumentOrders();
+    return samples;
+  }
   if (T < L + 1)
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, ": ",
@@ -180,12 +209,7 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
   samples.numEpochs_ = numEpochs;
 
   if (shuffled) {
-    samples.documents_.reserve(numEpochs * numDocuments);
-    for (uint64_t e = 0; e < numEpochs; ++e) {
-      std::vector<uint32_t> order = samples.rangeOrder(e);
-      samples.documents_.insert(samples.documents_.end(), order.begin(),
-                                order.end());
-    }
+    samples.buildDocumentOrders();
     samples.shuffle_.reserve(numWindows);
   }
   samples.starts_.reserve(numWindows);
@@ -218,6 +242,14 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
   return samples;
 }
 
+void GptSamples::buildDocumentOrders() {
+  documents_.reserve(numEpochs_ * documentTokens_.size());
+  for (uint64_t e = 0; e < numEpochs_; ++e) {
+    std::vector<uint32_t> order = rangeOrder(e);
+    documents_.insert(documents_.end(), order.begin(), order.end());
+  }
+}
+
 uint64_t GptSamples::firstWindow(uint64_t epoch) const {
   // The first window whose start w * L is at or after epoch * T.
   const uint64_t L = static_cast<uint64_t>(options_.seqLength);
@@ -248,11 +280,29 @@ std::vector<uint32_t> GptSamples::DocumentOrder(uint64_t epoch) const {
   return order;
 }
 
+uint64_t GptSamples::samplesPerEpoch() const {
+  if (options_.layout == SampleLayout::kDocuments)
+    return documentTokens_.size();
+  return (tokensPerEpoch_ - 1) / static_cast<uint64_t>(options_.seqLength);
+}
+
+uint64_t GptSamples::truncatedDocuments() const {
+  if (options_.layout != SampleLayout::kDocuments)
+    return 0;
+  const uint64_t limit = static_cast<uint64_t>(options_.seqLength) + 1;
+  return static_cast<uint64_t>(
+      std::count_if(documentTokens_.begin(), documentTokens_.end(),
+                    [&](uint32_t tokens) { return tokens > limit; }));
+}
+
 absl::StatusOr<uint64_t> GptSamples::WindowOf(uint64_t globalIndex) const {
   if (globalIndex >= options_.numSamples)
     return absl::OutOfRangeError(absl::StrCat("sample ", globalIndex,
                                               " does not exist, the run has ",
                                               options_.numSamples, " samples"));
+  if (options_.layout == SampleLayout::kDocuments)
+    return absl::FailedPreconditionError(
+        "samples of one document each read no window of the token stream");
   const uint64_t L = static_cast<uint64_t>(options_.seqLength);
   const uint64_t epoch = globalIndex * L / tokensPerEpoch_;
   const uint64_t first = firstWindow(epoch);
@@ -262,19 +312,20 @@ absl::StatusOr<uint64_t> GptSamples::WindowOf(uint64_t globalIndex) const {
   return first + local;
 }
 
-absl::Status GptSamples::readDocument(uint32_t document, uint64_t offset,
+absl::Status GptSamples::readDocument(const IndexedDataset &dataset,
+                                      uint32_t document, uint64_t offset,
                                       uint64_t count, int32_t *out) const {
-  const std::vector<int64_t> &documentIndex = dataset_->documentIndex();
+  const std::vector<int64_t> &documentIndex = dataset.documentIndex();
   const uint64_t id = firstDocument_ + document;
   for (int64_t s = documentIndex[id]; count > 0 && s < documentIndex[id + 1];
        ++s) {
-    const uint64_t length = static_cast<uint64_t>(dataset_->sequenceLength(s));
+    const uint64_t length = static_cast<uint64_t>(dataset.sequenceLength(s));
     if (offset >= length) {
       offset -= length;
       continue;
     }
     const uint64_t take = std::min(count, length - offset);
-    if (absl::Status st = dataset_->ReadTokens(s, offset, take, out); !st.ok())
+    if (absl::Status st = dataset.ReadTokens(s, offset, take, out); !st.ok())
       return st;
     out += take;
     count -= take;
@@ -282,20 +333,62 @@ absl::Status GptSamples::readDocument(uint32_t document, uint64_t offset,
   }
   if (count != 0)
     return absl::InternalError(
-        absl::StrCat(dataset_->prefix(), ": document ", id, " ended ", count,
+        absl::StrCat(dataset.prefix(), ": document ", id, " ended ", count,
                      " tokens early (index and document lengths disagree)"));
   return absl::OkStatus();
 }
 
 absl::Status GptSamples::GetSample(uint64_t globalIndex,
                                    std::vector<int32_t> *out) const {
+  return GetSample(globalIndex, out, nullptr);
+}
+
+absl::Status GptSamples::GetSample(uint64_t globalIndex,
+                                   std::vector<int32_t> *out,
+                                   std::vector<uint8_t> *mask) const {
+  if (globalIndex >= options_.numSamples)
+    return absl::OutOfRangeError(absl::StrCat("sample ", globalIndex,
+                                              " does not exist, the run has ",
+                                              options_.numSamples, " samples"));
+  const uint64_t L = static_cast<uint64_t>(options_.seqLength);
+  out->resize(L + 1);
+  // The mask values of tokens [at, at + count) of `document` from `offset`.
+  std::vector<int32_t> maskValues;
+  auto readMask = [&](uint32_t document, uint64_t offset, uint64_t count,
+                      uint64_t at) -> absl::Status {
+    if (!mask)
+      return absl::OkStatus();
+    if (!options_.lossMask) {
+      std::fill_n(mask->begin() + static_cast<int64_t>(at), count, 1);
+      return absl::OkStatus();
+    }
+    maskValues.resize(count);
+    if (absl::Status s = readDocument(*options_.lossMask, document, offset,
+                                      count, maskValues.data());
+        !s.ok())
+      return s;
+    for (uint64_t i = 0; i < count; ++i)
+      (*mask)[at + i] = static_cast<uint8_t>(maskValues[i]);
+    return absl::OkStatus();
+  };
+  if (mask)
+    mask->assign(L + 1, 0);
+  if (options_.layout == SampleLayout::kDocuments) {
+    const uint64_t D = documentTokens_.size();
+    const uint32_t document = documentAt(globalIndex / D, globalIndex % D);
+    const uint64_t take = std::min<uint64_t>(L + 1, documentTokens_[document]);
+    if (absl::Status s = readDocument(*dataset_, document, 0, take, out->data());
+        !s.ok())
+      return s;
+    std::fill(out->begin() + static_cast<int64_t>(take), out->end(),
+              kPaddingToken);
+    return readMask(document, 0, take, 0);
+  }
   absl::StatusOr<uint64_t> window = WindowOf(globalIndex);
   if (!window.ok())
     return window.status();
-  const uint64_t L = static_cast<uint64_t>(options_.seqLength);
   uint64_t epoch = globalIndex * L / tokensPerEpoch_;
   const WindowStart start = starts_[*window];
-  out->resize(L + 1);
   uint64_t position = start.docPosition, offset = start.offset, written = 0;
   while (written < L + 1) {
     // Create built every epoch the indexed windows reach.
@@ -306,9 +399,11 @@ absl::Status GptSamples::GetSample(uint64_t globalIndex,
     const uint32_t document = documentAt(epoch, position);
     const uint64_t take =
         std::min<uint64_t>(L + 1 - written, documentTokens_[document] - offset);
-    if (absl::Status s =
-            readDocument(document, offset, take, out->data() + written);
+    if (absl::Status s = readDocument(*dataset_, document, offset, take,
+                                      out->data() + written);
         !s.ok())
+      return s;
+    if (absl::Status s = readMask(document, offset, take, written); !s.ok())
       return s;
     written += take;
     offset = 0;

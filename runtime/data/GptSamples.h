@@ -23,6 +23,20 @@
 // implemented here, so the order is the same on every platform and standard
 // library (std::shuffle and the std distributions are not).
 //
+// Layouts:
+//  - kWindows (above): the windows over the token stream.
+//  - kDocuments: one document per sample, as instruction fine-tuning reads
+//    conversations (braid-data preprocess --handler): sample k is document
+//    k mod D of epoch k / D's order (D the range's documents; the order is
+//    the document order above: file order, or the (seed, epoch)
+//    permutation), its first seq_length + 1 tokens, the rest of the sample
+//    padding (kPaddingToken). A longer document is truncated.
+//
+// Loss mask: with one (GptSampleOptions::lossMask, a uint8 dataset of the
+// tokens' documents and sequences, InstructionDataset.h), GetSample also
+// gives each token's mask value, read where the token is read; without
+// one, every token's is 1. Padding's is 0 either way.
+//
 // GetSample(k) is a pure function of (dataset, document range, seq_length,
 // seed, order, k): there is no iterator, and the order does not depend on
 // num_samples (which only says how many samples to index), on the
@@ -72,6 +86,12 @@ private:
 void fisherYatesShuffle(std::vector<uint32_t> &values, SplitMix64 &rng);
 
 enum class SampleOrder { kSequential, kShuffled };
+enum class SampleLayout { kWindows, kDocuments };
+
+/// The token id kDocuments writes after a document shorter than a sample:
+/// its mask value is 0, so no loss is computed where it is an input's next
+/// token, and causal attention keeps it out of the document's positions.
+constexpr int32_t kPaddingToken = 0;
 
 struct GptSampleOptions {
   /// L: a sample holds L + 1 tokens (inputs and shifted labels).
@@ -85,6 +105,11 @@ struct GptSampleOptions {
   /// last document.
   uint64_t firstDocument = 0;
   std::optional<uint64_t> numDocuments;
+  SampleLayout layout = SampleLayout::kWindows;
+  /// The loss mask of the dataset's tokens (null: none). It must have the
+  /// dataset's documents and sequences (OpenInstructionDataset checks) and
+  /// outlive the samples.
+  const IndexedDataset *lossMask = nullptr;
 };
 
 /// The sample index of one run over a dataset. Holds a pointer to the
@@ -105,9 +130,14 @@ public:
   /// Sets `out` to the seq_length + 1 tokens of sample `globalIndex`.
   /// OutOfRange for globalIndex >= numSamples().
   absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out) const;
+  /// The same, and `mask` (when not null) to the tokens' loss mask values:
+  /// the mask dataset's, or 1 without one; 0 on padding.
+  absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out,
+                         std::vector<uint8_t> *mask) const;
 
   /// The window sample `globalIndex` reads: it is stream tokens
-  /// [w * L, w * L + L]. OutOfRange as GetSample.
+  /// [w * L, w * L + L]. OutOfRange as GetSample; FailedPrecondition in
+  /// the kDocuments layout, which has no windows.
   absl::StatusOr<uint64_t> WindowOf(uint64_t globalIndex) const;
 
   /// The documents of epoch `epoch` in stream order (ids into the dataset's
@@ -123,6 +153,13 @@ public:
   uint64_t numDocuments() const { return documentTokens_.size(); }
   /// T: the tokens in one epoch (all tokens of the document range).
   uint64_t tokensPerEpoch() const { return tokensPerEpoch_; }
+  SampleLayout layout() const { return options_.layout; }
+  /// The distinct samples one epoch holds: its whole windows, (T - 1) /
+  /// seq_length, or its documents (kDocuments).
+  uint64_t samplesPerEpoch() const;
+  /// kDocuments: the range's documents longer than seq_length + 1 tokens,
+  /// whose samples are truncated (0 in the kWindows layout).
+  uint64_t truncatedDocuments() const;
   /// The epochs whose documents the indexed samples read.
   uint64_t numEpochs() const { return numEpochs_; }
 
@@ -139,8 +176,11 @@ private:
   uint64_t firstWindow(uint64_t epoch) const;
   /// Documents below are numbered inside the range (0 is firstDocument_).
   std::vector<uint32_t> rangeOrder(uint64_t epoch) const;
+  /// Shuffled order: documents_, every epoch's rangeOrder for numEpochs_.
+  void buildDocumentOrders();
   uint32_t documentAt(uint64_t epoch, uint64_t position) const;
-  absl::Status readDocument(uint32_t document, uint64_t offset, uint64_t count,
+  absl::Status readDocument(const IndexedDataset &dataset, uint32_t document,
+                            uint64_t offset, uint64_t count,
                             int32_t *out) const;
 
   const IndexedDataset *dataset_ = nullptr;

@@ -20,6 +20,7 @@
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 #include <cstdint>
 #include <functional>
@@ -102,6 +103,10 @@ struct TrainerOptions {
   /// Override the plan's data split (data.split, "969,30,1"), validation
   /// interval and iterations (train.eval_interval, train.eval_iters).
   std::optional<std::string> split;
+  /// Overrides the plan's data_instruction (--is-instruction-dataset):
+  /// whether the data is instruction data, a conversation per sample and
+  /// the loss over its loss mask.
+  std::optional<bool> instruction;
   std::optional<int64_t> evalInterval, evalIters;
   /// When set, TensorBoard event files are written here (by rank 0): every
   /// step's scalars (TensorBoard.h).
@@ -135,7 +140,8 @@ struct StepRecord {
 /// --save-every, --keep-last,
 /// --threads, --log-every, --metrics-out, --save-params, --trace,
 /// --profile-out, --device, --collective-timeout, --split, --eval-interval,
-/// --eval-iters, --tensorboard-dir, --exit-duration-in-mins, --exit-interval. Returns true when `flag`
+/// --eval-iters, --tensorboard-dir, --exit-duration-in-mins, --exit-interval,
+/// --is-instruction-dataset. Returns true when `flag`
 /// (with its `value`) is one of them and sets it in `options`, false when it
 /// is not one of them, and an
 /// error naming the flag and value when the value is not allowed.
@@ -149,7 +155,7 @@ extern const char kTrainerFlagsUsage[];
 /// Whether `flag` is one of the trainer's flags (whatever its value).
 bool IsTrainerFlag(const std::string &flag);
 /// Whether `flag` is one of the trainer's flags that take no value
-/// (--overwrite): given alone it means "on"; ParseTrainerFlag takes it with
+/// (--overwrite, --is-instruction-dataset): given alone it means "on"; ParseTrainerFlag takes it with
 /// the value "" (or true/false after '=').
 bool IsTrainerSwitch(const std::string &flag);
 
@@ -173,12 +179,17 @@ DataShare DataShareOf(const Backend &executor);
 /// The loss gradient is 1 / (micro-batches x data-parallel ranks), so the
 /// gradients, summed over micro-batches and ranks, are those of the global
 /// batch's mean loss. Returns the step's loss: the mean over the global
-/// batch's micro-batches (of every data-parallel rank). A plan with pipeline
+/// batch's micro-batches (of every data-parallel rank).
+/// With `lossWeights` (one per micro-batch of this rank), micro-batch m's
+/// loss gradient is lossWeights[m] instead, and the step's loss the sum
+/// over every rank of each micro-batch's loss times its weight: instruction
+/// data's per-token loss (TrainerInternal.h's TokenLossWeights). A plan with pipeline
 /// stages is refused (RunPipelineStep runs it). With a trace on the executor
 /// (Backend::SetTrace), records each call ("zero_grads", "micro_step mb m",
 /// "update"), each micro-batch's feed and the loss's all-reduce.
 absl::StatusOr<double> RunStep(Backend &executor, uint64_t seed, int64_t step,
-                               const FeedMicroBatch &feed);
+                               const FeedMicroBatch &feed,
+                               absl::Span<const double> lossWeights = {});
 
 /// The pipeline stage of the rank that runs `executor` (Backend::Stage): its
 /// coordinate along the mesh axis "pp" (0 without a pipeline or without
@@ -204,9 +215,12 @@ using FeedSlot = std::function<absl::Status(int64_t micro, int64_t slot)>;
 /// over "pp" (the other stages add 0) and then over "dp", divided by
 /// micro-batches x data-parallel ranks. With a trace on the executor, records
 /// each call ("zero_grads", "forward mb m", "backward mb m", "update"), each
-/// feed, the wait for the sends and the loss's all-reduces.
+/// feed, the wait for the sends and the loss's all-reduces. `lossWeights`
+/// as RunStep's: the last stage writes micro-batch m's loss gradient into
+/// the slot of its forward, before the forward.
 absl::StatusOr<double> RunPipelineStep(Backend &executor, uint64_t seed,
-                                       int64_t step, const FeedSlot &feed);
+                                       int64_t step, const FeedSlot &feed,
+                                       absl::Span<const double> lossWeights = {});
 
 /// Trains; returns the per-step records through `records` when given. At the
 /// end, rank 0 writes to `log` one line per rank of its arena: the bytes

@@ -15,6 +15,7 @@
 #include "runtime/exec/TrainerInternal.h"
 
 #include "runtime/ckpt/ModelIdentity.h"
+#include "runtime/data/InstructionDataset.h"
 #include "runtime/data/Split.h"
 
 #include "absl/strings/numbers.h"
@@ -114,6 +115,7 @@ absl::Status PrepareData(TrainingRun &run) {
     fractions = *parsed;
   }
   const bool training = run.firstStep <= steps;
+  run.instruction = options.instruction.value_or(t.data_instruction());
   if (!training && run.evalInterval == 0)
     return absl::OkStatus();
 
@@ -136,12 +138,44 @@ absl::Status PrepareData(TrainingRun &run) {
   // Each split's sources: every dataset's range of that split.
   std::array<std::vector<data::BlendSource>, 3> bySplit;
   for (const SourceSpec &source : *sources) {
-    absl::StatusOr<data::IndexedDataset> opened =
-        data::IndexedDataset::Open(source.path);
-    if (!opened.ok())
-      return opened.status();
-    run.datasets.push_back(
-        std::make_unique<data::IndexedDataset>(std::move(*opened)));
+    // Instruction data: the tokens and their loss mask, checked against
+    // each other; else the tokens alone.
+    const data::IndexedDataset *lossMask = nullptr;
+    if (run.instruction) {
+      absl::StatusOr<data::InstructionDataset> opened =
+          data::OpenInstructionDataset(source.path);
+      if (!opened.ok())
+        return absl::Status(
+            opened.status().code() == absl::StatusCode::kNotFound
+                ? absl::StatusCode::kInvalidArgument
+                : opened.status().code(),
+            absl::StrCat("instruction data (",
+                         options.instruction ? "--is-instruction-dataset"
+                                             : "the plan's data.instruction",
+                         "): ", opened.status().message()));
+      run.datasets.push_back(std::make_unique<data::IndexedDataset>(
+          std::move(opened->lossMask)));
+      lossMask = run.datasets.back().get();
+      run.datasets.push_back(
+          std::make_unique<data::IndexedDataset>(std::move(opened->tokens)));
+    } else {
+      absl::StatusOr<data::IndexedDataset> opened =
+          data::IndexedDataset::Open(source.path);
+      if (!opened.ok())
+        return opened.status();
+      run.datasets.push_back(
+          std::make_unique<data::IndexedDataset>(std::move(*opened)));
+      // A loss mask beside the tokens that the run does not read: said, in
+      // case the job meant to train on the responses only.
+      const std::string maskIdx = data::LossMaskPrefix(source.path) + ".idx";
+      if (options.log && run.writer && std::ifstream(maskIdx).good())
+        *options.log << "note: " << source.path << " has a loss mask ("
+                     << maskIdx
+                     << "), which this run does not read: it trains on every "
+                        "token, the documents concatenated; for the loss over "
+                        "the responses only, set data.instruction in the job "
+                        "or give --is-instruction-dataset\n";
+    }
     const data::IndexedDataset &dataset = *run.datasets.back();
     if (vocab > 0) {
       absl::StatusOr<int64_t> largest = data::LargestTokenId(dataset);
@@ -158,7 +192,7 @@ absl::Status PrepareData(TrainingRun &run) {
       auto [begin, end] = ranges[size_t(k)];
       if (end > begin)
         bySplit[size_t(k)].push_back(
-            {&dataset, source.weight, begin, end - begin});
+            {&dataset, source.weight, begin, end - begin, lossMask});
     }
   }
   data::GptSampleOptions base;
@@ -166,6 +200,12 @@ absl::Status PrepareData(TrainingRun &run) {
   base.seed = run.seed;
   base.order = run.order == "sequential" ? data::SampleOrder::kSequential
                                          : data::SampleOrder::kShuffled;
+  base.layout = run.instruction ? data::SampleLayout::kDocuments
+                                : data::SampleLayout::kWindows;
+  // What a sample is, in the messages below.
+  const std::string unit = run.instruction
+                               ? std::string("conversations")
+                               : absl::StrCat("samples of ", seq, " tokens");
   const char *kNames[3] = {"training", "validation", "test"};
   auto samplesOf = [&](int k, uint64_t count)
       -> absl::StatusOr<data::BlendedSamples> {
@@ -189,24 +229,46 @@ absl::Status PrepareData(TrainingRun &run) {
   if (training) {
     // A training split shorter than one global batch would fill each batch
     // with the same text again (the next epochs): refused rather than
-    // trained on copies.
-    const uint64_t batchTokens = globalBatch * uint64_t(seq) + 1;
+    // trained on copies. (Windows: an epoch of T tokens holds (T - 1) / L
+    // samples, fewer than the batch's exactly when T < batch x L + 1.)
     absl::StatusOr<data::BlendedSamples> made =
         samplesOf(0, uint64_t(run.resumed.consumedSamples) +
                          uint64_t(steps - run.resumed.step) * globalBatch);
     if (!made.ok())
       return made.status();
-    for (size_t d = 0; d < made->numSources(); ++d)
-      if (made->source(d).tokensPerEpoch() < batchTokens &&
-          made->source(d).numSamples() >= globalBatch)
-        return absl::InvalidArgumentError(absl::StrCat(
-            describe((*sources)[d], sources->size()),
-            split.empty() ? ": the dataset holds " : ": the training split holds ",
-            made->source(d).tokensPerEpoch(),
-            " tokens, fewer than one global batch reads (", globalBatch,
-            " samples of ", seq, " tokens, ", batchTokens,
-            " tokens): every batch would repeat the same text; give more "
-            "data, or a smaller batch or sequence length"));
+    for (size_t d = 0; d < made->numSources(); ++d) {
+      const data::GptSamples &source = made->source(d);
+      if (source.samplesPerEpoch() >= globalBatch ||
+          source.numSamples() < globalBatch)
+        continue;
+      const std::string holds =
+          run.instruction
+              ? absl::StrCat(source.numDocuments(), " conversations")
+              : absl::StrCat(source.tokensPerEpoch(), " tokens");
+      const std::string reads =
+          run.instruction
+              ? absl::StrCat(globalBatch, " conversations")
+              : absl::StrCat(globalBatch, " samples of ", seq, " tokens, ",
+                             globalBatch * uint64_t(seq) + 1, " tokens");
+      return absl::InvalidArgumentError(absl::StrCat(
+          describe((*sources)[d], sources->size()),
+          split.empty() ? ": the dataset holds " : ": the training split holds ",
+          holds, ", fewer than one global batch reads (", reads,
+          "): every batch would repeat the same text; give more data, or a "
+          "smaller batch",
+          run.instruction ? "" : " or sequence length"));
+    }
+    if (run.instruction && options.log && run.writer)
+      for (size_t d = 0; d < made->numSources(); ++d) {
+        const data::GptSamples &source = made->source(d);
+        *options.log << "instruction data: "
+                     << describe((*sources)[d], sources->size()) << ": "
+                     << source.numDocuments()
+                     << " conversations for training, "
+                     << source.truncatedDocuments()
+                     << " of them truncated to seq_length + 1 = " << seq + 1
+                     << " tokens\n";
+      }
     run.samples.emplace(std::move(*made));
   }
   if (run.evalInterval == 0)
@@ -219,15 +281,15 @@ absl::Status PrepareData(TrainingRun &run) {
     return valid.status();
   for (size_t d = 0; d < valid->numSources(); ++d) {
     const data::GptSamples &s = valid->source(d);
-    const uint64_t holds = (s.tokensPerEpoch() - 1) / uint64_t(seq);
+    const uint64_t holds = s.samplesPerEpoch();
     if (s.numSamples() > holds)
       return absl::InvalidArgumentError(absl::StrCat(
           "eval_iters ", run.evalIters, " x the global batch of ", globalBatch,
           " reads ", evalSamples, " validation samples (",
           s.numSamples(), " of them from ",
           describe((*sources)[d], sources->size()),
-          "), but its validation split holds ", holds, " samples of ", seq,
-          " tokens: give a smaller eval_iters (--eval-iters) or a larger "
+          "), but its validation split holds ", holds, " ", unit,
+          ": give a smaller eval_iters (--eval-iters) or a larger "
           "validation share of data.split"));
   }
   run.validSamples.emplace(std::move(*valid));
@@ -244,7 +306,7 @@ absl::Status PrepareData(TrainingRun &run) {
     double fits = 1;
     for (size_t d = 0; d < test->numSources(); ++d) {
       const data::GptSamples &s = test->source(d);
-      fits = std::min(fits, double((s.tokensPerEpoch() - 1) / uint64_t(seq)) /
+      fits = std::min(fits, double(s.samplesPerEpoch()) /
                                 double(s.numSamples()));
     }
     if (fits >= 1) {

@@ -8,7 +8,8 @@
 // micro-batches as a training step divides them, and the loss is summed
 // over the micro-batches, the pipeline stages (the last stage's) and the
 // data-parallel ranks in the same order, so every layout computes the same
-// mean of the same per-micro-batch losses.
+// mean of the same per-micro-batch losses (instruction data: the same
+// per-token mean, each micro-batch weighted by its counted tokens).
 //
 // With pipeline stages, every rank runs the micro-batches one after the
 // other, each through its model chunks in order, on slot 0, and waits for
@@ -37,15 +38,20 @@ absl::Status FeedSamples(TrainingRun &run, const data::BlendedSamples &samples,
     return absl::OkStatus();
   const int64_t batch = run.batch, seq = run.seq;
   std::vector<int32_t> sample;
+  std::vector<uint8_t> mask;
   std::vector<double> tokenValues(size_t(batch * seq)),
       targetValues(size_t(batch * seq));
   for (int64_t b = 0; b < batch; ++b) {
-    if (absl::Status s = samples.GetSample(first + uint64_t(b), &sample);
+    // Instruction data: a target counts where the mask marks the token.
+    if (absl::Status s = samples.GetSample(first + uint64_t(b), &sample,
+                                           run.instruction ? &mask : nullptr);
         !s.ok())
       return s;
     for (int64_t i = 0; i < seq; ++i) {
       tokenValues[size_t(b * seq + i)] = sample[size_t(i)];
-      targetValues[size_t(b * seq + i)] = sample[size_t(i + 1)];
+      targetValues[size_t(b * seq + i)] =
+          !run.instruction || mask[size_t(i + 1)] ? sample[size_t(i + 1)]
+                                                  : kIgnoredTarget;
     }
   }
   Backend &e = *run.backend;
@@ -56,6 +62,48 @@ absl::Status FeedSamples(TrainingRun &run, const data::BlendedSamples &samples,
     if (absl::Status s = e.Write(buffers.targets, targetValues, slot); !s.ok())
       return s;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>>
+CountTargets(const TrainingRun &run, const data::BlendedSamples &samples,
+             uint64_t first, int64_t microBatches) {
+  const int64_t batch = run.batch, seq = run.seq;
+  std::vector<int64_t> counts(size_t(microBatches), 0);
+  std::vector<int32_t> sample;
+  std::vector<uint8_t> mask;
+  for (int64_t m = 0; m < microBatches; ++m)
+    for (int64_t b = 0; b < batch; ++b) {
+      if (absl::Status s = samples.GetSample(
+              first + uint64_t(m * batch + b), &sample, &mask);
+          !s.ok())
+        return s;
+      // The targets are tokens 1 .. seq of the sample.
+      for (int64_t i = 1; i <= seq; ++i)
+        counts[size_t(m)] += mask[size_t(i)];
+    }
+  return counts;
+}
+
+absl::StatusOr<std::vector<double>>
+TokenLossWeights(const TrainingRun &run, const data::BlendedSamples &samples,
+                 uint64_t first, int64_t globalBatches) {
+  const int64_t micros = run.micros, ranks = run.share.ranks;
+  absl::StatusOr<std::vector<int64_t>> counts =
+      CountTargets(run, samples, first, globalBatches * micros * ranks);
+  if (!counts.ok())
+    return counts.status();
+  int64_t total = 0;
+  for (int64_t n : *counts)
+    total += n;
+  std::vector<double> weights(size_t(globalBatches * micros), 0.0);
+  if (total == 0)
+    return weights;
+  for (int64_t g = 0; g < globalBatches; ++g)
+    for (int64_t m = 0; m < micros; ++m)
+      weights[size_t(g * micros + m)] =
+          double((*counts)[size_t((g * ranks + run.share.rank) * micros + m)]) /
+          double(total);
+  return weights;
 }
 
 bool HasEvalFunctions(const plan::Plan &plan) {
@@ -107,6 +155,15 @@ absl::StatusOr<double> Evaluate(TrainingRun &run,
   }
   const uint64_t globalBatch = uint64_t(run.globalBatch);
   std::vector<double> losses(size_t(iters * micros), 0.0);
+  // Instruction data: the mean over every counted token of the iterations.
+  std::vector<double> weights;
+  if (run.instruction) {
+    absl::StatusOr<std::vector<double>> w =
+        TokenLossWeights(run, samples, 0, iters);
+    if (!w.ok())
+      return w.status();
+    weights = std::move(*w);
+  }
   bool settled = false;
   auto settle = [&] {
     settled = true;
@@ -138,8 +195,8 @@ absl::StatusOr<double> Evaluate(TrainingRun &run,
   if (absl::Status s = settle(); !s.ok())
     return s;
   double sum = 0;
-  for (double l : losses)
-    sum += l;
+  for (size_t k = 0; k < losses.size(); ++k)
+    sum += weights.empty() ? losses[k] : weights[k] * losses[k];
   for (auto [axis, ranks] : {std::pair<const char *, int64_t>{"pp", stages},
                              {"dp", share.ranks}}) {
     if (ranks <= 1)
@@ -153,7 +210,7 @@ absl::StatusOr<double> Evaluate(TrainingRun &run,
         !s.ok())
       return s;
   }
-  return sum / double(iters * micros * share.ranks);
+  return weights.empty() ? sum / double(iters * micros * share.ranks) : sum;
 }
 
 } // namespace braid::exec::trainer

@@ -27,7 +27,7 @@ const char kTrainerFlagsUsage[] =
     "[--profile-out FILE.json] [--device cpu|cuda] [--cuda-graphs on|off] "
     "[--collective-timeout SECONDS] [--split TRAIN,VALID,TEST] "
     "[--eval-interval N] [--eval-iters N] [--tensorboard-dir DIR] "
-    "[--exit-duration-in-mins M] [--exit-interval N]";
+    "[--exit-duration-in-mins M] [--exit-interval N] [--is-instruction-dataset]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -53,12 +53,13 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
       return absl::InvalidArgumentError(
           absl::StrCat(flag, "= names no directory"));
     (flag == "--load" ? options->load : options->save) = value;
-  } else if (flag == "--overwrite") {
+  } else if (flag == "--overwrite" || flag == "--is-instruction-dataset") {
     if (value != "" && value != "true" && value != "false")
       return absl::InvalidArgumentError(absl::StrCat(
-          "--overwrite=", value, " is not one of true, false (or --overwrite "
-          "alone)"));
-    options->overwrite = value != "false";
+          flag, "=", value, " is not one of true, false (or ", flag,
+          " alone)"));
+    (flag == "--overwrite" ? options->overwrite : options->instruction.emplace()) =
+        value != "false";
   } else if (flag == "--metrics-out") {
     options->metricsOut = value;
   } else if (flag == "--save-params") {
@@ -165,6 +166,8 @@ bool IsTrainerFlag(const std::string &flag) {
   return !known.ok() || *known;
 }
 
-bool IsTrainerSwitch(const std::string &flag) { return flag == "--overwrite"; }
+bool IsTrainerSwitch(const std::string &flag) {
+  return flag == "--overwrite" || flag == "--is-instruction-dataset";
+}
 
 } // namespace braid::exec

@@ -91,6 +91,9 @@ struct TrainingRun {
 
   // PrepareSteps.
   int64_t batch = 0, seq = 0, micros = 1;
+  /// Instruction data (--is-instruction-dataset, or the plan's
+  /// data_instruction): a conversation per sample, the loss over its mask.
+  bool instruction = false;
   DataShare share;
   int64_t globalBatch = 0; ///< samples per step, over every dp rank
   int64_t firstStep = 1;
@@ -139,9 +142,29 @@ absl::Status FinishRun(TrainingRun &run);
 
 /// Writes the micro-batch of samples first, first + 1, ... of `samples`
 /// (micro_batch_size of them) into copy `slot` of the rank's tokens and
-/// targets (those it has).
+/// targets (those it has). Instruction data's targets are kIgnoredTarget
+/// where the loss mask is 0.
 absl::Status FeedSamples(TrainingRun &run, const data::BlendedSamples &samples,
                          uint64_t first, int64_t slot);
+/// The target a token whose loss does not count gets: the ignore_index of
+/// the cross-entropy braidc emits (model.cross_entropy's default).
+constexpr int32_t kIgnoredTarget = -100;
+/// The targets that count (the loss mask's 1s at tokens 1 .. seq_length of
+/// each sample) in each of `microBatches` consecutive micro-batches of
+/// micro_batch_size samples from sample `first`.
+absl::StatusOr<std::vector<int64_t>>
+CountTargets(const TrainingRun &run, const data::BlendedSamples &samples,
+             uint64_t first, int64_t microBatches);
+/// Instruction data's per-token loss (Megatron's convention): the share of
+/// each of this rank's micro-batches in the loss of `globalBatches` global
+/// batches from sample `first`, n_m / N, where n_m counts the micro-batch's
+/// targets and N those of all the global batches (every dp rank's). Their
+/// mean losses weighted so sum to the mean over every counted token, the
+/// same in every layout. In the order global batch, then micro-batch; all 0
+/// when no target counts.
+absl::StatusOr<std::vector<double>>
+TokenLossWeights(const TrainingRun &run, const data::BlendedSamples &samples,
+                 uint64_t first, int64_t globalBatches);
 /// Whether the plan has plan-eval's forward-only functions (every stage's).
 bool HasEvalFunctions(const plan::Plan &plan);
 /// The mean loss over the first `iters` global batches of `samples`, run by

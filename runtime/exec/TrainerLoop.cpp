@@ -200,17 +200,28 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
     // follow those of the earlier micro-batches, ranks and steps: the global
     // order of samples does not depend on the dp degree (nor on pipeline
     // stages).
+    const uint64_t batchStart =
+        uint64_t(resumed.consumedSamples + (s - firstStep) * globalBatch);
     auto feed = [&](int64_t m, int64_t slot) -> absl::Status {
       return FeedSamples(run, *run.samples,
-                         uint64_t(resumed.consumedSamples +
-                                  (s - firstStep) * globalBatch +
-                                  share.rank * micros * batch + m * batch),
+                         batchStart + uint64_t(share.rank * micros * batch +
+                                               m * batch),
                          slot);
     };
+    // Instruction data: each micro-batch's share of the global batch's
+    // counted tokens (every rank counts the whole batch: no collective).
+    std::vector<double> weights;
+    if (run.instruction) {
+      absl::StatusOr<std::vector<double>> w =
+          TokenLossWeights(run, *run.samples, batchStart, 1);
+      if (!w.ok())
+        return w.status();
+      weights = std::move(*w);
+    }
     absl::StatusOr<double> stepLoss =
-        pipelined ? RunPipelineStep(e, seed, s, feed)
+        pipelined ? RunPipelineStep(e, seed, s, feed, weights)
                   : RunStep(e, seed, s,
-                            [&](int64_t m) { return feed(m, 0); });
+                            [&](int64_t m) { return feed(m, 0); }, weights);
     if (!stepLoss.ok())
       return stepLoss.status();
     absl::StatusOr<std::vector<double>> normValue = e.Read(gradNorm);

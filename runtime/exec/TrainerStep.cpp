@@ -147,6 +147,16 @@ static absl::StatusOr<DataShare> RunnableDataShare(const Backend &e) {
 
 int64_t StageOf(const Backend &e) { return e.Stage(); }
 
+/// The micro-batches' losses summed, each times its weight when there are
+/// weights.
+static double weightedSum(const std::vector<double> &losses,
+                          absl::Span<const double> weights) {
+  double sum = 0;
+  for (size_t m = 0; m < losses.size(); ++m)
+    sum += weights.empty() ? losses[m] : weights[m] * losses[m];
+  return sum;
+}
+
 namespace {
 /// Settles the backend (ReadLater's outputs are written there) when a step
 /// ends early, with an error, before the outputs go out of scope.
@@ -160,8 +170,19 @@ struct SettleOnExit {
 };
 } // namespace
 
+/// Refuses weights that are not one per micro-batch.
+static absl::Status checkLossWeights(absl::Span<const double> weights,
+                                     int64_t micros) {
+  if (!weights.empty() && int64_t(weights.size()) != micros)
+    return absl::InvalidArgumentError(
+        absl::StrCat(weights.size(), " loss weights for a step of ", micros,
+                     " micro-batches"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
-                               const FeedMicroBatch &feed) {
+                               const FeedMicroBatch &feed,
+                               absl::Span<const double> lossWeights) {
   if (int stages = e.plan().pipeline().stages_size())
     return absl::FailedPreconditionError(absl::StrCat(
         "the plan has a pipeline of ", stages,
@@ -172,6 +193,8 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
   absl::StatusOr<DataShare> share = RunnableDataShare(e);
   if (!share.ok())
     return share.status();
+  if (absl::Status s = checkLossWeights(lossWeights, micros); !s.ok())
+    return s;
   // This rank's samples start at its slice of the global batch.
   int64_t firstSample = share->rank * micros * t.micro_batch_size();
   absl::StatusOr<int> lossGrad = need(e, "loss_grad"), loss = need(e, "loss");
@@ -199,11 +222,13 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
             run(fns.zero_grads(), -1, TracePhase::kZeroGrads, "zero_grads");
         !s.ok())
       return s;
-  // The mean over the step's micro-batches, times the loss scale (fp16).
-  if (absl::Status s = e.Write(*lossGrad, {e.LossScale() /
-                                           double(micros * share->ranks)});
-      !s.ok())
-    return s;
+  // The mean over the step's micro-batches, times the loss scale (fp16);
+  // with weights, each micro-batch's share.
+  if (lossWeights.empty())
+    if (absl::Status s = e.Write(*lossGrad, {e.LossScale() /
+                                             double(micros * share->ranks)});
+        !s.ok())
+      return s;
   // Each micro-batch's loss, read once the step has run (a device backend
   // enqueues the reads: the host waits for it once a step, in Settle).
   std::vector<double> losses(size_t(micros), 0.0);
@@ -212,6 +237,11 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
     if (absl::Status s = tracedFeed(trace, m, -1, [&] { return feed(m); });
         !s.ok())
       return s;
+    if (!lossWeights.empty())
+      if (absl::Status s = e.Write(
+              *lossGrad, {e.LossScale() * lossWeights[size_t(m)]});
+          !s.ok())
+        return s;
     // The first micro-batch gathers ZeRO's parameters as it goes, the last
     // starts the gradients' sums, when the plan has functions for them (the
     // trace's call is a micro_step either way; its "function" tells which).
@@ -233,9 +263,7 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
   if (absl::Status s = e.Settle(); !s.ok())
     return absl::Status(s.code(),
                         absl::StrCat("step ", step, ": ", s.message()));
-  double sum = 0;
-  for (double l : losses)
-    sum += l;
+  double sum = weightedSum(losses, lossWeights);
   if (share->ranks > 1)
     if (absl::Status s = tracedCommunication(
             trace, "ALL_REDUCE", "braid-run: the step's loss over dp", "dp",
@@ -244,11 +272,12 @@ absl::StatusOr<double> RunStep(Backend &e, uint64_t seed, int64_t step,
             });
         !s.ok())
       return s;
-  return sum / double(micros * share->ranks);
+  return lossWeights.empty() ? sum / double(micros * share->ranks) : sum;
 }
 
 absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
-                                       const FeedSlot &feed) {
+                                       const FeedSlot &feed,
+                                       absl::Span<const double> lossWeights) {
   const plan::Plan &plan = e.plan();
   const plan::Training &t = plan.training();
   int64_t stages = plan.pipeline().stages_size();
@@ -263,22 +292,28 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
     return absl::FailedPreconditionError(absl::StrCat(
         "the plan's pipeline has ", stages,
         " stages, one per rank along 'pp': run it under mpirun"));
+  if (absl::Status s = checkLossWeights(lossWeights, micros); !s.ok())
+    return s;
   int64_t stage = StageOf(e);
   const plan::Stage &program = plan.pipeline().stages(int(stage));
   bool last = stage == stages - 1;
   int64_t firstSample = share->rank * micros * t.micro_batch_size();
-  int loss = -1;
+  int loss = -1, lossGrad = -1;
   if (last) {
-    absl::StatusOr<int> lossGrad = needInStage(e, "loss_grad", stage),
+    absl::StatusOr<int> lossGradId = needInStage(e, "loss_grad", stage),
                         lossId = needInStage(e, "loss", stage);
-    for (const auto *s : {&lossGrad, &lossId})
+    for (const auto *s : {&lossGradId, &lossId})
       if (!s->ok())
         return s->status();
     loss = *lossId;
-    if (absl::Status s = writeEveryCopy(
-            e, *lossGrad, {e.LossScale() / double(micros * share->ranks)});
-        !s.ok())
-      return s;
+    lossGrad = *lossGradId;
+    // With weights, each micro-batch's is written into its slot with its
+    // forward (below).
+    if (lossWeights.empty())
+      if (absl::Status s = writeEveryCopy(
+              e, lossGrad, {e.LossScale() / double(micros * share->ranks)});
+          !s.ok())
+        return s;
   }
   Trace *trace = e.trace();
   // With a trace, the call is "label" or, for micro >= 0, "label mb micro"
@@ -346,6 +381,18 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
               tracedFeed(trace, m, slot, [&] { return feed(m, slot); });
           !s.ok())
         return s;
+    // The micro-batch's loss gradient, in the slot its backward reads.
+    if (last && call.chunk() == lastChunk && !lossWeights.empty()) {
+      if (m < 0 || m >= micros)
+        return absl::InternalError(
+            absl::StrCat("stage ", stage, "'s schedule calls micro-batch ", m,
+                         " of ", micros));
+      if (absl::Status s =
+              e.Write(lossGrad, {e.LossScale() * lossWeights[size_t(m)]},
+                      std::max<int64_t>(slot, 0));
+          !s.ok())
+        return s;
+    }
     if (absl::Status s =
             run(functionOf(call), m, slot, TracePhase::kForward, "forward");
         !s.ok())
@@ -379,9 +426,7 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
   if (absl::Status s = e.Settle(); !s.ok())
     return absl::Status(s.code(), absl::StrCat("step ", step, ", stage ", stage,
                                                ": ", s.message()));
-  double sum = 0;
-  for (double l : losses)
-    sum += l;
+  double sum = weightedSum(losses, lossWeights);
   // The last stage's sum, over the stages, then over the data-parallel ranks.
   for (auto [axis, ranks] :
        {std::pair<const char *, int64_t>{"pp", stages}, {"dp", share->ranks}}) {
@@ -396,7 +441,7 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
         !s.ok())
       return s;
   }
-  return sum / double(micros * share->ranks);
+  return lossWeights.empty() ? sum / double(micros * share->ranks) : sum;
 }
 
 } // namespace braid::exec

@@ -15,6 +15,15 @@ the same; and the serial plan of the model without dropout, given the same
 checkpoint, must find the same losses (evaluation runs without dropout). Also checks the errors of a job whose world size
 does not match the plan and of a rank that dies mid-run.
 
+Instruction data (data.instruction, instruction_runs): conversations with a
+loss mask, one per sample, the loss per counted token over the global batch.
+LLaMA and GPT-2 models imported from random Hugging Face weights train
+under accumulation, dp with ZeRO, tp with sp and pipelines (with dp, and
+interleaved) against their serial run; and the serial run's first loss and
+last validation loss are checked against a float64 reference of the model
+(hf_reference) on the conversations rendered from the records by their
+definition (instruction_reference), not read from Braid's files.
+
   parity.py --bin BUILD/bin --work DIR --corpus TEXT [--steps N]
 """
 
@@ -22,6 +31,7 @@ import json
 import re
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,9 +39,7 @@ import time
 
 from harness import Setup, mpirun, read_safetensors, run
 
-
-
-
+import numpy as np
 
 
 def noise_only(name, values):
@@ -45,6 +53,50 @@ def noise_only(name, values):
         h = len(values) // 3
         return range(h, 2 * h)
     return None
+
+
+def train_run(setup, name, ranks, model, parallel, data, flags, save=None):
+    """Compiles the job of the given sections (args.steps steps of lr 3e-3,
+    validation every 10 over 2 global batches) into NAME.plan and trains it
+    on `ranks` ranks with `flags`, saving to `save` when given; returns the
+    metrics file and the final parameters' file."""
+    args, b, w = setup.args, setup.b, setup.w
+    job = w(f"{name}.textproto")
+    with open(job, "w") as f:
+        f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
+                f"train {{ steps: {args.steps} lr: 3e-3 warmup_steps: 2 seed: 7 "
+                f"eval_interval: 10 eval_iters: 2 }}\ndata {{ {data} }}\n")
+    plan = w(f"{name}.plan")
+    run([b("braidc"), job, "--emit=plan", "-o", plan])
+    metrics, params = w(f"{name}.jsonl"), w(f"{name}.safetensors")
+    cmd = [b("braid-run"), plan, *flags, "--metrics-out", metrics,
+           "--save-params", params, "--log-every", "1000"]
+    if save:
+        cmd += ["--save", save, "--overwrite"]
+    run((mpirun(ranks) if ranks > 1 else []) + cmd)
+    return metrics, params
+
+
+def param_difference(params, serial_params, start=None):
+    """The largest difference of `params` from `serial_params`, relative to
+    each tensor's largest magnitude, leaving out noise_only's elements
+    (which must stay within 1e-3 of where they started, `start`'s values or
+    else 0: 20 steps of lr 3e-3, far less in fact)."""
+    dp = 0.0
+    for pname, ref in serial_params.items():
+        got = params[pname]
+        scale = max(max(abs(x) for x in ref), 1e-12)
+        noise = noise_only(pname, ref) or range(0)
+        origin = np.ravel(start[pname]) if start and pname in start else None
+        for i in noise:
+            o = 0.0 if origin is None else float(origin[i])
+            if abs(got[i] - o) > 1e-3 or abs(ref[i] - o) > 1e-3:
+                sys.exit(f"FAILED: {pname}[{i}] = {got[i]}, {ref[i]}: a "
+                         f"zero-gradient element moved far from {o}")
+        diffs = [abs(x - y) for i, (x, y) in enumerate(zip(got, ref))
+                 if i not in noise]
+        dp = max(dp, max(diffs, default=0.0) / scale)
+    return dp
 
 
 def unfuse_mlp(params, reference):
@@ -231,21 +283,10 @@ def main():
                     low = largest_arena(name + "-full", base + 'recompute: "full"')
                     high = largest_arena(name + "-none", base)
                     parallel = parallel.replace("{budget}", str((low + high) // 2))
-                job = w(f"{tag}-{name}.textproto")
-                with open(job, "w") as f:
-                    f.write(f"model {{ {model_fields} {extra_model_fields} }}\n"
-                            f"parallel {{ {parallel} }}\n"
-                            f"train {{ steps: {args.steps} lr: 3e-3 warmup_steps: 2 seed: 7 "
-                            f"eval_interval: 10 eval_iters: 2 }}\n"
-                            f'data {{ seq_length: 32 split: "90,5,5" }}\n')
-                plan = w(f"{tag}-{name}.plan")
-                run([b("braidc"), job, "--emit=plan", "-o", plan])
-                metrics, params = w(f"{tag}-{name}.jsonl"), w(f"{tag}-{name}.safetensors")
-                cmd = [b("braid-run"), plan, "--data", w("data"), "--metrics-out", metrics,
-                       "--save-params", params, "--log-every", "1000"]
-                if save:
-                    cmd += ["--save", save, "--overwrite"]
-                run((mpirun(ranks) if ranks > 1 else []) + cmd)
+                metrics, params = train_run(
+                    setup, f"{tag}-{name}", ranks,
+                    f"{model_fields} {extra_model_fields}", parallel,
+                    'seq_length: 32 split: "90,5,5"', ["--data", w("data")], save)
                 lines = [json.loads(l) for l in open(metrics)]
                 losses = [l["loss"] for l in lines]
                 assert len(losses) == args.steps, (name, len(losses))
@@ -280,18 +321,7 @@ def main():
                 losses, params, _ = train(name, ranks, parallel, *extra)
                 params = unfuse_mlp(params, serial_params)
                 dl = max(abs(a - s) / abs(s) for a, s in zip(losses, serial_losses))
-                dp = 0.0
-                for pname, ref in serial_params.items():
-                    got = params[pname]
-                    scale = max(max(abs(x) for x in ref), 1e-12)
-                    noise = noise_only(pname, ref) or range(0)
-                    for i in noise:  # within 20 steps of lr 3e-3 of 0, far less in fact
-                        if abs(got[i]) > 1e-3 or abs(ref[i]) > 1e-3:
-                            sys.exit(f"FAILED: {pname}[{i}] = {got[i]}, {ref[i]}: a "
-                                     "zero-gradient element moved far from 0")
-                    diffs = [abs(x - y) for i, (x, y) in enumerate(zip(got, ref))
-                             if i not in noise]
-                    dp = max(dp, max(diffs, default=0.0) / scale)
+                dp = param_difference(params, serial_params)
                 de = 0.0
                 # (A layout of another model, fuse_mlp's, cannot load the
                 # serial checkpoint: a Braid checkpoint keeps its layout of
@@ -309,6 +339,8 @@ def main():
                              f"and test losses differ from the serial run's")
                 worst_loss, worst_param = max(worst_loss, dl), max(worst_param, dp)
                 worst_eval = max(worst_eval, de)
+    if re.search(args.only, "instruction"):
+        instruction_runs(setup)
     print(f"largest loss difference {worst_loss:.2e} (limit {args.loss_rtol}), "
           f"largest parameter difference {worst_param:.2e} (limit {args.param_rtol}), "
           f"largest evaluation difference {worst_eval:.2e} (limit {args.eval_rtol})")
@@ -352,6 +384,141 @@ def main():
     print(f"a killed rank ended the job in {time.monotonic() - killed:.1f} s "
           f"(mpirun exit {proc.returncode})")
     print("parity: 1 passed, 0 failed")
+
+
+def instruction_records(count, seed):
+    """Alpaca records with exact answers: sums, reversed words and words
+    spelled out (whose answers run past a sample of 61 tokens)."""
+    rng = np.random.default_rng(seed)
+    words = ["apple", "river", "stone", "cloud", "garden", "music", "paper",
+             "window", "silver", "orange"]
+    records = []
+    for i in range(count):
+        if i % 3 == 1:
+            a, b = (int(x) for x in rng.integers(0, 1000, 2))
+            records.append({"instruction": f"What is {a} plus {b}?",
+                            "output": str(a + b)})
+        elif i % 3 == 2:
+            word = words[int(rng.integers(0, len(words)))]
+            records.append({"instruction": "Spell it.", "input": word,
+                            "output": " ".join(word.upper())})
+        else:
+            word = words[int(rng.integers(0, len(words)))]
+            records.append({"instruction": "Reverse the word.", "input": word,
+                            "output": word[::-1]})
+    return records
+
+
+def per_token_loss(reference, conversations, seq):
+    """Megatron's per-token loss of `conversations` ((ids, mask) each), one
+    a sample: each truncated to seq + 1 tokens, token t + 1 predicted from
+    tokens 0..t where its mask is 1; the sum of those tokens' cross-entropy
+    over their number. Also the mean of each conversation's own mean, the
+    convention it must differ from."""
+    total, counted, means = 0.0, 0, []
+    for ids, mask in conversations:
+        ids, mask = ids[:seq + 1], mask[:seq + 1]
+        logits = reference.logits(ids[:-1])
+        lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + \
+            logits.max(-1)
+        losses = [lse[t] - logits[t, ids[t + 1]] for t in range(len(ids) - 1)
+                  if mask[t + 1]]
+        total += sum(losses)
+        counted += len(losses)
+        means.append(sum(losses) / len(losses))
+    return total / counted, sum(means) / len(means)
+
+
+def instruction_runs(setup):
+    """Instruction data in every kind of layout against the serial run, and
+    the serial run against a float64 reference (module docstring)."""
+    import hf_reference as ref
+    import instruction_reference as iref
+    args, b, w = setup.args, setup.b, setup.w
+    records = instruction_records(200, seed=3)
+    with open(w("qa.json"), "w") as f:
+        json.dump(records, f)
+    run([b("braid-data"), "preprocess", "--handler", "alpaca", "--input",
+         w("qa.json"), "--output-prefix", w("qa"), "--tokenizer", "byte"])
+    # The byte tokenizer: a token per UTF-8 byte, 256 ending each answer.
+    conversations = [iref.render("alpaca", *iref.conversation("alpaca", r),
+                                 lambda t: list(t.encode("utf-8")), None, 256)
+                     for r in records]
+    seq, steps = 60, args.steps
+    # Some conversations are longer than a sample: truncated.
+    assert any(len(ids) > seq + 1 for ids, _ in conversations)
+    layouts = [
+        ("accumulate4", 1, "micro_batch_size: 1 global_batch_size: 4"),
+        ("dp2-accumulate2-zero1", 2,
+         "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1"),
+        ("dp2-accumulate2-zero3", 2,
+         "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+        ("tp2-sp", 2, "tp: 2 sp: true micro_batch_size: 4"),
+        ("pp2-dp2", 4, "pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4"),
+        ("pp2-vpp2", 2, "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4"),
+    ]
+    worst = 0.0
+    for family in ("llama", "gpt2"):
+        config, weights = ref.random_model(
+            family, {"vocab_size": 512, ("num_hidden_layers" if family == "llama"
+                                         else "n_layer"): 4}, seed=11, std=0.05)
+        model_dir = w(f"instruction-{family}")
+        ref.save_hf_dir(model_dir, config, weights)
+
+        def train(name, ranks, parallel, save=None):
+            metrics, params = train_run(
+                setup, f"instruction-{family}-{name}", ranks,
+                f'hf_config: "{model_dir}/config.json"', parallel,
+                f'seq_length: {seq} split: "90,5,5" data_order: "sequential" '
+                "instruction: true",
+                ["--data", w("qa"), "--init-from", model_dir], save)
+            lines = [json.loads(l) for l in open(metrics)]
+            assert len(lines) == steps, (name, len(lines))
+            return lines, read_safetensors(params)
+
+        root = w(f"instruction-{family}-serial-ckpt")
+        serial, serial_params = train("serial", 1, "micro_batch_size: 4", save=root)
+        # Step 1 is the imported weights' loss on conversations 0-3 (the
+        # split's first, in order).
+        want, mean_of_means = per_token_loss(ref.Reference(config, weights),
+                                             conversations[:4], seq)
+        got = serial[0]["loss"]
+        print(f"instruction-{family:5s} step 1 loss {got:.7f}, reference "
+              f"{want:.7f} (mean of the conversations' means {mean_of_means:.7f})")
+        if abs(got - want) > 1e-5 * want:
+            sys.exit(f"FAILED: instruction {family}: step 1's loss {got} is not "
+                     f"the per-token loss {want} of the first global batch")
+        if abs(mean_of_means - want) < 1e-3 * want:
+            sys.exit("FAILED: the first batch cannot tell the conventions apart")
+        # The last validation loss: the final weights (exported to Hugging
+        # Face) on the validation split's first 2 global batches,
+        # conversations 180-187, per token over all of them.
+        hf = w(f"instruction-{family}-final-hf")
+        shutil.rmtree(hf, ignore_errors=True)
+        run([b("braid-ckpt"), "export", root, "--hf", hf])
+        final = ref.Reference(*ref.load_hf_dir(hf))
+        want_valid, _ = per_token_loss(final, conversations[180:188], seq)
+        got_valid = serial[-1]["valid_loss"]
+        print(f"instruction-{family:5s} validation loss {got_valid:.7f}, "
+              f"reference {want_valid:.7f}")
+        if abs(got_valid - want_valid) > 1e-5 * want_valid:
+            sys.exit(f"FAILED: instruction {family}: the validation loss "
+                     f"{got_valid} is not the reference's {want_valid}")
+        for name, ranks, parallel in layouts:
+            lines, params = train(name, ranks, parallel)
+            dl = max(abs(a["loss"] - s["loss"]) / s["loss"]
+                     for a, s in zip(lines, serial))
+            de = max(abs(lines[-1][k] - serial[-1][k]) / serial[-1][k]
+                     for k in ("valid_loss", "test_loss"))
+            dp = param_difference(params, serial_params, weights)
+            print(f"instruction-{family:5s} {name:22s} loss rel diff {dl:.2e}  "
+                  f"param rel diff {dp:.2e}  eval rel diff {de:.2e}")
+            if dl > args.loss_rtol or dp > args.param_rtol or de > args.loss_rtol \
+                    or math.isnan(dl + dp + de):
+                sys.exit(f"FAILED: instruction {family} {name} differs from the "
+                         "serial run")
+            worst = max(worst, dl)
+    print(f"instruction data: largest loss difference {worst:.2e}")
 
 
 if __name__ == "__main__":
