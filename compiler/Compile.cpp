@@ -36,6 +36,7 @@ const PhaseInfo kPhases[] = {
     {Phase::Model, "model",
      [](OpPassManager &pm, const CompileOptions &) {
        pm.addPass(model::createModelVerifyForward());
+       pm.addPass(model::createModelLora());
      }},
     {Phase::Autodiff, "autodiff",
      [](OpPassManager &pm, const CompileOptions &) {

@@ -101,6 +101,7 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     }
     if (std::optional<StringRef> whole = b.getBlockOf())
       pb->set_block_of(int32_t(indexOf.lookup(*whole)) + 1);
+    pb->set_frozen(b.getFrozen());
     if (std::optional<StringRef> axis = b.getShard()) {
       pb->mutable_shard()->set_axis(axis->str());
       pb->mutable_shard()->set_dim(int32_t(*b.getDim()));
@@ -306,6 +307,16 @@ plan::Training braid::trainingSettings(const ModelConfig &model,
   t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
   t.set_data_split(data.split());
   t.set_data_instruction(data.instruction());
+  if (model.lora.enabled) {
+    plan::LoraSettings *lora = t.mutable_lora();
+    lora->set_rank(model.lora.rank);
+    lora->set_alpha(model.lora.alpha);
+    lora->set_dropout(model.lora.dropout);
+    for (const std::string &name : model.lora.targetModules)
+      lora->add_target_modules(name);
+    for (const std::string &name : model.lora.modulesToSave)
+      lora->add_modules_to_save(name);
+  }
   for (const spec::DataSource &source : data.blend()) {
     plan::DataSource *s = t.add_data_blend();
     s->set_weight(source.weight());

@@ -205,6 +205,8 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
     if (auto whole = op->getAttrOfType<FlatSymbolRefAttr>("block_of"))
       if (updated.contains(cast<StringAttr>(op->getAttr("sym_name")).getValue()))
         updated.insert(whole.getValue());
+  // Frozen parameters (plan.buffer's `frozen`: a LoRA run's base weights).
+  std::map<int64_t, int64_t> frozen, frozenBytes;
   std::map<std::string, int64_t> bytes;
   std::map<int64_t, int64_t> copies;
   // Per pipeline rank: the persistent bytes by role and the parameters held.
@@ -252,8 +254,13 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
         whole[stage] += type.getNumElements();
       StringRef self = cast<StringAttr>(op->getAttr("sym_name")).getValue();
       auto parent = op->getAttrOfType<FlatSymbolRefAttr>("view_of");
+      const bool isFrozen = !inference && op->getAttr("frozen");
+      if (isFrozen) {
+        frozen[stage] += type.getNumElements();
+        frozenBytes[stage] += bytesOf(op);
+      }
       // An inference plan updates no parameter, here or elsewhere.
-      if (!inference && !updated.contains(self) &&
+      if (!inference && !isFrozen && !updated.contains(self) &&
           !(parent && updated.contains(parent.getValue())))
         copies[stage] += type.getNumElements();
       if (op->getAttr("view_of"))
@@ -295,6 +302,20 @@ llvm::json::Object braid::planMemoryReport(ModuleOp module) {
     entry["temporary_peak_bytes"] = rankArena[stage] - wholeRun[stage];
     entry["persistent_bytes_per_parameter"] =
         parameters[stage] ? double(total) / double(parameters[stage]) : 0.0;
+    // Frozen parameters (no rank updates them: a LoRA run's base) hold only
+    // their weights; the trainable ones their gradients and optimizer state
+    // too.
+    if (!inference) {
+      const int64_t trainable = parameters[stage] - frozen[stage];
+      entry["trainable_parameters"] = trainable;
+      entry["frozen_parameters"] = frozen[stage];
+      entry["trainable_bytes_per_parameter"] =
+          trainable ? double(total - frozenBytes[stage]) / double(trainable)
+                    : 0.0;
+      entry["frozen_bytes_per_parameter"] =
+          frozen[stage] ? double(frozenBytes[stage]) / double(frozen[stage])
+                        : 0.0;
+    }
     ranks.push_back(std::move(entry));
   }
   auto arena = module->getAttrOfType<IntegerAttr>("plan.arena_bytes");

@@ -329,6 +329,24 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   declareParams();
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   setConfig(*module);
+  if (c.lora.enabled) {
+    // What model-lora adds (passes/model/ModelLora.cpp).
+    auto strings = [&](const std::vector<std::string> &names) {
+      SmallVector<Attribute> out;
+      for (const std::string &name : names)
+        out.push_back(b.getStringAttr(name));
+      return b.getArrayAttr(out);
+    };
+    (*module)->setAttr(
+        "model.lora",
+        b.getDictionaryAttr(
+            {b.getNamedAttr("rank", b.getI64IntegerAttr(c.lora.rank)),
+             b.getNamedAttr("alpha", b.getF64FloatAttr(c.lora.alpha)),
+             b.getNamedAttr("dropout", b.getF64FloatAttr(c.lora.dropout)),
+             b.getNamedAttr("target_modules", strings(c.lora.targetModules)),
+             b.getNamedAttr("modules_to_save",
+                            strings(c.lora.modulesToSave))}));
+  }
 
   auto tokenType = RankedTensorType::get({c.microBatchSize, c.seqLength},
                                          b.getI32Type());

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <optional>
 
 using namespace braid;
@@ -357,6 +358,47 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
   // IR is built.
   if (llvm::Error e = checkSizeLimits(c))
     return std::move(e);
+  if (job.has_lora()) {
+    const spec::LoraSpec &l = job.lora();
+    LoraConfig &lora = c.lora;
+    lora.enabled = true;
+    if (l.has_rank())
+      lora.rank = l.rank();
+    if (lora.rank < 1)
+      return invalid("lora.rank = " + llvm::Twine(lora.rank) +
+                     " must be at least 1");
+    if (l.has_alpha())
+      lora.alpha = l.alpha();
+    if (!(std::isfinite(lora.alpha) && lora.alpha > 0))
+      return invalid("lora.alpha = " + str(lora.alpha) +
+                     " must be a number > 0");
+    if (l.has_dropout())
+      lora.dropout = l.dropout();
+    if (!(lora.dropout >= 0 && lora.dropout < 1))
+      return invalid("lora.dropout = " + str(lora.dropout) +
+                     " must be in [0, 1)");
+    lora.targetModules.assign(l.target_modules().begin(),
+                              l.target_modules().end());
+    if (lora.targetModules.empty()) {
+      // PEFT's defaults (its TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES).
+      if (c.family == spec::GPT2)
+        lora.targetModules = {"c_attn"};
+      else if (c.family == spec::BLOOM)
+        lora.targetModules = {"query_key_value"};
+      else if (c.fusedQkv())
+        lora.targetModules = {"W_pack"};
+      else
+        lora.targetModules = {"q_proj", "v_proj"};
+    }
+    lora.modulesToSave.assign(l.modules_to_save().begin(),
+                              l.modules_to_save().end());
+    for (const auto *names : {&lora.targetModules, &lora.modulesToSave})
+      for (const std::string &name : *names)
+        if (name.empty() || name.front() == '.' || name.back() == '.')
+          return invalid("lora: \"" + name +
+                         "\" is not a module name (e.g. q_proj, "
+                         "self_attn.q_proj)");
+  }
   return c;
 }
 

@@ -28,6 +28,16 @@ struct DerivedField {
 /// The architecture and the batch shape of one compile, every field decided:
 /// the source (preset or config.json), then the job's inline fields, then the
 /// family defaults (docs/spec.md), validated.
+/// LoRA (the job's `lora` section): adapters beside the target modules'
+/// linears, the other parameters frozen but modules_to_save's. Applied by
+/// the model-lora pass, which reads it from the module's `model.lora`.
+struct LoraConfig {
+  bool enabled = false; ///< the job has a lora section
+  int64_t rank = 8;
+  double alpha = 8, dropout = 0;
+  std::vector<std::string> targetModules, modulesToSave;
+};
+
 struct ModelConfig {
   std::string source; ///< preset name, config.json path, or "inline"
   spec::Family family = spec::FAMILY_UNSPECIFIED;
@@ -55,6 +65,8 @@ struct ModelConfig {
   /// The fields derived from others (ffn_hidden_size, num_kv_heads), in
   /// that order; the compile report lists them.
   std::vector<DerivedField> derivedFields;
+
+  LoraConfig lora;
 
   /// True when Q, K and V come from one fused projection in this family.
   bool fusedQkv() const;

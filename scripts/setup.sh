@@ -44,9 +44,10 @@ fi
 # files braid-run writes (tests/e2e/tensorboard_check.py); numpy runs the
 # reference models of tests/e2e/hf_reference.py; Hugging Face's tokenizers
 # and transformers (without PyTorch) and sentencepiece are the reference
-# tokenizers of tests/e2e/tokenizer_check.py.
-oracles=(tensorboard numpy tokenizers transformers sentencepiece protobuf)
-modules=(tensorboard numpy tokenizers transformers sentencepiece google.protobuf)
+# tokenizers of tests/e2e/tokenizer_check.py; safetensors reads the PEFT
+# adapters braid-ckpt exports (tests/e2e/parity.py).
+oracles=(tensorboard numpy tokenizers transformers sentencepiece protobuf safetensors)
+modules=(tensorboard numpy tokenizers transformers sentencepiece google.protobuf safetensors)
 missing_oracles=()
 for i in "${!oracles[@]}"; do
   python3 -c "import ${modules[$i]}" 2>/dev/null || missing_oracles+=("${oracles[$i]}")

@@ -43,6 +43,10 @@ def Model_Dialect : Dialect {
     static constexpr llvm::StringLiteral kShardingAttrName = "model.sharding";
     /// The argument attribute naming a parameter.
     static constexpr llvm::StringLiteral kParamAttrName = "model.param";
+    /// The unit argument attribute of a parameter the training step does
+    /// not update (a LoRA run's base weights, `model-lora`): it gets no
+    /// gradient, no optimizer state and no update.
+    static constexpr llvm::StringLiteral kFrozenAttrName = "model.frozen";
     /// The argument attribute naming a data input (tokens, targets,
     /// loss_grad).
     static constexpr llvm::StringLiteral kInputAttrName = "model.input";

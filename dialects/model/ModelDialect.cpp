@@ -282,6 +282,41 @@ LogicalResult ModelDialect::verifyOperationAttribute(Operation *op,
           "model.recompute must be a list of layers on the module");
     return success();
   }
+  if (attr.getName() == "model.lora" && !llvm::isa<ModuleOp>(op)) {
+    // An adapter's op (model-lora): its down or up projection, or the sum.
+    auto part = llvm::dyn_cast<StringAttr>(attr.getValue());
+    if (!part || !llvm::is_contained({"A", "B", "sum"}, part.getValue()) ||
+        !llvm::isa<LinearOp, AddOp>(op))
+      return op->emitOpError("model.lora on an op must be \"A\" or \"B\" on "
+                             "a model.linear or \"sum\" on a model.add, "
+                             "found ")
+             << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == "model.lora") {
+    // LoRA's settings, which model-lora applies (frontends/ModelConfig.h).
+    auto lora = llvm::dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!lora)
+      return op->emitOpError("model.lora must be a dictionary on the module");
+    auto rank = lora.getAs<IntegerAttr>("rank");
+    auto alpha = lora.getAs<FloatAttr>("alpha");
+    auto dropout = lora.getAs<FloatAttr>("dropout");
+    if (!rank || rank.getInt() < 1 || !alpha ||
+        !(alpha.getValueAsDouble() > 0) || !dropout ||
+        !(dropout.getValueAsDouble() >= 0 && dropout.getValueAsDouble() < 1))
+      return op->emitOpError("model.lora needs rank >= 1, alpha > 0 and "
+                             "dropout in [0, 1), found ")
+             << lora;
+    for (const char *list : {"target_modules", "modules_to_save"}) {
+      auto names = lora.getAs<ArrayAttr>(list);
+      if (!names || !llvm::all_of(names, [](Attribute a) {
+            return llvm::isa<StringAttr>(a);
+          }))
+        return op->emitOpError("model.lora's ")
+               << list << " must be a list of strings";
+    }
+    return success();
+  }
   if (attr.getName() == "model.config") {
     if (!llvm::isa<ModuleOp>(op) || !llvm::isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError(
@@ -343,6 +378,16 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
     if (!name || name.getValue().empty())
       return emitError() << "model.param must be a non-empty string, found "
                          << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kFrozenAttrName) {
+    if (!llvm::isa<UnitAttr>(attr.getValue()))
+      return emitError() << "model.frozen is a unit attribute, found "
+                         << attr.getValue();
+    if (auto func = llvm::dyn_cast<FunctionOpInterface>(op))
+      if (!func.getArgAttr(argIndex, kParamAttrName))
+        return emitError() << "model.frozen marks a parameter, but the "
+                              "argument has no model.param";
     return success();
   }
   if (attr.getName() == kInputAttrName) {

@@ -121,6 +121,14 @@ LogicalResult AddOp::buildGradients(OpBuilder &, ValueRange dy,
   return success();
 }
 
+LogicalResult ScaleOp::buildGradients(OpBuilder &b, ValueRange dy,
+                                      SmallVectorImpl<Value> &grads) {
+  // Linear: dx = dy · scale, the same op on the output gradient.
+  grads.assign(1, b.create<ScaleOp>(getLoc(), dy[0].getType(), dy[0],
+                                    getScaleAttr()));
+  return success();
+}
+
 LogicalResult DropoutOp::buildGradients(OpBuilder &b, ValueRange dy,
                                         SmallVectorImpl<Value> &grads) {
   // The same mask and scale, drawn again from the same key.

@@ -828,6 +828,28 @@ LogicalResult AddOp::verify() {
 
 int64_t AddOp::getVectorFlops() { return numel(getResult()); }
 
+void ScaleOp::build(OpBuilder &builder, OperationState &state, Value x,
+                    double scale) {
+  build(builder, state, x.getType(), x, builder.getF64FloatAttr(scale));
+}
+
+LogicalResult ScaleOp::verify() {
+  // SC1: the result has x's type.
+  if (failed(verifySameType(*this, getResult(), getX().getType(), "x's type")))
+    return failure();
+  // SC2: a finite, nonzero factor (a zero one would cut the gradient).
+  double scale = getScale().convertToDouble();
+  if (!std::isfinite(scale) || scale == 0)
+    return emitOpError("scale is ") << scale << " but must be finite and "
+                                       "nonzero";
+  return success();
+}
+
+int64_t ScaleOp::getVectorFlops() {
+  // x · scale: 1 per element.
+  return numel(getResult());
+}
+
 void DropoutOp::build(OpBuilder &builder, OperationState &state, Value x,
                       double rate, int64_t rngId) {
   build(builder, state, x.getType(), x, builder.getF64FloatAttr(rate),

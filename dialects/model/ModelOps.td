@@ -86,7 +86,10 @@ def Model_LayerOp : Model_Op<"layer", [IsolatedFromAbove,
     `model-autodiff`): its operands are the gradient of the forward layer's
     result, the forward layer's operands and the activations the forward
     layer saved for it (its extra results); it yields the gradients of the
-    forward layer's operands, in order.
+    forward layer's operands, in order: of those whose gradient something
+    reads (all of them, unless parameters are `model.frozen`: then
+    `model-autodiff` drops the gradients nothing reads, and the activations
+    saved only for them).
 
     Example:
 
@@ -578,6 +581,34 @@ def Model_AddOp : Model_ForwardOp<"add"> {
     $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$lhs, "::mlir::Value":$rhs)>];
+}
+
+def Model_ScaleOp : Model_ForwardOp<"scale"> {
+  let summary = "Elementwise product with a constant";
+  let description = [{
+    `x · scale`, `scale` a compile-time constant: a LoRA adapter's
+    `alpha / rank` on its low-rank activations. Linear, so its gradient is
+    a `model.scale` of the output gradient by the same factor, and under
+    tensor parallelism it keeps its operand's layout, partial sums
+    included.
+
+    Example:
+
+    ```mlir
+    %s = model.scale %h scale = 2.0
+        : (tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+    ```
+
+    Constraints:
+    - SC1: the result has `x`'s type.
+    - SC2: `scale` is finite and nonzero.
+  }];
+  let arguments = (ins Model_FloatTensor:$x, F64Attr:$scale);
+  let results = (outs Model_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `scale` `=` $scale attr-dict `:` functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "double":$scale)>];
 }
 
 def Model_DropoutOp : Model_ForwardOp<"dropout"> {

@@ -64,6 +64,10 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
       non-negative multiple of the element size; a view has no `slots`
       and is not a `bucket`.
 
+    A `frozen` parameter is one the step does not update (a LoRA run's base
+    weight, `model.frozen`): it has no gradient or optimizer state, and a
+    checkpoint does not hold it.
+
     With ZeRO-3 a rank keeps only its block of a bucket's flat parameters:
     a one-dimensional `parameter` buffer with `block_of` naming the flat
     buffer (a temporary the parameters are gathered into before use) whose
@@ -96,13 +100,14 @@ def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
                        OptionalAttr<I64Attr>:$slots,
                        OptionalAttr<FlatSymbolRefAttr>:$view_of,
                        OptionalAttr<I64Attr>:$view_offset,
-                       OptionalAttr<FlatSymbolRefAttr>:$block_of);
+                       OptionalAttr<FlatSymbolRefAttr>:$block_of,
+                       UnitAttr:$frozen);
   let assemblyFormat = [{
     $sym_name `:` $type `role` `=` $role (`name` `=` $name^)?
     (`shard` `=` $shard^)? (`dim` `=` $dim^)? (`blocks` `=` $blocks^)?
     (`stage` `=` $stage^)? (`slots` `=` $slots^)?
     (`view_of` `=` $view_of^)? (`view_offset` `=` $view_offset^)?
-    (`block_of` `=` $block_of^)?
+    (`block_of` `=` $block_of^)? (`frozen` $frozen^)?
     (`offset` `=` $offset^)? attr-dict
   }];
   let hasVerifier = 1;

@@ -1,7 +1,7 @@
 //===- ModelAutodiff.cpp - Reverse-mode differentiation -------------------===//
 //
 // Implements `model-autodiff` (see Passes.td): @forward becomes @train_step,
-// which returns the loss and one gradient per parameter. Ops are
+// which returns the loss and one gradient per trainable parameter. Ops are
 // differentiated through GradientOpInterface, in reverse program order;
 // layers are differentiated inside their region and the backward half is
 // moved into a `model.layer backward`, the activations it needs becoming
@@ -15,6 +15,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
+
+#include <map>
 
 namespace braid::model {
 #define GEN_PASS_DEF_MODELAUTODIFF
@@ -80,6 +82,101 @@ differentiateOps(ArrayRef<Operation *> ops, GradientMap &grads,
         grads.accumulate(operand, grad, op->getLoc());
   }
   return success();
+}
+
+/// Erases the ops of `block` (not its terminator) whose results nobody
+/// reads, last first, so that what fed only them goes too. Model ops have
+/// no side effects before model-shard adds collectives.
+bool eraseUnread(Block &block) {
+  bool erased = false;
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator())
+    ops.push_back(&op);
+  for (Operation *op : llvm::reverse(ops)) {
+    if (isa<LayerOp>(op) || !op->use_empty())
+      continue;
+    op->erase();
+    erased = true;
+  }
+  return erased;
+}
+
+/// `layer` remade with only the results `keep` (in order), its body moved
+/// into it and its yield cut to match; the uses of the kept results move to
+/// the new layer's.
+LayerOp keepResults(LayerOp layer, ArrayRef<unsigned> keep) {
+  OpBuilder b(layer);
+  SmallVector<Type> types;
+  for (unsigned i : keep)
+    types.push_back(layer.getResult(i).getType());
+  auto kept = b.create<LayerOp>(layer.getLoc(), layer.getIndex(), types,
+                                layer.getInputs());
+  kept.setBackward(layer.getBackward());
+  kept.getBody().takeBody(layer.getBody());
+  Operation *yield = kept.getBody().front().getTerminator();
+  SmallVector<Value> yielded;
+  for (unsigned i : keep)
+    yielded.push_back(yield->getOperand(i));
+  yield->setOperands(yielded);
+  for (auto [k, i] : llvm::enumerate(keep))
+    layer.getResult(i).replaceAllUsesWith(kept.getResult(k));
+  layer.erase();
+  return kept;
+}
+
+/// Removes from @train_step what computes only gradients nobody reads:
+/// with frozen parameters, their gradients are not returned, so the ops
+/// that make them (a frozen linear's weight gradient, a frozen embedding's
+/// scatter), the backward layers' results for them (and for an input whose
+/// gradient reaches nothing trainable, as layer 0's hidden state below a
+/// frozen embedding), and the activations a forward layer saved only for
+/// those go. Backward layers keep their operands in the order
+/// `model.layer` states, less the saved activations they no longer read.
+void pruneUnreadGradients(func::FuncOp func) {
+  Block &entry = func.getBody().front();
+  for (bool changed = true; changed;) {
+    changed = eraseUnread(entry);
+    std::map<int64_t, LayerOp> forwards, backwards;
+    for (LayerOp layer : llvm::to_vector(entry.getOps<LayerOp>()))
+      (layer.getBackward() ? backwards : forwards)[layer.getIndex()] = layer;
+    for (auto [index, backward] : backwards) {
+      SmallVector<unsigned> keep;
+      for (OpResult result : backward->getResults())
+        if (!result.use_empty())
+          keep.push_back(result.getResultNumber());
+      if (keep.size() != backward.getNumResults()) {
+        backward = keepResults(backward, keep);
+        changed = true;
+      }
+      changed |= eraseUnread(backward.getBody().front());
+      // The saved activations (operands after dy and the forward's
+      // operands) the body no longer reads.
+      auto fwdIt = forwards.find(index);
+      if (fwdIt == forwards.end())
+        continue;
+      LayerOp forward = fwdIt->second;
+      Block &bwdBody = backward.getBody().front();
+      const unsigned first = 1 + forward.getInputs().size();
+      SmallVector<unsigned> savedKept = {0};
+      for (unsigned k = forward.getNumResults(); k-- > 1;) {
+        unsigned operand = first + k - 1;
+        if (operand < bwdBody.getNumArguments() &&
+            bwdBody.getArgument(operand).use_empty()) {
+          backward.getInputsMutable().erase(operand);
+          bwdBody.eraseArgument(operand);
+          changed = true;
+        }
+      }
+      for (unsigned r = 1; r < forward.getNumResults(); ++r)
+        if (!forward.getResult(r).use_empty())
+          savedKept.push_back(r);
+      if (savedKept.size() != forward.getNumResults()) {
+        forward = keepResults(forward, savedKept);
+        eraseUnread(forward.getBody().front());
+        changed = true;
+      }
+    }
+  }
 }
 
 struct ModelAutodiffPass
@@ -226,14 +323,20 @@ void ModelAutodiffPass::runOnOperation() {
   if (failed(differentiateOps(ops, grads, builder, layerFn)))
     return signalPassFailure();
 
-  // Results: the loss, then each parameter's gradient in parameter order.
+  // Results: the loss, then each trainable parameter's gradient in
+  // parameter order (a frozen one gets none).
   SmallVector<Value> results = {loss};
   SmallVector<Attribute> resultAttrs = {builder.getDictionaryAttr({})};
+  bool frozen = false;
   for (BlockArgument arg : entry.getArguments()) {
     auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                   ModelDialect::kParamAttrName);
     if (!name)
       continue;
+    if (func.getArgAttr(arg.getArgNumber(), ModelDialect::kFrozenAttrName)) {
+      frozen = true;
+      continue;
+    }
     Value grad = grads.lookup(arg);
     if (!grad) {
       func.emitError("parameter \"")
@@ -244,12 +347,16 @@ void ModelAutodiffPass::runOnOperation() {
     resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
         ModelDialect::kGradAttrName, name)));
   }
-  builder.create<func::ReturnOp>(ret.getLoc(), results);
+  auto newRet = builder.create<func::ReturnOp>(ret.getLoc(), results);
   ret.erase();
+  // (Pruning remakes layers: the return's operands, not `results`, are the
+  // values it returns after.)
+  if (frozen)
+    pruneUnreadGradients(func);
 
   func.setSymName("train_step");
   func.setFunctionType(builder.getFunctionType(
-      entry.getArgumentTypes(), ValueRange(results).getTypes()));
+      entry.getArgumentTypes(), newRet.getOperandTypes()));
   func.setAllResultAttrs(resultAttrs);
 }
 

@@ -36,22 +36,26 @@ void ModelOptimizerPass::runOnOperation() {
   Block &entry = func.getBody().front();
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
 
+  // The parameters it updates: all but the frozen ones.
   SmallVector<BlockArgument> params;
   SmallVector<StringAttr> names;
   for (BlockArgument arg : entry.getArguments())
     if (auto name = func.getArgAttrOfType<StringAttr>(
-            arg.getArgNumber(), ModelDialect::kParamAttrName)) {
+            arg.getArgNumber(), ModelDialect::kParamAttrName);
+        name &&
+        !func.getArgAttr(arg.getArgNumber(), ModelDialect::kFrozenAttrName)) {
       params.push_back(arg);
       names.push_back(name);
     }
   if (ret.getNumOperands() != params.size() + 1) {
     func.emitError("@train_step must return the loss and one gradient per "
-                   "parameter before model-optimizer");
+                   "parameter not model.frozen before model-optimizer");
     return signalPassFailure();
   }
   if (params.empty()) {
-    func.emitError("@train_step has no parameters (arguments marked "
-                   "model.param): there is nothing to optimize");
+    func.emitError("@train_step has no trainable parameters (arguments "
+                   "marked model.param and not model.frozen): there is "
+                   "nothing to optimize");
     return signalPassFailure();
   }
   SmallVector<Value> grads(ret.getOperands().drop_front());

@@ -47,7 +47,9 @@ LogicalResult verifyTrainStep(ModuleOp module) {
   for (BlockArgument arg : step.getArguments()) {
     unsigned i = arg.getArgNumber();
     if (step.getArgAttr(i, ModelDialect::kParamAttrName)) {
-      params.push_back(arg);
+      // A frozen parameter gets no gradient.
+      if (!step.getArgAttr(i, ModelDialect::kFrozenAttrName))
+        params.push_back(arg);
       continue;
     }
     auto input = step.getArgAttrOfType<StringAttr>(i, ModelDialect::kInputAttrName);
@@ -62,12 +64,12 @@ LogicalResult verifyTrainStep(ModuleOp module) {
     if (!inputs.contains(name))
       return step.emitError("@train_step has no \"") << name << "\" input";
 
-  // T3: loss, then one gradient per parameter, in order.
+  // T3: loss, then one gradient per trainable parameter, in order.
   ArrayRef<Type> results = step.getFunctionType().getResults();
   if (results.size() != params.size() + 1 || !isRankZeroFloat(results[0]))
     return step.emitError("@train_step must return the loss and ")
-           << params.size() << " gradients, found " << results.size()
-           << " results";
+           << params.size() << " gradients (one per parameter not "
+           << "model.frozen), found " << results.size() << " results";
   for (auto [k, param] : llvm::enumerate(params)) {
     unsigned r = k + 1;
     auto grad = step.getResultAttrOfType<StringAttr>(r, ModelDialect::kGradAttrName);

@@ -25,13 +25,42 @@ def ModelVerifyForward : Pass<"model-verify-forward", "mlir::ModuleOp"> {
   let dependentDialects = ["::braid::model::ModelDialect"];
 }
 
+def ModelLora : Pass<"model-lora", "mlir::ModuleOp"> {
+  let summary = "Adds LoRA adapters beside the target linears and freezes "
+                "the rest";
+  let description = [{
+    With the module's `model.lora` settings (the job's `lora` section:
+    rank r, alpha, dropout, target_modules, modules_to_save), each linear
+    of @forward whose weight is a parameter `<module>.weight` of a target
+    module (the name is the module's path or ends it after a dot, PEFT's
+    rule) gets PEFT's adapter added to its output:
+    `linear(scale(linear(dropout(x), A), alpha / r), B)`, with the new
+    parameters `<module>.lora_A.weight` `[r, in]` and
+    `<module>.lora_B.weight` `[out, r]` (nn.Linear's layout, whatever the
+    base's) right after the base weight; inside a layer they become
+    operands of the layer. The adapter's dropout takes the next `rng_id`.
+    Every other parameter, but those of modules_to_save, is marked
+    `model.frozen`: `model-autodiff` gives it no gradient and
+    `model-optimizer` no state.
+    Refused: a target or module to save that names nothing (the message
+    lists the model's), a rank above a target's smaller dimension, a module
+    both targeted and saved, a graph that has adapters already.
+    Without `model.lora` it does nothing.
+  }];
+  let dependentDialects = ["::braid::model::ModelDialect"];
+}
+
 def ModelAutodiff : Pass<"model-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode differentiation of the forward graph";
   let description = [{
     Turns `@forward(params..., tokens, targets) -> loss` into
     `@train_step(params..., tokens, targets, loss_grad) -> (loss, grads...)`:
     the forward graph followed by its backward, one gradient per parameter
-    in parameter order (result attribute `model.grad = "<param name>"`).
+    in parameter order (result attribute `model.grad = "<param name>"`),
+    except the parameters marked `model.frozen`, which get none: what
+    computes only their gradients (a frozen linear's weight gradient, the
+    backward layers' results for them, the activations saved only for
+    those) is removed.
     `loss_grad` (`model.input = "loss_grad"`) seeds the backward: 1 for plain
     training, the loss scale under fp16.
 
@@ -60,9 +89,9 @@ def ModelVerifyTrainStep : Pass<"model-verify-train-step", "mlir::ModuleOp"> {
       meshes.
     - T2: its arguments are parameters (`model.param`), one `tokens`, one
       `targets` and one `loss_grad` input, the latter a rank-0 float.
-    - T3: it returns the rank-0 loss, then one gradient per parameter in
-      parameter order, each marked `model.grad` with that parameter's name
-      and of that parameter's type.
+    - T3: it returns the rank-0 loss, then one gradient per parameter not
+      marked `model.frozen`, in parameter order, each marked `model.grad`
+      with that parameter's name and of that parameter's type.
     - T4: every forward layer `i` has exactly one `model.layer backward` of
       index `i`; forward layers come in increasing, backward layers in
       decreasing index order, and every backward layer follows all forward
@@ -77,7 +106,8 @@ def ModelOptimizer : Pass<"model-optimizer", "mlir::ModuleOp"> {
   let description = [{
     Completes the training step: after the gradients, the global gradient
     norm and its clipping scale (`model.grad_norm`), then one `model.adamw`
-    per parameter. @train_step gains the optimizer state as arguments (the
+    per parameter not marked `model.frozen` (a frozen one has no moments
+    and is not updated). @train_step gains the optimizer state as arguments (the
     first and second moments of each parameter, `model.opt_state =
     "exp_avg:<name>"` / `"exp_avg_sq:<name>"`), the learning rate
     (`model.input = "lr"`, from the schedule) and the 1-based step

@@ -23,6 +23,8 @@
 
 #include "mlir/IR/DialectRegistry.h"
 
+#include <optional>
+
 #include "passes/model/TensorParallelRules.cpp.inc"
 
 using namespace mlir;
@@ -53,21 +55,84 @@ bool feedsReplicatedKv(Value v, int64_t tp) {
   return false;
 }
 
+/// What a linear's output feeds: its result, or with a LoRA adapter beside
+/// it (model-lora) the sum of both.
+Value throughAdapter(Value y) {
+  if (y.hasOneUse())
+    if (auto sum = dyn_cast<AddOp>(*y.getUsers().begin()))
+      if (auto part = sum->getAttrOfType<StringAttr>("model.lora");
+          part && part.getValue() == "sum")
+        return sum.getResult();
+  return y;
+}
+
+/// A LoRA adapter's linear (model-lora's "A" down or "B" up projection),
+/// split as its base is: a column-parallel base's adapter keeps A whole and
+/// splits B on its output as the base's weight (the same blocks), so the
+/// adapter's output is split as the base's; a row-parallel base's splits A
+/// on its input, as its x is, and the r-wide partial sums are reduced
+/// there (the smallest place), B then whole, on a sequence slice under sp
+/// as the base's reduced output is. Returns failure() with a diagnostic,
+/// or success() once the rule has set the result's layout; std::nullopt
+/// when the ordinary rule applies.
+std::optional<LogicalResult> adapterLinear(LinearOp op, TensorParallel &e) {
+  auto part = op->getAttrOfType<StringAttr>("model.lora");
+  if (!part)
+    return std::nullopt;
+  Value w = op.getWeight();
+  int64_t outAxis = op.getTransposeW() ? 0 : 1;
+  int64_t last = cast<RankedTensorType>(op.getX().getType()).getRank() - 1;
+  if (part.getValue() == "A") {
+    Layout x = e.layout(op.getX());
+    if (x.isSplit() && x.dim == last)
+      return std::nullopt; // row-parallel, as its base
+    // Whole: every rank computes the r-wide down projection.
+    if (e.undecided(w) && failed(e.decide(w, Layout(), op)))
+      return failure();
+    return std::nullopt;
+  }
+  // B: as the base's output, the other operand of the sum.
+  Value out = op.getResult();
+  if (!out.hasOneUse())
+    return e.unsupported(op, "a LoRA up projection feeds one sum");
+  auto sum = dyn_cast<AddOp>(*out.getUsers().begin());
+  if (!sum)
+    return e.unsupported(op, "a LoRA up projection feeds its sum");
+  Value base = sum.getLhs() == out ? sum.getRhs() : sum.getLhs();
+  Layout b = e.layout(base);
+  if (b.isSplit() && b.dim == last) {
+    if (e.undecided(w) &&
+        failed(e.decide(w, Layout::split(outAxis, b.blocks), op)))
+      return failure();
+    return std::nullopt; // column-parallel, x whole
+  }
+  if (e.undecided(w) && failed(e.decide(w, Layout(), op)))
+    return failure();
+  if (e.isSeq(op.getX()) && e.isSeq(base))
+    // A per-token product with a whole weight: on the sequence slice.
+    return e.setLayout(op.getResult(), e.layout(op.getX()), op);
+  return std::nullopt;
+}
+
 LogicalResult linear(LinearOp op, TensorParallel &e) {
+  if (std::optional<LogicalResult> adapter = adapterLinear(op, e))
+    return *adapter;
   e.resolveOperands(op);
   int64_t tp = e.tp();
   int64_t outAxis = op.getTransposeW() ? 0 : 1, inAxis = 1 - outAxis;
   Value w = op.getWeight(), bias = op.getBias();
   Layout x = e.layout(op.getX());
   Value y = op.getResult();
+  // What the output feeds, past an adapter's sum.
+  Value feeds = throughAdapter(y);
   if (x.isReplicated()) {
     // Column-parallel, unless the weight is whole or must stay whole.
     Layout weight;
     if (e.undecided(w)) {
-      if (!feedsReplicatedKv(y, tp)) {
+      if (!feedsReplicatedKv(feeds, tp)) {
         SmallVector<int64_t> blocks;
-        if (y.hasOneUse())
-          if (auto split = dyn_cast<QkvSplitOp>(*y.getUsers().begin())) {
+        if (feeds.hasOneUse())
+          if (auto split = dyn_cast<QkvSplitOp>(*feeds.getUsers().begin())) {
             int64_t hd = split.getHeadDimAttr().getInt();
             int64_t kv = split.getNumKvHeadsAttr().getInt();
             if (kv % tp != 0)
@@ -78,7 +143,7 @@ LogicalResult linear(LinearOp op, TensorParallel &e) {
               blocks = {split.getNumHeadsAttr().getInt() * hd, kv * hd,
                         kv * hd};
           }
-        for (Operation *user : y.getUsers())
+        for (Operation *user : feeds.getUsers())
           if (auto swiglu = dyn_cast<SwigluOp>(user);
               swiglu && swiglu.isPacked()) {
             // A fused gate/up projection (its output is also kept for the
@@ -483,14 +548,24 @@ LogicalResult linearGradInput(LinearGradInputOp op, TensorParallel &e) {
     e.resolveOperands(op);
     return e.setLayout(op.getResult(), Layout::split(last, w.blocks), op);
   }
-  // A whole weight: linear in dy, so a partial dy gives a partial dx.
+  // A whole weight: linear in dy, so a partial dy gives a partial dx, and
+  // a sequence slice of dy (per token) the slice of dx.
   Layout dy = e.layout(op.getDy());
+  if (e.isSeq(op.getDy()))
+    return e.setLayout(op.getResult(), dy, op);
   if (dy.isSplit())
     return e.unsupported(op, "dy is split but the weight is whole");
   return e.setLayout(op.getResult(), dy, op);
 }
 
 LogicalResult linearGradWeight(LinearGradWeightOp op, TensorParallel &e) {
+  // A whole weight applied to sequence slices (a LoRA up projection beside
+  // a row-parallel base under sp): each rank sums its tokens' products.
+  if (e.isSeq(op.getX()) && e.isSeq(op.getDy()))
+    return e.setLayout(op.getResult(),
+                       Layout::partial("model.linear_grad_weight gradients of "
+                                       "this rank's sequence slice"),
+                       op);
   if (e.isSeq(op.getX())) // the saved input of a column-parallel linear
     op.getXMutable().set(e.whole(op.getX(), op));
   Layout x = e.layout(op.getX()), dy = e.layout(op.getDy());
@@ -518,7 +593,10 @@ LogicalResult biasGrad(BiasGradOp op, TensorParallel &e) {
                      dy.isSplit() ? Layout::split(0, dy.blocks) : dy, op);
 }
 
-/// Rope and its gradient: linear, and per head.
+/// Rope and its gradient: linear, and per head; scale: linear, and per
+/// element. The result keeps the operand's layout, whole, split or partial:
+/// the terms of a partial sum times a constant are the terms of the product,
+/// so a partial x is reduced where a consumer needs it whole, not here.
 LogicalResult perHead(Operation *op, TensorParallel &e) {
   return e.setLayout(op->getResult(0), e.layout(op->getOperand(0)), op);
 }
@@ -651,8 +729,18 @@ LogicalResult rowwise(Operation *op, TensorParallel &e) {
                                      : e.whole(operand.get(), op));
     if (sliced && activation && !e.isSeq(operand.get()))
       return e.unsupported(op, "it mixes sequence slices and whole values");
-    if (!(sliced && activation) && e.layout(operand.get()).isSplit())
+    if (!(sliced && activation) && e.layout(operand.get()).isSplit()) {
+      // A LoRA adapter's dropout on the input of a row-parallel linear.
+      if (isa<DropoutOp>(op))
+        for (Operation *user : op->getResult(0).getUsers())
+          if (user->getAttr("model.lora"))
+            return e.unsupported(
+                op, "a LoRA adapter's dropout on the input of a "
+                    "row-parallel linear (split over tp on its last "
+                    "dimension) is not supported: give lora.dropout 0 or "
+                    "leave that module out of lora.target_modules");
       return e.unsupported(op, "it needs whole operands");
+    }
   }
   if (sliced) {
     StringAttr axis = e.builder().getStringAttr(kTp);
@@ -724,7 +812,8 @@ void braid::model::registerTensorParallelRules(DialectRegistry &registry) {
     attachRule<linearGradInput, LinearGradInputOp>(*ctx);
     attachRule<linearGradWeight, LinearGradWeightOp>(*ctx);
     attachRule<biasGrad, BiasGradOp>(*ctx);
-    attachRule<perHead, RopeOp, RopeGradOp, RopeAtOp, ReorderRowsOp>(*ctx);
+    attachRule<perHead, RopeOp, RopeGradOp, RopeAtOp, ReorderRowsOp, ScaleOp>(
+        *ctx);
     attachRule<attentionCached, AttentionCachedOp>(*ctx);
     attachRule<drawFromCandidates, SampleOp, TopLogprobsOp>(*ctx);
     attachRule<rowwise, TakeRowsOp>(*ctx);

@@ -30,7 +30,7 @@ inline BufferOp createBuffer(mlir::OpBuilder &b, mlir::Location loc,
       mlir::DenseI64ArrayAttr(),
       stage ? b.getI64IntegerAttr(*stage) : mlir::IntegerAttr(),
       mlir::IntegerAttr(), mlir::FlatSymbolRefAttr(), mlir::IntegerAttr(),
-      mlir::FlatSymbolRefAttr());
+      mlir::FlatSymbolRefAttr(), mlir::UnitAttr());
 }
 
 /// A `plan.kernel` `name` reading `inputs` and writing `outputs`, at the

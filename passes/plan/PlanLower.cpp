@@ -516,8 +516,12 @@ LogicalResult Lowering::lowerBlock(Block &block, StringRef where) {
 
 LogicalResult Lowering::argBuffer(BlockArgument arg) {
   unsigned i = arg.getArgNumber();
-  if (auto p = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kParamAttrName))
-    return setShard(newBuffer(arg, "parameter", p.getValue()), i);
+  if (auto p = func.getArgAttrOfType<StringAttr>(i, model::ModelDialect::kParamAttrName)) {
+    BufferOp param = newBuffer(arg, "parameter", p.getValue());
+    if (func.getArgAttr(i, model::ModelDialect::kFrozenAttrName))
+      param.setFrozen(true);
+    return setShard(param, i);
+  }
   if (auto s = func.getArgAttrOfType<StringAttr>(
           i, model::ModelDialect::kOptStateAttrName)) {
     // The moments: f32 with mixed precision.

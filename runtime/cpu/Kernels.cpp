@@ -561,6 +561,14 @@ void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx) {
   parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
 }
 
+template <typename T>
+void scaleForward(const T *x, int64_t n, double scale, T *y) {
+  parallelBlocks(n, kElementBlock, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      y[i] = T(x[i] * scale);
+  });
+}
+
 //===-- Dropout -----------------------------------------------------------===//
 
 bool dropoutKeeps(uint64_t index, double rate, const DropoutKey &key) {
@@ -734,6 +742,7 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
                                   T *, T *);                                   \
   template void geluForward<T>(const T *, int64_t, bool, T *);                 \
   template void geluBackward<T>(const T *, const T *, int64_t, bool, T *);     \
+  template void scaleForward<T>(const T *, int64_t, double, T *);              \
   template void dropoutForward<T>(const T *, const GlobalIndexing &, double,  \
                                   const DropoutKey &, T *);                    \
   template void dropoutBackward<T>(const T *, const GlobalIndexing &, double, \

@@ -172,6 +172,11 @@ void geluForward(const T *x, int64_t n, bool tanhApprox, T *y);
 template <typename T>
 void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx);
 
+/// y = x · scale over n elements (y may be x), rounded once to T. Linear,
+/// so it is also its own gradient: dx = dy · scale.
+template <typename T>
+void scaleForward(const T *x, int64_t n, double scale, T *y);
+
 /// Where a (possibly sharded) 2-D view of a tensor sits in the whole tensor:
 /// local element (r, c) is global element (rowOffset + r) * globalCols +
 /// colOffset + c. A replicated tensor is {rows, cols, cols, 0, 0}.

@@ -387,6 +387,12 @@ template <typename T> auto Executor::run_ADD(const Call<T> &c) {
       add(c.x(0), c.x(1), plan::NumElements(c.out(0)), c.y(0), c.st), c.inst);
 }
 
+template <typename T> auto Executor::run_SCALE(const Call<T> &c) {
+  return launched(scaleVector(c.x(0), plan::DecodeScale(c.inst).scale,
+                              plan::NumElements(c.in(0)), c.y(0), c.st),
+                  c.inst);
+}
+
 template <typename T> auto Executor::run_DROPOUT(const Call<T> &c) {
   // Rows from the micro-batch's first sample, which the call's values hold
   // (so 0 here); sequence parallel, the rank's slice of each sample.

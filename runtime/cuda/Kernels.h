@@ -217,8 +217,9 @@ cudaError_t qkvSplitBackward(const T *dq, const T *dk, const T *dv,
 
 //===-- Bias --------------------------------------------------------------===//
 
-/// y[i] = x[i] * scale (rounded to T) for i < n: a linear's scaled bias,
-/// which cuBLASLt's bias epilogue then adds (Gemm::LinearForward).
+/// y[i] = x[i] * scale (rounded to T) for i < n, in float (y may be x): the
+/// SCALE kernel (and its gradient), and a linear's scaled bias, which
+/// cuBLASLt's bias epilogue then adds (Gemm::LinearForward).
 template <typename T>
 cudaError_t scaleVector(const T *x, double scale, int64_t n, T *y,
                         cudaStream_t stream);

@@ -4,6 +4,7 @@
 
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/ModelIdentity.h"
+#include "runtime/exec/Init.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/Shards.h"
 
@@ -145,15 +146,17 @@ absl::Status agree(Backend &e, absl::Status mine, absl::string_view what) {
   return absl::OkStatus();
 }
 
-/// The plan's parameters: name -> (global shape, a buffer holding it).
+/// The plan's parameters (with `frozen`, also those the step does not
+/// update): name -> (global shape, a buffer holding it).
 std::map<std::string, std::pair<std::vector<int64_t>, int>>
-parametersOf(const plan::Plan &plan) {
+parametersOf(const plan::Plan &plan, bool frozen) {
   std::map<std::string, std::pair<std::vector<int64_t>, int>> out;
   std::map<std::string, int64_t> lowest = lowestStages(plan);
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
     if (b.role() != plan::PARAMETER || b.block_of() != 0 || b.name().empty() ||
-        b.stage() != lowest[b.name()] || out.count(b.name()))
+        b.stage() != lowest[b.name()] || out.count(b.name()) ||
+        (b.frozen() && !frozen))
       continue;
     out[b.name()] = {plan::GlobalShape(b, plan.mesh()), i};
   }
@@ -502,7 +505,9 @@ absl::StatusOr<SaveReport> SaveCheckpoint(Backend &e, const std::string &root,
     }
     m.set_layout(layoutOf(plan.mesh()));
     std::map<std::string, ckpt::Tensor *> tensors;
-    for (const auto &[name, entry] : parametersOf(plan)) {
+    // A LoRA run's checkpoint: its adapters (and modules to save), not the
+    // frozen base, which a resumed run loads from the base model again.
+    for (const auto &[name, entry] : parametersOf(plan, /*frozen=*/false)) {
       ckpt::Tensor *t = m.add_tensors();
       const plan::Buffer &b = plan.buffers(entry.second);
       t->set_name(name);
@@ -586,9 +591,16 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
         *check.log << note << "\n";
     // ... and every parameter, by name and global shape.
     std::vector<std::string> missing, extra, shapes;
-    auto params = parametersOf(plan);
+    auto params = parametersOf(plan, /*frozen=*/true);
+    std::set<std::string> absent;
     for (const auto &[name, entry] : params) {
       const ckpt::Tensor *t = (*reader)->Find(name);
+      if (!t && ((check.adaptersMayBeAbsent && IsLoraAdapter(name)) ||
+                 (check.frozenMayBeAbsent &&
+                  plan.buffers(entry.second).frozen()))) {
+        absent.insert(name);
+        continue;
+      }
       if (!t) {
         missing.push_back(name);
         continue;
@@ -633,7 +645,7 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
     // holdings are read (a device backend copies them in and back).
     std::map<int, absl::Span<uint8_t>> taken;
     for (const Holding &h : *holdings) {
-      if (!optimizer && h.state != "param")
+      if ((!optimizer && h.state != "param") || absent.count(h.name))
         continue;
       const plan::Buffer &p = plan.buffers(h.param);
       if (plan.buffers(h.buffer).dtype() != plan::F32)
@@ -676,7 +688,8 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
       const plan::Buffer &p = plan.buffers(id);
       if (p.role() != plan::PARAMETER || p.name().empty() ||
           p.block_of() > 0 || p.view_of() > 0 || held.count(id) ||
-          p.stage() != stageOf(plan, coords) || !params.count(p.name()))
+          p.stage() != stageOf(plan, coords) || !params.count(p.name()) ||
+          absent.count(p.name()))
         continue;
       std::vector<float> values(size_t(numel(p)));
       int64_t c = p.has_shard() ? coordinate(plan.mesh(), coords,
@@ -700,6 +713,7 @@ absl::StatusOr<RunState> LoadCheckpoint(Backend &e, const std::string &dir,
     state.seed = m.seed();
     state.dataOrder = m.data_order();
     state.lineage = m.lineage();
+    state.absentParameters.assign(absent.begin(), absent.end());
     if (m.has_loss_scaler())
       state.lossScaler = LossScaler::State{
           m.loss_scaler().scale(), m.loss_scaler().growth_tracker(),

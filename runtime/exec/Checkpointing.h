@@ -76,6 +76,10 @@ struct RunState {
   /// The run lineage (ckpt::Manifest's lineage): kept from the checkpoint a
   /// run resumes, new (ckpt::NewLineage) for a run from initial weights.
   std::string lineage;
+  /// The plan's parameters the checkpoint did not hold and the load left as
+  /// they were (LoRA adapters with ModelCheck::adaptersMayBeAbsent, frozen
+  /// ones with frozenMayBeAbsent): the caller sets them.
+  std::vector<std::string> absentParameters;
 };
 
 struct SaveReport {
@@ -124,6 +128,12 @@ struct ModelCheck {
   /// Where the notes (accepted differences) and warnings (a model that
   /// cannot be compared) go; none when null.
   std::ostream *log = nullptr;
+  /// Whether the plan's LoRA adapters (IsLoraAdapter) may be absent from
+  /// the checkpoint, as from the base model a LoRA run starts from.
+  bool adaptersMayBeAbsent = false;
+  /// Whether the plan's frozen parameters (Buffer.frozen) may be absent, as
+  /// from a LoRA run's checkpoint, which holds the adapters alone.
+  bool frozenMayBeAbsent = false;
 };
 
 /// Loads the checkpoint `dir` names (a checkpoint, or a root whose `latest`

@@ -568,6 +568,12 @@ template <typename T> absl::Status run_GELU_GRAD(KernelCall<T> &c) {
   return absl::OkStatus();
 }
 
+template <typename T> absl::Status run_SCALE(KernelCall<T> &c) {
+  cpu::scaleForward(c.x(0), numel(c.in(0)), plan::DecodeScale(c.inst).scale,
+                    c.y(0));
+  return absl::OkStatus();
+}
+
 template <typename T> absl::Status run_DROPOUT(KernelCall<T> &c) {
   // Rows are samples; the micro-batch's rows sit at its samples' place in
   // the global batch. With a rank_axis (sequence parallel) the rank holds a

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +33,11 @@ bool isNormWeight(absl::string_view name, int64_t rank) {
 }
 
 } // namespace
+
+bool IsLoraAdapter(absl::string_view name) {
+  return absl::EndsWith(name, ".lora_A.weight") ||
+         absl::EndsWith(name, ".lora_B.weight");
+}
 
 double initStd(absl::string_view name, int64_t rank, const InitConfig &c) {
   if (absl::EndsWith(name, ".bias") || isNormWeight(name, rank))
@@ -82,6 +88,31 @@ absl::Status initParameterOfShape(absl::string_view name,
                                   absl::Span<const int64_t> shape,
                                   const InitConfig &c, uint64_t begin,
                                   uint64_t count, float *out) {
+  if (count > 0 && !out)
+    return absl::InvalidArgumentError("no destination for the parameter");
+  if (absl::EndsWith(name, ".lora_B.weight")) {
+    std::fill_n(out, count, 0.0f);
+    return absl::OkStatus();
+  }
+  if (absl::EndsWith(name, ".lora_A.weight")) {
+    if (shape.size() != 2 || shape[1] < 1)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": a LoRA A matrix is [rank, in] with in >= 1, got [",
+          absl::StrJoin(shape, ", "), "]"));
+    // kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound
+    // gain * sqrt(3 / fan_in) = 1 / sqrt(in).
+    const double bound = 1.0 / std::sqrt(double(shape[1]));
+    const uint64_t h = nameHash(name);
+    cpu::PhiloxKey key = {uint32_t(c.seed), uint32_t(c.seed >> 32)};
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t index = begin + i;
+      cpu::PhiloxCounter counter = {uint32_t(index), uint32_t(index >> 32),
+                                    uint32_t(h), uint32_t(h >> 32)};
+      double u = double(cpu::philox4x32(counter, key)[0]) / 4294967296.0;
+      out[i] = float((2.0 * u - 1.0) * bound);
+    }
+    return absl::OkStatus();
+  }
   constexpr absl::string_view kFused = "mlp.gate_up_proj.";
   size_t at = name.rfind(kFused);
   if (at == absl::string_view::npos || shape.empty() || shape[0] % 2 != 0)

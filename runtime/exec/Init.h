@@ -12,7 +12,10 @@
 //   - GPT-2's residual output projections ("attn.c_proj.weight",
 //     "mlp.c_proj.weight"): normal(0, std / sqrt(2 · num_layers)), the scaled
 //     initialisation of the GPT-2 paper (and of Megatron's
-//     scaled_init_method_normal).
+//     scaled_init_method_normal);
+//   - LoRA adapters (initParameterOfShape): A ("….lora_A.weight", [r, in])
+//     uniform in ±1/sqrt(in), PEFT's kaiming_uniform_(a = sqrt(5)); B
+//     ("….lora_B.weight") 0, so that the adapted model starts as the base.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,6 +38,9 @@ struct InitConfig {
   bool scaledResidual = false;
 };
 
+/// Whether `name` is a LoRA adapter's matrix ("….lora_A.weight",
+/// "….lora_B.weight"; passes/model/ModelLora.cpp names them).
+bool IsLoraAdapter(absl::string_view name);
 /// The standard deviation the rules above give `name` (0 for constants).
 double initStd(absl::string_view name, int64_t rank, const InitConfig &config);
 

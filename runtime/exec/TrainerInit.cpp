@@ -61,14 +61,18 @@ absl::Status forEachMaster(const plan::Plan &plan, int64_t stage, F f) {
   return absl::OkStatus();
 }
 
-/// Mixed precision: sets each F32 master copy of this rank's stage to the
-/// weights it is rounded into (with a rank_axis, the rank's block of the
-/// flat weights), once the weights hold their initial values. The masters
-/// start as the BF16 (or F16) weights widened, as Megatron's do.
-absl::Status initMasterWeights(Backend &e, int64_t stage) {
+/// Mixed precision: sets each F32 master copy of this rank's stage (those
+/// of the weights named in `only`, when given) to the weights it is rounded
+/// into (with a rank_axis, the rank's block of the flat weights), once the
+/// weights hold their initial values. The masters start as the BF16 (or
+/// F16) weights widened, as Megatron's do.
+absl::Status initMasterWeights(Backend &e, int64_t stage,
+                               const std::set<std::string> *only = nullptr) {
   const plan::Plan &plan = e.plan();
   return forEachMaster(plan, stage, [&](const plan::Instruction &inst,
                                         int master, int weights) {
+    if (only && !only->count(plan.buffers(weights).name()))
+      return absl::OkStatus();
     absl::StatusOr<std::vector<double>> values = e.Read(weights);
     if (!values.ok())
       return values.status();
@@ -129,6 +133,93 @@ absl::Status weightsFromMasters(Backend &e, int64_t stage) {
 
 } // namespace
 
+/// Loads the Hugging Face checkpoint --init-from names into the plan's
+/// parameters (every rank checks it whole and keeps its stage's slices);
+/// LoRA adapters, which a base model does not have, go to `unsourced`.
+static absl::Status loadHuggingFace(TrainingRun &run,
+                             std::set<std::string> &unsourced) {
+  const plan::Plan &plan = run.plan;
+  const TrainerOptions &options = run.options;
+  const plan::Training &t = run.t;
+  const int64_t stage = run.stage;
+  Backend &e = *run.backend;
+  absl::StatusOr<ckpt::HFCheckpoint> checkpoint =
+      ckpt::OpenHFCheckpoint(options.initFrom);
+  if (!checkpoint.ok())
+    return checkpoint.status();
+  // Its config.json, read as braidc reads one, must describe the plan's
+  // model: tensors of the plan's shapes may be of another one.
+  std::vector<std::string> notes;
+  if (absl::Status s = ckpt::CheckHFModel(*checkpoint, t.model_spec(),
+                                          options.allowModelChange, &notes);
+      !s.ok())
+    return s;
+  if (options.log)
+    for (const std::string &note : notes)
+      *options.log << note << "\n";
+  // Every parameter of the plan is expected, once by name (a weight tied
+  // across stages is one tensor), so that the checkpoint is checked whole
+  // on every rank; the rank keeps those of its stage, and reads the others
+  // into one scratch buffer.
+  std::vector<ckpt::ParamSpec> specs;
+  std::vector<std::vector<int>> owners; // the rank's buffers of each spec
+  std::map<std::string, size_t> byName;
+  for (int i = 0; i < plan.buffers_size(); ++i) {
+    const plan::Buffer &b = plan.buffers(i);
+    if (b.role() != plan::PARAMETER || b.block_of() > 0)
+      continue; // a ZeRO-3 block is written through its parameters
+    // A Hugging Face model is a base: LoRA adapters start seeded.
+    if (IsLoraAdapter(b.name())) {
+      unsourced.insert(b.name());
+      continue;
+    }
+    std::vector<int64_t> shape = plan::GlobalShape(b, plan.mesh());
+    auto [it, fresh] = byName.emplace(b.name(), specs.size());
+    if (fresh) {
+      specs.push_back({b.name(), shape});
+      owners.emplace_back();
+    } else if (specs[it->second].shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the plan's parameters named '", b.name(), "' have the shapes ",
+          ckpt::shapeToString(specs[it->second].shape), " and ",
+          ckpt::shapeToString(shape), " (expected one tensor)"));
+    }
+    if (b.stage() == stage)
+      owners[it->second].push_back(i);
+  }
+  std::vector<std::vector<float>> values(specs.size());
+  std::vector<float> scratch;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    int64_t n = 1;
+    for (int64_t d : specs[k].shape)
+      n *= d;
+    if (owners[k].empty())
+      scratch.resize(std::max<size_t>(scratch.size(), size_t(n)));
+    else
+      values[k].resize(n);
+  }
+  if (absl::Status s = ckpt::LoadParameters(
+          *checkpoint, specs,
+          [&](size_t k) {
+            return owners[k].empty() ? scratch.data() : values[k].data();
+          });
+      !s.ok())
+    return s;
+  // Each rank keeps its slice of the whole tensors.
+  for (size_t k = 0; k < specs.size(); ++k)
+    for (int id : owners[k]) {
+      const plan::Buffer &b = plan.buffers(id);
+      std::vector<double> local(numel(b));
+      for (const plan::ShardRun &piece :
+           plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
+        std::copy_n(values[k].begin() + piece.global, piece.length,
+                    local.begin() + piece.local);
+      if (absl::Status s = writeParameter(e, id, local); !s.ok())
+        return s;
+    }
+  return absl::OkStatus();
+}
+
 absl::Status InitialiseWeights(TrainingRun &run) {
   const plan::Plan &plan = run.plan;
   const TrainerOptions &options = run.options;
@@ -139,126 +230,93 @@ absl::Status InitialiseWeights(TrainingRun &run) {
   RunState &resumed = run.resumed;
   // Initial weights: a run to resume (--load), a checkpoint of any layout
   // (--init-from a Braid checkpoint: its parameters only), a Hugging Face
-  // checkpoint, or the family's seeded scheme.
-  run.fromCheckpoint = !options.load.empty() ||
-                       (!options.initFrom.empty() &&
-                        IsBraidCheckpoint(options.initFrom));
-  const bool fromCheckpoint = run.fromCheckpoint;
-  if (fromCheckpoint) {
-    bool resume = !options.load.empty();
-    absl::StatusOr<RunState> loaded = LoadCheckpoint(
-        e, resume ? options.load : options.initFrom, /*optimizer=*/resume,
-        ModelCheck{options.allowModelChange, options.log});
+  // checkpoint, or the family's seeded scheme. A LoRA run's checkpoint
+  // holds its adapters, not the frozen base: resuming one loads the base
+  // from --init-from first.
+  const bool resume = !options.load.empty();
+  const bool braidBase =
+      !options.initFrom.empty() && IsBraidCheckpoint(options.initFrom);
+  run.fromCheckpoint = resume || braidBase;
+  bool hasFrozen = false;
+  for (const plan::Buffer &b : plan.buffers())
+    hasFrozen = hasFrozen || (b.role() == plan::PARAMETER && b.frozen());
+  if (resume && hasFrozen && options.initFrom.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--load ", options.load,
+        ": the plan freezes its base weights (a LoRA run), which its "
+        "checkpoints do not hold: give the base model again with "
+        "--init-from"));
+  // The parameters the seeded scheme initialises: every one without a
+  // source of weights; with one (a LoRA run from its base model), the
+  // adapters the source does not hold.
+  const bool seeded = !resume && options.initFrom.empty();
+  std::set<std::string> unsourced;
+  // 1. The base: --init-from, alone or under a resumed LoRA run.
+  if (!options.initFrom.empty() && (!resume || hasFrozen)) {
+    if (braidBase) {
+      ModelCheck check{options.allowModelChange, options.log};
+      check.adaptersMayBeAbsent = true;
+      absl::StatusOr<RunState> loaded =
+          LoadCheckpoint(e, options.initFrom, /*optimizer=*/false, check);
+      if (!loaded.ok())
+        return loaded.status();
+      unsourced.insert(loaded->absentParameters.begin(),
+                       loaded->absentParameters.end());
+      // Mixed precision: the weights rounded from the masters it loaded
+      // (which hold the parameters' values), before the adapters it did
+      // not hold are seeded below.
+      if (absl::Status s = weightsFromMasters(e, stage); !s.ok())
+        return s;
+    } else if (absl::Status s = loadHuggingFace(run, unsourced); !s.ok()) {
+      return s;
+    }
+  }
+  // 2. The run to resume: every parameter it updates, and their moments.
+  if (resume) {
+    ModelCheck check{options.allowModelChange, options.log};
+    check.frozenMayBeAbsent = hasFrozen;
+    absl::StatusOr<RunState> loaded =
+        LoadCheckpoint(e, options.load, /*optimizer=*/true, check);
     if (!loaded.ok())
       return loaded.status();
-    if (resume) {
-      resumed = *loaded;
-      if (options.seed && *options.seed != resumed.seed)
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--seed ", *options.seed, ": the run in ", options.load,
-            " has seed ", resumed.seed,
-            " (resuming keeps its seed: dropout and the data order)"));
-      run.seed = resumed.seed;
-      // --steps 0 with validation: evaluate the loaded weights (Megatron's
-      // --skip-train), the run ending where the checkpoint is.
-      if (steps == 0 &&
-          options.evalInterval.value_or(t.eval_interval()) > 0) {
-        run.steps = steps = resumed.step;
-        if (options.log)
-          *options.log << "--steps 0: evaluating the weights of step "
-                       << resumed.step << ", nothing to train\n";
-      }
-      if (resumed.step > steps)
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the checkpoint in ", options.load, " is at step ", resumed.step,
-            ", past this run's ", steps, " steps"));
-      if (options.log) {
-        *options.log << "resumed from " << options.load << " at step "
-                     << resumed.step << " (" << resumed.consumedSamples
-                     << " samples consumed)\n";
-        if (resumed.plannedSteps != steps && steps > resumed.step)
-          *options.log << "note: the saving run planned " << resumed.plannedSteps
-                       << " steps and this one " << steps
-                       << ": the learning-rate schedule differs from it\n";
-      }
+    unsourced.clear();
+    resumed = *loaded;
+    if (options.seed && *options.seed != resumed.seed)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--seed ", *options.seed, ": the run in ", options.load,
+          " has seed ", resumed.seed,
+          " (resuming keeps its seed: dropout and the data order)"));
+    run.seed = resumed.seed;
+    // --steps 0 with validation: evaluate the loaded weights (Megatron's
+    // --skip-train), the run ending where the checkpoint is.
+    if (steps == 0 && options.evalInterval.value_or(t.eval_interval()) > 0) {
+      run.steps = steps = resumed.step;
+      if (options.log)
+        *options.log << "--steps 0: evaluating the weights of step "
+                     << resumed.step << ", nothing to train\n";
     }
-  } else if (!options.initFrom.empty()) {
-    absl::StatusOr<ckpt::HFCheckpoint> checkpoint =
-        ckpt::OpenHFCheckpoint(options.initFrom);
-    if (!checkpoint.ok())
-      return checkpoint.status();
-    // Its config.json, read as braidc reads one, must describe the plan's
-    // model: tensors of the plan's shapes may be of another one.
-    std::vector<std::string> notes;
-    if (absl::Status s = ckpt::CheckHFModel(*checkpoint, t.model_spec(),
-                                            options.allowModelChange, &notes);
-        !s.ok())
+    if (resumed.step > steps)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the checkpoint in ", options.load, " is at step ", resumed.step,
+          ", past this run's ", steps, " steps"));
+    if (options.log) {
+      *options.log << "resumed from " << options.load << " at step "
+                   << resumed.step << " (" << resumed.consumedSamples
+                   << " samples consumed)\n";
+      if (resumed.plannedSteps != steps && steps > resumed.step)
+        *options.log << "note: the saving run planned " << resumed.plannedSteps
+                     << " steps and this one " << steps
+                     << ": the learning-rate schedule differs from it\n";
+    }
+    if (absl::Status s = weightsFromMasters(e, stage); !s.ok())
       return s;
-    if (options.log)
-      for (const std::string &note : notes)
-        *options.log << note << "\n";
-    // Every parameter of the plan is expected, once by name (a weight tied
-    // across stages is one tensor), so that the checkpoint is checked whole
-    // on every rank; the rank keeps those of its stage, and reads the others
-    // into one scratch buffer.
-    std::vector<ckpt::ParamSpec> specs;
-    std::vector<std::vector<int>> owners; // the rank's buffers of each spec
-    std::map<std::string, size_t> byName;
-    for (int i = 0; i < plan.buffers_size(); ++i) {
-      const plan::Buffer &b = plan.buffers(i);
-      if (b.role() != plan::PARAMETER || b.block_of() > 0)
-        continue; // a ZeRO-3 block is written through its parameters
-      std::vector<int64_t> shape = plan::GlobalShape(b, plan.mesh());
-      auto [it, fresh] = byName.emplace(b.name(), specs.size());
-      if (fresh) {
-        specs.push_back({b.name(), shape});
-        owners.emplace_back();
-      } else if (specs[it->second].shape != shape) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the plan's parameters named '", b.name(), "' have the shapes ",
-            ckpt::shapeToString(specs[it->second].shape), " and ",
-            ckpt::shapeToString(shape), " (expected one tensor)"));
-      }
-      if (b.stage() == stage)
-        owners[it->second].push_back(i);
-    }
-    std::vector<std::vector<float>> values(specs.size());
-    std::vector<float> scratch;
-    for (size_t k = 0; k < specs.size(); ++k) {
-      int64_t n = 1;
-      for (int64_t d : specs[k].shape)
-        n *= d;
-      if (owners[k].empty())
-        scratch.resize(std::max<size_t>(scratch.size(), size_t(n)));
-      else
-        values[k].resize(n);
-    }
-    if (absl::Status s = ckpt::LoadParameters(
-            *checkpoint, specs,
-            [&](size_t k) {
-              return owners[k].empty() ? scratch.data() : values[k].data();
-            });
-        !s.ok())
-      return s;
-    // Each rank keeps its slice of the whole tensors.
-    for (size_t k = 0; k < specs.size(); ++k)
-      for (int id : owners[k]) {
-        const plan::Buffer &b = plan.buffers(id);
-        std::vector<double> local(numel(b));
-        for (const plan::ShardRun &piece :
-             plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
-          std::copy_n(values[k].begin() + piece.global, piece.length,
-                      local.begin() + piece.local);
-        if (absl::Status s = writeParameter(e, id, local); !s.ok())
-          return s;
-      }
   }
   InitConfig init{run.seed, t.init_std() > 0 ? t.init_std() : 0.02,
                   std::max<int64_t>(t.num_layers(), 1), t.scaled_residual_init()};
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
     if (b.role() != plan::PARAMETER || b.block_of() > 0 ||
-        b.stage() != stage || !options.initFrom.empty() || fromCheckpoint)
+        b.stage() != stage || !(seeded || unsourced.count(b.name())))
       continue;
     // Values by global element index: a slice holds what the whole tensor
     // holds there.
@@ -278,11 +336,18 @@ absl::Status InitialiseWeights(TrainingRun &run) {
       return s;
   }
 
-  // Mixed precision: the masters of weights that were just set; or, from a
-  // Braid checkpoint (which holds the masters as the parameters' values),
-  // the weights rounded from the masters it loaded.
-  return fromCheckpoint ? weightsFromMasters(e, stage)
-                        : initMasterWeights(e, stage);
+  if (!unsourced.empty() && options.log && run.writer)
+    *options.log << "lora: " << unsourced.size()
+                 << " adapter matrices start from the seeded scheme (A "
+                    "uniform in +-1/sqrt(in), B 0), the other parameters from "
+                 << options.initFrom << "\n";
+  // Mixed precision: the masters of the weights just set (seeded or from a
+  // Hugging Face model; after a Braid checkpoint, only the adapters it did
+  // not hold).
+  if (!run.fromCheckpoint)
+    return initMasterWeights(e, stage);
+  return unsourced.empty() ? absl::OkStatus()
+                           : initMasterWeights(e, stage, &unsourced);
 }
 
 } // namespace braid::exec::trainer

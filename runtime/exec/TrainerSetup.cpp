@@ -57,10 +57,16 @@ absl::Status SetUpRun(TrainingRun &run) {
   if ((options.saveEvery > 0 || options.keepLast > 0) && options.save.empty())
     return absl::InvalidArgumentError(
         "--save-every and --keep-last need --save DIR");
-  if (!options.load.empty() && !options.initFrom.empty())
+  // Both only for a LoRA run (frozen parameters): its checkpoints hold
+  // the adapters, --init-from the base they adapt.
+  bool frozen = false;
+  for (const plan::Buffer &b : run.plan.buffers())
+    frozen = frozen || (b.role() == plan::PARAMETER && b.frozen());
+  if (!options.load.empty() && !options.initFrom.empty() && !frozen)
     return absl::InvalidArgumentError(absl::StrCat(
         "--load ", options.load, " resumes a run and --init-from ",
-        options.initFrom, " starts one: give one of them"));
+        options.initFrom, " starts one: give one of them (both only for a "
+        "LoRA run: its base model and its adapters)"));
   if (!options.allowModelChange.empty() && options.load.empty() &&
       options.initFrom.empty())
     return absl::InvalidArgumentError(absl::StrCat(

@@ -606,6 +606,18 @@ absl::Status InstructionChecker::checkDropout() {
   return checkDropoutSlice();
 }
 
+/// SCALE (x) -> y: elementwise, times a finite, nonzero float `scale`.
+absl::Status InstructionChecker::checkScale() {
+  BRAID_RETURN_IF_ERROR(checkElementwise(/*tanhAttr=*/false));
+  auto it = inst.float_attrs().find("scale");
+  if (it == inst.float_attrs().end())
+    return fail("lacks the float attribute 'scale'");
+  if (!std::isfinite(it->second) || it->second == 0)
+    return fail(absl::StrCat("attribute 'scale' = ", it->second,
+                             " must be finite and nonzero"));
+  return absl::OkStatus();
+}
+
 absl::Status InstructionChecker::checkAllReduce() {
   int n = inst.inputs_size();
   if (inst.outputs_size() != n)

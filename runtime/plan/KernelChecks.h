@@ -198,6 +198,7 @@ private:
   absl::Status checkSwiglu(bool grad);
   absl::Status checkElementwise(bool tanhAttr);
   absl::Status checkDropout();
+  absl::Status checkScale();
   absl::Status checkCrossEntropy();
   absl::Status checkCrossEntropyGrad();
   absl::Status checkCrossEntropyMax();

@@ -65,6 +65,10 @@ DropoutParams DecodeDropout(const Instruction &inst) {
   return {floatOr(inst, "rate", 0), uint32_t(intOr(inst, "rng_id", 0))};
 }
 
+ScaleParams DecodeScale(const Instruction &inst) {
+  return {floatOr(inst, "scale", 0)};
+}
+
 CrossEntropyParams DecodeCrossEntropy(const Instruction &inst) {
   return {intOr(inst, "ignore_index", -100)};
 }

@@ -77,6 +77,12 @@ struct DropoutParams {
 };
 DropoutParams DecodeDropout(const Instruction &inst);
 
+/// SCALE: y = x · scale (required, finite and nonzero).
+struct ScaleParams {
+  double scale = 0;
+};
+ScaleParams DecodeScale(const Instruction &inst);
+
 /// The cross-entropy kernels (CROSS_ENTROPY_MAX has no ignore_index).
 struct CrossEntropyParams {
   int64_t ignoreIndex = -100;

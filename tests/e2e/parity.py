@@ -16,7 +16,11 @@ checkpoint, must find the same losses (evaluation runs without dropout). Also ch
 does not match the plan and of a rank that dies mid-run.
 
 Instruction data (data.instruction, instruction_runs): conversations with a
-loss mask, one per sample, the loss per counted token over the global batch.
+loss mask, one per sample, the loss per counted token over the global batch;
+and LoRA (the job's lora section) on them: the serial LoRA run starts at
+the base model's loss and leaves the frozen weights as imported, and its
+layouts (accumulation, dp with ZeRO-3, pp with dp, interleaved pp, tp, tp
+with sp and dp) train what it trains.
 LLaMA and GPT-2 models imported from random Hugging Face weights train
 under accumulation, dp with ZeRO, tp with sp and pipelines (with dp, and
 interleaved) against their serial run; and the serial run's first loss and
@@ -55,17 +59,19 @@ def noise_only(name, values):
     return None
 
 
-def train_run(setup, name, ranks, model, parallel, data, flags, save=None):
+def train_run(setup, name, ranks, model, parallel, data, flags, save=None,
+              extra=""):
     """Compiles the job of the given sections (args.steps steps of lr 3e-3,
-    validation every 10 over 2 global batches) into NAME.plan and trains it
-    on `ranks` ranks with `flags`, saving to `save` when given; returns the
-    metrics file and the final parameters' file."""
+    validation every 10 over 2 global batches; `extra` sections after)
+    into NAME.plan and trains it on `ranks` ranks with `flags`, saving to
+    `save` when given; returns the metrics file and the final parameters'
+    file."""
     args, b, w = setup.args, setup.b, setup.w
     job = w(f"{name}.textproto")
     with open(job, "w") as f:
         f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
                 f"train {{ steps: {args.steps} lr: 3e-3 warmup_steps: 2 seed: 7 "
-                f"eval_interval: 10 eval_iters: 2 }}\ndata {{ {data} }}\n")
+                f"eval_interval: 10 eval_iters: 2 }}\ndata {{ {data} }}\n{extra}")
     plan = w(f"{name}.plan")
     run([b("braidc"), job, "--emit=plan", "-o", plan])
     metrics, params = w(f"{name}.jsonl"), w(f"{name}.safetensors")
@@ -429,6 +435,62 @@ def per_token_loss(reference, conversations, seq):
     return total / counted, sum(means) / len(means)
 
 
+def check_peft_export(setup, family, config, weights, root, targets, dropout,
+                      valid_loss, valid_conversations, seq):
+    """braid-ckpt export --peft of a LoRA run's checkpoint, read back with
+    the safetensors package: PEFT's names (base_model.model.<module>.lora_A
+    / lora_B.weight) for exactly the target modules' linears, their shapes
+    ([r, in], [out, r]), adapter_config.json's fields; and the base model
+    with the adapters merged by PEFT's definition (W + alpha/r B A; for
+    GPT-2's Conv1D, fan_in_fan_out, its transpose) gives the run's last
+    validation loss."""
+    from safetensors.numpy import load_file
+    import hf_reference as ref
+    out = setup.w(f"{os.path.basename(root)}-peft")
+    shutil.rmtree(out, ignore_errors=True)
+    run([setup.b("braid-ckpt"), "export", root, "--peft", out])
+    with open(os.path.join(out, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    want_cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4,
+                "lora_alpha": 8, "lora_dropout": dropout, "target_modules": targets,
+                "fan_in_fan_out": family == "gpt2", "bias": "none"}
+    for key, value in want_cfg.items():
+        if cfg.get(key) != value:
+            sys.exit(f"FAILED: PEFT export of {family}: adapter_config.json's "
+                     f"{key} is {cfg.get(key)!r}, expected {value!r}")
+    adapters = load_file(os.path.join(out, "adapter_model.safetensors"))
+    conv1d = family == "gpt2"
+    want = {}
+    for name, w in weights.items():
+        module = name.rsplit(".", 1)[0]
+        if not name.endswith(".weight") or np.ndim(w) != 2 or \
+                module.rsplit(".", 1)[-1] not in targets:
+            continue
+        out_dim, in_dim = (w.shape[1], w.shape[0]) if conv1d else w.shape
+        want[f"base_model.model.{module}.lora_A.weight"] = (4, in_dim)
+        want[f"base_model.model.{module}.lora_B.weight"] = (out_dim, 4)
+    got = {k: tuple(v.shape) for k, v in adapters.items()}
+    if got != want:
+        sys.exit(f"FAILED: PEFT export of {family}: tensors {sorted(got.items())}, "
+                 f"expected {sorted(want.items())}")
+    merged = {k: np.array(v, dtype=np.float64) for k, v in weights.items()}
+    for key in want:
+        if ".lora_A." not in key:
+            continue
+        module = key[len("base_model.model."):-len(".lora_A.weight")]
+        a = adapters[key].astype(np.float64)
+        b = adapters[key.replace(".lora_A.", ".lora_B.")].astype(np.float64)
+        delta = (8 / 4) * b @ a  # [out, in]
+        merged[module + ".weight"] += delta.T if conv1d else delta
+    want_loss, _ = per_token_loss(ref.Reference(config, merged),
+                                  valid_conversations, seq)
+    print(f"instruction-{family:5s} PEFT export: {len(adapters)} tensors; the "
+          f"merged model's validation loss {want_loss:.7f}, the run's {valid_loss:.7f}")
+    if abs(want_loss - valid_loss) > 1e-5 * want_loss:
+        sys.exit(f"FAILED: PEFT export of {family}: the base with the exported "
+                 f"adapters merged gives {want_loss}, the run {valid_loss}")
+
+
 def instruction_runs(setup):
     """Instruction data in every kind of layout against the serial run, and
     the serial run against a float64 reference (module docstring)."""
@@ -465,13 +527,13 @@ def instruction_runs(setup):
         model_dir = w(f"instruction-{family}")
         ref.save_hf_dir(model_dir, config, weights)
 
-        def train(name, ranks, parallel, save=None):
+        def train(name, ranks, parallel, save=None, extra=""):
             metrics, params = train_run(
                 setup, f"instruction-{family}-{name}", ranks,
                 f'hf_config: "{model_dir}/config.json"', parallel,
                 f'seq_length: {seq} split: "90,5,5" data_order: "sequential" '
                 "instruction: true",
-                ["--data", w("qa"), "--init-from", model_dir], save)
+                ["--data", w("qa"), "--init-from", model_dir], save, extra)
             lines = [json.loads(l) for l in open(metrics)]
             assert len(lines) == steps, (name, len(lines))
             return lines, read_safetensors(params)
@@ -518,6 +580,57 @@ def instruction_runs(setup):
                 sys.exit(f"FAILED: instruction {family} {name} differs from the "
                          "serial run")
             worst = max(worst, dl)
+
+        # LoRA on the imported model: adapters on the attention and MLP
+        # projections, the rest frozen. Step 1 is the base model's loss (B
+        # starts at 0); the frozen weights end as they were imported; every
+        # layout trains what the serial run trains (dropout only where
+        # tensor parallelism leaves the adapters' inputs whole).
+        targets = {"llama": ["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"],
+                   "gpt2": ["c_attn", "c_proj", "c_fc"]}[family]
+        def lora(dropout):
+            return ("lora { rank: 4 alpha: 8 dropout: %g %s }\n" %
+                    (dropout, " ".join(f'target_modules: "{t}"' for t in targets)))
+        for dropout, lora_layouts in (
+                (0.1, [("lora-accumulate4", 1, "micro_batch_size: 1 global_batch_size: 4"),
+                       ("lora-dp2-zero3", 2,
+                        "dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 3"),
+                       ("lora-pp2-dp2", 4,
+                        "pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1"),
+                       ("lora-pp2-vpp2", 2,
+                        "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4")]),
+                (0.0, [("lora-tp2", 2, "tp: 2 micro_batch_size: 4"),
+                       ("lora-tp2-sp-dp2-zero1", 4,
+                        "tp: 2 sp: true dp: 2 micro_batch_size: 2 zero: 1")])):
+            tag = f"lora-serial-dropout{dropout}"
+            lora_root = w(f"instruction-{family}-{tag}-ckpt")
+            base, base_params = train(tag, 1, "micro_batch_size: 4",
+                                      save=lora_root, extra=lora(dropout))
+            check_peft_export(setup, family, config, weights, lora_root, targets,
+                              dropout, base[-1]["valid_loss"],
+                              conversations[180:188], seq)
+            if abs(base[0]["loss"] - want) > 1e-5 * want:
+                sys.exit(f"FAILED: instruction {family} {tag}: step 1's loss "
+                         f"{base[0]['loss']} is not the base model's {want}")
+            moved = [p for p, v in base_params.items() if ".lora_" in p and
+                     any(x != 0 for x in v)]
+            if len(moved) != 2 * len([p for p in base_params if ".lora_A." in p]):
+                sys.exit(f"FAILED: instruction {family} {tag}: adapters did not train")
+            for p, v in base_params.items():
+                if ".lora_" not in p and list(np.ravel(weights[p])) != list(v):
+                    sys.exit(f"FAILED: instruction {family} {tag}: the frozen {p} "
+                             "changed")
+            for name, ranks, parallel in lora_layouts:
+                lines, params = train(name, ranks, parallel, extra=lora(dropout))
+                dl = max(abs(a["loss"] - s["loss"]) / s["loss"]
+                         for a, s in zip(lines, base))
+                dp = param_difference(params, base_params, weights)
+                print(f"instruction-{family:5s} {name:22s} loss rel diff {dl:.2e}  "
+                      f"param rel diff {dp:.2e}")
+                if dl > args.loss_rtol or dp > args.param_rtol or math.isnan(dl + dp):
+                    sys.exit(f"FAILED: instruction {family} {name} differs from "
+                             "the serial LoRA run")
+                worst = max(worst, dl)
     print(f"instruction data: largest loss difference {worst:.2e}")
 
 

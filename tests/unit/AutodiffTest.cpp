@@ -1,9 +1,9 @@
 //===- AutodiffTest.cpp - model-autodiff against finite differences -------===//
 //
-// Whole models in f64: the gradients @train_step returns (model-autodiff's
-// output, evaluated on the CPU kernels) must match central finite
-// differences of its loss, to 1e-6 relative, for elements of every
-// parameter.
+// Whole models in f64, and small graphs of the ops no model family uses
+// yet: the gradients @train_step returns (model-autodiff's output,
+// evaluated on the CPU kernels) must match central finite differences of
+// its loss, to 1e-6 relative, for elements of every parameter.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,11 +15,16 @@
 #include "dialects/model/ModelDialect.h"
 #include "frontends/ModelBuilder.h"
 #include "frontends/TrainConfig.h"
+#include "passes/model/Passes.h"
 #include "runtime/cpu/Optimizer.h"
+
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
 
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <random>
 
@@ -28,18 +33,9 @@ using namespace braid::test;
 
 namespace {
 
-void checkGradients(spec::JobSpec job) {
-  job.mutable_train()->set_precision(spec::FP64);
-  job.mutable_data()->set_seq_length(5);
-  job.mutable_parallel()->set_micro_batch_size(2);
-  mlir::MLIRContext context;
-  ModelConfig modelConfig;
-  auto module = compileTo(context, job, Phase::Autodiff, &modelConfig);
-  ASSERT_TRUE(module);
-  const ModelConfig *config = &modelConfig;
-  auto func = module->lookupSymbol<mlir::func::FuncOp>("train_step");
-  ASSERT_TRUE(func);
-
+/// Compares the gradients `func` (an f64 @train_step) returns with central
+/// finite differences of its loss, with token ids below `vocabSize`.
+void checkTrainStepGradients(mlir::func::FuncOp func, int64_t vocabSize) {
   std::mt19937 gen(42);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
   std::vector<Buffer> args;
@@ -51,6 +47,8 @@ void checkGradients(spec::JobSpec job) {
         arg.getArgNumber(), model::ModelDialect::kParamAttrName);
     auto input = func.getArgAttrOfType<mlir::StringAttr>(
         arg.getArgNumber(), model::ModelDialect::kInputAttrName);
+    bool frozen = bool(func.getArgAttr(arg.getArgNumber(),
+                                       model::ModelDialect::kFrozenAttrName));
     if (param) {
       // Norm weights near 1, everything else small: a well-conditioned net.
       bool norm = param.getValue().contains("norm") ||
@@ -59,12 +57,14 @@ void checkGradients(spec::JobSpec job) {
       bool bias = param.getValue().ends_with(".bias");
       for (double &x : b)
         x = norm && !bias ? 1.0 + 0.2 * uniform(gen) : 0.3 * uniform(gen);
-      params.push_back(arg.getArgNumber());
+      // A frozen parameter gets no gradient (its loss still depends on it).
+      if (!frozen)
+        params.push_back(arg.getArgNumber());
     } else if (input.getValue() == "loss_grad") {
       b[0] = 1.0;
     } else {
       for (double &x : b)
-        x = std::floor((uniform(gen) + 1.0) / 2.0 * config->vocabSize * 0.999);
+        x = std::floor((uniform(gen) + 1.0) / 2.0 * vocabSize * 0.999);
       if (input.getValue() == "targets")
         b[1] = -100; // one ignored position
     }
@@ -113,6 +113,89 @@ void checkGradients(spec::JobSpec job) {
   std::printf("largest relative error: %.3g\n", worst);
 }
 
+/// Compiles `job` in f64 (2 sequences of 5 tokens) to the autodiff phase
+/// and calls `check` with its @train_step and the model's vocabulary.
+void withTrainStep(
+    spec::JobSpec job,
+    const std::function<void(mlir::func::FuncOp, int64_t)> &check) {
+  job.mutable_train()->set_precision(spec::FP64);
+  job.mutable_data()->set_seq_length(5);
+  job.mutable_parallel()->set_micro_batch_size(2);
+  mlir::MLIRContext context;
+  ModelConfig modelConfig;
+  auto module = compileTo(context, job, Phase::Autodiff, &modelConfig);
+  ASSERT_TRUE(module);
+  auto func = module->lookupSymbol<mlir::func::FuncOp>("train_step");
+  ASSERT_TRUE(func);
+  check(func, modelConfig.vocabSize);
+}
+
+void checkGradients(spec::JobSpec job) {
+  withTrainStep(std::move(job), checkTrainStepGradients);
+}
+
+/// `job` with LoRA adapters on `targets` (and `save` trained whole), the
+/// rest frozen: the adapters' (nonzero B: the test sets every parameter)
+/// and the saved modules' gradients against finite differences, and no
+/// gradient for a frozen parameter.
+void checkLoraGradients(spec::JobSpec job,
+                        std::initializer_list<const char *> targets,
+                        std::initializer_list<const char *> save) {
+  spec::LoraSpec *lora = job.mutable_lora();
+  lora->set_rank(3);
+  lora->set_alpha(5);
+  for (const char *t : targets)
+    lora->add_target_modules(t);
+  for (const char *m : save)
+    lora->add_modules_to_save(m);
+  withTrainStep(std::move(job), [&](mlir::func::FuncOp func, int64_t vocab) {
+  // The gradients are the adapters' and the saved modules', by name.
+  size_t adapters = 0, frozen = 0, grads = 0;
+  for (mlir::BlockArgument arg : func.getArguments()) {
+    auto name = func.getArgAttrOfType<mlir::StringAttr>(
+        arg.getArgNumber(), model::ModelDialect::kParamAttrName);
+    if (!name)
+      continue;
+    bool isFrozen = bool(func.getArgAttr(arg.getArgNumber(),
+                                         model::ModelDialect::kFrozenAttrName));
+    bool adapter = name.getValue().contains(".lora_");
+    adapters += adapter;
+    frozen += isFrozen;
+    EXPECT_EQ(isFrozen, !adapter && llvm::none_of(save, [&](const char *m) {
+                          return name.getValue().contains(m);
+                        }))
+        << name.getValue().str();
+  }
+  for (unsigned i = 1; i < func.getNumResults(); ++i) {
+    auto grad = func.getResultAttrOfType<mlir::StringAttr>(
+        i, model::ModelDialect::kGradAttrName);
+    ASSERT_TRUE(grad);
+    grads += 1;
+  }
+  EXPECT_GT(adapters, 0u);
+  EXPECT_GT(frozen, 0u);
+  EXPECT_EQ(grads, func.getNumArguments() - frozen -
+                       /*tokens, targets, loss_grad*/ 3);
+  // No weight gradient of a frozen linear: one per adapter matrix and per
+  // saved linear weight.
+  size_t weightGrads = 0;
+  func.walk([&](model::LinearGradWeightOp) { ++weightGrads; });
+  EXPECT_LE(weightGrads, grads);
+  checkTrainStepGradients(func, vocab);
+  });
+}
+
+TEST(Autodiff, LoraOnTinyLlamaMatchesFiniteDifferences) {
+  checkLoraGradients(presetJob("tiny-llama"),
+                     {"q_proj", "v_proj", "o_proj", "down_proj"}, {"lm_head"});
+}
+
+TEST(Autodiff, LoraOnTinyGpt2MatchesFiniteDifferences) {
+  // Conv1D bases ([in, out]) with nn.Linear adapters; the fused c_attn.
+  checkLoraGradients(presetJob("tiny-gpt2"), {"c_attn", "c_proj", "c_fc"},
+                     {});
+}
+
 TEST(Autodiff, TinyLlamaMatchesFiniteDifferences) {
   checkGradients(presetJob("tiny-llama"));
 }
@@ -145,6 +228,64 @@ TEST(Autodiff, BaichuanStyleMatchesFiniteDifferences) {
   m->set_vocab_size(96);
   m->set_position_embedding(spec::ALIBI);
   checkGradients(job);
+}
+
+TEST(Autodiff, ScaleMatchesFiniteDifferences) {
+  // A LoRA-style branch beside the residual stream, in f64:
+  // r = h + up(scale(down(h), 1.5)), h a lookup of the tied table.
+  mlir::DialectRegistry registry;
+  registerDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  mlir::OpBuilder b(&context);
+  mlir::Location loc = b.getUnknownLoc();
+  mlir::Type f64 = b.getF64Type(), i32 = b.getI32Type();
+  auto tensor = [](llvm::ArrayRef<int64_t> shape, mlir::Type element) {
+    return mlir::RankedTensorType::get(shape, element);
+  };
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(loc);
+  auto forward = mlir::func::FuncOp::create(
+      loc, "forward",
+      b.getFunctionType({tensor({8, 4}, f64), tensor({2, 4}, f64),
+                         tensor({4, 2}, f64), tensor({2, 5}, i32),
+                         tensor({2, 5}, i32)},
+                        {tensor({}, f64)}));
+  module->push_back(forward);
+  const char *params[] = {"wte", "down", "up"};
+  for (auto [i, name] : llvm::enumerate(params))
+    forward.setArgAttr(i, model::ModelDialect::kParamAttrName,
+                       b.getStringAttr(name));
+  forward.setArgAttr(3, model::ModelDialect::kInputAttrName,
+                     b.getStringAttr("tokens"));
+  forward.setArgAttr(4, model::ModelDialect::kInputAttrName,
+                     b.getStringAttr("targets"));
+  mlir::Block *entry = forward.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  mlir::Value wte = entry->getArgument(0), down = entry->getArgument(1),
+              up = entry->getArgument(2), tokens = entry->getArgument(3),
+              targets = entry->getArgument(4);
+  mlir::Value h = b.create<model::EmbeddingOp>(loc, wte, tokens);
+  mlir::Value a = b.create<model::LinearOp>(loc, h, down, mlir::Value(),
+                                            /*transposeW=*/true);
+  mlir::Value scaled = b.create<model::ScaleOp>(loc, a, 1.5);
+  mlir::Value u = b.create<model::LinearOp>(loc, scaled, up, mlir::Value(),
+                                            /*transposeW=*/true);
+  mlir::Value r = b.create<model::AddOp>(loc, h, u);
+  mlir::Value logits = b.create<model::LinearOp>(loc, r, wte, mlir::Value(),
+                                                 /*transposeW=*/true);
+  auto loss = b.create<model::CrossEntropyOp>(loc, logits, targets, -100);
+  b.create<mlir::func::ReturnOp>(loc, loss.getLoss());
+  ASSERT_TRUE(mlir::succeeded(mlir::verify(*module)));
+
+  mlir::PassManager pm(&context);
+  pm.addPass(model::createModelAutodiff());
+  ASSERT_TRUE(mlir::succeeded(pm.run(*module)));
+  auto func = module->lookupSymbol<mlir::func::FuncOp>("train_step");
+  ASSERT_TRUE(func);
+  int scales = 0;
+  func.walk([&](model::ScaleOp) { ++scales; });
+  EXPECT_EQ(scales, 2); // the forward's, and its gradient's
+  checkTrainStepGradients(func, 8);
 }
 
 TEST(Autodiff, AttentionDropoutIsRefused) {

@@ -101,6 +101,8 @@ struct Case {
   const char *preset;
   const char *modelFields;
   const char *parallelFields;
+  /// The job's lora section, when not empty.
+  const char *loraFields = "";
 };
 
 class FlopAgreement : public ::testing::TestWithParam<Case> {};
@@ -112,6 +114,9 @@ TEST_P(FlopAgreement, EveryCounterGivesEachKernelTheSameFlops) {
       c.modelFields, j.mutable_model()));
   ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
       c.parallelFields, j.mutable_parallel()));
+  if (*c.loraFields)
+    ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
+        c.loraFields, j.mutable_lora()));
   // The rank's step in the `model` dialect (sharded, before plan-lower).
   mlir::MLIRContext context;
   auto module = compileTo(context, j, Phase::Recompute);
@@ -164,7 +169,13 @@ INSTANTIATE_TEST_SUITE_P(
              "tp: 2 micro_batch_size: 2"},
         // Sequence parallelism's gathers and scatters, sliced dropout.
         Case{"Gpt2SequenceParallel", "tiny-gpt2", "hidden_dropout: 0.1",
-             "tp: 2 sp: true micro_batch_size: 2"}),
+             "tp: 2 sp: true micro_batch_size: 2"},
+        // LoRA adapters (model.scale, frozen weights without weight
+        // gradients) beside column- and row-parallel bases, with sp.
+        Case{"LlamaLoraSequenceParallel", "tiny-llama", "",
+             "tp: 2 sp: true micro_batch_size: 2",
+             "rank: 4 alpha: 8 target_modules: 'q_proj' target_modules: "
+             "'v_proj' target_modules: 'o_proj' target_modules: 'down_proj'"}),
     [](const ::testing::TestParamInfo<Case> &info) {
       return std::string(info.param.name);
     });

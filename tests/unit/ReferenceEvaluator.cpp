@@ -174,6 +174,11 @@ bool Evaluator::step(Operation *op) {
           o[i] = l[i] + r[i];
         return true;
       })
+      .Case([&](ScaleOp s) {
+        scaleForward(in(s.getX()).data(), size(s.getX()),
+                     s.getScale().convertToDouble(), out(s.getResult()).data());
+        return true;
+      })
       .Case([&](CrossEntropyOp c) {
         std::vector<int32_t> t = ids(c.getTargets());
         int64_t vocab = last(c.getLogits()), rows = size(c.getLogits()) / vocab;

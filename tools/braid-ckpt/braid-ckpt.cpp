@@ -25,6 +25,8 @@
 #include "absl/strings/str_join.h"
 
 #include "llvm/Support/Error.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
 #include <google/protobuf/text_format.h>
 
@@ -35,6 +37,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 using namespace braid;
@@ -47,6 +50,7 @@ constexpr char kUsage[] = R"(usage:
   braid-ckpt inspect CHECKPOINT [--no-verify]
   braid-ckpt export CHECKPOINT --hf OUT [--dtype fp32|bf16|fp16]
                    [--max-shard-size SIZE] [--tokenizer PATH]
+  braid-ckpt export CHECKPOINT --peft OUT [--dtype fp32|bf16|fp16]
 
 CHECKPOINT: a checkpoint directory (ROOT/step-N) or a root (braid-run --save
 ROOT), whose latest checkpoint is used.
@@ -65,7 +69,15 @@ says which), in OUT/model.safetensors, or past --max-shard-size (default
 model-0000i-of-0000n.safetensors with model.safetensors.index.json. The
 tokenizer the run's data was made with (data.tokenizer_model), or
 --tokenizer PATH (a file, or a directory's Hugging Face tokenizer files),
-is copied beside them. OUT must not exist or be empty.
+is copied beside them. OUT must not exist or be empty. A LoRA run's
+checkpoint holds its adapters, not the frozen base: export it with --peft.
+
+export --peft writes a LoRA run's adapters as PEFT saves them, for
+PeftModel.from_pretrained(base, OUT): OUT/adapter_config.json (r,
+lora_alpha, lora_dropout, target_modules, modules_to_save; fan_in_fan_out
+for GPT-2's Conv1D) and OUT/adapter_model.safetensors, each tensor named
+base_model.model.<its name> (<module>.lora_A.weight, <module>.lora_B.weight,
+and the modules to save's own weights).
 )";
 
 int usageError(const std::string &message) {
@@ -174,8 +186,40 @@ struct ExportOptions {
   std::string tokenizer; ///< empty: the run's (Training.tokenizer)
 };
 
-int exportHF(const std::string &dir, const std::string &out,
-             const ExportOptions &options) {
+/// The LoRA settings a checkpoint's run trained with (the manifest's
+/// training settings), or none.
+std::optional<plan::LoraSettings> loraOf(const ckpt::Manifest &m) {
+  plan::Training training;
+  if (!google::protobuf::TextFormat::ParseFromString(m.training(), &training) ||
+      !training.has_lora())
+    return std::nullopt;
+  return training.lora();
+}
+
+/// Tensor `t`'s values ("param"), whole.
+absl::StatusOr<std::vector<float>> wholeTensor(ckpt::CheckpointReader &reader,
+                                               const ckpt::Tensor &t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape())
+    n *= d;
+  std::vector<float> v(n);
+  if (absl::Status s = reader.Read(t.name(), "param", 0, n, v.data()); !s.ok())
+    return s;
+  return v;
+}
+
+/// A JSON string literal of `text`.
+std::string jsonString(const std::string &text) {
+  return llvm::formatv("{0}", llvm::json::Value(text)).str();
+}
+
+/// The checkpoint `dir` names (a root's latest), opened to export: its
+/// directory and reader; or the exit code of the failure, reported.
+struct Opened {
+  std::string dir;
+  std::unique_ptr<ckpt::CheckpointReader> reader;
+};
+std::variant<Opened, int> openToExport(const std::string &dir) {
   absl::StatusOr<std::string> resolved = ckpt::ResolveCheckpoint(dir);
   if (!resolved.ok())
     return fail(std::string(resolved.status().message()));
@@ -183,7 +227,126 @@ int exportHF(const std::string &dir, const std::string &out,
       ckpt::CheckpointReader::Open(*resolved);
   if (!reader.ok())
     return fail(std::string(reader.status().message()));
-  const ckpt::Manifest &m = (*reader)->manifest();
+  return Opened{*resolved, std::move(*reader)};
+}
+
+int exportPeft(const Opened &opened, const std::string &out,
+               const ExportOptions &options) {
+  const std::string *resolved = &opened.dir;
+  ckpt::CheckpointReader *reader = opened.reader.get();
+  const ckpt::Manifest &m = reader->manifest();
+  std::optional<plan::LoraSettings> lora = loraOf(m);
+  if (!lora)
+    return fail(absl::StrCat("cannot export ", *resolved,
+                             " as PEFT adapters: it is not a LoRA run's "
+                             "checkpoint (its job had no lora section); "
+                             "export the model with --hf"));
+  llvm::Expected<ModelConfig> model = modelOf(m);
+  if (!model)
+    return fail(absl::StrCat("cannot export ", *resolved, ": ",
+                             llvm::toString(model.takeError())));
+  std::error_code ec;
+  if (fs::exists(out, ec) &&
+      (!fs::is_directory(out, ec) || !fs::is_empty(out, ec)))
+    return fail(absl::StrCat(out, " exists and is not an empty directory: "
+                                  "export writes into a new one"));
+  // The adapters and the saved modules' weights, as PEFT names them.
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::vector<uint8_t>> bytes;
+  for (const ckpt::Tensor &t : m.tensors()) {
+    // A fused gate/up projection has no module of the Hugging Face model
+    // to adapt or save.
+    if (absl::StrContains(t.name(), "mlp.gate_up_proj."))
+      return fail(absl::StrCat(
+          "cannot export ", *resolved, " as PEFT adapters: ", t.name(),
+          " belongs to the fused gate/up projection (model.fuse_mlp), "
+          "which the Hugging Face model does not have"));
+    absl::StatusOr<std::vector<float>> v = wholeTensor(*reader, t);
+    if (!v.ok())
+      return fail(std::string(v.status().message()));
+    absl::StatusOr<std::vector<uint8_t>> converted =
+        ckpt::ConvertForExport(*v, options.dtype.dtype, t.name());
+    if (!converted.ok())
+      return fail(absl::StrCat("cannot export ", *resolved, ": ",
+                               converted.status().message()));
+    names.push_back("base_model.model." + t.name());
+    shapes.emplace_back(t.shape().begin(), t.shape().end());
+    bytes.push_back(std::move(*converted));
+  }
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (size_t i = 0; i < names.size(); ++i)
+    tensors.push_back({names[i], options.dtype.dtype, shapes[i],
+                       absl::Span<const uint8_t>(bytes[i])});
+  // adapter_config.json: PEFT's LoraConfig fields, keys sorted as PEFT
+  // writes them.
+  auto list = [](const auto &names) {
+    std::vector<std::string> quoted;
+    for (const std::string &name : names)
+      quoted.push_back(jsonString(name));
+    return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
+  };
+  std::string config = absl::StrCat(
+      "{\n"
+      "  \"base_model_name_or_path\": null,\n"
+      "  \"bias\": \"none\",\n"
+      "  \"fan_in_fan_out\": ",
+      model->family == spec::GPT2 ? "true" : "false",
+      ",\n"
+      "  \"inference_mode\": true,\n"
+      "  \"init_lora_weights\": true,\n"
+      "  \"lora_alpha\": ",
+      absl::StrFormat("%.17g", lora->alpha()),
+      ",\n"
+      "  \"lora_dropout\": ",
+      absl::StrFormat("%.17g", lora->dropout()),
+      ",\n"
+      "  \"modules_to_save\": ",
+      lora->modules_to_save().empty() ? std::string("null")
+                                      : list(lora->modules_to_save()),
+      ",\n"
+      "  \"peft_type\": \"LORA\",\n"
+      "  \"r\": ",
+      lora->rank(),
+      ",\n"
+      "  \"target_modules\": ", list(lora->target_modules()),
+      ",\n"
+      "  \"task_type\": \"CAUSAL_LM\",\n"
+      "  \"use_dora\": false,\n"
+      "  \"use_rslora\": false\n"
+      "}\n");
+  // Created only now: a refusal above leaves nothing behind.
+  fs::create_directories(out, ec);
+  if (ec)
+    return fail(absl::StrCat("cannot create ", out, ": ", ec.message()));
+  if (absl::Status s = ckpt::WriteSafetensors(
+          (fs::path(out) / "adapter_model.safetensors").string(), tensors,
+          {{"format", "pt"}});
+      !s.ok())
+    return fail(std::string(s.message()));
+  if (absl::Status s = common::WriteOutputFile(
+          (fs::path(out) / "adapter_config.json").string(), config);
+      !s.ok())
+    return fail(std::string(s.message()));
+  std::printf("exported the LoRA adapters of %s (step %lld, rank %lld) to "
+              "%s in %s: adapter_config.json, adapter_model.safetensors (%zu "
+              "tensors)\n",
+              resolved->c_str(), (long long)m.step(),
+              (long long)lora->rank(), out.c_str(), options.dtype.torchName,
+              tensors.size());
+  return 0;
+}
+
+int exportHF(const Opened &opened, const std::string &out,
+             const ExportOptions &options) {
+  const std::string *resolved = &opened.dir;
+  ckpt::CheckpointReader *reader = opened.reader.get();
+  const ckpt::Manifest &m = reader->manifest();
+  if (std::optional<plan::LoraSettings> lora = loraOf(m))
+    return fail(absl::StrCat(
+        "cannot export ", *resolved, " as a Hugging Face model: it is a LoRA "
+        "run's checkpoint, which holds the adapters (rank ", lora->rank(),
+        ") and not the frozen base; export the adapters with --peft"));
   llvm::Expected<ModelConfig> model = modelOf(m);
   if (!model)
     return fail(absl::StrCat("cannot export ", *resolved, ": ",
@@ -227,13 +390,11 @@ int exportHF(const std::string &dir, const std::string &out,
   std::vector<std::pair<std::string, std::vector<int64_t>>> names;
   std::vector<std::vector<float>> values;
   for (const ckpt::Tensor &t : m.tensors()) {
-    int64_t n = 1;
-    for (int64_t d : t.shape())
-      n *= d;
-    std::vector<float> v(n);
-    if (absl::Status s = (*reader)->Read(t.name(), "param", 0, n, v.data());
-        !s.ok())
-      return fail(std::string(s.message()));
+    absl::StatusOr<std::vector<float>> whole = wholeTensor(*reader, t);
+    if (!whole.ok())
+      return fail(std::string(whole.status().message()));
+    std::vector<float> &v = *whole;
+    const int64_t n = int64_t(v.size());
     std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
     size_t at = t.name().rfind("mlp.gate_up_proj.");
     if (at == std::string::npos) {
@@ -297,7 +458,7 @@ int main(int argc, char **argv) {
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
-  std::string dir, hf;
+  std::string dir, hf, peft;
   bool verify = true;
   ExportOptions exportOptions;
   // An export flag's value: "--flag VALUE" or "--flag=VALUE".
@@ -324,6 +485,9 @@ int main(int argc, char **argv) {
       verify = false;
     } else if (isFlag(a, "--hf")) {
       if (std::optional<int> rc = exportValue(i, "--hf", hf))
+        return *rc;
+    } else if (isFlag(a, "--peft")) {
+      if (std::optional<int> rc = exportValue(i, "--peft", peft))
         return *rc;
     } else if (isFlag(a, "--dtype")) {
       if (std::optional<int> rc = exportValue(i, "--dtype", value))
@@ -359,7 +523,13 @@ int main(int argc, char **argv) {
     return usageError("no checkpoint given");
   if (command == "inspect")
     return inspect(dir, verify);
-  if (hf.empty())
-    return usageError("export needs --hf OUT");
-  return exportHF(dir, hf, exportOptions);
+  if (hf.empty() == peft.empty())
+    return usageError("export needs one of --hf OUT (the model) and --peft "
+                      "OUT (a LoRA run's adapters)");
+  std::variant<Opened, int> opened = openToExport(dir);
+  if (int *rc = std::get_if<int>(&opened))
+    return *rc;
+  if (!peft.empty())
+    return exportPeft(std::get<Opened>(opened), peft, exportOptions);
+  return exportHF(std::get<Opened>(opened), hf, exportOptions);
 }

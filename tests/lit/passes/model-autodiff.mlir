@@ -194,3 +194,58 @@ func.func @forward(%wte: tensor<8x4xf32> {model.param = "wte"},
   %loss = model.cross_entropy %logits, %targets ignore_index = -100 : (tensor<1x2x8xf32>, tensor<1x2xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// The model of the first test with an untied output layer (head) and two
+// parameters marked model.frozen: the embedding table (wte) below the first
+// layer and the layer's linear weight (up).
+// Tests that a frozen parameter gets no gradient result, and that what
+// computes only frozen parameters' gradients is gone: up's weight gradient
+// (and the norm's output, saved for it alone: the forward layer saves only
+// the linear's output, for gelu_grad), wte's embedding_grad, and the
+// hidden state's gradient below layer 0 (it reaches only wte), so that the
+// backward layer yields the norm's gradient alone (the lines from the
+// backward layer to the return are matched one after the other: no
+// linear_grad_weight for up, no embedding_grad after the layer).
+// CHECK-LABEL: func.func @train_step(
+// CHECK-SAME: %[[WTE:[^:]+]]: tensor<8x4xf32> {model.frozen, model.param = "wte"}, %[[G:[^:]+]]: tensor<4xf32> {model.param = "norm"}, %[[U:[^:]+]]: tensor<4x4xf32> {model.frozen, model.param = "up"}, %[[HEAD:[^:]+]]: tensor<8x4xf32> {model.param = "head"}
+// CHECK-SAME: -> (tensor<f32>, tensor<4xf32> {model.grad = "norm"}, tensor<8x4xf32> {model.grad = "head"})
+// CHECK: %[[E:.+]] = model.embedding %[[WTE]]
+// CHECK-NEXT: %[[L:.+]]:2 = model.layer 0(%[[E]], %[[G]], %[[U]]) : {{.*}} -> (tensor<1x2x4xf32>, tensor<1x2x4xf32>)
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT: model.rms_norm
+// CHECK-NEXT: %[[Y:.+]] = model.linear
+// CHECK-NEXT: model.gelu %[[Y]]
+// CHECK-NEXT: %[[R:.+]] = model.add
+// CHECK-NEXT: model.yield %[[R]], %[[Y]] :
+// CHECK: %[[DLOGITS:.+]] = model.cross_entropy_grad
+// CHECK-DAG: %[[DH:.+]] = model.linear_grad_input %[[DLOGITS]], %[[HEAD]] transpose_w
+// CHECK-DAG: %[[DHEAD:.+]] = model.linear_grad_weight %[[L]]#0, %[[DLOGITS]] transpose_w
+// CHECK: %[[B:.+]] = model.layer 0 backward(%[[DH]], %[[E]], %[[G]], %[[U]], %[[L]]#1) : {{.*}} -> tensor<4xf32>
+// CHECK-NEXT: ^bb0(%[[BDY:[^:]+]]: tensor<1x2x4xf32>, %[[BX:[^:]+]]: tensor<1x2x4xf32>, %[[BG:[^:]+]]: tensor<4xf32>, %[[BU:[^:]+]]: tensor<4x4xf32>, %[[BY:[^:]+]]: tensor<1x2x4xf32>):
+// CHECK-NEXT: %[[DA:.+]] = model.gelu_grad %[[BY]], %[[BDY]]
+// CHECK-NEXT: %[[DN:.+]] = model.linear_grad_input %[[DA]], %[[BU]] transpose_w
+// CHECK-NEXT: %{{.+}}, %[[DG:.+]] = model.rms_norm_grad %[[BX]], %[[BG]], %[[DN]]
+// CHECK-NEXT: model.yield %[[DG]] : tensor<4xf32>
+// CHECK-NEXT: }
+// CHECK-NEXT: return %{{[^,]+}}, %[[B]], %[[DHEAD]] :
+func.func @forward(%wte: tensor<8x4xf32> {model.frozen, model.param = "wte"},
+                   %g: tensor<4xf32> {model.param = "norm"},
+                   %wu: tensor<4x4xf32> {model.frozen, model.param = "up"},
+                   %head: tensor<8x4xf32> {model.param = "head"},
+                   %tokens: tensor<1x2xi32> {model.input = "tokens"},
+                   %targets: tensor<1x2xi32> {model.input = "targets"}) -> tensor<f32> {
+  %e = model.embedding %wte[%tokens] : (tensor<8x4xf32>, tensor<1x2xi32>) -> tensor<1x2x4xf32>
+  %h = model.layer 0 (%e, %g, %wu) : (tensor<1x2x4xf32>, tensor<4xf32>, tensor<4x4xf32>) -> tensor<1x2x4xf32> {
+  ^bb0(%x: tensor<1x2x4xf32>, %w: tensor<4xf32>, %u: tensor<4x4xf32>):
+    %n = model.rms_norm %x, %w eps = 1.0e-05 : (tensor<1x2x4xf32>, tensor<4xf32>) -> tensor<1x2x4xf32>
+    %y = model.linear %n, %u transpose_w : (tensor<1x2x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4xf32>
+    %a = model.gelu %y : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+    %r = model.add %x, %a : (tensor<1x2x4xf32>, tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+    model.yield %r : tensor<1x2x4xf32>
+  }
+  %logits = model.linear %h, %head transpose_w : (tensor<1x2x4xf32>, tensor<8x4xf32>) -> tensor<1x2x8xf32>
+  %loss = model.cross_entropy %logits, %targets ignore_index = -100 : (tensor<1x2x8xf32>, tensor<1x2xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -74,7 +74,7 @@ module {
 // -----
 
 // Tests a step that returns fewer gradients than it has parameters.
-// expected-error @below {{@train_step must return the loss and one gradient per parameter before model-optimizer}}
+// expected-error @below {{@train_step must return the loss and one gradient per parameter not model.frozen before model-optimizer}}
 func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"},
                       %b: tensor<2xf32> {model.param = "b"},
                       %dl: tensor<f32> {model.input = "loss_grad"})
@@ -85,8 +85,59 @@ func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"},
 // -----
 
 // Tests a step without parameters: nothing to optimize.
-// expected-error @below {{@train_step has no parameters (arguments marked model.param): there is nothing to optimize}}
+// expected-error @below {{@train_step has no trainable parameters (arguments marked model.param and not model.frozen): there is nothing to optimize}}
 func.func @train_step(%dl: tensor<f32> {model.input = "loss_grad"})
+    -> tensor<f32> {
+  return %dl : tensor<f32>
+}
+
+// -----
+
+// A train step whose matrix w is frozen (model.frozen): it returns the
+// gradient of the bias b alone.
+// Tests that a frozen parameter gets no optimizer state (no exp_avg or
+// exp_avg_sq argument or result), no new value among the results and no
+// model.adamw: the norm and the one update read b's gradient only.
+// CHECK-LABEL: func.func @train_step(
+// CHECK-SAME: %[[W:[^:]+]]: tensor<4x2xf32> {model.frozen, model.param = "w"}, %[[B:[^:]+]]: tensor<4xf32> {model.param = "b"}
+// CHECK-SAME: {model.input = "loss_grad"}, %[[MB:[^:]+]]: tensor<4xf32> {model.opt_state = "exp_avg:b"}, %[[VB:[^:]+]]: tensor<4xf32> {model.opt_state = "exp_avg_sq:b"}, %[[LR:[^:]+]]: tensor<f32> {model.input = "lr"}, %[[STEP:[^:]+]]: tensor<i64> {model.input = "step"})
+// CHECK-SAME: -> (tensor<f32>, tensor<f32>, tensor<4xf32> {model.param = "b"}, tensor<4xf32> {model.opt_state = "exp_avg:b"}, tensor<4xf32> {model.opt_state = "exp_avg_sq:b"})
+// CHECK: %[[LOSS:.+]] = model.cross_entropy
+// CHECK: %[[GB:.+]] = model.bias_grad
+// CHECK-NEXT: %[[NORM:.+]], %[[SCALE:.+]] = model.grad_norm %[[GB]] max_norm = 1.000000e+00 : (tensor<4xf32>) -> (tensor<f32>, tensor<f32>)
+// CHECK-NEXT: %[[NB:.+]], %[[NMB:.+]], %[[NVB:.+]] = model.adamw %[[B]], %[[GB]], %[[MB]], %[[VB]], %[[LR]], %[[STEP]], %[[SCALE]]
+// CHECK-NEXT: return %[[LOSS]], %[[NORM]], %[[NB]], %[[NMB]], %[[NVB]] :
+func.func @train_step(%w: tensor<4x2xf32> {model.frozen, model.param = "w"},
+                      %b: tensor<4xf32> {model.param = "b"},
+                      %t: tensor<1x3xi32> {model.input = "tokens"},
+                      %y: tensor<1x3xi32> {model.input = "targets"},
+                      %dl: tensor<f32> {model.input = "loss_grad"})
+    -> (tensor<f32>, tensor<4xf32> {model.grad = "b"}) {
+  %e = model.embedding %w[%t] : (tensor<4x2xf32>, tensor<1x3xi32>) -> tensor<1x3x2xf32>
+  %z = model.linear %e, %w, %b transpose_w : (tensor<1x3x2xf32>, tensor<4x2xf32>, tensor<4xf32>) -> tensor<1x3x4xf32>
+  %l = model.cross_entropy %z, %y ignore_index = -100 : (tensor<1x3x4xf32>, tensor<1x3xi32>) -> tensor<f32>
+  %dz = model.cross_entropy_grad %z, %y, %dl ignore_index = -100 : (tensor<1x3x4xf32>, tensor<1x3xi32>, tensor<f32>) -> tensor<1x3x4xf32>
+  %gb = model.bias_grad %dz : (tensor<1x3x4xf32>) -> tensor<4xf32>
+  return %l, %gb : tensor<f32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests a step that still returns a gradient for its frozen parameter.
+// expected-error @below {{@train_step must return the loss and one gradient per parameter not model.frozen before model-optimizer}}
+func.func @train_step(%w: tensor<4x2xf32> {model.frozen, model.param = "w"},
+                      %b: tensor<2xf32> {model.param = "b"},
+                      %dl: tensor<f32> {model.input = "loss_grad"})
+    -> (tensor<f32>, tensor<4x2xf32> {model.grad = "w"}, tensor<2xf32> {model.grad = "b"}) {
+  return %dl, %w, %b : tensor<f32>, tensor<4x2xf32>, tensor<2xf32>
+}
+
+// -----
+
+// Tests a step whose parameters are all frozen: nothing to optimize.
+// expected-error @below {{@train_step has no trainable parameters (arguments marked model.param and not model.frozen): there is nothing to optimize}}
+func.func @train_step(%w: tensor<4x2xf32> {model.frozen, model.param = "w"},
+                      %dl: tensor<f32> {model.input = "loss_grad"})
     -> tensor<f32> {
   return %dl : tensor<f32>
 }

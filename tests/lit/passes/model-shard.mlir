@@ -8,6 +8,8 @@
 // RUN: braid-opt %t/has-mesh.mlir -model-shard=tp=2 -verify-diagnostics
 // RUN: braid-opt %t/pp-zero.mlir -model-shard=pp=0 -verify-diagnostics
 // RUN: braid-opt %t/sp-without-tp.mlir -model-shard=sp=true -verify-diagnostics
+// RUN: braid-opt %t/scale.mlir -model-shard=tp=2 | FileCheck %s --check-prefix=SCALE
+// RUN: braid-opt %t/scale.mlir -model-shard="tp=2 sp=true" | FileCheck %s --check-prefix=SCALE-SP
 // RUN: braid-opt %t/tp-refusals.mlir -split-input-file -model-shard=tp=2 -verify-diagnostics --allow-unregistered-dialect
 
 // The data-parallel sums of the gradients (buckets, bucket-bytes, the
@@ -233,6 +235,41 @@ module {
 module {
   func.func @train_step(%tokens: tensor<1x2xi32> {model.input = "tokens"}) {
     return
+  }
+}
+
+//--- scale.mlir
+// Tests that model.scale keeps its operand's layout: whole (the reduced
+// lookup), split (a column-parallel output, 4 of 8 columns a rank) and
+// partial (a column-parallel linear's input gradient), which is scaled
+// before its all-reduce, not after.
+// SCALE-LABEL: func.func @train_step(
+// SCALE: %[[E:.+]] = model.all_reduce
+// SCALE-NEXT: %[[X:.+]] = model.scale %[[E]] scale = 5.000000e-01 : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+// SCALE-NEXT: %[[Y:.+]] = model.linear %[[X]],
+// SCALE-NEXT: %[[SY:.+]] = model.scale %[[Y]] scale = 2.000000e+00 : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+// SCALE-NEXT: %[[DX:.+]] = model.linear_grad_input %[[SY]],
+// SCALE-NEXT: %[[SDX:.+]] = model.scale %[[DX]] scale = 4.000000e+00 : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+// SCALE-NEXT: %[[R:.+]] = model.all_reduce %[[SDX]] over @mesh ["tp"] reason = "model-shard: tensor-parallel sum of the partial model.linear_grad_input input gradients of the column-parallel w, for model.gelu"
+// SCALE-NEXT: model.gelu %[[R]]
+// With sequence parallelism the whole stream is a sequence slice, scaled
+// as such (1 of 2 positions a rank).
+// SCALE-SP: %[[E:.+]] = model.reduce_scatter
+// SCALE-SP-NEXT: %[[X:.+]] = model.scale %[[E]] scale = 5.000000e-01 : (tensor<1x1x4xf32>) -> tensor<1x1x4xf32>
+// SCALE-SP-NEXT: model.all_gather %[[X]]
+module {
+  func.func @train_step(%wte: tensor<8x4xf32> {model.param = "wte"},
+                        %w: tensor<8x4xf32> {model.param = "w"},
+                        %tokens: tensor<1x2xi32> {model.input = "tokens"})
+      -> (tensor<1x2x8xf32>, tensor<1x2x4xf32>) {
+    %e = model.embedding %wte[%tokens] : (tensor<8x4xf32>, tensor<1x2xi32>) -> tensor<1x2x4xf32>
+    %x = model.scale %e scale = 0.5 : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+    %y = model.linear %x, %w transpose_w : (tensor<1x2x4xf32>, tensor<8x4xf32>) -> tensor<1x2x8xf32>
+    %sy = model.scale %y scale = 2.0 : (tensor<1x2x8xf32>) -> tensor<1x2x8xf32>
+    %dx = model.linear_grad_input %sy, %w transpose_w : (tensor<1x2x8xf32>, tensor<8x4xf32>) -> tensor<1x2x4xf32>
+    %sdx = model.scale %dx scale = 4.0 : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+    %g = model.gelu %sdx : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+    return %sy, %g : tensor<1x2x8xf32>, tensor<1x2x4xf32>
   }
 }
 

@@ -103,7 +103,7 @@ func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"}, %t: tensor<4xi32>
 // -----
 
 // Tests T3: one gradient per parameter.
-// expected-error @below {{@train_step must return the loss and 1 gradients, found 1 results}}
+// expected-error @below {{@train_step must return the loss and 1 gradients (one per parameter not model.frozen), found 1 results}}
 func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"}, %t: tensor<4xi32> {model.input = "tokens"}, %y: tensor<4xi32> {model.input = "targets"}, %dl: tensor<f32> {model.input = "loss_grad"}) -> tensor<f32> {
   %l = model.cross_entropy %w, %y ignore_index = -100 : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
   return %l : tensor<f32>

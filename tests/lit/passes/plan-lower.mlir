@@ -238,6 +238,20 @@ module attributes {model.pipeline = [{chunk = 0 : i64, first_layer = 0 : i64, fl
 
 // -----
 
+// Tests model.scale: it lowers to the kernel SCALE, its factor the float
+// parameter `scale`.
+// CHECK-LABEL: plan.func @micro_step {
+// CHECK-NEXT: plan.kernel "EMBEDDING" [{{.*}}] -> [@[[E:b[0-9]+]]]
+// CHECK-NEXT: plan.kernel "SCALE" [@[[E]]] -> [@{{b[0-9]+}}] {scale = 1.250000e-01 : f64} {provenance = "model.scale in train_step"}
+// CHECK-NEXT: {{^ *}}}
+func.func @train_step(%t: tensor<1x2xi32> {model.input = "tokens"}, %wte: tensor<8x4xf32> {model.param = "wte"}) -> tensor<1x2x4xf32> {
+  %e = model.embedding %wte[%t] : (tensor<8x4xf32>, tensor<1x2xi32>) -> tensor<1x2x4xf32>
+  %s = model.scale %e scale = 0.125 : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32>
+  return %s : tensor<1x2x4xf32>
+}
+
+// -----
+
 // Tests a module of two model functions.
 // expected-error @below {{plan-lower needs exactly one model function, found 2}}
 module {

@@ -273,6 +273,33 @@ TEST(KernelGrad, Gelu) {
   }
 }
 
+TEST(KernelGrad, Scale) {
+  // The definition: y = x · scale, exactly (one double product each).
+  const double factor = -0.375;
+  Vec x = randomVec(10, 85, 3.0), r = randomVec(10, 86), y(10);
+  scaleForward(x.data(), 10, factor, y.data());
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(y[i], x[i] * factor) << i;
+  // Its gradient is the same kernel on the output gradient.
+  auto loss = [&] {
+    scaleForward(x.data(), 10, factor, y.data());
+    return dot(y, r);
+  };
+  Vec dx(10);
+  scaleForward(r.data(), 10, factor, dx.data());
+  EXPECT_LT(gradError(x, dx, loss), kTol);
+  // In place, and in float: the double product rounded once.
+  std::vector<float> xf(x.begin(), x.end());
+  scaleForward(xf.data(), 10, factor, xf.data());
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(xf[i], float(double(float(x[i])) * factor)) << i;
+  // Many blocks of elements (and threads), the last one partial.
+  Vec big = randomVec(50001, 87), scaled(big.size());
+  scaleForward(big.data(), int64_t(big.size()), factor, scaled.data());
+  for (size_t i = 0; i < big.size(); ++i)
+    ASSERT_EQ(scaled[i], big[i] * factor) << i;
+}
+
 TEST(KernelGrad, QkvSplit) {
   for (bool perHead : {false, true}) {
     QkvShape s{3, 2, perHead ? 2 : 1, 2, perHead};

@@ -622,6 +622,28 @@ TYPED_TEST(CudaKernelsOf, Add) {
   expectClose(shifted, want, relativeTolerance<T>(), 0, "a + b, misaligned");
 }
 
+TYPED_TEST(CudaKernelsOf, Scale) {
+  using T = TypeParam;
+  // alpha / rank of a LoRA adapter (16 / 3: no power of two, so the product
+  // is rounded), and a negative factor.
+  const int64_t n = 10007;
+  std::vector<float> x = rounded<T>(randomValues(n, 47, 3.0f));
+  for (double factor : {16.0 / 3.0, -0.375}) {
+    SCOPED_TRACE(testing::Message() << "scale " << factor);
+    std::vector<float> y(n);
+    cpu::scaleForward(x.data(), n, factor, y.data());
+    Device<T> gx(as<T>(x)), gy(n);
+    ASSERT_EQ(cuda::scaleVector(gx.get(), factor, n, gy.get(), nullptr),
+              cudaSuccess);
+    double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+    expectClose(gy.host(), y, rel, abs, "y");
+    // In place, as the executor may run it.
+    ASSERT_EQ(cuda::scaleVector(gx.get(), factor, n, gx.get(), nullptr),
+              cudaSuccess);
+    expectClose(gx.host(), y, rel, abs, "in place");
+  }
+}
+
 TYPED_TEST(CudaKernelsOf, DropoutDrawsTheCpuMask) {
   using T = TypeParam;
   // A shard (rows 5.., columns 32..) of a 40 x 160 tensor: the same

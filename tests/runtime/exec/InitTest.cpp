@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -116,6 +117,118 @@ TEST(Init, FusedMlpProjectionIsGateOverUp) {
   ASSERT_TRUE(initParameterOfShape("model.layers.1.mlp.gate_proj.weight",
                                    {f, h}, c, 0, n, other.data()).ok());
   EXPECT_EQ(other, gate);
+}
+
+// LoRA's B starts at zero, wherever the slice: the adapted model starts as
+// its base.
+TEST(Init, LoraBIsZero) {
+  InitConfig c{3, 0.02, 2, false};
+  const std::vector<int64_t> shape = {64, 8}; // [out, r]
+  std::vector<float> b(64 * 8, -5.0f);
+  const char *name = "model.layers.0.self_attn.q_proj.lora_B.weight";
+  ASSERT_TRUE(
+      initParameterOfShape(name, shape, c, 0, b.size(), b.data()).ok());
+  for (float x : b)
+    EXPECT_EQ(x, 0.0f);
+  std::vector<float> slice(7, -5.0f);
+  ASSERT_TRUE(initParameterOfShape("transformer.h.1.attn.c_attn.lora_B.weight",
+                                   shape, c, 101, 7, slice.data())
+                  .ok());
+  for (float x : slice)
+    EXPECT_EQ(x, 0.0f);
+}
+
+// LoRA's A [r, in] is PEFT's kaiming_uniform_(a = sqrt(5)): uniform in
+// [-1/sqrt(in), 1/sqrt(in)], whose mean is 0, variance bound^2 / 3 and
+// fourth moment over the variance squared 9/5 (a normal's is 3).
+TEST(Init, LoraAIsUniformWithinOneOverSqrtIn) {
+  InitConfig c{42, 0.02, 2, false};
+  const int64_t r = 64, in = 1024; // the bound depends on in, not on r
+  const std::vector<int64_t> shape = {r, in};
+  const size_t n = r * in;
+  const double bound = 1.0 / std::sqrt(double(in)); // 1/32
+  std::vector<float> a(n);
+  const char *name = "model.layers.0.self_attn.v_proj.lora_A.weight";
+  ASSERT_TRUE(initParameterOfShape(name, shape, c, 0, n, a.data()).ok());
+  double lo = 0, hi = 0, s = 0, s2 = 0, s4 = 0;
+  for (float x : a) {
+    EXPECT_LE(std::fabs(x), float(bound));
+    lo = std::min(lo, double(x));
+    hi = std::max(hi, double(x));
+    s += x;
+    s2 += double(x) * x;
+    s4 += std::pow(double(x), 4);
+  }
+  // Both ends of the interval are reached: the chance that none of n
+  // uniforms falls within bound / 1000 of an end is (1 - 1/2000)^n, about
+  // 6e-15 for n = 65536.
+  EXPECT_LT(lo, -0.999 * bound);
+  EXPECT_GT(hi, 0.999 * bound);
+  const double mean = s / n, var = s2 / n - mean * mean;
+  const double m4 = s4 / n;
+  // Standard errors for n uniforms on [-b, b], whose moments are
+  // E[x^2] = b^2/3, E[x^4] = b^4/5, E[x^6] = b^6/7, E[x^8] = b^8/9: the
+  // mean's sqrt(b^2/3 / n) = b / sqrt(3n) (~7e-5 here); the second moment's
+  // sqrt((b^4/5 - b^4/9) / n) = 0.298 b^2 / sqrt(n), relative to b^2/3
+  // 0.894 / sqrt(n) (0.35%); the ratio m4 / m2^2's, by the delta method
+  // (gradient 9, -10.8 in m4, m2 for b = 1; Var x^4 = 16/225, Var x^2 =
+  // 4/45, Cov = 8/105), sqrt(1.317 / n) = 1.15 / sqrt(n) (0.45%). Allow 5
+  // standard errors: a normal of the same variance would give 3 for the
+  // ratio, a bound of 1/sqrt(r) a variance 16 times larger.
+  EXPECT_NEAR(mean, 0.0, 5 * bound / std::sqrt(3.0 * n));
+  EXPECT_NEAR(var / (bound * bound / 3), 1.0, 5 * 0.894 / std::sqrt(double(n)));
+  EXPECT_NEAR(m4 / (var * var), 9.0 / 5.0, 5 * 1.15 / std::sqrt(double(n)));
+}
+
+// A's values depend on the seed and the name, not on how it is sliced.
+TEST(Init, LoraAIsSeededAndSliceIndependent) {
+  InitConfig c{7, 0.02, 2, false};
+  const std::vector<int64_t> shape = {4, 250};
+  const char *name = "model.layers.1.self_attn.q_proj.lora_A.weight";
+  std::vector<float> whole(1000), again(1000), other(1000);
+  ASSERT_TRUE(initParameterOfShape(name, shape, c, 0, 1000, whole.data()).ok());
+  ASSERT_TRUE(initParameterOfShape(name, shape, c, 0, 1000, again.data()).ok());
+  EXPECT_EQ(whole, again); // deterministic
+  // Two pieces at an odd offset reproduce the whole.
+  std::vector<float> s1(333), s2(667);
+  ASSERT_TRUE(initParameterOfShape(name, shape, c, 0, 333, s1.data()).ok());
+  ASSERT_TRUE(initParameterOfShape(name, shape, c, 333, 667, s2.data()).ok());
+  for (size_t i = 0; i < 333; ++i)
+    EXPECT_EQ(s1[i], whole[i]);
+  for (size_t i = 0; i < 667; ++i)
+    EXPECT_EQ(s2[i], whole[333 + i]);
+  // Another layer's adapter of the same shape: another stream.
+  const char *layer0 = "model.layers.0.self_attn.q_proj.lora_A.weight";
+  ASSERT_TRUE(
+      initParameterOfShape(layer0, shape, c, 0, 1000, other.data()).ok());
+  EXPECT_NE(whole, other);
+  c.seed = 8;
+  ASSERT_TRUE(initParameterOfShape(name, shape, c, 0, 1000, other.data()).ok());
+  EXPECT_NE(whole, other); // another seed
+}
+
+// A's bound needs its input width: a shape that is not [r, in >= 1] is
+// refused, as is a slice with nowhere to go.
+TEST(Init, LoraARefusesAShapeWithoutInputs) {
+  InitConfig c{7, 0.02, 2, false};
+  float x;
+  EXPECT_FALSE(initParameterOfShape("q_proj.lora_A.weight", {8}, c, 0, 1, &x)
+                   .ok());
+  EXPECT_FALSE(initParameterOfShape("q_proj.lora_A.weight", {8, 0}, c, 0, 1, &x)
+                   .ok());
+  EXPECT_FALSE(initParameterOfShape("q_proj.lora_B.weight", {8, 2}, c, 0, 1,
+                                    nullptr)
+                   .ok());
+}
+
+// The adapters are the two matrices model-lora names, nothing else.
+TEST(Init, IsLoraAdapterNamesTheAdapterMatrices) {
+  EXPECT_TRUE(IsLoraAdapter("model.layers.0.self_attn.q_proj.lora_A.weight"));
+  EXPECT_TRUE(IsLoraAdapter("transformer.h.3.attn.c_attn.lora_B.weight"));
+  EXPECT_FALSE(IsLoraAdapter("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(IsLoraAdapter("model.layers.0.self_attn.q_proj.lora_A.bias"));
+  EXPECT_FALSE(IsLoraAdapter("model.layers.0.self_attn.q_proj.lora_A"));
+  EXPECT_FALSE(IsLoraAdapter("lora_A.weights"));
 }
 
 TEST(Init, RefusesBadConfigs) {

@@ -70,6 +70,7 @@ TEST(KernelParams, Elementwise) {
   DropoutParams d = DecodeDropout(with({{"rng_id", 7}}, {{"rate", 0.1}}));
   EXPECT_EQ(d.rate, 0.1);
   EXPECT_EQ(d.rngId, 7u);
+  EXPECT_EQ(DecodeScale(with({}, {{"scale", -0.25}})).scale, -0.25);
   QkvParams q = DecodeQkv(
       with({{"heads", 4}, {"kv_heads", 2}, {"head_dim", 8}, {"per_head", 1}}));
   EXPECT_EQ(q.heads, 4);

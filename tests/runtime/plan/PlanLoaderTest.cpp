@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -1488,4 +1489,58 @@ TEST(PlanValidation, CandidateDrawKernels) {
   EXPECT_EQ(errorOf(plan), "");
   bodyOf(plan, 5)->set_inputs(2, 5); // lse as the ids [2, 6]
   EXPECT_REFUSED(plan, "(TOP_LOGPROBS): lse 'all_ids' has rank 2, expected 3");
+}
+
+namespace {
+
+/// SCALE of an activation by a LoRA adapter's alpha / rank, into another.
+Plan scalePlan() {
+  HandPlan hand;
+  int x = hand.buffer("x", F32, {2, 3, 4}, ACTIVATION);
+  int y = hand.buffer("y", F32, {2, 3, 4}, ACTIVATION);
+  hand.buffer("wide", F32, {2, 3, 8}, ACTIVATION);   // 2
+  hand.buffer("half", BF16, {2, 3, 4}, ACTIVATION);  // 3
+  hand.plan.set_arena_bytes(hand.offset);
+  Function *fn = hand.plan.add_functions();
+  fn->set_name("forward");
+  (*addInstruction(fn, SCALE, {x}, {y})->mutable_float_attrs())["scale"] =
+      2.0;
+  return std::move(hand.plan);
+}
+
+} // namespace
+
+// SCALE: an elementwise kernel whose factor is present, finite and nonzero.
+TEST(PlanValidation, ScaleKernel) {
+  EXPECT_EQ(errorOf(scalePlan()), "");
+  Plan plan = scalePlan();
+  (*bodyOf(plan, 0)->mutable_float_attrs())["scale"] = -0.125;
+  EXPECT_EQ(errorOf(plan), "");
+  bodyOf(plan, 0)->mutable_float_attrs()->clear();
+  EXPECT_REFUSED(plan, "(SCALE): lacks the float attribute 'scale'");
+  plan = scalePlan();
+  (*bodyOf(plan, 0)->mutable_float_attrs())["scale"] = 0.0;
+  EXPECT_REFUSED(plan, "(SCALE): attribute 'scale' = 0 must be finite and "
+                       "nonzero");
+  plan = scalePlan();
+  (*bodyOf(plan, 0)->mutable_float_attrs())["scale"] =
+      std::numeric_limits<double>::infinity();
+  EXPECT_REFUSED(plan, "(SCALE): attribute 'scale' = inf must be finite and "
+                       "nonzero");
+  plan = scalePlan();
+  (*bodyOf(plan, 0)->mutable_float_attrs())["scale"] =
+      std::numeric_limits<double>::quiet_NaN();
+  EXPECT_REFUSED(plan, "(SCALE): attribute 'scale' = nan must be finite and "
+                       "nonzero");
+  plan = scalePlan();
+  bodyOf(plan, 0)->set_outputs(0, 2);
+  EXPECT_REFUSED(plan, "(SCALE): result 'wide' is [2, 3, 8], expected "
+                       "[2, 3, 4]");
+  plan = scalePlan();
+  bodyOf(plan, 0)->set_outputs(0, 3);
+  EXPECT_REFUSED(plan, "(SCALE): operands mix F32 and BF16");
+  plan = scalePlan();
+  bodyOf(plan, 0)->add_inputs(1);
+  EXPECT_REFUSED(plan, "(SCALE): has 2 inputs and 1 outputs; the kernel "
+                       "takes 1 inputs and 1 outputs");
 }

@@ -405,6 +405,42 @@ func.func @ad1_operand_type_mismatch(%x: tensor<2x16x64xf32>, %y: tensor<64xf32>
 
 // -----
 
+// Tests SC1: the scale result has x's type.
+func.func @sc1_result_type(%x: tensor<2x16x8xf32>) -> tensor<2x16x8xbf16> {
+  // expected-error @+1 {{'model.scale' op result is 'tensor<2x16x8xbf16>' but must be x's type 'tensor<2x16x8xf32>'}}
+  %s = model.scale %x scale = 2.0 : (tensor<2x16x8xf32>) -> tensor<2x16x8xbf16>
+  return %s : tensor<2x16x8xbf16>
+}
+
+// -----
+
+// Tests SC2: the scale factor is nonzero.
+func.func @sc2_zero(%x: tensor<2x16x8xf32>) -> tensor<2x16x8xf32> {
+  // expected-error @+1 {{'model.scale' op scale is 0.000000e+00 but must be finite and nonzero}}
+  %s = model.scale %x scale = 0.0 : (tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  return %s : tensor<2x16x8xf32>
+}
+
+// -----
+
+// Tests SC2: the scale factor is finite.
+func.func @sc2_infinite(%x: tensor<2x16x8xf32>) -> tensor<2x16x8xf32> {
+  // expected-error @+1 {{'model.scale' op scale is INF but must be finite and nonzero}}
+  %s = model.scale %x scale = 0x7FF0000000000000 : (tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  return %s : tensor<2x16x8xf32>
+}
+
+// -----
+
+// Tests SC2: a NaN scale factor is refused.
+func.func @sc2_nan(%x: tensor<2x16x8xf32>) -> tensor<2x16x8xf32> {
+  // expected-error @+1 {{'model.scale' op scale is nan but must be finite and nonzero}}
+  %s = model.scale %x scale = 0x7FF8000000000000 : (tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  return %s : tensor<2x16x8xf32>
+}
+
+// -----
+
 // Tests D1: the dropout rate is in [0, 1).
 func.func @d1_rate_out_of_range(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
   // expected-error @+1 {{'model.dropout' op rate is -5.000000e-01 but must be in [0, 1)}}

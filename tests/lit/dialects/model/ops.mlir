@@ -294,6 +294,20 @@ func.func @add(%x: tensor<2x16x64xf32>, %y: tensor<2x16x64xf32>) -> tensor<2x16x
 
 // -----
 
+// Tests that model.scale round-trips its factor, negative or fractional.
+// CHECK-LABEL: func.func @scale
+// CHECK-SAME: (%[[X:.+]]: tensor<2x16x8xf32>)
+func.func @scale(%x: tensor<2x16x8xf32>) -> (tensor<2x16x8xf32>, tensor<2x16x8xf32>) {
+  // CHECK: %[[S:.+]] = model.scale %[[X]] scale = 2.000000e+00 : (tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  %s = model.scale %x scale = 2.0 : (tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  // CHECK: %[[N:.+]] = model.scale %[[S]] scale = -1.250000e-01 : (tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  %n = model.scale %s scale = -0.125 : (tensor<2x16x8xf32>) -> tensor<2x16x8xf32>
+  // CHECK: return %[[S]], %[[N]]
+  return %s, %n : tensor<2x16x8xf32>, tensor<2x16x8xf32>
+}
+
+// -----
+
 // Tests that model.dropout round-trips its rate.
 // CHECK-LABEL: func.func @dropout
 // CHECK-SAME: (%[[X:.+]]: tensor<2x16x64xf32>)
