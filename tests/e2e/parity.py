@@ -443,7 +443,8 @@ def check_peft_export(setup, family, config, weights, root, targets, dropout,
     ([r, in], [out, r]), adapter_config.json's fields; and the base model
     with the adapters merged by PEFT's definition (W + alpha/r B A; for
     GPT-2's Conv1D, fan_in_fan_out, its transpose) gives the run's last
-    validation loss."""
+    validation loss; braid-ckpt merge of the export and of the checkpoint
+    into the base directory writes those merged weights."""
     from safetensors.numpy import load_file
     import hf_reference as ref
     out = setup.w(f"{os.path.basename(root)}-peft")
@@ -482,6 +483,23 @@ def check_peft_export(setup, family, config, weights, root, targets, dropout,
         b = adapters[key.replace(".lora_A.", ".lora_B.")].astype(np.float64)
         delta = (8 / 4) * b @ a  # [out, in]
         merged[module + ".weight"] += delta.T if conv1d else delta
+    # braid-ckpt merge of the PEFT export, and of the run's checkpoint
+    # itself, into the base directory: the merged weights, each within
+    # float32's rounding of the float64 merge.
+    model_dir = setup.w(f"instruction-{family}")
+    for source, tag in ((out, "peft"), (root, "checkpoint")):
+        merged_dir = setup.w(f"{os.path.basename(root)}-merged-{tag}")
+        shutil.rmtree(merged_dir, ignore_errors=True)
+        run([setup.b("braid-ckpt"), "merge", "--base", model_dir, "--lora", source,
+             "--out", merged_dir])
+        _, got_weights = ref.load_hf_dir(merged_dir)
+        if sorted(got_weights) != sorted(merged):
+            sys.exit(f"FAILED: merge of {family} ({tag}): tensors differ from the base's")
+        for name, want_w in merged.items():
+            got_w = np.asarray(got_weights[name], dtype=np.float64).reshape(want_w.shape)
+            if np.max(np.abs(got_w - want_w)) > 1e-6 * max(np.max(np.abs(want_w)), 1e-12):
+                sys.exit(f"FAILED: merge of {family} ({tag}): {name} is not W + "
+                         "alpha/r B A")
     want_loss, _ = per_token_loss(ref.Reference(config, merged),
                                   valid_conversations, seq)
     print(f"instruction-{family:5s} PEFT export: {len(adapters)} tensors; the "

@@ -15,6 +15,7 @@
 #include "runtime/common/Format.h"
 #include "runtime/common/OutputFile.h"
 #include "runtime/ckpt/Checkpoint.h"
+#include "runtime/ckpt/HFCheckpoint.h"
 #include "runtime/ckpt/HFExport.h"
 #include "runtime/ckpt/Safetensors.h"
 #include "runtime/plan/plan.pb.h"
@@ -51,6 +52,8 @@ constexpr char kUsage[] = R"(usage:
   braid-ckpt export CHECKPOINT --hf OUT [--dtype fp32|bf16|fp16]
                    [--max-shard-size SIZE] [--tokenizer PATH]
   braid-ckpt export CHECKPOINT --peft OUT [--dtype fp32|bf16|fp16]
+  braid-ckpt merge --base HF_DIR --lora ADAPTERS --out OUT
+                   [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]
 
 CHECKPOINT: a checkpoint directory (ROOT/step-N) or a root (braid-run --save
 ROOT), whose latest checkpoint is used.
@@ -78,6 +81,16 @@ lora_alpha, lora_dropout, target_modules, modules_to_save; fan_in_fan_out
 for GPT-2's Conv1D) and OUT/adapter_model.safetensors, each tensor named
 base_model.model.<its name> (<module>.lora_A.weight, <module>.lora_B.weight,
 and the modules to save's own weights).
+
+merge folds LoRA adapters into their base model and writes a Hugging Face
+model: ADAPTERS is a LoRA run's checkpoint (or root) or a PEFT adapter
+directory (adapter_config.json, adapter_model.safetensors); each target
+weight becomes W + (alpha / r) B A (its transpose for GPT-2's Conv1D,
+fan_in_fan_out), computed in float64, and the modules to save replace
+the base's. The base's config.json (torch_dtype set to --dtype) and
+tokenizer files are copied; the weights are written as export --hf writes
+them. Adapters of another model (a target the base lacks, or shapes that
+disagree) are refused, naming the tensor.
 )";
 
 int usageError(const std::string &message) {
@@ -337,6 +350,240 @@ int exportPeft(const Opened &opened, const std::string &out,
   return 0;
 }
 
+/// LoRA adapters to merge: the scale alpha / r, whether the base stores
+/// its weights [in, out] (fan_in_fan_out), and the tensors by the base's
+/// names (<module>.lora_A.weight, ..., and the modules to save's).
+struct Adapters {
+  double scale = 0;
+  bool fanInFanOut = false;
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>>
+      tensors;
+};
+
+/// The adapters of a PEFT directory or a Braid LoRA checkpoint.
+absl::StatusOr<Adapters> readAdapters(const std::string &source) {
+  Adapters out;
+  std::error_code ec;
+  const fs::path config = fs::path(source) / "adapter_config.json";
+  if (fs::exists(config, ec)) {
+    std::ifstream in(config);
+    std::string text((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+    if (!json)
+      return absl::InvalidArgumentError(
+          absl::StrCat(config.string(), ": ", llvm::toString(json.takeError())));
+    const llvm::json::Object *o = json->getAsObject();
+    std::optional<int64_t> r = o ? o->getInteger("r") : std::nullopt;
+    std::optional<double> alpha =
+        o ? o->getNumber("lora_alpha") : std::nullopt;
+    if (!r || *r < 1 || !alpha)
+      return absl::InvalidArgumentError(absl::StrCat(
+          config.string(), ": expected PEFT's LoRA config with r >= 1 and "
+                           "lora_alpha"));
+    if (std::optional<llvm::StringRef> type = o->getString("peft_type");
+        type && *type != "LORA")
+      return absl::InvalidArgumentError(absl::StrCat(
+          config.string(), ": peft_type is ", type->str(), ", not LORA"));
+    for (const char *unsupported : {"use_rslora", "use_dora"})
+      if (o->getBoolean(unsupported).value_or(false))
+        return absl::UnimplementedError(absl::StrCat(
+            config.string(), ": ", unsupported, " adapters are not merged"));
+    out.scale = *alpha / double(*r);
+    out.fanInFanOut = o->getBoolean("fan_in_fan_out").value_or(false);
+    absl::StatusOr<ckpt::SafetensorsFile> file = ckpt::SafetensorsFile::Open(
+        (fs::path(source) / "adapter_model.safetensors").string());
+    if (!file.ok())
+      return file.status();
+    for (const std::string &name : file->names()) {
+      absl::StatusOr<ckpt::TensorInfo> info = file->Info(name);
+      if (!info.ok())
+        return info.status();
+      std::vector<double> values(info->numElements);
+      if (absl::Status st = file->ReadAsFloat64(name, absl::MakeSpan(values));
+          !st.ok())
+        return st;
+      constexpr absl::string_view kPrefix = "base_model.model.";
+      std::string key = absl::StartsWith(name, kPrefix)
+                            ? name.substr(kPrefix.size())
+                            : name;
+      out.tensors[key] = {info->shape, std::move(values)};
+    }
+    return out;
+  }
+  absl::StatusOr<std::string> resolved = ckpt::ResolveCheckpoint(source);
+  if (!resolved.ok())
+    return absl::NotFoundError(absl::StrCat(
+        source, " is neither a PEFT adapter directory (no adapter_config.json) "
+                "nor a Braid checkpoint: ",
+        resolved.status().message()));
+  absl::StatusOr<std::unique_ptr<ckpt::CheckpointReader>> reader =
+      ckpt::CheckpointReader::Open(*resolved);
+  if (!reader.ok())
+    return reader.status();
+  const ckpt::Manifest &m = (*reader)->manifest();
+  std::optional<plan::LoraSettings> lora = loraOf(m);
+  if (!lora)
+    return absl::InvalidArgumentError(absl::StrCat(
+        *resolved, " is not a LoRA run's checkpoint: nothing to merge"));
+  llvm::Expected<ModelConfig> model = modelOf(m);
+  if (!model)
+    return absl::InvalidArgumentError(llvm::toString(model.takeError()));
+  out.scale = lora->alpha() / double(lora->rank());
+  out.fanInFanOut = model->family == spec::GPT2;
+  for (const ckpt::Tensor &t : m.tensors()) {
+    absl::StatusOr<std::vector<float>> v = wholeTensor(**reader, t);
+    if (!v.ok())
+      return v.status();
+    out.tensors[t.name()] = {std::vector<int64_t>(t.shape().begin(),
+                                                  t.shape().end()),
+                             std::vector<double>(v->begin(), v->end())};
+  }
+  return out;
+}
+
+int merge(const std::string &base, const std::string &lora,
+          const std::string &out, const ExportOptions &options) {
+  auto failMerge = [&](absl::string_view why) {
+    return fail(absl::StrCat("cannot merge ", lora, " into ", base, ": ", why));
+  };
+  absl::StatusOr<ckpt::HFCheckpoint> checkpoint = ckpt::OpenHFCheckpoint(base);
+  if (!checkpoint.ok())
+    return failMerge(checkpoint.status().message());
+  absl::StatusOr<Adapters> adapters = readAdapters(lora);
+  if (!adapters.ok())
+    return failMerge(adapters.status().message());
+  std::error_code ec;
+  if (fs::exists(out, ec) &&
+      (!fs::is_directory(out, ec) || !fs::is_empty(out, ec)))
+    return fail(absl::StrCat(out, " exists and is not an empty directory: "
+                                  "merge writes into a new one"));
+  // The base's tensors, in float64.
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>>
+      weights;
+  for (const std::string &name : checkpoint->names()) {
+    absl::StatusOr<const ckpt::SafetensorsFile *> file =
+        checkpoint->fileOf(name);
+    if (!file.ok())
+      return failMerge(file.status().message());
+    absl::StatusOr<ckpt::TensorInfo> info = (*file)->Info(name);
+    if (!info.ok())
+      return failMerge(info.status().message());
+    std::vector<double> values(info->numElements);
+    if (absl::Status st = (*file)->ReadAsFloat64(name, absl::MakeSpan(values));
+        !st.ok())
+      return failMerge(st.message());
+    weights[name] = {info->shape, std::move(values)};
+  }
+  // Each adapter into its base weight; the modules to save replace theirs.
+  int64_t merged = 0, replaced = 0;
+  for (const auto &[name, tensor] : adapters->tensors) {
+    const auto &[shape, values] = tensor;
+    if (absl::EndsWith(name, ".lora_B.weight"))
+      continue; // with its A
+    if (!absl::EndsWith(name, ".lora_A.weight")) {
+      auto it = weights.find(name);
+      if (it == weights.end() || it->second.first != shape)
+        return failMerge(absl::StrCat(
+            "the module to save's ", name, " ",
+            it == weights.end() ? "is not in the base"
+                                : absl::StrCat("is ", ckpt::shapeToString(shape),
+                                               " but the base's is ",
+                                               ckpt::shapeToString(
+                                                   it->second.first)),
+            " (adapters of another model?)"));
+      it->second.second = values;
+      ++replaced;
+      continue;
+    }
+    const std::string module =
+        name.substr(0, name.size() - std::strlen(".lora_A.weight"));
+    auto bIt = adapters->tensors.find(module + ".lora_B.weight");
+    auto wIt = weights.find(module + ".weight");
+    if (bIt == adapters->tensors.end())
+      return failMerge(absl::StrCat(name, " has no ", module,
+                                    ".lora_B.weight beside it"));
+    if (wIt == weights.end())
+      return failMerge(absl::StrCat("the base has no ", module,
+                                    ".weight for ", name,
+                                    " (adapters of another model?)"));
+    const std::vector<int64_t> &a = shape, &b = bIt->second.first,
+                               &w = wIt->second.first;
+    // A [r, in], B [out, r]; W [out, in], or [in, out] with fan_in_fan_out.
+    const bool shapesAgree =
+        a.size() == 2 && b.size() == 2 && w.size() == 2 && b[1] == a[0] &&
+        (adapters->fanInFanOut ? (w[0] == a[1] && w[1] == b[0])
+                               : (w[0] == b[0] && w[1] == a[1]));
+    if (!shapesAgree)
+      return failMerge(absl::StrCat(
+          module, ": A ", ckpt::shapeToString(a), " and B ",
+          ckpt::shapeToString(b), " do not adapt the base's ",
+          ckpt::shapeToString(w), " (adapters of another model?)"));
+    const int64_t r = a[0], in = a[1], outDim = b[0];
+    std::vector<double> &target = wIt->second.second;
+    const std::vector<double> &av = values, &bv = bIt->second.second;
+    for (int64_t o = 0; o < outDim; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        double sum = 0;
+        for (int64_t k = 0; k < r; ++k)
+          sum += bv[size_t(o * r + k)] * av[size_t(k * in + i)];
+        size_t at = adapters->fanInFanOut ? size_t(i * outDim + o)
+                                          : size_t(o * in + i);
+        target[at] += adapters->scale * sum;
+      }
+    ++merged;
+  }
+  if (merged == 0)
+    return failMerge("it holds no LoRA adapters (no *.lora_A.weight)");
+  // In the dtype asked for, every tensor converted before anything is
+  // written.
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::vector<uint8_t>> bytes;
+  for (const auto &[name, tensor] : weights) {
+    std::vector<float> f(tensor.second.begin(), tensor.second.end());
+    absl::StatusOr<std::vector<uint8_t>> converted =
+        ckpt::ConvertForExport(f, options.dtype.dtype, name);
+    if (!converted.ok())
+      return failMerge(converted.status().message());
+    names.push_back(name);
+    shapes.push_back(tensor.first);
+    bytes.push_back(std::move(*converted));
+  }
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (size_t i = 0; i < names.size(); ++i)
+    tensors.push_back({names[i], options.dtype.dtype, shapes[i],
+                       absl::Span<const uint8_t>(bytes[i])});
+  // config.json: the base's, in the dtype written.
+  llvm::Expected<llvm::json::Value> config =
+      llvm::json::parse(checkpoint->configJson());
+  if (!config || !config->getAsObject())
+    return failMerge("the base's config.json is not a JSON object");
+  (*config->getAsObject())["torch_dtype"] = options.dtype.torchName;
+  fs::create_directories(out, ec);
+  if (ec)
+    return fail(absl::StrCat("cannot create ", out, ": ", ec.message()));
+  std::vector<std::string> files = {"config.json"};
+  if (ckpt::FindTokenizerFiles(base).ok())
+    if (absl::Status st = ckpt::CopyTokenizer(base, out, &files); !st.ok())
+      return failMerge(st.message());
+  if (absl::Status st = ckpt::WriteHFWeights(out, tensors,
+                                             options.maxShardBytes, &files);
+      !st.ok())
+    return fail(std::string(st.message()));
+  if (absl::Status st = common::WriteOutputFile(
+          (fs::path(out) / "config.json").string(),
+          llvm::formatv("{0:2}", *config).str() + "\n");
+      !st.ok())
+    return fail(std::string(st.message()));
+  std::printf("merged %lld adapters (scale %g)%s of %s into %s: %s in %s\n",
+              (long long)merged, adapters->scale,
+              replaced ? absl::StrCat(" and ", replaced, " saved tensors").c_str()
+                       : "",
+              lora.c_str(), base.c_str(), out.c_str(), options.dtype.torchName);
+  return 0;
+}
+
 int exportHF(const Opened &opened, const std::string &out,
              const ExportOptions &options) {
   const std::string *resolved = &opened.dir;
@@ -458,7 +705,7 @@ int main(int argc, char **argv) {
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
-  std::string dir, hf, peft;
+  std::string dir, hf, peft, mergeBase, mergeLora, mergeOut;
   bool verify = true;
   ExportOptions exportOptions;
   // An export flag's value: "--flag VALUE" or "--flag=VALUE".
@@ -475,7 +722,7 @@ int main(int argc, char **argv) {
     return std::nullopt;
   };
   auto isFlag = [&](const std::string &a, const char *flag) {
-    return command == "export" &&
+    return (command == "export" || command == "merge") &&
            (a == flag || absl::StartsWith(a, absl::StrCat(flag, "=")));
   };
   for (size_t i = 1; i < args.size(); ++i) {
@@ -483,11 +730,20 @@ int main(int argc, char **argv) {
     std::string value;
     if (a == "--no-verify" && command == "inspect") {
       verify = false;
-    } else if (isFlag(a, "--hf")) {
+    } else if (command == "export" && isFlag(a, "--hf")) {
       if (std::optional<int> rc = exportValue(i, "--hf", hf))
         return *rc;
-    } else if (isFlag(a, "--peft")) {
+    } else if (command == "export" && isFlag(a, "--peft")) {
       if (std::optional<int> rc = exportValue(i, "--peft", peft))
+        return *rc;
+    } else if (command == "merge" && isFlag(a, "--base")) {
+      if (std::optional<int> rc = exportValue(i, "--base", mergeBase))
+        return *rc;
+    } else if (command == "merge" && isFlag(a, "--lora")) {
+      if (std::optional<int> rc = exportValue(i, "--lora", mergeLora))
+        return *rc;
+    } else if (command == "merge" && isFlag(a, "--out")) {
+      if (std::optional<int> rc = exportValue(i, "--out", mergeOut))
         return *rc;
     } else if (isFlag(a, "--dtype")) {
       if (std::optional<int> rc = exportValue(i, "--dtype", value))
@@ -504,7 +760,7 @@ int main(int argc, char **argv) {
         return usageError(absl::StrCat("--max-shard-size: ",
                                        size.status().message()));
       exportOptions.maxShardBytes = *size;
-    } else if (isFlag(a, "--tokenizer")) {
+    } else if (command == "export" && isFlag(a, "--tokenizer")) {
       if (std::optional<int> rc =
               exportValue(i, "--tokenizer", exportOptions.tokenizer))
         return *rc;
@@ -517,8 +773,17 @@ int main(int argc, char **argv) {
                                      " and ", a));
     }
   }
-  if (command != "inspect" && command != "export")
+  if (command != "inspect" && command != "export" && command != "merge")
     return usageError(absl::StrCat("unknown command '", command, "'"));
+  if (command == "merge") {
+    if (!dir.empty())
+      return usageError(absl::StrCat("merge takes --base, --lora and --out, "
+                                     "not ", dir));
+    if (mergeBase.empty() || mergeLora.empty() || mergeOut.empty())
+      return usageError("merge needs --base HF_DIR, --lora ADAPTERS and "
+                        "--out OUT");
+    return merge(mergeBase, mergeLora, mergeOut, exportOptions);
+  }
   if (dir.empty())
     return usageError("no checkpoint given");
   if (command == "inspect")
