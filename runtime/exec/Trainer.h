@@ -67,6 +67,9 @@ struct TrainerOptions {
   /// a Braid checkpoint of any layout (its parameters only), to start from
   /// instead of the seeded initialisation.
   std::string initFrom;
+  /// A LoRA run's starting adapters (--lora-load): a PEFT adapter directory
+  /// or a Braid LoRA checkpoint, instead of the seeded A and zero B.
+  std::string loraLoad;
   /// A Braid checkpoint (or checkpoint root) to resume: parameters, AdamW
   /// moments, step, data position and seed (Checkpointing.h).
   std::string load;
@@ -141,7 +144,7 @@ struct StepRecord {
 /// --threads, --log-every, --metrics-out, --save-params, --trace,
 /// --profile-out, --device, --collective-timeout, --split, --eval-interval,
 /// --eval-iters, --tensorboard-dir, --exit-duration-in-mins, --exit-interval,
-/// --is-instruction-dataset. Returns true when `flag`
+/// --is-instruction-dataset, --lora-load. Returns true when `flag`
 /// (with its `value`) is one of them and sets it in `options`, false when it
 /// is not one of them, and an
 /// error naming the flag and value when the value is not allowed.

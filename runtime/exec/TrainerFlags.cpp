@@ -27,7 +27,8 @@ const char kTrainerFlagsUsage[] =
     "[--profile-out FILE.json] [--device cpu|cuda] [--cuda-graphs on|off] "
     "[--collective-timeout SECONDS] [--split TRAIN,VALID,TEST] "
     "[--eval-interval N] [--eval-iters N] [--tensorboard-dir DIR] "
-    "[--exit-duration-in-mins M] [--exit-interval N] [--is-instruction-dataset]";
+    "[--exit-duration-in-mins M] [--exit-interval N] [--is-instruction-dataset] "
+    "[--lora-load ADAPTERS]";
 
 absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
@@ -36,6 +37,12 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
     options->dataPrefix = value;
   } else if (flag == "--init-from") {
     options->initFrom = value;
+  } else if (flag == "--lora-load") {
+    if (value.empty())
+      return absl::InvalidArgumentError(
+          "--lora-load= names no adapters (a PEFT directory or a Braid LoRA "
+          "checkpoint)");
+    options->loraLoad = value;
   } else if (flag == "--allow-model-change") {
     // Repeatable, or a comma-separated list.
     std::vector<std::string> fields = absl::StrSplit(value, ',');

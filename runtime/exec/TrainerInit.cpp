@@ -9,6 +9,7 @@
 #include "runtime/exec/TrainerInternal.h"
 
 #include "runtime/ckpt/HFCheckpoint.h"
+#include "runtime/ckpt/LoraAdapters.h"
 #include "runtime/ckpt/ModelIdentity.h"
 #include "runtime/exec/Init.h"
 #include "runtime/plan/PlanLoader.h"
@@ -136,6 +137,72 @@ absl::Status weightsFromMasters(Backend &e, int64_t stage) {
 /// Loads the Hugging Face checkpoint --init-from names into the plan's
 /// parameters (every rank checks it whole and keeps its stage's slices);
 /// LoRA adapters, which a base model does not have, go to `unsourced`.
+/// Loads --lora-load's adapters (ckpt::ReadLoraAdapters) into the plan's:
+/// every tensor must be a trainable parameter of the plan of its shape (a
+/// LoRA matrix, or a module to save's weight), and every adapter matrix of
+/// the plan must be there, with the plan's alpha and rank. `loaded`
+/// receives the names set.
+static absl::Status loadAdapters(TrainingRun &run,
+                                 std::set<std::string> &loaded) {
+  const plan::Plan &plan = run.plan;
+  const std::string &source = run.options.loraLoad;
+  Backend &e = *run.backend;
+  absl::StatusOr<ckpt::LoraAdapters> adapters =
+      ckpt::ReadLoraAdapters(source);
+  if (!adapters.ok())
+    return absl::Status(adapters.status().code(),
+                        absl::StrCat("--lora-load: ",
+                                     adapters.status().message()));
+  const plan::LoraSettings &lora = run.t.lora();
+  if (adapters->rank != lora.rank() || adapters->alpha != lora.alpha())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lora-load ", source, ": its adapters have rank ", adapters->rank,
+        " and alpha ", adapters->alpha, ", the plan's rank ", lora.rank(),
+        " and alpha ", lora.alpha(), " (adapters of another lora section)"));
+  std::map<std::string, std::vector<int>> byName;
+  for (int i = 0; i < plan.buffers_size(); ++i) {
+    const plan::Buffer &b = plan.buffers(i);
+    if (b.role() == plan::PARAMETER && b.block_of() == 0 && !b.frozen())
+      byName[b.name()].push_back(i);
+  }
+  for (const auto &[name, tensor] : adapters->tensors) {
+    auto it = byName.find(name);
+    if (it == byName.end())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--lora-load ", source, ": ", name,
+          " is not a trainable parameter of the plan (adapters of another "
+          "model, or of other target modules)"));
+    for (int id : it->second) {
+      const plan::Buffer &b = plan.buffers(id);
+      std::vector<int64_t> shape = plan::GlobalShape(b, plan.mesh());
+      if (shape != tensor.first)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--lora-load ", source, ": ", name, " is ",
+            ckpt::shapeToString(tensor.first), " there but ",
+            ckpt::shapeToString(shape), " in the plan"));
+      if (b.stage() != run.stage)
+        continue;
+      std::vector<double> local(numel(b));
+      for (const plan::ShardRun &piece :
+           plan::ShardRuns(b, plan.mesh(), shardCoordinate(e, b)))
+        std::copy_n(tensor.second.begin() + piece.global, piece.length,
+                    local.begin() + piece.local);
+      if (absl::Status s = writeParameter(e, id, local); !s.ok())
+        return s;
+    }
+    loaded.insert(name);
+  }
+  for (const auto &[name, ids] : byName)
+    if (IsLoraAdapter(name) && !loaded.count(name))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--lora-load ", source, ": it lacks the plan's ", name,
+          " (adapters of other target modules)"));
+  if (run.options.log && run.writer)
+    *run.options.log << "lora: " << loaded.size() << " tensors from "
+                     << source << "\n";
+  return absl::OkStatus();
+}
+
 static absl::Status loadHuggingFace(TrainingRun &run,
                              std::set<std::string> &unsourced) {
   const plan::Plan &plan = run.plan;
@@ -271,6 +338,14 @@ absl::Status InitialiseWeights(TrainingRun &run) {
       return s;
     }
   }
+  // 1b. Adapters to start from (--lora-load): they replace the seeded ones.
+  std::set<std::string> adaptersLoaded;
+  if (!options.loraLoad.empty()) {
+    if (absl::Status s = loadAdapters(run, adaptersLoaded); !s.ok())
+      return s;
+    for (const std::string &name : adaptersLoaded)
+      unsourced.erase(name);
+  }
   // 2. The run to resume: every parameter it updates, and their moments.
   if (resume) {
     ModelCheck check{options.allowModelChange, options.log};
@@ -316,7 +391,8 @@ absl::Status InitialiseWeights(TrainingRun &run) {
   for (int i = 0; i < plan.buffers_size(); ++i) {
     const plan::Buffer &b = plan.buffers(i);
     if (b.role() != plan::PARAMETER || b.block_of() > 0 ||
-        b.stage() != stage || !(seeded || unsourced.count(b.name())))
+        b.stage() != stage || !(seeded || unsourced.count(b.name())) ||
+        adaptersLoaded.count(b.name()))
       continue;
     // Values by global element index: a slice holds what the whole tensor
     // holds there.
@@ -346,6 +422,7 @@ absl::Status InitialiseWeights(TrainingRun &run) {
   // not hold).
   if (!run.fromCheckpoint)
     return initMasterWeights(e, stage);
+  unsourced.insert(adaptersLoaded.begin(), adaptersLoaded.end());
   return unsourced.empty() ? absl::OkStatus()
                            : initMasterWeights(e, stage, &unsourced);
 }

@@ -62,6 +62,16 @@ absl::Status SetUpRun(TrainingRun &run) {
   bool frozen = false;
   for (const plan::Buffer &b : run.plan.buffers())
     frozen = frozen || (b.role() == plan::PARAMETER && b.frozen());
+  if (!options.loraLoad.empty() && !t.has_lora())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lora-load ", options.loraLoad,
+        ": the plan has no LoRA adapters to load them into (its job has no "
+        "lora section)"));
+  if (!options.loraLoad.empty() && !options.load.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lora-load ", options.loraLoad, " starts a run from adapters and "
+        "--load ", options.load, " resumes one (with its own): give one of "
+        "them"));
   if (!options.load.empty() && !options.initFrom.empty() && !frozen)
     return absl::InvalidArgumentError(absl::StrCat(
         "--load ", options.load, " resumes a run and --init-from ",

@@ -17,6 +17,7 @@
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/HFCheckpoint.h"
 #include "runtime/ckpt/HFExport.h"
+#include "runtime/ckpt/LoraAdapters.h"
 #include "runtime/ckpt/Safetensors.h"
 #include "runtime/plan/plan.pb.h"
 
@@ -360,85 +361,25 @@ struct Adapters {
       tensors;
 };
 
-/// The adapters of a PEFT directory or a Braid LoRA checkpoint.
+/// The adapters of a PEFT directory or a Braid LoRA checkpoint
+/// (ckpt::ReadLoraAdapters); a checkpoint's model says fan_in_fan_out.
 absl::StatusOr<Adapters> readAdapters(const std::string &source) {
+  absl::StatusOr<ckpt::LoraAdapters> read = ckpt::ReadLoraAdapters(source);
+  if (!read.ok())
+    return read.status();
   Adapters out;
-  std::error_code ec;
-  const fs::path config = fs::path(source) / "adapter_config.json";
-  if (fs::exists(config, ec)) {
-    std::ifstream in(config);
-    std::string text((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-    llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
-    if (!json)
-      return absl::InvalidArgumentError(
-          absl::StrCat(config.string(), ": ", llvm::toString(json.takeError())));
-    const llvm::json::Object *o = json->getAsObject();
-    std::optional<int64_t> r = o ? o->getInteger("r") : std::nullopt;
-    std::optional<double> alpha =
-        o ? o->getNumber("lora_alpha") : std::nullopt;
-    if (!r || *r < 1 || !alpha)
-      return absl::InvalidArgumentError(absl::StrCat(
-          config.string(), ": expected PEFT's LoRA config with r >= 1 and "
-                           "lora_alpha"));
-    if (std::optional<llvm::StringRef> type = o->getString("peft_type");
-        type && *type != "LORA")
-      return absl::InvalidArgumentError(absl::StrCat(
-          config.string(), ": peft_type is ", type->str(), ", not LORA"));
-    for (const char *unsupported : {"use_rslora", "use_dora"})
-      if (o->getBoolean(unsupported).value_or(false))
-        return absl::UnimplementedError(absl::StrCat(
-            config.string(), ": ", unsupported, " adapters are not merged"));
-    out.scale = *alpha / double(*r);
-    out.fanInFanOut = o->getBoolean("fan_in_fan_out").value_or(false);
-    absl::StatusOr<ckpt::SafetensorsFile> file = ckpt::SafetensorsFile::Open(
-        (fs::path(source) / "adapter_model.safetensors").string());
-    if (!file.ok())
-      return file.status();
-    for (const std::string &name : file->names()) {
-      absl::StatusOr<ckpt::TensorInfo> info = file->Info(name);
-      if (!info.ok())
-        return info.status();
-      std::vector<double> values(info->numElements);
-      if (absl::Status st = file->ReadAsFloat64(name, absl::MakeSpan(values));
-          !st.ok())
-        return st;
-      constexpr absl::string_view kPrefix = "base_model.model.";
-      std::string key = absl::StartsWith(name, kPrefix)
-                            ? name.substr(kPrefix.size())
-                            : name;
-      out.tensors[key] = {info->shape, std::move(values)};
-    }
-    return out;
+  out.scale = read->alpha / double(read->rank);
+  if (read->fanInFanOut) {
+    out.fanInFanOut = *read->fanInFanOut;
+  } else {
+    ckpt::Manifest m;
+    m.set_model_spec(read->modelSpec);
+    llvm::Expected<ModelConfig> model = modelOf(m);
+    if (!model)
+      return absl::InvalidArgumentError(llvm::toString(model.takeError()));
+    out.fanInFanOut = model->family == spec::GPT2;
   }
-  absl::StatusOr<std::string> resolved = ckpt::ResolveCheckpoint(source);
-  if (!resolved.ok())
-    return absl::NotFoundError(absl::StrCat(
-        source, " is neither a PEFT adapter directory (no adapter_config.json) "
-                "nor a Braid checkpoint: ",
-        resolved.status().message()));
-  absl::StatusOr<std::unique_ptr<ckpt::CheckpointReader>> reader =
-      ckpt::CheckpointReader::Open(*resolved);
-  if (!reader.ok())
-    return reader.status();
-  const ckpt::Manifest &m = (*reader)->manifest();
-  std::optional<plan::LoraSettings> lora = loraOf(m);
-  if (!lora)
-    return absl::InvalidArgumentError(absl::StrCat(
-        *resolved, " is not a LoRA run's checkpoint: nothing to merge"));
-  llvm::Expected<ModelConfig> model = modelOf(m);
-  if (!model)
-    return absl::InvalidArgumentError(llvm::toString(model.takeError()));
-  out.scale = lora->alpha() / double(lora->rank());
-  out.fanInFanOut = model->family == spec::GPT2;
-  for (const ckpt::Tensor &t : m.tensors()) {
-    absl::StatusOr<std::vector<float>> v = wholeTensor(**reader, t);
-    if (!v.ok())
-      return v.status();
-    out.tensors[t.name()] = {std::vector<int64_t>(t.shape().begin(),
-                                                  t.shape().end()),
-                             std::vector<double>(v->begin(), v->end())};
-  }
+  out.tensors = std::move(read->tensors);
   return out;
 }
 
