@@ -547,6 +547,14 @@ int main(int argc, char **argv) {
   options.dumpIrDir = dumpDir;
   if (llvm::Error error = runPhases(*module, options))
     return fail(std::move(error));
+  // The model graph of the report is the model phase's: with LoRA, its
+  // adapters too (model-lora).
+  if (config->lora.enabled) {
+    CompileOptions modelPhase;
+    modelPhase.compileTo = Phase::Model;
+    if (llvm::Error error = runPhases(*graph, modelPhase))
+      return fail(std::move(error));
+  }
 
   if (!clusterFlag.empty() && !emitPlan)
     return fail("--cluster prices a plan: give --emit=plan (or plan-text)");
