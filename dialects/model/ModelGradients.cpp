@@ -134,7 +134,7 @@ LogicalResult DropoutOp::buildGradients(OpBuilder &b, ValueRange dy,
   // The same mask and scale, drawn again from the same key.
   auto grad = b.create<DropoutOp>(getLoc(), dy[0].getType(), dy[0],
                                   getRateAttr(), getRngIdAttr(),
-                                  getSeqAxisAttr());
+                                  getSeqAxisAttr(), getFeatureAxisAttr());
   grads.assign(1, grad);
   return success();
 }

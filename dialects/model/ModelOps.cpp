@@ -853,7 +853,8 @@ int64_t ScaleOp::getVectorFlops() {
 void DropoutOp::build(OpBuilder &builder, OperationState &state, Value x,
                       double rate, int64_t rngId) {
   build(builder, state, x.getType(), x, builder.getF64FloatAttr(rate),
-        builder.getI64IntegerAttr(rngId), /*seq_axis=*/StringAttr());
+        builder.getI64IntegerAttr(rngId), /*seq_axis=*/StringAttr(),
+        /*feature_axis=*/StringAttr());
 }
 
 LogicalResult DropoutOp::verify() {
@@ -870,6 +871,18 @@ LogicalResult DropoutOp::verify() {
       return emitOpError("seq_axis needs x of rank >= 2, found ")
              << getX().getType();
     if (failed(verifyMeshAxis(*this, *axis, "seq_axis")))
+      return failure();
+  }
+  // D4: a slice of the last dimension: rank >= 2, a mesh axis, not also a
+  // sequence slice.
+  if (auto axis = getFeatureAxis()) {
+    if (getX().getType().getRank() < 2)
+      return emitOpError("feature_axis needs x of rank >= 2, found ")
+             << getX().getType();
+    if (getSeqAxis())
+      return emitOpError("has both seq_axis and feature_axis: x is a slice "
+                         "of one or the other");
+    if (failed(verifyMeshAxis(*this, *axis, "feature_axis")))
       return failure();
   }
   return success();

@@ -632,18 +632,26 @@ def Model_DropoutOp : Model_ForwardOp<"dropout"> {
     sequence (dimension 1) along that mesh axis, and each element keeps the
     mask of its place in the whole sequence.
 
+    With `feature_axis` `x` is this rank's slice of its last dimension along
+    that mesh axis (a LoRA adapter's input beside a row-parallel linear),
+    and each element keeps the mask of its place in the whole tensor.
+
     Constraints:
     - D1: `rate` is in [0, 1).
     - D2: the result has `x`'s type.
     - D3: with `seq_axis`, `x` has rank at least 2 and the axis is an axis
       of the module's mesh.
+    - D4: with `feature_axis`, `x` has rank at least 2, the axis is an axis
+      of the module's mesh, and there is no `seq_axis`.
   }];
   let arguments = (ins Model_FloatTensor:$x, F64Attr:$rate,
                        OptionalAttr<I64Attr>:$rng_id,
-                       OptionalAttr<StrAttr>:$seq_axis);
+                       OptionalAttr<StrAttr>:$seq_axis,
+                       OptionalAttr<StrAttr>:$feature_axis);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $x `rate` `=` $rate (`seq_axis` `=` $seq_axis^)? attr-dict `:`
+    $x `rate` `=` $rate (`seq_axis` `=` $seq_axis^)?
+    (`feature_axis` `=` $feature_axis^)? attr-dict `:`
     functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$x, "double":$rate,

@@ -67,9 +67,10 @@ Value throughAdapter(Value y) {
 }
 
 /// A LoRA adapter's linear (model-lora's "A" down or "B" up projection),
-/// split as its base is: a column-parallel base's adapter keeps A whole and
-/// splits B on its output as the base's weight (the same blocks), so the
-/// adapter's output is split as the base's; a row-parallel base's splits A
+/// split as its base is: a column-parallel base's adapter keeps A whole (on
+/// the sequence slice under sp) and splits B on its output as the base's
+/// weight (the same blocks), so the adapter's output is split as the
+/// base's; a row-parallel base's splits A
 /// on its input, as its x is, and the r-wide partial sums are reduced
 /// there (the smallest place), B then whole, on a sequence slice under sp
 /// as the base's reduced output is. Returns failure() with a diagnostic,
@@ -86,9 +87,13 @@ std::optional<LogicalResult> adapterLinear(LinearOp op, TensorParallel &e) {
     Layout x = e.layout(op.getX());
     if (x.isSplit() && x.dim == last)
       return std::nullopt; // row-parallel, as its base
-    // Whole: every rank computes the r-wide down projection.
+    // Whole: every rank computes the r-wide down projection, under sp on
+    // its sequence slice (a per-token product; B gathers the r-wide result,
+    // not the h-wide input).
     if (e.undecided(w) && failed(e.decide(w, Layout(), op)))
       return failure();
+    if (e.isSeq(op.getX()))
+      return e.setLayout(op.getResult(), e.layout(op.getX()), op);
     return std::nullopt;
   }
   // B: as the base's output, the other operand of the sum.
@@ -716,12 +721,31 @@ LogicalResult rowwise(Operation *op, TensorParallel &e) {
   }();
   // The sequence slices when the input is one (always, under sp, but for
   // the position table, which is read for this rank's positions).
+  // Dropout of a value split on its last dimension (a LoRA adapter's input
+  // beside a row-parallel linear, and its gradient): on the slice, each
+  // element masked as its place in the whole tensor (feature_axis).
+  if (auto dropout = dyn_cast<DropoutOp>(op)) {
+    Layout x = e.layout(dropout.getX());
+    int64_t last = cast<RankedTensorType>(dropout.getX().getType()).getRank() - 1;
+    if (x.isSplit() && x.dim == last && last >= 1 && x.blocks.empty() &&
+        !e.isSeq(dropout.getX())) {
+      dropout.setFeatureAxisAttr(e.builder().getStringAttr(kTp));
+      return e.setLayout(dropout.getResult(), x, op);
+    }
+  }
   bool sp = e.sp();
+  // (Under sp a partial activation reaching a dropout, the gradient of a
+  // LoRA adapter's input beside a column-parallel linear, is reduce-
+  // scattered to the slices its forward ran on.)
   bool sliced = isa<PositionEmbeddingOp>(op)
                     ? sp
                     : e.isSeq(op->getOperand(0)) ||
                           (sp && isa<PositionEmbeddingGradOp>(op) &&
-                           e.layout(op->getOperand(0)).isPartial());
+                           e.layout(op->getOperand(0)).isPartial()) ||
+                          (sp && isa<DropoutOp>(op) &&
+                           e.layout(op->getOperand(0)).isPartial() &&
+                           cast<RankedTensorType>(op->getOperand(0).getType())
+                                   .getRank() >= 3);
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
     OpOperand &operand = op->getOpOperand(i);
     bool activation = llvm::is_contained(activations, i);
@@ -729,18 +753,8 @@ LogicalResult rowwise(Operation *op, TensorParallel &e) {
                                      : e.whole(operand.get(), op));
     if (sliced && activation && !e.isSeq(operand.get()))
       return e.unsupported(op, "it mixes sequence slices and whole values");
-    if (!(sliced && activation) && e.layout(operand.get()).isSplit()) {
-      // A LoRA adapter's dropout on the input of a row-parallel linear.
-      if (isa<DropoutOp>(op))
-        for (Operation *user : op->getResult(0).getUsers())
-          if (user->getAttr("model.lora"))
-            return e.unsupported(
-                op, "a LoRA adapter's dropout on the input of a "
-                    "row-parallel linear (split over tp on its last "
-                    "dimension) is not supported: give lora.dropout 0 or "
-                    "leave that module out of lora.target_modules");
+    if (!(sliced && activation) && e.layout(operand.get()).isSplit())
       return e.unsupported(op, "it needs whole operands");
-    }
   }
   if (sliced) {
     StringAttr axis = e.builder().getStringAttr(kTp);

@@ -188,6 +188,14 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op,
     else
       add("seq_start_stride", b.getI64IntegerAttr(local.getDimSize(1)));
   }
+  // A slice of the last dimension (dropout on a LoRA adapter's input
+  // beside a row-parallel linear): rank c's first column is c times its
+  // count.
+  if (auto axis = op->getAttrOfType<StringAttr>("feature_axis")) {
+    rankAxis = axis;
+    add("col_offset_stride", b.getI64IntegerAttr(lastDim(op->getOperand(0))));
+    add("feature_split", b.getI64IntegerAttr(1));
+  }
   // The slice of the heads: rank c's first query head is c times its count,
   // its first kv head too unless they are replicated.
   if (auto axis = op->getAttrOfType<StringAttr>("head_axis")) {
@@ -211,7 +219,8 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op,
   for (NamedAttribute attr : op->getAttrDictionary()) {
     StringRef name = attr.getName();
     if (name.starts_with("model.") || name == "dropout" ||
-        name == "vocab_axis" || name == "head_axis" || name == "seq_axis")
+        name == "vocab_axis" || name == "head_axis" || name == "seq_axis" ||
+        name == "feature_axis")
       continue; // discardable attributes; attention dropout is 0 here; the
                 // axes became rankAxis
     if (name == "num_heads")

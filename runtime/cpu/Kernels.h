@@ -182,6 +182,10 @@ void scaleForward(const T *x, int64_t n, double scale, T *y);
 /// colOffset + c. A replicated tensor is {rows, cols, cols, 0, 0}.
 struct GlobalIndexing {
   int64_t rows, cols, globalCols, rowOffset, colOffset;
+  /// Rows per sample: a sample offset (the CUDA call's, added on the
+  /// device) moves rowOffset by this many rows (1: a row is a sample; a
+  /// tensor split on its last dimension has a row per token).
+  int64_t rowsPerSample = 1;
 };
 
 /// What keys a dropout mask: the run's seed, the training step and the op

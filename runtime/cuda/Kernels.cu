@@ -1232,7 +1232,7 @@ __global__ void dropoutKernel(const T *in, cpu::GlobalIndexing at, double rate,
                               uint32_t op, const CallValues *call, T *out) {
   const float scale = float(1.0 / (1.0 - rate));
   const cpu::DropoutKey key{call->seed, call->step, op};
-  at.rowOffset += call->sampleOffset;
+  at.rowOffset += call->sampleOffset * at.rowsPerSample;
   BRAID_GRID_STRIDE(i, at.rows * at.cols) {
     const int64_t r = i / at.cols, c = i % at.cols;
     const uint64_t global =

@@ -234,7 +234,17 @@ cpu::GlobalIndexing ExecutorBase::dropoutIndexing(const Instruction &inst,
   int64_t n = plan::NumElements(x), samples = x.shape_size() ? x.shape(0) : 1;
   int64_t perSample = n / std::max<int64_t>(samples, 1);
   cpu::GlobalIndexing at{samples, perSample, perSample, rowOffset, 0};
-  if (!inst.rank_axis().empty()) {
+  if (!inst.rank_axis().empty() && plan::DecodeDropout(inst).featureSplit) {
+    // The rank's slice of the last dimension: a row per token, whose
+    // elements start at col_offset_stride x the rank's coordinate.
+    const int64_t last = x.shape_size() ? x.shape(x.shape_size() - 1) : 1;
+    at.rows = n / std::max<int64_t>(last, 1);
+    at.cols = last;
+    at.globalCols = last * plan::AxisSize(plan_.mesh(), inst.rank_axis());
+    at.rowsPerSample = at.rows / std::max<int64_t>(samples, 1);
+    at.rowOffset = rowOffset * at.rowsPerSample;
+    at.colOffset = sliceStart(inst, "col_offset_stride");
+  } else if (!inst.rank_axis().empty()) {
     at.globalCols = perSample * plan::AxisSize(plan_.mesh(), inst.rank_axis());
     at.colOffset = sliceStart(inst, "col_offset_stride");
   }

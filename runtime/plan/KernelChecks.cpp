@@ -416,8 +416,24 @@ absl::Status InstructionChecker::checkPositionEmbedding(bool grad) {
 
 absl::Status InstructionChecker::checkDropoutSlice() {
   // Samples are x's dim 0 (one sample for a scalar); with a rank_axis the
-  // rank holds a slice of each sample's elements.
+  // rank holds a slice of each sample's elements, or with feature_split of
+  // x's last dimension.
   const Buffer &x = in(0);
+  int64_t featureSplit = 0;
+  if (inst.int_attrs().count("feature_split")) {
+    BRAID_ASSIGN_OR_RETURN(split, intAttr("feature_split", 0, 1));
+    featureSplit = split;
+  }
+  if (featureSplit) {
+    if (inst.rank_axis().empty() || x.shape_size() < 2)
+      return fail("feature_split needs a rank_axis and x of rank >= 2");
+    const int64_t last = x.shape(x.shape_size() - 1);
+    BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());
+    return checkRankSlice("col_offset_stride", last,
+                          "elements of x's last dimension", last * ranks,
+                          absl::StrCat("the last dimension's ", last * ranks,
+                                       " elements"));
+  }
   int64_t samples = x.shape_size() ? x.shape(0) : 1;
   int64_t perSample = samples ? internal::numel(x) / samples : 0;
   BRAID_ASSIGN_OR_RETURN(ranks, rankAxisSize());

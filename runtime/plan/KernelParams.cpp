@@ -62,7 +62,8 @@ GeluParams DecodeGelu(const Instruction &inst) {
 }
 
 DropoutParams DecodeDropout(const Instruction &inst) {
-  return {floatOr(inst, "rate", 0), uint32_t(intOr(inst, "rng_id", 0))};
+  return {floatOr(inst, "rate", 0), uint32_t(intOr(inst, "rng_id", 0)),
+          intOr(inst, "feature_split", 0) != 0};
 }
 
 ScaleParams DecodeScale(const Instruction &inst) {

@@ -74,6 +74,9 @@ GeluParams DecodeGelu(const Instruction &inst);
 struct DropoutParams {
   double rate = 0;
   uint32_t rngId = 0;
+  /// With a rank_axis: x is the rank's slice of its last dimension (not of
+  /// each sample's elements, as under sequence parallelism).
+  bool featureSplit = false;
 };
 DropoutParams DecodeDropout(const Instruction &inst);
 

@@ -602,8 +602,9 @@ def instruction_runs(setup):
         # LoRA on the imported model: adapters on the attention and MLP
         # projections, the rest frozen. Step 1 is the base model's loss (B
         # starts at 0); the frozen weights end as they were imported; every
-        # layout trains what the serial run trains (dropout only where
-        # tensor parallelism leaves the adapters' inputs whole).
+        # layout trains what the serial run trains, with the adapters'
+        # dropout (each element's mask that of its place in the whole
+        # tensor, also where tensor parallelism splits the adapter's input).
         targets = {"llama": ["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"],
                    "gpt2": ["c_attn", "c_proj", "c_fc"]}[family]
         def lora(dropout):
@@ -616,10 +617,10 @@ def instruction_runs(setup):
                        ("lora-pp2-dp2", 4,
                         "pp: 2 dp: 2 micro_batch_size: 1 global_batch_size: 4 zero: 1"),
                        ("lora-pp2-vpp2", 2,
-                        "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4")]),
-                (0.0, [("lora-tp2", 2, "tp: 2 micro_batch_size: 4"),
+                        "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 4"),
+                       ("lora-tp2", 2, "tp: 2 micro_batch_size: 4"),
                        ("lora-tp2-sp-dp2-zero1", 4,
-                        "tp: 2 sp: true dp: 2 micro_batch_size: 2 zero: 1")])):
+                        "tp: 2 sp: true dp: 2 micro_batch_size: 2 zero: 1")]),):
             tag = f"lora-serial-dropout{dropout}"
             lora_root = w(f"instruction-{family}-{tag}-ckpt")
             base, base_params = train(tag, 1, "micro_batch_size: 4",

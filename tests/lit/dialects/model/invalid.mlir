@@ -1546,6 +1546,36 @@ func.func @d3_axis(%x: tensor<2x8xf32>) {
 
 // -----
 
+// Tests D4: a slice of the last dimension has a rank of at least 2.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @d4_rank(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'model.dropout' op feature_axis needs x of rank >= 2, found 'tensor<8xf32>'}}
+  %d = model.dropout %x rate = 0.1 feature_axis = "tp" : (tensor<8xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests D4: a slice of the last dimension is not also a sequence slice.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+func.func @d4_both(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'model.dropout' op has both seq_axis and feature_axis: x is a slice of one or the other}}
+  %d = model.dropout %x rate = 0.1 seq_axis = "tp" feature_axis = "tp" : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+// Tests D4: the feature axis is an axis of the mesh.
+model.mesh @mesh axes = ["dp"] sizes = [2]
+func.func @d4_axis(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{'model.dropout' op feature_axis = "tp" is not an axis of the module's model.mesh}}
+  %d = model.dropout %x rate = 0.1 feature_axis = "tp" : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Inference ops: model.rope_at, model.attention_cached, model.take_rows,
 // model.sample

@@ -320,6 +320,17 @@ func.func @dropout(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
 
 // -----
 
+// Tests that model.dropout round-trips a slice of the last dimension.
+model.mesh @mesh axes = ["tp"] sizes = [2]
+// CHECK-LABEL: func.func @dropout_feature_slice
+func.func @dropout_feature_slice(%x: tensor<2x16x32xf32>) -> tensor<2x16x32xf32> {
+  // CHECK: model.dropout %{{.+}} rate = 1.000000e-01 feature_axis = "tp" {rng_id = 3 : i64} : (tensor<2x16x32xf32>) -> tensor<2x16x32xf32>
+  %d = model.dropout %x rate = 1.0e-01 feature_axis = "tp" {rng_id = 3 : i64} : (tensor<2x16x32xf32>) -> tensor<2x16x32xf32>
+  return %d : tensor<2x16x32xf32>
+}
+
+// -----
+
 // Tests that model.cross_entropy round-trips an f32 loss from bf16 logits.
 // CHECK-LABEL: func.func @cross_entropy
 // CHECK-SAME: (%[[LOGITS:.+]]: tensor<2x16x512xbf16>, %[[T:.+]]: tensor<2x16xi32>)
