@@ -210,12 +210,19 @@ absl::Status BlendedSamples::GetSample(uint64_t globalIndex,
 absl::Status BlendedSamples::GetSample(uint64_t globalIndex,
                                        std::vector<int32_t> *out,
                                        std::vector<uint8_t> *mask) const {
+  return GetSample(globalIndex, out, mask, nullptr);
+}
+
+absl::Status BlendedSamples::GetSample(uint64_t globalIndex,
+                                       std::vector<int32_t> *out,
+                                       std::vector<uint8_t> *mask,
+                                       std::vector<int32_t> *positions) const {
   if (globalIndex >= numSamples_)
     return absl::OutOfRangeError(absl::StrCat("sample ", globalIndex,
                                               " does not exist, the blend has ",
                                               numSamples_, " samples"));
   return sources_[sourceOf_[globalIndex]].GetSample(indexInSource_[globalIndex],
-                                                    out, mask);
+                                                    out, mask, positions);
 }
 
 } // namespace braid::data

@@ -104,6 +104,11 @@ public:
   /// (GptSamples::GetSample).
   absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out,
                          std::vector<uint8_t> *mask) const;
+  /// The same, and `positions` (when not null) to the tokens' positions in
+  /// their sequences (GptSamples::GetSample).
+  absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out,
+                         std::vector<uint8_t> *mask,
+                         std::vector<int32_t> *positions) const;
 
   uint64_t numSamples() const { return numSamples_; }
   size_t numSources() const { return sources_.size(); }

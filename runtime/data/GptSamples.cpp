@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <sstream>
+#include <utility>
 
 namespace braid::data {
 namespace {
@@ -28,6 +30,17 @@ enum Stream : uint64_t { kDocumentStream = 0, kSampleStream = 1 };
 uint64_t streamSeed(uint64_t seed, uint64_t epoch, Stream stream) {
   SplitMix64 outer(seed);
   SplitMix64 inner(outer.next() ^ (epoch * 2 + stream));
+  return inner.next();
+}
+
+/// The seed of kPacked's bin order of one epoch. Not a Stream of streamSeed:
+/// its key is the epoch with bit 63 set, which no epoch * 2 + stream of the
+/// streams above reaches (epochs stay far below 2^62), so the bin order is
+/// unrelated to the document order the same (seed, epoch) would give
+/// kDocuments, even where the bins are as many as the documents.
+uint64_t binSeed(uint64_t seed, uint64_t epoch) {
+  SplitMix64 outer(seed);
+  SplitMix64 inner(outer.next() ^ (epoch | (uint64_t(1) << 63)));
   return inner.next();
 }
 
@@ -46,6 +59,58 @@ std::string rangeString(uint64_t first, uint64_t count) {
   std::ostringstream os;
   os << "[" << first << ", " << absl::uint128(first) + count << ")";
   return os.str();
+}
+
+/// kPacked's bins: documents of `tokens` tokens each, counting min(tokens,
+/// capacity), packed by best-fit decreasing (GptSamples.h) into bins of
+/// `capacity`. Sets `starts` (bins + 1 entries) and `documents` so that bin
+/// b holds documents[starts[b], starts[b + 1]) in placement order. Empty
+/// documents are left out.
+void packDocuments(const std::vector<uint32_t> &tokens, uint64_t capacity,
+                   std::vector<uint32_t> *documents,
+                   std::vector<uint32_t> *starts) {
+  auto counted = [&](uint32_t d) {
+    return std::min<uint64_t>(tokens[d], capacity);
+  };
+  std::vector<uint32_t> sorted;
+  for (uint32_t d = 0; d < tokens.size(); ++d)
+    if (tokens[d] > 0)
+      sorted.push_back(d);
+  std::sort(sorted.begin(), sorted.end(), [&](uint32_t a, uint32_t b) {
+    const uint64_t ca = counted(a), cb = counted(b);
+    return ca != cb ? ca > cb : a < b;
+  });
+  // The open bins that have room left, as (room, bin): the first at or
+  // after (need, 0) is the one with the least room that holds `need`, the
+  // lowest numbered of those that tie. A full bin holds no further
+  // (nonempty) document and leaves the set.
+  std::set<std::pair<uint64_t, uint32_t>> open;
+  std::vector<uint32_t> binOf(sorted.size());
+  uint32_t bins = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const uint64_t need = counted(sorted[i]);
+    auto fit = open.lower_bound({need, 0});
+    uint64_t room;
+    if (fit != open.end()) {
+      room = fit->first;
+      binOf[i] = fit->second;
+      open.erase(fit);
+    } else {
+      room = capacity;
+      binOf[i] = bins++;
+    }
+    if (room > need)
+      open.insert({room - need, binOf[i]});
+  }
+  // Group the documents by bin, keeping placement order inside each.
+  starts->assign(bins + 1, 0);
+  for (uint32_t b : binOf)
+    ++(*starts)[b + 1];
+  std::partial_sum(starts->begin(), starts->end(), starts->begin());
+  documents->resize(sorted.size());
+  std::vector<uint32_t> next(starts->begin(), starts->end() - 1);
+  for (size_t i = 0; i < sorted.size(); ++i)
+    (*documents)[next[binOf[i]]++] = sorted[i];
 }
 
 } // namespace
@@ -168,6 +233,37 @@ absl::StatusOr<GptSamples> GptSamples::Create(const IndexedDataset *dataset,
       samples.buildDocumentOrders();
     return samples;
   }
+  if (options.layout == SampleLayout::kPacked) {
+    // A sample per bin: the order is the bins' of each epoch.
+    if (numDocuments == 0 || T == 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, ": ",
+                       first == 0 && numDocuments == datasetDocuments
+                           ? "the dataset has "
+                           : absl::StrCat("documents ", range, " hold "),
+                       "no tokens to pack"));
+    samples.tokensPerEpoch_ = T;
+    packDocuments(samples.documentTokens_, L + 1, &samples.binDocuments_,
+                  &samples.binStarts_);
+    const uint64_t numBins = samples.binStarts_.size() - 1;
+    const uint64_t numEpochs = (options.numSamples - 1) / numBins + 1;
+    const bool shuffled = options.order == SampleOrder::kShuffled;
+    if (shuffled && absl::uint128(numEpochs) * numBins * 4 > kMaxIndexBytes)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          prefix, ": num_samples ", options.numSamples, " of packed documents",
+          " spans ", numEpochs, " epochs of ", numBins,
+          " samples, whose shuffled orders would take more than 2^36 bytes"));
+    samples.numEpochs_ = numEpochs;
+    if (shuffled) {
+      samples.binOrders_.reserve(numEpochs * numBins);
+      for (uint64_t e = 0; e < numEpochs; ++e) {
+        std::vector<uint32_t> order = samples.binOrder(e);
+        samples.binOrders_.insert(samples.binOrders_.end(), order.begin(),
+                                  order.end());
+      }
+    }
+    return samples;
+  }
   if (T < L + 1)
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, ": ",
@@ -272,7 +368,48 @@ std::vector<uint32_t> GptSamples::rangeOrder(uint64_t epoch) const {
   return order;
 }
 
+std::vector<uint32_t> GptSamples::binOrder(uint64_t epoch) const {
+  std::vector<uint32_t> order(binStarts_.empty() ? 0 : binStarts_.size() - 1);
+  std::iota(order.begin(), order.end(), 0u);
+  if (options_.order == SampleOrder::kShuffled) {
+    SplitMix64 rng(binSeed(options_.seed, epoch));
+    fisherYatesShuffle(order, rng);
+  }
+  return order;
+}
+
+uint32_t GptSamples::binAt(uint64_t epoch, uint64_t position) const {
+  return binOrders_.empty()
+             ? static_cast<uint32_t>(position)
+             : binOrders_[epoch * (binStarts_.size() - 1) + position];
+}
+
+std::vector<uint32_t> GptSamples::BinOrder(uint64_t epoch) const {
+  return binOrder(epoch);
+}
+
+std::vector<uint32_t> GptSamples::BinDocuments(uint64_t bin) const {
+  std::vector<uint32_t> documents;
+  if (bin + 1 >= binStarts_.size())
+    return documents;
+  for (uint32_t p = binStarts_[bin]; p < binStarts_[bin + 1]; ++p)
+    documents.push_back(binDocuments_[p] +
+                        static_cast<uint32_t>(firstDocument_));
+  return documents;
+}
+
 std::vector<uint32_t> GptSamples::DocumentOrder(uint64_t epoch) const {
+  if (options_.layout == SampleLayout::kPacked) {
+    std::vector<uint32_t> order;
+    for (uint32_t bin : binOrder(epoch)) {
+      std::vector<uint32_t> documents = BinDocuments(bin);
+      order.insert(order.end(), documents.begin(), documents.end());
+    }
+    for (uint64_t d = 0; d < documentTokens_.size(); ++d)
+      if (documentTokens_[d] == 0)
+        order.push_back(static_cast<uint32_t>(firstDocument_ + d));
+    return order;
+  }
   std::vector<uint32_t> order = rangeOrder(epoch);
   // Create checked that the range ends at or below 2^32 - 1.
   for (uint32_t &document : order)
@@ -283,11 +420,40 @@ std::vector<uint32_t> GptSamples::DocumentOrder(uint64_t epoch) const {
 uint64_t GptSamples::samplesPerEpoch() const {
   if (options_.layout == SampleLayout::kDocuments)
     return documentTokens_.size();
+  if (options_.layout == SampleLayout::kPacked)
+    return binStarts_.size() - 1;
   return (tokensPerEpoch_ - 1) / static_cast<uint64_t>(options_.seqLength);
 }
 
+GptSamples::PackingStats GptSamples::packingStats() const {
+  const uint64_t capacity = static_cast<uint64_t>(options_.seqLength) + 1;
+  PackingStats stats;
+  stats.documents = documentTokens_.size();
+  stats.tokens = 0;
+  for (uint32_t tokens : documentTokens_)
+    stats.tokens += std::min<uint64_t>(tokens, capacity);
+  if (options_.layout == SampleLayout::kPacked) {
+    stats.packedSamples = binStarts_.size() - 1;
+  } else {
+    std::vector<uint32_t> documents, starts;
+    packDocuments(documentTokens_, capacity, &documents, &starts);
+    stats.packedSamples = starts.size() - 1;
+  }
+  const double tokens = static_cast<double>(stats.tokens);
+  const double sample = static_cast<double>(capacity);
+  // No bins: every document is empty (kDocuments), no sample to pad.
+  stats.packedPadding =
+      stats.packedSamples == 0
+          ? 0.0
+          : 1.0 - tokens / (static_cast<double>(stats.packedSamples) * sample);
+  // Create refuses a range without documents.
+  stats.paddedPadding =
+      1.0 - tokens / (static_cast<double>(stats.documents) * sample);
+  return stats;
+}
+
 uint64_t GptSamples::truncatedDocuments() const {
-  if (options_.layout != SampleLayout::kDocuments)
+  if (options_.layout == SampleLayout::kWindows)
     return 0;
   const uint64_t limit = static_cast<uint64_t>(options_.seqLength) + 1;
   return static_cast<uint64_t>(
@@ -303,6 +469,9 @@ absl::StatusOr<uint64_t> GptSamples::WindowOf(uint64_t globalIndex) const {
   if (options_.layout == SampleLayout::kDocuments)
     return absl::FailedPreconditionError(
         "samples of one document each read no window of the token stream");
+  if (options_.layout == SampleLayout::kPacked)
+    return absl::FailedPreconditionError(
+        "samples of packed documents read no window of the token stream");
   const uint64_t L = static_cast<uint64_t>(options_.seqLength);
   const uint64_t epoch = globalIndex * L / tokensPerEpoch_;
   const uint64_t first = firstWindow(epoch);
@@ -346,11 +515,22 @@ absl::Status GptSamples::GetSample(uint64_t globalIndex,
 absl::Status GptSamples::GetSample(uint64_t globalIndex,
                                    std::vector<int32_t> *out,
                                    std::vector<uint8_t> *mask) const {
+  return GetSample(globalIndex, out, mask, nullptr);
+}
+
+absl::Status GptSamples::GetSample(uint64_t globalIndex,
+                                   std::vector<int32_t> *out,
+                                   std::vector<uint8_t> *mask,
+                                   std::vector<int32_t> *positions) const {
   if (globalIndex >= options_.numSamples)
     return absl::OutOfRangeError(absl::StrCat("sample ", globalIndex,
                                               " does not exist, the run has ",
                                               options_.numSamples, " samples"));
   const uint64_t L = static_cast<uint64_t>(options_.seqLength);
+  if (positions &&
+      L > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_length ", L, " has positions past int32's range"));
   out->resize(L + 1);
   // The mask values of tokens [at, at + count) of `document` from `offset`.
   std::vector<int32_t> maskValues;
@@ -373,6 +553,41 @@ absl::Status GptSamples::GetSample(uint64_t globalIndex,
   };
   if (mask)
     mask->assign(L + 1, 0);
+  if (positions) {
+    // One sequence; kPacked restarts the positions below.
+    positions->resize(L + 1);
+    std::iota(positions->begin(), positions->end(), 0);
+  }
+  if (options_.layout == SampleLayout::kPacked) {
+    const uint64_t B = binStarts_.size() - 1;
+    const uint32_t bin = binAt(globalIndex / B, globalIndex % B);
+    // The packing keeps a bin's counted tokens within L + 1.
+    uint64_t written = 0;
+    for (uint32_t p = binStarts_[bin]; p < binStarts_[bin + 1]; ++p) {
+      const uint32_t document = binDocuments_[p];
+      const uint64_t take =
+          std::min<uint64_t>(L + 1, documentTokens_[document]);
+      if (absl::Status s =
+              readDocument(*dataset_, document, 0, take, out->data() + written);
+          !s.ok())
+        return s;
+      if (absl::Status s = readMask(document, 0, take, written); !s.ok())
+        return s;
+      // The previous document's last token never predicts this one's first.
+      if (mask)
+        (*mask)[written] = 0;
+      if (positions)
+        std::iota(positions->begin() + static_cast<int64_t>(written),
+                  positions->begin() + static_cast<int64_t>(written + take), 0);
+      written += take;
+    }
+    std::fill(out->begin() + static_cast<int64_t>(written), out->end(),
+              kPaddingToken);
+    if (positions)
+      std::iota(positions->begin() + static_cast<int64_t>(written),
+                positions->end(), 0);
+    return absl::OkStatus();
+  }
   if (options_.layout == SampleLayout::kDocuments) {
     const uint64_t D = documentTokens_.size();
     const uint32_t document = documentAt(globalIndex / D, globalIndex % D);

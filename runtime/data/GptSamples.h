@@ -31,11 +31,39 @@
 //    the document order above: file order, or the (seed, epoch)
 //    permutation), its first seq_length + 1 tokens, the rest of the sample
 //    padding (kPaddingToken). A longer document is truncated.
+//  - kPacked: several documents per sample, as instruction fine-tuning on
+//    packed sequences reads conversations (Megatron's reset_position_ids
+//    and reset_attention_mask). A document counts its first seq_length + 1
+//    tokens (a longer one is truncated as in kDocuments; an empty one takes
+//    no room and no sample reads it). Create packs the range's documents
+//    once into bins of seq_length + 1 tokens, by best-fit decreasing: the
+//    documents sorted by counted tokens, most first (ties: file order), each
+//    goes into the open bin with the least room left that still holds it
+//    (ties: the lowest bin), or else into a new bin after the others. Bins
+//    are numbered in the order they were opened and list their documents in
+//    the order they were placed. With B bins, sample k is bin k mod B of
+//    epoch k / B's bin order: bin number order, or with kShuffled a
+//    permutation of the bins drawn from (seed, e) with the same generator
+//    and shuffle as the document orders but a seed derived apart from
+//    theirs (binSeed in GptSamples.cpp), so that it does not repeat the
+//    document order kDocuments would draw. The sample is its bin's
+//    documents one after another, each its first seq_length + 1 tokens,
+//    then padding (kPaddingToken) up to seq_length + 1 tokens. The bins are
+//    the same in every epoch; only their order changes.
 //
 // Loss mask: with one (GptSampleOptions::lossMask, a uint8 dataset of the
 // tokens' documents and sequences, InstructionDataset.h), GetSample also
 // gives each token's mask value, read where the token is read; without
-// one, every token's is 1. Padding's is 0 either way.
+// one, every token's is 1. Padding's is 0 either way, and so is the first
+// token of every document of a kPacked sample, which must never be the
+// label of the document before it.
+//
+// Positions: GetSample can also give each token's position in its
+// sequence. In the kWindows and kDocuments layouts a sample is one
+// sequence, positions 0, 1, ..., seq_length. In kPacked every document is
+// one: its tokens are at 0, 1, ..., restarting at 0 where the next document
+// starts, and the padding after the last document is one more run from 0.
+// A position 0 marks where attention restarts (reset_attention_mask).
 //
 // GetSample(k) is a pure function of (dataset, document range, seq_length,
 // seed, order, k): there is no iterator, and the order does not depend on
@@ -46,10 +74,11 @@
 // Document range: the samples can be drawn from documents [first, first +
 // count) of the dataset alone (a train, validation or test split, Split.h).
 // They are then exactly the samples of a dataset that held only those
-// documents, in file order: the token stream, the epochs and both shuffles
-// are over the range, and only the document ids DocumentOrder reports are
-// the dataset's. The whole dataset is the range [0, numDocuments()), and
-// gives the samples of a GptSamples without a range.
+// documents, in file order: the token stream, the packing, the epochs and
+// the shuffles are over the range, and only the document ids DocumentOrder
+// and BinDocuments report are the dataset's. The whole dataset is the range
+// [0, numDocuments()), and gives the samples of a GptSamples without a
+// range.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,9 +115,9 @@ private:
 void fisherYatesShuffle(std::vector<uint32_t> &values, SplitMix64 &rng);
 
 enum class SampleOrder { kSequential, kShuffled };
-enum class SampleLayout { kWindows, kDocuments };
+enum class SampleLayout { kWindows, kDocuments, kPacked };
 
-/// The token id kDocuments writes after a document shorter than a sample:
+/// The token id kDocuments and kPacked write after a sample's documents:
 /// its mask value is 0, so no loss is computed where it is an input's next
 /// token, and causal attention keeps it out of the document's positions.
 constexpr int32_t kPaddingToken = 0;
@@ -118,10 +147,11 @@ struct GptSampleOptions {
 class GptSamples {
 public:
   /// Builds the document, sample and shuffle indices of every epoch the run
-  /// touches. InvalidArgument for seq_length < 1, num_samples < 1, a float
-  /// dataset, a document range that is empty or reaches past the dataset's
-  /// documents, or a range (or whole dataset) with fewer than seq_length + 1
-  /// tokens, each message naming the dataset's prefix and the range;
+  /// touches (and kPacked's bins). InvalidArgument for seq_length < 1,
+  /// num_samples < 1, a float dataset, a document range that is empty or
+  /// reaches past the dataset's documents, or a range (or whole dataset)
+  /// with fewer than seq_length + 1 tokens (kWindows) or no tokens
+  /// (kPacked), each message naming the dataset's prefix and the range;
   /// ResourceExhausted when the indices would not fit the limits stated in
   /// the message.
   static absl::StatusOr<GptSamples> Create(const IndexedDataset *dataset,
@@ -131,19 +161,57 @@ public:
   /// OutOfRange for globalIndex >= numSamples().
   absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out) const;
   /// The same, and `mask` (when not null) to the tokens' loss mask values:
-  /// the mask dataset's, or 1 without one; 0 on padding.
+  /// the mask dataset's, or 1 without one; 0 on padding and (kPacked) on
+  /// every document's first token.
   absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out,
                          std::vector<uint8_t> *mask) const;
+  /// The same, and `positions` (when not null) to the tokens' positions in
+  /// their sequences (the file comment). InvalidArgument for a seq_length
+  /// whose positions do not fit int32.
+  absl::Status GetSample(uint64_t globalIndex, std::vector<int32_t> *out,
+                         std::vector<uint8_t> *mask,
+                         std::vector<int32_t> *positions) const;
 
   /// The window sample `globalIndex` reads: it is stream tokens
   /// [w * L, w * L + L]. OutOfRange as GetSample; FailedPrecondition in
-  /// the kDocuments layout, which has no windows.
+  /// the kDocuments and kPacked layouts, which have no windows.
   absl::StatusOr<uint64_t> WindowOf(uint64_t globalIndex) const;
 
   /// The documents of epoch `epoch` in stream order (ids into the dataset's
   /// document index, inside the document range). Any epoch can be asked
-  /// for, built or not.
+  /// for, built or not. kPacked: in the order the epoch's samples read them
+  /// (its bins in BinOrder, each bin's documents in BinDocuments' order),
+  /// then the empty documents, which no sample reads, in file order.
   std::vector<uint32_t> DocumentOrder(uint64_t epoch) const;
+
+  /// kPacked: the documents of bin `bin` (dataset ids) in the order the
+  /// packing placed them, which is the order its samples read them.
+  /// Requires bin < samplesPerEpoch(). Empty in the other layouts.
+  std::vector<uint32_t> BinDocuments(uint64_t bin) const;
+  /// kPacked: the bins of epoch `epoch` in sample order (sample k reads bin
+  /// BinOrder(k / B)[k % B], B = samplesPerEpoch()). Any epoch can be asked
+  /// for, built or not. Empty in the other layouts.
+  std::vector<uint32_t> BinOrder(uint64_t epoch) const;
+
+  /// What packing the range's documents saves, over one epoch, for the
+  /// run's report.
+  struct PackingStats {
+    /// The range's documents, empty ones included (kDocuments' samples).
+    uint64_t documents;
+    /// The tokens the samples hold: the sum of min(tokens, seq_length + 1)
+    /// over the documents.
+    uint64_t tokens;
+    /// B, the bins kPacked packs the documents into.
+    uint64_t packedSamples;
+    /// The fraction of kPacked's sample tokens that are padding: 1 - tokens
+    /// / (B (seq_length + 1)); 0 when there are no bins.
+    double packedPadding;
+    /// The same for kDocuments: 1 - tokens / (documents (seq_length + 1)).
+    double paddedPadding;
+  };
+  /// Valid in every layout: kPacked reads its bins, the others pack the
+  /// documents again on each call (O(D log D) for D documents).
+  PackingStats packingStats() const;
 
   uint64_t numSamples() const { return options_.numSamples; }
   int64_t seqLength() const { return options_.seqLength; }
@@ -155,10 +223,10 @@ public:
   uint64_t tokensPerEpoch() const { return tokensPerEpoch_; }
   SampleLayout layout() const { return options_.layout; }
   /// The distinct samples one epoch holds: its whole windows, (T - 1) /
-  /// seq_length, or its documents (kDocuments).
+  /// seq_length, its documents (kDocuments) or its bins (kPacked).
   uint64_t samplesPerEpoch() const;
-  /// kDocuments: the range's documents longer than seq_length + 1 tokens,
-  /// whose samples are truncated (0 in the kWindows layout).
+  /// kDocuments and kPacked: the range's documents longer than seq_length +
+  /// 1 tokens, which the samples truncate (0 in the kWindows layout).
   uint64_t truncatedDocuments() const;
   /// The epochs whose documents the indexed samples read.
   uint64_t numEpochs() const { return numEpochs_; }
@@ -179,6 +247,9 @@ private:
   /// Shuffled order: documents_, every epoch's rangeOrder for numEpochs_.
   void buildDocumentOrders();
   uint32_t documentAt(uint64_t epoch, uint64_t position) const;
+  /// kPacked: the bins of `epoch` in sample order.
+  std::vector<uint32_t> binOrder(uint64_t epoch) const;
+  uint32_t binAt(uint64_t epoch, uint64_t position) const;
   absl::Status readDocument(const IndexedDataset &dataset, uint32_t document,
                             uint64_t offset, uint64_t count,
                             int32_t *out) const;
@@ -200,6 +271,13 @@ private:
   /// first window of the epoch where window k starts (the windows that start
   /// in one epoch are shuffled among themselves).
   std::vector<uint32_t> shuffle_;
+  /// kPacked: the documents of every bin, bin after bin, in placement
+  /// order; bin b's are binDocuments_[binStarts_[b], binStarts_[b + 1]).
+  std::vector<uint32_t> binDocuments_;
+  std::vector<uint32_t> binStarts_;
+  /// kPacked, shuffled mode: the bin order of every built epoch, epoch
+  /// after epoch (numEpochs x bins). Empty in sequential mode.
+  std::vector<uint32_t> binOrders_;
 };
 
 } // namespace braid::data
