@@ -307,6 +307,7 @@ plan::Training braid::trainingSettings(const ModelConfig &model,
   t.set_data_order(data.has_data_order() ? data.data_order() : "shuffled");
   t.set_data_split(data.split());
   t.set_data_instruction(data.instruction());
+  t.set_data_packed(data.pack());
   if (model.lora.enabled) {
     plan::LoraSettings *lora = t.mutable_lora();
     lora->set_rank(model.lora.rank);

@@ -108,8 +108,10 @@ private:
   Value emitLinear(OpBuilder &ob, Value x, Value weight, Value bias) {
     return ob.create<LinearOp>(loc, x, weight, bias, /*transposeW=*/!conv1d);
   }
+  /// A layer on `hidden`; with packed documents `positions` (the graph's
+  /// input) is its last operand.
   Value emitLayer(OpBuilder &ob, int64_t index, Value hidden,
-                  ArrayRef<Value> params);
+                  ArrayRef<Value> params, Value positions);
   /// A layer's key and value caches and the positions of the tokens of an
   /// inference graph; emitLayerBody replaces the caches with the extended
   /// ones.
@@ -119,8 +121,9 @@ private:
   /// The ops of one layer on `x` with its parameters `params` (in the order
   /// declareParams gives them): the training forward without `cache`, the
   /// inference one (attention over the cache, no dropout) with it.
+  /// `positions`: the training forward's packed documents (or null).
   Value emitLayerBody(OpBuilder &lb, Value x, ValueRange params,
-                      LayerCache *cache);
+                      LayerCache *cache, Value positions = {});
 
   const ModelConfig &c;
   const Naming &naming;
@@ -222,22 +225,32 @@ Value ForwardBuilder::emitNorm(OpBuilder &ob, Value x, Value weight,
 }
 
 Value ForwardBuilder::emitLayer(OpBuilder &ob, int64_t index, Value hidden,
-                                ArrayRef<Value> params) {
-  // The layer's operands: the hidden state, then its parameters.
+                                ArrayRef<Value> params, Value positions) {
+  // The layer's operands: the hidden state, then its parameters (then the
+  // positions of packed documents).
   SmallVector<Value> inputs = {hidden};
   llvm::append_range(inputs, params);
+  if (positions)
+    inputs.push_back(positions);
   auto layer =
       ob.create<LayerOp>(loc, index, TypeRange{hidden.getType()}, inputs);
   OpBuilder lb = OpBuilder::atBlockEnd(&layer.getBody().front());
   Block &block = layer.getBody().front();
-  Value x = emitLayerBody(lb, block.getArgument(0),
-                          block.getArguments().drop_front(), nullptr);
+  ValueRange blockParams = block.getArguments().drop_front();
+  Value blockPositions;
+  if (positions) {
+    blockPositions = blockParams.back();
+    blockParams = blockParams.drop_back();
+  }
+  Value x = emitLayerBody(lb, block.getArgument(0), blockParams, nullptr,
+                          blockPositions);
   lb.create<YieldOp>(loc, x);
   return layer.getResult(0);
 }
 
 Value ForwardBuilder::emitLayerBody(OpBuilder &lb, Value x,
-                                    ValueRange params, LayerCache *cache) {
+                                    ValueRange params, LayerCache *cache,
+                                    Value positions) {
   unsigned next = 0;
   auto take = [&]() { return params[next++]; };
   bool ln = c.norm == spec::LAYER_NORM;
@@ -290,13 +303,15 @@ Value ForwardBuilder::emitLayerBody(OpBuilder &lb, Value x,
     cache->k = cached.getNewCacheK();
     cache->v = cached.getNewCacheV();
   } else {
+    // With packed documents, each token at its position in its document,
+    // attending to its document only.
     if (c.positionEmbedding == spec::ROPE) {
-      q = lb.create<RopeOp>(loc, q, c.headDim, c.ropeTheta);
-      k = lb.create<RopeOp>(loc, k, c.headDim, c.ropeTheta);
+      q = lb.create<RopeOp>(loc, q, c.headDim, c.ropeTheta, positions);
+      k = lb.create<RopeOp>(loc, k, c.headDim, c.ropeTheta, positions);
     }
     attn = lb.create<AttentionOp>(loc, q, k, v, c.numHeads, c.numKvHeads,
                                   scale, /*causal=*/true, alibi,
-                                  c.attentionDropout);
+                                  c.attentionDropout, positions);
   }
   auto [wo, bo] = takeLinear(c.attentionBias);
   Value o = dropout(emitLinear(lb, attn, wo, bo), c.hiddenDropout);
@@ -353,6 +368,8 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   SmallVector<Type> argTypes(paramTypes);
   argTypes.push_back(tokenType);
   argTypes.push_back(tokenType);
+  if (c.packedDocuments)
+    argTypes.push_back(tokenType);
   Type lossType = RankedTensorType::get(
       {}, element.isF64() ? element : Type(b.getF32Type()));
   b.setInsertionPointToEnd(module->getBody());
@@ -371,6 +388,8 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   unsigned tokensArg = paramNames.size();
   argAttrs.push_back(named(ModelDialect::kInputAttrName, "tokens"));
   argAttrs.push_back(named(ModelDialect::kInputAttrName, "targets"));
+  if (c.packedDocuments)
+    argAttrs.push_back(named(ModelDialect::kInputAttrName, "positions"));
   func.setAllArgAttrs(argAttrs);
 
   Block *entry = func.addEntryBlock();
@@ -380,12 +399,14 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   };
   Value tokens = entry->getArgument(tokensArg);
   Value targets = entry->getArgument(tokensArg + 1);
+  Value docPositions =
+      c.packedDocuments ? Value(entry->getArgument(tokensArg + 2)) : Value();
 
   Value x = fb.create<EmbeddingOp>(loc, arg(embed), tokens);
   if (positions >= 0)
     x = fb.create<AddOp>(loc, x,
                          fb.create<PositionEmbeddingOp>(loc, arg(positions),
-                                                        tokens));
+                                                        tokens, docPositions));
   if (c.embeddingNorm)
     x = fb.create<LayerNormOp>(loc, x, arg(embedNormW), arg(embedNormB),
                                c.normEps);
@@ -395,7 +416,7 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
     SmallVector<Value> params;
     for (unsigned index : indices)
       params.push_back(entry->getArgument(index));
-    x = emitLayer(fb, i, x, params);
+    x = emitLayer(fb, i, x, params, docPositions);
   }
   x = emitNorm(fb, x, arg(finalNormW), arg(finalNormB));
   // The output layer: lm_head, or the embedding table when tied; both are

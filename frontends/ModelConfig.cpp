@@ -358,6 +358,7 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
   // IR is built.
   if (llvm::Error e = checkSizeLimits(c))
     return std::move(e);
+  c.packedDocuments = job.data().pack();
   if (job.has_lora()) {
     const spec::LoraSpec &l = job.lora();
     LoraConfig &lora = c.lora;

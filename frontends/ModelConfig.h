@@ -61,6 +61,10 @@ struct ModelConfig {
   int64_t microBatchSize = 1;
   int64_t seqLength = 0;
   spec::DType dtype = spec::FP32;
+  /// Packed documents (the job's data.pack): the graph takes a "positions"
+  /// input, each token's position in its document, which the position
+  /// encodings and attention read (documents attend only to themselves).
+  bool packedDocuments = false;
 
   /// The fields derived from others (ffn_hidden_size, num_kv_heads), in
   /// that order; the compile report lists them.

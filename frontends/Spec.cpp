@@ -142,6 +142,12 @@ llvm::Expected<spec::JobSpec> braid::loadJobFile(llvm::StringRef path) {
                      "which braid-data preprocess --handler makes; data.corpus "
                      "makes pretraining documents: give the instruction "
                      "dataset as data.path");
+  if (data->pack() && !data->instruction())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        path.str() + ": data.pack packs the conversations of instruction "
+                     "data; set data.instruction too (pretraining samples are "
+                     "windows over the token stream, with nothing to pack)");
   if (data->has_tokenizer_model())
     data->set_tokenizer_model(relative(data->tokenizer_model()));
   return job;

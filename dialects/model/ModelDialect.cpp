@@ -395,15 +395,15 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
     // A training step's inputs, and an inference graph's (plan.proto's
     // Generation).
     if (!name ||
-        !llvm::is_contained({"tokens", "targets", "loss_grad", "lr", "step",
-                             "prefill_tokens", "prefill_positions",
+        !llvm::is_contained({"tokens", "targets", "positions", "loss_grad",
+                             "lr", "step", "prefill_tokens", "prefill_positions",
                              "prefill_last", "decode_tokens",
                              "decode_positions", "sampling", "seed",
                              "draw_positions", "beam_parents"},
                             name.getValue()))
       return emitError() << "model.input must be \"tokens\", \"targets\", "
-                            "\"loss_grad\", \"lr\", \"step\" or an input "
-                            "of an inference graph, found "
+                            "\"positions\", \"loss_grad\", \"lr\", \"step\" "
+                            "or an input of an inference graph, found "
                          << attr.getValue();
     return success();
   }

@@ -58,6 +58,8 @@ def Model_PositionEmbeddingGradOp : Model_ComputeOp<"position_embedding_grad"> {
 
     With `seq_axis`, `dy` holds this rank's slice of the sequence, as for
     `model.position_embedding`, and only its positions get a gradient.
+    With `positions` (the forward's, `[batch, seq]` of the whole sequence)
+    `dtable[positions[b, s], :]` gathers `dy[b, s, :]`.
 
     Constraints:
     - PEG1: `dy` has rank 3 and the result rank 2, with `dy`'s last
@@ -66,11 +68,15 @@ def Model_PositionEmbeddingGradOp : Model_ComputeOp<"position_embedding_grad"> {
       most the result's dimension 0.
     - PEG3: `dy` and the result have one element type.
     - PEG4: `seq_axis`, when present, is an axis of the module's mesh.
+    - PEG5: `positions`, when present, is `[batch, seq]` with `dy`'s batch
+      and the whole sequence (PEG2's).
   }];
-  let arguments = (ins Model_FloatTensor:$dy, OptionalAttr<StrAttr>:$seq_axis);
+  let arguments = (ins Model_FloatTensor:$dy,
+                       Optional<Model_IndexTensor>:$positions,
+                       OptionalAttr<StrAttr>:$seq_axis);
   let results = (outs Model_FloatTensor:$dtable);
   let assemblyFormat = [{
-    $dy (`seq_axis` `=` $seq_axis^)? attr-dict `:`
+    $dy (`at` $positions^)? (`seq_axis` `=` $seq_axis^)? attr-dict `:`
     functional-type(operands, results)
   }];
 }
@@ -218,7 +224,8 @@ def Model_LayerNormGradOp : Model_ComputeOp<"layer_norm_grad"> {
 def Model_RopeGradOp : Model_ComputeOp<"rope_grad"> {
   let summary = "Gradient of the rotary embedding: the inverse rotation";
   let description = [{
-    `dx = R(-angle) · dy`, head by head, with the angles of `model.rope`.
+    `dx = R(-angle) · dy`, head by head, with the angles of `model.rope`
+    (at `positions` when the forward has them).
 
     Example:
 
@@ -227,14 +234,15 @@ def Model_RopeGradOp : Model_ComputeOp<"rope_grad"> {
         : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
     ```
 
-    Constraints: R1 to R4 of `model.rope`, with `dy` in place of `x`.
+    Constraints: R1 to R5 of `model.rope`, with `dy` in place of `x`.
   }];
-  let arguments = (ins Model_FloatTensor:$dy, I64Attr:$head_dim,
-                       F64Attr:$theta);
+  let arguments = (ins Model_FloatTensor:$dy,
+                       Optional<Model_IndexTensor>:$positions,
+                       I64Attr:$head_dim, F64Attr:$theta);
   let results = (outs Model_FloatTensor:$dx);
   let assemblyFormat = [{
-    $dy `head_dim` `=` $head_dim `theta` `=` $theta attr-dict `:`
-    functional-type(operands, results)
+    $dy (`at` $positions^)? `head_dim` `=` $head_dim `theta` `=` $theta
+    attr-dict `:` functional-type(operands, results)
   }];
 }
 
@@ -266,10 +274,13 @@ def Model_AttentionGradOp : Model_ComputeOp<"attention_grad", [],
     - AG4: A6 of `model.attention` holds. With replicated kv heads, `dk`
       and `dv` hold only the contributions of this rank's query heads
       (partial sums over `head_axis`).
+    - AG5: A7 of `model.attention` holds for `positions` (the forward's).
   }];
   let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
                        Model_FloatTensor:$v, Model_FloatTensor:$out,
-                       Model_FloatTensor:$dout, I64Attr:$num_heads,
+                       Model_FloatTensor:$dout,
+                       Optional<Model_IndexTensor>:$positions,
+                       I64Attr:$num_heads,
                        I64Attr:$num_kv_heads, F64Attr:$scale,
                        UnitAttr:$causal, UnitAttr:$alibi,
                        DefaultValuedAttr<F64Attr, "0.0">:$dropout,
@@ -279,7 +290,8 @@ def Model_AttentionGradOp : Model_ComputeOp<"attention_grad", [],
   let results = (outs Model_FloatTensor:$dq, Model_FloatTensor:$dk,
                       Model_FloatTensor:$dv);
   let assemblyFormat = [{
-    $q `,` $k `,` $v `,` $out `,` $dout `heads` `=` $num_heads `kv_heads` `=`
+    $q `,` $k `,` $v `,` $out `,` $dout (`positions` $positions^)? `heads` `=`
+    $num_heads `kv_heads` `=`
     $num_kv_heads `scale` `=` $scale (`causal` $causal^)? (`alibi` $alibi^)?
     (`head_axis` `=` $head_axis^)? (`global_heads` `=` $global_heads^)?
     (`global_kv_heads` `=` $global_kv_heads^)?

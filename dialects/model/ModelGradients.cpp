@@ -24,9 +24,10 @@ LogicalResult EmbeddingOp::buildGradients(OpBuilder &b, ValueRange dy,
 
 LogicalResult PositionEmbeddingOp::buildGradients(OpBuilder &b, ValueRange dy,
                                                   SmallVectorImpl<Value> &grads) {
-  grads.assign(2, Value());
+  grads.assign(getNumOperands(), Value());
   grads[0] = b.create<PositionEmbeddingGradOp>(getLoc(), getTable().getType(),
-                                               dy[0], getSeqAxisAttr());
+                                               dy[0], getPositions(),
+                                               getSeqAxisAttr());
   return success();
 }
 
@@ -51,13 +52,15 @@ LogicalResult AttentionOp::buildGradients(OpBuilder &b, ValueRange dy,
            << getDropout().convertToDouble()
            << ") cannot be differentiated yet; set model.attention_dropout "
               "to 0";
+  grads.assign(getNumOperands(), Value());
   auto grad = b.create<AttentionGradOp>(
       getLoc(), TypeRange{getQ().getType(), getK().getType(), getV().getType()},
-      getQ(), getK(), getV(), getResult(), dy[0], getNumHeadsAttr(),
+      getQ(), getK(), getV(), getResult(), dy[0], getPositions(),
+      getNumHeadsAttr(),
       getNumKvHeadsAttr(), getScaleAttr(), getCausalAttr(), getAlibiAttr(),
       getDropoutAttr(), getHeadAxisAttr(), getGlobalHeadsAttr(),
       getGlobalKvHeadsAttr());
-  grads.assign(grad.getResults().begin(), grad.getResults().end());
+  llvm::copy(grad.getResults(), grads.begin());
   return success();
 }
 
@@ -91,8 +94,10 @@ LogicalResult LayerNormOp::buildGradients(OpBuilder &b, ValueRange dy,
 
 LogicalResult RopeOp::buildGradients(OpBuilder &b, ValueRange dy,
                                      SmallVectorImpl<Value> &grads) {
-  grads.assign(1, b.create<RopeGradOp>(getLoc(), getX().getType(), dy[0],
-                                       getHeadDimAttr(), getThetaAttr()));
+  grads.assign(getNumOperands(), Value());
+  grads[0] = b.create<RopeGradOp>(getLoc(), getX().getType(), dy[0],
+                                  getPositions(), getHeadDimAttr(),
+                                  getThetaAttr());
   return success();
 }
 

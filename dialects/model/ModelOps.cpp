@@ -239,13 +239,18 @@ LogicalResult EmbeddingOp::verify() {
 int64_t EmbeddingOp::getVectorFlops() { return 0; }
 
 void PositionEmbeddingOp::build(OpBuilder &builder, OperationState &state,
-                                Value table, Value tokens) {
+                                Value table, Value tokens, Value positions) {
   auto tableType = cast<RankedTensorType>(table.getType());
   auto tokenShape = cast<ShapedType>(tokens.getType()).getShape();
   SmallVector<int64_t> shape(tokenShape);
   shape.push_back(tableType.getDimSize(1));
-  build(builder, state, withShape(tableType, shape), table, tokens,
+  build(builder, state, withShape(tableType, shape), table, tokens, positions,
         /*seq_axis=*/StringAttr());
+}
+
+/// Whether `index` is `[dims...]` (an index tensor of that shape).
+static bool indexShaped(Value index, ArrayRef<int64_t> dims) {
+  return shapesAgree(cast<RankedTensorType>(index.getType()).getShape(), dims);
 }
 
 LogicalResult PositionEmbeddingOp::verify() {
@@ -275,6 +280,13 @@ LogicalResult PositionEmbeddingOp::verify() {
       local = seq / *n;
     }
   }
+  // PE5: positions have the tokens' shape.
+  if (Value positions = getPositions())
+    if (!indexShaped(positions, tokens.getShape()))
+      return emitOpError("positions are ")
+             << shapeStr(cast<RankedTensorType>(positions.getType()).getShape())
+             << " but must have the tokens' shape "
+             << shapeStr(tokens.getShape());
   // PE3: the result is [batch, seq, hidden] of the table's element type.
   SmallVector<int64_t> expected = {tokens.getDimSize(0), local,
                                    table.getDimSize(1)};
@@ -387,8 +399,9 @@ int64_t AttentionOp::getHeadDim() {
 
 void AttentionOp::build(OpBuilder &builder, OperationState &state, Value q,
                         Value k, Value v, int64_t numHeads, int64_t numKvHeads,
-                        double scale, bool causal, bool alibi, double dropout) {
-  build(builder, state, q.getType(), q, k, v,
+                        double scale, bool causal, bool alibi, double dropout,
+                        Value positions) {
+  build(builder, state, q.getType(), q, k, v, positions,
         builder.getI64IntegerAttr(numHeads),
         builder.getI64IntegerAttr(numKvHeads), builder.getF64FloatAttr(scale),
         causal ? builder.getUnitAttr() : UnitAttr(),
@@ -486,6 +499,22 @@ static LogicalResult verifyAttention(Operation *op, RankedTensorType q,
   return success();
 }
 
+/// A7 of model.attention: positions [batch, seq] of q, causal.
+static LogicalResult verifyDocuments(Operation *op, Value positions,
+                                     RankedTensorType q, bool causal) {
+  if (!positions)
+    return success();
+  if (!causal)
+    return op->emitOpError("packed documents (positions) need causal "
+                           "attention");
+  if (!indexShaped(positions, {q.getDimSize(0), q.getDimSize(1)}))
+    return op->emitOpError("positions are ")
+           << shapeStr(cast<RankedTensorType>(positions.getType()).getShape())
+           << " but must be [batch, seq] of q, "
+           << shapeStr({q.getDimSize(0), q.getDimSize(1)});
+  return success();
+}
+
 /// True when q, k and v share one element type.
 static bool oneElementType(RankedTensorType q, RankedTensorType k,
                            RankedTensorType v) {
@@ -508,6 +537,9 @@ LogicalResult AttentionOp::verify() {
                              getScale().convertToDouble(),
                              getDropout().convertToDouble(), getCausal(),
                              allHeads, allKvHeads)))
+    return failure();
+  // A7: packed documents.
+  if (failed(verifyDocuments(*this, getPositions(), q, getCausal())))
     return failure();
   // A5: result has q's type; one element type.
   if (!oneElementType(q, k, v))
@@ -717,9 +749,9 @@ LogicalResult LayerNormOp::verify() {
 int64_t LayerNormOp::getVectorFlops() { return product({8, numel(getX())}); }
 
 void RopeOp::build(OpBuilder &builder, OperationState &state, Value x,
-                   int64_t headDim, double theta) {
-  build(builder, state, x.getType(), x, builder.getI64IntegerAttr(headDim),
-        builder.getF64FloatAttr(theta));
+                   int64_t headDim, double theta, Value positions) {
+  build(builder, state, x.getType(), x, positions,
+        builder.getI64IntegerAttr(headDim), builder.getF64FloatAttr(theta));
 }
 
 /// R1 to R4 of model.rope (shared with model.rope_grad, whose operand is
@@ -747,9 +779,22 @@ static LogicalResult verifyRope(Operation *op, RankedTensorType x,
   return verifySameType(op, result, x, (name + "'s type").str());
 }
 
+/// R5 of model.rope: positions [batch, seq] of `x`.
+static LogicalResult verifyRopePositions(Operation *op, Value positions,
+                                         RankedTensorType x) {
+  if (positions && !indexShaped(positions, {x.getDimSize(0), x.getDimSize(1)}))
+    return op->emitOpError("positions are ")
+           << shapeStr(cast<RankedTensorType>(positions.getType()).getShape())
+           << " but must be [batch, seq] of x, "
+           << shapeStr({x.getDimSize(0), x.getDimSize(1)});
+  return success();
+}
+
 LogicalResult RopeOp::verify() {
-  return verifyRope(*this, getX().getType(), "x", getHeadDimAttr().getInt(),
-                    getTheta().convertToDouble(), getResult());
+  if (failed(verifyRope(*this, getX().getType(), "x", getHeadDimAttr().getInt(),
+                        getTheta().convertToDouble(), getResult())))
+    return failure();
+  return verifyRopePositions(*this, getPositions(), getX().getType());
 }
 
 int64_t RopeOp::getVectorFlops() { return product({3, numel(getX())}); }
@@ -1083,6 +1128,13 @@ LogicalResult PositionEmbeddingGradOp::verify() {
       seq > positions)
     return emitOpError("sequence length ")
            << seq << " exceeds the table's " << positions << " positions";
+  // PEG5: positions [batch, whole sequence].
+  if (Value positions = getPositions())
+    if (!indexShaped(positions, {dy.getDimSize(0), seq}))
+      return emitOpError("positions are ")
+             << shapeStr(cast<RankedTensorType>(positions.getType()).getShape())
+             << " but must be [batch, seq] of the whole sequence, "
+             << shapeStr({dy.getDimSize(0), seq});
   // PEG3: one element type.
   if (dy.getElementType() != table.getElementType())
     return emitOpError("dy element type ")
@@ -1241,8 +1293,11 @@ int64_t LayerNormGradOp::getVectorFlops() {
 }
 
 LogicalResult RopeGradOp::verify() {
-  return verifyRope(*this, getDy().getType(), "dy", getHeadDimAttr().getInt(),
-                    getTheta().convertToDouble(), getDx());
+  if (failed(verifyRope(*this, getDy().getType(), "dy",
+                        getHeadDimAttr().getInt(), getTheta().convertToDouble(),
+                        getDx())))
+    return failure();
+  return verifyRopePositions(*this, getPositions(), getDy().getType());
 }
 
 int64_t RopeGradOp::getVectorFlops() { return product({3, numel(getDy())}); }
@@ -1263,6 +1318,9 @@ LogicalResult AttentionGradOp::verify() {
                              getScale().convertToDouble(),
                              getDropout().convertToDouble(), getCausal(),
                              allHeads, allKvHeads)))
+    return failure();
+  // AG5: the forward's A7.
+  if (failed(verifyDocuments(*this, getPositions(), q, getCausal())))
     return failure();
   // AG2: out and dout have q's type; one element type.
   if (!oneElementType(q, k, v))
@@ -1563,11 +1621,6 @@ int64_t ReduceScatterOp::getVectorFlops() { return 0; }
 //===----------------------------------------------------------------------===//
 // Generation ops (ModelGenerationOps.td)
 //===----------------------------------------------------------------------===//
-
-/// Whether `index` is `[dims...]` (an index tensor of that shape).
-static bool indexShaped(Value index, ArrayRef<int64_t> dims) {
-  return shapesAgree(cast<RankedTensorType>(index.getType()).getShape(), dims);
-}
 
 void RopeAtOp::build(OpBuilder &builder, OperationState &state, Value x,
                      Value positions, int64_t headDim, double theta) {

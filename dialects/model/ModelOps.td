@@ -86,10 +86,11 @@ def Model_LayerOp : Model_Op<"layer", [IsolatedFromAbove,
     `model-autodiff`): its operands are the gradient of the forward layer's
     result, the forward layer's operands and the activations the forward
     layer saved for it (its extra results); it yields the gradients of the
-    forward layer's operands, in order: of those whose gradient something
-    reads (all of them, unless parameters are `model.frozen`: then
-    `model-autodiff` drops the gradients nothing reads, and the activations
-    saved only for them).
+    forward layer's float operands, in order: of those whose gradient
+    something reads (all of them, unless parameters are `model.frozen`:
+    then `model-autodiff` drops the gradients nothing reads, and the
+    activations saved only for them). Index operands (the positions of
+    packed documents, which every layer reads) have no gradient.
 
     Example:
 
@@ -208,6 +209,17 @@ def Model_PositionEmbeddingOp : Model_ForwardOp<"position_embedding"> {
     of the sequence along that mesh axis: rank `c` of `n` gets positions
     `[c·S/n, (c+1)·S/n)`.
 
+    With `positions` (`[batch, seq]`, documents packed in one sequence,
+    each token's position in its document) row `(b, s)` is
+    `table[positions[b, s]]` instead of `table[s]`; under `seq_axis` the
+    positions are the whole sequence's and the result the rank's slice.
+
+    ```mlir
+    %p = model.position_embedding %wpe for %ids at %pos
+        : (tensor<128x64xf32>, tensor<2x16xi32>, tensor<2x16xi32>)
+        -> tensor<2x16x64xf32>
+    ```
+
     Constraints:
     - PE1: the table has rank 2 and the tokens rank 2.
     - PE2: the sequence length (tokens dimension 1) is at most the table's
@@ -216,15 +228,18 @@ def Model_PositionEmbeddingOp : Model_ForwardOp<"position_embedding"> {
       (`[batch, seq / n, hidden]` with `seq_axis` of size `n`).
     - PE4: `seq_axis`, when present, is an axis of the module's mesh whose
       size divides the sequence length.
+    - PE5: `positions`, when present, has the tokens' shape.
   }];
   let arguments = (ins Model_FloatTensor:$table, Model_IndexTensor:$tokens,
+                       Optional<Model_IndexTensor>:$positions,
                        OptionalAttr<StrAttr>:$seq_axis);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $table `for` $tokens (`seq_axis` `=` $seq_axis^)? attr-dict `:`
-    functional-type(operands, results)
+    $table `for` $tokens (`at` $positions^)? (`seq_axis` `=` $seq_axis^)?
+    attr-dict `:` functional-type(operands, results)
   }];
-  let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$tokens)>];
+  let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$tokens,
+      CArg<"::mlir::Value", "{}">:$positions)>];
 }
 
 //===----------------------------------------------------------------------===//
@@ -297,6 +312,19 @@ def Model_AttentionOp : Model_ForwardOp<"attention", [],
     a power of two as in Bloom). `dropout` is the rate applied to the
     attention probabilities.
 
+    `positions` (causal only; `[batch, seq]`) packs documents in each
+    sequence, as Megatron's `reset_attention_mask`: token `i` is at position
+    `positions[b, i]` of its document, the documents contiguous (positions
+    restart at 0 where one starts), and query `i` attends to keys
+    `[i - positions[b, i], i]`, those of its document up to itself.
+
+    ```mlir
+    %o = model.attention %q, %k, %v positions %pos heads = 4 kv_heads = 2
+        scale = 0.25 causal
+        : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>,
+           tensor<2x16xi32>) -> tensor<2x16x64xf32>
+    ```
+
     Example:
 
     ```mlir
@@ -320,6 +348,8 @@ def Model_AttentionOp : Model_ForwardOp<"attention", [],
       `num_kv_heads · n` (kv heads split) or `num_kv_heads` (replicated) and
       divides `global_heads`, and A2's divisibility is that of the global
       counts.
+    - A7: `positions`, when present, is `[batch, seq]` of `q` and the
+      attention is causal.
 
     With `head_axis` (`model-shard`'s tensor parallelism), `q` holds query
     heads `[c·num_heads, (c+1)·num_heads)` of `global_heads` on rank `c` of
@@ -334,7 +364,9 @@ def Model_AttentionOp : Model_ForwardOp<"attention", [],
     ```
   }];
   let arguments = (ins Model_FloatTensor:$q, Model_FloatTensor:$k,
-                       Model_FloatTensor:$v, I64Attr:$num_heads,
+                       Model_FloatTensor:$v,
+                       Optional<Model_IndexTensor>:$positions,
+                       I64Attr:$num_heads,
                        I64Attr:$num_kv_heads, F64Attr:$scale,
                        UnitAttr:$causal, UnitAttr:$alibi,
                        DefaultValuedAttr<F64Attr, "0.0">:$dropout,
@@ -343,7 +375,7 @@ def Model_AttentionOp : Model_ForwardOp<"attention", [],
                        OptionalAttr<I64Attr>:$global_kv_heads);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $q `,` $k `,` $v `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads
+    $q `,` $k `,` $v (`positions` $positions^)? `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads
     `scale` `=` $scale (`causal` $causal^)? (`alibi` $alibi^)?
     (`head_axis` `=` $head_axis^)? (`global_heads` `=` $global_heads^)?
     (`global_kv_heads` `=` $global_kv_heads^)? attr-dict `:`
@@ -351,7 +383,8 @@ def Model_AttentionOp : Model_ForwardOp<"attention", [],
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k,
       "::mlir::Value":$v, "int64_t":$numHeads, "int64_t":$numKvHeads,
-      "double":$scale, "bool":$causal, "bool":$alibi, "double":$dropout)>];
+      "double":$scale, "bool":$causal, "bool":$alibi, "double":$dropout,
+      CArg<"::mlir::Value", "{}">:$positions)>];
   let extraClassDeclaration = [{
     int64_t getHeadDim();
   }];
@@ -471,7 +504,9 @@ def Model_RopeOp : Model_ForwardOp<"rope"> {
     Rotates each head of `x` (`[batch, seq, heads × head_dim]`) by the
     position-dependent angles `pos · theta^(-2i / head_dim)`, in the
     rotate-half convention of Hugging Face's LLaMA (the first and second
-    halves of each head form the pairs). Positions are `0 .. seq-1`.
+    halves of each head form the pairs). Positions are `0 .. seq-1`, or
+    with `positions` (`[batch, seq]`: documents packed in each sequence)
+    row `(b, s)` is at `positions[b, s]`, as `model.rope_at`.
 
     Example:
 
@@ -485,15 +520,19 @@ def Model_RopeOp : Model_ForwardOp<"rope"> {
     - R2: `head_dim` is even, at least 2, and divides `x`'s last dimension.
     - R3: `theta` is positive.
     - R4: the result has `x`'s type.
+    - R5: `positions`, when present, is `[batch, seq]` of `x`.
   }];
-  let arguments = (ins Model_FloatTensor:$x, I64Attr:$head_dim, F64Attr:$theta);
+  let arguments = (ins Model_FloatTensor:$x,
+                       Optional<Model_IndexTensor>:$positions,
+                       I64Attr:$head_dim, F64Attr:$theta);
   let results = (outs Model_FloatTensor:$result);
   let assemblyFormat = [{
-    $x `head_dim` `=` $head_dim `theta` `=` $theta attr-dict `:`
-    functional-type(operands, results)
+    $x (`at` $positions^)? `head_dim` `=` $head_dim `theta` `=` $theta
+    attr-dict `:` functional-type(operands, results)
   }];
   let builders = [OpBuilder<(ins "::mlir::Value":$x, "int64_t":$headDim,
-                                 "double":$theta)>];
+                                 "double":$theta,
+                                 CArg<"::mlir::Value", "{}">:$positions)>];
 }
 
 //===----------------------------------------------------------------------===//

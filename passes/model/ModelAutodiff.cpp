@@ -84,6 +84,12 @@ differentiateOps(ArrayRef<Operation *> ops, GradientMap &grads,
   return success();
 }
 
+/// True for a tensor of integers (token ids, positions): no gradient.
+bool isIndexTensor(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && isa<IntegerType>(tensor.getElementType());
+}
+
 /// Erases the ops of `block` (not its terminator) whose results nobody
 /// reads, last first, so that what fed only them goes too. Model ops have
 /// no side effects before model-shard adds collectives.
@@ -214,13 +220,20 @@ LogicalResult ModelAutodiffPass::differentiateLayer(LayerOp layer, Value dy,
   };
   if (failed(differentiateOps(forwardOps, grads, inner, noNestedLayers)))
     return failure();
+  // Every float operand gets a gradient; index operands (the positions of
+  // packed documents) have none, and the backward layer yields nothing for
+  // them.
   SmallVector<Value> inputGrads;
+  SmallVector<unsigned> differentiable;
   for (unsigned i = 0, e = layer.getInputs().size(); i < e; ++i) {
     Value grad = grads.lookup(body.getArgument(i));
+    if (!grad && isIndexTensor(body.getArgument(i).getType()))
+      continue;
     if (!grad)
       return layer.emitOpError("operand ")
              << i << " gets no gradient from the layer's body";
     inputGrads.push_back(grad);
+    differentiable.push_back(i);
   }
 
   // 2. The backward ops are those after the forward ones; the forward values
@@ -253,8 +266,8 @@ LogicalResult ModelAutodiffPass::differentiateLayer(LayerOp layer, Value dy,
   llvm::append_range(backwardInputs, forward.getInputs());
   llvm::append_range(backwardInputs, forward.getResults().drop_front());
   SmallVector<Type> gradTypes;
-  for (Value input : forward.getInputs())
-    gradTypes.push_back(input.getType());
+  for (unsigned i : differentiable)
+    gradTypes.push_back(forward.getInputs()[i].getType());
   auto backward = outer.create<LayerOp>(forward.getLoc(), forward.getIndex(),
                                         gradTypes, backwardInputs);
   backward.setBackward(true);
@@ -284,9 +297,8 @@ LogicalResult ModelAutodiffPass::differentiateLayer(LayerOp layer, Value dy,
   fwdYield->setOperands(yielded);
   fwdBody.eraseArgument(dyArg.getArgNumber());
 
-  for (auto [input, grad] :
-       llvm::zip(forward.getInputs(), backward.getResults()))
-    outerGrads.accumulate(input, grad, forward.getLoc());
+  for (auto [i, grad] : llvm::zip(differentiable, backward.getResults()))
+    outerGrads.accumulate(forward.getInputs()[i], grad, forward.getLoc());
   return success();
 }
 

@@ -129,7 +129,9 @@ void ModelShardPass::runOnOperation() {
   for (BlockArgument arg : entry.getArguments()) {
     auto input = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                    ModelDialect::kInputAttrName);
-    if (!input || (input.getValue() != "tokens" && input.getValue() != "targets"))
+    if (!input || (input.getValue() != "tokens" &&
+                   input.getValue() != "targets" &&
+                   input.getValue() != "positions"))
       continue;
     auto type = cast<RankedTensorType>(arg.getType());
     SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));

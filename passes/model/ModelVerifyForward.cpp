@@ -68,7 +68,7 @@ LogicalResult ModelVerifyForwardPass::verifyModule(ModuleOp module) {
 LogicalResult ModelVerifyForwardPass::verifyArguments(func::FuncOp func) {
   // F2: parameters with unique names; one tokens and one targets input.
   llvm::StringSet<> names;
-  BlockArgument tokens, targets;
+  BlockArgument tokens, targets, positions;
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
     auto param = func.getArgAttrOfType<StringAttr>(i, ModelDialect::kParamAttrName);
@@ -86,7 +86,13 @@ LogicalResult ModelVerifyForwardPass::verifyArguments(func::FuncOp func) {
                << param.getValue() << "\" (argument " << i << ") is unused";
       continue;
     }
-    BlockArgument &slot = input.getValue() == "tokens" ? tokens : targets;
+    StringRef name = input.getValue();
+    if (name != "tokens" && name != "targets" && name != "positions")
+      return func.emitError("argument ")
+             << i << " is the unknown input \"" << name
+             << "\" (the inputs are tokens, targets and positions)";
+    BlockArgument &slot =
+        name == "tokens" ? tokens : name == "targets" ? targets : positions;
     if (slot)
       return func.emitError("more than one argument is the \"")
              << input.getValue() << "\" input";
@@ -104,6 +110,9 @@ LogicalResult ModelVerifyForwardPass::verifyArguments(func::FuncOp func) {
     return func.emitError("tokens and targets must be integer tensors of one "
                           "shape [batch, seq], found ")
            << tokens.getType() << " and " << targets.getType();
+  if (positions && positions.getType() != tokens.getType())
+    return func.emitError("the positions input must have the tokens' type ")
+           << tokens.getType() << ", found " << positions.getType();
   return success();
 }
 

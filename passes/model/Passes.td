@@ -15,7 +15,9 @@ def ModelVerifyForward : Pass<"model-verify-forward", "mlir::ModuleOp"> {
     - F1: the module holds exactly one function, `@forward`, besides meshes.
     - F2: every argument is either a parameter (`model.param`, names unique)
       or a data input (`model.input`); there is exactly one `tokens` and one
-      `targets` input, integer tensors of one shape `[batch, seq]`.
+      `targets` input, integer tensors of one shape `[batch, seq]`, and at
+      most one `positions` input (packed documents) of that type too; no
+      other input.
     - F3: the function returns one value, the rank-0 float loss.
     - F4: `model.layer` ops appear in program order with indices 0, 1, ...,
       and each layer's first operand is the previous layer's result.

@@ -254,6 +254,17 @@ FailureOr<DictionaryAttr> Lowering::kernelParams(Operation *op,
     flag("causal");
     flag("alibi");
   }
+  // Packed documents: attention's last input is the positions; the
+  // position table is read at them.
+  if (isa<model::AttentionOp, model::AttentionGradOp>(op) &&
+      op->getOperands().size() > (isa<model::AttentionOp>(op) ? 3u : 5u))
+    add("documents", b.getI64IntegerAttr(1));
+  if (auto pos = dyn_cast<model::PositionEmbeddingOp>(op); pos &&
+      pos.getPositions())
+    add("at_positions", b.getI64IntegerAttr(1));
+  if (auto pos = dyn_cast<model::PositionEmbeddingGradOp>(op); pos &&
+      pos.getPositions())
+    add("at_positions", b.getI64IntegerAttr(1));
   if (isa<model::AttentionCachedOp>(op))
     flag("alibi");
   if (isa<model::GeluOp, model::GeluGradOp>(op))
@@ -436,8 +447,14 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     lseOf[outputs.front()] = lse;
     outputs.push_back(lse);
   } else if (auto grad = dyn_cast<model::AttentionGradOp>(op)) {
+    // The log-sum-exp is the sixth input, before packed documents'
+    // positions.
     if (BufferOp lse = lseOf.lookup(buffers.lookup(grad.getOut())))
-      inputs.push_back(lse);
+      inputs.insert(inputs.begin() + 5, lse);
+  } else if (auto pos = dyn_cast<model::PositionEmbeddingOp>(op);
+             pos && pos.getPositions()) {
+    // (table, positions): the positions give the shape the tokens gave.
+    inputs.erase(inputs.begin() + 1);
   } else if (auto loss = dyn_cast<model::CrossEntropyOp>(op)) {
     // Likewise the cross-entropy's log-sum-exp per row (f32 with mixed
     // precision), which its gradient reads as a vocabulary-parallel one

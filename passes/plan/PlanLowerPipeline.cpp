@@ -192,7 +192,30 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
       contributions.push_back({buffer, paramBuffer, owner - s});
     }
 
-    for (ChunkFns chunk : chunkFns)
+    // Data inputs that several model chunks read (packed documents'
+    // positions, which every layer reads) get a buffer per chunk: each
+    // chunk keeps a micro-batch in slots of its own. The first chunk keeps
+    // the input's name; chunk k's copy is "<name>.chunk<k>".
+    SmallVector<BlockArgument> chunkInputs;
+    if (chunkFns.size() > 1)
+      for (BlockArgument arg : func.getArguments())
+        if (auto in = func.getArgAttrOfType<StringAttr>(
+                arg.getArgNumber(), model::ModelDialect::kInputAttrName);
+            in && in.getValue() == "positions" && buffers.count(arg))
+          chunkInputs.push_back(arg);
+    for (auto [k, chunk] : llvm::enumerate(chunkFns)) {
+      for (BlockArgument arg : chunkInputs) {
+        bool read = llvm::any_of(arg.getUsers(), [&](Operation *user) {
+          return stageOf(user) == chunk.virtualStage;
+        });
+        if (k > 0 && read)
+          newBuffer(arg, "input",
+                    (func.getArgAttrOfType<StringAttr>(
+                         arg.getArgNumber(), model::ModelDialect::kInputAttrName)
+                         .getValue() +
+                     ".chunk" + Twine(k))
+                        .str());
+      }
       for (auto [fn, isBackward] : {std::pair(chunk.forward, false),
                                     std::pair(chunk.backward, true)}) {
         int64_t c = chunk.virtualStage;
@@ -244,6 +267,7 @@ LogicalResult Lowering::runPipeline(ArrayAttr stages) {
             }
         }
       }
+    }
     weightFn = FuncOp();
     for (auto [grad, buffer] : *gradients)
       buffers[grad] = buffer;

@@ -135,6 +135,35 @@ void positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
   });
 }
 
+template <typename T>
+void positionEmbeddingAtForward(const T *table, const int32_t *positions,
+                                int64_t batch, int64_t seq, int64_t posStride,
+                                int64_t offset, int64_t hidden, T *out) {
+  parallelFor(batch * seq, batch * seq * hidden, [&](int64_t r) {
+    int64_t at = (r / seq) * posStride + offset + r % seq;
+    std::copy_n(table + int64_t(positions[at]) * hidden, hidden,
+                out + r * hidden);
+  });
+}
+
+template <typename T>
+void positionEmbeddingAtBackward(const T *dout, const int32_t *positions,
+                                 int64_t batch, int64_t seq, int64_t posStride,
+                                 int64_t offset, int64_t hidden, T *dtable) {
+  // Rows of the table may repeat, so the split is over columns: each
+  // element of dtable has one writer, adding its rows in order.
+  parallelBlocks(hidden, kColumnBlock, batch * seq, [&](int64_t c0,
+                                                         int64_t c1) {
+    for (int64_t r = 0; r < batch * seq; ++r) {
+      int64_t at = (r / seq) * posStride + offset + r % seq;
+      T *row = dtable + int64_t(positions[at]) * hidden;
+      const T *g = dout + r * hidden;
+      for (int64_t c = c0; c < c1; ++c)
+        row[c] += g[c];
+    }
+  });
+}
+
 //===-- Matrix products ---------------------------------------------------===//
 
 template <typename T>
@@ -314,6 +343,13 @@ void ropeAtForward(const T *x, const int32_t *positions, int64_t batch,
   rotate(x, batch, seq, heads, headDim, theta, 1.0, positions, y);
 }
 
+template <typename T>
+void ropeAtBackward(const T *dy, const int32_t *positions, int64_t batch,
+                    int64_t seq, int64_t heads, int64_t headDim, double theta,
+                    T *dx) {
+  rotate(dy, batch, seq, heads, headDim, theta, -1.0, positions, dx);
+}
+
 //===-- Attention ---------------------------------------------------------===//
 
 void alibiSlopes(int64_t heads, double *slopes) {
@@ -367,9 +403,9 @@ void attentionForward(const T *q, const T *k, const T *v,
     Head hd = makeHead(s, b, h, slopes);
     for (int64_t i = 0; i < s.seq; ++i) {
       const T *qi = q + hd.qOffset + i * hd.qStride;
-      int64_t n = hd.keys(s, i);
+      int64_t j0 = s.firstKey(b, i), n = hd.keys(s, i);
       double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = j0; j < n; ++j) {
         const T *kj = k + hd.kvOffset + j * hd.kvStride;
         double dot = 0;
         for (int64_t c = 0; c < s.headDim; ++c)
@@ -378,12 +414,12 @@ void attentionForward(const T *q, const T *k, const T *v,
         m = std::max(m, scores[j]);
       }
       double sum = 0;
-      for (int64_t j = 0; j < n; ++j)
+      for (int64_t j = j0; j < n; ++j)
         sum += std::exp(scores[j] - m);
       double l = m + std::log(sum);
       lse[(b * s.heads + h) * s.seq + i] = T(l);
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = j0; j < n; ++j) {
         double p = std::exp(scores[j] - l);
         const T *vj = v + hd.kvOffset + j * hd.kvStride;
         for (int64_t c = 0; c < s.headDim; ++c)
@@ -435,7 +471,7 @@ void attentionBackward(const T *q, const T *k, const T *v, const T *out,
         for (int64_t c = 0; c < s.headDim; ++c)
           rowDot += double(gi[c]) * oi[c];
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = 0, n = hd.keys(s, i); j < n; ++j) {
+        for (int64_t j = s.firstKey(b, i), n = hd.keys(s, i); j < n; ++j) {
           const T *kj = k + hd.kvOffset + j * hd.kvStride;
           const T *vj = v + hd.kvOffset + j * hd.kvStride;
           double dot = 0, dp = 0;
@@ -729,6 +765,14 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
                                 double, T *);                                  \
   template void ropeAtForward<T>(const T *, const int32_t *, int64_t, int64_t, \
                                  int64_t, int64_t, double, T *);               \
+  template void ropeAtBackward<T>(const T *, const int32_t *, int64_t,         \
+                                  int64_t, int64_t, int64_t, double, T *);     \
+  template void positionEmbeddingAtForward<T>(const T *, const int32_t *,      \
+                                              int64_t, int64_t, int64_t,       \
+                                              int64_t, int64_t, T *);          \
+  template void positionEmbeddingAtBackward<T>(const T *, const int32_t *,     \
+                                               int64_t, int64_t, int64_t,      \
+                                               int64_t, int64_t, T *);         \
   template void attentionForward<T>(const T *, const T *, const T *,           \
                                     const AttentionShape &, T *, T *);         \
   template void attentionBackward<T>(const T *, const T *, const T *,          \

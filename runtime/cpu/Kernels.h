@@ -53,6 +53,19 @@ void positionEmbeddingForward(const T *table, int64_t batch, int64_t seq,
 template <typename T>
 void positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
                                int64_t hidden, T *dtable);
+/// Packed documents: out[b, s, :] = table[positions[b · posStride + offset +
+/// s], :] for the `seq` rows from `offset` of each sequence of `posStride`
+/// positions (a sequence-parallel rank's slice); positions in [0, rows of
+/// the table).
+template <typename T>
+void positionEmbeddingAtForward(const T *table, const int32_t *positions,
+                                int64_t batch, int64_t seq, int64_t posStride,
+                                int64_t offset, int64_t hidden, T *out);
+/// dtable[positions[b · posStride + offset + s], :] += dout[b, s, :].
+template <typename T>
+void positionEmbeddingAtBackward(const T *dout, const int32_t *positions,
+                                 int64_t batch, int64_t seq, int64_t posStride,
+                                 int64_t offset, int64_t hidden, T *dtable);
 
 //===-- Matrix products ---------------------------------------------------===//
 
@@ -114,6 +127,12 @@ template <typename T>
 void ropeAtForward(const T *x, const int32_t *positions, int64_t batch,
                    int64_t seq, int64_t heads, int64_t headDim, double theta,
                    T *y);
+/// Its transpose, ropeBackward's R(-angle) at the same positions (ROPE_GRAD
+/// with positions: packed documents).
+template <typename T>
+void ropeAtBackward(const T *dy, const int32_t *positions, int64_t batch,
+                    int64_t seq, int64_t heads, int64_t headDim, double theta,
+                    T *dx);
 
 struct AttentionShape {
   int64_t batch, seq, heads, kvHeads, headDim;
@@ -126,6 +145,21 @@ struct AttentionShape {
   /// and, with ALiBi, the slope of head g among globalHeads. 0 for the global
   /// counts means the buffers hold every head.
   int64_t headOffset = 0, kvHeadOffset = 0, globalHeads = 0, globalKvHeads = 0;
+  /// Documents packed in each sequence (causal only): token i of sequence b
+  /// is at position positions[b · seq + i] of its document, the documents
+  /// contiguous (positions 0, 1, ..., restarting at 0 where a document
+  /// starts), and query i sees keys [i − positions[b · seq + i], i], the
+  /// ones of its document up to itself. Null: one sequence, keys [0, i].
+  /// Since a document's first key i − positions[i] never decreases along a
+  /// sequence, kernels skip the key blocks before a query block's first
+  /// query's document (and, backward, the query blocks after a key block's
+  /// document).
+  const int32_t *positions = nullptr;
+
+  /// Query i's first key (0 without documents).
+  int64_t firstKey(int64_t b, int64_t i) const {
+    return positions ? i - positions[b * seq + i] : 0;
+  }
 
   int64_t allHeads() const { return globalHeads ? globalHeads : heads; }
   int64_t allKvHeads() const { return globalKvHeads ? globalKvHeads : kvHeads; }

@@ -40,11 +40,25 @@ struct Params {
   float scale;
   bool causal, alibi;
   int64_t headOffset, kvHeadOffset, allHeads, allKvHeads;
+  const int32_t *positions; // packed documents (device), or null
 
   static Params of(const AttentionShape &s) {
     return {s.batch,      s.seq,          s.heads,      s.kvHeads,
             s.headDim,    float(s.scale), s.causal,     s.alibi,
-            s.headOffset, s.kvHeadOffset, s.allHeads(), s.allKvHeads()};
+            s.headOffset, s.kvHeadOffset, s.allHeads(), s.allKvHeads(),
+            s.positions};
+  }
+  /// Query i of sequence b's first key (AttentionShape::firstKey): 0
+  /// without documents. i < seq. A position past i reads as 0, so that no
+  /// key before the sequence is read.
+  __device__ int64_t firstKey(int64_t b, int64_t i) const {
+    return positions ? greater(0, i - positions[b * seq + i]) : 0;
+  }
+  /// The first key tile (of kTile keys) a block of queries from row0 (<
+  /// seq) visits: the tile of its first query's first key, the block's
+  /// least (the first keys never decrease along a sequence).
+  __device__ int64_t firstKeyTile(int64_t b, int64_t row0) const {
+    return firstKey(b, row0) / kTile * kTile;
   }
   __device__ int64_t kvHeadOf(int64_t h) const {
     return (headOffset + h) / (allHeads / allKvHeads) - kvHeadOffset;
@@ -110,6 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   float qr[kRowsPerWarp][C], acc[kRowsPerWarp][C], m[kRowsPerWarp],
       l[kRowsPerWarp];
+  int64_t first[kRowsPerWarp]; // the rows' first keys
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     int64_t i = rowBase + warp * kRowsPerWarp + r;
@@ -121,9 +136,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     m[r] = -INFINITY;
     l[r] = 0;
+    first[r] = i < p.seq ? p.firstKey(b, i) : 0;
   }
   const int64_t keyEnd = p.causal ? lesser(p.seq, rowBase + kBlockRows) : p.seq;
-  for (int64_t j0 = 0; j0 < keyEnd; j0 += kTile) {
+  // Packed documents: the tiles before the block's first document are
+  // skipped.
+  for (int64_t j0 = p.firstKeyTile(b, rowBase); j0 < keyEnd; j0 += kTile) {
     const int n = int(lesser(kTile, keyEnd - j0));
     __syncthreads(); // the previous tile is no longer read
     loadTile(kb, kvStride, j0, n, hd, ks, pitch);
@@ -137,7 +155,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       stageRow(qr[r], row, lane, hd);
       __syncwarp();
       const int64_t j = j0 + lane;
-      const bool valid = lane < n && (!p.causal || j <= i);
+      const bool valid = lane < n && (!p.causal || j <= i) && j >= first[r];
       float score = -INFINITY;
       if (valid)
         score =
@@ -202,6 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   float qr[kRowsPerWarp][C], gr[kRowsPerWarp][C], acc[kRowsPerWarp][C];
   float rowLse[kRowsPerWarp], rowDot[kRowsPerWarp];
+  int64_t first[kRowsPerWarp]; // the rows' first keys
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int64_t i = rowBase + warp * kRowsPerWarp + r;
@@ -219,11 +238,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     // D_i = dout_i · out_i, which dk/dv read back.
     rowDot[r] = warpSum(d);
     rowLse[r] = i < p.seq ? lse[(b * p.heads + h) * p.seq + i] : 0.0f;
+    first[r] = i < p.seq ? p.firstKey(b, i) : 0;
     if (i < p.seq && lane == 0)
       rowDots[(b * p.heads + h) * p.seq + i] = rowDot[r];
   }
   const int64_t keyEnd = p.causal ? lesser(p.seq, rowBase + kBlockRows) : p.seq;
-  for (int64_t j0 = 0; j0 < keyEnd; j0 += kTile) {
+  for (int64_t j0 = p.firstKeyTile(b, rowBase); j0 < keyEnd; j0 += kTile) {
     const int n = int(lesser(kTile, keyEnd - j0));
     __syncthreads();
     loadTile(kb, kvStride, j0, n, hd, ks, pitch);
@@ -239,7 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       __syncwarp();
       const int64_t j = j0 + lane;
       float ds = 0;
-      if (lane < n && (!p.causal || j <= i)) {
+      if (lane < n && (!p.causal || j <= i) && j >= first[r]) {
         const float s =
             dot(qRow, ks + lane * pitch, hd) * p.scale - slope * float(i - j);
         const float pj = expf(s - rowLse[r]);
@@ -310,12 +330,19 @@ __global__ void __launch_bounds__(kWarps * 32)
       lesser(p.heads, (p.kvHeadOffset + g + 1) * group - p.headOffset);
   // Causal: no query before the block's first key sees it.
   const int64_t queryStart = p.causal ? rowBase / kTile * kTile : 0;
+  // Packed documents: nor a query whose document starts after the block's
+  // last key (nor any later one).
+  const int64_t lastKey = lesser(p.seq, rowBase + kBlockRows) - 1;
   for (int64_t h = first; h < last; ++h) {
     const float slope = p.slope(h);
     const int64_t qAt = b * p.seq * qStride + h * hd;
     const int64_t statAt = (b * p.heads + h) * p.seq;
     for (int64_t i0 = queryStart; i0 < p.seq; i0 += kTile) {
+      if (p.firstKey(b, i0) > lastKey)
+        break; // the same for the whole block
       const int n = int(lesser(kTile, p.seq - i0));
+      // This lane's query's first key.
+      const int64_t laneFirst = lane < n ? p.firstKey(b, i0 + lane) : 0;
       __syncthreads();
       loadTile(q + qAt, qStride, i0, n, hd, qs, pitch);
       loadTile(dout + qAt, qStride, i0, n, hd, gs, pitch);
@@ -336,7 +363,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         __syncwarp();
         const int64_t i = i0 + lane;
         float pi = 0, ds = 0;
-        if (lane < n && (!p.causal || i >= j)) {
+        if (lane < n && (!p.causal || i >= j) && j >= laneFirst) {
           const float s =
               dot(qs + lane * pitch, kRow, hd) * p.scale - slope * float(i - j);
           pi = expf(s - lseTile[lane]);

@@ -23,6 +23,19 @@
 // and, for the tensor-core backward that adds dq up by atomics, a float per
 // element of dq.
 //
+// Packed documents (AttentionShape::positions, a device pointer, with
+// causal masking): query i sees keys [i − positions[b, i], i], those of its
+// document up to itself. Whole tiles are skipped where no query sees them:
+// forward and dq start at the key tile of the query block's first row's
+// document (the first keys never decrease along a sequence); dk and dv
+// visit the query tiles from the diagonal up to the last whose first query
+// still sees one of the block's keys. Boundary tiles are masked element by
+// element. Without positions the kernels compute exactly what they did
+// without documents, and with one document per sequence the same values.
+// Positions are read on the device, where nothing refuses one: a position
+// past its row's index reads as one from the sequence's start (no key
+// before the sequence is read).
+//
 // headDim is at most 256. Nothing synchronises with the host or allocates;
 // each launcher returns the launch's error.
 //

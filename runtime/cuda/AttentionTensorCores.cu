@@ -41,7 +41,9 @@
 //   atomics): 64 queries per block with their output gradients, streaming
 //   key tiles: S and dP again, dq += dS K (seven products per score).
 //
-// Causal tiles wholly above the diagonal are skipped throughout.
+// Causal tiles wholly above the diagonal are skipped throughout, and with
+// packed documents (Attention.h) the key tiles before a query block's first
+// document and the query tiles whose documents start after a key block.
 //
 // Tilings (kForwardTilings, kBackwardTilings; braid-attention-bench times
 // them): the forward with 32 query rows per warp (each K and V fragment
@@ -85,7 +87,17 @@ struct TcParams {
   float scale;
   bool causal, alibi;
   int64_t headOffset, allHeads, allKvHeads, kvHeadOffset;
+  const int32_t *positions; // packed documents (device), or null
 
+  /// Query i of sequence b's first key (AttentionShape::firstKey), 0
+  /// without documents or past the sequence's end (and for a position past
+  /// i, so that no key before the sequence is read).
+  __device__ int64_t firstKey(int64_t b, int64_t i) const {
+    if (!positions || i >= seq)
+      return 0;
+    const int64_t first = i - positions[b * seq + i];
+    return first > 0 ? first : 0;
+  }
   __device__ int64_t kvHeadOf(int64_t h) const {
     return (headOffset + h) / (allHeads / allKvHeads) - kvHeadOffset;
   }
@@ -121,13 +133,15 @@ __device__ __forceinline__ int64_t queryRowBlock(bool causal) {
 }
 
 /// Whether every pair of query rows [row0, row0 + rows) and keys [key0,
-/// key0 + keys) is inside the sequence and the causal triangle, with no
-/// ALiBi bias: such a tile's probabilities need no mask.
-__device__ __forceinline__ bool unmaskedTile(const TcParams &p, int64_t row0,
-                                             int64_t rows, int64_t key0,
-                                             int64_t keys) {
+/// key0 + keys) of sequence b is inside the sequence, the causal triangle
+/// and the query's document, with no ALiBi bias: such a tile's
+/// probabilities need no mask. (The last row's document starts last.)
+__device__ __forceinline__ bool unmaskedTile(const TcParams &p, int64_t b,
+                                             int64_t row0, int64_t rows,
+                                             int64_t key0, int64_t keys) {
   return !p.alibi && row0 + rows <= p.seq && key0 + keys <= p.seq &&
-         (!p.causal || key0 + keys - 1 <= row0);
+         (!p.causal || key0 + keys - 1 <= row0) &&
+         p.firstKey(b, row0 + rows - 1) <= key0;
 }
 
 /// The forward's tilings (Attention.h's attentionForwardTilings): each of
@@ -180,6 +194,19 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int64_t keyEnd =
       p.causal ? (rowBase + kRows < p.seq ? rowBase + kRows : p.seq) : p.seq;
   const int64_t keyTiles = (keyEnd + NK - 1) / NK;
+  // Packed documents: the tiles before the block's first document are
+  // skipped (its first row's, the earliest), and where a tile starts before
+  // the block's last document (its last row's), the keys before each row's
+  // first are masked.
+  const int64_t firstTile = p.firstKey(b, rowBase) / NK;
+  const int64_t lastFirst =
+      p.firstKey(b, (rowBase + kRows < p.seq ? rowBase + kRows : p.seq) - 1);
+  int64_t rowFirst[MT][2]; // this thread's rows' first keys
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      rowFirst[mt][r] = p.firstKey(b, rowOf(mt, r));
   // Key tile t (and its values) into buffer t % 2.
   auto loadTile = [&](int64_t t) {
     E *ks = tiles + (t & 1) * 2 * NK * P;
@@ -190,8 +217,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   // The query rows, then the first tile, each a group of copies.
   loadRowsAsync<D, kRows>(qb, qStride, rowBase, p.seq, qs);
   cpAsyncCommit();
-  if (keyTiles > 0)
-    loadTile(0);
+  if (firstTile < keyTiles)
+    loadTile(firstTile);
   cpAsyncCommit();
   cpAsyncWait<1>();
   __syncthreads();
@@ -220,7 +247,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     l[mt][0] = l[mt][1] = 0;
   }
 
-  for (int64_t tile = 0; tile < keyTiles; ++tile) {
+  for (int64_t tile = firstTile; tile < keyTiles; ++tile) {
     // The next tile's copy runs while this one is computed.
     if (tile + 1 < keyTiles)
       loadTile(tile + 1);
@@ -267,8 +294,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     }
 
     // Scores in the base-2 domain, masked; the rows' new maxima.
-    const bool unmasked = unmaskedTile(p, rowBase, kRows, j0, NK);
+    const bool unmasked = unmaskedTile(p, b, rowBase, kRows, j0, NK);
     const bool edge = j0 + NK > p.seq || (p.causal && j0 + NK - 1 > rowBase);
+    const bool documentEdge = j0 < lastFirst;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       float tileMax[2] = {-INFINITY, -INFINITY};
@@ -289,7 +317,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
             const int64_t i = rowOf(mt, e >> 1);
             const int64_t j = j0 + n * 8 + quadCol * 2 + (e & 1);
             float x = s[mt][n][e] * p.scaleLog2 - slopeLog2 * float(i - j);
-            if (edge && (j >= p.seq || (p.causal && j > i)))
+            if ((edge && (j >= p.seq || (p.causal && j > i))) ||
+                (documentEdge && j < rowFirst[mt][e >> 1]))
               x = -INFINITY;
             s[mt][n][e] = x;
             tileMax[e >> 1] = fmaxf(tileMax[e >> 1], x);
@@ -396,11 +425,14 @@ template <int N> __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 
 /// The probability of query i for key j from the raw score q·k: exp(score
 /// scale + ALiBi's bias - lse), in the base-2 domain (`lseLog2` is the
-/// row's log-sum-exp times log2 e); 0 where the pair is masked.
+/// row's log-sum-exp times log2 e); 0 where the pair is masked (`first`:
+/// query i's first key).
 __device__ __forceinline__ float probability(float score, const TcParams &p,
                                              float slopeLog2, int64_t i,
-                                             int64_t j, float lseLog2) {
-  const bool valid = i < p.seq && j < p.seq && (!p.causal || j <= i);
+                                             int64_t j, float lseLog2,
+                                             int64_t first) {
+  const bool valid =
+      i < p.seq && j < p.seq && (!p.causal || j <= i) && j >= first;
   return valid ? exp2f(score * p.scaleLog2 - slopeLog2 * float(i - j) - lseLog2)
                : 0.0f;
 }
@@ -552,7 +584,18 @@ __global__ void __launch_bounds__(W * 32)
       firstHead + group < p.heads ? firstHead + group : p.heads;
   // Causal: no query before the block's first key sees it.
   const int64_t queryStart = p.causal ? keyBase / QT * QT : 0;
-  const int64_t tilesPerHead = (p.seq - queryStart + QT - 1) / QT;
+  // Packed documents: nor a query whose document starts after the block's
+  // last key, nor any later one: the tiles up to the first whose first
+  // query's does.
+  const int64_t lastKey =
+      (keyBase + kKeys < p.seq ? keyBase + kKeys : p.seq) - 1;
+  int64_t tilesPerHead = (p.seq - queryStart + QT - 1) / QT;
+  if (p.positions)
+    for (int64_t t = 0; t < tilesPerHead; ++t)
+      if (p.firstKey(b, queryStart + t * QT) > lastKey) {
+        tilesPerHead = t;
+        break;
+      }
   const int64_t queryTiles = last > first ? (last - first) * tilesPerHead : 0;
   // Query tile t: its head and first row.
   auto headOf = [&](int64_t t) { return first + t / tilesPerHead; };
@@ -601,7 +644,7 @@ __global__ void __launch_bounds__(W * 32)
     rowProducts<D, NT>(st, ks + warp * 16 * P, qs, lane);
     rowProducts<D, NT>(dpt, vs + warp * 16 * P, gs, lane);
     // Pᵀ and dSᵀ: element (key j, query i).
-    if (unmaskedTile(p, i0, QT, keyBase, kKeys)) {
+    if (unmaskedTile(p, b, i0, QT, keyBase, kKeys)) {
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -619,8 +662,9 @@ __global__ void __launch_bounds__(W * 32)
         for (int e = 0; e < 4; ++e) {
           const int64_t j = key0 + (e >> 1) * 8;
           const int iq = n * 8 + quadCol * 2 + (e & 1);
-          const float pe = probability(st[n][e], p, slopeLog2, i0 + iq, j,
-                                       lseTile[iq] * kLog2e);
+          const float pe =
+              probability(st[n][e], p, slopeLog2, i0 + iq, j,
+                          lseTile[iq] * kLog2e, p.firstKey(b, i0 + iq));
           st[n][e] = pe;
           dpt[n][e] = pe * (dpt[n][e] - dotTile[iq]) * p.scale;
         }
@@ -716,6 +760,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       p.causal ? (rowBase + kTcRows < p.seq ? rowBase + kTcRows : p.seq)
                : p.seq;
   const int64_t keyTiles = (keyEnd + kTcKeys - 1) / kTcKeys;
+  // Packed documents: the tiles before the block's first row's document
+  // are skipped (as the forward's).
+  const int64_t firstTile = p.firstKey(b, rowBase) / kTcKeys;
   auto loadTile = [&](int64_t t) {
     E *ks = tiles + (t & 1) * 2 * kTcKeys * P;
     loadRowsAsync<D>(k + kvAt, kvStride, t * kTcKeys, p.seq, ks);
@@ -723,20 +770,22 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   };
   loadRowsAsync<D, kTcRows>(q + qAt, qStride, rowBase, p.seq, qs);
   loadRowsAsync<D, kTcRows>(dout + qAt, qStride, rowBase, p.seq, gs);
-  if (keyTiles > 0)
-    loadTile(0);
+  if (firstTile < keyTiles)
+    loadTile(firstTile);
   cpAsyncCommit();
   float lseRow[2], dotRow[2];
+  int64_t rowFirst[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = row0 + 8 * r;
     lseRow[r] = i < p.seq ? lse[statAt + i] * kLog2e : 0.0f;
     dotRow[r] = i < p.seq ? rowDots[statAt + i] : 0.0f;
+    rowFirst[r] = p.firstKey(b, i);
   }
 
   float dqAcc[DT][4];
   zero(dqAcc);
-  for (int64_t tile = 0; tile < keyTiles; ++tile) {
+  for (int64_t tile = firstTile; tile < keyTiles; ++tile) {
     if (tile + 1 < keyTiles)
       loadTile(tile + 1);
     cpAsyncCommit();
@@ -751,7 +800,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     rowProducts<D, NT>(s, qs + warp * 16 * P, ks, lane);
     rowProducts<D, NT>(dp, gs + warp * 16 * P, vs, lane);
     // dS: element (query i, key j).
-    if (unmaskedTile(p, rowBase, kTcRows, j0, kTcKeys)) {
+    if (unmaskedTile(p, b, rowBase, kTcRows, j0, kTcKeys)) {
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -766,8 +815,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         for (int e = 0; e < 4; ++e) {
           const int64_t i = row0 + (e >> 1) * 8;
           const int64_t j = j0 + n * 8 + quadCol * 2 + (e & 1);
-          const float pe =
-              probability(s[n][e], p, slopeLog2, i, j, lseRow[e >> 1]);
+          const float pe = probability(s[n][e], p, slopeLog2, i, j,
+                                       lseRow[e >> 1], rowFirst[e >> 1]);
           s[n][e] = pe * (dp[n][e] - dotRow[e >> 1]) * p.scale;
         }
     }
@@ -779,9 +828,10 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 }
 
 TcParams paramsOf(const AttentionShape &s) {
-  return {s.seq,         s.heads,      s.kvHeads,      float(s.scale) * kLog2e,
-          float(s.scale), s.causal,    s.alibi,        s.headOffset,
-          s.allHeads(),  s.allKvHeads(), s.kvHeadOffset};
+  return {
+      s.seq,          s.heads,        s.kvHeads,      float(s.scale) * kLog2e,
+      float(s.scale), s.causal,       s.alibi,        s.headOffset,
+      s.allHeads(),   s.allKvHeads(), s.kvHeadOffset, s.positions};
 }
 
 /// Lets `kernel` have `bytes` of dynamic shared memory (beyond the default

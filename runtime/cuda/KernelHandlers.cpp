@@ -45,11 +45,18 @@ absl::Status launched(cudaError_t e, const Instruction &inst) {
                                           ": ", cudaGetErrorString(e)));
 }
 
-/// ROPE (`forward`) and ROPE_GRAD of x [batch, seq, heads x head_dim].
+/// ROPE (`forward`) and ROPE_GRAD of x [batch, seq, heads x head_dim]; with
+/// `positions` (their second input: packed documents), ROPE_AT's rotation
+/// or its transpose at them.
 template <typename T>
 cudaError_t rope(const Instruction &inst, const Buffer &x, const T *in,
-                 bool forward, T *out, cudaStream_t st) {
+                 bool forward, T *out, cudaStream_t st,
+                 const int32_t *positions = nullptr) {
   const plan::RopeParams p = plan::DecodeRope(inst);
+  if (positions)
+    return (forward ? ropeAtForward<T> : ropeAtBackward<T>)(
+        in, positions, x.shape(0), x.shape(1), x.shape(2) / p.headDim,
+        p.headDim, p.theta, out, st);
   auto f = forward ? ropeForward<T> : ropeBackward<T>;
   return f(in, x.shape(0), x.shape(1), x.shape(2) / p.headDim, p.headDim,
            p.theta, out, st);
@@ -158,23 +165,56 @@ void Executor::need<plan::EMBEDDING_GRAD>(const Instruction &inst,
 
 // out or dy [batch, s, hidden] are positions [start, start + s) of the
 // table: start is 0, or with a rank_axis (sequence parallel) the rank's
-// coordinate x seq_start_stride.
+// coordinate x seq_start_stride. With at_positions (packed documents) the
+// ids [batch, S] hold every row's position, the whole sequence's: rows
+// [start, start + s) of it are this rank's.
 template <typename T> auto Executor::run_POSITION_EMBEDDING(const Call<T> &c) {
-  return launched(
-      positionEmbeddingForward(c.x(0) + c.sliceStart("seq_start_stride") *
-                                            plan::LastDim(c.out(0)),
-                               c.out(0).shape(0), c.out(0).shape(1),
-                               plan::LastDim(c.out(0)), c.y(0), c.st),
-      c.inst);
+  const int64_t start = c.sliceStart("seq_start_stride");
+  const int64_t hidden = plan::LastDim(c.out(0));
+  if (plan::DecodePositionEmbedding(c.inst).atPositions)
+    return launched(positionEmbeddingAtForward(
+                        c.x(0), c.ids(1), c.out(0).shape(0), c.out(0).shape(1),
+                        c.in(1).shape(1), start, hidden, c.y(0), c.st),
+                    c.inst);
+  return launched(positionEmbeddingForward(c.x(0) + start * hidden,
+                                           c.out(0).shape(0), c.out(0).shape(1),
+                                           hidden, c.y(0), c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::POSITION_EMBEDDING>(const Instruction &inst,
+                                              Needs &) {
+  // Positions index the table on the device, where nothing checks them:
+  // Write checks them against its rows, as token ids against a vocabulary.
+  if (!plan::DecodePositionEmbedding(inst).atPositions)
+    return;
+  const int64_t rows = plan_.buffers(inst.inputs(0)).shape(0);
+  IdCheck &check = idChecks_[inst.inputs(1)];
+  check.vocab = check.vocab ? std::min(check.vocab, rows) : rows;
 }
 template <typename T>
 auto Executor::run_POSITION_EMBEDDING_GRAD(const Call<T> &c) {
-  return launched(
-      positionEmbeddingBackward(
-          c.x(0), c.in(0).shape(0), c.in(0).shape(1), plan::LastDim(c.in(0)),
-          c.yf(0) + c.sliceStart("seq_start_stride") * plan::LastDim(c.in(0)),
-          c.st),
-      c.inst);
+  const int64_t start = c.sliceStart("seq_start_stride");
+  const int64_t hidden = plan::LastDim(c.in(0));
+  if (c.inst.inputs_size() == 2)
+    return launched(positionEmbeddingAtBackward(
+                        c.x(0), c.ids(1), c.in(0).shape(0), c.in(0).shape(1),
+                        c.in(1).shape(1), start, hidden, c.yf(0), c.st),
+                    c.inst);
+  return launched(positionEmbeddingBackward(c.x(0), c.in(0).shape(0),
+                                            c.in(0).shape(1), hidden,
+                                            c.yf(0) + start * hidden, c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::POSITION_EMBEDDING_GRAD>(const Instruction &inst,
+                                                   Needs &) {
+  // As the forward's: the positions index dtable's rows.
+  if (inst.inputs_size() != 2)
+    return;
+  const int64_t rows = plan_.buffers(inst.outputs(0)).shape(0);
+  IdCheck &check = idChecks_[inst.inputs(1)];
+  check.vocab = check.vocab ? std::min(check.vocab, rows) : rows;
 }
 
 //===- Linear layers (cuBLASLt, its algorithms chosen at Create) ----------===//
@@ -282,19 +322,25 @@ void Executor::need<plan::LAYER_NORM_GRAD>(const Instruction &inst,
 //===- Attention ----------------------------------------------------------===//
 
 template <typename T> auto Executor::run_ROPE(const Call<T> &c) {
-  return launched(rope(c.inst, c.in(0), c.x(0), /*forward=*/true, c.y(0), c.st),
+  return launched(rope(c.inst, c.in(0), c.x(0), /*forward=*/true, c.y(0), c.st,
+                       c.inst.inputs_size() == 2 ? c.ids(1) : nullptr),
                   c.inst);
 }
 template <typename T> auto Executor::run_ROPE_GRAD(const Call<T> &c) {
-  return launched(
-      rope(c.inst, c.in(0), c.x(0), /*forward=*/false, c.y(0), c.st), c.inst);
+  return launched(rope(c.inst, c.in(0), c.x(0), /*forward=*/false, c.y(0), c.st,
+                       c.inst.inputs_size() == 2 ? c.ids(1) : nullptr),
+                  c.inst);
 }
 
+// (q, k, v[, positions]) -> (out, lse); with documents (packed documents)
+// the positions, the last input, are read on the device.
 template <typename T> auto Executor::run_ATTENTION(const Call<T> &c) {
   cpu::AttentionShape s = attentionShape(c.inst);
   if (c.inst.outputs_size() < 2)
     return absl::FailedPreconditionError(
         "ATTENTION keeps no log-sum-exp (recompile the plan)");
+  if (plan::DecodeAttention(c.inst).documents)
+    s.positions = c.ids(c.inst.inputs_size() - 1);
   // bf16 and fp16 on tensor cores where the kernels take the shape (head
   // dimensions 64 and 128), else in float on CUDA cores.
   if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
@@ -307,9 +353,12 @@ template <typename T> auto Executor::run_ATTENTION(const Call<T> &c) {
       c.inst);
 }
 
-// (q, k, v, out, dout, lse) -> (dq, dk, dv), its rows in attentionRows_.
+// (q, k, v, out, dout, lse[, positions]) -> (dq, dk, dv), its rows in
+// attentionRows_; positions with documents.
 template <typename T> auto Executor::run_ATTENTION_GRAD(const Call<T> &c) {
   cpu::AttentionShape s = attentionShape(c.inst);
+  if (plan::DecodeAttention(c.inst).documents)
+    s.positions = c.ids(6);
   if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
     if (attentionBackwardOnTensorCores(c.x(0), c.x(1), c.x(2), c.x(3), c.x(4),
                                        c.y(0), c.y(1), c.y(2), s))
@@ -333,9 +382,11 @@ void Executor::need<plan::ATTENTION_GRAD>(const Instruction &inst,
 }
 template <>
 std::string Executor::refusal<plan::ATTENTION_GRAD>(const Instruction &inst) {
-  return inst.inputs_size() < 6 ? "ATTENTION_GRAD without the forward's "
-                                  "log-sum-exp (recompile the plan)"
-                                : "";
+  // With documents the positions follow the log-sum-exp: 7 inputs.
+  const int needed = plan::DecodeAttention(inst).documents ? 7 : 6;
+  return inst.inputs_size() < needed ? "ATTENTION_GRAD without the forward's "
+                                       "log-sum-exp (recompile the plan)"
+                                     : "";
 }
 
 template <typename T> auto Executor::run_QKV_SPLIT(const Call<T> &c) {

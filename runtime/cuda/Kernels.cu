@@ -904,6 +904,14 @@ cudaError_t ropeAtForward(const T *x, const int32_t *positions, int64_t batch,
 }
 
 template <typename T>
+cudaError_t ropeAtBackward(const T *dy, const int32_t *positions, int64_t batch,
+                           int64_t seq, int64_t heads, int64_t headDim,
+                           double theta, T *dx, cudaStream_t stream) {
+  return rotate(dy, batch, seq, heads, headDim, theta, -1.0, positions, dx,
+                stream);
+}
+
+template <typename T>
 cudaError_t swigluForward(const T *gate, const T *up, int64_t n, T *y,
                           cudaStream_t stream) {
   if (n == 0)
@@ -1102,6 +1110,39 @@ __global__ void positionEmbeddingBackwardKernel(const T *dout, int64_t batch,
     for (int64_t b = 0; b < batch; ++b)
       sum += toFloat(dout[b * perSample + i]);
     dtable[i] += sum;
+  }
+}
+
+/// Row r = (b, s) of [batch, seq] rows: its position, of the sequence's
+/// posStride from `offset`.
+__device__ __forceinline__ int64_t positionOf(const int32_t *positions,
+                                              int64_t r, int64_t seq,
+                                              int64_t posStride,
+                                              int64_t offset) {
+  return positions[r / seq * posStride + offset + r % seq];
+}
+
+template <typename T>
+__global__ void
+positionEmbeddingAtForwardKernel(const T *table, const int32_t *positions,
+                                 int64_t rows, int64_t seq, int64_t posStride,
+                                 int64_t offset, int64_t hidden, T *out) {
+  BRAID_GRID_STRIDE(i, rows * hidden) {
+    const int64_t r = i / hidden, c = i % hidden;
+    out[i] =
+        table[positionOf(positions, r, seq, posStride, offset) * hidden + c];
+  }
+}
+
+template <typename T>
+__global__ void positionEmbeddingAtBackwardKernel(
+    const T *dout, const int32_t *positions, int64_t rows, int64_t seq,
+    int64_t posStride, int64_t offset, int64_t hidden, float *dtable) {
+  BRAID_GRID_STRIDE(i, rows * hidden) {
+    const int64_t r = i / hidden, c = i % hidden;
+    atomicAdd(dtable +
+                  positionOf(positions, r, seq, posStride, offset) * hidden + c,
+              toFloat(dout[i]));
   }
 }
 
@@ -1316,6 +1357,36 @@ cudaError_t positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
     return cudaSuccess;
   BRAID_LAUNCH(gridFor(perSample), kThreads, 0, stream, positionEmbeddingBackwardKernel<T>)(
       dout, batch, perSample, dtable);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t positionEmbeddingAtForward(const T *table, const int32_t *positions,
+                                       int64_t batch, int64_t seq,
+                                       int64_t posStride, int64_t offset,
+                                       int64_t hidden, T *out,
+                                       cudaStream_t stream) {
+  const int64_t rows = batch * seq;
+  if (rows * hidden == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(gridFor(rows * hidden), kThreads, 0, stream,
+               positionEmbeddingAtForwardKernel<T>)
+  (table, positions, rows, seq, posStride, offset, hidden, out);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t positionEmbeddingAtBackward(const T *dout, const int32_t *positions,
+                                        int64_t batch, int64_t seq,
+                                        int64_t posStride, int64_t offset,
+                                        int64_t hidden, float *dtable,
+                                        cudaStream_t stream) {
+  const int64_t rows = batch * seq;
+  if (rows * hidden == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(gridFor(rows * hidden), kThreads, 0, stream,
+               positionEmbeddingAtBackwardKernel<T>)
+  (dout, positions, rows, seq, posStride, offset, hidden, dtable);
   return cudaGetLastError();
 }
 
@@ -1601,6 +1672,9 @@ cudaError_t setCallValues(CallValues *device, const CallValues &values,
   template cudaError_t ropeAtForward<T>(const T *, const int32_t *, int64_t,   \
                                         int64_t, int64_t, int64_t, double,     \
                                         T *, cudaStream_t);                    \
+  template cudaError_t ropeAtBackward<T>(const T *, const int32_t *, int64_t,  \
+                                         int64_t, int64_t, int64_t, double,    \
+                                         T *, cudaStream_t);                   \
   template cudaError_t swigluForward<T>(const T *, const T *, int64_t, T *,    \
                                         cudaStream_t);                         \
   template cudaError_t swigluBackward<T>(const T *, const T *, const T *,      \
@@ -1637,6 +1711,12 @@ cudaError_t setCallValues(CallValues *device, const CallValues &values,
       const T *, int64_t, int64_t, int64_t, T *, cudaStream_t);                \
   template cudaError_t positionEmbeddingBackward<T>(                           \
       const T *, int64_t, int64_t, int64_t, float *, cudaStream_t);            \
+  template cudaError_t positionEmbeddingAtForward<T>(                          \
+      const T *, const int32_t *, int64_t, int64_t, int64_t, int64_t, int64_t, \
+      T *, cudaStream_t);                                                      \
+  template cudaError_t positionEmbeddingAtBackward<T>(                         \
+      const T *, const int32_t *, int64_t, int64_t, int64_t, int64_t, int64_t, \
+      float *, cudaStream_t);                                                  \
   template cudaError_t layerNormForward<T>(const T *, const T *, const T *,    \
                                            int64_t, int64_t, double, T *,      \
                                            float *, float *, cudaStream_t);    \

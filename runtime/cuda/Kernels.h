@@ -79,6 +79,25 @@ template <typename T>
 cudaError_t positionEmbeddingBackward(const T *dout, int64_t batch, int64_t seq,
                                       int64_t hidden, float *dtable,
                                       cudaStream_t stream);
+/// Packed documents (cpu::positionEmbeddingAtForward): out[b, s, :] =
+/// table[positions[b · posStride + offset + s], :] for the `seq` rows from
+/// `offset` of each sequence of `posStride` positions (a sequence-parallel
+/// rank's slice). Positions are read on the device, which cannot refuse
+/// one outside the table (the executor checks them when they are written).
+template <typename T>
+cudaError_t positionEmbeddingAtForward(const T *table, const int32_t *positions,
+                                       int64_t batch, int64_t seq,
+                                       int64_t posStride, int64_t offset,
+                                       int64_t hidden, T *out,
+                                       cudaStream_t stream);
+/// dtable[positions[b · posStride + offset + s], :] += dout[b, s, :], by
+/// float atomics as embeddingBackward's (rows may share a position).
+template <typename T>
+cudaError_t positionEmbeddingAtBackward(const T *dout, const int32_t *positions,
+                                        int64_t batch, int64_t seq,
+                                        int64_t posStride, int64_t offset,
+                                        int64_t hidden, float *dtable,
+                                        cudaStream_t stream);
 
 //===-- Normalisation -----------------------------------------------------===//
 
@@ -137,6 +156,12 @@ template <typename T>
 cudaError_t ropeAtForward(const T *x, const int32_t *positions, int64_t batch,
                           int64_t seq, int64_t heads, int64_t headDim,
                           double theta, T *y, cudaStream_t stream);
+/// Its transpose (cpu::ropeAtBackward: ROPE_GRAD with positions, packed
+/// documents): dx = R(-angle) dy at the same positions.
+template <typename T>
+cudaError_t ropeAtBackward(const T *dy, const int32_t *positions, int64_t batch,
+                           int64_t seq, int64_t heads, int64_t headDim,
+                           double theta, T *dx, cudaStream_t stream);
 
 //===-- Elementwise -------------------------------------------------------===//
 

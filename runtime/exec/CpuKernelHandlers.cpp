@@ -361,6 +361,25 @@ template <typename T> absl::Status run_EMBEDDING_GRAD(KernelCall<T> &c) {
   return embedding(c, /*forward=*/false);
 }
 
+/// Packed documents' positions (input `i`, [batch, seq]): every sequence
+/// is documents one after the other, each numbered 0, 1, ... from its
+/// start, which is what the kernels that read them rely on.
+template <typename T>
+absl::Status checkDocuments(const KernelCall<T> &c, int i) {
+  const Buffer &b = c.in(i);
+  const int32_t *p = c.ids(i);
+  const int64_t seq = dim(b, 1);
+  for (int64_t k = 0, n = numel(b); k < n; ++k) {
+    int64_t t = k % seq;
+    if (p[k] != 0 && (t == 0 || p[k] != p[k - 1] + 1))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "position ", p[k], " of token ", t, " of sequence ", k / seq, " ('",
+          b.name(), "') neither starts a document (0) nor follows the ",
+          t == 0 ? "sequence's start" : "previous token's position"));
+  }
+  return absl::OkStatus();
+}
+
 template <typename T>
 absl::Status positionEmbedding(KernelCall<T> &c, bool forward) {
   // out or dy [batch, s, hidden] are positions [start, start + s) of the
@@ -370,6 +389,22 @@ absl::Status positionEmbedding(KernelCall<T> &c, bool forward) {
   int64_t hidden = plan::LastDim(rows);
   int64_t start =
       c.inst.rank_axis().empty() ? 0 : c.sliceStart("seq_start_stride");
+  // Packed documents: rows at their positions in their documents, read
+  // from the whole sequence's positions at the slice's start.
+  if (plan::DecodePositionEmbedding(c.inst).atPositions) {
+    if (absl::Status s = checkDocuments(c, 1); !s.ok())
+      return s;
+    const Buffer &positions = c.in(1);
+    if (forward)
+      cpu::positionEmbeddingAtForward(c.x(0), c.ids(1), dim(rows, 0),
+                                      dim(rows, 1), dim(positions, 1), start,
+                                      hidden, c.y(0));
+    else
+      cpu::positionEmbeddingAtBackward(c.x(0), c.ids(1), dim(rows, 0),
+                                       dim(rows, 1), dim(positions, 1), start,
+                                       hidden, c.y(0));
+    return absl::OkStatus();
+  }
   if (forward)
     cpu::positionEmbeddingForward(c.x(0) + start * hidden, dim(rows, 0),
                                   dim(rows, 1), hidden, c.y(0));
@@ -466,6 +501,14 @@ template <typename T> absl::Status run_LAYER_NORM_GRAD(KernelCall<T> &c) {
 
 template <typename T> absl::Status rope(KernelCall<T> &c, bool grad) {
   const plan::RopeParams p = plan::DecodeRope(c.inst);
+  if (c.inst.inputs_size() == 2) { // at packed documents' positions
+    if (absl::Status s = checkDocuments(c, 1); !s.ok())
+      return s;
+    auto f = grad ? cpu::ropeAtBackward<T> : cpu::ropeAtForward<T>;
+    f(c.x(0), c.ids(1), dim(c.in(0), 0), dim(c.in(0), 1),
+      dim(c.in(0), 2) / p.headDim, p.headDim, p.theta, c.y(0));
+    return absl::OkStatus();
+  }
   auto f = grad ? cpu::ropeBackward<T> : cpu::ropeForward<T>;
   f(c.x(0), dim(c.in(0), 0), dim(c.in(0), 1), dim(c.in(0), 2) / p.headDim,
     p.headDim, p.theta, c.y(0));
@@ -486,6 +529,14 @@ template <typename T> absl::Status attention(KernelCall<T> &c, bool grad) {
   if (dim(c.in(1), 1) != s.seq)
     return absl::UnimplementedError(
         "attention with more keys than queries is not implemented on CPU");
+  // Packed documents: their positions are the last input.
+  const bool documents = plan::DecodeAttention(c.inst).documents;
+  if (documents) {
+    const int last = c.inst.inputs_size() - 1;
+    if (absl::Status st = checkDocuments(c, last); !st.ok())
+      return st;
+    s.positions = c.ids(last);
+  }
   // The log-sum-exp: the plan's buffer when it keeps one (ATTENTION's
   // second output, ATTENTION_GRAD's sixth input); otherwise backward
   // computes the forward again to get it.
@@ -500,7 +551,8 @@ template <typename T> absl::Status attention(KernelCall<T> &c, bool grad) {
     cpu::attentionForward(c.x(0), c.x(1), c.x(2), s, c.y(0), lse);
     return absl::OkStatus();
   }
-  const T *lse = c.inst.inputs_size() == 6 ? c.x(5) : nullptr;
+  const T *lse =
+      c.inst.inputs_size() == 6 + (documents ? 1 : 0) ? c.x(5) : nullptr;
   if (!lse) {
     scratch.resize(lseSize + numel(c.in(0)));
     cpu::attentionForward(c.x(0), c.x(1), c.x(2), s, scratch.data() + lseSize,

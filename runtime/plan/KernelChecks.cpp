@@ -107,8 +107,13 @@ absl::Status InstructionChecker::checkNorm(bool layerNorm, bool grad) {
 }
 
 absl::Status InstructionChecker::checkRope() {
-  BRAID_RETURN_IF_ERROR(dtypes());
+  // (x[, positions]): packed documents' positions, [batch, seq].
+  bool at = inst.inputs_size() == 2;
+  BRAID_RETURN_IF_ERROR(at ? dtypes({1}) : dtypes());
   BRAID_RETURN_IF_ERROR(rank(in(0), 3, "x"));
+  if (at)
+    BRAID_RETURN_IF_ERROR(
+        shape(in(1), {in(0).shape(0), in(0).shape(1)}, "positions"));
   BRAID_ASSIGN_OR_RETURN(headDim, intAttr("head_dim", 2, int64_t(1) << 20));
   BRAID_ASSIGN_OR_RETURN(theta, floatAttr("theta", 1e-30, 1e30));
   (void)theta;
@@ -167,8 +172,22 @@ absl::Status InstructionChecker::checkAttention(bool grad) {
   // optional second output of ATTENTION and sixth input of ATTENTION_GRAD
   // (without it, backward computes the forward again); F32 with mixed
   // precision.
-  bool hasLse = grad ? inst.inputs_size() == 6 : inst.outputs_size() == 2;
-  BRAID_RETURN_IF_ERROR(hasLse ? dtypes({}, {grad ? 5 : 4}) : dtypes());
+  // With documents (packed documents' positions, [batch, seq]) the last
+  // input.
+  BRAID_ASSIGN_OR_RETURN(documents, optionalFlag("documents"));
+  const int docs = documents ? 1 : 0;
+  const int inputs = inst.inputs_size();
+  bool hasLse =
+      grad ? inputs == 6 + docs : inst.outputs_size() == 2;
+  if (inputs != (grad ? 5 : 3) + docs + (grad && hasLse ? 1 : 0))
+    return fail(absl::StrCat(inputs, " inputs ",
+                             documents ? "with" : "without",
+                             " documents (positions)"));
+  std::set<int> ids;
+  if (documents)
+    ids.insert(inputs - 1);
+  BRAID_RETURN_IF_ERROR(
+      hasLse ? dtypes(ids, {grad ? 5 : inputs + 1}) : dtypes(ids));
   const Buffer &q = in(0), &k = in(1), &v = in(2);
   BRAID_RETURN_IF_ERROR(rank(q, 3, "q"));
   BRAID_RETURN_IF_ERROR(rank(k, 3, "k"));
@@ -181,6 +200,11 @@ absl::Status InstructionChecker::checkAttention(bool grad) {
   BRAID_RETURN_IF_ERROR(same(v, k, "v"));
   if (causal && k.shape(1) != q.shape(1))
     return fail("causal attention needs as many keys as queries");
+  if (documents && !causal)
+    return fail("packed documents (documents = 1) need causal attention");
+  if (documents)
+    BRAID_RETURN_IF_ERROR(
+        shape(in(inputs - 1), {q.shape(0), q.shape(1)}, "positions"));
   if (hasLse)
     BRAID_RETURN_IF_ERROR(
         shape(grad ? in(5) : out(1), {q.shape(0), heads, q.shape(1)}, "lse"));
@@ -368,12 +392,30 @@ absl::Status InstructionChecker::checkGatherScatter(bool gather) {
 
 absl::Status InstructionChecker::checkPositionEmbedding(bool grad) {
   bool sliced = !inst.rank_axis().empty();
+  // Packed documents: the ids are the rows' positions in their documents.
+  BRAID_ASSIGN_OR_RETURN(atPositions, optionalFlag("at_positions"));
   if (grad) {
-    // (dy [batch, s, hidden]) -> dtable [rows, hidden].
-    BRAID_RETURN_IF_ERROR(dtypes({}, {1}));
+    // (dy [batch, s, hidden][, positions [batch, seq]]) -> dtable [rows,
+    // hidden].
+    const bool at = inst.inputs_size() == 2;
+    if (at != atPositions)
+      return fail("takes the positions as its second input exactly when "
+                  "at_positions = 1");
+    BRAID_RETURN_IF_ERROR(at ? dtypes({1}, {2}) : dtypes({}, {1}));
     BRAID_RETURN_IF_ERROR(rank(in(0), 3, "dy"));
     BRAID_RETURN_IF_ERROR(rank(out(0), 2, "dtable"));
     const Buffer &dy = in(0), &dtable = out(0);
+    if (at) {
+      BRAID_RETURN_IF_ERROR(rank(in(1), 2, "positions"));
+      if (in(1).shape(0) != dy.shape(0) ||
+          (!sliced && in(1).shape(1) != dy.shape(1)))
+        return fail(absl::StrCat("positions ", internal::shapeStr(in(1)),
+                                 " do not fit dy ", internal::shapeStr(dy)));
+      if (sliced)
+        BRAID_RETURN_IF_ERROR(checkRankSlice(
+            "seq_start_stride", dy.shape(1), "positions", in(1).shape(1),
+            absl::StrCat("the positions' sequence of ", in(1).shape(1))));
+    }
     if (dy.shape(2) != dtable.shape(1))
       return fail(absl::StrCat("dy '", dy.name(), "' ", internal::shapeStr(dy),
                                " does not fit the position table ",

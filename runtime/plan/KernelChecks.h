@@ -171,6 +171,15 @@ private:
                                " is outside [", lo, ", ", hi, "]"));
     return it->second;
   }
+  /// An optional 0/1 flag: false when absent.
+  absl::StatusOr<bool> optionalFlag(absl::string_view name) const {
+    if (!inst.int_attrs().count(std::string(name)))
+      return false;
+    absl::StatusOr<int64_t> v = intAttr(name, 0, 1);
+    if (!v.ok())
+      return v.status();
+    return *v != 0;
+  }
   absl::StatusOr<double> floatAttr(absl::string_view name, double lo,
                                    double hi, bool openHigh = false) const {
     auto it = inst.float_attrs().find(std::string(name));

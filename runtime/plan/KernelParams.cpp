@@ -31,6 +31,10 @@ RopeParams DecodeRope(const Instruction &inst) {
   return {intOr(inst, "head_dim", 0), floatOr(inst, "theta", 0)};
 }
 
+PositionEmbeddingParams DecodePositionEmbedding(const Instruction &inst) {
+  return {intOr(inst, "at_positions", 0) != 0};
+}
+
 AttentionParams DecodeAttention(const Instruction &inst) {
   AttentionParams p;
   p.heads = intOr(inst, "heads", 1);
@@ -38,6 +42,7 @@ AttentionParams DecodeAttention(const Instruction &inst) {
   p.scale = floatOr(inst, "scale", 0);
   p.causal = intOr(inst, "causal", 0) != 0;
   p.alibi = intOr(inst, "alibi", 0) != 0;
+  p.documents = intOr(inst, "documents", 0) != 0;
   p.sliced = inst.int_attrs().count("global_heads") > 0;
   if (p.sliced) {
     p.globalHeads = intOr(inst, "global_heads", 0);

@@ -31,7 +31,18 @@ struct NormParams {
 };
 NormParams DecodeNorm(const Instruction &inst);
 
-/// ROPE, ROPE_GRAD, ROPE_AT.
+/// POSITION_EMBEDDING (table, ids) and POSITION_EMBEDDING_GRAD (dy[, ids]):
+/// with `at_positions` (packed documents) the ids, [batch, seq] over the
+/// whole sequence, are the rows' positions in their documents; otherwise
+/// rows take their places in the sequence (the forward's ids give only the
+/// shape).
+struct PositionEmbeddingParams {
+  bool atPositions = false;
+};
+PositionEmbeddingParams DecodePositionEmbedding(const Instruction &inst);
+
+/// ROPE, ROPE_GRAD, ROPE_AT. ROPE_GRAD with a second input rotates back at
+/// those positions (ROPE_AT's transpose: packed documents).
 struct RopeParams {
   int64_t headDim = 0;
   double theta = 0;
@@ -45,6 +56,12 @@ struct AttentionParams {
   int64_t heads = 1, kvHeads = 1;
   double scale = 0;
   bool causal = false, alibi = false;
+  /// Packed documents (causal only): the last input is the tokens'
+  /// positions in their documents, [batch, seq] int32, and a query sees the
+  /// keys of its document up to itself (cpu::AttentionShape::positions).
+  /// ATTENTION_GRAD's log-sum-exp, when kept, is then its sixth input and
+  /// the positions its seventh.
+  bool documents = false;
   bool sliced = false;
   int64_t globalHeads = 0, globalKvHeads = 0;
   int64_t headOffsetStride = 0, kvHeadOffsetStride = 0;

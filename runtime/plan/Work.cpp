@@ -167,7 +167,7 @@ public:
     // (2d). Without the forward's log-sum-exp (a plan that keeps none: five
     // inputs) the executor first reruns the whole forward to get it.
     work.flops = 10 * d * scores + 2 * d * batch * heads * queries;
-    if (inputs() < 6)
+    if (inputs() < 6 + (p.documents ? 1 : 0))
       work.flops += forward;
   }
 

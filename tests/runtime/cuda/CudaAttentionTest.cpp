@@ -16,6 +16,12 @@
 // tensor's largest magnitude. The log-sum-exp is float in both: 1e-5
 // relative.
 //
+// Packed documents (AttentionShape::positions) against a reference written
+// here from the definition: per document, plain causal softmax attention
+// in double on that document's rows alone (its backward reading the output
+// as stored), with the same tolerances; and with one document per sequence
+// the kernels' results are exactly those without positions.
+//
 // Without a CUDA device every test skips.
 //
 //===----------------------------------------------------------------------===//
@@ -29,6 +35,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -312,6 +320,423 @@ TYPED_TEST(CudaTensorCores, Forward) {
   s.headOffset = 2;
   s.kvHeadOffset = 1;
   compareTensorCores<E>(s);
+}
+
+//===-- Packed documents -------------------------------------------------===//
+
+/// The positions of sequences packed with documents of `lengths` (one list
+/// per sequence, summing to its length): 0, 1, ... from each document's
+/// first row.
+std::vector<int32_t>
+packedPositions(const std::vector<std::vector<int64_t>> &lengths) {
+  std::vector<int32_t> positions;
+  for (const std::vector<int64_t> &sequence : lengths)
+    for (int64_t n : sequence)
+      for (int64_t p = 0; p < n; ++p)
+        positions.push_back(int32_t(p));
+  return positions;
+}
+
+/// One document per sequence: plain causal attention.
+std::vector<std::vector<int64_t>> wholeSequences(const cpu::AttentionShape &s) {
+  return std::vector<std::vector<int64_t>>(size_t(s.batch), {s.seq});
+}
+
+/// Attention over packed documents from the definition, in double: for
+/// each sequence b, document [d0, d1) (a row at position 0 starts one) and
+/// query head h (kv head h / (heads / kvHeads)), plain causal softmax
+/// attention of the document's rows alone, rows and keys numbered from
+/// d0. Forward: out and lse. Backward (with `dout` and the output `out` as
+/// the kernel reads it): P = softmax(q kᵀ scale), dP = dout vᵀ, D_i = dout_i
+/// · out_i, dS = P (dP - D), dq = dS k scale, dk = dSᵀ q scale, dv = Pᵀ dout.
+struct DocumentReference {
+  const cpu::AttentionShape &s;
+  const std::vector<int32_t> &positions;
+  const std::vector<float> &q, &k, &v;
+
+  int64_t group() const { return s.heads / s.kvHeads; }
+  double qAt(int64_t b, int64_t i, int64_t h, int64_t c) const {
+    return q[((b * s.seq + i) * s.heads + h) * s.headDim + c];
+  }
+  int64_t kvIndex(int64_t b, int64_t j, int64_t h, int64_t c) const {
+    return ((b * s.seq + j) * s.kvHeads + h / group()) * s.headDim + c;
+  }
+  /// Each document of sequence b: [d0, d1).
+  std::vector<std::pair<int64_t, int64_t>> documents(int64_t b) const {
+    std::vector<std::pair<int64_t, int64_t>> docs;
+    for (int64_t i = 0; i < s.seq; ++i)
+      if (positions[b * s.seq + i] == 0)
+        docs.push_back({i, i + 1});
+      else
+        docs.back().second = i + 1;
+    return docs;
+  }
+  /// The probabilities of query i (row d0 + i) over keys d0 .. d0 + i of
+  /// its document, and their log-sum-exp.
+  std::vector<double> probabilities(int64_t b, int64_t h, int64_t d0, int64_t i,
+                                    double &lse) const {
+    std::vector<double> score(size_t(i + 1));
+    double m = -INFINITY;
+    for (int64_t j = 0; j <= i; ++j) {
+      double dot = 0;
+      for (int64_t c = 0; c < s.headDim; ++c)
+        dot += qAt(b, d0 + i, h, c) * k[kvIndex(b, d0 + j, h, c)];
+      score[j] = dot * s.scale;
+      m = std::max(m, score[j]);
+    }
+    double sum = 0;
+    for (double x : score)
+      sum += std::exp(x - m);
+    lse = m + std::log(sum);
+    for (double &x : score)
+      x = std::exp(x - lse);
+    return score;
+  }
+
+  void forward(std::vector<float> &out, std::vector<float> &lse) const {
+    out.assign(q.size(), 0.0f);
+    lse.assign(size_t(s.batch * s.heads * s.seq), 0.0f);
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (auto [d0, d1] : documents(b))
+        for (int64_t h = 0; h < s.heads; ++h)
+          for (int64_t i = 0; i < d1 - d0; ++i) {
+            double l;
+            std::vector<double> p = probabilities(b, h, d0, i, l);
+            lse[(b * s.heads + h) * s.seq + d0 + i] = float(l);
+            for (int64_t c = 0; c < s.headDim; ++c) {
+              double sum = 0;
+              for (int64_t j = 0; j <= i; ++j)
+                sum += p[j] * v[kvIndex(b, d0 + j, h, c)];
+              out[((b * s.seq + d0 + i) * s.heads + h) * s.headDim + c] =
+                  float(sum);
+            }
+          }
+  }
+
+  void backward(const std::vector<float> &out, const std::vector<float> &dout,
+                std::vector<float> &dq, std::vector<float> &dk,
+                std::vector<float> &dv) const {
+    std::vector<double> gq(q.size(), 0.0), gk(k.size(), 0.0), gv(v.size(), 0.0);
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (auto [d0, d1] : documents(b))
+        for (int64_t h = 0; h < s.heads; ++h)
+          for (int64_t i = 0; i < d1 - d0; ++i) {
+            double l;
+            std::vector<double> p = probabilities(b, h, d0, i, l);
+            const int64_t row =
+                ((b * s.seq + d0 + i) * s.heads + h) * s.headDim;
+            double rowDot = 0;
+            for (int64_t c = 0; c < s.headDim; ++c)
+              rowDot += double(dout[row + c]) * out[row + c];
+            for (int64_t j = 0; j <= i; ++j) {
+              double dp = 0;
+              for (int64_t c = 0; c < s.headDim; ++c)
+                dp += double(dout[row + c]) * v[kvIndex(b, d0 + j, h, c)];
+              const double ds = p[j] * (dp - rowDot) * s.scale;
+              for (int64_t c = 0; c < s.headDim; ++c) {
+                const int64_t kv = kvIndex(b, d0 + j, h, c);
+                gq[row + c] += ds * k[kv];
+                gk[kv] += ds * q[row + c];
+                gv[kv] += p[j] * dout[row + c];
+              }
+            }
+          }
+    dq.assign(gq.begin(), gq.end());
+    dk.assign(gk.begin(), gk.end());
+    dv.assign(gv.begin(), gv.end());
+  }
+};
+
+std::string documentsName(const std::vector<std::vector<int64_t>> &lengths) {
+  std::string name = "documents";
+  for (const std::vector<int64_t> &sequence : lengths) {
+    name += " [";
+    for (int64_t n : sequence)
+      name += " " + std::to_string(n);
+    name += " ]";
+  }
+  return name;
+}
+
+/// The CUDA-core kernels on packed documents of `lengths` against the
+/// reference.
+template <typename T>
+void compareDocuments(cpu::AttentionShape s,
+                      const std::vector<std::vector<int64_t>> &lengths) {
+  SCOPED_TRACE("batch " + std::to_string(s.batch) + " seq " +
+               std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
+               "/" + std::to_string(s.kvHeads) + " headDim " +
+               std::to_string(s.headDim) + ", " + documentsName(lengths));
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  const std::vector<int32_t> positions = packedPositions(lengths);
+  ASSERT_EQ(int64_t(positions.size()), s.batch * s.seq);
+  std::vector<float> q = rounded<T>(randomValues(qn, 51)),
+                     k = rounded<T>(randomValues(kvn, 52)),
+                     v = rounded<T>(randomValues(kvn, 53)),
+                     dout = rounded<T>(randomValues(qn, 54));
+  const DocumentReference reference{s, positions, q, k, v};
+  std::vector<float> out, lse, dq, dk, dv;
+  reference.forward(out, lse);
+  // The kernel's backward reads the output as stored (in T).
+  reference.backward(rounded<T>(out), dout, dq, dk, dv);
+
+  Device<int32_t> gpositions(positions);
+  s.positions = gpositions.get();
+  Device<T> gq(as<T>(q)), gk(as<T>(k)), gv(as<T>(v)), gdout(as<T>(dout)),
+      gout(as<T>(randomValues(qn, 55))), gdq(as<T>(randomValues(qn, 56))),
+      gdk(as<T>(randomValues(kvn, 57))), gdv(as<T>(randomValues(kvn, 58)));
+  Device<float> glse(randomValues(rows, 59)),
+      workspace(cuda::attentionBackwardWorkspaceBytes(s, false) /
+                sizeof(float));
+  ASSERT_EQ(cuda::attentionForward(gq.get(), gk.get(), gv.get(), s, gout.get(),
+                                   glse.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::attentionBackward(gq.get(), gk.get(), gv.get(), gout.get(),
+                                    glse.get(), gdout.get(), s, gdq.get(),
+                                    gdk.get(), gdv.get(), workspace.get(),
+                                    nullptr),
+            cudaSuccess);
+  // Every output was filled with noise first: each element is written.
+  const double rel = relativeTolerance<T>();
+  expectClose(gout.host(), out, rel, rel * largest(out), "out");
+  expectClose(glse.host(), lse, 1e-5, 1e-6, "lse");
+  expectClose(gdq.host(), dq, rel, rel * largest(dq), "dq");
+  expectClose(gdk.host(), dk, rel, rel * largest(dk), "dk");
+  expectClose(gdv.host(), dv, rel, rel * largest(dv), "dv");
+}
+
+/// `got` and `want` bit for bit.
+template <typename T>
+void expectSame(const std::vector<T> &got, const std::vector<T> &want,
+                const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      ADD_FAILURE() << what << ": element " << i << " is " << toFloat(got[i])
+                    << " with positions, " << toFloat(want[i]) << " without";
+      return;
+    }
+}
+
+/// The outputs of the forward and the backward, from the device.
+template <typename T> struct AttentionResults {
+  std::vector<T> out, dq, dk, dv;
+  std::vector<float> lse;
+};
+
+/// Runs the CUDA-core forward and backward on `s` (with its positions, if
+/// any) on fixed inputs.
+template <typename T>
+AttentionResults<T> runAttention(const cpu::AttentionShape &s) {
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  Device<T> gq(as<T>(randomValues(qn, 61))), gk(as<T>(randomValues(kvn, 62))),
+      gv(as<T>(randomValues(kvn, 63))), gdout(as<T>(randomValues(qn, 64))),
+      gout(qn), gdq(qn), gdk(kvn), gdv(kvn);
+  Device<float> glse(rows),
+      workspace(cuda::attentionBackwardWorkspaceBytes(s, false) /
+                sizeof(float));
+  EXPECT_EQ(cuda::attentionForward(gq.get(), gk.get(), gv.get(), s, gout.get(),
+                                   glse.get(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(cuda::attentionBackward(gq.get(), gk.get(), gv.get(), gout.get(),
+                                    glse.get(), gdout.get(), s, gdq.get(),
+                                    gdk.get(), gdv.get(), workspace.get(),
+                                    nullptr),
+            cudaSuccess);
+  return {gout.host(), gdq.host(), gdk.host(), gdv.host(), glse.host()};
+}
+
+/// With one document per sequence the CUDA-core kernels compute exactly
+/// what they do without positions.
+template <typename T> void compareWholeDocuments(const cpu::AttentionShape &s) {
+  SCOPED_TRACE("one document per sequence: batch " + std::to_string(s.batch) +
+               " seq " + std::to_string(s.seq) + " headDim " +
+               std::to_string(s.headDim));
+  const AttentionResults<T> plain = runAttention<T>(s);
+  Device<int32_t> gpositions(packedPositions(wholeSequences(s)));
+  cpu::AttentionShape withPositions = s;
+  withPositions.positions = gpositions.get();
+  const AttentionResults<T> packed = runAttention<T>(withPositions);
+  expectSame(packed.out, plain.out, "out");
+  expectSame(packed.lse, plain.lse, "lse");
+  expectSame(packed.dq, plain.dq, "dq");
+  expectSame(packed.dk, plain.dk, "dk");
+  expectSame(packed.dv, plain.dv, "dv");
+}
+
+TYPED_TEST(CudaAttention, PackedDocuments) {
+  // Tiles of 32 keys, blocks of 16 rows. Documents of one row, documents
+  // crossing tiles and blocks, blocks whose first row's document starts
+  // tiles later (skipped key tiles), key blocks whose later query tiles
+  // see none of their keys (skipped query tiles); grouped queries.
+  compareDocuments<TypeParam>(shape(2, 100, 4, 2, 16, true),
+                              {{1, 40, 5, 1, 53}, {3, 70, 1, 26}});
+  // One whole sequence (plain causal) beside documents ending on tile and
+  // block boundaries; a head dimension between multiples of 32.
+  compareDocuments<TypeParam>(shape(2, 77, 3, 1, 40, true),
+                              {{77}, {16, 16, 32, 1, 1, 11}});
+  // Rows that are documents of their own (each query sees itself alone)
+  // around one of 3 rows (whose gradients are not all zeros).
+  std::vector<int64_t> singles(16, 1);
+  singles.push_back(3);
+  singles.insert(singles.end(), 16, 1);
+  compareDocuments<TypeParam>(shape(1, 35, 2, 2, 32, true), {singles});
+}
+
+TYPED_TEST(CudaAttention, OneDocumentIsNoPositions) {
+  compareWholeDocuments<TypeParam>(shape(2, 77, 4, 2, 16, true));
+  compareWholeDocuments<TypeParam>(shape(1, 45, 2, 1, 40, true));
+}
+
+/// The tensor-core forward (every tiling) and backward (every tiling) on
+/// packed documents of `lengths` against the reference: the forward on
+/// the inputs, the backward on the reference's output as stored in E and
+/// its log-sum-exp.
+template <typename E>
+void compareDocumentsTensorCores(
+    cpu::AttentionShape s, const std::vector<std::vector<int64_t>> &lengths) {
+  SCOPED_TRACE("tensor cores: batch " + std::to_string(s.batch) + " seq " +
+               std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
+               "/" + std::to_string(s.kvHeads) + " headDim " +
+               std::to_string(s.headDim) + ", " + documentsName(lengths));
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  const std::vector<int32_t> positions = packedPositions(lengths);
+  ASSERT_EQ(int64_t(positions.size()), s.batch * s.seq);
+  std::vector<float> q = rounded<E>(randomValues(qn, 71)),
+                     k = rounded<E>(randomValues(kvn, 72)),
+                     v = rounded<E>(randomValues(kvn, 73)),
+                     dout = rounded<E>(randomValues(qn, 74));
+  const DocumentReference reference{s, positions, q, k, v};
+  std::vector<float> out, lse, dq, dk, dv;
+  reference.forward(out, lse);
+  const std::vector<float> storedOut = rounded<E>(out);
+  reference.backward(storedOut, dout, dq, dk, dv);
+
+  Device<int32_t> gpositions(positions);
+  s.positions = gpositions.get();
+  Device<E> gq(as<E>(q)), gk(as<E>(k)), gv(as<E>(v)), gdout(as<E>(dout)),
+      gstored(as<E>(storedOut));
+  Device<float> greferenceLse(lse),
+      workspace(cuda::attentionBackwardWorkspaceBytes(s) / sizeof(float));
+  const double rel = relativeTolerance<E>();
+  for (int tiling = 0; tiling < int(cuda::attentionForwardTilings().size());
+       ++tiling) {
+    SCOPED_TRACE("forward tiling " + std::to_string(tiling));
+    Device<E> gout(as<E>(randomValues(qn, 75)));
+    Device<float> glse(randomValues(rows, 76));
+    ASSERT_TRUE(cuda::attentionForwardOnTensorCores(gq.get(), gk.get(),
+                                                    gv.get(), gout.get(), s));
+    ASSERT_EQ(cuda::attentionForwardTensorCores(gq.get(), gk.get(), gv.get(), s,
+                                                gout.get(), glse.get(), nullptr,
+                                                tiling),
+              cudaSuccess);
+    expectClose(gout.host(), out, rel, rel * largest(out), "out");
+    expectClose(glse.host(), lse, 1e-5, 1e-5, "lse");
+  }
+  for (int tiling = 0; tiling < int(cuda::attentionBackwardTilings().size());
+       ++tiling) {
+    SCOPED_TRACE("backward tiling " + std::to_string(tiling));
+    Device<E> gdq(as<E>(randomValues(qn, 77))),
+        gdk(as<E>(randomValues(kvn, 78))), gdv(as<E>(randomValues(kvn, 79)));
+    ASSERT_TRUE(cuda::attentionBackwardOnTensorCores(
+        gq.get(), gk.get(), gv.get(), gstored.get(), gdout.get(), gdq.get(),
+        gdk.get(), gdv.get(), s));
+    ASSERT_EQ(cuda::attentionBackwardTensorCores(
+                  gq.get(), gk.get(), gv.get(), gstored.get(),
+                  greferenceLse.get(), gdout.get(), s, gdq.get(), gdk.get(),
+                  gdv.get(), workspace.get(), nullptr, tiling),
+              cudaSuccess);
+    expectClose(gdq.host(), dq, rel, rel * largest(dq), "dq");
+    expectClose(gdk.host(), dk, rel, rel * largest(dk), "dk");
+    expectClose(gdv.host(), dv, rel, rel * largest(dv), "dv");
+  }
+}
+
+/// With one document per sequence the tensor-core kernels (every tiling)
+/// compute exactly what they do without positions; dq exactly where one
+/// writer computes each element (by atomics its sums' order is the
+/// device's).
+template <typename E>
+void compareWholeDocumentsTensorCores(const cpu::AttentionShape &s) {
+  SCOPED_TRACE("tensor cores, one document per sequence: batch " +
+               std::to_string(s.batch) + " seq " + std::to_string(s.seq) +
+               " headDim " + std::to_string(s.headDim));
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  Device<int32_t> gpositions(packedPositions(wholeSequences(s)));
+  cpu::AttentionShape withPositions = s;
+  withPositions.positions = gpositions.get();
+  Device<E> gq(as<E>(randomValues(qn, 81))), gk(as<E>(randomValues(kvn, 82))),
+      gv(as<E>(randomValues(kvn, 83))), gdout(as<E>(randomValues(qn, 84)));
+  Device<float> workspace(cuda::attentionBackwardWorkspaceBytes(s) /
+                          sizeof(float));
+  for (int tiling = 0; tiling < int(cuda::attentionForwardTilings().size());
+       ++tiling) {
+    SCOPED_TRACE("forward tiling " + std::to_string(tiling));
+    Device<E> plainOut(qn), packedOut(qn);
+    Device<float> plainLse(rows), packedLse(rows);
+    ASSERT_EQ(cuda::attentionForwardTensorCores(gq.get(), gk.get(), gv.get(), s,
+                                                plainOut.get(), plainLse.get(),
+                                                nullptr, tiling),
+              cudaSuccess);
+    ASSERT_EQ(cuda::attentionForwardTensorCores(
+                  gq.get(), gk.get(), gv.get(), withPositions, packedOut.get(),
+                  packedLse.get(), nullptr, tiling),
+              cudaSuccess);
+    expectSame(packedOut.host(), plainOut.host(), "out");
+    expectSame(packedLse.host(), plainLse.host(), "lse");
+  }
+  // The backward on the forward's results (the default tiling's).
+  Device<E> gout(qn);
+  Device<float> glse(rows);
+  ASSERT_EQ(cuda::attentionForwardTensorCores(gq.get(), gk.get(), gv.get(), s,
+                                              gout.get(), glse.get(), nullptr),
+            cudaSuccess);
+  const std::vector<cuda::AttentionBackwardTiling> tilings =
+      cuda::attentionBackwardTilings();
+  for (int tiling = 0; tiling < int(tilings.size()); ++tiling) {
+    SCOPED_TRACE("backward tiling " + std::to_string(tiling));
+    Device<E> plainDq(qn), plainDk(kvn), plainDv(kvn), packedDq(qn),
+        packedDk(kvn), packedDv(kvn);
+    ASSERT_EQ(cuda::attentionBackwardTensorCores(
+                  gq.get(), gk.get(), gv.get(), gout.get(), glse.get(),
+                  gdout.get(), s, plainDq.get(), plainDk.get(), plainDv.get(),
+                  workspace.get(), nullptr, tiling),
+              cudaSuccess);
+    ASSERT_EQ(cuda::attentionBackwardTensorCores(
+                  gq.get(), gk.get(), gv.get(), gout.get(), glse.get(),
+                  gdout.get(), withPositions, packedDq.get(), packedDk.get(),
+                  packedDv.get(), workspace.get(), nullptr, tiling),
+              cudaSuccess);
+    if (!tilings[tiling].dqByAtomics)
+      expectSame(packedDq.host(), plainDq.host(), "dq");
+    expectSame(packedDk.host(), plainDk.host(), "dk");
+    expectSame(packedDv.host(), plainDv.host(), "dv");
+  }
+}
+
+TYPED_TEST(CudaTensorCores, PackedDocuments) {
+  using E = TypeParam;
+  // Blocks of 64 and 128 query rows, key tiles of 32 and 64, dk and dv
+  // blocks of 64 keys with query tiles of 32 and 64: documents of one row,
+  // documents on and across those boundaries, rows whose documents start
+  // tiles later; one whole sequence (plain causal); grouped queries.
+  compareDocumentsTensorCores<E>(shape(2, 130, 6, 3, 64, true),
+                                 {{5, 60, 1, 64}, {130}});
+  compareDocumentsTensorCores<E>(shape(2, 200, 4, 2, 128, true),
+                                 {{1, 63, 64, 1, 71}, {100, 33, 1, 1, 65}});
+}
+
+TYPED_TEST(CudaTensorCores, OneDocumentIsNoPositions) {
+  compareWholeDocumentsTensorCores<TypeParam>(shape(2, 130, 4, 2, 64, true));
+  compareWholeDocumentsTensorCores<TypeParam>(shape(1, 100, 2, 1, 128, true));
 }
 
 TEST(CudaAttentionShape, TensorCoresTakeHeadDimensions64And128Aligned) {

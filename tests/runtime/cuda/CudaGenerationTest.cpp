@@ -13,8 +13,9 @@
 // TOP_LOGPROBS on gathered candidates, and TOP_CANDIDATES' values and ids
 // identical. Then, on the device alone, the candidates' promise: a row
 // split over ranks, each rank's TOP_CANDIDATES gathered, draws and ranks
-// what the whole row does. Part of the kernel tests' binary; without a
-// device every test skips.
+// what the whole row does. ROPE_GRAD at positions (ropeAtBackward) is
+// checked against the definition too. Part of the kernel tests' binary;
+// without a device every test skips.
 //
 //===----------------------------------------------------------------------===//
 
@@ -66,6 +67,55 @@ TYPED_TEST(CudaGeneration, RopeAt) {
               cudaSuccess);
     expectClose(gy.host(), y, relativeTolerance<T>(), absoluteTolerance<T>(),
                 "y");
+  }
+}
+
+TYPED_TEST(CudaGeneration, RopeAtBackward) {
+  using T = TypeParam;
+  // ROPE_GRAD at positions (packed documents): the inverse rotation,
+  // against the definition (the pair (k, k + half) turned back by angle
+  // position · theta^(-2k/headDim), in double) and the CPU's; and the
+  // forward then the backward gives back the input.
+  for (int64_t headDim : {64, 12}) {
+    SCOPED_TRACE(testing::Message() << "head dimension " << headDim);
+    const int64_t batch = 2, seq = 6, heads = 3, half = headDim / 2;
+    const int64_t n = batch * seq * heads * headDim;
+    const double theta = 10000.0;
+    std::vector<float> dy = rounded<T>(randomValues(n, 2));
+    std::vector<int32_t> positions = {0, 1, 2, 0, 1, 2999, 0, 0, 1, 2, 3, 4};
+    std::vector<float> want(n), cpu(n);
+    for (int64_t row = 0; row < batch * seq; ++row)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t k = 0; k < half; ++k) {
+          const double angle = double(positions[row]) *
+                               std::pow(theta, -2.0 * double(k) / headDim);
+          const int64_t at = (row * heads + h) * headDim + k;
+          const double y1 = dy[at], y2 = dy[at + half];
+          want[at] = float(y1 * std::cos(angle) + y2 * std::sin(angle));
+          want[at + half] = float(y2 * std::cos(angle) - y1 * std::sin(angle));
+        }
+    cpu::ropeAtBackward(dy.data(), positions.data(), batch, seq, heads, headDim,
+                        theta, cpu.data());
+    Device<T> gdy(as<T>(dy)), gdx(n), gy(n), gback(n);
+    Device<int32_t> gpositions(positions);
+    ASSERT_EQ(cuda::ropeAtBackward(gdy.get(), gpositions.get(), batch, seq,
+                                   heads, headDim, theta, gdx.get(), nullptr),
+              cudaSuccess);
+    const double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+    expectClose(gdx.host(), want, rel, abs, "dx");
+    expectClose(gdx.host(), cpu, rel, abs, "dx against the CPU's");
+    ASSERT_EQ(cuda::ropeAtForward(gdy.get(), gpositions.get(), batch, seq,
+                                  heads, headDim, theta, gy.get(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::ropeAtBackward(gy.get(), gpositions.get(), batch, seq,
+                                   heads, headDim, theta, gback.get(), nullptr),
+              cudaSuccess);
+    // Two roundings to T apart, each of values as large as the pair's.
+    double largest = 0;
+    for (float x : dy)
+      largest = std::max(largest, double(std::abs(x)));
+    expectClose(gback.host(), dy, rel, 2 * rel * largest + abs,
+                "forward then backward");
   }
 }
 

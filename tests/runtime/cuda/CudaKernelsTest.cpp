@@ -554,6 +554,58 @@ TYPED_TEST(CudaKernelsOf, PositionEmbedding) {
   expectClose(gdtable.host(), dtable, 1e-5, 1e-6, "dtable");
 }
 
+TYPED_TEST(CudaKernelsOf, PositionEmbeddingAtPositions) {
+  using T = TypeParam;
+  // Packed documents: sequences of 40 rows whose positions restart where a
+  // document starts (rows repeat a position, so gradients add into the
+  // same row of the table), a table of 32 rows; the whole sequence, and
+  // the second half as a sequence-parallel rank's slice (rows 20-39 of
+  // each sequence's positions).
+  const int64_t batch = 3, posStride = 40, hidden = 96, tableRows = 32;
+  std::vector<int32_t> positions;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t n : {int64_t(1), 30 - 7 * b, 9 + 7 * b})
+      for (int64_t p = 0; p < n; ++p)
+        positions.push_back(int32_t(p));
+  ASSERT_EQ(int64_t(positions.size()), batch * posStride);
+  for (auto [seq, offset] : {std::pair<int64_t, int64_t>{40, 0},
+                             std::pair<int64_t, int64_t>{20, 20}}) {
+    SCOPED_TRACE(testing::Message() << seq << " rows from " << offset);
+    std::vector<float> table = rounded<T>(randomValues(tableRows * hidden, 40)),
+                       dout =
+                           rounded<T>(randomValues(batch * seq * hidden, 41));
+    const std::vector<float> dtable0 = randomValues(tableRows * hidden, 42);
+    // The definition: out[b, s] = table[positions[b, offset + s]], and
+    // dtable[positions[b, offset + s]] += dout[b, s].
+    std::vector<float> out(batch * seq * hidden);
+    std::vector<double> dtable(dtable0.begin(), dtable0.end());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t r = 0; r < seq; ++r) {
+        const int64_t p = positions[b * posStride + offset + r];
+        for (int64_t c = 0; c < hidden; ++c) {
+          out[(b * seq + r) * hidden + c] = table[p * hidden + c];
+          dtable[p * hidden + c] += dout[(b * seq + r) * hidden + c];
+        }
+      }
+    Device<T> gtable(as<T>(table)), gdout(as<T>(dout)), gout(out.size());
+    Device<int32_t> gpositions(positions);
+    Device<float> gdtable(dtable0);
+    ASSERT_EQ(cuda::positionEmbeddingAtForward(gtable.get(), gpositions.get(),
+                                               batch, seq, posStride, offset,
+                                               hidden, gout.get(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::positionEmbeddingAtBackward(gdout.get(), gpositions.get(),
+                                                batch, seq, posStride, offset,
+                                                hidden, gdtable.get(), nullptr),
+              cudaSuccess);
+    // A gather is exact; the gradient's float sums differ in order only.
+    expectClose(gout.host(), out, 0, 0, "out");
+    expectClose(gdtable.host(),
+                std::vector<float>(dtable.begin(), dtable.end()), 1e-5, 1e-5,
+                "dtable");
+  }
+}
+
 TYPED_TEST(CudaKernelsOf, SwigluPacked) {
   using T = TypeParam;
   // 300 columns: 16-byte vectors of fp32, element by element in 16 bits;

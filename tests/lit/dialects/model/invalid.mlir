@@ -565,7 +565,7 @@ func.func @sharding_not_a_sharding(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 // Tests that model.input is "tokens" or "targets".
-// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens", "targets", "loss_grad", "lr", "step" or an input of an inference graph, found "labels"}}
+// expected-error @+1 {{'func.func' op argument 0: model.input must be "tokens", "targets", "positions", "loss_grad", "lr", "step" or an input of an inference graph, found "labels"}}
 func.func @input_bad_value(%x: tensor<2x16xi32> {model.input = "labels"}) {
   return
 }
@@ -1830,4 +1830,58 @@ func.func @rr1_parents(%x: tensor<4x8xf32>, %p: tensor<3xi32>) {
   // expected-error @+1 {{'model.reorder_rows' op parents are [3] but must be [rows] of x, [4]}}
   %r = model.reorder_rows %x[%p] : (tensor<4x8xf32>, tensor<3xi32>) -> tensor<4x8xf32>
   return
+}
+
+// -----
+
+// Tests A7: packed documents need causal attention.
+func.func @a7_documents_not_causal(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>, %pos: tensor<2x16xi32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.attention' op packed documents (positions) need causal attention}}
+  %o = model.attention %q, %k, %v positions %pos heads = 4 kv_heads = 4 scale = 0.25 : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  return %o : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests A7: the positions are [batch, seq] of q.
+func.func @a7_positions_shape(%q: tensor<2x16x64xf32>, %k: tensor<2x16x64xf32>, %v: tensor<2x16x64xf32>, %pos: tensor<2x8xi32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.attention' op positions are [2, 8] but must be [batch, seq] of q, [2, 16]}}
+  %o = model.attention %q, %k, %v positions %pos heads = 4 kv_heads = 4 scale = 0.25 causal : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x8xi32>) -> tensor<2x16x64xf32>
+  return %o : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests AG5: attention_grad's positions as the forward's.
+func.func @ag5_positions_shape(%q: tensor<2x16x64xf32>, %pos: tensor<1x16xi32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.attention_grad' op positions are [1, 16] but must be [batch, seq] of q, [2, 16]}}
+  %dq, %dk, %dv = model.attention_grad %q, %q, %q, %q, %q positions %pos heads = 4 kv_heads = 4 scale = 0.25 causal : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<1x16xi32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  return %dq : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests R5: rope's positions are [batch, seq] of x.
+func.func @r5_positions_shape(%x: tensor<2x16x64xf32>, %pos: tensor<2x15xi32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.rope' op positions are [2, 15] but must be [batch, seq] of x, [2, 16]}}
+  %r = model.rope %x at %pos head_dim = 16 theta = 1.0e+04 : (tensor<2x16x64xf32>, tensor<2x15xi32>) -> tensor<2x16x64xf32>
+  return %r : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests PE5: the position table's positions have the tokens' shape.
+func.func @pe5_positions_shape(%wpe: tensor<128x64xf32>, %ids: tensor<2x16xi32>, %pos: tensor<2x8xi32>) -> tensor<2x16x64xf32> {
+  // expected-error @+1 {{'model.position_embedding' op positions are [2, 8] but must have the tokens' shape [2, 16]}}
+  %p = model.position_embedding %wpe for %ids at %pos : (tensor<128x64xf32>, tensor<2x16xi32>, tensor<2x8xi32>) -> tensor<2x16x64xf32>
+  return %p : tensor<2x16x64xf32>
+}
+
+// -----
+
+// Tests PEG5: the gradient's positions cover the whole sequence.
+func.func @peg5_positions_shape(%dy: tensor<2x16x64xf32>, %pos: tensor<2x8xi32>) -> tensor<128x64xf32> {
+  // expected-error @+1 {{'model.position_embedding_grad' op positions are [2, 8] but must be [batch, seq] of the whole sequence, [2, 16]}}
+  %dt = model.position_embedding_grad %dy at %pos : (tensor<2x16x64xf32>, tensor<2x8xi32>) -> tensor<128x64xf32>
+  return %dt : tensor<128x64xf32>
 }

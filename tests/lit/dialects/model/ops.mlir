@@ -826,3 +826,24 @@ func.func @draw_from_candidates(%l: tensor<2x1x32xf32>, %settings: tensor<3xf32>
   %c = model.reorder_rows %cache[%parents] : (tensor<2x16x8xf32>, tensor<2xi32>) -> tensor<2x16x8xf32>
   return
 }
+
+// -----
+
+// Tests that packed documents' positions round-trip on attention, rope,
+// the position table and their gradients.
+// CHECK-LABEL: func.func @packed_documents
+func.func @packed_documents(%q: tensor<2x16x64xf32>, %k: tensor<2x16x32xf32>, %v: tensor<2x16x32xf32>, %pos: tensor<2x16xi32>, %wpe: tensor<128x64xf32>, %ids: tensor<2x16xi32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<128x64xf32>) {
+  // CHECK: model.rope %{{.+}} at %{{.+}} head_dim = 16 theta = 1.000000e+04 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %r = model.rope %q at %pos head_dim = 16 theta = 1.0e+04 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  // CHECK: model.attention %{{.+}}, %{{.+}}, %{{.+}} positions %{{.+}} heads = 4 kv_heads = 2 scale = 2.500000e-01 causal : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %o = model.attention %r, %k, %v positions %pos heads = 4 kv_heads = 2 scale = 0.25 causal : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  // CHECK: model.attention_grad %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} positions %{{.+}} heads = 4 kv_heads = 2 scale = 2.500000e-01 causal
+  %dq, %dk, %dv = model.attention_grad %r, %k, %v, %o, %o positions %pos heads = 4 kv_heads = 2 scale = 0.25 causal : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16xi32>) -> (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  // CHECK: model.rope_grad %{{.+}} at %{{.+}} head_dim = 16
+  %dr = model.rope_grad %dq at %pos head_dim = 16 theta = 1.0e+04 : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  // CHECK: model.position_embedding %{{.+}} for %{{.+}} at %{{.+}} : (tensor<128x64xf32>, tensor<2x16xi32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  %p = model.position_embedding %wpe for %ids at %pos : (tensor<128x64xf32>, tensor<2x16xi32>, tensor<2x16xi32>) -> tensor<2x16x64xf32>
+  // CHECK: model.position_embedding_grad %{{.+}} at %{{.+}} : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<128x64xf32>
+  %dt = model.position_embedding_grad %p at %pos : (tensor<2x16x64xf32>, tensor<2x16xi32>) -> tensor<128x64xf32>
+  return %o, %dq, %dr, %p, %dt : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<128x64xf32>
+}
