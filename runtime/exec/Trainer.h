@@ -200,9 +200,11 @@ absl::StatusOr<double> RunStep(Backend &executor, uint64_t seed, int64_t step,
 int64_t StageOf(const Backend &executor);
 
 /// Writes the inputs of micro-batch `micro` (0-based) of the current step
-/// into copy `slot` of the stage's buffers named "tokens" and "targets"
-/// (those it has).
-using FeedSlot = std::function<absl::Status(int64_t micro, int64_t slot)>;
+/// into copy `slot` of the stage's data inputs that model chunk `chunk`
+/// (0 without chunks) reads: "tokens", "targets" and packed documents'
+/// positions, those it has.
+using FeedSlot =
+    std::function<absl::Status(int64_t micro, int64_t slot, int64_t chunk)>;
 
 /// Runs one optimizer step of a plan with pipeline stages, as the rank's
 /// stage (StageOf): the stage's zero_grads; its schedule, where a FORWARD of

@@ -20,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
 #include <algorithm>
@@ -116,6 +117,12 @@ absl::Status PrepareData(TrainingRun &run) {
   }
   const bool training = run.firstStep <= steps;
   run.instruction = options.instruction.value_or(t.data_instruction());
+  // A packed plan's graph reads the positions of packed conversations.
+  run.packed = t.data_packed();
+  if (run.packed && !run.instruction)
+    return absl::InvalidArgumentError(
+        "the plan packs conversations (data.pack) but does not read "
+        "instruction data: compile it with data.instruction too");
   if (!training && run.evalInterval == 0)
     return absl::OkStatus();
 
@@ -200,8 +207,9 @@ absl::Status PrepareData(TrainingRun &run) {
   base.seed = run.seed;
   base.order = run.order == "sequential" ? data::SampleOrder::kSequential
                                          : data::SampleOrder::kShuffled;
-  base.layout = run.instruction ? data::SampleLayout::kDocuments
-                                : data::SampleLayout::kWindows;
+  base.layout = run.packed        ? data::SampleLayout::kPacked
+                : run.instruction ? data::SampleLayout::kDocuments
+                                  : data::SampleLayout::kWindows;
   // What a sample is, in the messages below.
   const std::string unit = run.instruction
                                ? std::string("conversations")
@@ -242,11 +250,15 @@ absl::Status PrepareData(TrainingRun &run) {
           source.numSamples() < globalBatch)
         continue;
       const std::string holds =
-          run.instruction
+          run.packed ? absl::StrCat(source.numDocuments(),
+                                    " conversations, packed into ",
+                                    source.samplesPerEpoch(), " samples")
+          : run.instruction
               ? absl::StrCat(source.numDocuments(), " conversations")
               : absl::StrCat(source.tokensPerEpoch(), " tokens");
       const std::string reads =
-          run.instruction
+          run.packed ? absl::StrCat(globalBatch, " packed samples")
+          : run.instruction
               ? absl::StrCat(globalBatch, " conversations")
               : absl::StrCat(globalBatch, " samples of ", seq, " tokens, ",
                              globalBatch * uint64_t(seq) + 1, " tokens");
@@ -268,6 +280,17 @@ absl::Status PrepareData(TrainingRun &run) {
                      << source.truncatedDocuments()
                      << " of them truncated to seq_length + 1 = " << seq + 1
                      << " tokens\n";
+        // What packing saves: the padding of the samples, packed against
+        // one conversation per sample.
+        if (run.packed) {
+          const data::GptSamples::PackingStats p = source.packingStats();
+          *options.log << absl::StrFormat(
+              "packed: %d conversations in %d samples of %d tokens, %.1f%% "
+              "of them padding (one conversation per sample: %d samples, "
+              "%.1f%% padding)\n",
+              p.documents, p.packedSamples, seq + 1, 100 * p.packedPadding,
+              p.documents, 100 * p.paddedPadding);
+        }
       }
     run.samples.emplace(std::move(*made));
   }

@@ -32,19 +32,24 @@
 namespace braid::exec::trainer {
 
 absl::Status FeedSamples(TrainingRun &run, const data::BlendedSamples &samples,
-                         uint64_t first, int64_t slot) {
-  const LoopBuffers &buffers = run.buffers;
-  if (buffers.tokens < 0 && buffers.targets < 0)
+                         uint64_t first, int64_t slot, const FeedInputs &to) {
+  const FeedInputs &buffers = to;
+  if (!buffers.any())
     return absl::OkStatus();
   const int64_t batch = run.batch, seq = run.seq;
-  std::vector<int32_t> sample;
+  std::vector<int32_t> sample, positions;
   std::vector<uint8_t> mask;
   std::vector<double> tokenValues(size_t(batch * seq)),
-      targetValues(size_t(batch * seq));
+      targetValues(size_t(batch * seq)), positionValues;
+  if (run.packed)
+    positionValues.resize(size_t(batch * seq));
   for (int64_t b = 0; b < batch; ++b) {
-    // Instruction data: a target counts where the mask marks the token.
+    // Instruction data: a target counts where the mask marks the token
+    // (packed: never the first token of the next conversation, whose mask
+    // value is 0).
     if (absl::Status s = samples.GetSample(first + uint64_t(b), &sample,
-                                           run.instruction ? &mask : nullptr);
+                                           run.instruction ? &mask : nullptr,
+                                           run.packed ? &positions : nullptr);
         !s.ok())
       return s;
     for (int64_t i = 0; i < seq; ++i) {
@@ -52,9 +57,15 @@ absl::Status FeedSamples(TrainingRun &run, const data::BlendedSamples &samples,
       targetValues[size_t(b * seq + i)] =
           !run.instruction || mask[size_t(i + 1)] ? sample[size_t(i + 1)]
                                                   : kIgnoredTarget;
+      if (run.packed)
+        positionValues[size_t(b * seq + i)] = positions[size_t(i)];
     }
   }
   Backend &e = *run.backend;
+  if (buffers.positions >= 0)
+    if (absl::Status s = e.Write(buffers.positions, positionValues, slot);
+        !s.ok())
+      return s;
   if (buffers.tokens >= 0)
     if (absl::Status s = e.Write(buffers.tokens, tokenValues, slot); !s.ok())
       return s;
@@ -143,7 +154,7 @@ absl::StatusOr<double> Evaluate(TrainingRun &run,
   // The functions a micro-batch runs, chunk by chunk, and which of them
   // read the tokens and targets (without a pipeline: eval_step, which does).
   std::vector<std::string> functions;
-  std::vector<bool> feeds = {true};
+  std::vector<FeedInputs> feeds = {run.buffers.inputs()};
   if (stages == 0) {
     functions = {plan.training().step().eval_step()};
   } else {
@@ -175,8 +186,8 @@ absl::StatusOr<double> Evaluate(TrainingRun &run,
       const uint64_t first = uint64_t(it) * globalBatch +
                              uint64_t(share.rank * micros * batch + m * batch);
       for (size_t c = 0; c < functions.size() && failed.ok(); ++c) {
-        if (feeds[c])
-          failed = FeedSamples(run, samples, first, 0);
+        if (feeds[c].any())
+          failed = FeedSamples(run, samples, first, 0, feeds[c]);
         if (failed.ok())
           failed = e.Run(functions[c], {run.seed, uint32_t(step), int64_t(first)}, 0);
         if (failed.ok())

@@ -53,8 +53,19 @@
 namespace braid::exec::trainer {
 
 /// The buffers the step loop writes and reads (-1: the rank has none).
+/// The data buffers a call reads: ids, -1 for those it does not.
+struct FeedInputs {
+  int tokens = -1, targets = -1, positions = -1;
+  bool any() const { return tokens >= 0 || targets >= 0 || positions >= 0; }
+};
+
 struct LoopBuffers {
   int tokens = -1, targets = -1, lr = -1, step = -1, gradNorm = -1;
+  /// Packed documents: each token's position in its conversation.
+  int positions = -1;
+  /// The inputs of the step's (or, with a pipeline, the stage's first
+  /// chunk's) calls.
+  FeedInputs inputs() const { return {tokens, targets, positions}; }
 };
 
 /// One call of Train: its inputs, and what each phase sets for the later
@@ -94,6 +105,9 @@ struct TrainingRun {
   /// Instruction data (--is-instruction-dataset, or the plan's
   /// data_instruction): a conversation per sample, the loss over its mask.
   bool instruction = false;
+  /// Packed conversations (the plan's data_packed): samples of the
+  /// kPacked layout, their positions fed to the "positions" input.
+  bool packed = false;
   DataShare share;
   int64_t globalBatch = 0; ///< samples per step, over every dp rank
   int64_t firstStep = 1;
@@ -141,11 +155,11 @@ absl::Status FinishRun(TrainingRun &run);
 // Evaluation (TrainerEval.cpp).
 
 /// Writes the micro-batch of samples first, first + 1, ... of `samples`
-/// (micro_batch_size of them) into copy `slot` of the rank's tokens and
-/// targets (those it has). Instruction data's targets are kIgnoredTarget
+/// (micro_batch_size of them) into copy `slot` of the buffers `to` names
+/// (tokens, targets, packed documents' positions). Instruction data's targets are kIgnoredTarget
 /// where the loss mask is 0.
 absl::Status FeedSamples(TrainingRun &run, const data::BlendedSamples &samples,
-                         uint64_t first, int64_t slot);
+                         uint64_t first, int64_t slot, const FeedInputs &to);
 /// The target a token whose loss does not count gets: the ignore_index of
 /// the cross-entropy braidc emits (model.cross_entropy's default).
 constexpr int32_t kIgnoredTarget = -100;
@@ -185,13 +199,16 @@ absl::StatusOr<int> need(const Backend &e, const char *name);
 /// The buffer named `name` of pipeline stage `stage`.
 absl::StatusOr<int> needInStage(const Backend &e, const char *name,
                                 int64_t stage);
-/// Per model chunk of pipeline stage `stage` (`program`): whether its
-/// forward calls (and evaluation's copies of them) feed the micro-batch's
-/// tokens and targets. Each chunk has slots of its own (Stage.chunk_slots),
-/// so only the chunk whose calls read them writes them; another chunk's
-/// slot k is not theirs. With one chunk, every forward feeds.
-std::vector<bool> feedingChunks(const Backend &e, const plan::Stage &program,
-                                int64_t stage);
+/// Per model chunk of pipeline stage `stage` (`program`): the data inputs
+/// its calls (and evaluation's copies of them) read, which its forward
+/// feeds. Each chunk has slots of its own (Stage.chunk_slots), so only the
+/// chunk whose calls read a buffer writes it; another chunk's slot k is not
+/// its. With model chunks, each chunk has packed documents' positions of
+/// its own ("positions", "positions.chunk1", ...). With one chunk, every
+/// forward feeds the stage's inputs.
+std::vector<FeedInputs> feedingChunks(const Backend &e,
+                                      const plan::Stage &program,
+                                      int64_t stage);
 /// Writes `values` into every copy of buffer `id` (one, or one per slot).
 absl::Status writeEveryCopy(Backend &e, int id,
                             absl::Span<const double> values);

@@ -202,11 +202,16 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
     // stages).
     const uint64_t batchStart =
         uint64_t(resumed.consumedSamples + (s - firstStep) * globalBatch);
-    auto feed = [&](int64_t m, int64_t slot) -> absl::Status {
+    // Each model chunk's data inputs (one set without them).
+    const std::vector<FeedInputs> chunkInputs =
+        pipelined ? feedingChunks(e, plan.pipeline().stages(int(run.stage)),
+                                  run.stage)
+                  : std::vector<FeedInputs>{run.buffers.inputs()};
+    auto feed = [&](int64_t m, int64_t slot, int64_t chunk) -> absl::Status {
       return FeedSamples(run, *run.samples,
                          batchStart + uint64_t(share.rank * micros * batch +
                                                m * batch),
-                         slot);
+                         slot, chunkInputs[size_t(chunk)]);
     };
     // Instruction data: each micro-batch's share of the global batch's
     // counted tokens (every rank counts the whole batch: no collective).
@@ -221,7 +226,7 @@ absl::Status RunSteps(TrainingRun &run, std::vector<StepRecord> *records) {
     absl::StatusOr<double> stepLoss =
         pipelined ? RunPipelineStep(e, seed, s, feed, weights)
                   : RunStep(e, seed, s,
-                            [&](int64_t m) { return feed(m, 0); }, weights);
+                            [&](int64_t m) { return feed(m, 0, 0); }, weights);
     if (!stepLoss.ok())
       return stepLoss.status();
     absl::StatusOr<std::vector<double>> normValue = e.Read(gradNorm);

@@ -255,6 +255,13 @@ absl::Status PrepareSteps(TrainingRun &run) {
       *id = *found;
     }
   }
+  // A packed plan's positions: on every stage that has layers.
+  buffers.positions = pipelined ? e.FindBuffer("positions", stage)
+                                : e.FindBuffer("positions");
+  if (t.data_packed() && !pipelined && buffers.positions < 0)
+    return absl::InvalidArgumentError(
+        "the plan packs conversations (data.pack) but has no \"positions\" "
+        "input: compile it again");
 
   // The metrics, one JSON line a step, written in place and flushed after
   // each line (tools follow the file as it grows); a failed write (a full

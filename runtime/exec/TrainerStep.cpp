@@ -10,9 +10,11 @@
 
 #include "runtime/plan/PlanLoader.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -47,16 +49,28 @@ absl::Status writeEveryCopy(Backend &e, int id,
   return absl::OkStatus();
 }
 
-std::vector<bool> feedingChunks(const Backend &e, const plan::Stage &program,
-                                int64_t stage) {
-  std::vector<bool> feeds(1 + program.chunks_size(),
-                          program.chunks_size() == 0);
-  if (program.chunks_size() == 0)
+std::vector<FeedInputs> feedingChunks(const Backend &e,
+                                      const plan::Stage &program,
+                                      int64_t stage) {
+  std::vector<FeedInputs> feeds(1 + program.chunks_size());
+  // The stage's data inputs, by buffer id: which of the three each is.
+  std::map<int, int FeedInputs::*> inputs;
+  for (int i = 0; i < e.plan().buffers_size(); ++i) {
+    const plan::Buffer &b = e.plan().buffers(i);
+    if (b.stage() != stage || b.role() != plan::INPUT)
+      continue;
+    if (b.name() == "tokens")
+      inputs[i] = &FeedInputs::tokens;
+    else if (b.name() == "targets")
+      inputs[i] = &FeedInputs::targets;
+    else if (absl::StartsWith(b.name(), "positions"))
+      inputs[i] = &FeedInputs::positions;
+  }
+  if (program.chunks_size() == 0) {
+    for (auto [id, field] : inputs)
+      feeds[0].*field = id;
     return feeds;
-  std::set<int> inputs;
-  for (const char *name : {"tokens", "targets"})
-    if (int id = e.FindBuffer(name, stage); id >= 0)
-      inputs.insert(id);
+  }
   for (int k = 0; k <= program.chunks_size(); ++k) {
     const plan::Chunk *chunk = k ? &program.chunks(k - 1) : nullptr;
     std::set<std::string> calls =
@@ -69,8 +83,8 @@ std::vector<bool> feedingChunks(const Backend &e, const plan::Stage &program,
         for (const plan::Instruction &inst : fn.body())
           for (const auto *ids : {&inst.inputs(), &inst.outputs()})
             for (int32_t id : *ids)
-              if (inputs.count(id))
-                feeds[k] = true;
+              if (auto it = inputs.find(id); it != inputs.end())
+                feeds[size_t(k)].*(it->second) = id;
   }
   return feeds;
 }
@@ -359,7 +373,8 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
                                                          : chunk.backward_weight();
   };
   const int64_t lastChunk = program.chunks_size();
-  const std::vector<bool> feeds = trainer::feedingChunks(e, program, stage);
+  const std::vector<trainer::FeedInputs> feeds =
+      trainer::feedingChunks(e, program, stage);
   for (const plan::ScheduleStep &call : program.schedule()) {
     int64_t m = call.micro_batch(), slot = call.slot();
     if (call.kind() == plan::ScheduleStep::BACKWARD) {
@@ -376,9 +391,9 @@ absl::StatusOr<double> RunPipelineStep(Backend &e, uint64_t seed, int64_t step,
         return s;
       continue;
     }
-    if (feeds[call.chunk()])
-      if (absl::Status s =
-              tracedFeed(trace, m, slot, [&] { return feed(m, slot); });
+    if (feeds[call.chunk()].any())
+      if (absl::Status s = tracedFeed(
+              trace, m, slot, [&] { return feed(m, slot, call.chunk()); });
           !s.ok())
         return s;
     // The micro-batch's loss gradient, in the slot its backward reads.

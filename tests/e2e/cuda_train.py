@@ -11,6 +11,11 @@ Trains the same plans, from the same seeded weights on the same samples, for
   llama-bf16   tiny-llama in mixed precision on the GPU against the fp32
                plan on the CPU                               within 2e-2
   llama-fp16   the same in fp16 with dynamic loss scaling    within 2e-2
+  llama-packed-fp32, gpt2-packed-fp32
+               instruction data packed several conversations a sample
+               (data.pack: positions restarting per conversation, attention
+               inside each, RoPE or learned positions at them)  within 1e-4
+  llama-packed-bf16  the same in mixed precision             within 2e-2
 
 then trains llama-fp32 again with --cuda-graphs off (each kernel launched
 rather than the functions replayed as captured graphs, the default), whose
@@ -97,6 +102,16 @@ JOBS = {
     "llama-fp16-overflow": ('preset: "tiny-llama"', "micro_batch_size: 4",
                             "FP16 initial_loss_scale: 8388608 hysteresis: 1"),
 }
+# Packed instruction data (data.pack), on the dataset "instr" rather than
+# "data": name -> (model fields, parallel fields, precision).
+PACKED = {
+    "llama-packed-fp32": ('preset: "tiny-llama"', "micro_batch_size: 4", ""),
+    "gpt2-packed-fp32": ('preset: "tiny-gpt2"',
+                         "micro_batch_size: 2 global_batch_size: 4", ""),
+    "llama-packed-bf16": ('preset: "tiny-llama"', "micro_batch_size: 4",
+                          "BF16"),
+}
+JOBS.update(PACKED)
 # Over 2 ranks (--parallel): name -> (model, parallel fields, precision,
 # CPU plan, relative tolerance), trained for PARALLEL_STEPS; those of
 # PARALLEL_RESUMED also resumed from their checkpoint of PARALLEL_RESUME_AT.
@@ -148,6 +163,9 @@ COMPARISONS = [
     ("gpt2-fp32", "gpt2-fp32", 1e-4),
     ("llama-bf16", "llama-fp32", 2e-2),
     ("llama-fp16", "llama-fp32", 2e-2),
+    ("llama-packed-fp32", "llama-packed-fp32", 1e-4),
+    ("gpt2-packed-fp32", "gpt2-packed-fp32", 1e-4),
+    ("llama-packed-bf16", "llama-packed-fp32", 2e-2),
 ]
 NO_DEVICE = ("no CUDA device to run the plan on",
              "this build has no CUDA backend")
@@ -164,6 +182,20 @@ def prepare(setup, out, references=False):
     prefix = setup.dataset(200_000)
     for ext in (".bin", ".idx"):
         shutil.copyfile(prefix + ext, os.path.join(out, "data" + ext))
+    # Instruction data for PACKED: conversations of 21 to 39 tokens (the
+    # plain template's 19 and the byte tokenizer's one a byte), two or
+    # three to each sample of 65 tokens.
+    rng = random.Random(5)
+    records = [{"prompt": "".join(rng.choice("abcdefgh ")
+                                  for _ in range(rng.randrange(1, 10))),
+                "response": "".join(rng.choice("ijklmnop ")
+                                    for _ in range(rng.randrange(1, 12)))}
+               for _ in range(400)]
+    with open(os.path.join(out, "instr.json"), "w") as f:
+        json.dump(records, f)
+    run([setup.b("braid-data"), "preprocess", "--handler", "plain",
+         "--template", "plain", "--input", os.path.join(out, "instr.json"),
+         "--output-prefix", os.path.join(out, "instr"), "--tokenizer", "byte"])
     jobs = [(name, *job, STEPS) for name, job in JOBS.items()]
     jobs += [(name, *job[:3], PARALLEL_STEPS) for name, job in PARALLEL.items()]
     for name, model, parallel, precision, steps in jobs:
@@ -172,7 +204,9 @@ def prepare(setup, out, references=False):
             f.write(f"model {{ {model} }}\nparallel {{ {parallel} }}\n"
                     f"train {{ steps: {steps} lr: 1e-3 warmup_steps: 2 seed: 11"
                     + (f" precision: {precision}" if precision else "")
-                    + " }\ndata { seq_length: 64 }\n")
+                    + " }\ndata { seq_length: 64"
+                    + (" instruction: true pack: true" if name in PACKED
+                       else "") + " }\n")
         run([setup.b("braidc"), job, "--emit=plan",
              "-o", os.path.join(out, name + ".plan")])
     if references:
@@ -294,7 +328,8 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1,
                      'WORLD_SIZE=$OMPI_COMM_WORLD_SIZE exec "$0" "$@"']
         env["MASTER_PORT"] = str(free_port())
     cmd = [*launcher, binary, os.path.join(inputs, name + ".plan"),
-           "--data", os.path.join(inputs, "data"), "--device", device,
+           "--data", os.path.join(inputs, "instr" if name in PACKED
+                                  else "data"), "--device", device,
            "--metrics-out", metrics, "--log-every", "5", *extra]
     if own:
         rc, stdout, stderr = launch(setup, cmd, env, ranks)

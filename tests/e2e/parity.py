@@ -28,6 +28,14 @@ last validation loss are checked against a float64 reference of the model
 (hf_reference) on the conversations rendered from the records by their
 definition (instruction_reference), not read from Braid's files.
 
+Packed conversations (data.pack, packed_runs): pairs of conversations made
+to fill a sample of 121 tokens (or to leave 1-2 tokens of padding) and to
+be packed by best-fit decreasing into exactly the pairs, in file order, so
+a packed run of global batch 2 reads the conversations a padded run of
+global batch 4 reads, step by step: every layout of the packed run must
+train what the padded serial run trains (positions restarting per
+conversation, attention inside each).
+
   parity.py --bin BUILD/bin --work DIR --corpus TEXT [--steps N]
 """
 
@@ -347,6 +355,8 @@ def main():
                 worst_eval = max(worst_eval, de)
     if re.search(args.only, "instruction"):
         instruction_runs(setup)
+    if re.search(args.only, "packed"):
+        packed_runs(setup)
     print(f"largest loss difference {worst_loss:.2e} (limit {args.loss_rtol}), "
           f"largest parameter difference {worst_param:.2e} (limit {args.param_rtol}), "
           f"largest evaluation difference {worst_eval:.2e} (limit {args.eval_rtol})")
@@ -651,6 +661,101 @@ def instruction_runs(setup):
                              "the serial LoRA run")
                 worst = max(worst, dl)
     print(f"instruction data: largest loss difference {worst:.2e}")
+
+
+def packed_records(pairs, seq):
+    """Records of the plain handler (plain template, byte tokenizer) whose
+    conversations come in pairs: pair i is a long conversation of seq - 22 -
+    3i - (i mod 3) tokens and a short one of 23 + 3i, together seq + 1 - (i
+    mod 3) tokens. Best-fit decreasing (the longs open the bins in file order,
+    each short then fits its own partner's bin best) packs each pair into a
+    sample in file order, the long first."""
+    import instruction_reference as iref
+
+    def record(length, i):
+        # A plain conversation of prompt p and response r is "User: p" +
+        # "\nAssistant:" + " r" + the end token: 19 + len(p) + len(r).
+        prompt = f"q{i}"
+        response = "a" * (length - 19 - len(prompt))
+        assert len(response) >= 1
+        rec = {"prompt": prompt, "response": response}
+        ids, _ = iref.render("plain", *iref.conversation("plain", rec),
+                             lambda t: list(t.encode("utf-8")), None, 256)
+        assert len(ids) == length, (len(ids), length)
+        return rec
+
+    records = []
+    for i in range(pairs):
+        short = 23 + 3 * i
+        long = seq + 1 - short - i % 3
+        assert long > 23 + 3 * (pairs - 1)
+        records += [record(long, 2 * i), record(short, 2 * i + 1)]
+    return records
+
+
+def packed_runs(setup):
+    """Packed conversations against the same conversations one per padded
+    sample (module docstring), LLaMA (RoPE at the positions) and GPT-2
+    (learned positions at them, also under sp)."""
+    import hf_reference as ref
+    args, b, w = setup.args, setup.b, setup.w
+    seq = 120
+    # Training 10 pairs, validation and test 4 each: documents 20, 8, 8.
+    records = packed_records(10, seq) + packed_records(4, seq) + \
+        packed_records(4, seq)
+    with open(w("packed.json"), "w") as f:
+        json.dump(records, f)
+    run([b("braid-data"), "preprocess", "--handler", "plain", "--template",
+         "plain", "--input", w("packed.json"), "--output-prefix", w("packed"),
+         "--tokenizer", "byte"])
+    layouts = [
+        ("accumulate2", 1, "micro_batch_size: 1 global_batch_size: 2"),
+        ("dp2-zero1", 2, "dp: 2 micro_batch_size: 1 zero: 1"),
+        ("dp2-zero3", 2, "dp: 2 micro_batch_size: 1 zero: 3"),
+        ("tp2-sp", 2, "tp: 2 sp: true micro_batch_size: 2"),
+        ("pp2", 2, "pp: 2 micro_batch_size: 1 global_batch_size: 2"),
+        ("pp2-vpp2", 2, "pp: 2 vpp: 2 micro_batch_size: 1 global_batch_size: 2"),
+        ("pp2-zb-recompute", 2, 'pp: 2 schedule: "zb-h1" recompute: "full" '
+         "micro_batch_size: 1 global_batch_size: 2"),
+    ]
+    worst = 0.0
+    for family in ("llama", "gpt2"):
+        config, weights = ref.random_model(
+            family, {"vocab_size": 512, ("num_hidden_layers" if family == "llama"
+                                         else "n_layer"): 4}, seed=13, std=0.05)
+        model_dir = w(f"packed-{family}")
+        ref.save_hf_dir(model_dir, config, weights)
+
+        def train(name, ranks, parallel, pack):
+            metrics, params = train_run(
+                setup, f"packed-{family}-{name}", ranks,
+                f'hf_config: "{model_dir}/config.json"', parallel,
+                f'seq_length: {seq} split: "20,8,8" data_order: "sequential" '
+                "instruction: true" + (" pack: true" if pack else ""),
+                ["--data", w("packed"), "--init-from", model_dir])
+            lines = [json.loads(l) for l in open(metrics)]
+            assert len(lines) == args.steps, (name, len(lines))
+            return lines, read_safetensors(params)
+
+        padded, padded_params = train("padded-serial", 1, "micro_batch_size: 4",
+                                      pack=False)
+        for name, ranks, parallel in [("serial", 1, "micro_batch_size: 2")] + \
+                (layouts if family == "llama" else
+                 [l for l in layouts if l[0] in ("tp2-sp", "pp2")]):
+            lines, params = train(name, ranks, parallel, pack=True)
+            dl = max(abs(a["loss"] - s["loss"]) / s["loss"]
+                     for a, s in zip(lines, padded))
+            de = max(abs(lines[-1][k] - padded[-1][k]) / padded[-1][k]
+                     for k in ("valid_loss", "test_loss"))
+            dp = param_difference(params, padded_params, weights)
+            print(f"packed-{family:5s} {name:12s} against padded: loss rel diff "
+                  f"{dl:.2e}  param rel diff {dp:.2e}  eval rel diff {de:.2e}")
+            if dl > 1e-6 or dp > args.param_rtol or de > 1e-6 or \
+                    math.isnan(dl + dp + de):
+                sys.exit(f"FAILED: packed {family} {name} does not train what "
+                         "the padded serial run trains")
+            worst = max(worst, dl, de)
+    print(f"packed conversations: largest loss difference from padded {worst:.2e}")
 
 
 if __name__ == "__main__":

@@ -514,7 +514,7 @@ TEST(PipelineTrainerErrors, Refusals) {
   PairCommunicator last(exchange, 1);
   created = exec::Executor::Create(noLoss, &last);
   ASSERT_TRUE(created.ok()) << created.status();
-  loss = exec::RunPipelineStep(**created, 0, 1, [](int64_t, int64_t) {
+  loss = exec::RunPipelineStep(**created, 0, 1, [](int64_t, int64_t, int64_t) {
     return absl::OkStatus();
   });
   EXPECT_EQ(loss.status().message(),
