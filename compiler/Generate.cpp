@@ -30,6 +30,7 @@ llvm::Expected<GenerateConfig> braid::resolveGenerate(const spec::JobSpec &job,
   g.vocabLimit = s.has_vocab_size() ? s.vocab_size() : 0;
   if (s.has_draw_candidates())
     g.drawCandidates = s.draw_candidates();
+  g.score = s.score();
   if (llvm::Error e = checkGenerateConfig(model, g))
     return std::move(e);
   return g;

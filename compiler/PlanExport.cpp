@@ -182,6 +182,8 @@ llvm::Expected<plan::Plan> braid::exportPlan(ModuleOp module) {
     g->set_prefill(plan_ir::kPrefillFunc.str());
     g->set_decode(plan_ir::kDecodeFunc.str());
     g->set_reorder(plan_ir::kReorderFunc.str());
+    if (module.lookupSymbol(plan_ir::kScoreFunc))
+      g->set_score(plan_ir::kScoreFunc.str());
     int64_t cacheBytes = 0;
     for (plan_ir::BufferOp b : module.getOps<plan_ir::BufferOp>())
       if (b.getRole() == "kv_cache")

@@ -467,6 +467,13 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
       {"draw_positions", ids({batch})},
       {"beam_parents", ids({batch})},
   };
+  // Scoring's: a chunk's tokens at their positions, and the ids whose
+  // log-probabilities it asks for.
+  const unsigned firstScoreInput = inputs.size();
+  if (g.score)
+    inputs.append({{"score_tokens", ids({batch, chunk})},
+                   {"score_positions", ids({batch, chunk})},
+                   {"score_targets", ids({batch, chunk})}});
   auto cacheType = RankedTensorType::get(
       {batch, g.maxSeqLen, c.numKvHeads * c.headDim}, element);
   SmallVector<Type> argTypes(paramTypes);
@@ -504,6 +511,9 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
       ids({batch}), logitsType, topType(b.getF32Type()), topType(i32)};
   for (int64_t i = 0; i < 2 * c.numLayers; ++i)
     resultTypes.push_back(cacheType);
+  if (g.score)
+    resultTypes.append({RankedTensorType::get({batch, chunk}, b.getF32Type()),
+                        ids({batch, chunk})});
   b.setInsertionPointToEnd(module->getBody());
   auto func = b.create<func::FuncOp>(
       loc, "generate", b.getFunctionType(argTypes, resultTypes));
@@ -520,6 +530,9 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
       resultAttrs.push_back(named(
           ModelDialect::kResultAttrName,
           "cache." + std::string(kv) + "." + std::to_string(i)));
+  if (g.score)
+    for (const char *name : {"score_logprobs", "score_greedy"})
+      resultAttrs.push_back(named(ModelDialect::kResultAttrName, name));
   func.setAllResultAttrs(resultAttrs);
 
   Block *entry = func.addEntryBlock();
@@ -541,9 +554,9 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
              entry->end()))
       op.setAttr(ModelDialect::kPhaseAttrName, phaseAttr);
   };
-  auto emitPhase = [&](StringRef phase, Value tokens, Value positions,
-                       Value last) -> SmallVector<Value> {
-    Operation *before = entry->empty() ? nullptr : &entry->back();
+  // The model on a chunk of tokens at their positions, into the caches: the
+  // final norm's output.
+  auto emitModel = [&](Value tokens, Value positions) -> Value {
     Value x = fb.create<EmbeddingOp>(loc, arg(embed), tokens);
     if (this->positions >= 0)
       x = fb.create<AddOp>(
@@ -559,6 +572,12 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
                        entry->getArgument(firstCache + 2 * i + 1)};
       x = emitLayerBody(fb, x, params, &cache);
     }
+    return x;
+  };
+  auto emitPhase = [&](StringRef phase, Value tokens, Value positions,
+                       Value last) -> SmallVector<Value> {
+    Operation *before = entry->empty() ? nullptr : &entry->back();
+    Value x = emitModel(tokens, positions);
     if (last)
       x = fb.create<TakeRowsOp>(loc, x, last);
     x = emitNorm(fb, x, arg(finalNormW), arg(finalNormB));
@@ -580,6 +599,22 @@ OwningOpRef<ModuleOp> ForwardBuilder::buildGenerate(const GenerateConfig &g) {
     results.push_back(fb.create<ReorderRowsOp>(
         loc, entry->getArgument(firstCache + i), parents));
   markPhase(before, "reorder");
+  // Scoring: the chunk into the caches, as prefill puts it, and every
+  // position's log-probability of its target.
+  if (g.score) {
+    before = &entry->back();
+    Value x = emitModel(input(firstScoreInput), input(firstScoreInput + 1));
+    x = emitNorm(fb, x, arg(finalNormW), arg(finalNormB));
+    Value head = lmHead >= 0 ? arg(lmHead) : arg(embed);
+    Value logits =
+        fb.create<LinearOp>(loc, x, head, Value(), /*transposeW=*/true);
+    // Over the model's whole vocabulary (a tokenizer's smaller one limits
+    // only what is drawn): Hugging Face's log_softmax of the logits.
+    auto scored = fb.create<TokenLogprobsOp>(
+        loc, logits, input(firstScoreInput + 2), c.vocabSize);
+    markPhase(before, "score");
+    results.append({scored.getLogprobs(), scored.getGreedy()});
+  }
   fb.create<func::ReturnOp>(loc, results);
   return module;
 }

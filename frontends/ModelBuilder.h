@@ -31,6 +31,9 @@ struct GenerateConfig {
   /// (model-shard's draw from candidates): greedy decoding and top_k up to
   /// it never gather the whole logits.
   int64_t drawCandidates = 64;
+  /// Whether the graph also scores (phase "score": the log-probability of
+  /// given tokens at every position of a chunk, braid eval's).
+  bool score = false;
 };
 
 /// Checks `g` against the model: sizes in range, and no position beyond a

@@ -341,10 +341,11 @@ LogicalResult ModelDialect::verifyOperationAttribute(Operation *op,
   if (attr.getName() == kPhaseAttrName) {
     // The plan function an op of an inference graph runs in.
     auto phase = llvm::dyn_cast<StringAttr>(attr.getValue());
-    if (!phase || !llvm::is_contained({"prefill", "decode", "reorder"},
-                                      phase.getValue()))
-      return op->emitOpError("model.phase must be \"prefill\", \"decode\" "
-                             "or \"reorder\", found ")
+    if (!phase ||
+        !llvm::is_contained({"prefill", "decode", "reorder", "score"},
+                            phase.getValue()))
+      return op->emitOpError("model.phase must be \"prefill\", \"decode\", "
+                             "\"reorder\" or \"score\", found ")
              << attr.getValue();
     return success();
   }
@@ -399,7 +400,9 @@ LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op,
                              "lr", "step", "prefill_tokens", "prefill_positions",
                              "prefill_last", "decode_tokens",
                              "decode_positions", "sampling", "seed",
-                             "draw_positions", "beam_parents"},
+                             "draw_positions", "beam_parents",
+                             "score_tokens", "score_positions",
+                             "score_targets"},
                             name.getValue()))
       return emitError() << "model.input must be \"tokens\", \"targets\", "
                             "\"positions\", \"loss_grad\", \"lr\", \"step\" "

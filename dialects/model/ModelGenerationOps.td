@@ -238,6 +238,43 @@ def Model_TopLogprobsOp : Model_ComputeOp<"top_logprobs", [], [],
                                  "int64_t":$vocabSize)>];
 }
 
+def Model_TokenLogprobsOp : Model_ComputeOp<"token_logprobs", [], [],
+                                            "TOKEN_LOGPROBS"> {
+  let summary = "Each position's log-probability of a given next token";
+  let description = [{
+    Scoring (`braid eval`'s log-likelihoods): per row `(b, t)` of `logits`
+    (`[batch, seq, vocab]`), `logprobs[b, t] = log_softmax(logits[b, t,
+    :vocab_size])[targets[b, t]]` (f32; `vocab_size` the model's
+    vocabulary, the logits' columns past it padding) and `greedy[b, t]` 1 when
+    `targets[b, t]` is the row's most likely id (the first of the largest,
+    as `model.top_logprobs` ranks them), else 0 (i32). A negative target
+    (-100) asks nothing: both are 0 there.
+
+    Example:
+
+    ```mlir
+    %lp, %greedy = model.token_logprobs %logits, %targets vocab_size = 97
+        : (tensor<4x16x128xf32>, tensor<4x16xi32>)
+        -> (tensor<4x16xf32>, tensor<4x16xi32>)
+    ```
+
+    Constraints:
+    - TK1: `logits` has rank 3 and `targets` is `[batch, seq]` of it.
+    - TK2: `vocab_size` is in `[1, vocab]`.
+    - TK3: the results are `[batch, seq]` of f32 and of i32.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, Model_IndexTensor:$targets,
+                       I64Attr:$vocab_size);
+  let results = (outs Model_FloatTensor:$logprobs, Model_IndexTensor:$greedy);
+  let assemblyFormat = [{
+    $logits `,` $targets `vocab_size` `=` $vocab_size attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$logits,
+                                 "::mlir::Value":$targets,
+                                 "int64_t":$vocabSize)>];
+}
+
 def Model_TopCandidatesOp : Model_ComputeOp<"top_candidates", [], [],
                                             "TOP_CANDIDATES"> {
   let summary = "A rank's best tokens of its slice of the vocabulary";

@@ -1863,6 +1863,48 @@ int64_t TopLogprobsOp::getVectorFlops() {
   return product({4, numel(getLogits())});
 }
 
+void TokenLogprobsOp::build(OpBuilder &builder, OperationState &state,
+                            Value logits, Value targets, int64_t vocabSize) {
+  auto shape = cast<RankedTensorType>(targets.getType()).getShape();
+  build(builder, state, RankedTensorType::get(shape, builder.getF32Type()),
+        RankedTensorType::get(shape, builder.getI32Type()), logits, targets,
+        builder.getI64IntegerAttr(vocabSize));
+}
+
+LogicalResult TokenLogprobsOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  // TK1: logits [batch, seq, vocab], targets [batch, seq].
+  if (logits.getRank() != 3)
+    return emitOpError("logits are ")
+           << logits << " but must be [batch, seq, vocab]";
+  SmallVector<int64_t> rows(logits.getShape().take_front(2));
+  if (getTargets().getType().getRank() != 2 || !indexShaped(getTargets(), rows))
+    return emitOpError("targets are ")
+           << getTargets().getType() << " but must be [batch, seq] of logits, "
+           << shapeStr(rows);
+  // TK2: vocab_size in [1, vocab].
+  int64_t vocab = getVocabSizeAttr().getInt(), columns = logits.getDimSize(2);
+  if (vocab < 1 || (!ShapedType::isDynamic(columns) && vocab > columns))
+    return emitOpError("vocab_size = ")
+           << vocab << " must be in [1, " << columns << "]";
+  // TK3: [batch, seq] of f32 and of i32.
+  auto f32 = RankedTensorType::get(rows, Float32Type::get(getContext()));
+  auto i32 = RankedTensorType::get(rows, IntegerType::get(getContext(), 32));
+  if (!shapesAgree(getLogprobs().getType().getShape(), rows) ||
+      getLogprobs().getType().getElementType() != f32.getElementType() ||
+      !shapesAgree(getGreedy().getType().getShape(), rows) ||
+      getGreedy().getType().getElementType() != i32.getElementType())
+    return emitOpError("results are ")
+           << getLogprobs().getType() << " and " << getGreedy().getType()
+           << " but must be " << f32 << " and " << i32;
+  return success();
+}
+
+int64_t TokenLogprobsOp::getVectorFlops() {
+  // A log-sum-exp per row: 4 per logit, as TOP_LOGPROBS's row counts.
+  return product({4, numel(getLogits())});
+}
+
 void TopCandidatesOp::build(OpBuilder &builder, OperationState &state,
                             Value logits, int64_t k, int64_t vocabSize) {
   auto type = cast<RankedTensorType>(logits.getType());

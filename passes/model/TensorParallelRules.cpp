@@ -488,6 +488,35 @@ LogicalResult drawFromCandidates(Operation *op, TensorParallel &e) {
   return wholeOperands(op, e);
 }
 
+/// Scoring's log-probabilities under tp, whose vocabulary-parallel output
+/// layer leaves the logits split by vocabulary: the logits are gathered
+/// (along the vocabulary, in the scoring function) and every rank computes
+/// the whole rows. (A vocabulary-parallel log-sum-exp, as the training
+/// loss's, would move less; scoring's rows are few.)
+LogicalResult tokenLogprobs(TokenLogprobsOp op, TensorParallel &e) {
+  Value logits = op.getLogits();
+  Layout l = e.layout(logits);
+  auto type = cast<RankedTensorType>(logits.getType());
+  const int64_t last = type.getRank() - 1;
+  if (l.isSplit() && l.dim == last && l.blocks.empty()) {
+    OpBuilder &b = e.builder();
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op);
+    SmallVector<int64_t> shape(type.getShape());
+    shape[last] *= e.tp();
+    auto gathered = b.create<AllGatherOp>(
+        op->getLoc(), RankedTensorType::get(shape, type.getElementType()),
+        logits, e.mesh(), b.getStrArrayAttr({kTp}), b.getI64IntegerAttr(last),
+        b.getStringAttr("model-shard: the logits' vocabulary slices, gathered "
+                        "for scoring's log-probabilities"));
+    if (Attribute phase = op->getAttr(ModelDialect::kPhaseAttrName))
+      gathered->setAttr(ModelDialect::kPhaseAttrName, phase);
+    e.record(gathered.getResult(), Layout());
+    op->setOperand(0, gathered.getResult());
+  }
+  return wholeOperands(op, e);
+}
+
 LogicalResult gradNorm(GradNormOp norm, TensorParallel &e) {
   // Gradients stay partial here: the step's reductions sum them (with dp).
   SmallVector<bool> replicated;
@@ -830,6 +859,7 @@ void braid::model::registerTensorParallelRules(DialectRegistry &registry) {
         *ctx);
     attachRule<attentionCached, AttentionCachedOp>(*ctx);
     attachRule<drawFromCandidates, SampleOp, TopLogprobsOp>(*ctx);
+    attachRule<tokenLogprobs, TokenLogprobsOp>(*ctx);
     attachRule<rowwise, TakeRowsOp>(*ctx);
     attachRule<add, AddOp>(*ctx);
     attachRule<qkvSplit, QkvSplitOp>(*ctx);

@@ -35,6 +35,7 @@ inline constexpr llvm::StringLiteral kPrefillFunc = "prefill";
 inline constexpr llvm::StringLiteral kDecodeFunc = "decode";
 /// Beam search's: each cache's rows taken from the parent beams.
 inline constexpr llvm::StringLiteral kReorderFunc = "reorder";
+inline constexpr llvm::StringLiteral kScoreFunc = "score";
 
 #define GEN_PASS_DECL
 #include "passes/plan/Passes.h.inc"

@@ -23,6 +23,16 @@ LogicalResult Lowering::runGenerate() {
   FuncOp prefill = newFunc(kPrefillFunc);
   FuncOp decode = newFunc(kDecodeFunc);
   FuncOp reorder = newFunc(kReorderFunc);
+  // Scoring (a graph built with it): the log-probabilities of given tokens.
+  FuncOp score;
+  Block &body = func.getBody().front();
+  for (Operation &op : body.without_terminator())
+    if (auto phase = op.getAttrOfType<StringAttr>(
+            model::ModelDialect::kPhaseAttrName);
+        phase && phase.getValue() == kScoreFunc) {
+      score = newFunc(kScoreFunc);
+      break;
+    }
   firstFunc = prefill;
   for (BlockArgument arg : func.getArguments())
     if (failed(argBuffer(arg)))
@@ -39,13 +49,17 @@ LogicalResult Lowering::runGenerate() {
         if (phase)
           op.setAttr(model::ModelDialect::kPhaseAttrName, phase);
       }
-    if (!phase || !llvm::is_contained({kPrefillFunc, kDecodeFunc, kReorderFunc},
-                                      phase.getValue()))
+    if (!phase ||
+        !llvm::is_contained({kPrefillFunc, kDecodeFunc, kReorderFunc,
+                             kScoreFunc},
+                            phase.getValue()))
       return op.emitOpError("of an inference graph must have ")
              << model::ModelDialect::kPhaseAttrName << " \"" << kPrefillFunc
-             << "\", \"" << kDecodeFunc << "\" or \"" << kReorderFunc << "\"";
+             << "\", \"" << kDecodeFunc << "\", \"" << kReorderFunc << "\" or \""
+             << kScoreFunc << "\"";
     FuncOp fn = phase.getValue() == kPrefillFunc  ? prefill
                 : phase.getValue() == kDecodeFunc ? decode
+                : phase.getValue() == kScoreFunc  ? score
                                                   : reorder;
     b.setInsertionPointToEnd(&fn.getBody().front());
     if (failed(lowerOp(&op, phase.getValue())))

@@ -269,6 +269,28 @@ template <typename T> double logSumExp(const T *x, int64_t n) {
 } // namespace
 
 template <typename T>
+void tokenLogprobs(const T *logits, const int32_t *targets, int64_t rows,
+                   int64_t columns, int64_t vocab, float *logprobs,
+                   int32_t *greedy) {
+  parallelFor(rows, rows * vocab * kTranscendentalCost, [&](int64_t r) {
+    const int32_t target = targets[r];
+    if (target < 0) {
+      logprobs[r] = 0;
+      greedy[r] = 0;
+      return;
+    }
+    const T *x = logits + r * columns;
+    // The first column of the largest logit, ranked as TOP_LOGPROBS ranks.
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i)
+      if (samplingKey(double(x[i])) > samplingKey(double(x[best])))
+        best = i;
+    logprobs[r] = float(double(x[target]) - logSumExp(x, vocab));
+    greedy[r] = best == int64_t(target) ? 1 : 0;
+  });
+}
+
+template <typename T>
 void topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                  int64_t candidates, int64_t k, float *values, int32_t *ids,
                  const Candidates<T> &from) {
@@ -355,6 +377,8 @@ void reorderRows(T *x, const int32_t *parents, int64_t rows, int64_t cols,
   template void sampleTokens<T>(const T *, int64_t, int64_t, int64_t,          \
                                 const float *, uint64_t, const int32_t *,      \
                                 int32_t *, const Candidates<T> &);             \
+  template void tokenLogprobs<T>(const T *, const int32_t *, int64_t, int64_t, \
+                                 int64_t, float *, int32_t *);                 \
   template void topLogprobs<T>(const T *, int64_t, int64_t, int64_t, int64_t,  \
                                float *, int32_t *, const Candidates<T> &);     \
   template void topCandidates<T>(const T *, int64_t, int64_t, int64_t,         \

@@ -126,6 +126,18 @@ void topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                  int64_t candidates, int64_t k, float *values, int32_t *ids,
                  const Candidates<T> &from = {});
 
+/// TOKEN_LOGPROBS: for each row r of logits [rows, columns] with
+/// targets[r] >= 0, logprobs[r] = x[targets[r]] - (m + log(sum exp(x -
+/// m))) over the first `vocab` columns (m their maximum), in double
+/// rounded to float, and greedy[r] = 1 when targets[r] is the first column
+/// of the largest logit (the order TOP_LOGPROBS ranks ids in: samplingKey,
+/// ties by the lower id), else 0; both 0 where targets[r] < 0. The targets
+/// are below `vocab` (the executor checks).
+template <typename T>
+void tokenLogprobs(const T *logits, const int32_t *targets, int64_t rows,
+                   int64_t columns, int64_t vocab, float *logprobs,
+                   int32_t *greedy);
+
 /// TOP_CANDIDATES: for each row r of logits [rows, cols], the rank's
 /// columns of the vocabulary (column j is token vocabStart + j; those at
 /// or above vocabSize are padding, never a candidate), the k best tokens

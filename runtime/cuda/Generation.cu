@@ -472,6 +472,47 @@ __device__ void blockNormaliser(const T *x, int64_t n, float *reduceMax,
   sum = blockSum(partial, reduceSum);
 }
 
+/// One block per row (cpu::tokenLogprobs' steps), of kSampleThreads
+/// threads.
+template <typename T>
+__global__ void tokenLogprobsKernel(const T *logits, const int32_t *targets,
+                                    int64_t columns, int64_t vocab,
+                                    float *logprobs, int32_t *greedy) {
+  __shared__ SampleShared sh;
+  __shared__ float reduceMax[32];
+  __shared__ double reduceSum[32];
+  const int64_t row = blockIdx.x;
+  const int32_t target = targets[row];
+  if (target < 0) { // the whole block alike: no barrier is skipped by some
+    if (threadIdx.x == 0) {
+      logprobs[row] = 0;
+      greedy[row] = 0;
+    }
+    return;
+  }
+  const T *x = logits + row * columns;
+  float m;
+  double sum;
+  blockNormaliser(x, vocab, reduceMax, reduceSum, m, sum);
+  // The first column of the largest key: (key, ~column) largest.
+  uint64_t hi = 0, lo = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const uint64_t ki = cpu::samplingKey(double(toFloat(x[i])));
+    const uint64_t li = cpu::samplingIdKey(i);
+    if (ki > hi || (ki == hi && li > lo)) {
+      hi = ki;
+      lo = li;
+    }
+  }
+  blockMaxKey(hi, lo, sh);
+  if (threadIdx.x == 0) {
+    const int64_t best = int64_t(0xFFFFFFFFu - lo);
+    logprobs[row] =
+        float((double(toFloat(x[target])) - double(m)) - log(sum));
+    greedy[row] = best == int64_t(target) ? 1 : 0;
+  }
+}
+
 /// One block per row (cpu::topLogprobs' steps), of kSampleThreads threads.
 /// Dynamic shared memory: the k chosen ids, then their logits. With
 /// `from.ids`, column i is the token from.ids[row · vocab + i] and the
@@ -623,6 +664,19 @@ cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
 }
 
 template <typename T>
+cudaError_t tokenLogprobs(const T *logits, const int32_t *targets,
+                          int64_t rows, int64_t columns, int64_t vocab,
+                          float *logprobs, int32_t *greedy,
+                          cudaStream_t stream) {
+  if (rows == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(unsigned(rows), kSampleThreads, 0, stream,
+               tokenLogprobsKernel<T>)
+  (logits, targets, columns, vocab, logprobs, greedy);
+  return cudaGetLastError();
+}
+
+template <typename T>
 cudaError_t topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                         int64_t candidates, int64_t k, float *values,
                         int32_t *ids, cudaStream_t stream,
@@ -685,6 +739,9 @@ cudaError_t reorderRows(void *x, const int32_t *parents, int64_t rows,
   template cudaError_t sampleTokens<T>(                                        \
       const T *, int64_t, int64_t, int64_t, const float *, const int32_t *,    \
       const int32_t *, int32_t *, cudaStream_t, const Candidates<T> &);        \
+  template cudaError_t tokenLogprobs<T>(const T *, const int32_t *, int64_t,  \
+                                        int64_t, int64_t, float *, int32_t *, \
+                                        cudaStream_t);                         \
   template cudaError_t topLogprobs<T>(const T *, int64_t, int64_t, int64_t,    \
                                       int64_t, float *, int32_t *,             \
                                       cudaStream_t, const Candidates<T> &);    \

@@ -76,6 +76,20 @@ cudaError_t sampleTokens(const T *logits, int64_t rows, int64_t vocab,
                          int32_t *ids, cudaStream_t stream,
                          const Candidates<T> &from = {});
 
+/// TOKEN_LOGPROBS, as cpu::tokenLogprobs on the same logits (the same
+/// greedy flags; the log-probabilities within float rounding of the CPU's
+/// double normaliser): one block per row of logits [rows, columns], of
+/// whose columns the first `vocab` are the vocabulary; the maximum and
+/// sum(exp(x - max)) by block reductions (exp in float, summed in double),
+/// the first column of the largest logit by a block reduction on the keys
+/// (samplingKey, ties by the lower column). The targets are below `vocab`
+/// or negative (the executor checks).
+template <typename T>
+cudaError_t tokenLogprobs(const T *logits, const int32_t *targets,
+                          int64_t rows, int64_t columns, int64_t vocab,
+                          float *logprobs, int32_t *greedy,
+                          cudaStream_t stream);
+
 /// The most ids per row topLogprobs ranks (its block sorts them in shared
 /// memory, 8 bytes each, within a block's 48 KiB).
 constexpr int64_t kMaxTopLogprobs = 4096;

@@ -752,6 +752,36 @@ template <typename T> auto Executor::run_TOP_LOGPROBS(const Call<T> &c) {
                     "TOP_LOGPROBS", run);
 }
 
+// (logits [B, T, V], targets [B, T]) -> (logprobs [B, T] F32, greedy [B, T]
+// I32), the logits read in their own dtype.
+template <typename T> auto Executor::run_TOKEN_LOGPROBS(const Call<T> &c) {
+  const Buffer &logits = c.in(0);
+  const int64_t columns = plan::LastDim(logits);
+  const int64_t rows = plan::NumElements(logits) / std::max<int64_t>(columns, 1);
+  auto run = [&](const auto *x) {
+    return launched(
+        tokenLogprobs(x, c.ids(1), rows, columns,
+                      plan::DecodeSample(c.inst).vocabSize, c.yf(0),
+                      static_cast<int32_t *>(address(c.inst.outputs(1), c.slot)),
+                      c.st),
+        c.inst);
+  };
+  return withLogits(logits, address(c.inst.inputs(0), c.slot),
+                    "TOKEN_LOGPROBS", run);
+}
+template <>
+void Executor::need<plan::TOKEN_LOGPROBS>(const Instruction &inst,
+                                          Needs &needs) {
+  // The targets are ids of the vocabulary, or -100 (not asked): checked
+  // when written, as token ids are (nothing on the device checks them).
+  (void)needs;
+  const int64_t vocab = plan::DecodeSample(inst).vocabSize;
+  IdCheck &check = idChecks_[inst.inputs(1)];
+  check.vocab = check.vocab ? std::min(check.vocab, vocab) : vocab;
+  check.ignore = -100;
+  check.ignorable = true;
+}
+
 // (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K], lse [B, 1, 1]) in the
 // logits' dtype, whatever T; the rank's columns start at vocab_start_stride
 // x its coordinate.

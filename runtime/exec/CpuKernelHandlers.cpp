@@ -899,6 +899,35 @@ template <typename T> absl::Status run_TOP_LOGPROBS(KernelCall<T> &c) {
   }
 }
 
+// (logits [B, T, V], targets [B, T]) -> (logprobs [B, T], greedy [B, T]).
+template <typename T> absl::Status run_TOKEN_LOGPROBS(KernelCall<T> &c) {
+  const Buffer &logits = c.in(0);
+  const int64_t columns = plan::LastDim(logits);
+  const int64_t rows = numel(logits) / std::max<int64_t>(columns, 1);
+  const int64_t vocab = plan::DecodeSample(c.inst).vocabSize;
+  // A target is an id of the vocabulary, or -100: not asked.
+  if (absl::Status s = c.checkIds(1, vocab, /*allowIgnore=*/true, -100);
+      !s.ok())
+    return s;
+  const void *x = c.address(c.inst.inputs(0));
+  float *logprobs = static_cast<float *>(c.address(c.inst.outputs(0)));
+  int32_t *greedy = static_cast<int32_t *>(c.address(c.inst.outputs(1)));
+  switch (logits.dtype()) {
+  case plan::F32:
+    cpu::tokenLogprobs(static_cast<const float *>(x), c.ids(1), rows, columns,
+                       vocab, logprobs, greedy);
+    return absl::OkStatus();
+  case plan::F64:
+    cpu::tokenLogprobs(static_cast<const double *>(x), c.ids(1), rows, columns,
+                       vocab, logprobs, greedy);
+    return absl::OkStatus();
+  default:
+    return absl::UnimplementedError(
+        absl::StrCat("TOKEN_LOGPROBS of ", plan::DType_Name(logits.dtype()),
+                     " logits needs the CUDA backend"));
+  }
+}
+
 // (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K], lse [B, 1, 1]); the
 // rank's columns start at vocab_start_stride x its coordinate.
 template <typename T> absl::Status run_TOP_CANDIDATES(KernelCall<T> &c) {

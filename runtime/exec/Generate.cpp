@@ -34,6 +34,9 @@ struct Generator::State {
   int prefillIds = -1, decodeIds = -1, prefillLogits = -1, decodeLogits = -1;
   // Beam search's: each function's candidates, and the parents.
   int topLogprobs[2] = {-1, -1}, topIds[2] = {-1, -1}, beamParents = -1;
+  // Scoring's (a plan with Generation.score).
+  int scoreTokens = -1, scorePositions = -1, scoreTargets = -1;
+  int scoreLogprobs = -1, scoreGreedy = -1;
 };
 
 Generator::Generator(std::unique_ptr<State> state) : state(std::move(state)) {}
@@ -116,7 +119,120 @@ Generator::Create(const plan::Plan &plan, const GeneratorOptions &options) {
       return id.status();
     *n.id = *id;
   }
+  if (!plan.generation().score().empty())
+    for (const Named &n : std::initializer_list<Named>{
+             {"score_tokens", &s.scoreTokens},
+             {"score_positions", &s.scorePositions},
+             {"score_targets", &s.scoreTargets},
+             {"score_logprobs", &s.scoreLogprobs},
+             {"score_greedy", &s.scoreGreedy}}) {
+      absl::StatusOr<int> id = trainer::need(e, n.name);
+      if (!id.ok())
+        return id.status();
+      *n.id = *id;
+    }
   return std::unique_ptr<Generator>(new Generator(std::move(state)));
+}
+
+absl::StatusOr<std::vector<Generator::ScoreResult>>
+Generator::Score(const std::vector<ScoreRequest> &requests,
+                 const std::function<void(int64_t, int64_t)> &onBatch) {
+  State &s = *state;
+  const plan::Generation &g = generation();
+  if (g.score().empty())
+    return absl::InvalidArgumentError(
+        "the inference plan does not score: compile it with braidc --mode "
+        "generate --score (generate.score)");
+  const int64_t batch = g.max_batch(), seqLen = g.max_seq_len(),
+                chunk = g.prefill_chunk(), vocab = g.vocab_size();
+  const int64_t n = int64_t(requests.size());
+  // Each request's tokens, context then continuation, and where its
+  // continuation starts; checked before anything runs.
+  std::vector<std::vector<int32_t>> sequences(static_cast<size_t>(n));
+  std::vector<int64_t> firstScored(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const ScoreRequest &q = requests[size_t(r)];
+    if (q.continuation.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", r, " has an empty continuation"));
+    std::vector<int32_t> &all = sequences[size_t(r)];
+    all = q.context;
+    all.insert(all.end(), q.continuation.begin(), q.continuation.end());
+    for (size_t i = 0; i < all.size(); ++i)
+      if (all[i] < 0 || all[i] >= vocab)
+        return absl::InvalidArgumentError(
+            absl::StrCat("request ", r, ": token ", i, " is id ", all[i],
+                         ", outside the vocabulary of ", vocab));
+    // The inputs are every token but the last: at most max_seq_len of
+    // them; the earliest go (the harness truncates on the left).
+    int64_t drop = std::max<int64_t>(0, int64_t(all.size()) - 1 - seqLen);
+    all.erase(all.begin(), all.begin() + drop);
+    firstScored[size_t(r)] =
+        std::max<int64_t>(1, int64_t(q.context.size()) - drop);
+  }
+  // The longest first, so that each batch's rows are of about one length.
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r)
+    order[size_t(r)] = r;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return sequences[size_t(a)].size() > sequences[size_t(b)].size();
+  });
+  std::vector<ScoreResult> out(static_cast<size_t>(n));
+  Backend &e = *s.run.backend;
+  std::vector<double> tokens(batch * chunk), positions(batch * chunk),
+      targets(batch * chunk);
+  for (int64_t first = 0; first < n; first += batch) {
+    const int64_t rows = std::min(batch, n - first);
+    // Inputs are tokens [0, len - 1); position t predicts token t + 1.
+    int64_t inputs = 0;
+    for (int64_t b = 0; b < rows; ++b)
+      inputs = std::max<int64_t>(
+          inputs, int64_t(sequences[size_t(order[first + b])].size()) - 1);
+    for (int64_t c = 0; c * chunk < inputs; ++c) {
+      for (int64_t b = 0; b < batch; ++b) {
+        const std::vector<int32_t> *seq =
+            b < rows ? &sequences[size_t(order[first + b])] : nullptr;
+        const int64_t len = seq ? int64_t(seq->size()) : 0;
+        const int64_t from = b < rows ? firstScored[size_t(order[first + b])]
+                                      : 0;
+        for (int64_t j = 0; j < chunk; ++j) {
+          const int64_t at = c * chunk + j;
+          const bool real = at + 1 < len;
+          // Padding (past a row's tokens, or a row without a request)
+          // goes at positions nothing real reads afterwards.
+          tokens[b * chunk + j] = real ? (*seq)[size_t(at)] : 0;
+          positions[b * chunk + j] = double(std::min(at, seqLen - 1));
+          targets[b * chunk + j] =
+              real && at + 1 >= from ? (*seq)[size_t(at + 1)] : -100;
+        }
+      }
+      for (auto [id, values] : {std::pair<int, const std::vector<double> *>{
+                                    s.scoreTokens, &tokens},
+                                {s.scorePositions, &positions},
+                                {s.scoreTargets, &targets}})
+        if (absl::Status w = e.Write(id, *values); !w.ok())
+          return w;
+      if (absl::Status r = e.Run(g.score(), StepContext{}); !r.ok())
+        return r;
+      absl::StatusOr<std::vector<double>> logprobs = e.Read(s.scoreLogprobs);
+      if (!logprobs.ok())
+        return logprobs.status();
+      absl::StatusOr<std::vector<double>> greedy = e.Read(s.scoreGreedy);
+      if (!greedy.ok())
+        return greedy.status();
+      for (int64_t b = 0; b < rows; ++b) {
+        ScoreResult &result = out[size_t(order[first + b])];
+        for (int64_t j = 0; j < chunk; ++j)
+          if (targets[b * chunk + j] >= 0) {
+            result.logprob += (*logprobs)[b * chunk + j];
+            result.greedy = result.greedy && (*greedy)[b * chunk + j] != 0;
+          }
+      }
+    }
+    if (onBatch)
+      onBatch(first + rows, n);
+  }
+  return out;
 }
 
 absl::Status Generator::CheckSampling(const SamplingOptions &sampling) {

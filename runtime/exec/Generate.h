@@ -137,6 +137,31 @@ public:
                                         const BeamOptions &beam,
                                         const std::vector<int32_t> &eosIds);
 
+  /// A log-likelihood request (lm-evaluation-harness's loglikelihood): the
+  /// tokens of the context, and those of the continuation it is asked
+  /// about (at least one).
+  struct ScoreRequest {
+    std::vector<int32_t> context, continuation;
+  };
+  /// Its answer: the sum over the continuation's tokens of log p(token |
+  /// every token before it), and whether each of them was the most likely
+  /// one (greedy decoding would have produced the continuation).
+  struct ScoreResult {
+    double logprob = 0;
+    bool greedy = true;
+  };
+  /// Scores `requests` with the plan's scoring function (a plan compiled
+  /// with generate.score): the longest first, max_batch rows a call,
+  /// prefill_chunk positions a call; a sequence (context and continuation,
+  /// less its last token) longer than max_seq_len loses its first tokens
+  /// (left truncation, as the harness does). `onBatch(done, total)` is
+  /// told of the requests scored after each batch. Results are in the
+  /// requests' order. InvalidArgument for a plan without scoring, an empty
+  /// continuation, or an id outside the vocabulary.
+  absl::StatusOr<std::vector<ScoreResult>>
+  Score(const std::vector<ScoreRequest> &requests,
+        const std::function<void(int64_t done, int64_t total)> &onBatch = {});
+
   /// Checks sampling options as SAMPLE needs them: temperature >= 0 and
   /// finite, top_k >= 0, top_p in (0, 1].
   static absl::Status CheckSampling(const SamplingOptions &sampling);

@@ -859,6 +859,25 @@ absl::Status InstructionChecker::checkTopLogprobs() {
   return absl::OkStatus();
 }
 
+/// TOKEN_LOGPROBS (logits [B, T, V], targets [B, T] I32) -> (logprobs [B, T]
+/// F32, greedy [B, T] I32); attr vocab_size in [1, V].
+absl::Status InstructionChecker::checkTokenLogprobs() {
+  const Buffer &logits = in(0), &targets = in(1);
+  BRAID_RETURN_IF_ERROR(rank(logits, 3, "logits"));
+  if (!internal::isFloat(logits.dtype()))
+    return fail(absl::StrCat("logits '", logits.name(), "' must be a float "
+                             "type, found ", DType_Name(logits.dtype())));
+  if (targets.dtype() != I32 || out(0).dtype() != F32 || out(1).dtype() != I32)
+    return fail("targets must be I32, logprobs F32 and greedy I32");
+  const std::vector<int64_t> rows = {logits.shape(0), logits.shape(1)};
+  BRAID_RETURN_IF_ERROR(shape(targets, rows, "targets"));
+  BRAID_RETURN_IF_ERROR(shape(out(0), rows, "logprobs"));
+  BRAID_RETURN_IF_ERROR(shape(out(1), rows, "greedy"));
+  BRAID_ASSIGN_OR_RETURN(vocab, intAttr("vocab_size", 1, logits.shape(2)));
+  (void)vocab;
+  return absl::OkStatus();
+}
+
 /// TOP_CANDIDATES (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K] I32,
 /// lse [B, 1, 1]); attrs k in [1, 2^24], vocab_size >= 1; with rank_axis,
 /// vocab_start_stride.

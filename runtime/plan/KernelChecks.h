@@ -224,6 +224,7 @@ private:
   absl::Status checkTakeRows();
   absl::Status checkSample();
   absl::Status checkTopLogprobs();
+  absl::Status checkTokenLogprobs();
   absl::Status checkTopCandidates();
   absl::Status checkReorderRows();
 

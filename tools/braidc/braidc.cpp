@@ -205,6 +205,13 @@ static cl::opt<int64_t> drawCandidatesFlag(
              "the draw (generate.draw_candidates; default 64)"),
     cl::cat(category));
 
+static cl::opt<bool> scoreFlag(
+    "score",
+    cl::desc("--mode generate: also a scoring function, each position's "
+             "log-probability of a given next token (generate.score; braid "
+             "eval)"),
+    cl::cat(category));
+
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "braidc") << message << "\n";
   return 1;
@@ -302,6 +309,8 @@ static llvm::Expected<spec::JobSpec> loadJob() {
     job.mutable_generate()->set_prefill_chunk(prefillChunkFlag);
   if (drawCandidatesFlag.getNumOccurrences())
     job.mutable_generate()->set_draw_candidates(drawCandidatesFlag);
+  if (scoreFlag.getNumOccurrences())
+    job.mutable_generate()->set_score(scoreFlag);
   if (precision.getNumOccurrences()) {
     spec::DType dtype;
     std::string upper = llvm::StringRef(precision).upper();
@@ -405,7 +414,8 @@ int main(int argc, char **argv) {
   for (cl::Option *flag : {static_cast<cl::Option *>(&maxBatchFlag),
                            static_cast<cl::Option *>(&maxSeqLenFlag),
                            static_cast<cl::Option *>(&prefillChunkFlag),
-                           static_cast<cl::Option *>(&drawCandidatesFlag)})
+                           static_cast<cl::Option *>(&drawCandidatesFlag),
+                           static_cast<cl::Option *>(&scoreFlag)})
     if (flag->getNumOccurrences() && modeFlag != "generate")
       return fail("--" + flag->ArgStr + " shapes an inference plan: give "
                   "--mode generate");

@@ -555,6 +555,51 @@ TYPED_TEST(GenerationKernels, SampleIsAFunctionOfSeedAndCounter) {
   EXPECT_EQ(one, four);
 }
 
+//===-- TOKEN_LOGPROBS ----------------------------------------------------===//
+
+TYPED_TEST(GenerationKernels, TokenLogprobsIsTheDefinition) {
+  using T = TypeParam;
+  // 6 rows of 10 columns, the first 7 the vocabulary (3 of padding, which
+  // must not count however large); row 2 asks nothing; row 4's largest
+  // logit is tied between ids 1 and 5.
+  const int64_t rows = 6, columns = 10, vocab = 7;
+  std::vector<T> x = randomVec<T>(size_t(rows * columns), 91, 3.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = vocab; c < columns; ++c)
+      x[size_t(r * columns + c)] = T(50);
+  x[4 * columns + 1] = x[4 * columns + 5] = T(9);
+  const std::vector<int32_t> targets = {3, 0, -100, 6, 5, 1};
+  std::vector<float> logprobs(rows, -1.0f);
+  std::vector<int32_t> greedy(rows, -1);
+  tokenLogprobs(x.data(), targets.data(), rows, columns, vocab,
+                logprobs.data(), greedy.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[size_t(r)] < 0) {
+      EXPECT_EQ(logprobs[size_t(r)], 0.0f);
+      EXPECT_EQ(greedy[size_t(r)], 0);
+      continue;
+    }
+    double sum = 0, best = -INFINITY;
+    int64_t argmax = -1;
+    for (int64_t c = 0; c < vocab; ++c) {
+      double v = double(x[size_t(r * columns + c)]);
+      sum += std::exp(v);
+      if (v > best) {
+        best = v;
+        argmax = c;
+      }
+    }
+    double want = double(x[size_t(r * columns + targets[size_t(r)])]) -
+                  std::log(sum);
+    EXPECT_NEAR(logprobs[size_t(r)], want, 1e-6 * std::max(1.0, -want))
+        << "row " << r;
+    EXPECT_EQ(greedy[size_t(r)], argmax == targets[size_t(r)] ? 1 : 0)
+        << "row " << r;
+  }
+  // The tie goes to the lower id: 5 is not greedy, 1 would be.
+  EXPECT_EQ(greedy[4], 0);
+}
+
 //===-- TOP_LOGPROBS ------------------------------------------------------===//
 
 /// The definition, in double: each row's first `candidates` ids stably

@@ -311,6 +311,40 @@ TYPED_TEST(CudaGeneration, TopLogprobsRanksTheCpusIds) {
   expectTopLogprobsOfCpu<T>(wide, 2, 40000, 40000, 16);
 }
 
+TYPED_TEST(CudaGeneration, TokenLogprobsAreTheCpus) {
+  using T = TypeParam;
+  // 5 rows of 1000 ids padded to 1100 (the padding large: never counted);
+  // row 1 asks nothing, row 3's largest logit is tied between ids 7 and
+  // 900 (the lower is the greedy one), row 4 asks for its argmax.
+  const int64_t rows = 5, columns = 1100, vocab = 1000;
+  std::vector<float> logits = randomValues(rows * columns, 43, 3.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = vocab; i < columns; ++i)
+      logits[r * columns + i] = 50.0f;
+  logits[3 * columns + 7] = logits[3 * columns + 900] = 12.0f;
+  logits = rounded<T>(logits);
+  int64_t argmax4 = 0;
+  for (int64_t i = 1; i < vocab; ++i)
+    if (logits[4 * columns + i] > logits[4 * columns + argmax4])
+      argmax4 = i;
+  const std::vector<int32_t> targets = {17, -100, 999, 900, int32_t(argmax4)};
+  std::vector<float> logprobs(rows);
+  std::vector<int32_t> greedy(rows);
+  cpu::tokenLogprobs(logits.data(), targets.data(), rows, columns, vocab,
+                     logprobs.data(), greedy.data());
+  Device<T> glogits(as<T>(logits));
+  Device<int32_t> gtargets(targets);
+  Device<float> glogprobs(std::vector<float>(rows, 7.0f));
+  Device<int32_t> ggreedy(std::vector<int32_t>(rows, 7));
+  ASSERT_EQ(cuda::tokenLogprobs(glogits.get(), gtargets.get(), rows, columns,
+                                vocab, glogprobs.get(), ggreedy.get(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(ggreedy.host(), greedy);
+  EXPECT_EQ(greedy, (std::vector<int32_t>{greedy[0], 0, greedy[2], 0, 1}));
+  expectClose(glogprobs.host(), logprobs, 2e-6, 2e-6, "logprobs");
+  EXPECT_EQ(glogprobs.host()[1], 0.0f);
+}
+
 /// The elements of a T vector as floats (exactly).
 template <typename T> std::vector<float> floats(const std::vector<T> &v) {
   std::vector<float> out(v.size());
