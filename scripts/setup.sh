@@ -20,6 +20,8 @@ packages=(
   slurmctld slurmd slurm-client munge
   libopenblas-dev libopenblas0-openmp
   libsentencepiece-dev sentencepiece
+  # braid eval runs model-written programs in bwrap (runtime/eval/Sandbox.h).
+  bubblewrap
 )
 
 missing=()

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/braid/Generate.h"
+#include "tools/braid/InferenceModel.h"
 
 #include "compiler/Generate.h"
 #include "compiler/Registration.h"
@@ -42,6 +43,7 @@
 #include <unistd.h>
 
 using namespace braid;
+using namespace braid::tool;
 
 const char kChatUsage[] =
     "       braid chat MODEL [--template llama2|alpaca|plain] "
@@ -62,47 +64,6 @@ const char kGenerateUsage[] =
     "[--eos-id ID]... [--logits-out FILE] [--stats]\n";
 
 namespace {
-
-int fail(const std::string &message, int code = 1) {
-  llvm::errs() << "braid: error: " << message << "\n";
-  return code;
-}
-
-/// `text` with each ill-formed UTF-8 sequence (a byte that starts none, or
-/// the maximal prefix of one that is cut short) replaced by U+FFFD, as
-/// Unicode recommends and Python's "replace" does: a completion cut at any
-/// token is still text JSON can hold.
-std::string validUtf8(const std::string &text) {
-  std::string out;
-  const auto *s = reinterpret_cast<const unsigned char *>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    unsigned char c = s[i];
-    int length = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2
-                 : c >= 0xE0 && c <= 0xEF            ? 3
-                 : c >= 0xF0 && c <= 0xF4            ? 4
-                                                     : 0;
-    size_t j = i + 1;
-    for (int k = 1; k < length && j < n; ++k, ++j) {
-      // The second byte's range is narrower after E0, ED, F0 and F4.
-      unsigned char lo = 0x80, hi = 0xBF;
-      if (k == 1) {
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-      }
-      if (s[j] < lo || s[j] > hi)
-        break;
-    }
-    if (length > 0 && int(j - i) == length)
-      out.append(text, i, j - i);
-    else
-      out += "\xEF\xBF\xBD"; // U+FFFD
-    i = length > 0 ? j : i + 1;
-  }
-  return out;
-}
 
 /// Where `text` can be cut for printing as it grows: before a last
 /// character whose bytes have not all come yet (a lead byte and valid
@@ -133,49 +94,24 @@ void printGrowing(const std::string &text, size_t &shown, bool final) {
   }
 }
 
-/// A JSON string literal of `text` (UTF-8, ill-formed sequences replaced;
-/// control characters escaped).
-std::string jsonString(const std::string &raw) {
-  std::string text = validUtf8(raw);
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\r': out += "\\r"; break;
-    case '\t': out += "\\t"; break;
-    default:
-      if (c < 0x20) {
-        char buf[8];
-        snprintf(buf, sizeof buf, "\\u%04x", c);
-        out += buf;
-      } else {
-        out += char(c);
-      }
-    }
-  }
-  return out + "\"";
-}
-
 /// One prompt: its text (empty for ids given as ids) and its ids.
 struct Prompt {
   std::string text;
   std::vector<int32_t> ids;
 };
 
-/// The flags of braid generate.
-struct Flags {
-  std::string model, prompt, promptsFile, tokenizer, output;
+/// The flags of braid generate (those that open the model: ModelFlags).
+struct Flags : tool::ModelFlags {
+  std::string prompt, promptsFile, output;
   /// --prompt-ids, once per prompt.
   std::vector<std::string> promptIds;
-  std::string device = "cpu", precision, logitsOut;
+  std::string logitsOut;
   std::string chatTemplate = "plain"; ///< braid chat --template
   std::vector<std::string> stops;
   /// --eos-id: the ids that end a sequence, instead of the tokenizer's.
   std::vector<int32_t> eosIds;
-  int64_t maxNewTokens = 64, maxBatch = 0, maxSeqLen = 0, prefillChunk = 0;
-  int64_t tp = 1, beamWidth = 1;
+  int64_t maxNewTokens = 64;
+  int64_t beamWidth = 1;
   double lengthPenalty = 1.0;
   bool greedy = false, printIds = false, stats = false;
   std::optional<double> temperature, topP;
@@ -317,39 +253,6 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv, bool chat = false) {
   return f;
 }
 
-/// The model spec of MODEL: a Braid checkpoint's manifest, or a Hugging
-/// Face directory's config.json.
-llvm::Expected<spec::ModelSpec> modelOf(const std::string &model,
-                                        bool &braidCheckpoint) {
-  auto error = [](const std::string &message) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-  };
-  if (!llvm::sys::fs::is_directory(model))
-    return error(model + " is not a directory (a Hugging Face model "
-                         "directory or a Braid checkpoint)");
-  absl::StatusOr<std::string> dir = ckpt::ResolveCheckpoint(model);
-  braidCheckpoint = dir.ok();
-  if (braidCheckpoint) {
-    absl::StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(*dir);
-    if (!manifest.ok())
-      return error(std::string(manifest.status().message()));
-    if (manifest->model_spec().empty())
-      return error("the checkpoint " + *dir +
-                   " does not record its model (an older writer's)");
-    absl::StatusOr<spec::ModelSpec> spec =
-        ckpt::ParseModelSpec(manifest->model_spec(), "the manifest's model");
-    if (!spec.ok())
-      return error(std::string(spec.status().message()));
-    return *spec;
-  }
-  llvm::SmallString<256> config(model);
-  llvm::sys::path::append(config, "config.json");
-  if (!llvm::sys::fs::exists(config))
-    return error(model + " has neither a Braid checkpoint's manifest nor a "
-                         "Hugging Face config.json");
-  return importHFConfig(config);
-}
-
 llvm::Expected<std::vector<int32_t>> parseIds(const std::string &text) {
   std::vector<int32_t> ids;
   for (llvm::StringRef part : llvm::split(text, ',')) {
@@ -365,120 +268,6 @@ llvm::Expected<std::vector<int32_t>> parseIds(const std::string &text) {
 }
 
 
-/// Loads the tokenizer: --tokenizer (a directory, or "bytes": the byte
-/// tokenizer the demo trains with), else the model directory's. Without
-/// one, an error when `required`.
-llvm::Error loadTokenizer(const Flags &f, bool braidCheckpoint, bool required,
-                          std::optional<data::ModelTokenizer> &tokenizer) {
-  auto error = [](const std::string &message) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-  };
-  std::string dir =
-      !f.tokenizer.empty() ? f.tokenizer : (braidCheckpoint ? "" : f.model);
-  if (f.tokenizer == "bytes") {
-    tokenizer.emplace();
-    tokenizer->tokenizer = std::make_unique<data::ByteTokenizer>();
-    tokenizer->eosId = data::ByteTokenizer::kEodId;
-    tokenizer->eosIds = {data::ByteTokenizer::kEodId};
-    tokenizer->source = "bytes";
-  } else if (!dir.empty()) {
-    absl::StatusOr<data::ModelTokenizer> loaded = data::LoadModelTokenizer(dir);
-    if (loaded.ok())
-      tokenizer.emplace(std::move(*loaded));
-    else if (required || !f.tokenizer.empty())
-      return error(std::string(loaded.status().message()));
-  }
-  if (!tokenizer && required)
-    return error(f.model + " comes without a tokenizer: give --tokenizer DIR "
-                           "(or bytes), or the prompt as --prompt-ids");
-  return llvm::Error::success();
-}
-
-/// The compiled inference plan and its generator, weights loaded.
-struct Opened {
-  std::unique_ptr<mlir::MLIRContext> context;
-  GeneratePlan compiled;
-#ifdef BRAID_HAVE_MPI
-  /// With --tp: this rank's place among the job's (mpirun's).
-  std::unique_ptr<comm::MpiCommunicator> comm;
-#endif
-  std::unique_ptr<exec::Generator> generator;
-  /// Whether this rank prints (rank 0, or the only one).
-  bool writer = true;
-};
-
-/// Compiles MODEL's inference plan for `defaultBatch` sequences (unless
-/// --max-batch) and loads its weights on --device.
-llvm::Expected<Opened>
-openGenerator(const Flags &f, const spec::ModelSpec &model,
-              int64_t defaultBatch,
-              const std::optional<data::ModelTokenizer> &tokenizer,
-              bool compileOnly = false) {
-  auto error = [](const std::string &message) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-  };
-  spec::JobSpec job;
-  *job.mutable_model() = model;
-  if (!f.precision.empty()) {
-    spec::DType dtype;
-    if (!spec::DType_Parse(llvm::StringRef(f.precision).upper(), &dtype) ||
-        dtype == spec::DTYPE_UNSPECIFIED || dtype == spec::FP64)
-      return error("--precision " + f.precision +
-                   " is not one of fp32, bf16, fp16");
-    job.mutable_train()->set_precision(dtype);
-  }
-  if (f.tp > 1)
-    job.mutable_parallel()->set_tp(f.tp);
-  spec::GenerateSpec &g = *job.mutable_generate();
-  g.set_max_batch(f.maxBatch > 0 ? f.maxBatch : defaultBatch);
-  if (f.maxSeqLen > 0)
-    g.set_max_seq_len(f.maxSeqLen);
-  if (f.prefillChunk > 0)
-    g.set_prefill_chunk(f.prefillChunk);
-  // Only ids the tokenizer decodes are drawn (the demo's byte tokenizer has
-  // 257 of the model's 512).
-  if (tokenizer && model.has_vocab_size() &&
-      tokenizer->tokenizer->vocabSize() < model.vocab_size())
-    g.set_vocab_size(tokenizer->tokenizer->vocabSize());
-  Opened out;
-  mlir::DialectRegistry registry;
-  registerDialects(registry);
-  out.context = std::make_unique<mlir::MLIRContext>(registry);
-  llvm::Expected<GeneratePlan> compiled = compileGeneratePlan(*out.context, job);
-  if (!compiled)
-    return compiled.takeError();
-  out.compiled = std::move(*compiled);
-  if (compileOnly)
-    return out;
-  exec::GeneratorOptions options;
-  options.weights = f.model;
-  options.device = f.device;
-  absl::StatusOr<exec::BackendFactory> backend = exec::BackendFor(f.device);
-  if (!backend.ok())
-    return error(std::string(backend.status().message()));
-  options.backend = *backend;
-  if (f.tp > 1) {
-#ifdef BRAID_HAVE_MPI
-    absl::StatusOr<std::unique_ptr<comm::MpiCommunicator>> created =
-        comm::MpiCommunicator::Create(out.compiled.plan);
-    if (!created.ok())
-      return error(std::string(created.status().message()));
-    out.comm = std::move(*created);
-    options.comm = out.comm.get();
-    out.writer = out.comm->Rank() == 0;
-#else
-    return error("--tp needs MPI, and this braid was built without it "
-                 "(BRAID_WITH_MPI=OFF)");
-#endif
-  }
-  absl::StatusOr<std::unique_ptr<exec::Generator>> generator =
-      exec::Generator::Create(out.compiled.plan, options);
-  if (!generator.ok())
-    return error(std::string(generator.status().message()));
-  out.generator = std::move(*generator);
-  return out;
-}
-
 /// The sampling options of the flags (sampling when --top-k or --top-p is
 /// given without a temperature: Hugging Face's default of 1).
 exec::SamplingOptions samplingOf(const Flags &f) {
@@ -493,31 +282,6 @@ exec::SamplingOptions samplingOf(const Flags &f) {
 }
 
 } // namespace
-
-/// braid generate --tp N outside an MPI job: the same command on N ranks,
-/// started by mpirun on this machine; mpirun's exit status.
-int launchTensorParallel(const Flags &f, int argc, char **argv) {
-  llvm::ErrorOr<std::string> mpirun = llvm::sys::findProgramByName("mpirun");
-  if (!mpirun)
-    return fail("--tp " + std::to_string(f.tp) + " runs " +
-                std::to_string(f.tp) + " ranks and mpirun is not on the PATH "
-                "(scripts/setup.sh installs Open MPI)");
-  std::string self = llvm::sys::fs::getMainExecutable(
-      argv[0], reinterpret_cast<void *>(&launchTensorParallel));
-  std::vector<std::string> args = {*mpirun, "-np", std::to_string(f.tp),
-                                   "--oversubscribe", "--bind-to", "none"};
-  if (geteuid() == 0)
-    args.push_back("--allow-run-as-root");
-  args.push_back(self);
-  args.insert(args.end(), argv + 1, argv + argc);
-  std::vector<llvm::StringRef> refs(args.begin(), args.end());
-  std::string why;
-  int rc = llvm::sys::ExecuteAndWait(*mpirun, refs, std::nullopt, {}, 0, 0,
-                                     &why);
-  if (rc < 0)
-    return fail("cannot run mpirun: " + why);
-  return rc;
-}
 
 int generateCommand(int argc, char **argv) {
   llvm::Expected<Flags> parsed = parseFlags(argc, argv);
@@ -596,17 +360,9 @@ int generateCommand(int argc, char **argv) {
 
   const int64_t defaultBatch = std::max<int64_t>(
       f.beamWidth, std::min<int64_t>(int64_t(prompts.size()), 8));
-#ifdef BRAID_HAVE_MPI
-  // --tp outside an MPI job: the plan compiled here first, so that a job
-  // that cannot be split fails once, then the ranks started.
-  if (f.tp > 1 && !comm::LaunchedByMpi()) {
-    llvm::Expected<Opened> checked =
-        openGenerator(f, *model, defaultBatch, tokenizer, /*compileOnly=*/true);
-    if (!checked)
-      return fail(llvm::toString(checked.takeError()));
-    return launchTensorParallel(f, argc, argv);
-  }
-#endif
+  if (std::optional<int> ranks =
+          runOnRanks(f, *model, defaultBatch, tokenizer, argc, argv))
+    return *ranks;
   llvm::Expected<Opened> opened =
       openGenerator(f, *model, defaultBatch, tokenizer);
   if (!opened)

@@ -44,6 +44,7 @@
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 #include "tools/braid/CalibrationRuns.h"
+#include "tools/braid/Eval.h"
 #include "tools/braid/Generate.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -85,7 +86,7 @@ int usage(const std::string &error) {
                << "       braid view PLAN -o FILE.html\n"
                << "       braid calibrate [--ranks 1,2,4] [--threads T] "
                   "[--steps N] [--repeats R] [--corpus FILE] [-o FILE]\n"
-               << kGenerateUsage << kChatUsage;
+               << kGenerateUsage << kChatUsage << kEvalUsage;
   return error.empty() ? 0 : 2;
 }
 
@@ -450,6 +451,8 @@ int main(int argc, char **argv) {
     return generateCommand(argc, argv);
   if (command == "chat")
     return chatCommand(argc, argv);
+  if (command == "eval")
+    return evalCommand(argc, argv);
   if (command != "train")
     return usage("unknown command '" + command + "'");
   std::string jobPath;
