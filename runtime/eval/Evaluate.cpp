@@ -258,6 +258,10 @@ absl::StatusOr<TaskResult> EvaluateBenchmark(const BenchmarkData &data,
       callbacks.progress(done, progressTotal);
   };
 
+  // Where this task starts, before its requests go to the model (whose
+  // side may report its batches within the call).
+  report();
+
   TaskResult result;
   result.benchmark = benchmark;
   result.numFewshot = k;

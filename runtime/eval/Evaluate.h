@@ -88,8 +88,9 @@ using GenerateFn = std::function<absl::StatusOr<std::vector<std::string>>(
 using RunProgram =
     std::function<absl::StatusOr<bool>(const std::string &program)>;
 
-/// Called after each batch the model answers and each program run: the
-/// requests (and programs) done and the total of all tasks.
+/// Called when a task starts (before its requests go to the model), after
+/// each batch the model answers and each program run: the requests (and
+/// programs) done and the total of all tasks.
 using EvalProgressFn = std::function<void(int64_t done, int64_t total)>;
 
 struct EvalCallbacks {

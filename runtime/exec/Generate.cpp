@@ -12,12 +12,14 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/TrainerInternal.h"
 #include "runtime/plan/Mesh.h"
+#include "runtime/plan/KernelParams.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cmath>
 
 namespace braid::exec {
@@ -136,7 +138,8 @@ Generator::Create(const plan::Plan &plan, const GeneratorOptions &options) {
 
 absl::StatusOr<std::vector<Generator::ScoreResult>>
 Generator::Score(const std::vector<ScoreRequest> &requests,
-                 const std::function<void(int64_t, int64_t)> &onBatch) {
+                 const std::function<void(int64_t, int64_t)> &onBatch,
+                 bool sharePrefixes) {
   State &s = *state;
   const plan::Generation &g = generation();
   if (g.score().empty())
@@ -170,19 +173,47 @@ Generator::Score(const std::vector<ScoreRequest> &requests,
     firstScored[size_t(r)] =
         std::max<int64_t>(1, int64_t(q.context.size()) - drop);
   }
-  // The longest first, so that each batch's rows are of about one length.
-  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::vector<ScoreResult> out(static_cast<size_t>(n));
+  Backend &e = *s.run.backend;
+  int64_t scored = 0;
+  // Requests that share a context (a multiple-choice item's options), whole
+  // (not truncated): their context is computed once (scoreShared).
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<bool> inGroup(static_cast<size_t>(n), false);
+  if (sharePrefixes) {
+    std::map<std::vector<int32_t>, size_t> groupOf;
+    for (int64_t r = 0; r < n; ++r) {
+      const ScoreRequest &q = requests[size_t(r)];
+      if (q.context.empty() ||
+          int64_t(q.context.size() + q.continuation.size()) - 1 > seqLen)
+        continue;
+      auto [it, added] = groupOf.try_emplace(q.context, groups.size());
+      if (added)
+        groups.emplace_back();
+      groups[it->second].push_back(r);
+      inGroup[size_t(r)] = true;
+    }
+    if (absl::Status st = scoreShared(requests, groups, out, [&](int64_t d) {
+          if (onBatch)
+            onBatch(scored += d, n);
+        });
+        !st.ok())
+      return st;
+  }
+  // The others, each whole through the score function: the longest first,
+  // so that each batch's rows are of about one length.
+  std::vector<int64_t> order;
   for (int64_t r = 0; r < n; ++r)
-    order[size_t(r)] = r;
+    if (!inGroup[size_t(r)])
+      order.push_back(r);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return sequences[size_t(a)].size() > sequences[size_t(b)].size();
   });
-  std::vector<ScoreResult> out(static_cast<size_t>(n));
-  Backend &e = *s.run.backend;
+  const int64_t left = int64_t(order.size());
   std::vector<double> tokens(batch * chunk), positions(batch * chunk),
       targets(batch * chunk);
-  for (int64_t first = 0; first < n; first += batch) {
-    const int64_t rows = std::min(batch, n - first);
+  for (int64_t first = 0; first < left; first += batch) {
+    const int64_t rows = std::min(batch, left - first);
     // Inputs are tokens [0, len - 1); position t predicts token t + 1.
     int64_t inputs = 0;
     for (int64_t b = 0; b < rows; ++b)
@@ -206,14 +237,8 @@ Generator::Score(const std::vector<ScoreRequest> &requests,
               real && at + 1 >= from ? (*seq)[size_t(at + 1)] : -100;
         }
       }
-      for (auto [id, values] : {std::pair<int, const std::vector<double> *>{
-                                    s.scoreTokens, &tokens},
-                                {s.scorePositions, &positions},
-                                {s.scoreTargets, &targets}})
-        if (absl::Status w = e.Write(id, *values); !w.ok())
-          return w;
-      if (absl::Status r = e.Run(g.score(), StepContext{}); !r.ok())
-        return r;
+      if (absl::Status c = scoreCall(tokens, positions, targets); !c.ok())
+        return c;
       absl::StatusOr<std::vector<double>> logprobs = e.Read(s.scoreLogprobs);
       if (!logprobs.ok())
         return logprobs.status();
@@ -229,10 +254,140 @@ Generator::Score(const std::vector<ScoreRequest> &requests,
           }
       }
     }
+    scored += rows;
     if (onBatch)
-      onBatch(first + rows, n);
+      onBatch(scored, n);
   }
   return out;
+}
+
+absl::Status Generator::scoreCall(const std::vector<double> &tokens,
+                                  const std::vector<double> &positions,
+                                  const std::vector<double> &targets) {
+  State &s = *state;
+  Backend &e = *s.run.backend;
+  for (auto [id, values] :
+       {std::pair<int, const std::vector<double> *>{s.scoreTokens, &tokens},
+        {s.scorePositions, &positions},
+        {s.scoreTargets, &targets}})
+    if (absl::Status w = e.Write(id, *values); !w.ok())
+      return w;
+  return e.Run(generation().score(), StepContext{});
+}
+
+absl::Status
+Generator::scoreShared(const std::vector<ScoreRequest> &requests,
+                       const std::vector<std::vector<int64_t>> &groups,
+                       std::vector<ScoreResult> &out,
+                       const std::function<void(int64_t)> &onDone) {
+  State &s = *state;
+  Backend &e = *s.run.backend;
+  const plan::Generation &g = generation();
+  const int64_t batch = g.max_batch(), seqLen = g.max_seq_len(),
+                chunk = g.prefill_chunk();
+  // The model's vocabulary, over which the log-probabilities are taken
+  // (the score function's; the draw's may be a tokenizer's, smaller).
+  int64_t vocab = 0;
+  for (const plan::Function &fn : s.plan.functions())
+    if (fn.name() == g.score())
+      for (const plan::Instruction &inst : fn.body())
+        if (inst.kernel() == plan::TOKEN_LOGPROBS)
+          vocab = plan::DecodeSample(inst).vocabSize;
+  if (vocab < 1)
+    return absl::InternalError("the score function has no TOKEN_LOGPROBS");
+  // decode draws a token it is not asked for: greedily.
+  if (absl::Status w = e.Write(s.sampling, std::vector<double>{0, 0, 1});
+      !w.ok())
+    return w;
+  if (absl::Status w = e.Write(s.seed, std::vector<double>{0, 0}); !w.ok())
+    return w;
+  const int64_t groupCount = int64_t(groups.size());
+  std::vector<double> tokens(batch * chunk), positions(batch * chunk),
+      targets(batch * chunk, -100.0);
+  for (int64_t first = 0; first < groupCount; first += batch) {
+    const int64_t rows = std::min(batch, groupCount - first);
+    auto contextOf = [&](int64_t b) -> const std::vector<int32_t> & {
+      return requests[size_t(groups[size_t(first + b)].front())].context;
+    };
+    // 1. Each row's context but its last token into its cache, through the
+    // score function asking for nothing.
+    int64_t longest = 0;
+    for (int64_t b = 0; b < rows; ++b)
+      longest = std::max<int64_t>(longest, int64_t(contextOf(b).size()) - 1);
+    for (int64_t c = 0; c * chunk < longest; ++c) {
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t len = b < rows ? int64_t(contextOf(b).size()) - 1 : 0;
+        for (int64_t j = 0; j < chunk; ++j) {
+          const int64_t at = c * chunk + j;
+          tokens[b * chunk + j] = at < len ? contextOf(b)[size_t(at)] : 0;
+          positions[b * chunk + j] = double(std::min(at, seqLen - 1));
+        }
+      }
+      if (absl::Status c = scoreCall(tokens, positions, targets); !c.ok())
+        return c;
+    }
+    // 2. Each continuation a token at a time through decode, from the
+    // context's last token at the positions after the context: an option
+    // rewrites only those positions, which the next one rewrites again. A
+    // row's steps: (request, token) for each of its options' tokens.
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> steps(
+        static_cast<size_t>(rows));
+    size_t most = 0;
+    for (int64_t b = 0; b < rows; ++b) {
+      for (int64_t r : groups[size_t(first + b)])
+        for (size_t j = 0; j < requests[size_t(r)].continuation.size(); ++j)
+          steps[size_t(b)].push_back({r, int64_t(j)});
+      most = std::max(most, steps[size_t(b)].size());
+    }
+    std::vector<double> one(batch), at(batch);
+    for (size_t t = 0; t < most; ++t) {
+      for (int64_t b = 0; b < batch; ++b) {
+        if (b >= rows || t >= steps[size_t(b)].size()) {
+          // Nothing: a position past every real one of the row.
+          one[b] = 0;
+          at[b] = double(seqLen - 1);
+          continue;
+        }
+        auto [r, j] = steps[size_t(b)][t];
+        const ScoreRequest &q = requests[size_t(r)];
+        one[b] = j == 0 ? q.context.back() : q.continuation[size_t(j - 1)];
+        at[b] = double(int64_t(q.context.size()) - 1 + j);
+      }
+      if (absl::Status d = decodeCall(one, at); !d.ok())
+        return d;
+      absl::StatusOr<std::vector<double>> logits = wholeLogits(s.decodeLogits);
+      if (!logits.ok())
+        return logits.status();
+      const int64_t columns = int64_t(logits->size()) / batch;
+      for (int64_t b = 0; b < rows; ++b) {
+        if (t >= steps[size_t(b)].size())
+          continue;
+        auto [r, j] = steps[size_t(b)][t];
+        const int32_t target = requests[size_t(r)].continuation[size_t(j)];
+        const double *x = logits->data() + b * columns;
+        // log_softmax over the vocabulary, in double; the most likely id
+        // the first of the largest.
+        int64_t best = 0;
+        double m = x[0];
+        for (int64_t i = 1; i < vocab; ++i)
+          if (x[i] > m) {
+            m = x[i];
+            best = i;
+          }
+        double sum = 0;
+        for (int64_t i = 0; i < vocab; ++i)
+          sum += std::exp(x[i] - m);
+        ScoreResult &result = out[size_t(r)];
+        result.logprob += x[target] - m - std::log(sum);
+        result.greedy = result.greedy && best == int64_t(target);
+      }
+    }
+    int64_t done = 0;
+    for (int64_t b = 0; b < rows; ++b)
+      done += int64_t(groups[size_t(first + b)].size());
+    onDone(done);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Generator::CheckSampling(const SamplingOptions &sampling) {

@@ -158,9 +158,19 @@ public:
   /// told of the requests scored after each batch. Results are in the
   /// requests' order. InvalidArgument for a plan without scoring, an empty
   /// continuation, or an id outside the vocabulary.
+  ///
+  /// With `sharePrefixes`, requests with the same context that fit whole
+  /// (a multiple-choice item's options) compute it once: all but its last
+  /// token go into a row's cache through the score function, then each
+  /// continuation is fed a token at a time through decode from the
+  /// context's last token, at the positions after the context, and its
+  /// log-probabilities are taken from decode's logits in double (each
+  /// option rewrites only the positions after the context). The results
+  /// are the same log-likelihoods to float rounding.
   absl::StatusOr<std::vector<ScoreResult>>
   Score(const std::vector<ScoreRequest> &requests,
-        const std::function<void(int64_t done, int64_t total)> &onBatch = {});
+        const std::function<void(int64_t done, int64_t total)> &onBatch = {},
+        bool sharePrefixes = true);
 
   /// Checks sampling options as SAMPLE needs them: temperature >= 0 and
   /// finite, top_k >= 0, top_p in (0, 1].
@@ -174,6 +184,18 @@ private:
   /// prefill on it.
   absl::Status prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
                             int64_t c, const std::vector<int64_t> &start);
+  /// Writes a chunk's tokens, positions and targets ([B, P] each) and runs
+  /// the score function on them.
+  absl::Status scoreCall(const std::vector<double> &tokens,
+                         const std::vector<double> &positions,
+                         const std::vector<double> &targets);
+  /// Score's requests of `groups` (indices of requests sharing a context),
+  /// max_batch groups a batch, into `out`; `onDone` told of the requests
+  /// each batch scored.
+  absl::Status scoreShared(const std::vector<ScoreRequest> &requests,
+                           const std::vector<std::vector<int64_t>> &groups,
+                           std::vector<ScoreResult> &out,
+                           const std::function<void(int64_t)> &onDone);
   /// Runs decode on each row's token at its position (the draw for the
   /// next position).
   absl::Status decodeCall(const std::vector<double> &tokens,

@@ -3,7 +3,9 @@
 
 - Log-likelihoods: `braid eval --task mmlu` (2 shots) on random Hugging Face
   models, LLaMA (grouped-query attention, RoPE) and GPT-2 (learned
-  positions), with the byte tokenizer, on one rank and split over tp 2:
+  positions), with the byte tokenizer, on one rank (each item's context
+  computed once for its options, and with --no-shared-prefixes each
+  request whole through the score function) and split over tp 2:
   every option's log-likelihood (--log-samples: its context and
   continuation ids) equals the sum of the continuation tokens'
   log-softmax under hf_reference.py (a numpy forward written from the
@@ -55,23 +57,25 @@ def check_loglikelihoods(s, family, seed):
     ref.save_hf_dir(model_dir, config, weights)
     truth = ref.Reference(config, weights)
     runs = {}
-    for tp in (1, 2):
-        samples = s.w(f"{family}-tp{tp}-samples.jsonl")
-        results = s.w(f"{family}-tp{tp}-results.json")
+    for tp, mode in ((1, "shared"), (1, "whole"), (2, "shared")):
+        samples = s.w(f"{family}-tp{tp}-{mode}-samples.jsonl")
+        results = s.w(f"{family}-tp{tp}-{mode}-results.json")
         braid_eval(s, model_dir, [
             "--task", "mmlu", "--data", os.path.join(DATA, "mmlu"), "--shots",
             "2", "--limit", "2", "--tokenizer", "bytes", "--max-seq-len",
             "1024", "--max-batch", "4", "--prefill-chunk", "96", "--tp",
-            str(tp), "--log-samples", samples, "-o", results])
+            str(tp), "--log-samples", samples, "-o", results] +
+            (["--no-shared-prefixes"] if mode == "whole" else []))
         with open(samples) as f:
             lines = [json.loads(l) for l in f]
         with open(results) as f:
-            runs[tp] = (lines, json.load(f))
-    lines, results = runs[1]
+            runs[tp, mode] = (lines, json.load(f))
+    lines, results = runs[1, "shared"]
     if not lines:
         sys.exit(f"FAILED: {family}: no log-likelihood requests logged")
     worst = 0.0
-    for k, line in enumerate(lines):
+    # Each option's context computed once (shared) and each request whole.
+    for k, line in enumerate(lines + runs[1, "whole"][0]):
         ctx, cont = line["context_ids"], line["continuation_ids"]
         ids = ctx + cont
         logits = truth.logits(ids[:-1])
@@ -96,7 +100,7 @@ def check_loglikelihoods(s, family, seed):
         sys.exit(f"FAILED: {family}: continuation ids {first['continuation_ids']} "
                  f"are not the bytes of {first['continuation']!r}")
     # tp 2 scores what one rank scores.
-    tp_lines, _ = runs[2]
+    tp_lines, _ = runs[2, "shared"]
     if [(l["context_ids"], l["continuation_ids"]) for l in tp_lines] != \
             [(l["context_ids"], l["continuation_ids"]) for l in lines]:
         sys.exit(f"FAILED: {family}: tp 2 made other requests")

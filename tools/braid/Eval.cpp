@@ -43,7 +43,7 @@ const char kEvalUsage[] =
     "           [--tokenizer DIR|bytes] [--device cpu|cuda] "
     "[--precision fp32|bf16|fp16] [--tp N]\n"
     "           [--max-batch B] [--max-seq-len S] [--prefill-chunk P] "
-    "[--python PATH] [--timeout SECONDS]\n";
+    "[--python PATH] [--timeout SECONDS] [--no-shared-prefixes]\n";
 
 namespace {
 
@@ -52,6 +52,9 @@ struct EvalFlags : ModelFlags {
   std::string data, output, logSamples, python = "/usr/bin/python3";
   int64_t shots = -1, limit = -1, maxNewTokens = -1;
   double timeout = 10;
+  /// Whether requests that share a context compute it once (Score's
+  /// sharePrefixes); --no-shared-prefixes scores each whole.
+  bool sharePrefixes = true;
 };
 
 llvm::Expected<EvalFlags> parseEvalFlags(int argc, char **argv) {
@@ -65,6 +68,10 @@ llvm::Expected<EvalFlags> parseEvalFlags(int argc, char **argv) {
       if (!f.model.empty())
         return error("more than one model: " + f.model + " and " + arg);
       f.model = arg;
+      continue;
+    }
+    if (arg == "--no-shared-prefixes") {
+      f.sharePrefixes = false;
       continue;
     }
     if (i + 1 >= argc)
@@ -233,6 +240,27 @@ int evalCommand(int argc, char **argv) {
       return fail("cannot write " + f.logSamples);
   }
   const auto began = std::chrono::steady_clock::now();
+  // Progress with an ETA, over every task's requests (and programs): the
+  // library reports after each call of a callback, and within a call the
+  // batches done are added to what it reported last.
+  int64_t lastShown = -1, reported = 0, total = 0;
+  auto report = [&](int64_t done) {
+    if (!writer || total <= 0)
+      return;
+    const int64_t percent = done * 100 / total;
+    if (percent == lastShown && done != total)
+      return;
+    lastShown = percent;
+    const double elapsed = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - began)
+                               .count();
+    const double eta = done > 0 ? elapsed * double(total - done) / double(done)
+                                : 0.0;
+    llvm::errs() << llvm::formatv("eval: {0}/{1} ({2}%), {3:F1} s, ETA "
+                                  "{4:F1} s\n",
+                                  done, total, percent, elapsed, eta);
+  };
+  auto within = [&](int64_t doneInCall) { report(reported + doneInCall); };
   eval::EvalCallbacks callbacks;
   callbacks.loglikelihood =
       [&](const std::vector<eval::LoglikelihoodRequest> &requests)
@@ -248,10 +276,8 @@ int evalCommand(int argc, char **argv) {
             "request ", i, " (continuation ",
             jsonString(requests[i].continuation), "): ", s.message()));
     absl::StatusOr<std::vector<exec::Generator::ScoreResult>> results =
-        gen.Score(scored, [&](int64_t done, int64_t total) {
-          if (callbacks.progress)
-            callbacks.progress(done, total);
-        });
+        gen.Score(scored, [&](int64_t done, int64_t) { within(done); },
+                  f.sharePrefixes);
     if (!results.ok())
       return results.status();
     std::vector<eval::Loglikelihood> out(results->size());
@@ -323,8 +349,7 @@ int evalCommand(int argc, char **argv) {
           return text.status();
         out[first + k] = *text;
       }
-      if (callbacks.progress)
-        callbacks.progress(int64_t(first + count), int64_t(requests.size()));
+      within(int64_t(first + count));
     }
     return out;
   };
@@ -340,22 +365,10 @@ int evalCommand(int argc, char **argv) {
       return ran.status();
     return ran->exitCode == 0 && ran->signal == 0 && !ran->timedOut;
   };
-  int64_t lastShown = -1;
-  callbacks.progress = [&](int64_t done, int64_t total) {
-    if (!writer || total <= 0)
-      return;
-    const int64_t percent = done * 100 / total;
-    if (percent == lastShown && done != total)
-      return;
-    lastShown = percent;
-    const double elapsed = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - began)
-                               .count();
-    const double eta = done > 0 ? elapsed * double(total - done) / double(done)
-                                : 0.0;
-    llvm::errs() << llvm::formatv("eval: {0}/{1} ({2}%), {3:F1} s, ETA "
-                                  "{4:F1} s\n",
-                                  done, total, percent, elapsed, eta);
+  callbacks.progress = [&](int64_t done, int64_t all) {
+    reported = done;
+    total = all;
+    report(done);
   };
 
   absl::StatusOr<std::vector<eval::TaskResult>> results =
