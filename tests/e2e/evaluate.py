@@ -12,12 +12,20 @@
   models' definitions, in float64) to 1e-5 relative, and its greedy flag
   whether each continuation token is the reference's argmax; tp 2 scores
   what one rank scores. The results' accuracy is the mean of the items'.
+- Accuracy: tiny-llama trained from scratch on the shipped MMLU test
+  items, each as the zero-shot prompt the harness's template makes
+  (written here from the template) followed by " " and its answer letter,
+  until it has memorised them, scores acc 1.0 on them; on a copy whose
+  answer letters are redrawn at random it scores exactly the share of
+  items whose letter did not change, which is inside the 99% interval of
+  chance (0.25) for that many items.
 - Bad input: a task that does not exist and a malformed benchmark file get
   one error line naming them.
 
   evaluate.py --bin BUILD/bin --work DIR --corpus TEXT
 """
 
+import csv
 import json
 import os
 import shutil
@@ -121,6 +129,95 @@ def check_loglikelihoods(s, family, seed):
           f"{len(items)} items")
 
 
+def read_mmlu(directory):
+    """{subject: [(question, [4 options], letter)]} of DIR/test."""
+    out = {}
+    test = os.path.join(directory, "test")
+    for name in sorted(os.listdir(test)):
+        with open(os.path.join(test, name), newline="") as f:
+            out[name[:-len("_test.csv")]] = [
+                (row[0], row[1:5], row[5]) for row in csv.reader(f)]
+    return out
+
+
+def mmlu_prompt(subject, question, options):
+    """The harness's MMLU template (lm_eval/tasks/mmlu/default), zero-shot:
+    the description, the stripped question, the lettered options and
+    "Answer:"."""
+    return ("The following are multiple choice questions (with answers) "
+            f"about {subject.replace('_', ' ')}.\n\n{question.strip()}\n" +
+            "".join(f"{l}. {o}\n" for l, o in zip("ABCD", options)) +
+            "Answer:")
+
+
+def check_accuracy(s):
+    items = read_mmlu(os.path.join(DATA, "mmlu"))
+    corpus = s.w("memorise.jsonl")
+    with open(corpus, "w") as f:
+        for subject, rows in items.items():
+            for question, options, letter in rows:
+                f.write(json.dumps({"text": mmlu_prompt(subject, question,
+                                                        options) +
+                                    " " + letter + "\n"}) + "\n")
+    harness.run([s.b("braid-data"), "preprocess", "--input", corpus,
+                 "--output-prefix", s.w("memorise"), "--append-eod"])
+    job = s.w("memorise.textproto")
+    with open(job, "w") as f:
+        f.write('model { preset: "tiny-llama" max_seq_len: 256 }\n'
+                "parallel { micro_batch_size: 2 }\n"
+                "train { steps: 300 lr: 5e-3 warmup_steps: 10 seed: 5 }\n"
+                f'data {{ seq_length: 192 path: "{s.w("memorise")}" }}\n')
+    checkpoint = s.w("memorise-ckpt")
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    harness.run([s.b("braid"), "train", job, "--save", checkpoint,
+                 "--log-every", "1000", "--threads", "1"])
+
+    def accuracy(data, name):
+        results = s.w(f"memorise-{name}.json")
+        braid_eval(s, checkpoint, ["--task", "mmlu", "--data", data,
+                                   "--shots", "0", "--tokenizer", "bytes",
+                                   "--max-seq-len", "256", "-o", results])
+        with open(results) as f:
+            task = json.load(f)["results"][0]
+        return task["metrics"]["acc"]["value"], task["count"]
+
+    acc, count = accuracy(os.path.join(DATA, "mmlu"), "shipped")
+    if acc != 1.0:
+        sys.exit(f"FAILED: the memorising model scores acc {acc} on its own "
+                 "items, not 1.0")
+    # The same items, their letters redrawn (test/ only: no shots).
+    shuffled = s.w("mmlu-shuffled")
+    shutil.rmtree(shuffled, ignore_errors=True)
+    shutil.copytree(os.path.join(DATA, "mmlu"), shuffled)
+    rng = np.random.default_rng(7)
+    kept = 0
+    for subject, rows in items.items():
+        path = os.path.join(shuffled, "test", f"{subject}_test.csv")
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            for question, options, letter in rows:
+                new = "ABCD"[int(rng.integers(0, 4))]
+                kept += new == letter
+                writer.writerow([question, *options, new])
+    got, _ = accuracy(shuffled, "shuffled")
+    want = kept / count
+    # The 99% interval of Binomial(count, 0.25), from its distribution.
+    from math import comb
+    cdf, low, high = 0.0, None, None
+    for k in range(count + 1):
+        cdf += comb(count, k) * 0.25 ** k * 0.75 ** (count - k)
+        if low is None and cdf > 0.005:
+            low = k
+        if high is None and cdf >= 0.995:
+            high = k
+    if got != want or not low <= kept <= high:
+        sys.exit(f"FAILED: on redrawn letters acc {got}: expected the {kept} "
+                 f"of {count} unchanged ({want}), within [{low}, {high}]")
+    print(f"accuracy: 1.0 on the {count} memorised items; {got:.3f} on redrawn "
+          f"letters ({kept} unchanged; chance's 99% interval {low}-{high} of "
+          f"{count})")
+
+
 def check_errors(s):
     model_dir = s.w("llama-model")
     p = braid_eval(s, model_dir, ["--task", "trivia", "--data", DATA,
@@ -145,6 +242,7 @@ def main():
     s = harness.Setup()
     check_loglikelihoods(s, "llama", 51)
     check_loglikelihoods(s, "gpt2", 52)
+    check_accuracy(s)
     check_errors(s)
     print("PASSED")
 
