@@ -16,6 +16,7 @@
 
 #include "runtime/cpu/Kernels.h"
 
+#include "runtime/cpu/FastMath.h"
 #include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/Philox.h"
 
@@ -25,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace braid::cpu {
@@ -72,7 +74,28 @@ constexpr double kSqrt2OverPi = 0.7978845608028654; // sqrt(2 / pi)
 constexpr double kInvSqrt2 = 0.7071067811865476;
 constexpr double kInvSqrt2Pi = 0.3989422804014327; // 1 / sqrt(2 pi)
 
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+/// The logistic function of each precision: the double kernels call libm
+/// (they are the float kernels' reference); the float ones FastMath.h's,
+/// which vectorises.
+template <typename T> struct Math;
+template <> struct Math<double> {
+  static double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+};
+template <> struct Math<float> {
+  static float sigmoid(float x) { return sigmoidFast(x); }
+};
+
+/// Runs f(i, len) on the stretches of [i0, i1) that stay inside one row of
+/// `cols` elements (i is the element's index in the rows × cols layout), so
+/// that f's loop over len elements is contiguous and vectorises.
+template <typename F>
+void forRowStretches(int64_t i0, int64_t i1, int64_t cols, F &&f) {
+  for (int64_t i = i0; i < i1;) {
+    int64_t len = std::min(i1 - i, cols - i % cols);
+    f(i, len);
+    i += len;
+  }
+}
 
 } // namespace
 
@@ -350,155 +373,6 @@ void ropeAtBackward(const T *dy, const int32_t *positions, int64_t batch,
   rotate(dy, batch, seq, heads, headDim, theta, -1.0, positions, dx);
 }
 
-//===-- Attention ---------------------------------------------------------===//
-
-void alibiSlopes(int64_t heads, double *slopes) {
-  // The closest power of two below `heads` gets the geometric sequence
-  // 2^(-8/p), 2^(-16/p), ...; the remaining heads take every other slope of
-  // the sequence for 2p heads (Press et al., as in Bloom).
-  int64_t p = 1;
-  while (p * 2 <= heads)
-    p *= 2;
-  double base = std::pow(2.0, -8.0 / p);
-  for (int64_t i = 0; i < p; ++i)
-    slopes[i] = std::pow(base, i + 1);
-  double extra = std::pow(2.0, -4.0 / p);
-  for (int64_t j = 0; j < heads - p; ++j)
-    slopes[p + j] = std::pow(extra, 2 * j + 1);
-}
-
-namespace {
-/// The strides and the bias of one (batch, head) attention problem.
-struct Head {
-  int64_t qStride, kvStride, qOffset, kvOffset;
-  double slope;
-  int64_t keys(const AttentionShape &s, int64_t i) const {
-    return s.causal ? i + 1 : s.seq;
-  }
-  double bias(int64_t i, int64_t j) const { return -slope * (i - j); }
-};
-
-/// `slopes` holds the slopes of all of the attention's global heads.
-Head makeHead(const AttentionShape &s, int64_t b, int64_t h,
-              const std::vector<double> &slopes) {
-  Head head;
-  head.qStride = s.heads * s.headDim;
-  head.kvStride = s.kvHeads * s.headDim;
-  head.qOffset = b * s.seq * head.qStride + h * s.headDim;
-  head.kvOffset = b * s.seq * head.kvStride + s.kvHeadOf(h) * s.headDim;
-  head.slope = s.alibi ? slopes[s.headOffset + h] : 0.0;
-  return head;
-}
-} // namespace
-
-template <typename T>
-void attentionForward(const T *q, const T *k, const T *v,
-                      const AttentionShape &s, T *out, T *lse) {
-  std::vector<double> slopes(s.allHeads());
-  alibiSlopes(s.allHeads(), slopes.data());
-  // The (batch, head) pairs are independent problems, one unit each.
-  auto pairBody = [&](int64_t pair) {
-    int64_t b = pair / s.heads, h = pair % s.heads;
-    std::vector<double> scores(s.seq), acc(s.headDim);
-    Head hd = makeHead(s, b, h, slopes);
-    for (int64_t i = 0; i < s.seq; ++i) {
-      const T *qi = q + hd.qOffset + i * hd.qStride;
-      int64_t j0 = s.firstKey(b, i), n = hd.keys(s, i);
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = j0; j < n; ++j) {
-        const T *kj = k + hd.kvOffset + j * hd.kvStride;
-        double dot = 0;
-        for (int64_t c = 0; c < s.headDim; ++c)
-          dot += double(qi[c]) * kj[c];
-        scores[j] = dot * s.scale + hd.bias(i, j);
-        m = std::max(m, scores[j]);
-      }
-      double sum = 0;
-      for (int64_t j = j0; j < n; ++j)
-        sum += std::exp(scores[j] - m);
-      double l = m + std::log(sum);
-      lse[(b * s.heads + h) * s.seq + i] = T(l);
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = j0; j < n; ++j) {
-        double p = std::exp(scores[j] - l);
-        const T *vj = v + hd.kvOffset + j * hd.kvStride;
-        for (int64_t c = 0; c < s.headDim; ++c)
-          acc[c] += p * vj[c];
-      }
-      T *oi = out + hd.qOffset + i * hd.qStride;
-      for (int64_t c = 0; c < s.headDim; ++c)
-        oi[c] = T(acc[c]);
-    }
-  };
-  parallelFor(s.batch * s.heads, s.batch * s.heads * s.seq * s.seq * s.headDim,
-              pairBody);
-}
-
-template <typename T>
-void attentionBackward(const T *q, const T *k, const T *v, const T *out,
-                       const T *lse, const T *dout, const AttentionShape &s,
-                       T *dq, T *dk, T *dv) {
-  std::vector<double> slopes(s.allHeads());
-  alibiSlopes(s.allHeads(), slopes.data());
-  // dk and dv of a kv head gather the q heads of its group, so the unit is a
-  // (batch, kv head) pair taking its q heads in order: each output element
-  // has one writer, adding its terms in the serial order. With tensor
-  // parallelism a kv head's group may have only some (or none) of its query
-  // heads here: its dk and dv are then this rank's part of the sum.
-  int64_t group = s.allHeads() / s.allKvHeads();
-  int64_t kvStride = s.kvHeads * s.headDim;
-  auto pairBody = [&](int64_t pair) {
-    int64_t b = pair / s.kvHeads, g = pair % s.kvHeads;
-    for (int64_t j = 0; j < s.seq; ++j) {
-      int64_t at = (b * s.seq + j) * kvStride + g * s.headDim;
-      std::fill_n(dk + at, s.headDim, T(0));
-      std::fill_n(dv + at, s.headDim, T(0));
-    }
-    std::vector<double> acc(s.headDim);
-    int64_t first =
-        std::max<int64_t>(0, (s.kvHeadOffset + g) * group - s.headOffset);
-    int64_t last = std::min<int64_t>(
-        s.heads, (s.kvHeadOffset + g + 1) * group - s.headOffset);
-    for (int64_t h = first; h < last; ++h) {
-      Head hd = makeHead(s, b, h, slopes);
-      for (int64_t i = 0; i < s.seq; ++i) {
-        const T *qi = q + hd.qOffset + i * hd.qStride;
-        const T *oi = out + hd.qOffset + i * hd.qStride;
-        const T *gi = dout + hd.qOffset + i * hd.qStride;
-        double l = lse[(b * s.heads + h) * s.seq + i];
-        // D_i = dout_i · out_i = sum_j p_ij (dout_i · v_j).
-        double rowDot = 0;
-        for (int64_t c = 0; c < s.headDim; ++c)
-          rowDot += double(gi[c]) * oi[c];
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = s.firstKey(b, i), n = hd.keys(s, i); j < n; ++j) {
-          const T *kj = k + hd.kvOffset + j * hd.kvStride;
-          const T *vj = v + hd.kvOffset + j * hd.kvStride;
-          double dot = 0, dp = 0;
-          for (int64_t c = 0; c < s.headDim; ++c) {
-            dot += double(qi[c]) * kj[c];
-            dp += double(gi[c]) * vj[c];
-          }
-          double p = std::exp(dot * s.scale + hd.bias(i, j) - l);
-          double ds = p * (dp - rowDot) * s.scale;
-          T *dkj = dk + hd.kvOffset + j * hd.kvStride;
-          T *dvj = dv + hd.kvOffset + j * hd.kvStride;
-          for (int64_t c = 0; c < s.headDim; ++c) {
-            acc[c] += ds * kj[c];
-            dkj[c] += T(ds * qi[c]);
-            dvj[c] += T(p * gi[c]);
-          }
-        }
-        T *dqi = dq + hd.qOffset + i * hd.qStride;
-        for (int64_t c = 0; c < s.headDim; ++c)
-          dqi[c] = T(acc[c]);
-      }
-    }
-  };
-  parallelFor(s.batch * s.kvHeads,
-              2 * s.batch * s.heads * s.seq * s.seq * s.headDim, pairBody);
-}
-
 //===-- Elementwise -------------------------------------------------------===//
 
 // SwiGLU over rows of `cols` outputs whose gate and up rows are `stride`
@@ -508,15 +382,13 @@ template <typename T>
 void swigluRows(const T *gate, const T *up, int64_t rows, int64_t cols,
                 int64_t stride, T *y) {
   auto block = [&](int64_t i0, int64_t i1) {
-    int64_t row = i0 / cols, col = i0 % cols;
-    for (int64_t i = i0; i < i1; ++i) {
-      int64_t at = row * stride + col;
-      y[i] = T(gate[at] * sigmoid(gate[at]) * up[at]);
-      if (++col == cols) {
-        col = 0;
-        ++row;
-      }
-    }
+    forRowStretches(i0, i1, cols, [&](int64_t i, int64_t len) {
+      int64_t at = i / cols * stride + i % cols;
+      const T *g = gate + at, *u = up + at;
+      T *out = y + i;
+      for (int64_t k = 0; k < len; ++k)
+        out[k] = g[k] * Math<T>::sigmoid(g[k]) * u[k];
+    });
   };
   parallelBlocks(rows * cols, kElementBlock, kTranscendentalCost, block);
 }
@@ -525,17 +397,16 @@ template <typename T>
 void swigluRowsBackward(const T *gate, const T *up, const T *dy, int64_t rows,
                         int64_t cols, int64_t stride, T *dgate, T *dup) {
   auto block = [&](int64_t i0, int64_t i1) {
-    int64_t row = i0 / cols, col = i0 % cols;
-    for (int64_t i = i0; i < i1; ++i) {
-      int64_t at = row * stride + col;
-      double g = gate[at], sg = sigmoid(g);
-      dup[at] = T(dy[i] * g * sg);
-      dgate[at] = T(dy[i] * up[at] * sg * (1.0 + g * (1.0 - sg)));
-      if (++col == cols) {
-        col = 0;
-        ++row;
+    forRowStretches(i0, i1, cols, [&](int64_t i, int64_t len) {
+      int64_t at = i / cols * stride + i % cols;
+      const T *g = gate + at, *u = up + at, *d = dy + i;
+      T *dg = dgate + at, *du = dup + at;
+      for (int64_t k = 0; k < len; ++k) {
+        T sg = Math<T>::sigmoid(g[k]);
+        du[k] = d[k] * g[k] * sg;
+        dg[k] = d[k] * u[k] * sg * (T(1) + g[k] * (T(1) - sg));
       }
-    }
+    });
   };
   parallelBlocks(rows * cols, kElementBlock, kTranscendentalCost, block);
 }
@@ -562,16 +433,35 @@ void swigluPackedBackward(const T *x, const T *dy, int64_t rows, int64_t f,
   swigluRowsBackward(x, x + f, dy, rows, f, 2 * f, dx, dx + f);
 }
 
+// GeLU in float uses 1 + tanh, 1 - tanh^2 and 1 + erf from FastMath's
+// tail-accurate forms: computed as 1 + tanh(u) they cancel to 0 where the
+// true values are below float's resolution near 1 (x < -5 or so), and the
+// gradient there is lost (the double kernels need no such care).
 template <typename T>
 void geluForward(const T *x, int64_t n, bool tanhApprox, T *y) {
+  const T a = T(kSqrt2OverPi), b = T(0.044715), r = T(kInvSqrt2);
   auto block = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      double v = x[i];
-      y[i] =
-          tanhApprox
-              ? T(0.5 * v *
-                  (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))))
-              : T(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));
+    if constexpr (std::is_same_v<T, float>) {
+      if (tanhApprox)
+        for (int64_t i = i0; i < i1; ++i) {
+          float v = x[i], plus, minus2;
+          tanhTermsFast(a * (v + b * v * v * v), plus, minus2);
+          y[i] = 0.5f * v * plus;
+        }
+      else
+        for (int64_t i = i0; i < i1; ++i)
+          y[i] = 0.5f * x[i] * onePlusErfFast(x[i] * r);
+    } else {
+      if (tanhApprox)
+        for (int64_t i = i0; i < i1; ++i) {
+          T v = x[i];
+          y[i] = T(0.5) * v * (T(1) + std::tanh(a * (v + b * v * v * v)));
+        }
+      else
+        for (int64_t i = i0; i < i1; ++i) {
+          T v = x[i];
+          y[i] = T(0.5) * v * (T(1) + std::erf(v * r));
+        }
     }
   };
   parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
@@ -579,19 +469,38 @@ void geluForward(const T *x, int64_t n, bool tanhApprox, T *y) {
 
 template <typename T>
 void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx) {
+  const T a = T(kSqrt2OverPi), b = T(0.044715), r = T(kInvSqrt2),
+          density = T(kInvSqrt2Pi);
   auto block = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      double v = x[i], grad;
-      if (tanhApprox) {
-        double u = kSqrt2OverPi * (v + 0.044715 * v * v * v);
-        double t = std::tanh(u);
-        double du = kSqrt2OverPi * (1.0 + 3 * 0.044715 * v * v);
-        grad = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
-      } else {
-        grad = 0.5 * (1.0 + std::erf(v * kInvSqrt2)) +
-               v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
-      }
-      dx[i] = T(dy[i] * grad);
+    if constexpr (std::is_same_v<T, float>) {
+      if (tanhApprox)
+        for (int64_t i = i0; i < i1; ++i) {
+          float v = x[i], plus, minus2;
+          tanhTermsFast(a * (v + b * v * v * v), plus, minus2);
+          float du = a * (1.0f + 3.0f * b * v * v);
+          dx[i] = dy[i] * (0.5f * plus + 0.5f * v * minus2 * du);
+        }
+      else
+        for (int64_t i = i0; i < i1; ++i) {
+          float v = x[i];
+          dx[i] = dy[i] * (0.5f * onePlusErfFast(v * r) +
+                           v * density * expFast(-0.5f * v * v));
+        }
+    } else {
+      if (tanhApprox)
+        for (int64_t i = i0; i < i1; ++i) {
+          T v = x[i];
+          T t = std::tanh(a * (v + b * v * v * v));
+          T du = a * (T(1) + T(3) * b * v * v);
+          dx[i] = dy[i] *
+                  (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
+        }
+      else
+        for (int64_t i = i0; i < i1; ++i) {
+          T v = x[i];
+          dx[i] = dy[i] * (T(0.5) * (T(1) + std::erf(v * r)) +
+                           v * density * std::exp(T(-0.5) * v * v));
+        }
     }
   };
   parallelBlocks(n, kElementBlock, kTranscendentalCost, block);
@@ -707,9 +616,15 @@ T crossEntropyForward(const T *logits, const int32_t *targets, int64_t rows,
   std::vector<double> terms(rows);
   parallelFor(rows, rows * vocab * kTranscendentalCost, [&](int64_t r) {
     const T *row = logits + r * vocab;
-    double m = *std::max_element(row, row + vocab), sum = 0;
-    for (int64_t c = 0; c < vocab; ++c)
-      sum += std::exp(row[c] - m);
+    double m, sum = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      m = maxOf(row, vocab);
+      sum = sumExpShifted(row, vocab, float(m));
+    } else {
+      m = *std::max_element(row, row + vocab);
+      for (int64_t c = 0; c < vocab; ++c)
+        sum += std::exp(row[c] - m);
+    }
     double l = m + std::log(sum);
     lse[r] = T(l);
     terms[r] = targets[r] == ignoreIndex ? 0.0 : l - row[targets[r]];
@@ -728,9 +643,7 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
       std::fill_n(g, vocab, T(0));
       return;
     }
-    const T *row = logits + r * vocab;
-    for (int64_t c = 0; c < vocab; ++c)
-      g[c] = T(std::exp(row[c] - double(lse[r])) * scale);
+    softmaxTimes(logits + r * vocab, vocab, lse[r], scale, g);
     g[targets[r]] -= T(scale);
   });
 }
@@ -773,11 +686,6 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
   template void positionEmbeddingAtBackward<T>(const T *, const int32_t *,     \
                                                int64_t, int64_t, int64_t,      \
                                                int64_t, int64_t, T *);         \
-  template void attentionForward<T>(const T *, const T *, const T *,           \
-                                    const AttentionShape &, T *, T *);         \
-  template void attentionBackward<T>(const T *, const T *, const T *,          \
-                                     const T *, const T *, const T *,          \
-                                     const AttentionShape &, T *, T *, T *);   \
   template void swigluForward<T>(const T *, const T *, int64_t, T *);          \
   template void swigluPackedForward<T>(const T *, int64_t, int64_t, T *);     \
   template void swigluPackedBackward<T>(const T *, const T *, int64_t,        \

@@ -11,9 +11,12 @@
 
 #include "runtime/cpu/Optimizer.h"
 
+#include "runtime/cpu/Parallel.h"
+
 #include "absl/strings/str_cat.h"
 
 #include <cmath>
+#include <vector>
 
 namespace braid::cpu {
 namespace {
@@ -79,18 +82,24 @@ void adamwUpdate(T *param, const T *grad, T *m, T *v, int64_t n,
   const double stepSize = lr / (1.0 - std::pow(b1, static_cast<double>(step)));
   const double invSqrtBc2 =
       1.0 / std::sqrt(1.0 - std::pow(b2, static_cast<double>(step)));
-  for (int64_t i = 0; i < n; ++i) {
-    const double g = static_cast<double>(grad[i]) * gradScale;
-    const double mi = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
-    const double vi = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
-    m[i] = static_cast<T>(mi);
-    v[i] = static_cast<T>(vi);
-    // The decay uses the parameter before this step's update, as both
-    // PyTorch (param.mul_ first) and apex (decay * p_old in the update) do.
-    const double p = static_cast<double>(param[i]) * decay;
-    param[i] = static_cast<T>(p - stepSize * mi /
-                                      (std::sqrt(vi) * invSqrtBc2 + c.eps));
-  }
+  // Each element's update is its own: element blocks on the threads give
+  // the serial loop's bits (Parallel.h).
+  parallelBlocks(
+      n, kElementBlock, kTranscendentalCost, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const double g = static_cast<double>(grad[i]) * gradScale;
+          const double mi = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
+          const double vi = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
+          m[i] = static_cast<T>(mi);
+          v[i] = static_cast<T>(vi);
+          // The decay uses the parameter before this step's update, as both
+          // PyTorch (param.mul_ first) and apex (decay * p_old in the update)
+          // do.
+          const double p = static_cast<double>(param[i]) * decay;
+          param[i] = static_cast<T>(
+              p - stepSize * mi / (std::sqrt(vi) * invSqrtBc2 + c.eps));
+        }
+      });
 }
 
 } // namespace
@@ -163,16 +172,38 @@ absl::StatusOr<double> gradSumOfSquares(absl::Span<const GradView<T>> grads) {
       return invalid(absl::StrCat("gradient ", i, ": null buffer for ",
                                   grads[i].n, " elements"));
   }
-  // One sum in double: a float gradient's squares cannot overflow it, and
+  // Sums in double: a float gradient's squares cannot overflow them, and
   // the result does not depend on how the tensors are split into buffers
   // beyond double rounding. NaN and inf propagate, which is how a
-  // non-finite gradient is found.
+  // non-finite gradient is found. Each tensor is taken in blocks of
+  // kElementBlock elements on the threads, a block's squares over kLanes
+  // interleaved partial sums (so that the loop vectorises), and the blocks'
+  // sums added in order: a fixed order, the same for any number of threads.
+  constexpr int64_t kLanes = 8;
   double sum = 0.0;
-  for (const GradView<T> &g : grads)
-    for (int64_t i = 0; i < g.n; ++i) {
-      const double x = static_cast<double>(g.data[i]);
-      sum += x * x;
-    }
+  std::vector<double> blockSums;
+  for (const GradView<T> &g : grads) {
+    blockSums.assign((g.n + kElementBlock - 1) / kElementBlock, 0.0);
+    parallelBlocks(g.n, kElementBlock, 1, [&](int64_t i0, int64_t i1) {
+      double lane[kLanes] = {};
+      int64_t i = i0;
+      for (; i + kLanes <= i1; i += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) {
+          const double x = static_cast<double>(g.data[i + l]);
+          lane[l] += x * x;
+        }
+      double block = 0.0;
+      for (int64_t l = 0; l < kLanes; ++l)
+        block += lane[l];
+      for (; i < i1; ++i) {
+        const double x = static_cast<double>(g.data[i]);
+        block += x * x;
+      }
+      blockSums[i0 / kElementBlock] = block;
+    });
+    for (double block : blockSums)
+      sum += block;
+  }
   return sum;
 }
 

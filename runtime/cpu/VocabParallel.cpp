@@ -11,11 +11,13 @@
 
 #include "runtime/cpu/VocabParallel.h"
 
+#include "runtime/cpu/FastMath.h"
 #include "runtime/cpu/Parallel.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace braid::cpu {
@@ -75,8 +77,11 @@ void crossEntropyRowMax(const T *logits, int64_t rows, int64_t vocab,
                         T *rowMax) {
   parallelFor(rows, rows * vocab, [&](int64_t r) {
     const T *row = logits + r * vocab;
-    rowMax[r] = vocab ? *std::max_element(row, row + vocab)
-                      : -std::numeric_limits<T>::infinity();
+    if constexpr (std::is_same_v<T, float>)
+      rowMax[r] = maxOf(row, vocab);
+    else
+      rowMax[r] = vocab ? *std::max_element(row, row + vocab)
+                        : -std::numeric_limits<T>::infinity();
   });
 }
 
@@ -90,11 +95,16 @@ void crossEntropyPartial(const T *logits, const int32_t *targets,
       partial[2 * r] = partial[2 * r + 1] = T(0);
       return;
     }
-    // As crossEntropyForward: T - double, exp and the sum in double.
+    // As crossEntropyForward: in double, T - double, exp and the sum; in
+    // float, FastMath's exp summed in double.
     const T *row = logits + r * vocab;
     double m = globalMax[r], sum = 0;
-    for (int64_t c = 0; c < vocab; ++c)
-      sum += std::exp(row[c] - m);
+    if constexpr (std::is_same_v<T, float>) {
+      sum = sumExpShifted(row, vocab, globalMax[r]);
+    } else {
+      for (int64_t c = 0; c < vocab; ++c)
+        sum += std::exp(row[c] - m);
+    }
     partial[2 * r] = T(sum);
     partial[2 * r + 1] =
         inRange(target, vocabStart, vocab) ? row[target - vocabStart] : T(0);
@@ -135,9 +145,7 @@ void crossEntropyBackwardRange(const T *logits, const int32_t *targets,
       std::fill_n(g, vocab, T(0));
       return;
     }
-    const T *row = logits + r * vocab;
-    for (int64_t c = 0; c < vocab; ++c)
-      g[c] = T(std::exp(row[c] - double(lse[r])) * scale);
+    softmaxTimes(logits + r * vocab, vocab, lse[r], scale, g);
     if (inRange(target, vocabStart, vocab))
       g[target - vocabStart] -= T(scale);
   });

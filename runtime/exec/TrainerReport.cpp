@@ -11,6 +11,7 @@
 
 #include "runtime/common/Format.h"
 
+#include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/plan/PlanLoader.h"
 
@@ -227,10 +228,13 @@ absl::Status FinishRun(TrainingRun &run) {
     }
     int64_t profiled = int64_t(stepTimes.size()) - (stepTimes.size() > 1);
     *options.log << absl::StrFormat(
-        "profile: %.3f s in kernels over %d step%s%s, GEMM %.1f %%\n", total,
+        "profile: %.3f s in kernels over %d step%s%s, GEMM %.1f %%%s\n", total,
         profiled, profiled == 1 ? "" : "s",
         stepTimes.size() > 1 ? " (the first left out)" : "",
-        total > 0 ? 100 * gemm / total : 0.0);
+        total > 0 ? 100 * gemm / total : 0.0,
+        options.device == "cpu"
+            ? absl::StrCat(" (OpenBLAS ", cpu::blasCoreName(), " kernels)")
+            : std::string());
     std::vector<std::pair<double, int>> order;
     for (int k = 0; k < int(p.size()); ++k)
       if (p[k] > 0)

@@ -30,6 +30,7 @@
 #include "runtime/comm/MpiCommunicator.h"
 #include "runtime/comm/Slurm.h"
 #endif
+#include "runtime/cpu/Blas.h"
 #include "runtime/exec/BenchCollectives.h"
 #include "runtime/exec/Devices.h"
 #include "runtime/exec/GenerateCommand.h"
@@ -118,6 +119,9 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
 } // namespace
 
 int main(int argc, char **argv) {
+  // OpenBLAS's kernels for this CPU, where the library does not know it
+  // (may start this program again; before MPI and any thread).
+  braid::cpu::useNativeBlasKernels(argv);
   // An inference plan (braidc --mode generate) takes generation's flags;
   // split over tp, its ranks are an MPI job's.
   if (argc >= 2 && argv[1][0] != '-') {

@@ -39,6 +39,7 @@
 #include "frontends/ModelBuilder.h"
 #include "frontends/Spec.h"
 #include "runtime/common/Format.h"
+#include "runtime/cpu/Blas.h"
 #include "runtime/data/Preprocess.h"
 #include "runtime/exec/Devices.h"
 #include "runtime/exec/Trainer.h"
@@ -437,6 +438,9 @@ int calibrate(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // OpenBLAS's kernels for this CPU, where the library does not know it
+  // (may start this program again, before any thread).
+  braid::cpu::useNativeBlasKernels(argv);
   if (argc < 2)
     return usage("no command (try: braid train JOB.textproto, braid view "
                  "PLAN -o FILE.html or braid calibrate)");

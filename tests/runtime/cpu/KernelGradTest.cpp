@@ -10,6 +10,8 @@
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/Philox.h"
 
+#include "TestData.h"
+
 #include "gtest/gtest.h"
 
 #include <cmath>
@@ -362,6 +364,102 @@ TEST(Kernels, FloatMatchesDouble) {
   attentionForward(qf.data(), kf.data(), vf.data(), s, outf.data(), lsef.data());
   for (int64_t i = 0; i < qn; ++i)
     EXPECT_NEAR(outf[i], out[i], 1e-5 * std::max(1.0, std::fabs(out[i])));
+}
+
+/// The largest |got - want| over the largest |want|.
+double relativeError(const std::vector<float> &got, const Vec &want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::fabs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return err / scale;
+}
+
+/// Runs the float kernels (blocked, single-precision GEMMs) and the double
+/// ones on the same inputs, rounded to float, and expects every output to
+/// agree to float precision.
+///
+/// The tolerance: every float output is a sum of at most N = 1200 terms (a
+/// row's keys, the head dimension, or for dk and dv the group's query rows)
+/// whose factors carry a relative error of a few u = 2^-24 (float rounding,
+/// expFast's 2^-22, lse rounded to float). Rounding errors of random sign
+/// grow like sqrt(N) u = 2e-6 of the terms' magnitude, which at unit-scale
+/// inputs is within a few times the largest output's (ds's terms cancel in
+/// dq and dk). 1e-5 of the largest magnitude allows that; a wrong mask, bias
+/// or block edge is off by orders of magnitude more.
+void expectFloatMatchesDouble(AttentionShape s, uint32_t seed,
+                              const std::vector<int32_t> &positions = {}) {
+  s.positions = positions.empty() ? nullptr : positions.data();
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  Vec q = randomVec(qn, seed), k = randomVec(kvn, seed + 1),
+      v = randomVec(kvn, seed + 2), dout = randomVec(qn, seed + 3);
+  // The inputs as float, and the double kernels' inputs equal to them.
+  auto toFloat = [](Vec &x) {
+    std::vector<float> f(x.begin(), x.end());
+    x.assign(f.begin(), f.end());
+    return f;
+  };
+  std::vector<float> qf = toFloat(q), kf = toFloat(k), vf = toFloat(v),
+                     doutf = toFloat(dout);
+
+  Vec out(qn), lse(rows), dq(qn), dk(kvn), dv(kvn);
+  attentionForward(q.data(), k.data(), v.data(), s, out.data(), lse.data());
+  attentionBackward(q.data(), k.data(), v.data(), out.data(), lse.data(),
+                    dout.data(), s, dq.data(), dk.data(), dv.data());
+  // Outputs start as garbage: the kernels overwrite them.
+  std::vector<float> outf(qn, 9.0f), lsef(rows, 9.0f), dqf(qn, 9.0f),
+      dkf(kvn, 9.0f), dvf(kvn, 9.0f);
+  attentionForward(qf.data(), kf.data(), vf.data(), s, outf.data(),
+                   lsef.data());
+  attentionBackward(qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(),
+                    doutf.data(), s, dqf.data(), dkf.data(), dvf.data());
+
+  constexpr double kFloatTol = 1e-5;
+  EXPECT_LT(relativeError(outf, out), kFloatTol) << "out";
+  EXPECT_LT(relativeError(lsef, lse), kFloatTol) << "lse";
+  EXPECT_LT(relativeError(dqf, dq), kFloatTol) << "dq";
+  EXPECT_LT(relativeError(dkf, dk), kFloatTol) << "dk";
+  EXPECT_LT(relativeError(dvf, dv), kFloatTol) << "dv";
+}
+
+// Query blocks are 64 rows up to seq 512, 128 above: every sequence below
+// has several, the last one partial.
+TEST(Kernels, BlockedFloatAttentionMatchesDouble) {
+  // Causal GQA (two q heads per kv head) with ALiBi.
+  expectFloatMatchesDouble({2, 150, 4, 2, 16, 0.25, true, true}, 120);
+  // Full attention, a head dimension that is no multiple of the vectors.
+  expectFloatMatchesDouble({1, 130, 3, 3, 20, 0.2, false, false}, 130);
+  // Full attention with GQA and ALiBi.
+  expectFloatMatchesDouble({1, 100, 4, 1, 8, 0.35, false, true}, 140);
+  // Blocks of 128 rows, causal and full.
+  expectFloatMatchesDouble({1, 600, 2, 1, 8, 0.3, true, true}, 180);
+  expectFloatMatchesDouble({1, 530, 1, 1, 8, 0.3, false, false}, 190);
+}
+
+TEST(Kernels, BlockedFloatAttentionMatchesDoubleOnPackedDocuments) {
+  // Documents that start inside query blocks, one shorter than a block and
+  // one longer, one that starts in the last (partial) block.
+  std::vector<int32_t> positions =
+      braid::test::packedPositions({{37, 80, 50, 33}, {130, 61, 9}});
+  ASSERT_EQ(positions.size(), 2u * 200);
+  expectFloatMatchesDouble({2, 200, 4, 2, 16, 0.25, true, true}, 150,
+                           positions);
+  expectFloatMatchesDouble({2, 200, 2, 2, 12, 0.3, true, false}, 160,
+                           positions);
+}
+
+TEST(Kernels, BlockedFloatAttentionMatchesDoubleOnAHeadSlice) {
+  // Tensor parallelism: q heads [4, 8) of 8 and kv heads [2, 4) of 4, ALiBi
+  // with the global heads' slopes.
+  AttentionShape s{1, 90, 4, 2, 16, 0.25, true, true};
+  s.headOffset = 4;
+  s.kvHeadOffset = 2;
+  s.globalHeads = 8;
+  s.globalKvHeads = 4;
+  expectFloatMatchesDouble(s, 170);
 }
 
 } // namespace

@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -100,6 +101,42 @@ TEST_F(KernelThreads, Attention) {
           }
         }
     EXPECT_LT(worst, 1e-5);
+  }
+}
+
+/// The float kernels' GEMMs must not be split between threads (OpenBLAS
+/// splits one called outside a parallel region, which changes its rounding):
+/// a single (batch, head) pair, one unit backward, causal and full, and
+/// packed documents starting inside query blocks, each with a partial last
+/// block.
+TEST_F(KernelThreads, AttentionBlocked) {
+  std::vector<int32_t> positions =
+      braid::test::packedPositions({{37, 80, 50, 33}, {130, 61, 9}});
+  AttentionShape packed{2, 200, 4, 2, 16, 0.25, true, true};
+  packed.positions = positions.data();
+  // Blocks of 64 rows up to seq 512, 128 above.
+  for (AttentionShape s :
+       {AttentionShape{1, 300, 1, 1, 32, 0.2, true, true},
+        AttentionShape{1, 260, 1, 1, 24, 0.2, false, false},
+        AttentionShape{1, 600, 1, 1, 16, 0.2, true, false}, packed}) {
+    // Above Parallel.h's kMinParallelWork, so that these are not left to the
+    // serial path of a kernel with a work threshold.
+    ASSERT_GE(s.batch * s.heads * s.seq * s.seq * s.headDim, int64_t(1) << 15);
+    const size_t qn = s.batch * s.seq * s.heads * s.headDim;
+    const size_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+    auto q = randomVec<float>(qn, 21), k = randomVec<float>(kvn, 22),
+         v = randomVec<float>(kvn, 23), dout = randomVec<float>(qn, 24);
+    std::vector<float> out(qn), lse(s.batch * s.heads * s.seq), dq(qn), dk(kvn),
+        dv(kvn);
+    auto reset = [&] {
+      for (std::vector<float> *x : {&out, &lse, &dq, &dk, &dv})
+        std::fill(x->begin(), x->end(), 7.0f);
+    };
+    expectSameOnOneAndFour<float>({&out, &lse, &dq, &dk, &dv}, reset, [&] {
+      attentionForward(q.data(), k.data(), v.data(), s, out.data(), lse.data());
+      attentionBackward(q.data(), k.data(), v.data(), out.data(), lse.data(),
+                        dout.data(), s, dq.data(), dk.data(), dv.data());
+    });
   }
 }
 

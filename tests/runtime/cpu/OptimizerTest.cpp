@@ -13,6 +13,8 @@
 
 #include "gtest/gtest.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -284,6 +286,49 @@ TEST(GradNorm, HandComputed) {
   EXPECT_EQ(*globalGradNorm<float>({}), 0.0);
   std::vector<GradView<float>> empty = {{nullptr, 0}};
   EXPECT_EQ(*globalGradNorm<float>(empty), 0.0);
+}
+
+TEST(Optimizer, SameBitsOnOneAndFourThreads) {
+  // AdamW's element blocks and the norm's block sums on the threads: the
+  // same bits whatever their number, on enough elements to go parallel (and
+  // a partial last block).
+  const int64_t n = 300007;
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> p0(n), g(n), m0(n), v0(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p0[i] = dist(gen);
+    g[i] = dist(gen);
+    m0[i] = 0.1f * dist(gen);
+    v0[i] = 0.01f * std::fabs(dist(gen));
+  }
+  auto run = [&](int threads, std::vector<float> &p, std::vector<float> &m,
+                 std::vector<float> &v, double &norm) {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    p = p0;
+    m = m0;
+    v = v0;
+    std::vector<GradView<float>> grads = {{g.data(), n}};
+    norm = *globalGradNorm<float>(grads);
+    ASSERT_TRUE(adamwStep(p.data(), g.data(), m.data(), v.data(), n,
+                          AdamWConfig{}, 1e-3, 3, 0.5)
+                    .ok());
+    omp_set_num_threads(saved);
+  };
+  std::vector<float> p1, m1, v1, p4, m4, v4;
+  double norm1 = 0, norm4 = 0;
+  run(1, p1, m1, v1, norm1);
+  run(4, p4, m4, v4, norm4);
+  EXPECT_EQ(norm1, norm4);
+  EXPECT_EQ(p1, p4);
+  EXPECT_EQ(m1, m4);
+  EXPECT_EQ(v1, v4);
+  // The norm against a plain sum in long double.
+  long double ref = 0;
+  for (float x : g)
+    ref += (long double)x * x;
+  EXPECT_NEAR(norm1, std::sqrt(double(ref)), 1e-12 * std::sqrt(double(ref)));
 }
 
 TEST(GradNorm, AccumulatesInDouble) {

@@ -36,6 +36,18 @@ inline std::vector<int32_t> randomIds(size_t n, int32_t bound, uint32_t seed) {
   return v;
 }
 
+/// Each token's position in its document, for sequences of packed
+/// documents of the given lengths (sequence after sequence).
+inline std::vector<int32_t>
+packedPositions(const std::vector<std::vector<int>> &documentLengths) {
+  std::vector<int32_t> positions;
+  for (const std::vector<int> &docs : documentLengths)
+    for (int len : docs)
+      for (int t = 0; t < len; ++t)
+        positions.push_back(t);
+  return positions;
+}
+
 /// Whether a and b hold the same bits.
 template <typename T>
 bool sameBits(const std::vector<T> &a, const std::vector<T> &b) {

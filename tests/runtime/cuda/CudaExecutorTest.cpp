@@ -283,7 +283,13 @@ TEST_F(CudaKernels, Fp32StepsMatchTheCpu) {
   std::vector<double> got = train(**gpuExec, start, steps, false);
   for (int i = 0; i < steps; ++i)
     EXPECT_NEAR(got[i], want[i], 1e-4 * std::abs(want[i])) << "step " << i + 1;
-  expectParametersClose(**cpuExec, **gpuExec, start, 1e-4);
+  // Both sides compute in float, in different orders (the CPU's attention
+  // by query blocks through sgemm, the GPU's by tiles): gradients agree to
+  // about 1e-6 relative, but AdamW divides each element's moment by its
+  // own scale, so an element whose gradient is small against that rounding
+  // moves by up to lr a step either way. Measured worst: 1.14e-4 of its
+  // tensor's largest value (gate_proj), every other tensor below 0.16e-4.
+  expectParametersClose(**cpuExec, **gpuExec, start, 2e-4);
   std::cout << "fp32 losses (CPU / GPU):";
   for (int i = 0; i < steps; ++i)
     std::cout << " " << want[i] << " / " << got[i];

@@ -1,0 +1,46 @@
+//===- Blas.h - Which OpenBLAS kernels the CPU backend runs ----------------===//
+//
+// Debian's OpenBLAS is built for every x86 CPU at once (DYNAMIC_ARCH) and
+// picks its kernels when it loads, from the CPU's model number. A CPU newer
+// than the library is not in its tables: OpenBLAS 0.3.21 takes its SSE3
+// "Prescott" kernels on Sapphire Rapids, and its sgemm runs at a quarter of
+// the AVX-512 kernels' rate (bench/cpu_train.sh: GPT-2-small's linears 64
+// against 300 GFLOP/s on 2 cores). The library reads OPENBLAS_CORETYPE when
+// it loads, before main, so the choice is made by starting the program again
+// with that variable set.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CPU_BLAS_H
+#define BRAID_RUNTIME_CPU_BLAS_H
+
+#include <string>
+
+namespace braid::cpu {
+
+/// The kernels OpenBLAS runs (its core name, e.g. "SkylakeX", "Haswell",
+/// "Prescott").
+std::string blasCoreName();
+
+/// The newest OpenBLAS kernels this CPU and its operating system can run,
+/// from the CPU's feature flags rather than its model number: "SkylakeX"
+/// (AVX-512 F, BW, DQ and VL, with their registers enabled by the OS),
+/// "Haswell" (AVX2 and FMA), "Sandybridge" (AVX), else "" (no preference).
+std::string nativeBlasCore();
+
+/// How many instruction-set generations OpenBLAS's kernels `core` use: 1
+/// SSE, 2 AVX, 3 AVX2, 4 AVX-512; 0 for a name it does not know.
+int blasCoreLevel(const std::string &core);
+
+/// Called first thing in main(). Where OpenBLAS chose kernels older than the
+/// ones this CPU runs (nativeBlasCore) and OPENBLAS_CORETYPE is not set,
+/// sets it to the native ones and executes this program again with the same
+/// arguments (/proc/self/exe), so that the library loads with them; returns
+/// only when it does not (the kernels are right, the user chose them, or the
+/// exec failed, which leaves the library's choice). Must run before MPI
+/// starts and before any thread does.
+void useNativeBlasKernels(char **argv);
+
+} // namespace braid::cpu
+
+#endif // BRAID_RUNTIME_CPU_BLAS_H
