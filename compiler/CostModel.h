@@ -4,7 +4,8 @@
 // (frontends/spec/cluster.proto):
 //   - each kernel call: overhead + max(FLOPs / FLOP rate, bytes / byte
 //     rate), the rates measured (a calibration for the plan's ranks per
-//     node) or from the roofline (peak x efficiency);
+//     node) or from the roofline (peak x efficiency, a matrix product's
+//     efficiency by its size: matmulEfficiency);
 //   - each collective: ring costs over its group, 2 (n-1)/n bytes / bus
 //     bandwidth + 2 (n-1) latency for an all-reduce, half that for an
 //     all-gather or reduce-scatter, on the link class its group spans
@@ -44,6 +45,17 @@ llvm::Expected<spec::Cluster> loadCluster(llvm::StringRef nameOrPath,
 
 /// The preset names.
 std::vector<std::string> clusterPresets();
+
+/// The share of peak FLOP/s one matrix product of `flops` FLOPs (2·m·n·k)
+/// reaches on `cluster` where no calibration gives its kernel's speed: the
+/// cluster's matmul curve for the product's precision (`lowPrecision`:
+/// bf16 or f16, else fp32), linear in log(flops) between its two points
+/// around `flops` and clamped to its first and last point beyond them;
+/// without a curve, matmul_efficiency (0.6 when unset), for fp32 products
+/// no more than the bf16 curve's FLOP/s at that size allow (an fp32
+/// product is no faster than the same product in bf16).
+double matmulEfficiency(const spec::Cluster &cluster, double flops,
+                        bool lowPrecision);
 
 /// Where a step's time goes, in seconds (one rank of the slowest stage).
 struct StepPrediction {

@@ -13,12 +13,32 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <cstdio>
+#include <string>
+#include <utility>
+
 using namespace braid;
 using braid::costmodel::error;
 
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// `x` as printf's %g writes it.
+std::string number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", x);
+  return text;
+}
+
+/// A point of `c`'s bf16 matmul curve: one product of b x (m x k) · (k x n)
+/// measured at `flopsPerS` (docs/cost-model.md gives the sources).
+void addMatmulPoint(spec::Cluster &c, double b, double m, double n, double k,
+                    double flopsPerS) {
+  spec::MatmulEfficiency *point = c.add_matmul_curve();
+  point->set_flops(2 * b * m * n * k);
+  point->set_efficiency(flopsPerS / c.peak_flops_bf16());
+}
 
 /// DGX H100: 8 H100 SXM5 80 GB per node. Peaks from NVIDIA's data sheet
 /// (dense bf16 989 TFLOP/s, fp32 67 TFLOP/s, HBM3 3.35 TB/s); links as
@@ -40,9 +60,18 @@ spec::Cluster dgxH100() {
   c.mutable_inter_node()->set_latency(10e-6);
   c.mutable_intra_node()->set_tree_all_reduce(true);
   c.mutable_inter_node()->set_tree_all_reduce(true);
-  c.set_matmul_efficiency(0.6);
+  c.set_matmul_efficiency(0.6); // fp32 products: no curve
   c.set_vector_efficiency(0.7);
   c.set_kernel_overhead_s(4e-6);
+  // bf16 products: OpenXLA's measured GEMM table for sm_90
+  // (matmul_interpolator_data.h), its bf16 square products and its largest
+  // (4 x 4096^3), in TFLOP/s.
+  addMatmulPoint(c, 1, 256, 256, 256, 6.453e12);
+  addMatmulPoint(c, 1, 512, 512, 512, 40.72e12);
+  addMatmulPoint(c, 1, 1024, 1024, 1024, 236.3e12);
+  addMatmulPoint(c, 1, 2048, 2048, 2048, 632.0e12);
+  addMatmulPoint(c, 1, 4096, 4096, 4096, 783.3e12);
+  addMatmulPoint(c, 4, 4096, 4096, 4096, 793.1e12);
   return c;
 }
 
@@ -65,9 +94,17 @@ spec::Cluster dgxA100() {
   c.mutable_inter_node()->set_latency(12e-6);
   c.mutable_intra_node()->set_tree_all_reduce(true);
   c.mutable_inter_node()->set_tree_all_reduce(true);
-  c.set_matmul_efficiency(0.6);
+  c.set_matmul_efficiency(0.6); // fp32 products: no curve
   c.set_vector_efficiency(0.7);
   c.set_kernel_overhead_s(5e-6);
+  // bf16 products: Vidur's A100 profile of Llama-2-7B (fp16, PyTorch on
+  // cuBLAS), the attention output projection (t x 4096) · (4096 x 4096) at t
+  // tokens, its median milliseconds.
+  for (auto [tokens, ms] : {std::pair{128.0, 0.032}, std::pair{256.0, 0.052},
+                            std::pair{512.0, 0.088}, std::pair{1024.0, 0.176},
+                            std::pair{2048.0, 0.301}, std::pair{4096.0, 0.611}})
+    addMatmulPoint(c, 1, tokens, 4096, 4096,
+                   2 * tokens * 4096 * 4096 / (ms * 1e-3));
   return c;
 }
 
@@ -106,5 +143,18 @@ llvm::Expected<spec::Cluster> braid::loadCluster(llvm::StringRef nameOrPath,
                  llvm::Twine(c.devices_per_node()) + " must be >= 1");
   if (c.memory_bytes() < 1)
     return error("cluster " + c.name() + ": memory_bytes must be >= 1");
+  for (auto [field, curve] :
+       {std::pair{"matmul_curve", &c.matmul_curve()},
+        std::pair{"matmul_curve_fp32", &c.matmul_curve_fp32()}})
+    for (int i = 0; i < curve->size(); ++i) {
+      const spec::MatmulEfficiency &point = (*curve)[i];
+      if (!(point.flops() > 0) ||
+          (i > 0 && !(point.flops() > (*curve)[i - 1].flops())) ||
+          !(point.efficiency() > 0 && point.efficiency() <= 1))
+        return error("cluster " + c.name() + ": " + field + " point " +
+                     llvm::Twine(i) + " (flops " + number(point.flops()) +
+                     ", efficiency " + number(point.efficiency()) +
+                     "): flops must be > 0 and ascend, efficiency in (0, 1]");
+    }
   return c;
 }

@@ -10,6 +10,7 @@
 #include "compiler/CostModelInternal.h"
 
 #include "compiler/CalibrationFit.h"
+#include "compiler/CostModel.h"
 #include "runtime/plan/KernelRegistry.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/Work.h"
@@ -20,6 +21,62 @@
 #include <cmath>
 
 namespace braid::costmodel {
+
+namespace {
+
+/// The FLOPs of one of the matrix products of `inst` (a kernel with
+/// plan::HasMatrixProducts), `w` its work: what sets the product's
+/// efficiency on the roofline. A kernel's products are all of one size:
+/// a linear's one product (its bias, 2 FLOPs per element of y, left out);
+/// attention's q·kᵀ and p·v and, in the backward, the recomputed q·kᵀ,
+/// dout·vᵀ and the products of dq, dk and dv (and the forward's again
+/// without its log-sum-exp), each of 2·d FLOPs per score, taken over all
+/// (batch, head) problems at once (a batched product: the GPU runs the
+/// problems together, so their sum is the size it sees).
+double productFlops(const plan::Plan &plan, const plan::Instruction &inst,
+                    const plan::Work &w) {
+  switch (inst.kernel()) {
+  case plan::LINEAR:
+    if (inst.inputs_size() == 3)
+      return w.flops -
+             2 * double(plan::NumElements(plan.buffers(inst.outputs(0))));
+    return w.flops;
+  case plan::ATTENTION:
+  case plan::ATTENTION_CACHED:
+    return w.flops / 2; // 4·d per score: two products
+  case plan::ATTENTION_GRAD: {
+    // Half the forward's FLOPs on the same q, k and v (its first inputs).
+    plan::Instruction forward = inst;
+    forward.set_kernel(plan::ATTENTION);
+    if (forward.inputs_size() > 3)
+      forward.mutable_inputs()->Truncate(3);
+    return plan::InstructionWork(plan, forward).flops / 2;
+  }
+  default:
+    return w.flops;
+  }
+}
+
+/// `curve` (not empty) at `flops`: linear in log(flops) between the two
+/// points around it, the first or last point's beyond them.
+double
+curveAt(const google::protobuf::RepeatedPtrField<spec::MatmulEfficiency> &curve,
+        double flops) {
+  if (flops <= curve[0].flops())
+    return curve[0].efficiency();
+  const spec::MatmulEfficiency &last = curve[curve.size() - 1];
+  if (flops >= last.flops())
+    return last.efficiency();
+  int i = 1;
+  while (curve[i].flops() < flops)
+    ++i;
+  // curve[i - 1].flops() < flops <= curve[i].flops().
+  const spec::MatmulEfficiency &a = curve[i - 1], &b = curve[i];
+  double share = std::log(flops / a.flops()) / std::log(b.flops() / a.flops());
+  return a.efficiency() + share * (b.efficiency() - a.efficiency());
+}
+
+} // namespace
 
 Pricer::Pricer(const plan::Plan &plan, const spec::Cluster &cluster,
                double busyRanks)
@@ -87,8 +144,12 @@ double Pricer::compute(const plan::Instruction &inst) const {
           plan.buffers(id).dtype() == plan::F16;
   double peak = low ? cluster.peak_flops_bf16() : cluster.peak_flops_fp32();
   double t = 0;
+  // Each product at the efficiency of its size (the cluster's matmul curve
+  // for its precision); a kernel's products share one size, and its other
+  // FLOPs (a bias) are priced with them.
   if (plan::HasMatrixProducts(inst.kernel()) && peak > 0)
-    t = w.flops / (peak * efficiency(cluster.matmul_efficiency(), 0.6));
+    t = w.flops /
+        (peak * matmulEfficiency(cluster, productFlops(plan, inst, w), low));
   if (cluster.memory_bandwidth() > 0)
     t = std::max(t, w.bytes / (cluster.memory_bandwidth() *
                                efficiency(cluster.vector_efficiency(), 0.7)));
@@ -277,3 +338,23 @@ FunctionTime priceFunction(const Pricer &pricer, const plan::Function &fn,
 }
 
 } // namespace braid::costmodel
+
+double braid::matmulEfficiency(const spec::Cluster &cluster, double flops,
+                               bool lowPrecision) {
+  double constant =
+      cluster.matmul_efficiency() > 0 ? cluster.matmul_efficiency() : 0.6;
+  if (lowPrecision)
+    return cluster.matmul_curve().empty()
+               ? constant
+               : costmodel::curveAt(cluster.matmul_curve(), flops);
+  if (!cluster.matmul_curve_fp32().empty())
+    return costmodel::curveAt(cluster.matmul_curve_fp32(), flops);
+  if (cluster.matmul_curve().empty() || !(cluster.peak_flops_fp32() > 0))
+    return constant;
+  // No faster than the same product in bf16 (the bf16 curve's FLOP/s over
+  // the fp32 peak): a small product's time is the GPU's latency whatever
+  // its precision, which a constant fp32 efficiency would leave out.
+  double bf16 = costmodel::curveAt(cluster.matmul_curve(), flops) *
+                cluster.peak_flops_bf16();
+  return std::min(constant, bf16 / cluster.peak_flops_fp32());
+}

@@ -74,10 +74,12 @@ double persistentBytesPerParameter(int64_t zero, int64_t dp) {
 }
 
 /// A rough step time, only to order the compiles: the step's model FLOPs
-/// (plus what recompute adds) over the devices at the matrix-product rate,
-/// stretched by the schedule's bubble, plus tensor-parallel all-reduces of
-/// the activations (4 per layer and micro-batch) and the gradients'
-/// data-parallel all-reduce (half again with ZeRO-3's gathers).
+/// (plus what recompute adds) over the devices at the matrix-product rate
+/// (the cost model's efficiency for a micro-batch's hidden x hidden / tp
+/// product, the attention's output projection), stretched by the
+/// schedule's bubble, plus tensor-parallel all-reduces of the activations
+/// (4 per layer and micro-batch) and the gradients' data-parallel
+/// all-reduce (half again with ZeRO-3's gathers).
 double roughStepTime(const spec::ParallelSpec &p, const ModelConfig &model,
                      const spec::Cluster &cluster, int64_t world,
                      int64_t parameters, double flopsPerToken) {
@@ -88,9 +90,12 @@ double roughStepTime(const spec::ParallelSpec &p, const ModelConfig &model,
   else if (p.recompute() == "selective")
     flops *= 1.03;
   bool low = model.dtype == spec::BF16 || model.dtype == spec::FP16;
+  double hidden = double(model.hiddenSize);
+  double product = 2.0 * double(p.micro_batch_size()) *
+                   double(model.seqLength) * hidden * hidden /
+                   double(std::max<int64_t>(p.tp(), 1));
   double rate = (low ? cluster.peak_flops_bf16() : cluster.peak_flops_fp32()) *
-                (cluster.matmul_efficiency() > 0 ? cluster.matmul_efficiency()
-                                                 : 0.6);
+                matmulEfficiency(cluster, product, low);
   int64_t perNode = std::min<int64_t>(world, cluster.devices_per_node());
   for (const spec::Calibration &c : cluster.calibrations())
     if (c.ranks_per_node() == perNode)

@@ -18,7 +18,12 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 using namespace braid;
 using namespace braid::test;
@@ -89,6 +94,187 @@ constexpr double kInOut = 2 * kLayerInOut + 64 * 512;
 // lm_head.
 constexpr double kParameters = 512 * 64 + 2 * (2 * 64 + kLayerInOut) + 64 +
                                64 * 512;
+
+/// A plan of one rank whose step is one micro-batch running one `kernel`
+/// call on bf16 buffers of the given shapes (its `attrs` as int attributes).
+plan::Plan oneKernelPlan(plan::Kernel kernel,
+                         const std::vector<std::vector<int64_t>> &inputs,
+                         const std::vector<std::vector<int64_t>> &outputs,
+                         const std::map<std::string, int64_t> &attrs = {}) {
+  plan::Plan p;
+  plan::Function *fn = p.add_functions();
+  fn->set_name("micro");
+  plan::Instruction *inst = fn->add_body();
+  inst->set_kernel(kernel);
+  auto buffer = [&](const std::vector<int64_t> &shape) {
+    plan::Buffer *b = p.add_buffers();
+    b->set_name("b" + std::to_string(p.buffers_size()));
+    b->set_dtype(plan::BF16);
+    for (int64_t d : shape)
+      b->add_shape(d);
+    return p.buffers_size() - 1;
+  };
+  for (const std::vector<int64_t> &shape : inputs)
+    inst->add_inputs(buffer(shape));
+  for (const std::vector<int64_t> &shape : outputs)
+    inst->add_outputs(buffer(shape));
+  for (auto [name, value] : attrs)
+    (*inst->mutable_int_attrs())[name] = value;
+  p.mutable_training()->set_micro_batches(1);
+  p.mutable_training()->mutable_step()->set_micro_step("micro");
+  return p;
+}
+
+/// The roofline's seconds of `kernel` in `plan`'s step (its only call).
+double kernelSeconds(const plan::Plan &plan, const spec::Cluster &cluster,
+                     const std::string &kernel) {
+  llvm::Expected<StepPrediction> p = predictStep(plan, cluster);
+  EXPECT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  return p ? p->kernels[kernel] : 0.0;
+}
+
+/// A cluster of one device that prices bf16 matrix products only: no
+/// overhead, memory that takes no time, 1e15 FLOP/s at peak.
+spec::Cluster productCluster() {
+  spec::Cluster c;
+  c.set_name("products");
+  c.set_nodes(1);
+  c.set_devices_per_node(1);
+  c.set_memory_bytes(int64_t(1) << 40);
+  c.set_peak_flops_bf16(1e15);
+  c.set_peak_flops_fp32(1e14);
+  return c;
+}
+
+void addPoint(spec::Cluster &c, double flops, double efficiency) {
+  spec::MatmulEfficiency *point = c.add_matmul_curve();
+  point->set_flops(flops);
+  point->set_efficiency(efficiency);
+}
+
+/// The curve's efficiency at `flops` from its points, as cluster.proto
+/// defines it: linear in log(flops) between the two points around it,
+/// the first or last point's beyond them.
+double curveAt(
+    const google::protobuf::RepeatedPtrField<spec::MatmulEfficiency> &points,
+    double flops) {
+  if (flops <= points[0].flops())
+    return points[0].efficiency();
+  for (int i = 1; i < points.size(); ++i)
+    if (flops <= points[i].flops()) {
+      double x0 = std::log(points[i - 1].flops()),
+             x1 = std::log(points[i].flops());
+      double y0 = points[i - 1].efficiency(), y1 = points[i].efficiency();
+      return y0 + (y1 - y0) * (std::log(flops) - x0) / (x1 - x0);
+    }
+  return points[points.size() - 1].efficiency();
+}
+
+TEST(CostModel, MatmulCurveIsLinearInLogFlopsAndClamped) {
+  spec::Cluster c = productCluster();
+  // No curve: matmul_efficiency, or 0.6 unset, for every size.
+  EXPECT_EQ(matmulEfficiency(c, 1e9, true), 0.6);
+  c.set_matmul_efficiency(0.45);
+  EXPECT_EQ(matmulEfficiency(c, 1e3, true), 0.45);
+  EXPECT_EQ(matmulEfficiency(c, 1e15, false), 0.45);
+  addPoint(c, 1e6, 0.1);
+  addPoint(c, 1e8, 0.5);
+  addPoint(c, 1e10, 0.8);
+  // At the points, their efficiency.
+  EXPECT_DOUBLE_EQ(matmulEfficiency(c, 1e6, true), 0.1);
+  EXPECT_DOUBLE_EQ(matmulEfficiency(c, 1e8, true), 0.5);
+  EXPECT_DOUBLE_EQ(matmulEfficiency(c, 1e10, true), 0.8);
+  // Halfway in log(flops) between two points: halfway between their
+  // efficiencies; a quarter of the way (10^8.5), a quarter.
+  EXPECT_NEAR(matmulEfficiency(c, 1e7, true), 0.3, 1e-12);
+  EXPECT_NEAR(matmulEfficiency(c, 1e9, true), 0.65, 1e-12);
+  EXPECT_NEAR(matmulEfficiency(c, std::pow(10.0, 8.5), true), 0.575, 1e-12);
+  // Beyond the points: the nearest point's.
+  EXPECT_EQ(matmulEfficiency(c, 10, true), 0.1);
+  EXPECT_EQ(matmulEfficiency(c, 0, true), 0.1);
+  EXPECT_EQ(matmulEfficiency(c, 1e14, true), 0.8);
+  // fp32 products have no curve here: matmul_efficiency, but no faster
+  // than the bf16 curve's FLOP/s: 1e15 x 0.65 at 1e9 FLOPs is 6.5 times
+  // the fp32 peak's 1e14 (0.45 stands); with an fp32 peak of 5e14, 1e6
+  // FLOPs reach 1e15 x 0.1 = 0.2 of it.
+  EXPECT_EQ(matmulEfficiency(c, 1e9, false), 0.45);
+  c.set_peak_flops_fp32(5e14);
+  EXPECT_EQ(matmulEfficiency(c, 1e9, false), 0.45);
+  EXPECT_NEAR(matmulEfficiency(c, 1e6, false), 0.2, 1e-12);
+  EXPECT_NEAR(matmulEfficiency(c, 1e7, false), 0.45, 1e-12); // 0.3 x 2 = 0.6
+  // With an fp32 curve, its own.
+  spec::MatmulEfficiency *fp32 = c.add_matmul_curve_fp32();
+  fp32->set_flops(1e9);
+  fp32->set_efficiency(0.9);
+  EXPECT_EQ(matmulEfficiency(c, 1e3, false), 0.9);
+  EXPECT_EQ(matmulEfficiency(c, 1e12, false), 0.9);
+  EXPECT_NEAR(matmulEfficiency(c, 1e9, true), 0.65, 1e-12);
+}
+
+TEST(CostModel, SmallProductsReachLessOfThePeakOnDgxH100) {
+  // One LINEAR of 4096 tokens, x [4096, n] · w [n, n], bf16, on dgx-h100:
+  // 4 us of launch + max(FLOPs / (989 TFLOP/s x the curve's efficiency at
+  // its 2·4096·n² FLOPs), bytes / (3.35 TB/s x 0.7)). A 2304-wide model's
+  // product (4.35e10 FLOPs, between the curve's 2048^3 and 4096^3 points:
+  // about 0.707) reaches less of the peak than a 12288-wide one's (1.24e12,
+  // beyond the last point: 793.1 / 989 = 0.802).
+  llvm::Expected<spec::Cluster> h100 = loadCluster("dgx-h100");
+  ASSERT_TRUE(bool(h100)) << llvm::toString(h100.takeError());
+  ASSERT_GE(h100->matmul_curve_size(), 2);
+  const double tokens = 4096;
+  std::map<int64_t, double> perFlop, efficiency;
+  for (int64_t n : {2304, 12288}) {
+    SCOPED_TRACE(n);
+    plan::Plan plan = oneKernelPlan(
+        plan::LINEAR, {{int64_t(tokens), n}, {n, n}}, {{int64_t(tokens), n}});
+    double flops = 2 * tokens * double(n) * double(n);
+    double bytes = 2 * (2 * tokens * double(n) + double(n) * double(n));
+    efficiency[n] = curveAt(h100->matmul_curve(), flops);
+    double want = 4e-6 + std::max(flops / (989e12 * efficiency[n]),
+                                  bytes / (3.35e12 * 0.7));
+    double got = kernelSeconds(plan, *h100, "LINEAR");
+    EXPECT_NEAR(got, want, 1e-12 * want);
+    perFlop[n] = (got - 4e-6) / flops;
+  }
+  EXPECT_NEAR(efficiency[2304], 0.707, 1e-3);
+  EXPECT_NEAR(efficiency[12288], 793.1 / 989, 1e-12);
+  // Both compute-bound: the small product's FLOP costs more, by the ratio
+  // of the efficiencies.
+  EXPECT_GT(perFlop[2304], perFlop[12288]);
+  EXPECT_NEAR(perFlop[2304] / perFlop[12288],
+              efficiency[12288] / efficiency[2304], 1e-9);
+}
+
+TEST(CostModel, AttentionPricesEachProductAtItsSize) {
+  // Attention of one sequence of 64 queries and keys, 2 heads of d = 32,
+  // not causal: 1 x 2 x 64 x 64 = 8192 scores, each product (q·kᵀ, p·v and
+  // the backward's) 2·32 FLOPs a score, 524288 FLOPs. The curve's
+  // efficiency is 0.1 up to 524288 FLOPs and 0.9 from 1048576 on: priced
+  // at the product's size, every kernel's FLOPs take 0.1 (at its whole
+  // FLOPs, 0.9).
+  spec::Cluster c = productCluster();
+  addPoint(c, 524288, 0.1);
+  addPoint(c, 1048576, 0.9);
+  const double product = 2 * 32 * 8192;
+  std::vector<int64_t> qkv = {1, 64, 64};
+  std::map<std::string, int64_t> attrs = {{"heads", 2}};
+  plan::Plan forward =
+      oneKernelPlan(plan::ATTENTION, {qkv, qkv, qkv}, {qkv}, attrs);
+  // Forward: two products.
+  EXPECT_NEAR(kernelSeconds(forward, c, "ATTENTION"),
+              2 * product / (1e15 * 0.1), 1e-21);
+  // Backward without the forward's log-sum-exp (q, k, v, out, dout): the
+  // forward's two products again, its own five (q·kᵀ, dout·vᵀ, dq, dk,
+  // dv) and dout·out per query row (2·32 x 2 heads x 64 rows, priced with
+  // them).
+  plan::Plan backward = oneKernelPlan(
+      plan::ATTENTION_GRAD, {qkv, qkv, qkv, qkv, qkv}, {qkv, qkv, qkv}, attrs);
+  double flops = 7 * product + 2 * 32 * 2 * 64;
+  const plan::Instruction &grad = backward.functions(0).body(0);
+  EXPECT_EQ(plan::InstructionWork(backward, grad).flops, flops);
+  EXPECT_NEAR(kernelSeconds(backward, c, "ATTENTION_GRAD"),
+              flops / (1e15 * 0.1), 1e-21);
+}
 
 TEST(CostModel, MatrixProductsAtMeasuredRates) {
   // Serial, 2 sequences of 16 tokens: each linear runs once forward, and
@@ -613,6 +799,49 @@ TEST(CostModel, ClusterPresetsAndFiles) {
   EXPECT_EQ(llvm::toString(syntax.takeError()),
             path + ": not a cluster description (text format of "
                    "braid.spec.Cluster)");
+  // A curve's points ascend in flops, their efficiency in (0, 1].
+  f = std::fopen(path.c_str(), "w");
+  std::fputs("name: \"two\" nodes: 1 devices_per_node: 1 memory_bytes: 1 "
+             "matmul_curve { flops: 1e9 efficiency: 0.5 } "
+             "matmul_curve { flops: 1e8 efficiency: 0.6 }\n",
+             f);
+  std::fclose(f);
+  llvm::Expected<spec::Cluster> descending = loadCluster(path);
+  ASSERT_FALSE(bool(descending));
+  EXPECT_EQ(llvm::toString(descending.takeError()),
+            "cluster two: matmul_curve point 1 (flops 1e+08, efficiency 0.6): "
+            "flops must be > 0 and ascend, efficiency in (0, 1]");
+}
+
+TEST(CostModel, ClusterFileCurvePricesItsProducts) {
+  // A cluster file whose bf16 products reach 25 % of the peak at 1e9 FLOPs
+  // and 75 % at 1e12 (fp32 ones 0.5 throughout): a LINEAR of 2·1024·2048·
+  // 4096 = 1.7e10 FLOPs takes the efficiency log-linear between the two,
+  // 0.25 + 0.5 x log(17.18) / log(1000).
+  std::string path = ::testing::TempDir() + "/curve.textproto";
+  std::FILE *f = std::fopen(path.c_str(), "w");
+  std::fputs("name: \"curve\" nodes: 1 devices_per_node: 1 "
+             "memory_bytes: 1099511627776 peak_flops_bf16: 1e15 "
+             "peak_flops_fp32: 1e14 matmul_efficiency: 0.5 "
+             "kernel_overhead_s: 2e-6\n"
+             "matmul_curve { flops: 1e9 efficiency: 0.25 }\n"
+             "matmul_curve { flops: 1e12 efficiency: 0.75 }\n",
+             f);
+  std::fclose(f);
+  llvm::Expected<spec::Cluster> c = loadCluster(path);
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  ASSERT_EQ(c->matmul_curve_size(), 2);
+  plan::Plan plan =
+      oneKernelPlan(plan::LINEAR, {{1024, 2048}, {2048, 4096}}, {{1024, 4096}});
+  double flops = 2.0 * 1024 * 2048 * 4096;
+  double efficiency = 0.25 + 0.5 * std::log(flops / 1e9) / std::log(1000.0);
+  double want = 2e-6 + flops / (1e15 * efficiency);
+  EXPECT_NEAR(kernelSeconds(plan, *c, "LINEAR"), want, 1e-12 * want);
+  // The same product in fp32: no fp32 curve, matmul_efficiency.
+  for (plan::Buffer &b : *plan.mutable_buffers())
+    b.set_dtype(plan::F32);
+  want = 2e-6 + flops / (1e14 * 0.5);
+  EXPECT_NEAR(kernelSeconds(plan, *c, "LINEAR"), want, 1e-12 * want);
 }
 
 } // namespace
