@@ -15,7 +15,8 @@
 // dK += dSᵀ Q and dV += Pᵀ dO are single-precision GEMMs (OpenBLAS) reading
 // and writing the heads in place through their row strides. Between them,
 // per row: the ALiBi bias, the mask (keys of other documents or, causal,
-// after the query get probability 0), the softmax with expFast (FastMath.h)
+// after the query get probability 0), the softmax with expFast (its loop in
+// VectorLoops.h)
 // and its sums in double. A block's S (then P) and dP (then dS) are scratch:
 // per thread, block rows × seq floats each, allocated once per call and
 // written by every block before it reads them.
@@ -31,8 +32,8 @@
 
 #include "runtime/cpu/Kernels.h"
 
-#include "runtime/cpu/FastMath.h"
 #include "runtime/cpu/Parallel.h"
+#include "runtime/cpu/VectorLoops.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -220,8 +221,7 @@ float addBiasAndMax(float *row, int lo, int hi, int dist, float slope) {
 /// [0, n).
 void expOrMask(float *row, int lo, int hi, int n, float shift) {
   std::fill(row, row + lo, 0.0f);
-  for (int c = lo; c < hi; ++c)
-    row[c] = expFast(row[c] - shift);
+  expTimes(row + lo, hi - lo, shift, 1.0f, row + lo);
   std::fill(row + hi, row + n, 0.0f);
 }
 

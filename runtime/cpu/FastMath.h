@@ -6,7 +6,8 @@
 // double, GeLU and the cross-entropy spent ~10 ns an element in them).
 //
 // Every function is the same arithmetic on every element, so a loop gives the
-// same bits whichever lanes, threads or blocks take an element. Accuracy,
+// same bits whichever lanes, threads or blocks take an element (and, without
+// contracted multiply-adds, whichever instruction set: VectorLoops.h). Accuracy,
 // checked against the double library functions by FastMathTest:
 //   expFast     relative error below 2^-22 (2 ulp) on [-86, 88.72];
 //               exactly 0 below (true values under 4.5e-38, and -inf),
@@ -24,10 +25,8 @@
 #ifndef BRAID_RUNTIME_CPU_FASTMATH_H
 #define BRAID_RUNTIME_CPU_FASTMATH_H
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 namespace braid::cpu {
 
@@ -109,62 +108,6 @@ inline float onePlusErfFast(float x) {
   float erfc = t * expFast(-z * z + p);
   float tail = x < 0 ? erfc : 2.0f - erfc;
   return z < 0.5f ? series : tail;
-}
-
-//===-- Row reductions ----------------------------------------------------===//
-//
-// Over kLanes interleaved partial results, combined in lane order at the end:
-// a fixed order, so the same bits on any thread, and one the compiler can
-// vectorise (a single running max or sum cannot be reordered without
-// -ffast-math).
-
-inline constexpr int64_t kLanes = 16;
-
-/// The largest of x[0, n); -inf for n = 0.
-inline float maxOf(const float *x, int64_t n) {
-  float lane[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l)
-    lane[l] = -__builtin_inff();
-  int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l)
-      lane[l] = x[c + l] > lane[l] ? x[c + l] : lane[l];
-  float m = -__builtin_inff();
-  for (int64_t l = 0; l < kLanes; ++l)
-    m = lane[l] > m ? lane[l] : m;
-  for (; c < n; ++c)
-    m = x[c] > m ? x[c] : m;
-  return m;
-}
-
-/// The sum of expFast(x[c] - m) over x[0, n), added in double.
-inline double sumExpShifted(const float *x, int64_t n, float m) {
-  double lane[kLanes] = {};
-  int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l)
-      lane[l] += double(expFast(x[c + l] - m));
-  double sum = 0;
-  for (int64_t l = 0; l < kLanes; ++l)
-    sum += lane[l];
-  for (; c < n; ++c)
-    sum += double(expFast(x[c] - m));
-  return sum;
-}
-
-/// g[c] = e^(row[c] - lse) · scale over n elements: a softmax row times a
-/// scale (the cross-entropy's gradient before the target's -scale). Float
-/// rows use expFast; double rows libm's exp, in double throughout.
-template <typename T>
-inline void softmaxTimes(const T *row, int64_t n, T lse, double scale, T *g) {
-  if constexpr (std::is_same_v<T, float>) {
-    float sc = float(scale);
-    for (int64_t c = 0; c < n; ++c)
-      g[c] = expFast(row[c] - lse) * sc;
-  } else {
-    for (int64_t c = 0; c < n; ++c)
-      g[c] = T(std::exp(row[c] - double(lse)) * scale);
-  }
 }
 
 } // namespace braid::cpu

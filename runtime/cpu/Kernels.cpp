@@ -16,8 +16,8 @@
 
 #include "runtime/cpu/Kernels.h"
 
-#include "runtime/cpu/FastMath.h"
 #include "runtime/cpu/Parallel.h"
+#include "runtime/cpu/VectorLoops.h"
 #include "runtime/cpu/Philox.h"
 
 #include <cblas.h>
@@ -74,16 +74,7 @@ constexpr double kSqrt2OverPi = 0.7978845608028654; // sqrt(2 / pi)
 constexpr double kInvSqrt2 = 0.7071067811865476;
 constexpr double kInvSqrt2Pi = 0.3989422804014327; // 1 / sqrt(2 pi)
 
-/// The logistic function of each precision: the double kernels call libm
-/// (they are the float kernels' reference); the float ones FastMath.h's,
-/// which vectorises.
-template <typename T> struct Math;
-template <> struct Math<double> {
-  static double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-};
-template <> struct Math<float> {
-  static float sigmoid(float x) { return sigmoidFast(x); }
-};
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 /// Runs f(i, len) on the stretches of [i0, i1) that stay inside one row of
 /// `cols` elements (i is the element's index in the rows × cols layout), so
@@ -386,8 +377,11 @@ void swigluRows(const T *gate, const T *up, int64_t rows, int64_t cols,
       int64_t at = i / cols * stride + i % cols;
       const T *g = gate + at, *u = up + at;
       T *out = y + i;
-      for (int64_t k = 0; k < len; ++k)
-        out[k] = g[k] * Math<T>::sigmoid(g[k]) * u[k];
+      if constexpr (std::is_same_v<T, float>)
+        swigluLoop(g, u, len, out);
+      else
+        for (int64_t k = 0; k < len; ++k)
+          out[k] = g[k] * sigmoid(g[k]) * u[k];
     });
   };
   parallelBlocks(rows * cols, kElementBlock, kTranscendentalCost, block);
@@ -401,10 +395,14 @@ void swigluRowsBackward(const T *gate, const T *up, const T *dy, int64_t rows,
       int64_t at = i / cols * stride + i % cols;
       const T *g = gate + at, *u = up + at, *d = dy + i;
       T *dg = dgate + at, *du = dup + at;
-      for (int64_t k = 0; k < len; ++k) {
-        T sg = Math<T>::sigmoid(g[k]);
-        du[k] = d[k] * g[k] * sg;
-        dg[k] = d[k] * u[k] * sg * (T(1) + g[k] * (T(1) - sg));
+      if constexpr (std::is_same_v<T, float>) {
+        swigluGradLoop(g, u, d, len, dg, du);
+      } else {
+        for (int64_t k = 0; k < len; ++k) {
+          T sg = sigmoid(g[k]);
+          du[k] = d[k] * g[k] * sg;
+          dg[k] = d[k] * u[k] * sg * (T(1) + g[k] * (T(1) - sg));
+        }
       }
     });
   };
@@ -433,24 +431,17 @@ void swigluPackedBackward(const T *x, const T *dy, int64_t rows, int64_t f,
   swigluRowsBackward(x, x + f, dy, rows, f, 2 * f, dx, dx + f);
 }
 
-// GeLU in float uses 1 + tanh, 1 - tanh^2 and 1 + erf from FastMath's
-// tail-accurate forms: computed as 1 + tanh(u) they cancel to 0 where the
-// true values are below float's resolution near 1 (x < -5 or so), and the
-// gradient there is lost (the double kernels need no such care).
+// GeLU in float (VectorLoops.h) uses 1 + tanh, 1 - tanh^2 and 1 + erf in
+// FastMath's tail-accurate forms: computed as 1 + tanh(u) they cancel to 0
+// where the true values are below float's resolution near 1 (x < -5 or
+// so), and the gradient there is lost (the double kernels need no such
+// care).
 template <typename T>
 void geluForward(const T *x, int64_t n, bool tanhApprox, T *y) {
   const T a = T(kSqrt2OverPi), b = T(0.044715), r = T(kInvSqrt2);
   auto block = [&](int64_t i0, int64_t i1) {
     if constexpr (std::is_same_v<T, float>) {
-      if (tanhApprox)
-        for (int64_t i = i0; i < i1; ++i) {
-          float v = x[i], plus, minus2;
-          tanhTermsFast(a * (v + b * v * v * v), plus, minus2);
-          y[i] = 0.5f * v * plus;
-        }
-      else
-        for (int64_t i = i0; i < i1; ++i)
-          y[i] = 0.5f * x[i] * onePlusErfFast(x[i] * r);
+      geluLoop(x + i0, i1 - i0, tanhApprox, y + i0);
     } else {
       if (tanhApprox)
         for (int64_t i = i0; i < i1; ++i) {
@@ -473,19 +464,7 @@ void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx) {
           density = T(kInvSqrt2Pi);
   auto block = [&](int64_t i0, int64_t i1) {
     if constexpr (std::is_same_v<T, float>) {
-      if (tanhApprox)
-        for (int64_t i = i0; i < i1; ++i) {
-          float v = x[i], plus, minus2;
-          tanhTermsFast(a * (v + b * v * v * v), plus, minus2);
-          float du = a * (1.0f + 3.0f * b * v * v);
-          dx[i] = dy[i] * (0.5f * plus + 0.5f * v * minus2 * du);
-        }
-      else
-        for (int64_t i = i0; i < i1; ++i) {
-          float v = x[i];
-          dx[i] = dy[i] * (0.5f * onePlusErfFast(v * r) +
-                           v * density * expFast(-0.5f * v * v));
-        }
+      geluGradLoop(x + i0, dy + i0, i1 - i0, tanhApprox, dx + i0);
     } else {
       if (tanhApprox)
         for (int64_t i = i0; i < i1; ++i) {

@@ -11,8 +11,8 @@
 
 #include "runtime/cpu/VocabParallel.h"
 
-#include "runtime/cpu/FastMath.h"
 #include "runtime/cpu/Parallel.h"
+#include "runtime/cpu/VectorLoops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -96,7 +96,7 @@ void crossEntropyPartial(const T *logits, const int32_t *targets,
       return;
     }
     // As crossEntropyForward: in double, T - double, exp and the sum; in
-    // float, FastMath's exp summed in double.
+    // float, VectorLoops' exp summed in double.
     const T *row = logits + r * vocab;
     double m = globalMax[r], sum = 0;
     if constexpr (std::is_same_v<T, float>) {

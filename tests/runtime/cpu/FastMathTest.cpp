@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/FastMath.h"
+#include "runtime/cpu/VectorLoops.h"
 
 #include "gtest/gtest.h"
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <vector>
 
 using namespace braid::cpu;
 
@@ -100,6 +102,70 @@ TEST(FastMath, OnePlusErfRelativeError) {
     worst = std::max(worst, std::fabs(onePlusErfFast(x) - ref) / ref / bound);
   });
   EXPECT_LT(worst, 1.0);
+}
+
+TEST(VectorLoops, SameBitsAsTheScalarFunctions) {
+  // The loops run their AVX-512 clones where the CPU has them; this file is
+  // compiled for the baseline and calls FastMath's functions one element at
+  // a time, without multiply-adds: the same operations, so the same bits.
+  const int64_t n = 100003;
+  std::vector<float> x(n), u(n), dy(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = -12.0f + 24.0f * float(i) / float(n) + 1e-3f * float(i % 7);
+    u[i] = 0.5f - float(i % 13) / 13.0f;
+    dy[i] = 1.0f - float(i % 5) / 2.5f;
+  }
+  auto sameBits = [](float a, float b) {
+    return std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  const float a = 0.7978845608028654f, b = 0.044715f;
+  std::vector<float> y(n), dx(n), y2(n), dg(n), du(n);
+  for (bool tanhApprox : {false, true}) {
+    geluLoop(x.data(), n, tanhApprox, y.data());
+    geluGradLoop(x.data(), dy.data(), n, tanhApprox, dx.data());
+    for (int64_t i = 0; i < n; ++i) {
+      float v = x[i], want, wantGrad;
+      if (tanhApprox) {
+        float plus, minus2;
+        tanhTermsFast(a * (v + b * v * v * v), plus, minus2);
+        want = 0.5f * v * plus;
+        float d = a * (1.0f + 3.0f * b * v * v);
+        wantGrad = dy[i] * (0.5f * plus + 0.5f * v * minus2 * d);
+      } else {
+        want = 0.5f * v * onePlusErfFast(v * 0.7071067811865476f);
+        wantGrad = dy[i] * (0.5f * onePlusErfFast(v * 0.7071067811865476f) +
+                            v * 0.3989422804014327f * expFast(-0.5f * v * v));
+      }
+      ASSERT_TRUE(sameBits(y[i], want)) << "gelu " << tanhApprox << " " << v;
+      ASSERT_TRUE(sameBits(dx[i], wantGrad))
+          << "gelu grad " << tanhApprox << " " << v;
+    }
+  }
+  swigluLoop(x.data(), u.data(), n, y.data());
+  swigluGradLoop(x.data(), u.data(), dy.data(), n, dg.data(), du.data());
+  expTimes(x.data(), n, 0.25f, 1.5f, y2.data());
+  for (int64_t i = 0; i < n; ++i) {
+    float g = x[i], sg = sigmoidFast(g);
+    ASSERT_TRUE(sameBits(y[i], g * sg * u[i])) << g;
+    ASSERT_TRUE(sameBits(du[i], dy[i] * g * sg)) << g;
+    ASSERT_TRUE(
+        sameBits(dg[i], dy[i] * u[i] * sg * (1.0f + g * (1.0f - sg))))
+        << g;
+    ASSERT_TRUE(sameBits(y2[i], expFast(x[i] - 0.25f) * 1.5f)) << x[i];
+  }
+  // The max is exact whatever the order.
+  float m = -std::numeric_limits<float>::infinity();
+  for (float v : x)
+    m = std::max(m, v);
+  EXPECT_EQ(maxOf(x.data(), n), m);
+  EXPECT_EQ(maxOf(x.data(), 0), -std::numeric_limits<float>::infinity());
+  // The sum of exponentials against a long double sum of expFast's values
+  // (its lanes reorder a double sum: within n double roundings).
+  long double ref = 0;
+  for (float v : x)
+    ref += expFast(v - 2.0f);
+  EXPECT_NEAR(sumExpShifted(x.data(), n, 2.0f), double(ref),
+              1e-15 * n * double(ref));
 }
 
 } // namespace

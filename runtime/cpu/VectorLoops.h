@@ -1,0 +1,64 @@
+//===- VectorLoops.h - The float kernels' loops, for the CPU's vectors ----===//
+//
+// Private to runtime/cpu. The float loops of FastMath.h's functions (GeLU,
+// SwiGLU, softmax rows), compiled twice (GCC's target_clones): for the
+// baseline x86-64 (SSE2, 4 floats a vector) and for AVX-512 (16), the
+// second chosen when the program loads on a CPU that has it. Both compute
+// with the same operations in the same order, none contracted into
+// multiply-adds (-ffp-contract=off), so the bits are the same whichever
+// runs (FastMathTest compares them with the scalar functions).
+//
+// Row reductions run over kLanes interleaved partial results, combined in
+// lane order at the end: a fixed order, so the same bits on any thread and
+// any vector width, and one the compiler vectorises (a single running max
+// or sum cannot be reordered without -ffast-math).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef BRAID_RUNTIME_CPU_VECTORLOOPS_H
+#define BRAID_RUNTIME_CPU_VECTORLOOPS_H
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace braid::cpu {
+
+inline constexpr int64_t kLanes = 16;
+
+/// y = GeLU(x) over n elements, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+/// x^3))) or 0.5 x (1 + erf(x / sqrt 2)), with FastMath's tail-exact
+/// 1 + tanh and 1 + erf.
+void geluLoop(const float *x, int64_t n, bool tanhApprox, float *y);
+/// dx = dy GeLU'(x) over n elements.
+void geluGradLoop(const float *x, const float *dy, int64_t n, bool tanhApprox,
+                  float *dx);
+/// y = silu(g) u over n elements.
+void swigluLoop(const float *g, const float *u, int64_t n, float *y);
+/// dg and du of y = silu(g) u over n elements.
+void swigluGradLoop(const float *g, const float *u, const float *dy, int64_t n,
+                    float *dg, float *du);
+
+/// The largest of x[0, n); -inf for n = 0.
+float maxOf(const float *x, int64_t n);
+/// The sum of expFast(x[c] - shift) over x[0, n), added in double.
+double sumExpShifted(const float *x, int64_t n, float shift);
+/// out[c] = expFast(x[c] - shift) · scale over n elements (out may be x).
+void expTimes(const float *x, int64_t n, float shift, float scale, float *out);
+
+/// g[c] = e^(row[c] - lse) · scale over n elements: a softmax row times a
+/// scale (the cross-entropy's gradient before the target's -scale). Float
+/// rows through expTimes; double rows libm's exp, in double throughout.
+template <typename T>
+inline void softmaxTimes(const T *row, int64_t n, T lse, double scale, T *g) {
+  if constexpr (std::is_same_v<T, float>) {
+    expTimes(row, n, lse, float(scale), g);
+  } else {
+    for (int64_t c = 0; c < n; ++c)
+      g[c] = T(std::exp(row[c] - double(lse)) * scale);
+  }
+}
+
+} // namespace braid::cpu
+
+#endif // BRAID_RUNTIME_CPU_VECTORLOOPS_H
