@@ -3,6 +3,7 @@
 #include "runtime/ckpt/HFExport.h"
 
 #include "runtime/common/Float16.h"
+#include "runtime/common/JsonString.h"
 #include "runtime/common/OutputFile.h"
 
 #include "absl/strings/ascii.h"
@@ -131,24 +132,6 @@ std::vector<std::vector<size_t>> PlanShards(absl::Span<const int64_t> bytes,
   return shards;
 }
 
-namespace {
-
-/// `s` as a JSON string (Python's json.dumps with ensure_ascii).
-std::string jsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\')
-      absl::StrAppend(&out, "\\", std::string(1, char(c)));
-    else if (c < 0x20 || c >= 0x7F)
-      absl::StrAppendFormat(&out, "\\u%04x", c);
-    else
-      out.push_back(char(c));
-  }
-  return out + "\"";
-}
-
-} // namespace
-
 absl::Status WriteHFWeights(const std::string &dir,
                             absl::Span<const TensorToWrite> tensors,
                             int64_t maxBytes, std::vector<std::string> *files) {
@@ -186,12 +169,15 @@ absl::Status WriteHFWeights(const std::string &dir,
     if (files)
       files->push_back(name);
   }
-  // json.dumps(index, indent=2, sort_keys=True) + "\n".
+  // json.dumps(index, indent=2, sort_keys=True) + "\n" (the same JSON; a
+  // non-ASCII name is written in UTF-8 where Python's ensure_ascii writes
+  // \u escapes).
   std::string index = absl::StrCat("{\n  \"metadata\": {\n    \"total_size\": ",
                                    total, "\n  },\n  \"weight_map\": {\n");
   size_t n = 0;
   for (const auto &[tensor, file] : weightMap)
-    absl::StrAppend(&index, "    ", jsonString(tensor), ": ", jsonString(file),
+    absl::StrAppend(&index, "    ", common::JsonString(tensor), ": ",
+                    common::JsonString(file),
                     ++n < weightMap.size() ? ",\n" : "\n");
   absl::StrAppend(&index, "  }\n}\n");
   const std::string name = "model.safetensors.index.json";

@@ -10,6 +10,7 @@
 #include "runtime/common/Json.h"
 #include "runtime/ckpt/Safetensors.h"
 
+#include "runtime/common/JsonString.h"
 #include "runtime/common/OutputFile.h"
 
 #include "runtime/common/MappedFile.h"
@@ -182,49 +183,6 @@ absl::Status parseTensorEntry(const std::string &name, const Value &entry,
   info->begin = *begin;
   info->end = *end;
   return absl::OkStatus();
-}
-
-/// Appends `s` as a JSON string the way serde_json writes it: quotes,
-/// backslashes and control characters escaped (\b \f \n \r \t, else
-/// \u00xx in lower-case hex), everything else (UTF-8 included) as is.
-void appendJsonString(std::string &out, absl::string_view s) {
-  static const char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (char c : s) {
-    unsigned char u = static_cast<unsigned char>(c);
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\b':
-      out += "\\b";
-      break;
-    case '\f':
-      out += "\\f";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\r':
-      out += "\\r";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (u < 0x20) {
-        out += "\\u00";
-        out.push_back(kHex[u >> 4]);
-        out.push_back(kHex[u & 15]);
-      } else {
-        out.push_back(c);
-      }
-    }
-  }
-  out.push_back('"');
 }
 
 } // namespace
@@ -593,9 +551,9 @@ absl::Status WriteSafetensors(
       if (!firstKey)
         header.push_back(',');
       firstKey = false;
-      appendJsonString(header, key);
+      common::AppendJsonString(header, key);
       header.push_back(':');
-      appendJsonString(header, value);
+      common::AppendJsonString(header, value);
     }
     header += "}";
     first = false;
@@ -605,7 +563,7 @@ absl::Status WriteSafetensors(
     if (!first)
       header.push_back(',');
     first = false;
-    appendJsonString(header, t->name);
+    common::AppendJsonString(header, t->name);
     absl::StrAppend(&header, ":{\"dtype\":\"", dtypeName(t->dtype),
                     "\",\"shape\":[", absl::StrJoin(t->shape, ","),
                     "],\"data_offsets\":[", offset, ",",

@@ -2,6 +2,8 @@
 
 #include "runtime/eval/Evaluate.h"
 
+#include "runtime/common/JsonString.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -111,37 +113,6 @@ GroupResult groupOf(const std::string &name, const std::string &displayName,
   return group;
 }
 
-/// JSON text of a string.
-void appendJsonString(std::string &out, absl::string_view s) {
-  out.push_back('"');
-  for (char c : s) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\r':
-      out += "\\r";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (u < 0x20)
-        out += absl::StrFormat("\\u%04x", u);
-      else
-        out.push_back(c);
-    }
-  }
-  out.push_back('"');
-}
-
 /// The shortest of %.15g, %.16g and %.17g that reads back as `x`; null for
 /// a NaN or an infinity (JSON has neither).
 std::string jsonNumber(double x) {
@@ -162,7 +133,7 @@ void appendMetrics(std::string &out, const std::vector<MetricValue> &metrics,
     out += m ? ",\n" : "\n";
     out.append(indent.data(), indent.size());
     out += "  ";
-    appendJsonString(out, metrics[m].name);
+    common::AppendJsonString(out, metrics[m].name);
     out += absl::StrCat(": {\"value\": ", jsonNumber(metrics[m].value),
                         ", \"stderr\": ", jsonNumber(metrics[m].standardError),
                         "}");
@@ -175,9 +146,9 @@ void appendGroups(std::string &out, const std::vector<GroupResult> &groups) {
   for (size_t g = 0; g < groups.size(); ++g) {
     out += g ? ",\n" : "\n";
     out += "        {\"name\": ";
-    appendJsonString(out, groups[g].name);
+    common::AppendJsonString(out, groups[g].name);
     out += ", \"display_name\": ";
-    appendJsonString(out, groups[g].displayName);
+    common::AppendJsonString(out, groups[g].displayName);
     out += absl::StrCat(", \"count\": ", groups[g].count, ",\n");
     out += "         \"metrics\": ";
     appendMetrics(out, groups[g].metrics, "         ");
@@ -430,7 +401,7 @@ std::string ResultsJson(const std::vector<TaskResult> &results,
     const std::vector<std::string> metrics = MetricNames(task.benchmark);
     out += t ? ",\n" : "\n";
     out += "    {\"task\": ";
-    appendJsonString(out, BenchmarkName(task.benchmark));
+    common::AppendJsonString(out, BenchmarkName(task.benchmark));
     out += absl::StrCat(", \"num_fewshot\": ", task.numFewshot,
                         ", \"count\": ", task.overall.count, ",\n");
     out += "      \"metrics\": ";
@@ -445,12 +416,12 @@ std::string ResultsJson(const std::vector<TaskResult> &results,
         const ItemResult &item = task.items[i];
         out += i ? ",\n" : "\n";
         out += "        {\"where\": ";
-        appendJsonString(out, item.where);
+        common::AppendJsonString(out, item.where);
         out += ", \"scores\": {";
         for (size_t m = 0; m < item.scores.size(); ++m) {
           if (m)
             out += ", ";
-          appendJsonString(out, metrics[m]);
+          common::AppendJsonString(out, metrics[m]);
           out += absl::StrCat(": ", jsonNumber(item.scores[m]));
         }
         out += "}";
@@ -461,7 +432,7 @@ std::string ResultsJson(const std::vector<TaskResult> &results,
           out += "]";
         } else {
           out += ", \"generation\": ";
-          appendJsonString(out, item.generation);
+          common::AppendJsonString(out, item.generation);
         }
         out += "}";
       }

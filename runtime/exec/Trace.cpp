@@ -2,6 +2,7 @@
 
 #include "runtime/exec/Trace.h"
 
+#include "runtime/common/JsonString.h"
 #include "runtime/plan/KernelRegistry.h"
 
 #include "absl/strings/str_cat.h"
@@ -14,32 +15,6 @@
 
 namespace braid::exec {
 namespace {
-
-std::string quote(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (static_cast<unsigned char>(c) < 0x20)
-        out += absl::StrFormat("\\u%04x", int(c));
-      else
-        out += c;
-    }
-  }
-  return out + "\"";
-}
 
 /// A colour of Chrome's trace viewer for `phase` (Perfetto picks its own).
 const char *colourOf(TracePhase phase) {
@@ -130,8 +105,6 @@ std::vector<std::vector<TracePhase>> KernelPhases(const plan::Plan &plan) {
   return phases;
 }
 
-std::string TraceQuote(absl::string_view text) { return quote(text); }
-
 const char *TracePhaseName(TracePhase phase) {
   switch (phase) {
   case TracePhase::kStep:
@@ -183,7 +156,7 @@ std::string Trace::EventsJson(int64_t rank,
   lines.reserve(events_.size() + 10);
   lines.push_back(absl::StrCat(
       "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ", rank,
-      ", \"args\": {\"name\": ", quote(processName), "}}"));
+      ", \"args\": {\"name\": ", common::JsonString(processName), "}}"));
   lines.push_back(absl::StrCat(
       "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": ", rank,
       ", \"args\": {\"sort_index\": ", rank, "}}"));
@@ -204,26 +177,29 @@ std::string Trace::EventsJson(int64_t rank,
     std::string name = event.name, args = event.args;
     if (const plan::Instruction *inst = event.inst) {
       name = plan::Kernel_Name(inst->kernel());
-      args = absl::StrCat("\"provenance\": ", quote(inst->provenance()));
+      args = absl::StrCat("\"provenance\": ",
+                          common::JsonString(inst->provenance()));
       if (plan::IsCommunicationTime(*inst)) {
         category = TracePhase::kCommunication;
-        absl::StrAppend(&args,
-                        ", \"phase\": ", quote(TracePhaseName(event.phase)));
+        absl::StrAppend(&args, ", \"phase\": ",
+                        common::JsonString(TracePhaseName(event.phase)));
         if (inst->group_size())
           absl::StrAppend(
-              &args, ", \"group\": ", quote(absl::StrJoin(inst->group(), ",")));
+              &args, ", \"group\": ",
+              common::JsonString(absl::StrJoin(inst->group(), ",")));
         if (plan::IsPointToPoint(inst->kernel())) {
           auto peer = inst->int_attrs().find("peer");
-          absl::StrAppend(&args, ", \"axis\": ", quote(inst->rank_axis()),
+          absl::StrAppend(&args,
+                          ", \"axis\": ", common::JsonString(inst->rank_axis()),
                           ", \"peer\": ",
                           peer == inst->int_attrs().end() ? 0 : peer->second);
         }
       }
     }
     lines.push_back(absl::StrCat(
-        "{\"name\": ", quote(name), ", \"cat\": \"", TracePhaseName(category),
-        "\", \"ph\": \"X\", \"pid\": ", rank, ", \"tid\": ", int(event.thread),
-        ", \"ts\": ", micros(event.beginNs),
+        "{\"name\": ", common::JsonString(name), ", \"cat\": \"",
+        TracePhaseName(category), "\", \"ph\": \"X\", \"pid\": ", rank,
+        ", \"tid\": ", int(event.thread), ", \"ts\": ", micros(event.beginNs),
         ", \"dur\": ", micros(std::max<int64_t>(event.durationNs, 0)),
         ", \"cname\": \"", colourOf(category), "\", \"args\": {", args, "}}"));
   }

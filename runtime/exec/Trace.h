@@ -50,9 +50,6 @@ enum class TracePhase : uint8_t {
 /// The category of `phase` ("forward", ...).
 const char *TracePhaseName(TracePhase phase);
 
-/// `text` as a JSON string, quotes included.
-std::string TraceQuote(absl::string_view text);
-
 /// The timelines of a rank (its Chrome "threads", in this order).
 enum class TraceThread : uint8_t { kStep, kCalls, kCompute, kCommunication };
 

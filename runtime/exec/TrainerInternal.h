@@ -30,6 +30,7 @@
 #ifndef BRAID_RUNTIME_EXEC_TRAINERINTERNAL_H
 #define BRAID_RUNTIME_EXEC_TRAINERINTERNAL_H
 
+#include "runtime/common/JsonString.h"
 #include "runtime/common/OutputFile.h"
 #include "runtime/cpu/Optimizer.h"
 #include "runtime/data/BlendedSamples.h"
@@ -247,9 +248,9 @@ absl::Status tracedCommunication(Trace *trace, const char *name,
     return op();
   Trace::Clock::time_point begin = Trace::Now();
   absl::Status s = op();
-  std::string args = absl::StrCat("\"provenance\": ", TraceQuote(why));
+  std::string args = absl::StrCat("\"provenance\": ", common::JsonString(why));
   if (*group)
-    absl::StrAppend(&args, ", \"group\": ", TraceQuote(group));
+    absl::StrAppend(&args, ", \"group\": ", common::JsonString(group));
   trace->Add(name, TracePhase::kCommunication, TraceThread::kCommunication,
              begin, Trace::Now(), std::move(args));
   return s;

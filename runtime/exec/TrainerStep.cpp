@@ -113,7 +113,7 @@ void traceCall(Trace *trace, const std::string &function, TracePhase phase,
   }
   if (slot >= 0)
     absl::StrAppend(&args, "\"slot\": ", slot, ", ");
-  absl::StrAppend(&args, "\"function\": ", TraceQuote(function));
+  absl::StrAppend(&args, "\"function\": ", common::JsonString(function));
   trace->Add(std::move(name), phase, TraceThread::kCalls, begin, Trace::Now(),
              std::move(args));
 }

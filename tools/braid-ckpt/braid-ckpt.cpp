@@ -13,6 +13,7 @@
 #include "frontends/HFConfig.h"
 #include "frontends/ModelConfig.h"
 #include "runtime/common/Format.h"
+#include "runtime/common/JsonString.h"
 #include "runtime/common/OutputFile.h"
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/HFCheckpoint.h"
@@ -222,11 +223,6 @@ absl::StatusOr<std::vector<float>> wholeTensor(ckpt::CheckpointReader &reader,
   return v;
 }
 
-/// A JSON string literal of `text`.
-std::string jsonString(const std::string &text) {
-  return llvm::formatv("{0}", llvm::json::Value(text)).str();
-}
-
 /// The checkpoint `dir` names (a root's latest), opened to export: its
 /// directory and reader; or the exit code of the failure, reported.
 struct Opened {
@@ -297,7 +293,7 @@ int exportPeft(const Opened &opened, const std::string &out,
   auto list = [](const auto &names) {
     std::vector<std::string> quoted;
     for (const std::string &name : names)
-      quoted.push_back(jsonString(name));
+      quoted.push_back(common::JsonString(name));
     return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
   };
   std::string config = absl::StrCat(

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/common/Format.h"
+#include "runtime/common/JsonString.h"
 #include "runtime/data/BpeTokenizer.h"
 #include "runtime/data/Instruction.h"
 #include "runtime/data/ModelTokenizer.h"
@@ -410,26 +411,6 @@ absl::StatusOr<std::string> decodeIds(const Tokenizer &tokenizer,
   return tokenizer.decode(ids);
 }
 
-/// `text` as a JSON string (the text is UTF-8; only what JSON requires is
-/// escaped).
-std::string jsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppend(
-          &out, "\\u00",
-          absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
-}
-
 /// --jsonl: one JSON object a line, {"text": ...} to encode (one line of
 /// ids out) or, with --decode, {"ids": [...]} (one line {"text": ...} out).
 int tokenizeJsonl(const ModelTokenizer &model, const std::string &path,
@@ -477,7 +458,7 @@ int tokenizeJsonl(const ModelTokenizer &model, const std::string &path,
         return runFailed(
             absl::Status(text.status().code(),
                          where + std::string(text.status().message())));
-      std::printf("{\"text\": %s}\n", jsonString(*text).c_str());
+      std::printf("{\"text\": %s}\n", braid::common::JsonString(*text).c_str());
       continue;
     }
     if (field == object.fields().end() ||

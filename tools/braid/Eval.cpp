@@ -15,6 +15,7 @@
 #include "tools/braid/Eval.h"
 #include "tools/braid/InferenceModel.h"
 
+#include "runtime/common/JsonString.h"
 #include "runtime/eval/Evaluate.h"
 #include "runtime/eval/Sandbox.h"
 #ifdef BRAID_HAVE_MPI
@@ -274,7 +275,8 @@ int evalCommand(int argc, char **argv) {
           !s.ok())
         return absl::InvalidArgumentError(absl::StrCat(
             "request ", i, " (continuation ",
-            jsonString(requests[i].continuation), "): ", s.message()));
+            common::JsonString(validUtf8(requests[i].continuation)),
+            "): ", s.message()));
     absl::StatusOr<std::vector<exec::Generator::ScoreResult>> results =
         gen.Score(scored, [&](int64_t done, int64_t) { within(done); },
                   f.sharePrefixes);
@@ -284,9 +286,10 @@ int evalCommand(int argc, char **argv) {
     for (size_t i = 0; i < results->size(); ++i) {
       out[i] = {(*results)[i].logprob, (*results)[i].greedy};
       if (samples)
-        samples << "{\"context\": " << jsonString(requests[i].context)
+        samples << "{\"context\": "
+                << common::JsonString(validUtf8(requests[i].context))
                 << ", \"continuation\": "
-                << jsonString(requests[i].continuation)
+                << common::JsonString(validUtf8(requests[i].continuation))
                 << ", \"context_ids\": " << idList(scored[i].context)
                 << ", \"continuation_ids\": " << idList(scored[i].continuation)
                 << ", \"logprob\": " << llvm::formatv("{0:E9}", out[i].logprob)

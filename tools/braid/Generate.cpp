@@ -15,6 +15,7 @@
 #include "frontends/HFConfig.h"
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/ModelIdentity.h"
+#include "runtime/common/JsonString.h"
 #include "runtime/data/ChatTemplate.h"
 #include "runtime/data/ModelTokenizer.h"
 #include "runtime/exec/Devices.h"
@@ -502,10 +503,10 @@ int generateCommand(int argc, char **argv) {
       }
       if (!f.output.empty() || prompts.size() > 1) {
         std::ostream &os = f.output.empty() ? std::cout : out;
-        os << "{\"prompt\": " << jsonString(p.text)
-           << ", \"completion\": " << jsonString(text)
+        os << "{\"prompt\": " << common::JsonString(validUtf8(p.text))
+           << ", \"completion\": " << common::JsonString(validUtf8(text))
            << ", \"tokens\": " << c.tokens.size()
-           << ", \"finish_reason\": " << jsonString(c.finish)
+           << ", \"finish_reason\": " << common::JsonString(c.finish)
            << ", \"tokens_per_s\": "
            << (seconds > 0 ? double(c.tokens.size()) / seconds : 0.0)
            << "}\n";

@@ -61,31 +61,6 @@ std::string validUtf8(const std::string &text) {
   return out;
 }
 
-/// A JSON string literal of `text` (UTF-8, ill-formed sequences replaced;
-/// control characters escaped).
-std::string jsonString(const std::string &raw) {
-  std::string text = validUtf8(raw);
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\r': out += "\\r"; break;
-    case '\t': out += "\\t"; break;
-    default:
-      if (c < 0x20) {
-        char buf[8];
-        snprintf(buf, sizeof buf, "\\u%04x", c);
-        out += buf;
-      } else {
-        out += char(c);
-      }
-    }
-  }
-  return out + "\"";
-}
-
 /// The model spec of MODEL: a Braid checkpoint's manifest, or a Hugging
 /// Face directory's config.json.
 llvm::Expected<spec::ModelSpec> modelOf(const std::string &model,

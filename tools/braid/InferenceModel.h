@@ -35,10 +35,6 @@ int fail(const std::string &message, int code = 1);
 /// `text` with each ill-formed UTF-8 sequence replaced by U+FFFD.
 std::string validUtf8(const std::string &text);
 
-/// A JSON string literal of `raw` (UTF-8, ill-formed sequences replaced;
-/// control characters escaped).
-std::string jsonString(const std::string &raw);
-
 /// The flags that say which model runs, and how.
 struct ModelFlags {
   std::string model, tokenizer;
