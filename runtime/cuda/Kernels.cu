@@ -664,15 +664,38 @@ __device__ __forceinline__ AdamWStep adamwStepOf(const AdamWConfig &c,
                    sqrt(1 - pow(c.beta2, t))};
 }
 
-/// One element's AdamW step (in double, as the CPU's): p, m and v updated
-/// from the gradient g (already scaled).
-__device__ __forceinline__ void adamwOf(float &param, double g, float &m,
-                                        float &v, const AdamWStep &a) {
-  double p = param;
-  p -= a.lr * a.weightDecay * p;
-  const double mi = a.beta1 * double(m) + (1 - a.beta1) * g;
-  const double vi = a.beta2 * double(v) + (1 - a.beta2) * g * g;
-  p -= (a.lr / a.correction1) * mi / (sqrt(vi) / a.sqrtCorrection2 + a.eps);
+/// The arithmetic of an update: double for fp32 plans (the mode that checks
+/// against the CPU, whose update is in double), float for mixed precision
+/// (its masters are float; double's division and square root would make
+/// the update, a memory-bound kernel, wait on arithmetic).
+template <typename T> struct AdamWReal {
+  using type = float;
+};
+template <> struct AdamWReal<float> {
+  using type = double;
+};
+
+/// An update's constants in R.
+template <typename R> struct AdamWConstants {
+  R decay, beta1, oneMinusBeta1, beta2, oneMinusBeta2, stepSize,
+      sqrtCorrection2, eps;
+  __device__ explicit AdamWConstants(const AdamWStep &a)
+      : decay(R(a.lr * a.weightDecay)), beta1(R(a.beta1)),
+        oneMinusBeta1(R(1 - a.beta1)), beta2(R(a.beta2)),
+        oneMinusBeta2(R(1 - a.beta2)), stepSize(R(a.lr / a.correction1)),
+        sqrtCorrection2(R(a.sqrtCorrection2)), eps(R(a.eps)) {}
+};
+
+/// One element's AdamW step in R: p, m and v updated from the gradient g
+/// (already scaled).
+template <typename R>
+__device__ __forceinline__ void adamwOf(float &param, R g, float &m, float &v,
+                                        const AdamWConstants<R> &a) {
+  R p = param;
+  p -= a.decay * p;
+  const R mi = a.beta1 * R(m) + a.oneMinusBeta1 * g;
+  const R vi = a.beta2 * R(v) + a.oneMinusBeta2 * g * g;
+  p -= a.stepSize * mi / (sqrt(vi) / a.sqrtCorrection2 + a.eps);
   m = float(mi);
   v = float(vi);
   param = float(p);
@@ -683,15 +706,16 @@ __global__ void adamwKernel(float *param, const float *grad, float *m, float *v,
                             int64_t n, AdamWConfig c, const float *lr,
                             const int64_t *step, const float *gradScale,
                             T *copy) {
-  const double scale = gradScale[0];
+  using R = typename AdamWReal<T>::type;
+  const R scale = R(gradScale[0]);
   // A non-finite norm (gradClip's NaN scale) skips the step, as Megatron
   // does: nothing is updated.
-  if (!isfinite(scale))
+  if (!isfinite(gradScale[0]))
     return;
-  const AdamWStep a = adamwStepOf(c, lr, step);
+  const AdamWConstants<R> a(adamwStepOf(c, lr, step));
   BRAID_GRID_STRIDE(i, n) {
     float p = param[i], mi = m[i], vi = v[i];
-    adamwOf(p, double(grad[i]) * scale, mi, vi, a);
+    adamwOf<R>(p, R(grad[i]) * scale, mi, vi, a);
     m[i] = mi;
     v[i] = vi;
     param[i] = p;
@@ -701,33 +725,43 @@ __global__ void adamwKernel(float *param, const float *grad, float *m, float *v,
 }
 
 /// adamwKernel 16 bytes (4 floats) of each tensor at a time (param, grad, m
-/// and v 16-byte aligned; `vectors` of 4 elements).
+/// and v 16-byte aligned; `vectors` of 4 elements), the copy's 4 elements
+/// in one store where it is aligned to them.
 template <typename T>
 __global__ void adamwVectorsKernel(float *param, const float *grad, float *m,
                                    float *v, int64_t vectors, AdamWConfig c,
                                    const float *lr, const int64_t *step,
-                                   const float *gradScale, T *copy) {
-  const double scale = gradScale[0];
-  if (!isfinite(scale))
+                                   const float *gradScale, T *copy,
+                                   bool copyVectors) {
+  using R = typename AdamWReal<T>::type;
+  const R scale = R(gradScale[0]);
+  if (!isfinite(gradScale[0]))
     return;
-  const AdamWStep a = adamwStepOf(c, lr, step);
+  const AdamWConstants<R> a(adamwStepOf(c, lr, step));
   BRAID_GRID_STRIDE(i, vectors) {
     float4 p = reinterpret_cast<const float4 *>(param)[i],
            g = reinterpret_cast<const float4 *>(grad)[i],
            mi = reinterpret_cast<const float4 *>(m)[i],
            vi = reinterpret_cast<const float4 *>(v)[i];
-    adamwOf(p.x, double(g.x) * scale, mi.x, vi.x, a);
-    adamwOf(p.y, double(g.y) * scale, mi.y, vi.y, a);
-    adamwOf(p.z, double(g.z) * scale, mi.z, vi.z, a);
-    adamwOf(p.w, double(g.w) * scale, mi.w, vi.w, a);
+    adamwOf<R>(p.x, R(g.x) * scale, mi.x, vi.x, a);
+    adamwOf<R>(p.y, R(g.y) * scale, mi.y, vi.y, a);
+    adamwOf<R>(p.z, R(g.z) * scale, mi.z, vi.z, a);
+    adamwOf<R>(p.w, R(g.w) * scale, mi.w, vi.w, a);
     reinterpret_cast<float4 *>(m)[i] = mi;
     reinterpret_cast<float4 *>(v)[i] = vi;
     reinterpret_cast<float4 *>(param)[i] = p;
-    if (copy) {
-      copy[4 * i] = fromFloat<T>(p.x);
-      copy[4 * i + 1] = fromFloat<T>(p.y);
-      copy[4 * i + 2] = fromFloat<T>(p.z);
-      copy[4 * i + 3] = fromFloat<T>(p.w);
+    if (!copy)
+      continue;
+    struct alignas(4 * sizeof(T)) Four {
+      T x[4];
+    };
+    Four out{{fromFloat<T>(p.x), fromFloat<T>(p.y), fromFloat<T>(p.z),
+              fromFloat<T>(p.w)}};
+    if (copyVectors) {
+      reinterpret_cast<Four *>(copy)[i] = out;
+    } else {
+      for (int k = 0; k < 4; ++k)
+        copy[4 * i + k] = out.x[k];
     }
   }
 }
@@ -1076,8 +1110,10 @@ cudaError_t adamwStep(float *param, const float *grad, float *m, float *v,
           ? n / 4
           : 0;
   if (vectors > 0) {
+    const bool copyVectors =
+        copy && reinterpret_cast<uintptr_t>(copy) % (4 * sizeof(T)) == 0;
     BRAID_LAUNCH(gridFor(vectors), kThreads, 0, stream, adamwVectorsKernel<T>)
-    (param, grad, m, v, vectors, a, lr, step, gradScale, copy);
+    (param, grad, m, v, vectors, a, lr, step, gradScale, copy, copyVectors);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return e;
   }

@@ -348,7 +348,9 @@ cudaError_t gradClip(const double *sumSquares, double maxNorm, float *norm,
 ///   m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
 ///   param ← param − (lr / (1−β1^t)) · m / (√v / √(1−β2^t) + eps)
 /// and, when `copy` is not null, copy ← param rounded to T (the weights the
-/// next forward reads). A non-finite gradScale[0] leaves everything as it
+/// next forward reads). The arithmetic is double for T = float (fp32 plans,
+/// as the CPU's), float for bf16 and fp16 (mixed precision: a memory-bound
+/// update that double's division and square root would slow). A non-finite gradScale[0] leaves everything as it
 /// is (the step is skipped). lr[0] and step[0] are read on the device too
 /// (the plan's buffers, which the host writes each step). The caller
 /// validates the hyper-parameters (cpu::validateAdamWConfig) and that the

@@ -481,9 +481,14 @@ TYPED_TEST(CudaKernelsOf, AdamW) {
               cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
-  expectClose(gparam.host(), param, 1e-6, 1e-7, "param");
-  expectClose(gm.host(), m, 1e-6, 1e-9, "m");
-  expectClose(gv.host(), v, 1e-6, 1e-12, "v");
+  // fp32 plans update in double, as the CPU; mixed precision in float,
+  // whose rounding of each term (|(1 - beta1) g| up to 0.05, |(1 - beta2)
+  // g^2| up to 0.0125, weights near 1) over three steps stays below the
+  // absolute floors here.
+  const bool inDouble = std::is_same_v<T, float>;
+  expectClose(gparam.host(), param, 1e-6, inDouble ? 1e-7 : 5e-7, "param");
+  expectClose(gm.host(), m, 1e-6, inDouble ? 1e-9 : 5e-8, "m");
+  expectClose(gv.host(), v, 1e-6, inDouble ? 1e-12 : 5e-9, "v");
   expectClose(gcopy.host(), rounded<T>(param), relativeTolerance<T>(), 0,
               "copy");
   // Without the learning rate or the step (the executor checks the step's
