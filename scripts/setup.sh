@@ -60,6 +60,17 @@ if [ "${#missing_oracles[@]}" -gt 0 ]; then
     python3 -m pip install --quiet --break-system-packages "${missing_oracles[@]}"
 fi
 
+# cuDNN's frontend (runtime/cuda/CudnnAttention.h: attention through
+# cuDNN's graph API): NVIDIA's header-only C++ library, whose headers PyPI's
+# nvidia-cudnn-frontend carries; wanted where the CUDA install has cuDNN 9.
+if [ -f /usr/local/cuda/include/cudnn.h ] &&
+   ! python3 -m pip show nvidia-cudnn-frontend >/dev/null 2>&1; then
+  echo "setup: installing nvidia-cudnn-frontend from PyPI (cuDNN's C++ headers)"
+  python3 -m pip install --quiet nvidia-cudnn-frontend==1.32.0 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages \
+      nvidia-cudnn-frontend==1.32.0
+fi
+
 if [ "${BRAID_SKIP_BUILD:-0}" = "1" ]; then exit 0; fi
 
 cuda_flag="-DBRAID_ENABLE_CUDA=OFF"

@@ -5,6 +5,7 @@
 #include "runtime/common/Status.h"
 
 #include "runtime/cuda/Check.h"
+#include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/StreamCommunicator.h"
 #include "runtime/plan/KernelRegistry.h"
@@ -87,9 +88,10 @@ Executor::~Executor() {
   for (void *p :
        {static_cast<void *>(arena_), static_cast<void *>(rowStats_),
         static_cast<void *>(lossTerms_), static_cast<void *>(lossScratch_),
-        static_cast<void *>(attentionRows_), static_cast<void *>(counted_),
+        static_cast<void *>(attentionRows_),
+        static_cast<void *>(cachedAttention_), static_cast<void *>(counted_),
         static_cast<void *>(sumSquares_), static_cast<void *>(callValues_),
-        static_cast<void *>(collectiveScratch_)})
+        static_cast<void *>(collectiveScratch_), cudnnWorkspace_})
     if (p)
       cudaFree(p);
   if (stream_) {
@@ -137,14 +139,15 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
       if (e->runsHere(inst))
         e->gatherNeeds(inst, needs);
   const int64_t statRows = needs.statRows, attentionRows = needs.attentionRows,
-                collectiveBytes = needs.collectiveBytes;
+                collectiveBytes = needs.collectiveBytes,
+                cachedAttentionBytes = needs.cachedAttentionBytes;
   // What the run needs on the device, against what it has free: a plan
   // too large for the GPU is refused before anything is allocated, naming
   // both (the plan's arena is exact: docs/memory.md).
   const int64_t workspaces =
       int64_t(sizeof(float)) * (3 * statRows + 1 + attentionRows) +
       int64_t(sizeof(int64_t) + 2 * sizeof(double)) + collectiveBytes +
-      Gemm::kWorkspaceBytes;
+      cachedAttentionBytes + Gemm::kWorkspaceBytes;
   size_t freeBytes = 0, totalBytes = 0;
   BRAID_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
   if (e->arenaBytes_ + workspaces > int64_t(freeBytes))
@@ -189,7 +192,10 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
             : absl::ResourceExhaustedError(
                   "cannot allocate pinned host memory for the reads of "
                   "losses"),
-        allocate(&e->collectiveScratch_, collectiveBytes)})
+        allocate(&e->collectiveScratch_, collectiveBytes),
+        cachedAttentionBytes > 0
+            ? allocate(&e->cachedAttention_, cachedAttentionBytes)
+            : absl::OkStatus()})
     if (!s.ok())
       return s;
   absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create();
@@ -212,6 +218,10 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
       return s;
   }
   e->gemm_->SetTuning(nullptr, 0, nullptr);
+  // Attention's kernels, Braid's or cuDNN's, timed on the arena's bytes as
+  // well.
+  if (absl::Status s = e->prepareAttention(needs); !s.ok())
+    return s;
   // The arena starts zeroed, as the CPU backend's pages do.
   BRAID_CUDA_CHECK(
       cudaMemsetAsync(e->arena_, 0, size_t(e->arenaBytes_), e->stream_));

@@ -47,6 +47,7 @@
 #ifndef BRAID_RUNTIME_CUDA_EXECUTOR_H
 #define BRAID_RUNTIME_CUDA_EXECUTOR_H
 
+#include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/Gemm.h"
 #include "runtime/exec/Backend.h"
 #include "runtime/exec/ExecutorBase.h"
@@ -63,6 +64,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -141,8 +143,12 @@ public:
   cudaStream_t stream() const { return stream_; }
   /// The arena, committed when it was allocated.
   int64_t TouchedArenaBytes() const override { return arenaBytes_; }
-  /// Device bytes beyond the arena: the kernels' workspaces and cuBLASLt's.
+  /// Device bytes beyond the arena: the kernels' workspaces and cuBLASLt's
+  /// (and cuDNN's, where attention runs there).
   int64_t WorkspaceBytes() const override { return workspaceBytes_; }
+  /// Which kernels run attention, one line per shape: Braid's or cuDNN's
+  /// (see prepareAttention), with the times that chose them.
+  std::vector<std::string> KernelNotes() const override { return notes_; }
 
   /// Kernel times from CUDA events (see the file comment): profiling stays
   /// off when they cannot be created.
@@ -223,9 +229,35 @@ private:
   /// the GEMMs to choose algorithms for.
   struct Needs {
     int64_t statRows = 1, attentionRows = 1, collectiveBytes = 0;
+    /// Bytes of cached attention's partial results (Generation.h).
+    int64_t cachedAttentionBytes = 0;
     /// (shape, bias) of each linear layer, in the plan's order.
     std::vector<std::pair<cpu::LinearShape, bool>> gemms;
+    /// (shape, backward) of each attention without packed documents.
+    std::vector<std::pair<cpu::AttentionShape, bool>> attentions;
   };
+  /// Chooses, for each bf16 or fp16 attention shape of the plan and each
+  /// direction, Braid's kernels or cuDNN's (CudnnAttention.h): under
+  /// BRAID_ATTENTION=auto (the default) the faster of the two, timed on the
+  /// arena's bytes (which nothing holds yet) at Create; =braid Braid's
+  /// always; =cudnn cuDNN's wherever it takes the shape (an error where
+  /// cuDNN cannot be loaded). Allocates cuDNN's workspace and writes one
+  /// line per shape to notes_.
+  absl::Status prepareAttention(const Needs &needs);
+  /// Which kernels run an attention shape: cuDNN's for its forward, its
+  /// backward.
+  struct AttentionChoice {
+    bool cudnnForward = false, cudnnBackward = false;
+  };
+  using AttentionKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t,
+                                  double, bool, int64_t, int64_t>;
+  static AttentionKey attentionKey(const cpu::AttentionShape &s);
+  /// The choice for `s`, or null (Braid's kernels).
+  const AttentionChoice *attentionChoice(const cpu::AttentionShape &s) const;
+  std::map<AttentionKey, AttentionChoice> attentionChoices_;
+  std::unique_ptr<CudnnAttention> cudnn_;
+  void *cudnnWorkspace_ = nullptr;
+  std::vector<std::string> notes_;
   /// Adds what `inst`'s handler needs: need<K> of its kernel K, a table
   /// generated from Kernels.def (nothing for most kernels).
   void gatherNeeds(const plan::Instruction &inst, Needs &needs);
@@ -269,6 +301,8 @@ private:
   float *lossTerms_ = nullptr;
   float *lossScratch_ = nullptr;
   float *attentionRows_ = nullptr;
+  /// Cached attention's partial results (null where it needs none).
+  float *cachedAttention_ = nullptr;
   int64_t *counted_ = nullptr;
   double *sumSquares_ = nullptr;
   /// What changes from call to call (Kernels.h: CallValues), written at

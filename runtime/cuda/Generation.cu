@@ -61,6 +61,21 @@ __global__ void cacheWriteKernel(const T *k, const T *v,
   }
 }
 
+/// The kv head of local query head h (its group among the global heads)
+/// and its ALiBi slope (0 without ALiBi), as cpu::AttentionShape::kvHeadOf
+/// and cpu::alibiSlopes.
+__device__ __forceinline__ int64_t cachedKvHead(const cpu::AttentionShape &s,
+                                                int64_t h) {
+  const int64_t allHeads = s.globalHeads ? s.globalHeads : s.heads;
+  const int64_t allKvHeads = s.globalKvHeads ? s.globalKvHeads : s.kvHeads;
+  return (s.headOffset + h) / (allHeads / allKvHeads) - s.kvHeadOffset;
+}
+__device__ __forceinline__ float cachedSlope(const cpu::AttentionShape &s,
+                                             int64_t h) {
+  const int64_t allHeads = s.globalHeads ? s.globalHeads : s.heads;
+  return s.alibi ? alibiSlope(allHeads, s.headOffset + h) : 0.0f;
+}
+
 /// One block per (sequence b, query t, head h), its threads one key each
 /// per chunk of keys, then one output column each. Dynamic shared memory:
 /// the query row, the output row being summed, the chunk's probabilities.
@@ -90,13 +105,8 @@ __global__ void attentionCachedKernel(const T *q, const int32_t *positions,
     acc[c] = 0.0f;
   }
   __syncthreads();
-  // The kv head of query head h (its group among the global heads) and its
-  // ALiBi slope, as cpu::AttentionShape::kvHeadOf and cpu::alibiSlopes.
-  const int64_t allHeads = s.globalHeads ? s.globalHeads : s.heads;
-  const int64_t allKvHeads = s.globalKvHeads ? s.globalKvHeads : s.kvHeads;
-  const int64_t g =
-      (s.headOffset + h) / (allHeads / allKvHeads) - s.kvHeadOffset;
-  const float slope = s.alibi ? alibiSlope(allHeads, s.headOffset + h) : 0.0f;
+  const int64_t g = cachedKvHead(s, h);
+  const float slope = cachedSlope(s, h);
   const float scale = float(s.scale);
   const T *keys = cacheK + b * cacheLen * kvStride + g * d;
   const T *values = cacheV + b * cacheLen * kvStride + g * d;
@@ -128,6 +138,143 @@ __global__ void attentionCachedKernel(const T *q, const int32_t *positions,
   }
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
     o[c] = fromFloat<T>(acc[c] / l);
+}
+
+/// The split kernel (flash decoding): the keys of each (row, head) in
+/// `splits` contiguous ranges, one block each, its warps taking one key at
+/// a time (the key's head dimension across the lanes: loads of a row
+/// coalesced, the dot product a warp sum), each warp with its own online
+/// softmax, merged in the block. With one range the block writes the
+/// output; with several it writes its (max, sum, unnormalised row) to
+/// `partials` and attentionSplitCombineKernel merges the ranges in order.
+/// Head dimensions up to kSplitMaxHeadDim (8 floats a lane).
+constexpr int kSplitWarps = 4;
+constexpr int64_t kSplitMaxHeadDim = 256;
+constexpr int kSplitPerLane = int(kSplitMaxHeadDim / 32);
+
+template <typename T>
+__global__ void attentionSplitKernel(const T *q, const int32_t *positions,
+                                     const T *cacheK, const T *cacheV,
+                                     cpu::AttentionShape s, int64_t cacheLen,
+                                     int64_t splits, T *out, float *partials) {
+  __shared__ float qs[kSplitMaxHeadDim];
+  __shared__ float warpM[kSplitWarps], warpL[kSplitWarps];
+  __shared__ float warpAcc[kSplitWarps][kSplitMaxHeadDim];
+  const int64_t d = s.headDim, heads = s.heads;
+  const int64_t unit = blockIdx.x, h = unit % heads, row = unit / heads;
+  const int64_t b = row / s.seq, split = blockIdx.y;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int64_t qStride = heads * d, kvStride = s.kvHeads * d;
+  const int64_t p = positions[row];
+  const bool valid = p >= 0 && p < cacheLen;
+  const int64_t per = (cacheLen + splits - 1) / splits;
+  const int64_t first = split * per;
+  const int64_t last = valid ? std::min(first + per, p + 1) : first;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    qs[c] = toFloat(q[row * qStride + h * d + c]);
+  __syncthreads();
+  const int64_t g = cachedKvHead(s, h);
+  const float slope = cachedSlope(s, h);
+  const float scale = float(s.scale);
+  const T *keys = cacheK + b * cacheLen * kvStride + g * d;
+  const T *values = cacheV + b * cacheLen * kvStride + g * d;
+  float m = -INFINITY, l = 0.0f;
+  float acc[kSplitPerLane];
+#pragma unroll
+  for (int i = 0; i < kSplitPerLane; ++i)
+    acc[i] = 0.0f;
+  for (int64_t j = first + warp; j < last; j += kSplitWarps) {
+    const T *kj = keys + j * kvStride, *vj = values + j * kvStride;
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kSplitPerLane; ++i) {
+      const int64_t c = lane + 32 * i;
+      if (c < d)
+        dot += qs[c] * toFloat(kj[c]);
+    }
+    dot = warpSum(dot);
+    const float score = dot * scale - slope * float(p - j);
+    const float mNew = fmaxf(m, score);
+    const float alpha = expf(m - mNew); // 0 for the warp's first key
+    const float weight = expf(score - mNew);
+    l = l * alpha + weight;
+#pragma unroll
+    for (int i = 0; i < kSplitPerLane; ++i) {
+      const int64_t c = lane + 32 * i;
+      if (c < d)
+        acc[i] = acc[i] * alpha + weight * toFloat(vj[c]);
+    }
+    m = mNew;
+  }
+  if (lane == 0) {
+    warpM[warp] = m;
+    warpL[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kSplitPerLane; ++i) {
+    const int64_t c = lane + 32 * i;
+    if (c < d)
+      warpAcc[warp][c] = acc[i];
+  }
+  __syncthreads();
+  // The block's range: its warps merged (a warp that saw no key adds 0).
+  float top = -INFINITY;
+  for (int w = 0; w < kSplitWarps; ++w)
+    top = fmaxf(top, warpM[w]);
+  float sum = 0.0f;
+  for (int w = 0; w < kSplitWarps; ++w)
+    if (warpM[w] != -INFINITY)
+      sum += warpL[w] * expf(warpM[w] - top);
+  float *partial = partials ? partials + (unit * splits + split) * (d + 2)
+                            : nullptr;
+  T *o = out + row * qStride + h * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kSplitWarps; ++w)
+      if (warpM[w] != -INFINITY)
+        a += warpAcc[w][c] * expf(warpM[w] - top);
+    if (splits == 1)
+      o[c] = fromFloat<T>(valid ? a / sum : 0.0f); // out of the cache: 0
+    else
+      partial[2 + c] = a;
+  }
+  if (splits > 1 && threadIdx.x == 0) {
+    partial[0] = top;
+    partial[1] = sum;
+  }
+}
+
+/// One block per (row, head): the ranges' partial results merged in order.
+template <typename T>
+__global__ void attentionSplitCombineKernel(const float *partials,
+                                            const int32_t *positions,
+                                            cpu::AttentionShape s,
+                                            int64_t cacheLen, int64_t splits,
+                                            T *out) {
+  const int64_t d = s.headDim, heads = s.heads;
+  const int64_t unit = blockIdx.x, h = unit % heads, row = unit / heads;
+  T *o = out + row * heads * d + h * d;
+  const int64_t p = positions[row];
+  if (p < 0 || p >= cacheLen) {
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+      o[c] = fromFloat<T>(0.0f);
+    return;
+  }
+  const float *part = partials + unit * splits * (d + 2);
+  float top = -INFINITY;
+  for (int64_t r = 0; r < splits; ++r)
+    top = fmaxf(top, part[r * (d + 2)]);
+  float sum = 0.0f;
+  for (int64_t r = 0; r < splits; ++r)
+    if (part[r * (d + 2)] != -INFINITY)
+      sum += part[r * (d + 2) + 1] * expf(part[r * (d + 2)] - top);
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float a = 0.0f;
+    for (int64_t r = 0; r < splits; ++r)
+      if (part[r * (d + 2)] != -INFINITY)
+        a += part[r * (d + 2) + 2 + c] * expf(part[r * (d + 2)] - top);
+    o[c] = fromFloat<T>(a / sum);
+  }
 }
 
 //===-- Rows --------------------------------------------------------------===//
@@ -614,12 +761,34 @@ cudaError_t launchReorderRows(void *x, const int32_t *parents, int64_t rows,
 
 } // namespace
 
+int64_t attentionCachedSplits(const cpu::AttentionShape &s,
+                              int64_t cacheLen) {
+  if (s.headDim > kSplitMaxHeadDim)
+    return 0;
+  const int64_t units = s.batch * s.seq * s.heads;
+  if (units <= 0 || cacheLen <= 0)
+    return 1;
+  const int64_t byKeys =
+      (cacheLen + kCachedSplitMinKeys - 1) / kCachedSplitMinKeys;
+  const int64_t byBlocks = (kCachedSplitBlocks + units - 1) / units;
+  return std::max<int64_t>(1, std::min(byKeys, byBlocks));
+}
+
+int64_t attentionCachedWorkspaceBytes(const cpu::AttentionShape &s,
+                                      int64_t cacheLen) {
+  const int64_t splits = attentionCachedSplits(s, cacheLen);
+  return splits > 1 ? s.batch * s.seq * s.heads * splits * (s.headDim + 2) *
+                          int64_t(sizeof(float))
+                    : 0;
+}
+
 template <typename T>
 cudaError_t attentionCachedForward(const T *q, const T *k, const T *v,
                                    const int32_t *positions,
                                    const cpu::AttentionShape &s,
                                    int64_t cacheLen, T *cacheK, T *cacheV,
-                                   T *out, cudaStream_t stream) {
+                                   T *out, float *workspace,
+                                   cudaStream_t stream) {
   const int64_t width = s.kvHeads * s.headDim;
   if (s.batch * s.seq == 0)
     return cudaSuccess;
@@ -632,6 +801,23 @@ cudaError_t attentionCachedForward(const T *q, const T *k, const T *v,
   }
   if (s.heads * s.headDim == 0)
     return cudaSuccess;
+  if (const int64_t splits = attentionCachedSplits(s, cacheLen); splits > 0) {
+    const int64_t units = s.batch * s.seq * s.heads;
+    if (splits > 1 && !workspace)
+      return cudaErrorInvalidValue;
+    BRAID_LAUNCH(dim3(unsigned(units), unsigned(splits)), 32 * kSplitWarps, 0,
+                 stream, attentionSplitKernel<T>)
+    (q, positions, cacheK, cacheV, s, cacheLen, splits, out,
+     splits > 1 ? workspace : nullptr);
+    if (splits == 1)
+      return cudaGetLastError();
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return e;
+    BRAID_LAUNCH(unsigned(units), 128, 0, stream,
+                 attentionSplitCombineKernel<T>)
+    (workspace, positions, s, cacheLen, splits, out);
+    return cudaGetLastError();
+  }
   size_t shared = size_t(2 * s.headDim + kAttentionThreads) * sizeof(float);
   BRAID_LAUNCH(unsigned(s.batch * s.seq * s.heads), kAttentionThreads, shared,
                stream, attentionCachedKernel<T>)
@@ -733,7 +919,8 @@ cudaError_t reorderRows(void *x, const int32_t *parents, int64_t rows,
 #define BRAID_INSTANTIATE(T)                                                   \
   template cudaError_t attentionCachedForward<T>(                              \
       const T *, const T *, const T *, const int32_t *,                        \
-      const cpu::AttentionShape &, int64_t, T *, T *, T *, cudaStream_t);      \
+      const cpu::AttentionShape &, int64_t, T *, T *, T *, float *,            \
+      cudaStream_t);                                                           \
   template cudaError_t takeRows<T>(const T *, const int32_t *, int64_t,        \
                                    int64_t, int64_t, T *, cudaStream_t);       \
   template cudaError_t sampleTokens<T>(                                        \

@@ -37,8 +37,13 @@ constexpr int64_t kMaxCachedAttentionHeadDim = 4096;
 
 /// ATTENTION_CACHED, as cpu::attentionCachedForward: first (one launch) every
 /// row (b, t) of k and v into the caches at positions[b, t], the rows of a
-/// sequence in order; then (a second) one block per (b, t, head) attending
-/// to the cache's positions [0, positions[b, t]] with an online softmax.
+/// sequence in order; then each (b, t, head) attends to the cache's
+/// positions [0, positions[b, t]] with an online softmax. Head dimensions
+/// up to 256: the keys in attentionCachedSplits(s, cacheLen) ranges, one
+/// block each (flash decoding: a decode step's few rows still fill the
+/// GPU), its warps one key at a time, the ranges merged by a second launch
+/// through `workspace` (attentionCachedWorkspaceBytes; null when that is
+/// 0). Larger head dimensions: one block per (b, t, head), keys in chunks.
 /// `s` as ATTENTION's with s.seq = T; s.headDim at most
 /// kMaxCachedAttentionHeadDim.
 template <typename T>
@@ -46,7 +51,20 @@ cudaError_t attentionCachedForward(const T *q, const T *k, const T *v,
                                    const int32_t *positions,
                                    const cpu::AttentionShape &s,
                                    int64_t cacheLen, T *cacheK, T *cacheV,
-                                   T *out, cudaStream_t stream);
+                                   T *out, float *workspace,
+                                   cudaStream_t stream);
+
+/// The key ranges attentionCachedForward splits each (b, t, head) into: as
+/// many as make about kCachedSplitBlocks blocks, each of at least
+/// kCachedSplitMinKeys of the cache's positions; 0 for head dimensions
+/// above 256 (the one-block kernel).
+constexpr int64_t kCachedSplitMinKeys = 64, kCachedSplitBlocks = 1024;
+int64_t attentionCachedSplits(const cpu::AttentionShape &s, int64_t cacheLen);
+/// Bytes of attentionCachedForward's workspace: the ranges' partial results
+/// (max, sum and a row of head dimension floats each) where there are
+/// several, else 0.
+int64_t attentionCachedWorkspaceBytes(const cpu::AttentionShape &s,
+                                      int64_t cacheLen);
 
 /// TAKE_ROWS: y[b, 0, :] = x[b, index[b], :] (zeros for an index outside
 /// [0, seq)).

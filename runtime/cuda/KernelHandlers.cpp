@@ -19,6 +19,8 @@
 #include "runtime/common/Status.h"
 
 #include "runtime/cuda/Attention.h"
+#include "runtime/cuda/Check.h"
+#include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/Generation.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/plan/KernelParams.h"
@@ -26,8 +28,11 @@
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -332,6 +337,56 @@ template <typename T> auto Executor::run_ROPE_GRAD(const Call<T> &c) {
                   c.inst);
 }
 
+namespace {
+
+template <typename T> constexpr bool kTensorCoreType =
+    std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+template <typename T> CudnnAttention::Type cudnnType() {
+  return std::is_same_v<T, bf16> ? CudnnAttention::Type::BF16
+                                 : CudnnAttention::Type::F16;
+}
+
+/// Braid's forward: on tensor cores where the kernels take the shape (bf16
+/// and fp16, head dimensions 64 and 128), else in float on CUDA cores.
+template <typename T>
+cudaError_t ownAttentionForward(const T *q, const T *k, const T *v,
+                                const cpu::AttentionShape &s, T *out,
+                                float *lse, cudaStream_t st) {
+  if constexpr (kTensorCoreType<T>)
+    if (attentionForwardOnTensorCores(q, k, v, out, s))
+      return attentionForwardTensorCores(q, k, v, s, out, lse, st);
+  return attentionForward(q, k, v, s, out, lse, st);
+}
+
+/// Braid's backward, the same way; `rows` is its workspace.
+template <typename T>
+cudaError_t ownAttentionBackward(const T *q, const T *k, const T *v,
+                                 const T *out, const float *lse, const T *dout,
+                                 const cpu::AttentionShape &s, T *dq, T *dk,
+                                 T *dv, float *rows, cudaStream_t st) {
+  if constexpr (kTensorCoreType<T>)
+    if (attentionBackwardOnTensorCores(q, k, v, out, dout, dq, dk, dv, s))
+      return attentionBackwardTensorCores(q, k, v, out, lse, dout, s, dq, dk,
+                                          dv, rows, st);
+  return attentionBackward(q, k, v, out, lse, dout, s, dq, dk, dv, rows, st);
+}
+
+} // namespace
+
+Executor::AttentionKey Executor::attentionKey(const cpu::AttentionShape &s) {
+  return {s.batch,  s.seq,        s.heads,       s.kvHeads,
+          s.headDim, s.scale,     s.causal,      s.headOffset,
+          s.kvHeadOffset};
+}
+
+const Executor::AttentionChoice *
+Executor::attentionChoice(const cpu::AttentionShape &s) const {
+  if (attentionChoices_.empty() || s.positions || s.alibi)
+    return nullptr;
+  auto it = attentionChoices_.find(attentionKey(s));
+  return it == attentionChoices_.end() ? nullptr : &it->second;
+}
+
 // (q, k, v[, positions]) -> (out, lse); with documents (packed documents)
 // the positions, the last input, are read on the device.
 template <typename T> auto Executor::run_ATTENTION(const Call<T> &c) {
@@ -341,16 +396,19 @@ template <typename T> auto Executor::run_ATTENTION(const Call<T> &c) {
         "ATTENTION keeps no log-sum-exp (recompile the plan)");
   if (plan::DecodeAttention(c.inst).documents)
     s.positions = c.ids(c.inst.inputs_size() - 1);
-  // bf16 and fp16 on tensor cores where the kernels take the shape (head
-  // dimensions 64 and 128), else in float on CUDA cores.
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
-    if (attentionForwardOnTensorCores(c.x(0), c.x(1), c.x(2), c.y(0), s))
-      return launched(attentionForwardTensorCores(c.x(0), c.x(1), c.x(2), s,
-                                                  c.y(0), c.yf(1), c.st),
-                      c.inst);
-  return launched(
-      attentionForward(c.x(0), c.x(1), c.x(2), s, c.y(0), c.yf(1), c.st),
-      c.inst);
+  if constexpr (kTensorCoreType<T>)
+    if (const AttentionChoice *choice = attentionChoice(s);
+        choice && choice->cudnnForward)
+      return cudnn_->Forward(c.x(0), c.x(1), c.x(2), s, cudnnType<T>(), c.y(0),
+                             c.yf(1), cudnnWorkspace_, c.st);
+  return launched(ownAttentionForward(c.x(0), c.x(1), c.x(2), s, c.y(0),
+                                      c.yf(1), c.st),
+                  c.inst);
+}
+template <>
+void Executor::need<plan::ATTENTION>(const Instruction &inst, Needs &needs) {
+  if (!plan::DecodeAttention(inst).documents)
+    needs.attentions.push_back({attentionShape(inst), false});
 }
 
 // (q, k, v, out, dout, lse[, positions]) -> (dq, dk, dv), its rows in
@@ -359,16 +417,15 @@ template <typename T> auto Executor::run_ATTENTION_GRAD(const Call<T> &c) {
   cpu::AttentionShape s = attentionShape(c.inst);
   if (plan::DecodeAttention(c.inst).documents)
     s.positions = c.ids(6);
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
-    if (attentionBackwardOnTensorCores(c.x(0), c.x(1), c.x(2), c.x(3), c.x(4),
-                                       c.y(0), c.y(1), c.y(2), s))
-      return launched(attentionBackwardTensorCores(
-                          c.x(0), c.x(1), c.x(2), c.x(3), c.xf(5), c.x(4), s,
-                          c.y(0), c.y(1), c.y(2), attentionRows_, c.st),
-                      c.inst);
-  return launched(attentionBackward(c.x(0), c.x(1), c.x(2), c.x(3), c.xf(5),
-                                    c.x(4), s, c.y(0), c.y(1), c.y(2),
-                                    attentionRows_, c.st),
+  if constexpr (kTensorCoreType<T>)
+    if (const AttentionChoice *choice = attentionChoice(s);
+        choice && choice->cudnnBackward)
+      return cudnn_->Backward(c.x(0), c.x(1), c.x(2), c.x(3), c.xf(5), c.x(4),
+                              s, cudnnType<T>(), c.y(0), c.y(1), c.y(2),
+                              cudnnWorkspace_, c.st);
+  return launched(ownAttentionBackward(c.x(0), c.x(1), c.x(2), c.x(3), c.xf(5),
+                                       c.x(4), s, c.y(0), c.y(1), c.y(2),
+                                       attentionRows_, c.st),
                   c.inst);
 }
 template <>
@@ -379,6 +436,8 @@ void Executor::need<plan::ATTENTION_GRAD>(const Instruction &inst,
       attentionBackwardWorkspaceBytes(attentionShape(inst),
                                       /*tensorCores=*/compute_ != plan::F32) /
           int64_t(sizeof(float)));
+  if (!plan::DecodeAttention(inst).documents)
+    needs.attentions.push_back({attentionShape(inst), true});
 }
 template <>
 std::string Executor::refusal<plan::ATTENTION_GRAD>(const Instruction &inst) {
@@ -387,6 +446,227 @@ std::string Executor::refusal<plan::ATTENTION_GRAD>(const Instruction &inst) {
   return inst.inputs_size() < needed ? "ATTENTION_GRAD without the forward's "
                                        "log-sum-exp (recompile the plan)"
                                      : "";
+}
+
+namespace {
+
+/// "b8 s2048 h16/4 d128 causal": an attention shape in a note.
+std::string describe(const cpu::AttentionShape &s) {
+  return absl::StrFormat("b%d s%d h%d/%d d%d%s", s.batch, s.seq, s.heads,
+                         s.kvHeads, s.headDim, s.causal ? " causal" : "");
+}
+
+absl::Status launchStatus(cudaError_t e, const char *what) {
+  return e == cudaSuccess ? absl::OkStatus()
+                          : absl::InternalError(absl::StrCat(
+                                what, ": ", cudaGetErrorString(e)));
+}
+
+/// Milliseconds per call of `launch` on `stream`: two calls to warm up,
+/// then the mean of five, timed by events.
+template <typename Launch>
+absl::StatusOr<double> timeCalls(Launch &&launch, cudaStream_t stream) {
+  for (int i = 0; i < 2; ++i)
+    BRAID_RETURN_IF_ERROR(launch());
+  cudaEvent_t start = nullptr, stop = nullptr;
+  BRAID_CUDA_CHECK(cudaEventCreate(&start));
+  if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+    cudaEventDestroy(start);
+    return launchStatus(e, "cudaEventCreate");
+  }
+  constexpr int kCalls = 5;
+  absl::Status status = launchStatus(cudaEventRecord(start, stream), "event");
+  for (int i = 0; i < kCalls && status.ok(); ++i)
+    status = launch();
+  if (status.ok())
+    status = launchStatus(cudaEventRecord(stop, stream), "event");
+  if (status.ok())
+    status = launchStatus(cudaEventSynchronize(stop), "event");
+  float ms = 0;
+  if (status.ok())
+    status = launchStatus(cudaEventElapsedTime(&ms, start, stop), "event");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (!status.ok())
+    return status;
+  return double(ms) / kCalls;
+}
+
+} // namespace
+
+absl::Status Executor::prepareAttention(const Needs &needs) {
+  // fp32 attention runs Braid's exact kernels.
+  if ((compute_ != plan::BF16 && compute_ != plan::F16) ||
+      needs.attentions.empty())
+    return absl::OkStatus();
+  const char *env = std::getenv("BRAID_ATTENTION");
+  const std::string mode = env && *env ? env : "auto";
+  if (mode != "auto" && mode != "braid" && mode != "cudnn")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BRAID_ATTENTION is 'auto', 'braid' or 'cudnn', not '", mode, "'"));
+  if (mode == "braid") {
+    notes_.push_back("attention: Braid's kernels (BRAID_ATTENTION=braid)");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
+      CudnnAttention::Create();
+  if (!cudnn.ok()) {
+    if (mode == "cudnn")
+      return absl::FailedPreconditionError(absl::StrCat(
+          "BRAID_ATTENTION=cudnn: ", cudnn.status().message()));
+    notes_.push_back(absl::StrCat("attention: Braid's kernels (no cuDNN: ",
+                                  cudnn.status().message(), ")"));
+    return absl::OkStatus();
+  }
+  const CudnnAttention::Type type = compute_ == plan::BF16
+                                        ? CudnnAttention::Type::BF16
+                                        : CudnnAttention::Type::F16;
+  const char *typeName = compute_ == plan::BF16 ? "bf16" : "fp16";
+  // Each shape once, with the directions the plan runs it in.
+  struct Unit {
+    cpu::AttentionShape shape{};
+    bool forward = false, backward = false;
+    std::string why; // why cuDNN does not run it, if it does not
+  };
+  std::map<AttentionKey, Unit> units;
+  for (const auto &[shape, backward] : needs.attentions) {
+    Unit &u = units[attentionKey(shape)];
+    u.shape = shape;
+    (backward ? u.backward : u.forward) = true;
+  }
+  int64_t workspace = 0;
+  for (auto &[key, u] : units) {
+    u.why = CudnnAttentionRefusal(u.shape);
+    for (bool backward : {false, true}) {
+      if (!u.why.empty() || !(backward ? u.backward : u.forward))
+        continue;
+      absl::StatusOr<int64_t> bytes = (*cudnn)->Prepare(u.shape, type, backward);
+      if (!bytes.ok())
+        u.why = std::string(bytes.status().message());
+      else
+        workspace = std::max(workspace, *bytes);
+    }
+    if (!u.why.empty() && mode == "cudnn")
+      return absl::FailedPreconditionError(
+          absl::StrCat("BRAID_ATTENTION=cudnn: attention ", describe(u.shape),
+                       ": ", u.why));
+  }
+  if (workspace > 0) {
+    if (cudaError_t err = cudaMalloc(&cudnnWorkspace_, size_t(workspace));
+        err != cudaSuccess) {
+      cudnnWorkspace_ = nullptr;
+      std::string why = absl::StrCat("cannot allocate its workspace of ",
+                                     workspace, " bytes: ",
+                                     cudaGetErrorString(err));
+      if (mode == "cudnn")
+        return absl::ResourceExhaustedError(
+            absl::StrCat("BRAID_ATTENTION=cudnn: ", why));
+      notes_.push_back(absl::StrCat("attention: Braid's kernels (cuDNN ", why,
+                                    ")"));
+      return absl::OkStatus();
+    }
+    workspaceBytes_ += workspace;
+  }
+  cudnn_ = std::move(*cudnn);
+  const std::string version = cudnn_->Version();
+  for (auto &[key, u] : units) {
+    const cpu::AttentionShape &s = u.shape;
+    std::string head =
+        absl::StrCat("attention ", describe(s), " ", typeName, ": ");
+    if (!u.why.empty()) {
+      notes_.push_back(absl::StrCat(head, "Braid's kernels (", version, ": ",
+                                    u.why, ")"));
+      continue;
+    }
+    AttentionChoice &choice = attentionChoices_[key];
+    if (mode == "cudnn") {
+      choice = {u.forward, u.backward};
+      notes_.push_back(
+          absl::StrCat(head, version, " (BRAID_ATTENTION=cudnn)"));
+      continue;
+    }
+    // Both candidates on the arena's bytes (what they compute there is
+    // overwritten: Create zeroes the arena after).
+    const int64_t qBytes = s.batch * s.seq * s.heads * s.headDim * 2,
+                  kvBytes = s.batch * s.seq * s.kvHeads * s.headDim * 2,
+                  lseBytes = s.batch * s.heads * s.seq * 4;
+    int64_t offset = 0;
+    auto carve = [&](int64_t bytes) {
+      uint8_t *p = arena_ + offset;
+      offset += (bytes + 255) / 256 * 256;
+      return static_cast<void *>(p);
+    };
+    void *q = carve(qBytes), *k = carve(kvBytes), *v = carve(kvBytes),
+         *out = carve(qBytes), *dout = carve(qBytes), *dq = carve(qBytes),
+         *dk = carve(kvBytes), *dv = carve(kvBytes);
+    float *lse = static_cast<float *>(carve(lseBytes));
+    if (offset > arenaBytes_) {
+      notes_.push_back(absl::StrCat(
+          head, "Braid's kernels (not timed: one call's operands, ", offset,
+          " bytes, exceed the arena)"));
+      continue;
+    }
+    auto own = [&](bool backward) -> absl::Status {
+      if (type == CudnnAttention::Type::BF16) {
+        using E = bf16;
+        return backward
+                   ? launchStatus(
+                         ownAttentionBackward(
+                             (E *)q, (E *)k, (E *)v, (E *)out, lse, (E *)dout,
+                             s, (E *)dq, (E *)dk, (E *)dv, attentionRows_,
+                             stream_),
+                         "attention backward")
+                   : launchStatus(ownAttentionForward((E *)q, (E *)k, (E *)v,
+                                                      s, (E *)out, lse, stream_),
+                                  "attention");
+      }
+      using E = f16;
+      return backward
+                 ? launchStatus(ownAttentionBackward(
+                                    (E *)q, (E *)k, (E *)v, (E *)out, lse,
+                                    (E *)dout, s, (E *)dq, (E *)dk, (E *)dv,
+                                    attentionRows_, stream_),
+                                "attention backward")
+                 : launchStatus(ownAttentionForward((E *)q, (E *)k, (E *)v, s,
+                                                    (E *)out, lse, stream_),
+                                "attention");
+    };
+    auto viaCudnn = [&](bool backward) -> absl::Status {
+      return backward ? cudnn_->Backward(q, k, v, out, lse, dout, s, type, dq,
+                                         dk, dv, cudnnWorkspace_, stream_)
+                      : cudnn_->Forward(q, k, v, s, type, out, lse,
+                                        cudnnWorkspace_, stream_);
+    };
+    std::vector<std::string> parts;
+    for (bool backward : {false, true}) {
+      if (!(backward ? u.backward : u.forward))
+        continue;
+      absl::StatusOr<double> braidMs =
+          timeCalls([&] { return own(backward); }, stream_);
+      if (!braidMs.ok())
+        return braidMs.status();
+      absl::StatusOr<double> cudnnMs =
+          timeCalls([&] { return viaCudnn(backward); }, stream_);
+      const char *direction = backward ? "backward" : "forward";
+      if (!cudnnMs.ok()) {
+        // A cuDNN that cannot run what it built: Braid's, and the error said.
+        (void)cudaGetLastError();
+        BRAID_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        parts.push_back(absl::StrFormat("%s Braid's %.3f ms (%s failed: %s)",
+                                        direction, *braidMs, version,
+                                        cudnnMs.status().message()));
+        continue;
+      }
+      const bool useCudnn = *cudnnMs < *braidMs;
+      (backward ? choice.cudnnBackward : choice.cudnnForward) = useCudnn;
+      parts.push_back(absl::StrFormat(
+          "%s %s (%s %.3f ms, Braid's %.3f ms)", direction,
+          useCudnn ? version : std::string("Braid's"), version, *cudnnMs,
+          *braidMs));
+    }
+    notes_.push_back(absl::StrCat(head, absl::StrJoin(parts, "; ")));
+  }
+  return absl::OkStatus();
 }
 
 template <typename T> auto Executor::run_QKV_SPLIT(const Call<T> &c) {
@@ -666,8 +946,16 @@ template <typename T> auto Executor::run_ATTENTION_CACHED(const Call<T> &c) {
                      kMaxCachedAttentionHeadDim));
   return launched(attentionCachedForward(c.x(0), c.x(1), c.x(2), c.ids(3), s,
                                          c.in(4).shape(1), c.y(1), c.y(2),
-                                         c.y(0), c.st),
+                                         c.y(0), cachedAttention_, c.st),
                   c.inst);
+}
+template <>
+void Executor::need<plan::ATTENTION_CACHED>(const Instruction &inst,
+                                            Needs &needs) {
+  needs.cachedAttentionBytes = std::max(
+      needs.cachedAttentionBytes,
+      attentionCachedWorkspaceBytes(attentionShape(inst),
+                                    plan_.buffers(inst.inputs(4)).shape(1)));
 }
 
 template <typename T> auto Executor::run_TAKE_ROWS(const Call<T> &c) {

@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace braid::exec {
@@ -138,6 +139,10 @@ public:
   /// Bytes the backend allocated beyond the arena for its kernels'
   /// workspaces (0 where they are not counted).
   virtual int64_t WorkspaceBytes() const = 0;
+  /// What the backend chose at load that a run's first lines should say
+  /// (the CUDA executor: which kernels run attention, and why): one line
+  /// each, none by default.
+  virtual std::vector<std::string> KernelNotes() const { return {}; }
 
   /// What the calls of one kernel kind ran since profiling was enabled (or
   /// last reset): their seconds, their number, and the work they did as

@@ -515,6 +515,8 @@ Generator::prefillChunk(const std::vector<std::vector<int32_t>> &prompts,
   return absl::OkStatus();
 }
 
+Backend &Generator::backend() { return *state->run.backend; }
+
 absl::Status Generator::decodeCall(const std::vector<double> &tokens,
                                    const std::vector<double> &positions) {
   State &s = *state;

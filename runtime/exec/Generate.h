@@ -88,6 +88,9 @@ public:
   Create(const plan::Plan &plan, const GeneratorOptions &options);
   ~Generator();
 
+  /// The backend running the plan (profiles, kernel notes).
+  Backend &backend();
+
   int64_t maxBatch() const { return generation().max_batch(); }
   int64_t maxSeqLen() const { return generation().max_seq_len(); }
   int64_t vocabSize() const { return generation().vocab_size(); }

@@ -6,11 +6,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <optional>
+#include <utility>
 
 namespace braid::exec {
 
@@ -18,7 +21,7 @@ const char kGenerateFlagsUsage[] =
     "[--init-from DIR] [--device cpu|cuda] --prompt-ids 1,2,3 "
     "[--prompt-ids ...] [--max-new-tokens N] [--greedy | --temperature T "
     "--top-k K --top-p P] [--seed S] [--beam-width W [--length-penalty A]] "
-    "[--eos-id ID]... [--logits-out FILE] [--stats]";
+    "[--eos-id ID]... [--logits-out FILE] [--stats] [--profile]";
 
 int RunGenerateCommand(
     const plan::Plan &plan, const std::vector<std::string> &args,
@@ -40,7 +43,7 @@ int RunGenerateCommand(
   int64_t maxNewTokens = 64, beamWidth = 1;
   double lengthPenalty = 1.0;
   SamplingOptions sampling;
-  bool greedy = false, stats = false, sampled = false;
+  bool greedy = false, stats = false, sampled = false, profile = false;
   std::string logitsOut;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
@@ -50,6 +53,10 @@ int RunGenerateCommand(
     }
     if (arg == "--stats") {
       stats = true;
+      continue;
+    }
+    if (arg == "--profile") {
+      profile = true;
       continue;
     }
     if (i + 1 >= args.size())
@@ -130,6 +137,13 @@ int RunGenerateCommand(
   if (!created.ok())
     return fail(created.status().message());
   Generator &gen = **created;
+  if (writer)
+    for (const std::string &note : gen.backend().KernelNotes())
+      err << "kernels: " << note << "\n";
+  // --profile: every kernel timed (on the GPU without graphs), the table
+  // after the last group.
+  if (profile)
+    gen.backend().EnableProfile();
 
   // Every rank reads its logits (split over tp, they are gathered on
   // each); rank 0 writes them.
@@ -183,6 +197,30 @@ int RunGenerateCommand(
     }
   }
   out.flush();
+  if (profile && writer) {
+    const std::vector<Backend::KernelProfile> &kernels =
+        gen.backend().KernelProfiles();
+    double total = 0;
+    std::vector<std::pair<double, int>> order;
+    for (int k = 0; k < int(kernels.size()); ++k)
+      if (kernels[k].calls > 0) {
+        total += kernels[k].seconds;
+        order.push_back({kernels[k].seconds, k});
+      }
+    std::sort(order.rbegin(), order.rend());
+    err << absl::StrFormat("profile: %.6f s in kernels (every group)\n", total);
+    err << absl::StrFormat("  %-22s %10s %7s %8s %9s %9s\n", "kernel", "s",
+                           "share", "calls", "TFLOP/s", "GB/s");
+    for (auto [seconds, k] : order) {
+      const Backend::KernelProfile &p = kernels[k];
+      err << absl::StrFormat(
+          "  %-22s %10.6f %6.1f%% %8d %9.2f %9.1f\n",
+          plan::Kernel_Name(plan::Kernel(k)), seconds,
+          total > 0 ? 100 * seconds / total : 0.0, p.calls,
+          seconds > 0 ? p.flops / seconds / 1e12 : 0.0,
+          seconds > 0 ? p.bytes / seconds / 1e9 : 0.0);
+    }
+  }
   return 0;
 }
 

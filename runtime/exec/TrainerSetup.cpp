@@ -143,6 +143,10 @@ absl::Status SetUpRun(TrainingRun &run) {
     return created.status();
   run.backend = std::move(*created);
   run.stage = StageOf(*run.backend);
+  // What the backend chose at load (the CUDA executor: attention's kernels).
+  if (options.log)
+    for (const std::string &note : run.backend->KernelNotes())
+      *options.log << "kernels: " << note << "\n";
   return absl::OkStatus();
 }
 

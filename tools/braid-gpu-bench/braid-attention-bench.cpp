@@ -14,12 +14,15 @@
 // after 3 warm-up runs; the median gives ms and TFLOP/s, with the FLOPs
 // the executor's profile counts (runtime/plan/Work.cpp: 4d per score
 // forward, 10d per score and 2d per row backward; causal scores are the
-// lower triangle's). Prints one table; exits 1 on a CUDA error or a wrong
-// tiling.
+// lower triangle's). Then cuDNN's fused attention (CudnnAttention.h), the
+// executor's other candidate, the same way where it can be loaded (a line
+// says why not). Prints one table; exits 1 on a CUDA error or a wrong
+// result.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Attention.h"
+#include "runtime/cuda/CudnnAttention.h"
 #include "tools/braid-gpu-bench/CountFlag.h"
 
 #include <cuda_bf16.h>
@@ -31,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -160,7 +164,7 @@ int main(int argc, char **argv) {
                 "heads a multiple of kv-heads");
   if (causal > 1)
     return fail("--causal is 0 or 1");
-  cuda::AttentionShape s;
+  cuda::AttentionShape s{};
   s.batch = batch;
   s.seq = seq;
   s.heads = heads;
@@ -274,5 +278,69 @@ int main(int argc, char **argv) {
                 shape.c_str(), ms, backwardFlops / (ms * 1e-3) / 1e12, error,
                 ok ? "" : " WRONG");
   }
+  // cuDNN's fused attention, checked and timed the same way.
+  absl::StatusOr<std::unique_ptr<cuda::CudnnAttention>> cudnn =
+      cuda::CudnnAttention::Create();
+  if (!cudnn.ok()) {
+    std::printf("cudnn: not timed (%s)\n",
+                std::string(cudnn.status().message()).c_str());
+    return wrong ? 1 : 0;
+  }
+  const auto type = cuda::CudnnAttention::Type::BF16;
+  absl::StatusOr<int64_t> forwardBytes = (*cudnn)->Prepare(s, type, false);
+  absl::StatusOr<int64_t> backwardBytes = (*cudnn)->Prepare(s, type, true);
+  if (!forwardBytes.ok() || !backwardBytes.ok())
+    return fail("cuDNN's attention graphs: " +
+                std::string((forwardBytes.ok() ? backwardBytes.status()
+                                               : forwardBytes.status())
+                                .message()));
+  DeviceBuffer<uint8_t> cudnnWorkspace(
+      size_t(std::max<int64_t>({*forwardBytes, *backwardBytes, 1})));
+  const std::string version = (*cudnn)->Version();
+  auto cudnnStatus = [](const absl::Status &st) {
+    if (!st.ok())
+      fail("cuDNN: " + std::string(st.message()));
+    return st.ok() ? cudaSuccess : cudaErrorUnknown;
+  };
+  auto cudnnForward = [&] {
+    return cudnnStatus((*cudnn)->Forward(q.ptr, k.ptr, v.ptr, s, type, out.ptr,
+                                         lse.ptr, cudnnWorkspace.ptr, nullptr));
+  };
+  out.poison();
+  lse.poison();
+  check(cudnnForward(), "cuDNN's forward");
+  check(cudaDeviceSynchronize(), "cuDNN's forward");
+  double error = std::max(relativeError(out.host(), refOut),
+                          relativeError(lse.host(), refLse));
+  bool ok = error <= kTolerance;
+  wrong |= !ok;
+  double ms = medianMs(int(reps), cudnnForward);
+  std::printf("%-9s %-6s %-48s %10.3f %9.1f %10.2e%s\n", "forward", "cudnn",
+              version.c_str(), ms, forwardFlops / (ms * 1e-3) / 1e12, error,
+              ok ? "" : " WRONG");
+  // The backward from the reference forward's output and log-sum-exp.
+  check(cuda::attentionForward<bf16>(q.ptr, k.ptr, v.ptr, s, out.ptr, lse.ptr,
+                                     nullptr),
+        "the CUDA-core forward");
+  auto cudnnBackward = [&] {
+    return cudnnStatus((*cudnn)->Backward(q.ptr, k.ptr, v.ptr, out.ptr,
+                                          lse.ptr, dout.ptr, s, type, dq.ptr,
+                                          dk.ptr, dv.ptr, cudnnWorkspace.ptr,
+                                          nullptr));
+  };
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  check(cudnnBackward(), "cuDNN's backward");
+  check(cudaDeviceSynchronize(), "cuDNN's backward");
+  error = std::max({relativeError(dq.host(), refDq),
+                    relativeError(dk.host(), refDk),
+                    relativeError(dv.host(), refDv)});
+  ok = error <= kTolerance;
+  wrong |= !ok;
+  ms = medianMs(int(reps), cudnnBackward);
+  std::printf("%-9s %-6s %-48s %10.3f %9.1f %10.2e%s\n", "backward", "cudnn",
+              version.c_str(), ms, backwardFlops / (ms * 1e-3) / 1e12, error,
+              ok ? "" : " WRONG");
   return wrong ? 1 : 0;
 }

@@ -117,6 +117,9 @@ int main(int argc, char **argv) {
     return fail(std::string(created.status().message()));
   cuda::Executor &e = **created;
   e.SetGraphs(graphs);
+  // What it chose at load: attention's kernels.
+  for (const std::string &note : e.KernelNotes())
+    std::printf("kernels: %s\n", note.c_str());
 
   // Parameters (and their master weights) and a batch of tokens.
   std::mt19937_64 gen{uint64_t(seed)};

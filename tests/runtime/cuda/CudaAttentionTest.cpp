@@ -28,6 +28,7 @@
 
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cuda/Attention.h"
+#include "runtime/cuda/CudnnAttention.h"
 
 #include "CudaTestUtil.h"
 
@@ -37,7 +38,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace braid;
@@ -214,6 +217,36 @@ template <typename E> void compareTensorCores(const cpu::AttentionShape &s) {
     compareTensorCores<E>(s, tiling);
 }
 
+/// Random inputs rounded to E (seeds seed .. seed + 3) and the CPU's
+/// forward and backward on them, the backward reading the output as stored
+/// in E.
+struct AttentionCase {
+  std::vector<float> q, k, v, dout, out, lse, storedOut, dq, dk, dv;
+};
+template <typename E>
+AttentionCase attentionCase(const cpu::AttentionShape &s, uint32_t seed) {
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  AttentionCase c;
+  c.q = rounded<E>(randomValues(qn, seed));
+  c.k = rounded<E>(randomValues(kvn, seed + 1));
+  c.v = rounded<E>(randomValues(kvn, seed + 2));
+  c.dout = rounded<E>(randomValues(qn, seed + 3));
+  c.out.resize(qn);
+  c.lse.resize(rows);
+  c.dq.resize(qn);
+  c.dk.resize(kvn);
+  c.dv.resize(kvn);
+  cpu::attentionForward(c.q.data(), c.k.data(), c.v.data(), s, c.out.data(),
+                        c.lse.data());
+  c.storedOut = rounded<E>(c.out);
+  cpu::attentionBackward(c.q.data(), c.k.data(), c.v.data(),
+                         c.storedOut.data(), c.lse.data(), c.dout.data(), s,
+                         c.dq.data(), c.dk.data(), c.dv.data());
+  return c;
+}
+
 /// The tensor-core backward against the CPU's on the same E inputs (the
 /// output as stored in E, the CPU's log-sum-exp): dq, dk and dv within E's
 /// tolerance of the float kernels' comparison (the probabilities and their
@@ -236,18 +269,10 @@ void compareTensorCoresBackward(const cpu::AttentionShape &s, int tiling) {
                               : ""));
   const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
   const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
-  const int64_t rows = s.batch * s.heads * s.seq;
-  std::vector<float> q = rounded<E>(randomValues(qn, 41)),
-                     k = rounded<E>(randomValues(kvn, 42)),
-                     v = rounded<E>(randomValues(kvn, 43)),
-                     dout = rounded<E>(randomValues(qn, 44));
-  std::vector<float> out(qn), lse(rows), dq(qn), dk(kvn), dv(kvn);
-  cpu::attentionForward(q.data(), k.data(), v.data(), s, out.data(),
-                        lse.data());
-  std::vector<float> storedOut = rounded<E>(out);
-  cpu::attentionBackward(q.data(), k.data(), v.data(), storedOut.data(),
-                         lse.data(), dout.data(), s, dq.data(), dk.data(),
-                         dv.data());
+  const AttentionCase c = attentionCase<E>(s, 41);
+  const std::vector<float> &q = c.q, &k = c.k, &v = c.v, &dout = c.dout,
+                           &lse = c.lse, &storedOut = c.storedOut, &dq = c.dq,
+                           &dk = c.dk, &dv = c.dv;
   Device<E> gq(as<E>(q)), gk(as<E>(k)), gv(as<E>(v)), gout(as<E>(storedOut)),
       gdout(as<E>(dout)), gdq(qn), gdk(as<E>(randomValues(kvn, 45))),
       gdv(as<E>(randomValues(kvn, 46)));
@@ -320,6 +345,117 @@ TYPED_TEST(CudaTensorCores, Forward) {
   s.headOffset = 2;
   s.kvHeadOffset = 1;
   compareTensorCores<E>(s);
+}
+
+//===-- cuDNN's fused attention ------------------------------------------===//
+
+/// cuDNN's forward and backward (CudnnAttention.h) against the CPU on the
+/// same E inputs, with the tensor-core kernels' tolerances: out, the
+/// log-sum-exp (the same quantity as Braid's, so either forward feeds
+/// either backward), and dq, dk, dv from the CPU's stored output and
+/// log-sum-exp.
+template <typename E>
+void compareCudnn(cuda::CudnnAttention &cudnn, const cpu::AttentionShape &s) {
+  SCOPED_TRACE("cuDNN: batch " + std::to_string(s.batch) + " seq " +
+               std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
+               "/" + std::to_string(s.kvHeads) + " headDim " +
+               std::to_string(s.headDim) + (s.causal ? " causal" : ""));
+  const auto type = std::is_same_v<E, bf16> ? cuda::CudnnAttention::Type::BF16
+                                            : cuda::CudnnAttention::Type::F16;
+  ASSERT_EQ(cuda::CudnnAttentionRefusal(s), "");
+  absl::StatusOr<int64_t> forwardBytes = cudnn.Prepare(s, type, false);
+  ASSERT_TRUE(forwardBytes.ok()) << forwardBytes.status();
+  absl::StatusOr<int64_t> backwardBytes = cudnn.Prepare(s, type, true);
+  ASSERT_TRUE(backwardBytes.ok()) << backwardBytes.status();
+  const int64_t qn = s.batch * s.seq * s.heads * s.headDim;
+  const int64_t kvn = s.batch * s.seq * s.kvHeads * s.headDim;
+  const int64_t rows = s.batch * s.heads * s.seq;
+  const AttentionCase c = attentionCase<E>(s, 51);
+  const std::vector<float> &q = c.q, &k = c.k, &v = c.v, &dout = c.dout,
+                           &out = c.out, &lse = c.lse,
+                           &storedOut = c.storedOut, &dq = c.dq, &dk = c.dk,
+                           &dv = c.dv;
+  Device<uint8_t> workspace(
+      std::max<int64_t>({*forwardBytes, *backwardBytes, 1}));
+  Device<E> gq(as<E>(q)), gk(as<E>(k)), gv(as<E>(v)), gout(qn),
+      gstored(as<E>(storedOut)), gdout(as<E>(dout)),
+      gdq(as<E>(randomValues(qn, 55))), gdk(as<E>(randomValues(kvn, 56))),
+      gdv(as<E>(randomValues(kvn, 57)));
+  Device<float> glse(rows), cpuLse(lse);
+  absl::Status st = cudnn.Forward(gq.get(), gk.get(), gv.get(), s, type,
+                                  gout.get(), glse.get(), workspace.get(),
+                                  nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  const double rel = relativeTolerance<E>();
+  expectClose(gout.host(), out, rel, largest(out) * rel, "out");
+  expectClose(glse.host(), lse, 1e-5, 1e-5, "lse");
+  st = cudnn.Backward(gq.get(), gk.get(), gv.get(), gstored.get(),
+                      cpuLse.get(), gdout.get(), s, type, gdq.get(), gdk.get(),
+                      gdv.get(), workspace.get(), nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  // dq, dk and dv were filled with noise first: they are overwritten.
+  expectClose(gdq.host(), dq, rel, largest(dq) * rel, "dq");
+  expectClose(gdk.host(), dk, rel, largest(dk) * rel, "dk");
+  expectClose(gdv.host(), dv, rel, largest(dv) * rel, "dv");
+}
+
+TEST(CudnnAttentionShapes, WhatItTakes) {
+  // The shapes the executor keeps on Braid's kernels, each named.
+  EXPECT_EQ(cuda::CudnnAttentionRefusal(shape(1, 64, 4, 4, 64, true)), "");
+  EXPECT_EQ(cuda::CudnnAttentionRefusal(shape(1, 64, 8, 2, 128, true)), "");
+  EXPECT_EQ(cuda::CudnnAttentionRefusal(shape(1, 64, 4, 4, 64, true, true)),
+            "ALiBi");
+  EXPECT_NE(cuda::CudnnAttentionRefusal(shape(1, 64, 4, 4, 160, true)), "");
+  EXPECT_NE(cuda::CudnnAttentionRefusal(shape(1, 64, 4, 4, 36, true)), "");
+  cpu::AttentionShape packed = shape(1, 64, 4, 4, 64, true);
+  const int32_t positions[1] = {0};
+  packed.positions = positions;
+  EXPECT_EQ(cuda::CudnnAttentionRefusal(packed), "packed documents");
+  // A shard whose one kv head serves query heads 2-3 of 8 (kv head 1 of
+  // 4): local query head h is on local kv head 0 = h / 2, taken. Query
+  // heads 1-2 of 4 over both kv heads: head 0 (global 1) on kv head 0,
+  // head 1 (global 2) on kv head 1, which is h / 1, taken; the same
+  // counted as one kv head is not cuDNN's h / 2.
+  cpu::AttentionShape shard = shape(1, 64, 2, 1, 64, true);
+  shard.globalHeads = 8;
+  shard.globalKvHeads = 4;
+  shard.headOffset = 2;
+  shard.kvHeadOffset = 1;
+  EXPECT_EQ(cuda::CudnnAttentionRefusal(shard), "");
+  cpu::AttentionShape odd = shape(1, 64, 2, 2, 64, true);
+  odd.globalHeads = 4;
+  odd.globalKvHeads = 2;
+  odd.headOffset = 1;
+  odd.kvHeadOffset = 0;
+  EXPECT_EQ(cuda::CudnnAttentionRefusal(odd), "");
+  odd.kvHeads = 1;
+  EXPECT_NE(cuda::CudnnAttentionRefusal(odd), "");
+}
+
+TYPED_TEST(CudaTensorCores, Cudnn) {
+  using E = TypeParam;
+  absl::StatusOr<std::unique_ptr<cuda::CudnnAttention>> cudnn =
+      cuda::CudnnAttention::Create();
+  if (!cudnn.ok())
+    GTEST_SKIP() << cudnn.status().message();
+  std::printf("%s\n", (*cudnn)->Version().c_str());
+  // As the tensor-core kernels' shapes: sequences inside one tile, across
+  // several and ending inside one; causal and not; grouped queries.
+  compareCudnn<E>(**cudnn, shape(2, 77, 4, 4, 64, true));
+  compareCudnn<E>(**cudnn, shape(1, 40, 2, 2, 64, false));
+  compareCudnn<E>(**cudnn, shape(1, 130, 6, 3, 64, true));
+  compareCudnn<E>(**cudnn, shape(1, 100, 6, 6, 128, false));
+  compareCudnn<E>(**cudnn, shape(2, 200, 4, 2, 128, true));
+  compareCudnn<E>(**cudnn, shape(1, 256, 8, 1, 128, true));
+  // Preparing a shape cuDNN is not given is refused, naming why.
+  absl::StatusOr<int64_t> alibi =
+      (*cudnn)->Prepare(shape(1, 64, 4, 4, 64, true, true),
+                        std::is_same_v<E, bf16>
+                            ? cuda::CudnnAttention::Type::BF16
+                            : cuda::CudnnAttention::Type::F16,
+                        false);
+  ASSERT_FALSE(alibi.ok());
+  EXPECT_NE(alibi.status().message().find("ALiBi"), std::string::npos);
 }
 
 //===-- Packed documents -------------------------------------------------===//

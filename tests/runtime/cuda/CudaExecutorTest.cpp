@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/Executor.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
@@ -364,6 +365,81 @@ TEST_F(CudaKernels, TensorCoreAttentionStepsFollowFp32) {
   // tile).
   expectMixedFollowsFp32("fp32-hd64", "bf16-hd64", 7);
   expectMixedFollowsFp32("fp32-hd64", "fp16-hd64", 7, 1024.0);
+}
+
+/// Sets BRAID_ATTENTION for the scope, restoring it after.
+class AttentionMode {
+public:
+  explicit AttentionMode(const char *mode) {
+    if (const char *old = std::getenv("BRAID_ATTENTION"))
+      old_ = old;
+    setenv("BRAID_ATTENTION", mode, 1);
+  }
+  ~AttentionMode() {
+    if (old_.empty())
+      unsetenv("BRAID_ATTENTION");
+    else
+      setenv("BRAID_ATTENTION", old_.c_str(), 1);
+  }
+
+private:
+  std::string old_;
+};
+
+std::string notesOf(const cuda::Executor &e) {
+  std::string all;
+  for (const std::string &line : e.KernelNotes())
+    all += line + "\n";
+  return all;
+}
+
+TEST_F(CudaKernels, CudnnAttentionStepsFollowFp32) {
+  // BRAID_ATTENTION=cudnn: cuDNN's fused attention forward and backward in
+  // every step, where the build and the machine have cuDNN.
+  absl::StatusOr<std::unique_ptr<cuda::CudnnAttention>> cudnn =
+      cuda::CudnnAttention::Create();
+  if (!cudnn.ok())
+    GTEST_SKIP() << cudnn.status().message();
+  AttentionMode mode("cudnn");
+  auto e = cuda::Executor::Create(load("bf16-hd64"));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string notes = notesOf(**e);
+  std::cout << notes;
+  EXPECT_NE(notes.find((*cudnn)->Version()), std::string::npos) << notes;
+  expectMixedFollowsFp32("fp32-hd64", "bf16-hd64", 7);
+  expectMixedFollowsFp32("fp32-hd64", "fp16-hd64", 7, 1024.0);
+}
+
+TEST_F(CudaKernels, AttentionModeIsChecked) {
+  {
+    AttentionMode mode("fastest");
+    auto e = cuda::Executor::Create(load("bf16-hd64"));
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find("BRAID_ATTENTION"), std::string::npos)
+        << e.status();
+  }
+  {
+    AttentionMode mode("braid");
+    auto e = cuda::Executor::Create(load("bf16-hd64"));
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_NE(notesOf(**e).find("Braid's kernels (BRAID_ATTENTION=braid)"),
+              std::string::npos)
+        << notesOf(**e);
+  }
+  if (!cuda::CudnnAttention::Create().ok()) {
+    // Asked for and absent: refused, saying why.
+    AttentionMode mode("cudnn");
+    auto e = cuda::Executor::Create(load("bf16-hd64"));
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find("BRAID_ATTENTION=cudnn"),
+              std::string::npos)
+        << e.status();
+  }
+  // fp32 plans keep Braid's exact kernels and say nothing.
+  AttentionMode mode("cudnn");
+  auto e = cuda::Executor::Create(load("fp32-hd64"));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(notesOf(**e), "");
 }
 
 #ifdef BRAID_CUDA_EMULATION

@@ -125,46 +125,62 @@ TYPED_TEST(CudaGeneration, AttentionCached) {
   // 0 at positions 0..4 of an empty cache, sequence 1 at 200..204 after
   // earlier calls filled 0..199 (so its queries see more keys than a
   // block's chunk of 128); then a decode step; then a position outside the
-  // cache (zeros, no write).
-  const int64_t batch = 2, heads = 4, kvHeads = 2, d = 16, cacheLen = 256;
-  const int64_t kvw = kvHeads * d;
-  cpu::AttentionShape s{batch, 5, heads, kvHeads, d, 0.25, true, true};
-  std::vector<float> cacheK =
-      rounded<T>(randomValues(batch * cacheLen * kvw, 2));
-  std::vector<float> cacheV =
-      rounded<T>(randomValues(batch * cacheLen * kvw, 3));
-  Device<T> gcacheK(as<T>(cacheK)), gcacheV(as<T>(cacheV));
-  double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
-  if (std::is_same_v<T, float>)
-    abs = 1e-5; // sums of 200 float terms against double ones
-  struct Step {
-    int64_t queries;
-    std::vector<int32_t> positions;
-  };
-  uint32_t seed = 10;
-  for (const Step &step :
-       {Step{5, {0, 1, 2, 3, 4, 200, 201, 202, 203, 204}}, Step{1, {5, 205}},
-        Step{1, {-1, 256}}, Step{2, {6, 6, 255, 255}}}) {
-    SCOPED_TRACE(testing::Message() << "positions of sequence 1 from "
-                                    << step.positions[step.queries]);
-    s.seq = step.queries;
-    const int64_t rows = batch * step.queries;
-    std::vector<float> q = rounded<T>(randomValues(rows * heads * d, seed++));
-    std::vector<float> k = rounded<T>(randomValues(rows * kvw, seed++));
-    std::vector<float> v = rounded<T>(randomValues(rows * kvw, seed++));
-    std::vector<float> out(rows * heads * d);
-    cpu::attentionCachedForward(q.data(), k.data(), v.data(),
-                                step.positions.data(), s, cacheLen,
-                                cacheK.data(), cacheV.data(), out.data());
-    Device<T> gq(as<T>(q)), gk(as<T>(k)), gv(as<T>(v)), gout(out.size());
-    Device<int32_t> gpositions(step.positions);
-    ASSERT_EQ(cuda::attentionCachedForward(
-                  gq.get(), gk.get(), gv.get(), gpositions.get(), s, cacheLen,
-                  gcacheK.get(), gcacheV.get(), gout.get(), nullptr),
-              cudaSuccess);
-    expectClose(gout.host(), out, rel, abs, "out");
-    expectClose(gcacheK.host(), cacheK, 0, 0, "cache_k");
-    expectClose(gcacheV.host(), cacheV, 0, 0, "cache_v");
+  // cache (zeros, no write); then a chunk of 128 queries (1024 (row, head)
+  // pairs: one range of keys each, where the steps before split the keys
+  // into 4 ranges of 64). Head dimensions 16 and 80 (lanes with no column,
+  // with two), 128, and 300 (the one-block kernel).
+  const int64_t batch = 2, heads = 4, kvHeads = 2, cacheLen = 256;
+  for (int64_t d : {16, 80, 128, 300}) {
+    SCOPED_TRACE(testing::Message() << "head dimension " << d);
+    const int64_t kvw = kvHeads * d;
+    cpu::AttentionShape s{batch, 5, heads, kvHeads, d, 0.25, true, true};
+    std::vector<float> cacheK =
+        rounded<T>(randomValues(batch * cacheLen * kvw, 2));
+    std::vector<float> cacheV =
+        rounded<T>(randomValues(batch * cacheLen * kvw, 3));
+    Device<T> gcacheK(as<T>(cacheK)), gcacheV(as<T>(cacheV));
+    double rel = relativeTolerance<T>(), abs = absoluteTolerance<T>();
+    if (std::is_same_v<T, float>)
+      abs = 1e-5; // sums of 200 float terms against double ones
+    struct Step {
+      int64_t queries;
+      std::vector<int32_t> positions;
+    };
+    std::vector<int32_t> chunk;
+    for (int32_t b = 0; b < 2; ++b)
+      for (int32_t t = 0; t < 128; ++t)
+        chunk.push_back(b * 100 + 7 + t);
+    uint32_t seed = 10;
+    for (const Step &step :
+         {Step{5, {0, 1, 2, 3, 4, 200, 201, 202, 203, 204}}, Step{1, {5, 205}},
+          Step{1, {-1, 256}}, Step{2, {6, 6, 255, 255}}, Step{128, chunk}}) {
+      SCOPED_TRACE(testing::Message() << "positions of sequence 1 from "
+                                      << step.positions[step.queries]);
+      s.seq = step.queries;
+      const int64_t splits = cuda::attentionCachedSplits(s, cacheLen);
+      EXPECT_EQ(splits, d > 256 ? 0 : step.queries == 128 ? 1 : 4);
+      const int64_t rows = batch * step.queries;
+      std::vector<float> q = rounded<T>(randomValues(rows * heads * d, seed++));
+      std::vector<float> k = rounded<T>(randomValues(rows * kvw, seed++));
+      std::vector<float> v = rounded<T>(randomValues(rows * kvw, seed++));
+      std::vector<float> out(rows * heads * d);
+      cpu::attentionCachedForward(q.data(), k.data(), v.data(),
+                                  step.positions.data(), s, cacheLen,
+                                  cacheK.data(), cacheV.data(), out.data());
+      Device<T> gq(as<T>(q)), gk(as<T>(k)), gv(as<T>(v)), gout(out.size());
+      Device<int32_t> gpositions(step.positions);
+      const int64_t bytes = cuda::attentionCachedWorkspaceBytes(s, cacheLen);
+      EXPECT_EQ(bytes, splits > 1 ? rows * heads * splits * (d + 2) * 4 : 0);
+      Device<float> workspace(size_t(std::max<int64_t>(bytes / 4, 1)));
+      ASSERT_EQ(cuda::attentionCachedForward(
+                    gq.get(), gk.get(), gv.get(), gpositions.get(), s,
+                    cacheLen, gcacheK.get(), gcacheV.get(), gout.get(),
+                    bytes > 0 ? workspace.get() : nullptr, nullptr),
+                cudaSuccess);
+      expectClose(gout.host(), out, rel, abs, "out");
+      expectClose(gcacheK.host(), cacheK, 0, 0, "cache_k");
+      expectClose(gcacheV.host(), cacheV, 0, 0, "cache_v");
+    }
   }
 }
 
