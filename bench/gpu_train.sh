@@ -4,7 +4,9 @@
 # bf16 mixed precision), Braid against PyTorch on the same GPU.
 #
 #   bench/gpu_train.sh compile DIR
-#     (where braidc is built) compiles the model's plan for micro-batches
+#     (where braidc is built) compiles a GPT-2 124M-shaped plan (micro-batch
+#     32, seq 1024; `run` prints its tokens/s after the comparison) and the
+#     model's plan for micro-batches
 #     1, 2, 4, ..., 32 into DIR (mbM.plan), with each plan's report, and
 #     again with the gate and up projections fused into one (--fuse-mlp, as
 #     Megatron's SwiGLU: the same model and arithmetic; mbM-fused.plan);
@@ -61,6 +63,15 @@ JOB
       --global-batch-size "$mb" --fuse-mlp --emit=plan \
       -o "$dir/mb$mb-fused.plan" --report "$dir/mb$mb-fused.json"
   done
+  # A GPT-2 124M-shaped plan (the gpt2-124m preset: 12 layers, hidden 768,
+  # 12 heads of 64, seq 1024, hidden dropout 0.1; attention dropout 0, which
+  # the compiler does not differentiate yet), bf16, whose tokens/s `run`
+  # prints beside the 1B figures.
+  printf 'model { attention_dropout: 0 }\n' > "$dir/gpt2-124m.textproto"
+  "$build/bin/braidc" "$dir/gpt2-124m.textproto" --preset gpt2-124m \
+    --seq-len 1024 --precision bf16 \
+    --micro-batch-size 32 --global-batch-size 32 --emit=plan \
+    -o "$dir/gpt2-124m.plan" --report "$dir/gpt2-124m.json"
   # The trainer's dataset (TRAINER=1): the corpus's bytes as token ids.
   "$build/bin/braid-data" preprocess \
     --input "$root/examples/data/pride-and-prejudice.txt" \
@@ -170,3 +181,17 @@ for name, tps in rows:
     print(f"{name:8s} {tps:12.1f} tokens/s  {tflops:7.1f} TFLOP/s  MFU {100 * tflops / 989:5.1f} %")
 print(f"braid / pytorch tokens/s: {rows[0][1] / rows[1][1]:.3f}")
 PY
+# The GPT-2 124M-shaped plan's tokens/s (Braid alone), beside them.
+if [ -f "$dir/gpt2-124m.plan" ]; then
+  "${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/gpt2-124m.plan" \
+    --steps "$steps" --warmup "$warmup" --profile 0 > "$dir/gpt2.log"
+  grep '^kernels:' "$dir/gpt2.log" || true
+  python3 - "$dir/gpt2-124m.json" "$(grep '^median step' "$dir/gpt2.log")" <<'PY'
+import json, re, sys
+per_token = json.load(open(sys.argv[1]))["flops"]["training_per_token"]
+tps = float(re.search(r"([0-9.]+) tokens/s", sys.argv[2]).group(1))
+tflops = tps * per_token / 1e12
+print(f"gpt2-124m {tps:12.1f} tokens/s  {tflops:7.1f} TFLOP/s  MFU {100 * tflops / 989:5.1f} % "
+      "(micro-batch 32, seq 1024, bf16)")
+PY
+fi
