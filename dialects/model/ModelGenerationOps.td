@@ -275,6 +275,81 @@ def Model_TokenLogprobsOp : Model_ComputeOp<"token_logprobs", [], [],
                                  "int64_t":$vocabSize)>];
 }
 
+def Model_TokenLogprobsPartialOp
+    : Model_ComputeOp<"token_logprobs_partial", [], [],
+                      "TOKEN_LOGPROBS_PARTIAL"> {
+  let summary = "One rank's share of model.token_logprobs over its slice";
+  let description = [{
+    Scoring's log-probabilities under tensor parallelism, whose output layer
+    leaves each rank the logits of its slice of the vocabulary (`[start,
+    start + V)`, `start` = `c·V` on rank `c` of `vocab_axis`): per row `(b,
+    t)`, over the slice's ids below `vocab_size`, `partial[b, t, 0]` their
+    largest logit `m` (the first most likely id's, as `model.token_logprobs`
+    ranks them), `[1]` `sum exp(logits - m)`, `[2]` the target's logit where
+    the target is in the slice, else 0, and `[3]` that first most likely id;
+    with no such id, -inf, 0, 0 and -1. The ranks' partials are then
+    gathered (`model.all_gather` along dimension 2) and
+    `model.token_logprobs_finish` combines them: the logits themselves never
+    travel.
+
+    Example:
+
+    ```mlir
+    %p = model.token_logprobs_partial %logits, %targets vocab_size = 97
+        vocab_axis = "tp"
+        : (tensor<4x16x64xf32>, tensor<4x16xi32>) -> tensor<4x16x4xf32>
+    ```
+
+    Constraints:
+    - TKP1: `logits` has rank 3 and `targets` is `[batch, seq]` of it.
+    - TKP2: `vocab_size` is in `[1, 2^24]` (ids travel in the partials).
+    - TKP3: the result is `[batch, seq, 4]` of f32 (f64 for f64 logits).
+    - TKP4: `vocab_axis`, when present, is an axis of the module's mesh.
+  }];
+  let arguments = (ins Model_FloatTensor:$logits, Model_IndexTensor:$targets,
+                       I64Attr:$vocab_size, OptionalAttr<StrAttr>:$vocab_axis);
+  let results = (outs Model_FloatTensor:$partial);
+  let assemblyFormat = [{
+    $logits `,` $targets `vocab_size` `=` $vocab_size
+    (`vocab_axis` `=` $vocab_axis^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+def Model_TokenLogprobsFinishOp
+    : Model_ComputeOp<"token_logprobs_finish", [], [],
+                      "TOKEN_LOGPROBS_FINISH"> {
+  let summary = "model.token_logprobs from the slices' gathered partials";
+  let description = [{
+    `gathered[b, t, 4·g + i]` is slice `g`'s `partial[b, t, i]` of
+    `model.token_logprobs_partial`, the slices in the vocabulary's order:
+    `logprobs[b, t]` is the target's logit minus the log-sum-exp of the
+    slices' `(m, sum)`, `greedy[b, t]` 1 when the target is the most likely
+    id of the first slice whose `m` ranks highest; both 0 where the target
+    is negative. The same results as `model.token_logprobs` on the whole
+    logits (up to the partials' rounding to f32).
+
+    Example:
+
+    ```mlir
+    %lp, %greedy = model.token_logprobs_finish %gathered, %targets
+        : (tensor<4x16x8xf32>, tensor<4x16xi32>)
+        -> (tensor<4x16xf32>, tensor<4x16xi32>)
+    ```
+
+    Constraints:
+    - TKF1: `gathered` is `[batch, seq, 4·G]` of f32 or f64, G >= 1, and
+      `targets` is `[batch, seq]` of it.
+    - TKF2: the results are `[batch, seq]` of f32 and of i32.
+  }];
+  let arguments = (ins Model_FloatTensor:$gathered,
+                       Model_IndexTensor:$targets);
+  let results = (outs Model_FloatTensor:$logprobs, Model_IndexTensor:$greedy);
+  let assemblyFormat = [{
+    $gathered `,` $targets attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 def Model_TopCandidatesOp : Model_ComputeOp<"top_candidates", [], [],
                                             "TOP_CANDIDATES"> {
   let summary = "A rank's best tokens of its slice of the vocabulary";

@@ -1871,6 +1871,33 @@ void TokenLogprobsOp::build(OpBuilder &builder, OperationState &state,
         builder.getI64IntegerAttr(vocabSize));
 }
 
+/// Scoring's ops: `targets` is [batch, seq] of `rows` (their first two
+/// dimensions; `of` names them) and, with `logprobs`, the results are
+/// [batch, seq] of f32 and of i32.
+static LogicalResult verifyScoreRows(Operation *op, ArrayRef<int64_t> rows,
+                                     Value targets, StringRef of,
+                                     Value logprobs = {}, Value greedy = {}) {
+  if (cast<RankedTensorType>(targets.getType()).getRank() != 2 ||
+      !indexShaped(targets, rows))
+    return op->emitOpError("targets are ")
+           << targets.getType() << " but must be [batch, seq] of " << of
+           << ", " << shapeStr(rows);
+  if (!logprobs)
+    return success();
+  auto f32 = RankedTensorType::get(rows, Float32Type::get(op->getContext()));
+  auto i32 =
+      RankedTensorType::get(rows, IntegerType::get(op->getContext(), 32));
+  auto lp = cast<RankedTensorType>(logprobs.getType());
+  auto gr = cast<RankedTensorType>(greedy.getType());
+  if (!shapesAgree(lp.getShape(), rows) ||
+      lp.getElementType() != f32.getElementType() ||
+      !shapesAgree(gr.getShape(), rows) ||
+      gr.getElementType() != i32.getElementType())
+    return op->emitOpError("results are ")
+           << lp << " and " << gr << " but must be " << f32 << " and " << i32;
+  return success();
+}
+
 LogicalResult TokenLogprobsOp::verify() {
   RankedTensorType logits = getLogits().getType();
   // TK1: logits [batch, seq, vocab], targets [batch, seq].
@@ -1878,31 +1905,78 @@ LogicalResult TokenLogprobsOp::verify() {
     return emitOpError("logits are ")
            << logits << " but must be [batch, seq, vocab]";
   SmallVector<int64_t> rows(logits.getShape().take_front(2));
-  if (getTargets().getType().getRank() != 2 || !indexShaped(getTargets(), rows))
-    return emitOpError("targets are ")
-           << getTargets().getType() << " but must be [batch, seq] of logits, "
-           << shapeStr(rows);
+  if (failed(verifyScoreRows(*this, rows, getTargets(), "logits")))
+    return failure();
   // TK2: vocab_size in [1, vocab].
   int64_t vocab = getVocabSizeAttr().getInt(), columns = logits.getDimSize(2);
   if (vocab < 1 || (!ShapedType::isDynamic(columns) && vocab > columns))
     return emitOpError("vocab_size = ")
            << vocab << " must be in [1, " << columns << "]";
   // TK3: [batch, seq] of f32 and of i32.
-  auto f32 = RankedTensorType::get(rows, Float32Type::get(getContext()));
-  auto i32 = RankedTensorType::get(rows, IntegerType::get(getContext(), 32));
-  if (!shapesAgree(getLogprobs().getType().getShape(), rows) ||
-      getLogprobs().getType().getElementType() != f32.getElementType() ||
-      !shapesAgree(getGreedy().getType().getShape(), rows) ||
-      getGreedy().getType().getElementType() != i32.getElementType())
-    return emitOpError("results are ")
-           << getLogprobs().getType() << " and " << getGreedy().getType()
-           << " but must be " << f32 << " and " << i32;
-  return success();
+  return verifyScoreRows(*this, rows, getTargets(), "logits", getLogprobs(),
+                         getGreedy());
 }
 
 int64_t TokenLogprobsOp::getVectorFlops() {
   // A log-sum-exp per row: 4 per logit, as TOP_LOGPROBS's row counts.
   return product({4, numel(getLogits())});
+}
+
+LogicalResult TokenLogprobsPartialOp::verify() {
+  RankedTensorType logits = getLogits().getType();
+  // TKP1: logits [batch, seq, vocab], targets [batch, seq].
+  if (logits.getRank() != 3)
+    return emitOpError("logits are ")
+           << logits << " but must be [batch, seq, vocab]";
+  SmallVector<int64_t> rows(logits.getShape().take_front(2));
+  if (failed(verifyScoreRows(*this, rows, getTargets(), "logits")))
+    return failure();
+  // TKP2: vocab_size in [1, 2^24].
+  int64_t vocab = getVocabSizeAttr().getInt();
+  if (vocab < 1 || vocab > (int64_t(1) << 24))
+    return emitOpError("vocab_size = ")
+           << vocab << " must be in [1, 2^24] (ids travel as f32)";
+  // TKP3: [batch, seq, 4] of f32, f64 for f64 logits.
+  Type element = logits.getElementType().isF64()
+                     ? Type(Float64Type::get(getContext()))
+                     : Type(Float32Type::get(getContext()));
+  SmallVector<int64_t> shape = {rows[0], rows[1], 4};
+  if (!shapesAgree(getPartial().getType().getShape(), shape) ||
+      getPartial().getType().getElementType() != element)
+    return emitOpError("the result is ")
+           << getPartial().getType() << " but must be "
+           << RankedTensorType::get(shape, element);
+  // TKP4: vocab_axis is a mesh axis.
+  if (auto axis = getVocabAxis())
+    if (failed(verifyMeshAxis(*this, *axis, "vocab_axis")))
+      return failure();
+  return success();
+}
+
+int64_t TokenLogprobsPartialOp::getVectorFlops() {
+  // A maximum, exp(x - m) and its sum, and a comparison: 4 per logit.
+  return product({4, numel(getLogits())});
+}
+
+LogicalResult TokenLogprobsFinishOp::verify() {
+  RankedTensorType gathered = getGathered().getType();
+  // TKF1: [batch, seq, 4·G] of f32 or f64; targets [batch, seq].
+  if (gathered.getRank() != 3 ||
+      !(gathered.getElementType().isF32() ||
+        gathered.getElementType().isF64()) ||
+      (!ShapedType::isDynamic(gathered.getDimSize(2)) &&
+       (gathered.getDimSize(2) < 4 || gathered.getDimSize(2) % 4 != 0)))
+    return emitOpError("the partials are ")
+           << gathered << " but must be [batch, seq, 4·slices] of f32 or f64";
+  SmallVector<int64_t> rows(gathered.getShape().take_front(2));
+  // TKF2: [batch, seq] of f32 and of i32.
+  return verifyScoreRows(*this, rows, getTargets(), "the partials",
+                         getLogprobs(), getGreedy());
+}
+
+int64_t TokenLogprobsFinishOp::getVectorFlops() {
+  // Per slice of a row: a maximum, an exp and a multiply-add.
+  return product({1, numel(getGathered())});
 }
 
 void TopCandidatesOp::build(OpBuilder &builder, OperationState &state,

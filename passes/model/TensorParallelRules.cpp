@@ -489,32 +489,54 @@ LogicalResult drawFromCandidates(Operation *op, TensorParallel &e) {
 }
 
 /// Scoring's log-probabilities under tp, whose vocabulary-parallel output
-/// layer leaves the logits split by vocabulary: the logits are gathered
-/// (along the vocabulary, in the scoring function) and every rank computes
-/// the whole rows. (A vocabulary-parallel log-sum-exp, as the training
-/// loss's, would move less; scoring's rows are few.)
+/// layer leaves the logits split by vocabulary: each rank reduces its slice
+/// of every row to four numbers (model.token_logprobs_partial: its maximum,
+/// sum of exponentials, the target's logit if it holds it, its most likely
+/// id), the ranks' partials are gathered, and model.token_logprobs_finish
+/// combines them on every rank. The logits never travel: a chunk of B x P
+/// rows moves 16 bytes a row and rank instead of its vocabulary's logits.
 LogicalResult tokenLogprobs(TokenLogprobsOp op, TensorParallel &e) {
+  e.resolveOperands(op);
   Value logits = op.getLogits();
   Layout l = e.layout(logits);
   auto type = cast<RankedTensorType>(logits.getType());
   const int64_t last = type.getRank() - 1;
-  if (l.isSplit() && l.dim == last && l.blocks.empty()) {
-    OpBuilder &b = e.builder();
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(op);
-    SmallVector<int64_t> shape(type.getShape());
-    shape[last] *= e.tp();
-    auto gathered = b.create<AllGatherOp>(
-        op->getLoc(), RankedTensorType::get(shape, type.getElementType()),
-        logits, e.mesh(), b.getStrArrayAttr({kTp}), b.getI64IntegerAttr(last),
-        b.getStringAttr("model-shard: the logits' vocabulary slices, gathered "
-                        "for scoring's log-probabilities"));
-    if (Attribute phase = op->getAttr(ModelDialect::kPhaseAttrName))
-      gathered->setAttr(ModelDialect::kPhaseAttrName, phase);
-    e.record(gathered.getResult(), Layout());
-    op->setOperand(0, gathered.getResult());
-  }
-  return wholeOperands(op, e);
+  if (!l.isSplit() || l.dim != last || !l.blocks.empty())
+    return wholeOperands(op, e);
+  OpBuilder &b = e.builder();
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(op);
+  Location loc = op->getLoc();
+  Attribute phase = op->getAttr(ModelDialect::kPhaseAttrName);
+  auto inPhase = [&](Operation *created) {
+    if (phase)
+      created->setAttr(ModelDialect::kPhaseAttrName, phase);
+  };
+  Type element = type.getElementType().isF64() ? Type(b.getF64Type())
+                                               : Type(b.getF32Type());
+  const int64_t batch = type.getDimSize(0), seq = type.getDimSize(1);
+  auto partial = b.create<TokenLogprobsPartialOp>(
+      loc, RankedTensorType::get({batch, seq, 4}, element), logits,
+      op.getTargets(), op.getVocabSizeAttr(), b.getStringAttr(kTp));
+  inPhase(partial);
+  auto gathered = b.create<AllGatherOp>(
+      loc, RankedTensorType::get({batch, seq, 4 * e.tp()}, element),
+      partial.getResult(), e.mesh(), b.getStrArrayAttr({kTp}),
+      b.getI64IntegerAttr(2),
+      b.getStringAttr("model-shard: scoring's partial log-sum-exps of the "
+                      "vocabulary slices, gathered"));
+  inPhase(gathered);
+  auto finish = b.create<TokenLogprobsFinishOp>(
+      loc, TypeRange{op.getLogprobs().getType(), op.getGreedy().getType()},
+      gathered.getResult(), op.getTargets());
+  inPhase(finish);
+  for (Value v : {Value(partial.getResult()), Value(gathered.getResult()),
+                  Value(finish.getLogprobs()), Value(finish.getGreedy())})
+    e.record(v, Layout());
+  op.getLogprobs().replaceAllUsesWith(finish.getLogprobs());
+  op.getGreedy().replaceAllUsesWith(finish.getGreedy());
+  op.erase();
+  return success();
 }
 
 LogicalResult gradNorm(GradNormOp norm, TensorParallel &e) {

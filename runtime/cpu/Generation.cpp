@@ -290,6 +290,75 @@ void tokenLogprobs(const T *logits, const int32_t *targets, int64_t rows,
   });
 }
 
+template <typename T, typename P>
+void tokenLogprobsPartial(const T *logits, const int32_t *targets,
+                          int64_t rows, int64_t columns, int64_t vocabStart,
+                          int64_t vocab, P *partial) {
+  const int64_t valid =
+      std::clamp<int64_t>(vocab - vocabStart, 0, columns);
+  parallelFor(rows, rows * valid * kTranscendentalCost, [&](int64_t r) {
+    const T *x = logits + r * columns;
+    P *out = partial + 4 * r;
+    if (valid == 0) {
+      out[0] = -std::numeric_limits<P>::infinity();
+      out[1] = 0;
+      out[2] = 0;
+      out[3] = -1;
+      return;
+    }
+    int64_t best = 0;
+    for (int64_t i = 1; i < valid; ++i)
+      if (samplingKey(double(x[i])) > samplingKey(double(x[best])))
+        best = i;
+    const double m = double(x[best]);
+    double sum = 0;
+    for (int64_t i = 0; i < valid; ++i)
+      sum += std::exp(double(x[i]) - m);
+    const int64_t target = int64_t(targets[r]) - vocabStart;
+    out[0] = P(m);
+    out[1] = P(sum);
+    out[2] = targets[r] >= 0 && target >= 0 && target < valid
+                 ? P(double(x[target]))
+                 : P(0);
+    out[3] = P(vocabStart + best);
+  });
+}
+
+template <typename P>
+void tokenLogprobsFinish(const P *gathered, const int32_t *targets,
+                         int64_t rows, int64_t slices, float *logprobs,
+                         int32_t *greedy) {
+  parallelFor(rows, rows * slices * kTranscendentalCost, [&](int64_t r) {
+    const P *part = gathered + 4 * slices * r;
+    if (targets[r] < 0) {
+      logprobs[r] = 0;
+      greedy[r] = 0;
+      return;
+    }
+    // The first slice whose most likely logit ranks highest, and the
+    // largest logit.
+    int64_t best = -1;
+    double m = -std::numeric_limits<double>::infinity(), logit = 0;
+    for (int64_t g = 0; g < slices; ++g) {
+      logit += double(part[4 * g + 2]);
+      if (part[4 * g + 3] < 0)
+        continue;
+      if (best < 0 || samplingKey(double(part[4 * g])) >
+                          samplingKey(double(part[4 * best])))
+        best = g;
+      m = std::max(m, double(part[4 * g]));
+    }
+    double sum = 0;
+    for (int64_t g = 0; g < slices; ++g)
+      if (part[4 * g + 3] >= 0)
+        sum += double(part[4 * g + 1]) * std::exp(double(part[4 * g]) - m);
+    logprobs[r] = float(logit - (m + std::log(sum)));
+    greedy[r] =
+        best >= 0 && int64_t(part[4 * best + 3]) == int64_t(targets[r]) ? 1
+                                                                        : 0;
+  });
+}
+
 template <typename T>
 void topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                  int64_t candidates, int64_t k, float *values, int32_t *ids,
@@ -388,5 +457,19 @@ void reorderRows(T *x, const int32_t *parents, int64_t rows, int64_t cols,
 BRAID_INSTANTIATE(float)
 BRAID_INSTANTIATE(double)
 #undef BRAID_INSTANTIATE
+
+template void tokenLogprobsPartial<float, float>(const float *,
+                                                 const int32_t *, int64_t,
+                                                 int64_t, int64_t, int64_t,
+                                                 float *);
+template void tokenLogprobsPartial<double, double>(const double *,
+                                                   const int32_t *, int64_t,
+                                                   int64_t, int64_t, int64_t,
+                                                   double *);
+template void tokenLogprobsFinish<float>(const float *, const int32_t *,
+                                         int64_t, int64_t, float *, int32_t *);
+template void tokenLogprobsFinish<double>(const double *, const int32_t *,
+                                          int64_t, int64_t, float *,
+                                          int32_t *);
 
 } // namespace braid::cpu

@@ -138,6 +138,31 @@ void tokenLogprobs(const T *logits, const int32_t *targets, int64_t rows,
                    int64_t columns, int64_t vocab, float *logprobs,
                    int32_t *greedy);
 
+/// TOKEN_LOGPROBS_PARTIAL: for each row r of logits [rows, columns], the
+/// columns of one rank's slice of the vocabulary (column j is id vocabStart
+/// + j; those at or above `vocab` are padding), over the slice's valid
+/// columns: partial[r, 0] = m, their largest logit (the first most likely,
+/// as tokenLogprobs ranks: samplingKey), partial[r, 1] = sum exp(x - m) (in
+/// double), partial[r, 2] = the target's logit where the target is one of
+/// them, else 0, partial[r, 3] = the id of that first most likely column;
+/// with no valid column, -infinity, 0, 0 and -1. P is float, or double
+/// for double logits.
+template <typename T, typename P>
+void tokenLogprobsPartial(const T *logits, const int32_t *targets,
+                          int64_t rows, int64_t columns, int64_t vocabStart,
+                          int64_t vocab, P *partial);
+
+/// TOKEN_LOGPROBS_FINISH: tokenLogprobs' results from the partials of the
+/// vocabulary's `slices` slices, gathered per row in the vocabulary's order
+/// (gathered [rows, 4 · slices]): the log-sum-exp of the slices' (m, sum),
+/// the target's logit the slices' sum (one holds it), greedy 1 where the
+/// target is the first slice's most likely id among those whose m is the
+/// largest (samplingKey). Both 0 where targets[r] < 0.
+template <typename P>
+void tokenLogprobsFinish(const P *gathered, const int32_t *targets,
+                         int64_t rows, int64_t slices, float *logprobs,
+                         int32_t *greedy);
+
 /// TOP_CANDIDATES: for each row r of logits [rows, cols], the rank's
 /// columns of the vocabulary (column j is token vocabStart + j; those at
 /// or above vocabSize are padding, never a candidate), the k best tokens

@@ -619,6 +619,24 @@ __device__ void blockNormaliser(const T *x, int64_t n, float *reduceMax,
   sum = blockSum(partial, reduceSum);
 }
 
+/// The first column of x[0, n) with the largest key (samplingKey: the order
+/// TOP_LOGPROBS ranks ids in), by the whole block; every thread gets it.
+template <typename T>
+__device__ int64_t firstMostLikely(const T *x, int64_t n, SampleShared &sh) {
+  // (key, ~column) largest.
+  uint64_t hi = 0, lo = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const uint64_t ki = cpu::samplingKey(double(toFloat(x[i])));
+    const uint64_t li = cpu::samplingIdKey(i);
+    if (ki > hi || (ki == hi && li > lo)) {
+      hi = ki;
+      lo = li;
+    }
+  }
+  blockMaxKey(hi, lo, sh);
+  return int64_t(0xFFFFFFFFu - lo);
+}
+
 /// One block per row (cpu::tokenLogprobs' steps), of kSampleThreads
 /// threads.
 template <typename T>
@@ -641,22 +659,83 @@ __global__ void tokenLogprobsKernel(const T *logits, const int32_t *targets,
   float m;
   double sum;
   blockNormaliser(x, vocab, reduceMax, reduceSum, m, sum);
-  // The first column of the largest key: (key, ~column) largest.
-  uint64_t hi = 0, lo = 0;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const uint64_t ki = cpu::samplingKey(double(toFloat(x[i])));
-    const uint64_t li = cpu::samplingIdKey(i);
-    if (ki > hi || (ki == hi && li > lo)) {
-      hi = ki;
-      lo = li;
-    }
-  }
-  blockMaxKey(hi, lo, sh);
+  const int64_t best = firstMostLikely(x, vocab, sh);
   if (threadIdx.x == 0) {
-    const int64_t best = int64_t(0xFFFFFFFFu - lo);
     logprobs[row] =
         float((double(toFloat(x[target])) - double(m)) - log(sum));
     greedy[row] = best == int64_t(target) ? 1 : 0;
+  }
+}
+
+/// One block per row (cpu::tokenLogprobsPartial's steps), of
+/// kSampleThreads threads, over the row's `valid` columns.
+template <typename T>
+__global__ void tokenLogprobsPartialKernel(const T *logits,
+                                           const int32_t *targets,
+                                           int64_t columns, int64_t valid,
+                                           int64_t vocabStart,
+                                           float *partial) {
+  __shared__ SampleShared sh;
+  __shared__ float reduceMax[32];
+  __shared__ double reduceSum[32];
+  const int64_t row = blockIdx.x;
+  float *out = partial + 4 * row;
+  if (valid <= 0) {
+    if (threadIdx.x == 0) {
+      out[0] = -INFINITY;
+      out[1] = 0.0f;
+      out[2] = 0.0f;
+      out[3] = -1.0f;
+    }
+    return;
+  }
+  const T *x = logits + row * columns;
+  float m;
+  double sum;
+  blockNormaliser(x, valid, reduceMax, reduceSum, m, sum);
+  const int64_t best = firstMostLikely(x, valid, sh);
+  if (threadIdx.x == 0) {
+    const int64_t target = int64_t(targets[row]) - vocabStart;
+    out[0] = toFloat(x[best]);
+    out[1] = float(sum);
+    out[2] = targets[row] >= 0 && target >= 0 && target < valid
+                 ? toFloat(x[target])
+                 : 0.0f;
+    out[3] = float(vocabStart + best);
+  }
+}
+
+/// One thread per row (cpu::tokenLogprobsFinish's steps, in double).
+__global__ void tokenLogprobsFinishKernel(const float *gathered,
+                                          const int32_t *targets, int64_t rows,
+                                          int64_t slices, float *logprobs,
+                                          int32_t *greedy) {
+  BRAID_GRID_STRIDE(r, rows) {
+    const float *part = gathered + 4 * slices * r;
+    if (targets[r] < 0) {
+      logprobs[r] = 0.0f;
+      greedy[r] = 0;
+      continue;
+    }
+    int64_t best = -1;
+    double m = -INFINITY, logit = 0;
+    for (int64_t g = 0; g < slices; ++g) {
+      logit += double(part[4 * g + 2]);
+      if (part[4 * g + 3] < 0)
+        continue;
+      if (best < 0 || cpu::samplingKey(double(part[4 * g])) >
+                          cpu::samplingKey(double(part[4 * best])))
+        best = g;
+      m = fmax(m, double(part[4 * g]));
+    }
+    double sum = 0;
+    for (int64_t g = 0; g < slices; ++g)
+      if (part[4 * g + 3] >= 0)
+        sum += double(part[4 * g + 1]) * exp(double(part[4 * g]) - m);
+    logprobs[r] = float(logit - (m + log(sum)));
+    greedy[r] = best >= 0 && int64_t(part[4 * best + 3]) == int64_t(targets[r])
+                    ? 1
+                    : 0;
   }
 }
 
@@ -863,6 +942,30 @@ cudaError_t tokenLogprobs(const T *logits, const int32_t *targets,
 }
 
 template <typename T>
+cudaError_t tokenLogprobsPartial(const T *logits, const int32_t *targets,
+                                 int64_t rows, int64_t columns,
+                                 int64_t vocabStart, int64_t vocab,
+                                 float *partial, cudaStream_t stream) {
+  if (rows == 0)
+    return cudaSuccess;
+  const int64_t valid = std::clamp<int64_t>(vocab - vocabStart, 0, columns);
+  BRAID_LAUNCH(unsigned(rows), kSampleThreads, 0, stream,
+               tokenLogprobsPartialKernel<T>)
+  (logits, targets, columns, valid, vocabStart, partial);
+  return cudaGetLastError();
+}
+
+cudaError_t tokenLogprobsFinish(const float *gathered, const int32_t *targets,
+                                int64_t rows, int64_t slices, float *logprobs,
+                                int32_t *greedy, cudaStream_t stream) {
+  if (rows == 0)
+    return cudaSuccess;
+  BRAID_LAUNCH(gridFor(rows), kThreads, 0, stream, tokenLogprobsFinishKernel)
+  (gathered, targets, rows, slices, logprobs, greedy);
+  return cudaGetLastError();
+}
+
+template <typename T>
 cudaError_t topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                         int64_t candidates, int64_t k, float *values,
                         int32_t *ids, cudaStream_t stream,
@@ -926,6 +1029,9 @@ cudaError_t reorderRows(void *x, const int32_t *parents, int64_t rows,
   template cudaError_t sampleTokens<T>(                                        \
       const T *, int64_t, int64_t, int64_t, const float *, const int32_t *,    \
       const int32_t *, int32_t *, cudaStream_t, const Candidates<T> &);        \
+  template cudaError_t tokenLogprobsPartial<T>(                                \
+      const T *, const int32_t *, int64_t, int64_t, int64_t, int64_t, float *, \
+      cudaStream_t);                                                           \
   template cudaError_t tokenLogprobs<T>(const T *, const int32_t *, int64_t,  \
                                         int64_t, int64_t, float *, int32_t *, \
                                         cudaStream_t);                         \

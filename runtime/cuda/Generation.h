@@ -108,6 +108,19 @@ cudaError_t tokenLogprobs(const T *logits, const int32_t *targets,
                           float *logprobs, int32_t *greedy,
                           cudaStream_t stream);
 
+/// TOKEN_LOGPROBS_PARTIAL, as cpu::tokenLogprobsPartial on the same logits
+/// (float partials): one block per row.
+template <typename T>
+cudaError_t tokenLogprobsPartial(const T *logits, const int32_t *targets,
+                                 int64_t rows, int64_t columns,
+                                 int64_t vocabStart, int64_t vocab,
+                                 float *partial, cudaStream_t stream);
+
+/// TOKEN_LOGPROBS_FINISH, as cpu::tokenLogprobsFinish: one thread per row.
+cudaError_t tokenLogprobsFinish(const float *gathered, const int32_t *targets,
+                                int64_t rows, int64_t slices, float *logprobs,
+                                int32_t *greedy, cudaStream_t stream);
+
 /// The most ids per row topLogprobs ranks (its block sorts them in shared
 /// memory, 8 bytes each, within a block's 48 KiB).
 constexpr int64_t kMaxTopLogprobs = 4096;

@@ -1070,6 +1070,41 @@ void Executor::need<plan::TOKEN_LOGPROBS>(const Instruction &inst,
   check.ignorable = true;
 }
 
+// (logits [B, T, V] of the rank's columns, targets [B, T]) -> partial
+// [B, T, 4] F32.
+template <typename T>
+auto Executor::run_TOKEN_LOGPROBS_PARTIAL(const Call<T> &c) {
+  const Buffer &logits = c.in(0);
+  const int64_t columns = plan::LastDim(logits);
+  const int64_t rows = plan::NumElements(logits) / std::max<int64_t>(columns, 1);
+  auto run = [&](const auto *x) {
+    return launched(tokenLogprobsPartial(x, c.ids(1), rows, columns,
+                                         c.vocabStart(),
+                                         plan::DecodeSample(c.inst).vocabSize,
+                                         c.yf(0), c.st),
+                    c.inst);
+  };
+  return withLogits(logits, address(c.inst.inputs(0), c.slot),
+                    "TOKEN_LOGPROBS_PARTIAL", run);
+}
+template <>
+void Executor::need<plan::TOKEN_LOGPROBS_PARTIAL>(const Instruction &inst,
+                                                  Needs &needs) {
+  // The targets: as TOKEN_LOGPROBS's.
+  need<plan::TOKEN_LOGPROBS>(inst, needs);
+}
+
+// (gathered [B, T, 4 G] F32, targets [B, T]) -> (logprobs, greedy).
+template <typename T>
+auto Executor::run_TOKEN_LOGPROBS_FINISH(const Call<T> &c) {
+  const int64_t slices = plan::LastDim(c.in(0)) / 4;
+  return launched(
+      tokenLogprobsFinish(
+          c.xf(0), c.ids(1), plan::NumElements(c.in(1)), slices, c.yf(0),
+          static_cast<int32_t *>(address(c.inst.outputs(1), c.slot)), c.st),
+      c.inst);
+}
+
 // (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K], lse [B, 1, 1]) in the
 // logits' dtype, whatever T; the rank's columns start at vocab_start_stride
 // x its coordinate.

@@ -928,6 +928,57 @@ template <typename T> absl::Status run_TOKEN_LOGPROBS(KernelCall<T> &c) {
   }
 }
 
+// (logits [B, T, V] of the rank's columns, targets [B, T]) -> partial
+// [B, T, 4]; the rank's columns start at vocab_start_stride x its
+// coordinate.
+template <typename T>
+absl::Status run_TOKEN_LOGPROBS_PARTIAL(KernelCall<T> &c) {
+  const Buffer &logits = c.in(0);
+  const int64_t columns = plan::LastDim(logits);
+  const int64_t rows = numel(logits) / std::max<int64_t>(columns, 1);
+  const int64_t vocab = plan::DecodeSample(c.inst).vocabSize;
+  if (absl::Status s = c.checkIds(1, vocab, /*allowIgnore=*/true, -100);
+      !s.ok())
+    return s;
+  const void *x = c.address(c.inst.inputs(0));
+  void *partial = c.address(c.inst.outputs(0));
+  switch (logits.dtype()) {
+  case plan::F32:
+    cpu::tokenLogprobsPartial(static_cast<const float *>(x), c.ids(1), rows,
+                              columns, c.vocabStart(), vocab,
+                              static_cast<float *>(partial));
+    return absl::OkStatus();
+  case plan::F64:
+    cpu::tokenLogprobsPartial(static_cast<const double *>(x), c.ids(1), rows,
+                              columns, c.vocabStart(), vocab,
+                              static_cast<double *>(partial));
+    return absl::OkStatus();
+  default:
+    return absl::UnimplementedError(
+        absl::StrCat("TOKEN_LOGPROBS_PARTIAL of ",
+                     plan::DType_Name(logits.dtype()),
+                     " logits needs the CUDA backend"));
+  }
+}
+
+// (gathered [B, T, 4 G], targets [B, T]) -> (logprobs [B, T], greedy [B, T]).
+template <typename T>
+absl::Status run_TOKEN_LOGPROBS_FINISH(KernelCall<T> &c) {
+  const Buffer &gathered = c.in(0);
+  const int64_t slices = plan::LastDim(gathered) / 4;
+  const int64_t rows = numel(c.in(1));
+  const void *x = c.address(c.inst.inputs(0));
+  float *logprobs = static_cast<float *>(c.address(c.inst.outputs(0)));
+  int32_t *greedy = static_cast<int32_t *>(c.address(c.inst.outputs(1)));
+  if (gathered.dtype() == plan::F64)
+    cpu::tokenLogprobsFinish(static_cast<const double *>(x), c.ids(1), rows,
+                             slices, logprobs, greedy);
+  else
+    cpu::tokenLogprobsFinish(static_cast<const float *>(x), c.ids(1), rows,
+                             slices, logprobs, greedy);
+  return absl::OkStatus();
+}
+
 // (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K], lse [B, 1, 1]); the
 // rank's columns start at vocab_start_stride x its coordinate.
 template <typename T> absl::Status run_TOP_CANDIDATES(KernelCall<T> &c) {

@@ -291,7 +291,8 @@ Generator::scoreShared(const std::vector<ScoreRequest> &requests,
   for (const plan::Function &fn : s.plan.functions())
     if (fn.name() == g.score())
       for (const plan::Instruction &inst : fn.body())
-        if (inst.kernel() == plan::TOKEN_LOGPROBS)
+        if (inst.kernel() == plan::TOKEN_LOGPROBS ||
+            inst.kernel() == plan::TOKEN_LOGPROBS_PARTIAL) // under tp
           vocab = plan::DecodeSample(inst).vocabSize;
   if (vocab < 1)
     return absl::InternalError("the score function has no TOKEN_LOGPROBS");

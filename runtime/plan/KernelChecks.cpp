@@ -878,6 +878,49 @@ absl::Status InstructionChecker::checkTokenLogprobs() {
   return absl::OkStatus();
 }
 
+/// TOKEN_LOGPROBS_PARTIAL (logits [B, T, V], targets [B, T] I32) -> partial
+/// [B, T, 4] (F32; F64 for F64 logits); attr vocab_size in [1, 2^24]; with
+/// rank_axis, vocab_start_stride.
+absl::Status InstructionChecker::checkTokenLogprobsPartial() {
+  const Buffer &logits = in(0), &targets = in(1);
+  BRAID_RETURN_IF_ERROR(rank(logits, 3, "logits"));
+  if (!internal::isFloat(logits.dtype()))
+    return fail(absl::StrCat("logits '", logits.name(), "' must be a float "
+                             "type, found ", DType_Name(logits.dtype())));
+  // The partials in float, in double for double logits.
+  const DType partial = logits.dtype() == F64 ? F64 : F32;
+  if (targets.dtype() != I32 || out(0).dtype() != partial)
+    return fail(absl::StrCat("targets must be I32 and the partials ",
+                             DType_Name(partial)));
+  const std::vector<int64_t> rows = {logits.shape(0), logits.shape(1)};
+  BRAID_RETURN_IF_ERROR(shape(targets, rows, "targets"));
+  BRAID_RETURN_IF_ERROR(shape(out(0), {rows[0], rows[1], 4}, "partial"));
+  // Ids travel in the partials: exact in float up to 2^24.
+  BRAID_ASSIGN_OR_RETURN(vocab, intAttr("vocab_size", 1, int64_t(1) << 24));
+  (void)vocab;
+  return checkVocabSlice(logits.shape(2), "columns");
+}
+
+/// TOKEN_LOGPROBS_FINISH (gathered [B, T, 4 G] F32 or F64, targets [B, T]
+/// I32) ->
+/// (logprobs [B, T] F32, greedy [B, T] I32).
+absl::Status InstructionChecker::checkTokenLogprobsFinish() {
+  const Buffer &gathered = in(0), &targets = in(1);
+  BRAID_RETURN_IF_ERROR(rank(gathered, 3, "gathered"));
+  if ((gathered.dtype() != F32 && gathered.dtype() != F64) ||
+      targets.dtype() != I32 || out(0).dtype() != F32 ||
+      out(1).dtype() != I32)
+    return fail("the partials must be F32 or F64, logprobs F32, targets and "
+                "greedy I32");
+  if (gathered.shape(2) < 4 || gathered.shape(2) % 4 != 0)
+    return fail(absl::StrCat("gathered '", gathered.name(), "' has ",
+                             gathered.shape(2), " columns: 4 per slice"));
+  const std::vector<int64_t> rows = {gathered.shape(0), gathered.shape(1)};
+  BRAID_RETURN_IF_ERROR(shape(targets, rows, "targets"));
+  BRAID_RETURN_IF_ERROR(shape(out(0), rows, "logprobs"));
+  return shape(out(1), rows, "greedy");
+}
+
 /// TOP_CANDIDATES (logits [B, 1, V]) -> (values [B, 1, K], ids [B, K] I32,
 /// lse [B, 1, 1]); attrs k in [1, 2^24], vocab_size >= 1; with rank_axis,
 /// vocab_start_stride.

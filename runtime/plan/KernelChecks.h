@@ -225,6 +225,8 @@ private:
   absl::Status checkSample();
   absl::Status checkTopLogprobs();
   absl::Status checkTokenLogprobs();
+  absl::Status checkTokenLogprobsPartial();
+  absl::Status checkTokenLogprobsFinish();
   absl::Status checkTopCandidates();
   absl::Status checkReorderRows();
 

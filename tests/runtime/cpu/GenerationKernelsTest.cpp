@@ -557,22 +557,16 @@ TYPED_TEST(GenerationKernels, SampleIsAFunctionOfSeedAndCounter) {
 
 //===-- TOKEN_LOGPROBS ----------------------------------------------------===//
 
-TYPED_TEST(GenerationKernels, TokenLogprobsIsTheDefinition) {
-  using T = TypeParam;
-  // 6 rows of 10 columns, the first 7 the vocabulary (3 of padding, which
-  // must not count however large); row 2 asks nothing; row 4's largest
-  // logit is tied between ids 1 and 5.
-  const int64_t rows = 6, columns = 10, vocab = 7;
-  std::vector<T> x = randomVec<T>(size_t(rows * columns), 91, 3.0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = vocab; c < columns; ++c)
-      x[size_t(r * columns + c)] = T(50);
-  x[4 * columns + 1] = x[4 * columns + 5] = T(9);
-  const std::vector<int32_t> targets = {3, 0, -100, 6, 5, 1};
-  std::vector<float> logprobs(rows, -1.0f);
-  std::vector<int32_t> greedy(rows, -1);
-  tokenLogprobs(x.data(), targets.data(), rows, columns, vocab,
-                logprobs.data(), greedy.data());
+/// logprobs and greedy against TOKEN_LOGPROBS' definition on the rows of x
+/// [rows, columns], whose first `vocab` columns are the vocabulary: the
+/// log-softmax at the target (1e-6 relative) and whether the target is the
+/// first largest logit; both 0 for a negative target.
+template <typename T>
+void expectTokenLogprobsDefinition(const std::vector<T> &x, int64_t rows,
+                                   int64_t columns, int64_t vocab,
+                                   const std::vector<int32_t> &targets,
+                                   const std::vector<float> &logprobs,
+                                   const std::vector<int32_t> &greedy) {
   for (int64_t r = 0; r < rows; ++r) {
     if (targets[size_t(r)] < 0) {
       EXPECT_EQ(logprobs[size_t(r)], 0.0f);
@@ -596,6 +590,79 @@ TYPED_TEST(GenerationKernels, TokenLogprobsIsTheDefinition) {
     EXPECT_EQ(greedy[size_t(r)], argmax == targets[size_t(r)] ? 1 : 0)
         << "row " << r;
   }
+}
+
+/// The vocabulary-parallel TOKEN_LOGPROBS: each of `slices` slices of
+/// `width` columns (ids width · g + column; those at or above `vocab`
+/// padding) reduced to its partials, gathered in order, finished; against
+/// the definition on the whole row.
+template <typename T>
+void checkTokenLogprobsOverSlices(int64_t slices, int64_t width,
+                                  int64_t vocab) {
+  SCOPED_TRACE(testing::Message() << slices << " slices of " << width
+                                  << " columns, vocabulary " << vocab);
+  const int64_t rows = 6, columns = slices * width;
+  std::vector<T> x = randomVec<T>(size_t(rows * columns), 93, 3.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = vocab; c < columns; ++c)
+      x[size_t(r * columns + c)] = T(50); // padding: never counts
+  // Rows 4 and 5's largest logit is tied between id 1 (slice 0) and the
+  // last id (another slice but with one slice): the lower id is the greedy
+  // one.
+  for (int64_t r : {4, 5})
+    x[size_t(r * columns + 1)] = x[size_t(r * columns + vocab - 1)] = T(9);
+  const std::vector<int32_t> targets = {3, 0, -100, int32_t(vocab - 1), 1,
+                                        int32_t(vocab - 1)};
+  std::vector<T> slice(size_t(rows * width));
+  std::vector<T> partial(size_t(rows * 4));
+  std::vector<T> gathered(size_t(rows * 4 * slices));
+  for (int64_t g = 0; g < slices; ++g) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c)
+        slice[size_t(r * width + c)] = x[size_t(r * columns + g * width + c)];
+    tokenLogprobsPartial(slice.data(), targets.data(), rows, width, g * width,
+                         vocab, partial.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < 4; ++i)
+        gathered[size_t(r * 4 * slices + 4 * g + i)] =
+            partial[size_t(r * 4 + i)];
+  }
+  std::vector<float> logprobs(rows, -1.0f);
+  std::vector<int32_t> greedy(rows, -1);
+  tokenLogprobsFinish(gathered.data(), targets.data(), rows, slices,
+                      logprobs.data(), greedy.data());
+  expectTokenLogprobsDefinition(x, rows, columns, vocab, targets, logprobs,
+                                greedy);
+  EXPECT_EQ(greedy[4], 1);                     // id 1, the lower of the tie
+  EXPECT_EQ(greedy[5], 0);                     // the higher id of the tie
+}
+
+TYPED_TEST(GenerationKernels, TokenLogprobsOverSlicesIsTheDefinition) {
+  using T = TypeParam;
+  checkTokenLogprobsOverSlices<T>(2, 8, 16);  // no padding
+  checkTokenLogprobsOverSlices<T>(3, 13, 35); // the last slice part padding
+  checkTokenLogprobsOverSlices<T>(3, 13, 25); // the last slice all padding
+  checkTokenLogprobsOverSlices<T>(1, 20, 17); // one slice
+}
+
+TYPED_TEST(GenerationKernels, TokenLogprobsIsTheDefinition) {
+  using T = TypeParam;
+  // 6 rows of 10 columns, the first 7 the vocabulary (3 of padding, which
+  // must not count however large); row 2 asks nothing; row 4's largest
+  // logit is tied between ids 1 and 5.
+  const int64_t rows = 6, columns = 10, vocab = 7;
+  std::vector<T> x = randomVec<T>(size_t(rows * columns), 91, 3.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = vocab; c < columns; ++c)
+      x[size_t(r * columns + c)] = T(50);
+  x[4 * columns + 1] = x[4 * columns + 5] = T(9);
+  const std::vector<int32_t> targets = {3, 0, -100, 6, 5, 1};
+  std::vector<float> logprobs(rows, -1.0f);
+  std::vector<int32_t> greedy(rows, -1);
+  tokenLogprobs(x.data(), targets.data(), rows, columns, vocab,
+                logprobs.data(), greedy.data());
+  expectTokenLogprobsDefinition(x, rows, columns, vocab, targets, logprobs,
+                                greedy);
   // The tie goes to the lower id: 5 is not greedy, 1 would be.
   EXPECT_EQ(greedy[4], 0);
 }

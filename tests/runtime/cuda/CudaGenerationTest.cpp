@@ -327,13 +327,14 @@ TYPED_TEST(CudaGeneration, TopLogprobsRanksTheCpusIds) {
   expectTopLogprobsOfCpu<T>(wide, 2, 40000, 40000, 16);
 }
 
-TYPED_TEST(CudaGeneration, TokenLogprobsAreTheCpus) {
-  using T = TypeParam;
-  // 5 rows of 1000 ids padded to 1100 (the padding large: never counted);
-  // row 1 asks nothing, row 3's largest logit is tied between ids 7 and
-  // 900 (the lower is the greedy one), row 4 asks for its argmax.
-  const int64_t rows = 5, columns = 1100, vocab = 1000;
-  std::vector<float> logits = randomValues(rows * columns, 43, 3.0f);
+/// Scoring's test rows: 5 rows of `vocab` ids padded to `columns` (the
+/// padding large: never counted), rounded to T; row 1 asks nothing, row 3's
+/// largest logit is tied between ids 7 and 900 (the lower is the greedy
+/// one) and asks for 900, row 4 asks for its argmax.
+template <typename T>
+void scoringCase(int64_t rows, int64_t columns, int64_t vocab, uint32_t seed,
+                 std::vector<float> &logits, std::vector<int32_t> &targets) {
+  logits = randomValues(rows * columns, seed, 3.0f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = vocab; i < columns; ++i)
       logits[r * columns + i] = 50.0f;
@@ -343,7 +344,18 @@ TYPED_TEST(CudaGeneration, TokenLogprobsAreTheCpus) {
   for (int64_t i = 1; i < vocab; ++i)
     if (logits[4 * columns + i] > logits[4 * columns + argmax4])
       argmax4 = i;
-  const std::vector<int32_t> targets = {17, -100, 999, 900, int32_t(argmax4)};
+  targets = {17, -100, 999, 900, int32_t(argmax4)};
+}
+
+TYPED_TEST(CudaGeneration, TokenLogprobsAreTheCpus) {
+  using T = TypeParam;
+  // 5 rows of 1000 ids padded to 1100 (the padding large: never counted);
+  // row 1 asks nothing, row 3's largest logit is tied between ids 7 and
+  // 900 (the lower is the greedy one), row 4 asks for its argmax.
+  const int64_t rows = 5, columns = 1100, vocab = 1000;
+  std::vector<float> logits;
+  std::vector<int32_t> targets;
+  scoringCase<T>(rows, columns, vocab, 43, logits, targets);
   std::vector<float> logprobs(rows);
   std::vector<int32_t> greedy(rows);
   cpu::tokenLogprobs(logits.data(), targets.data(), rows, columns, vocab,
@@ -359,6 +371,65 @@ TYPED_TEST(CudaGeneration, TokenLogprobsAreTheCpus) {
   EXPECT_EQ(greedy, (std::vector<int32_t>{greedy[0], 0, greedy[2], 0, 1}));
   expectClose(glogprobs.host(), logprobs, 2e-6, 2e-6, "logprobs");
   EXPECT_EQ(glogprobs.host()[1], 0.0f);
+}
+
+TYPED_TEST(CudaGeneration, TokenLogprobsOverSlicesAreTheCpus) {
+  using T = TypeParam;
+  // As above, the 1100 columns in 2 slices of 550 (ids 550 and on in the
+  // second, 100 of its columns padding): each slice's partials against the
+  // CPU's on the same logits, then the gathered partials finished, against
+  // the CPU's finish of the CPU's partials.
+  const int64_t rows = 5, width = 550, slices = 2, vocab = 1000;
+  const int64_t columns = slices * width;
+  std::vector<float> logits;
+  std::vector<int32_t> targets;
+  scoringCase<T>(rows, columns, vocab, 44, logits, targets);
+  Device<int32_t> gtargets(targets);
+  std::vector<float> gathered(rows * 4 * slices), gpuGathered(gathered.size());
+  for (int64_t g = 0; g < slices; ++g) {
+    std::vector<float> slice(rows * width), partial(rows * 4);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c)
+        slice[r * width + c] = logits[r * columns + g * width + c];
+    cpu::tokenLogprobsPartial(slice.data(), targets.data(), rows, width,
+                              g * width, vocab, partial.data());
+    Device<T> gslice(as<T>(slice));
+    Device<float> gpartial(std::vector<float>(rows * 4, 7.0f));
+    ASSERT_EQ(cuda::tokenLogprobsPartial(gslice.get(), gtargets.get(), rows,
+                                         width, g * width, vocab,
+                                         gpartial.get(), nullptr),
+              cudaSuccess);
+    std::vector<float> got = gpartial.host();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < 4; ++i) {
+        gathered[r * 4 * slices + 4 * g + i] = partial[r * 4 + i];
+        gpuGathered[r * 4 * slices + 4 * g + i] = got[r * 4 + i];
+      }
+  }
+  // The maxima, target logits and ids exactly; the sums within float's
+  // rounding of a sum in another order.
+  for (size_t i = 0; i < gathered.size(); ++i) {
+    if (i % 4 == 1)
+      EXPECT_NEAR(gpuGathered[i], gathered[i], 2e-6 * gathered[i]) << i;
+    else
+      EXPECT_EQ(gpuGathered[i], gathered[i]) << i;
+  }
+  std::vector<float> logprobs(rows);
+  std::vector<int32_t> greedy(rows);
+  cpu::tokenLogprobsFinish(gathered.data(), targets.data(), rows, slices,
+                           logprobs.data(), greedy.data());
+  Device<float> ggathered(gathered);
+  Device<float> glogprobs(std::vector<float>(rows, 7.0f));
+  Device<int32_t> ggreedy(std::vector<int32_t>(rows, 7));
+  ASSERT_EQ(cuda::tokenLogprobsFinish(ggathered.get(), gtargets.get(), rows,
+                                      slices, glogprobs.get(), ggreedy.get(),
+                                      nullptr),
+            cudaSuccess);
+  EXPECT_EQ(ggreedy.host(), greedy);
+  EXPECT_EQ(greedy[1], 0);
+  EXPECT_EQ(greedy[3], 0); // 900 ties with 7, the lower id
+  EXPECT_EQ(greedy[4], 1);
+  expectClose(glogprobs.host(), logprobs, 1e-6, 1e-6, "logprobs");
 }
 
 /// The elements of a T vector as floats (exactly).

@@ -407,7 +407,7 @@ TEST(Work, EveryKernelIsHandled) {
                   : 1);
     ++kernels;
   }
-  EXPECT_EQ(kernels, 48);
+  EXPECT_EQ(kernels, 50);
 }
 
 } // namespace
