@@ -899,15 +899,23 @@ template <typename T> absl::Status run_TOP_LOGPROBS(KernelCall<T> &c) {
   }
 }
 
+/// Scoring's logits (input 0, [B, T, columns]) as rows and columns, its
+/// vocab_size, and its targets (input 1) checked: ids of the vocabulary, or
+/// -100 (not asked).
+template <typename T>
+absl::Status scoringShape(KernelCall<T> &c, int64_t &rows, int64_t &columns,
+                          int64_t &vocab) {
+  columns = plan::LastDim(c.in(0));
+  rows = numel(c.in(0)) / std::max<int64_t>(columns, 1);
+  vocab = plan::DecodeSample(c.inst).vocabSize;
+  return c.checkIds(1, vocab, /*allowIgnore=*/true, -100);
+}
+
 // (logits [B, T, V], targets [B, T]) -> (logprobs [B, T], greedy [B, T]).
 template <typename T> absl::Status run_TOKEN_LOGPROBS(KernelCall<T> &c) {
   const Buffer &logits = c.in(0);
-  const int64_t columns = plan::LastDim(logits);
-  const int64_t rows = numel(logits) / std::max<int64_t>(columns, 1);
-  const int64_t vocab = plan::DecodeSample(c.inst).vocabSize;
-  // A target is an id of the vocabulary, or -100: not asked.
-  if (absl::Status s = c.checkIds(1, vocab, /*allowIgnore=*/true, -100);
-      !s.ok())
+  int64_t rows, columns, vocab;
+  if (absl::Status s = scoringShape(c, rows, columns, vocab); !s.ok())
     return s;
   const void *x = c.address(c.inst.inputs(0));
   float *logprobs = static_cast<float *>(c.address(c.inst.outputs(0)));
@@ -934,11 +942,8 @@ template <typename T> absl::Status run_TOKEN_LOGPROBS(KernelCall<T> &c) {
 template <typename T>
 absl::Status run_TOKEN_LOGPROBS_PARTIAL(KernelCall<T> &c) {
   const Buffer &logits = c.in(0);
-  const int64_t columns = plan::LastDim(logits);
-  const int64_t rows = numel(logits) / std::max<int64_t>(columns, 1);
-  const int64_t vocab = plan::DecodeSample(c.inst).vocabSize;
-  if (absl::Status s = c.checkIds(1, vocab, /*allowIgnore=*/true, -100);
-      !s.ok())
+  int64_t rows, columns, vocab;
+  if (absl::Status s = scoringShape(c, rows, columns, vocab); !s.ok())
     return s;
   const void *x = c.address(c.inst.inputs(0));
   void *partial = c.address(c.inst.outputs(0));

@@ -184,7 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
 /// prefill, decode and reorder functions, the `model` ops' costs against
 /// the work counter's. Each op lowers to one instruction (no gradient to
 /// accumulate, nothing recomputed), so the sums agree kernel by kernel.
-/// At tp 2 the draw takes each rank's candidates (TOP_CANDIDATES).
+/// At tp 2 the draw takes each rank's candidates (TOP_CANDIDATES) and
+/// scoring each rank's partials (TOKEN_LOGPROBS_PARTIAL, _FINISH).
 TEST(FlopAgreementInference, ModelOpsCostWhatTheirInstructionsDo) {
   for (int64_t tp : {1, 2}) {
     SCOPED_TRACE("tp " + std::to_string(tp));
@@ -194,6 +195,7 @@ TEST(FlopAgreementInference, ModelOpsCostWhatTheirInstructionsDo) {
     j.mutable_generate()->set_max_seq_len(40);
     j.mutable_generate()->set_prefill_chunk(8);
     j.mutable_generate()->set_draw_candidates(16);
+    j.mutable_generate()->set_score(true);
     llvm::Expected<ModelConfig> config = resolveModel(j);
     ASSERT_TRUE(bool(config)) << llvm::toString(config.takeError());
     llvm::Expected<GenerateConfig> g = resolveGenerate(j, *config);
@@ -246,9 +248,13 @@ TEST(FlopAgreementInference, ModelOpsCostWhatTheirInstructionsDo) {
       EXPECT_EQ(model[kernel], work[kernel]);
     }
     // Linear, RMSNorm, SwiGLU, RoPE at positions, cached attention, the
-    // draw and beam search's candidates (and at tp 2 the ranks' own).
-    EXPECT_GE(computing, tp == 1 ? 8 : 9);
+    // draw and beam search's candidates, scoring's log-probabilities (and
+    // at tp 2 the ranks' own candidates and scoring's partials and finish).
+    EXPECT_GE(computing, tp == 1 ? 9 : 11);
     EXPECT_EQ(model.count("TOP_CANDIDATES") > 0, tp == 2);
+    EXPECT_EQ(model["TOKEN_LOGPROBS"] > 0, tp == 1);
+    EXPECT_EQ(model["TOKEN_LOGPROBS_PARTIAL"] > 0, tp == 2);
+    EXPECT_EQ(model["TOKEN_LOGPROBS_FINISH"] > 0, tp == 2);
   }
 }
 
