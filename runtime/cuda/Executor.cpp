@@ -218,6 +218,8 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
       return s;
   }
   e->gemm_->SetTuning(nullptr, 0, nullptr);
+  for (const std::string &note : e->gemm_->Notes())
+    e->notes_.push_back(note);
   // Attention's kernels, Braid's or cuDNN's, timed on the arena's bytes as
   // well.
   if (absl::Status s = e->prepareAttention(needs); !s.ok())

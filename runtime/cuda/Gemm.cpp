@@ -4,6 +4,9 @@
 
 #include "runtime/cuda/Check.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -120,12 +123,48 @@ absl::StatusOr<Gemm::Prepared *> Gemm::prepare(const Problem &p) {
                        " x ", p.k, " product (", p.transA ? "T" : "N",
                        p.transB ? "T" : "N", p.bias ? ", bias" : "", ")"));
     made.algo = results[0].algo;
+    float cublasMs = INFINITY;
     if (found > 1) {
       absl::StatusOr<cublasLtMatmulAlgo_t> best =
-          fastest(p, made, results, found);
+          fastest(p, made, results, found, &cublasMs);
       if (!best.ok())
         return best.status();
       made.algo = *best;
+    }
+    if (FewRowsCandidate(p)) {
+      // Braid's own product where it is faster, or where nothing was
+      // timed (a product of a few rows, on which cuBLASLt's algorithms read
+      // the weight at a third of a copy's rate on an H200).
+      std::string shape =
+          absl::StrCat("linear ", p.n, " x ", p.k, " -> ", p.m,
+                       p.ab == CUDA_R_16BF ? " bf16" : " fp16",
+                       p.bias ? " (bias)" : "", ": ");
+      if (tuningScratch_) {
+        if (cublasMs == INFINITY) {
+          absl::StatusOr<cublasLtMatmulAlgo_t> best =
+              fastest(p, made, results, 1, &cublasMs);
+          if (!best.ok())
+            return best.status();
+        }
+        absl::StatusOr<float> ownMs = timeFewRows(p);
+        if (!ownMs.ok())
+          return ownMs.status();
+        made.fewRows = *ownMs <= cublasMs;
+        notes_.push_back(
+            *ownMs == INFINITY
+                ? shape + "Braid's few-rows product (not timed: the operands "
+                          "do not fit the scratch)"
+                : absl::StrCat(shape,
+                               made.fewRows ? "Braid's few-rows product"
+                                            : "cuBLASLt",
+                               " (Braid's ", absl::StrFormat("%.4f", *ownMs),
+                               " ms, cuBLASLt ",
+                               absl::StrFormat("%.4f", cublasMs), " ms)"));
+      } else {
+        made.fewRows = true;
+        notes_.push_back(shape + "Braid's few-rows product (not timed)");
+      }
+      fewRowsChosen_ += made.fewRows;
     }
     return absl::OkStatus();
   }();
@@ -145,9 +184,64 @@ int64_t padded(int64_t n) { return (n + 255) / 256 * 256; }
 
 } // namespace
 
-absl::StatusOr<cublasLtMatmulAlgo_t>
-Gemm::fastest(const Problem &p, const Prepared &made,
-              const cublasLtMatmulHeuristicResult_t *candidates, int found) {
+bool Gemm::FewRowsCandidate(const Problem &p) {
+  return (p.ab == CUDA_R_16BF || p.ab == CUDA_R_16F) && p.d == p.ab &&
+         p.transA && !p.transB && p.n >= 1 &&
+         p.n <= kFewRowsLinearMaxRows && p.k % 8 == 0 && p.lda == p.k &&
+         p.ldb == p.k && p.ldd == p.m && p.align >= 16;
+}
+
+cudaError_t Gemm::runFewRows(const Problem &p, const void *a, const void *b,
+                             void *d, const void *bias, cudaStream_t stream) {
+  // a is W [out, in] (column-major [in, out]), b is x [rows, in].
+  const cpu::LinearShape s{p.n, p.k, p.m, true, 1.0};
+  if (p.ab == CUDA_R_16BF)
+    return fewRowsLinear(static_cast<const bf16 *>(b),
+                         static_cast<const bf16 *>(a),
+                         static_cast<const bf16 *>(bias), s,
+                         static_cast<bf16 *>(d), stream);
+  return fewRowsLinear(static_cast<const f16 *>(b),
+                       static_cast<const f16 *>(a),
+                       static_cast<const f16 *>(bias), s, static_cast<f16 *>(d),
+                       stream);
+}
+
+namespace {
+
+/// Milliseconds per call of `run` (true where the call was enqueued) on
+/// `stream`: once to warm up, then kTimedRuns calls between two events;
+/// INFINITY where a call fails.
+template <typename Run>
+absl::StatusOr<float> timeCalls(cudaStream_t stream, Run run) {
+  constexpr int kTimedRuns = 3;
+  if (!run())
+    return INFINITY;
+  cudaEvent_t begin = nullptr, end = nullptr;
+  BRAID_CUDA_CHECK(cudaEventCreate(&begin));
+  if (cudaError_t e = cudaEventCreate(&end); e != cudaSuccess) {
+    cudaEventDestroy(begin);
+    BRAID_CUDA_CHECK(e);
+  }
+  cudaError_t error = cudaEventRecord(begin, stream);
+  bool ran = true;
+  for (int r = 0; r < kTimedRuns && ran && error == cudaSuccess; ++r)
+    ran = run();
+  if (error == cudaSuccess)
+    error = cudaEventRecord(end, stream);
+  if (error == cudaSuccess)
+    error = cudaEventSynchronize(end);
+  float ms = 0;
+  if (error == cudaSuccess)
+    error = cudaEventElapsedTime(&ms, begin, end);
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  BRAID_CUDA_CHECK(error);
+  return ran ? ms / kTimedRuns : INFINITY;
+}
+
+} // namespace
+
+absl::StatusOr<bool> Gemm::tuningOperands(const Problem &p, Operands &o) {
   // The stored (column-major) matrices: A has lda-element columns, as many
   // as op(A)'s k (transposed) or m; B likewise; D n columns of ldd.
   const int64_t aBytes = p.lda * (p.transA ? p.m : p.k) * bytesOf(p.ab);
@@ -157,60 +251,67 @@ Gemm::fastest(const Problem &p, const Prepared &made,
   const int64_t total =
       padded(aBytes) + padded(bBytes) + padded(dBytes) + padded(biasBytes);
   if (total > int64_t(tuningBytes_))
-    return candidates[0].algo;
+    return false;
   auto *base = static_cast<uint8_t *>(tuningScratch_);
-  const void *a = base, *b = base + padded(aBytes);
-  void *d = base + padded(aBytes) + padded(bBytes);
-  const void *bias = base + padded(aBytes) + padded(bBytes) + padded(dBytes);
+  o.a = base;
+  o.b = base + padded(aBytes);
+  o.d = base + padded(aBytes) + padded(bBytes);
+  o.bias = p.bias ? base + padded(aBytes) + padded(bBytes) + padded(dBytes)
+                  : nullptr;
   BRAID_CUDA_CHECK(
       fillRandomHalves(base, total / 2, uint64_t(tuned_) + 1, tuningStream_));
+  return true;
+}
+
+absl::StatusOr<float> Gemm::timeFewRows(const Problem &p) {
+  Operands o;
+  absl::StatusOr<bool> fits = tuningOperands(p, o);
+  if (!fits.ok())
+    return fits.status();
+  if (!*fits)
+    return INFINITY;
+  return timeCalls(tuningStream_, [&] {
+    return runFewRows(p, o.a, o.b, o.d, o.bias, tuningStream_) == cudaSuccess;
+  });
+}
+
+absl::StatusOr<cublasLtMatmulAlgo_t>
+Gemm::fastest(const Problem &p, const Prepared &made,
+              const cublasLtMatmulHeuristicResult_t *candidates, int found,
+              float *bestMsOut) {
+  Operands o;
+  absl::StatusOr<bool> fits = tuningOperands(p, o);
+  if (!fits.ok())
+    return fits.status();
+  if (!*fits)
+    return candidates[0].algo;
   if (p.bias)
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        made.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  cudaEvent_t begin = nullptr, end = nullptr;
-  BRAID_CUDA_CHECK(cudaEventCreate(&begin));
-  if (cudaError_t e = cudaEventCreate(&end); e != cudaSuccess) {
-    cudaEventDestroy(begin);
-    BRAID_CUDA_CHECK(e);
-  }
+        made.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &o.bias, sizeof(o.bias)));
   // The weight gradient's product accumulates (beta 1) as it will run.
   const float alpha = 1.0f, beta = p.d == CUDA_R_32F ? 1.0f : 0.0f;
-  auto product = [&](const cublasLtMatmulAlgo_t &algo) {
-    return cublasLtMatmul(handle_, made.op, &alpha, a, made.a, b, made.b, &beta,
-                          d, made.d, d, made.d, &algo, workspace_,
-                          workspaceBytes_, tuningStream_);
-  };
-  // Each candidate once to warm up (one that fails is passed over), then
-  // kTimedRuns times between two events.
-  constexpr int kTimedRuns = 3;
+  // Each candidate timed (one that fails is passed over).
   int best = 0;
   float bestMs = INFINITY;
-  cudaError_t error = cudaSuccess;
-  for (int c = 0; c < found && error == cudaSuccess; ++c) {
+  for (int c = 0; c < found; ++c) {
     if (candidates[c].state != CUBLAS_STATUS_SUCCESS ||
-        candidates[c].workspaceSize > workspaceBytes_ ||
-        product(candidates[c].algo) != CUBLAS_STATUS_SUCCESS)
+        candidates[c].workspaceSize > workspaceBytes_)
       continue;
-    error = cudaEventRecord(begin, tuningStream_);
-    bool ran = true;
-    for (int r = 0; r < kTimedRuns && ran && error == cudaSuccess; ++r)
-      ran = product(candidates[c].algo) == CUBLAS_STATUS_SUCCESS;
-    if (error == cudaSuccess)
-      error = cudaEventRecord(end, tuningStream_);
-    if (error == cudaSuccess)
-      error = cudaEventSynchronize(end);
-    float ms = 0;
-    if (error == cudaSuccess)
-      error = cudaEventElapsedTime(&ms, begin, end);
-    if (error == cudaSuccess && ran && ms < bestMs) {
-      bestMs = ms;
+    absl::StatusOr<float> ms = timeCalls(tuningStream_, [&] {
+      return cublasLtMatmul(handle_, made.op, &alpha, o.a, made.a, o.b, made.b,
+                            &beta, o.d, made.d, o.d, made.d,
+                            &candidates[c].algo, workspace_, workspaceBytes_,
+                            tuningStream_) == CUBLAS_STATUS_SUCCESS;
+    });
+    if (!ms.ok())
+      return ms.status();
+    if (*ms < bestMs) {
+      bestMs = *ms;
       best = c;
     }
   }
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
-  BRAID_CUDA_CHECK(error);
   ++tuned_;
+  *bestMsOut = bestMs;
   return candidates[best].algo;
 }
 
@@ -223,6 +324,10 @@ absl::Status Gemm::run(Problem p, const void *a, const void *b, void *d,
   if (!prepared.ok())
     return prepared.status();
   Prepared &q = **prepared;
+  if (q.fewRows) {
+    BRAID_CUDA_CHECK(runFewRows(p, a, b, d, bias, stream));
+    return absl::OkStatus();
+  }
   if (p.bias)
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         q.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

@@ -16,8 +16,13 @@
 // choice is cuBLASLt's heuristic's first, or, with tuning scratch
 // (SetTuning: the executor lends its arena while the plan loads, for bf16
 // and fp16), the fastest of the heuristic's first kTuningCandidates timed
-// on random operands in the scratch. Nothing here allocates after
-// construction or synchronises with the host, but Prepare while tuning.
+// on random operands in the scratch. A forward product of one to
+// kFewRowsLinearMaxRows rows with the weight [out, in] in bf16 or fp16
+// (generation's decode) has a second candidate, Braid's fewRowsLinear (one
+// warp per output, the weight read as a copy reads it), timed against
+// cuBLASLt's fastest when tuning and taken untimed otherwise; Notes() says
+// which runs. Nothing here allocates after construction or synchronises
+// with the host, but Prepare while tuning.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,7 +40,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 namespace braid::cuda {
 
@@ -81,8 +88,15 @@ public:
     tuningBytes_ = scratch ? bytes : 0;
     tuningStream_ = stream;
   }
-  /// How many problems were chosen by timing candidates (more than one).
+  /// How many problems were chosen by timing candidates (cuBLASLt's, more
+  /// than one, or cuBLASLt's against Braid's few-rows product).
   size_t TunedProblems() const { return tuned_; }
+  /// How many problems run on Braid's own product of a few rows
+  /// (fewRowsLinear) instead of cuBLASLt.
+  size_t FewRowsProblems() const { return fewRowsChosen_; }
+  /// One line per problem that could run on either, with the choice and,
+  /// where it was timed, both times: for the run's first lines.
+  const std::vector<std::string> &Notes() const { return notes_; }
 
 private:
   Gemm() = default;
@@ -123,14 +137,38 @@ private:
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo;
+    /// Runs on fewRowsLinear (FewRowsCandidate) instead.
+    bool fewRows = false;
   };
+  /// Whether fewRowsLinear computes `p`: a forward product (D = Wᵀ-stored
+  /// A times B, no accumulation) of 16-bit operands with at most
+  /// kFewRowsLinearMaxRows columns of B (rows of x), packed, 16-byte
+  /// aligned.
+  static bool FewRowsCandidate(const Problem &p);
+  /// Runs `p` on fewRowsLinear.
+  static cudaError_t runFewRows(const Problem &p, const void *a, const void *b,
+                                void *d, const void *bias,
+                                cudaStream_t stream);
   /// `p` prepared (on its first use).
   absl::StatusOr<Prepared *> prepare(const Problem &p);
   /// The fastest of `candidates` for `made`'s problem `p`, timed on random
   /// operands in the tuning scratch; the first where they do not fit.
   absl::StatusOr<cublasLtMatmulAlgo_t>
   fastest(const Problem &p, const Prepared &made,
-          const cublasLtMatmulHeuristicResult_t *candidates, int found);
+          const cublasLtMatmulHeuristicResult_t *candidates, int found,
+          float *bestMs);
+  /// Milliseconds per run of `p` on fewRowsLinear over the operands
+  /// fastest laid out (INFINITY where they do not fit).
+  absl::StatusOr<float> timeFewRows(const Problem &p);
+  /// Operands of a problem in the tuning scratch.
+  struct Operands {
+    const void *a = nullptr, *b = nullptr;
+    void *d = nullptr;
+    const void *bias = nullptr;
+  };
+  /// `p`'s operands laid out in the tuning scratch, filled with random
+  /// values; false where they do not fit.
+  absl::StatusOr<bool> tuningOperands(const Problem &p, Operands &o);
   /// Runs `p` (with the alignment of these addresses).
   absl::Status run(Problem p, const void *a, const void *b, void *d, float beta,
                    const void *bias, cudaStream_t stream);
@@ -143,6 +181,8 @@ private:
   size_t tuningBytes_ = 0;
   cudaStream_t tuningStream_ = nullptr;
   size_t tuned_ = 0;
+  size_t fewRowsChosen_ = 0;
+  std::vector<std::string> notes_;
 };
 
 } // namespace braid::cuda

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace braid::cuda {
 namespace {
@@ -1688,6 +1689,94 @@ cudaError_t setCallValues(CallValues *device, const CallValues &values,
   return cudaGetLastError();
 }
 
+//===-- Products of a few rows --------------------------------------------===//
+
+namespace {
+
+/// y[r, j] = Σ_i x[r, i] · w[j, i] (+ the bias, scaled and rounded to T as
+/// scaleVector rounds it) for the rows r < rows <= R: one warp per output
+/// j, its lanes 16 bytes of w's row j apart, the float sum of each lane's
+/// share then the warp's shuffles. w is read once, as a copy reads it.
+template <typename T, int R>
+__global__ void fewRowsLinearKernel(const T *x, const T *w, const T *bias,
+                                    float biasScale, int rows, int64_t in,
+                                    int64_t out, T *y) {
+  constexpr int V = Vector16<T>::kSize;
+  const int lane = int(threadIdx.x % 32);
+  const int64_t j = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (j >= out) // the whole warp alike: no shuffle misses a lane
+    return;
+  const int64_t vectors = in / V;
+  const T *wj = w + j * in;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    acc[r] = 0.0f;
+#pragma unroll 4
+  for (int64_t c = lane; c < vectors; c += 32) {
+    const Vector16<T> wv = Vector16<T>::load(wj + c * V);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r < rows) {
+        const Vector16<T> xv = Vector16<T>::load(x + r * in + c * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          acc[r] = fmaf(toFloat(wv.e[k]), toFloat(xv.e[k]), acc[r]);
+      }
+  }
+  float b = 0.0f;
+  if (bias)
+    b = biasScale == 1.0f ? toFloat(bias[j])
+                          : toFloat(fromFloat<T>(toFloat(bias[j]) * biasScale));
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float sum = warpSum(acc[r]);
+    if (lane == 0 && r < rows)
+      y[r * out + j] = fromFloat<T>(sum + b);
+  }
+}
+
+template <typename T, int R>
+cudaError_t launchFewRowsLinear(const T *x, const T *w, const T *bias,
+                                double biasScale, int rows, int64_t in,
+                                int64_t out, T *y, cudaStream_t stream) {
+  constexpr int kWarps = kThreads / 32;
+  BRAID_LAUNCH(unsigned((out + kWarps - 1) / kWarps), kThreads, 0, stream,
+               fewRowsLinearKernel<T, R>)
+  (x, w, bias, float(biasScale), rows, in, out, y);
+  return cudaGetLastError();
+}
+
+} // namespace
+
+template <typename T>
+bool fewRowsLinearTakes(const T *x, const T *w, const T *bias,
+                        const cpu::LinearShape &s) {
+  return !std::is_same_v<T, float> && s.transposeW && s.rows >= 1 &&
+         s.rows <= kFewRowsLinearMaxRows && s.in % Vector16<T>::kSize == 0 &&
+         aligned16(x) && aligned16(w) && (!bias || aligned16(bias));
+}
+
+template <typename T>
+cudaError_t fewRowsLinear(const T *x, const T *w, const T *bias,
+                          const cpu::LinearShape &s, T *y,
+                          cudaStream_t stream) {
+  if (s.out == 0)
+    return cudaSuccess;
+  const int rows = int(s.rows);
+  if (rows <= 1)
+    return launchFewRowsLinear<T, 1>(x, w, bias, s.biasScale, rows, s.in,
+                                     s.out, y, stream);
+  if (rows <= 2)
+    return launchFewRowsLinear<T, 2>(x, w, bias, s.biasScale, rows, s.in,
+                                     s.out, y, stream);
+  if (rows <= 4)
+    return launchFewRowsLinear<T, 4>(x, w, bias, s.biasScale, rows, s.in,
+                                     s.out, y, stream);
+  return launchFewRowsLinear<T, 8>(x, w, bias, s.biasScale, rows, s.in, s.out,
+                                   y, stream);
+}
+
 //===-- Instantiations ----------------------------------------------------===//
 
 #define BRAID_INSTANTIATE(T)                                                   \
@@ -1718,6 +1807,11 @@ cudaError_t setCallValues(CallValues *device, const CallValues &values,
   template cudaError_t scaleVector<T>(const T *, double, int64_t, T *,         \
                                       cudaStream_t);                           \
   template cudaError_t addColumnSums<T>(const T *, int64_t, int64_t, float *,  \
+                                        cudaStream_t);                         \
+  template bool fewRowsLinearTakes<T>(const T *, const T *, const T *,         \
+                                      const cpu::LinearShape &);               \
+  template cudaError_t fewRowsLinear<T>(const T *, const T *, const T *,       \
+                                        const cpu::LinearShape &, T *,         \
                                         cudaStream_t);                         \
   template cudaError_t crossEntropyForward<T>(                                 \
       const T *, const int32_t *, int64_t, int64_t, int64_t, float *, float *, \

@@ -260,6 +260,26 @@ template <typename T>
 cudaError_t addColumnSums(const T *x, int64_t rows, int64_t cols, float *sums,
                           cudaStream_t stream);
 
+//===-- Products of a few rows --------------------------------------------===//
+
+/// The most rows fewRowsLinear takes.
+constexpr int64_t kFewRowsLinearMaxRows = 8;
+/// Whether fewRowsLinear takes this linear: bf16 or fp16, the weight
+/// [out, in] (nn.Linear's layout), 1 to kFewRowsLinearMaxRows rows, `in` a
+/// multiple of 16 bytes' elements and x, w and the bias 16-byte aligned.
+template <typename T>
+bool fewRowsLinearTakes(const T *x, const T *w, const T *bias,
+                        const cpu::LinearShape &s);
+/// y = x Wᵀ (+ bias · biasScale) for a linear fewRowsLinearTakes, as
+/// Gemm::LinearForward computes it (float sums, the scaled bias rounded to
+/// T first), reading W once at the rate of a copy: generation's decode,
+/// whose products of one to a few rows cuBLASLt reads at a third of it.
+/// One warp per output column.
+template <typename T>
+cudaError_t fewRowsLinear(const T *x, const T *w, const T *bias,
+                          const cpu::LinearShape &s, T *y,
+                          cudaStream_t stream);
+
 //===-- Loss --------------------------------------------------------------===//
 
 /// Per row, lse[r] = logsumexp(logits[r]) (saved for backward); then

@@ -30,6 +30,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace braid;
@@ -320,6 +321,16 @@ TYPED_TEST(CudaKernelsOf, VocabularyParallelCrossEntropy) {
   }
 }
 
+/// A Gemm, tuning on `scratch` where given (else the heuristic's first).
+absl::StatusOr<std::unique_ptr<cuda::Gemm>>
+gemmTunedIn(Device<float> *scratch) {
+  absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create();
+  if (gemm.ok() && scratch)
+    (*gemm)->SetTuning(scratch->get(), scratch->size() * sizeof(float),
+                       nullptr);
+  return gemm;
+}
+
 TYPED_TEST(CudaKernelsOf, Linear) {
   using T = TypeParam;
   // Both weight layouts, with no bias, a bias (the epilogue) and a scaled
@@ -335,12 +346,10 @@ TYPED_TEST(CudaKernelsOf, Linear) {
                        dy = rounded<T>(randomValues(rows * out, 23)),
                        dw0 = randomValues(in * out, 24),
                        dbias0 = randomValues(out, 25);
-    absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create();
-    ASSERT_TRUE(gemm.ok()) << gemm.status();
     Device<float> scratch(size_t(1) << 18);
-    if (tuned)
-      (*gemm)->SetTuning(scratch.get(), (size_t(1) << 18) * sizeof(float),
-                         nullptr);
+    absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm =
+        gemmTunedIn(tuned ? &scratch : nullptr);
+    ASSERT_TRUE(gemm.ok()) << gemm.status();
     // A product's float sums differ in order: an absolute floor of the
     // rounding of k terms.
     double rel = relativeTolerance<T>(), abs = 1e-5 * std::sqrt(double(in));
@@ -384,6 +393,70 @@ TYPED_TEST(CudaKernelsOf, Linear) {
     else
       EXPECT_EQ((*gemm)->TunedProblems(), 0u);
   }
+}
+
+TYPED_TEST(CudaKernelsOf, LinearOfFewRows) {
+  using T = TypeParam;
+  // Products of 1 to 9 rows with the weight [out, in] (decode's): in bf16
+  // and fp16 up to kFewRowsLinearMaxRows rows Braid's fewRowsLinear takes
+  // them (untimed, and when timed against cuBLASLt whichever is faster);
+  // either way y is the CPU's. in 136 is 17 vectors of 8 (a warp's lanes
+  // unevenly loaded), 100 not a multiple of 8 (cuBLASLt's).
+  for (bool tuned : {false, true})
+    for (int64_t in : {int64_t(136), int64_t(100)}) {
+      const int64_t out = 45;
+      Device<float> scratch(size_t(1) << 18);
+      absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm =
+          gemmTunedIn(tuned ? &scratch : nullptr);
+      ASSERT_TRUE(gemm.ok()) << gemm.status();
+      size_t eligible = 0;
+      for (int64_t rows : {1, 2, 3, 4, 5, 8, 9})
+        for (double biasScale : {0.0, 1.0, 0.5}) {
+          SCOPED_TRACE(testing::Message()
+                       << (tuned ? "tuned, " : "") << rows << " x " << in
+                       << " -> " << out << ", bias scale " << biasScale);
+          std::vector<float> x = rounded<T>(randomValues(rows * in, 30 + rows)),
+                             w = rounded<T>(randomValues(in * out, 31, 0.2f)),
+                             bias = rounded<T>(randomValues(out, 32));
+          cpu::LinearShape s{rows, in, out, true, biasScale};
+          const float *cpuBias = biasScale > 0 ? bias.data() : nullptr;
+          std::vector<float> y(rows * out);
+          cpu::linearForward(x.data(), w.data(), cpuBias, s, y.data());
+          Device<T> gx(as<T>(x)), gw(as<T>(w)), gbias(as<T>(bias)),
+              gy(rows * out);
+          const bool takes = cuda::fewRowsLinearTakes<T>(
+              gx.get(), gw.get(), cpuBias ? gbias.get() : nullptr, s);
+          const bool wanted =
+              !std::is_same_v<T, float> && rows <= 8 && in % 8 == 0;
+          EXPECT_EQ(takes, wanted);
+          eligible += takes && biasScale != 0.5;
+          ASSERT_TRUE((*gemm)->Prepare<T>(s, cpuBias != nullptr).ok());
+          absl::Status st = (*gemm)->LinearForward<T>(
+              gx.get(), gw.get(), cpuBias ? gbias.get() : nullptr, s, gy.get(),
+              nullptr);
+          ASSERT_TRUE(st.ok()) << st;
+          expectClose(gy.host(), y, relativeTolerance<T>(),
+                      1e-5 * std::sqrt(double(in)), "y");
+          if (takes) {
+            // The kernel by itself too, the bias scaled in it.
+            Device<T> direct(rows * out);
+            ASSERT_EQ(cuda::fewRowsLinear<T>(gx.get(), gw.get(),
+                                             cpuBias ? gbias.get() : nullptr,
+                                             s, direct.get(), nullptr),
+                      cudaSuccess);
+            expectClose(direct.host(), y, relativeTolerance<T>(),
+                        1e-5 * std::sqrt(double(in)), "fewRowsLinear's y");
+          }
+        }
+      // One note per eligible problem (with and without the bias; the
+      // scaled bias is the bias problem's), and untimed every one is
+      // Braid's.
+      EXPECT_EQ((*gemm)->Notes().size(), eligible);
+      if (!tuned)
+        EXPECT_EQ((*gemm)->FewRowsProblems(), eligible);
+      else
+        EXPECT_LE((*gemm)->FewRowsProblems(), eligible);
+    }
 }
 
 TYPED_TEST(CudaKernelsOf, LinearOnMisalignedViews) {

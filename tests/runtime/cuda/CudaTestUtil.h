@@ -60,6 +60,7 @@ public:
   Device &operator=(const Device &) = delete;
 
   T *get() const { return data_; }
+  size_t size() const { return n_; }
   /// The contents, after the device has finished all work.
   std::vector<T> host() const {
     std::vector<T> out(n_);
