@@ -89,7 +89,8 @@ Executor::~Executor() {
        {static_cast<void *>(arena_), static_cast<void *>(rowStats_),
         static_cast<void *>(lossTerms_), static_cast<void *>(lossScratch_),
         static_cast<void *>(attentionRows_),
-        static_cast<void *>(cachedAttention_), static_cast<void *>(counted_),
+        static_cast<void *>(cachedAttention_), topLogprobs_,
+        static_cast<void *>(counted_),
         static_cast<void *>(sumSquares_), static_cast<void *>(callValues_),
         static_cast<void *>(collectiveScratch_), cudnnWorkspace_})
     if (p)
@@ -140,14 +141,15 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
         e->gatherNeeds(inst, needs);
   const int64_t statRows = needs.statRows, attentionRows = needs.attentionRows,
                 collectiveBytes = needs.collectiveBytes,
-                cachedAttentionBytes = needs.cachedAttentionBytes;
+                cachedAttentionBytes = needs.cachedAttentionBytes,
+                topLogprobsBytes = needs.topLogprobsBytes;
   // What the run needs on the device, against what it has free: a plan
   // too large for the GPU is refused before anything is allocated, naming
   // both (the plan's arena is exact: docs/memory.md).
   const int64_t workspaces =
       int64_t(sizeof(float)) * (3 * statRows + 1 + attentionRows) +
       int64_t(sizeof(int64_t) + 2 * sizeof(double)) + collectiveBytes +
-      cachedAttentionBytes + Gemm::kWorkspaceBytes;
+      cachedAttentionBytes + topLogprobsBytes + Gemm::kWorkspaceBytes;
   size_t freeBytes = 0, totalBytes = 0;
   BRAID_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
   if (e->arenaBytes_ + workspaces > int64_t(freeBytes))
@@ -195,7 +197,9 @@ Executor::Create(plan::Plan plan, exec::Communicator *comm) {
         allocate(&e->collectiveScratch_, collectiveBytes),
         cachedAttentionBytes > 0
             ? allocate(&e->cachedAttention_, cachedAttentionBytes)
-            : absl::OkStatus()})
+            : absl::OkStatus(),
+        topLogprobsBytes > 0 ? allocate(&e->topLogprobs_, topLogprobsBytes)
+                             : absl::OkStatus()})
     if (!s.ok())
       return s;
   absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create();

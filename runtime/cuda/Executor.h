@@ -231,6 +231,8 @@ private:
     int64_t statRows = 1, attentionRows = 1, collectiveBytes = 0;
     /// Bytes of cached attention's partial results (Generation.h).
     int64_t cachedAttentionBytes = 0;
+    /// Bytes of TOP_LOGPROBS' slices (Generation.h: topLogprobs).
+    int64_t topLogprobsBytes = 0;
     /// (shape, bias) of each linear layer, in the plan's order.
     std::vector<std::pair<cpu::LinearShape, bool>> gemms;
     /// (shape, backward) of each attention without packed documents.
@@ -303,6 +305,8 @@ private:
   float *attentionRows_ = nullptr;
   /// Cached attention's partial results (null where it needs none).
   float *cachedAttention_ = nullptr;
+  /// TOP_LOGPROBS' slices' candidates (null where it splits no row).
+  void *topLogprobs_ = nullptr;
   int64_t *counted_ = nullptr;
   double *sumSquares_ = nullptr;
   /// What changes from call to call (Kernels.h: CallValues), written at

@@ -778,6 +778,89 @@ __global__ void topLogprobsKernel(const T *logits, int64_t vocab, int64_t n,
       });
 }
 
+/// A slice's k best of row `row` (blockIdx.x), slice blockIdx.y of `slices`
+/// over the first n columns: its ids and logits ranked into
+/// ids/logits[(row · slices + slice) · k, +k) (past the slice's columns, id
+/// INT32_MAX and logit -infinity: after every column), its maximum and
+/// sum(exp(x - maximum)) into stats[row · slices + slice] (exp in float,
+/// summed in double, as blockNormaliser). Dynamic shared memory as
+/// topLogprobsKernel's.
+struct SliceStats {
+  double sum;
+  float max;
+};
+
+template <typename T>
+__global__ void topLogprobsSliceKernel(const T *logits, int64_t vocab,
+                                       int64_t n, int64_t k, int64_t slices,
+                                       int32_t *sliceIds, float *sliceLogits,
+                                       SliceStats *stats) {
+  __shared__ SampleShared sh;
+  __shared__ float reduceMax[32];
+  __shared__ double reduceSum[32];
+  BRAID_DYNAMIC_SHARED(int32_t, chosen);
+  float *chosenLogits = reinterpret_cast<float *>(chosen + k);
+  const int64_t row = blockIdx.x, slice = blockIdx.y;
+  const int64_t width = (n + slices - 1) / slices;
+  const int64_t begin = slice * width < n ? slice * width : n;
+  const int64_t end = begin + width < n ? begin + width : n;
+  const int64_t len = end - begin, kept = len < k ? len : k;
+  const T *x = logits + row * vocab + begin;
+  const int64_t at = row * slices + slice;
+  float m;
+  double sum;
+  blockNormaliser(x, len, reduceMax, reduceSum, m, sum);
+  if (threadIdx.x == 0)
+    stats[at] = SliceStats{sum, m};
+  int32_t *outIds = sliceIds + at * k;
+  float *outLogits = sliceLogits + at * k;
+  for (int64_t j = kept + threadIdx.x; j < k; j += blockDim.x) {
+    outIds[j] = INT32_MAX;
+    outLogits[j] = -INFINITY;
+  }
+  if (kept == 0)
+    return; // the whole block alike
+  rankBest(
+      x, len, kept, [&](int64_t i) { return begin + i; }, sh, chosen,
+      chosenLogits, [&](int64_t rank, int32_t id, float logit) {
+        outIds[rank] = id;
+        outLogits[rank] = logit;
+      });
+}
+
+/// One block per row: the slices' candidates ranked (rankBest over
+/// slices · k of them) and their sums combined into the row's normaliser.
+__global__ void topLogprobsMergeKernel(const int32_t *sliceIds,
+                                       const float *sliceLogits,
+                                       const SliceStats *stats, int64_t k,
+                                       int64_t slices, float *values,
+                                       int32_t *ids) {
+  __shared__ SampleShared sh;
+  BRAID_DYNAMIC_SHARED(int32_t, chosen);
+  float *chosenLogits = reinterpret_cast<float *>(chosen + k);
+  const int64_t row = blockIdx.x;
+  const SliceStats *st = stats + row * slices;
+  // Every thread alike: m the largest slice maximum (fmaxf passes over a
+  // NaN, as blockNormaliser), sum each slice's scaled to it.
+  float mf = -INFINITY;
+  for (int64_t g = 0; g < slices; ++g)
+    mf = fmaxf(mf, st[g].max);
+  double sum = 0;
+  if (mf != -INFINITY)
+    for (int64_t g = 0; g < slices; ++g)
+      if (st[g].max != -INFINITY)
+        sum += st[g].sum * exp(double(st[g].max) - double(mf));
+  const double m = double(mf), logSum = log(sum);
+  const int32_t *rowIds = sliceIds + row * slices * k;
+  rankBest(
+      sliceLogits + row * slices * k, slices * k, k,
+      [&](int64_t i) { return int64_t(rowIds[i]); }, sh, chosen, chosenLogits,
+      [&](int64_t rank, int32_t id, float logit) {
+        ids[row * k + rank] = id;
+        values[row * k + rank] = float((double(logit) - m) - logSum);
+      });
+}
+
 /// One block per row (cpu::topCandidates' steps), of kSampleThreads
 /// threads, over the row's `valid` first columns. Dynamic shared memory: the
 /// k chosen ids, then their logits.
@@ -965,13 +1048,51 @@ cudaError_t tokenLogprobsFinish(const float *gathered, const int32_t *targets,
   return cudaGetLastError();
 }
 
+int64_t topLogprobsSlices(int64_t rows, int64_t candidates, int64_t k) {
+  // Slices of at least 1024 columns and 4 k (each narrows its columns to
+  // a quarter or less), as many as make some 512 blocks in all.
+  const int64_t width = std::max<int64_t>(1024, 4 * k);
+  const int64_t byWidth = (candidates + width - 1) / width;
+  const int64_t byBlocks = std::max<int64_t>(1, 512 / std::max<int64_t>(rows, 1));
+  return std::max<int64_t>(1, std::min(byWidth, byBlocks));
+}
+
+int64_t topLogprobsWorkspaceBytes(int64_t rows, int64_t candidates,
+                                  int64_t k) {
+  const int64_t slices = topLogprobsSlices(rows, candidates, k);
+  if (slices <= 1)
+    return 0;
+  // The ids, the logits, then the slices' stats (8-byte aligned).
+  const int64_t candidateBytes = rows * slices * k * 8;
+  return (candidateBytes + 7) / 8 * 8 +
+         rows * slices * int64_t(sizeof(SliceStats));
+}
+
 template <typename T>
 cudaError_t topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                         int64_t candidates, int64_t k, float *values,
                         int32_t *ids, cudaStream_t stream,
-                        const Candidates<T> &from) {
+                        const Candidates<T> &from, void *workspace) {
   if (rows == 0 || k == 0)
     return cudaSuccess;
+  const int64_t slices = topLogprobsSlices(rows, candidates, k);
+  if (workspace && !from.ids && slices > 1) {
+    const size_t shared = size_t(k) * (sizeof(int32_t) + sizeof(float));
+    int32_t *sliceIds = static_cast<int32_t *>(workspace);
+    float *sliceLogits =
+        reinterpret_cast<float *>(sliceIds + rows * slices * k);
+    auto *stats = reinterpret_cast<SliceStats *>(
+        static_cast<char *>(workspace) + (rows * slices * k * 8 + 7) / 8 * 8);
+    BRAID_LAUNCH(dim3(unsigned(rows), unsigned(slices)), kSampleThreads,
+                 shared, stream, topLogprobsSliceKernel<T>)
+    (logits, vocab, candidates, k, slices, sliceIds, sliceLogits, stats);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return e;
+    BRAID_LAUNCH(unsigned(rows), kSampleThreads, shared, stream,
+                 topLogprobsMergeKernel)
+    (sliceIds, sliceLogits, stats, k, slices, values, ids);
+    return cudaGetLastError();
+  }
   BRAID_LAUNCH(unsigned(rows), kSampleThreads,
                size_t(k) * (sizeof(int32_t) + sizeof(float)), stream,
                topLogprobsKernel<T>)
@@ -1037,7 +1158,8 @@ cudaError_t reorderRows(void *x, const int32_t *parents, int64_t rows,
                                         cudaStream_t);                         \
   template cudaError_t topLogprobs<T>(const T *, int64_t, int64_t, int64_t,    \
                                       int64_t, float *, int32_t *,             \
-                                      cudaStream_t, const Candidates<T> &);    \
+                                      cudaStream_t, const Candidates<T> &,     \
+                                      void *);                                 \
   template cudaError_t topCandidates<T>(const T *, int64_t, int64_t, int64_t,  \
                                         int64_t, int64_t, T *, int32_t *, T *, \
                                         cudaStream_t);

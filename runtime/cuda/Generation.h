@@ -137,11 +137,26 @@ constexpr int64_t kMaxTopLogprobs = 4096;
 /// a candidate with its id (ties by it; ids[r, j] gets it), k at most
 /// min(vocab, kMaxTopLogprobs), and the normaliser the log-sum-exp of the
 /// row's from.lseCount values of from.lse, in double.
+///
+/// With `workspace` (topLogprobsWorkspaceBytes of it) and no `from.ids`, a
+/// row of many columns is split over several blocks: each ranks its slice's
+/// k best and its slice's maximum and sum of exponentials, then one block
+/// per row ranks those candidates and combines the slices' sums (in
+/// double, each scaled by exp(its maximum - the row's)). Decode's row of
+/// the whole vocabulary otherwise keeps one of the GPU's multiprocessors
+/// busy for most of a token's time.
 template <typename T>
 cudaError_t topLogprobs(const T *logits, int64_t rows, int64_t vocab,
                         int64_t candidates, int64_t k, float *values,
                         int32_t *ids, cudaStream_t stream,
-                        const Candidates<T> &from = {});
+                        const Candidates<T> &from = {},
+                        void *workspace = nullptr);
+/// The slices topLogprobs splits each row into (1: one block per row).
+int64_t topLogprobsSlices(int64_t rows, int64_t candidates, int64_t k);
+/// The bytes of workspace topLogprobs splits rows with (0 where it does
+/// not).
+int64_t topLogprobsWorkspaceBytes(int64_t rows, int64_t candidates,
+                                  int64_t k);
 
 /// TOP_CANDIDATES, as cpu::topCandidates on the same logits (the same
 /// values and ids, in the same order; lse within float rounding of the

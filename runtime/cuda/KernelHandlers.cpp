@@ -1033,11 +1033,25 @@ template <typename T> auto Executor::run_TOP_LOGPROBS(const Call<T> &c) {
                     // The attribute vocab_size, SAMPLE's.
                     plan::DecodeSample(c.inst).vocabSize, k, c.yf(0),
                     static_cast<int32_t *>(address(c.inst.outputs(1), c.slot)),
-                    c.st, from),
+                    c.st, from, topLogprobs_),
         c.inst);
   };
   return withLogits(logits, address(c.inst.inputs(0), c.slot),
                     "TOP_LOGPROBS", run);
+}
+template <>
+void Executor::need<plan::TOP_LOGPROBS>(const Instruction &inst,
+                                        Needs &needs) {
+  // Rows over the whole vocabulary are split over blocks (without
+  // candidate ids: those are a few per rank).
+  if (inst.inputs_size() == 3)
+    return;
+  const plan::Buffer &logits = plan_.buffers(inst.inputs(0));
+  needs.topLogprobsBytes = std::max(
+      needs.topLogprobsBytes,
+      topLogprobsWorkspaceBytes(logits.shape(0),
+                                plan::DecodeSample(inst).vocabSize,
+                                plan_.buffers(inst.outputs(0)).shape(1)));
 }
 
 // (logits [B, T, V], targets [B, T]) -> (logprobs [B, T] F32, greedy [B, T]

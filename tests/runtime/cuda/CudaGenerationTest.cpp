@@ -300,6 +300,23 @@ void expectTopLogprobsOfCpu(const std::vector<float> &logits, int64_t rows,
             cudaSuccess);
   EXPECT_EQ(gids.host(), ids);
   expectClose(gvalues.host(), values, 2e-6, 2e-6, "values");
+  // With a workspace, rows of many candidates split over blocks: the same.
+  const int64_t bytes =
+      cuda::topLogprobsWorkspaceBytes(rows, candidates, k);
+  EXPECT_EQ(bytes > 0, cuda::topLogprobsSlices(rows, candidates, k) > 1);
+  if (bytes == 0)
+    return;
+  SCOPED_TRACE(testing::Message()
+               << cuda::topLogprobsSlices(rows, candidates, k) << " slices");
+  Device<uint8_t> workspace(bytes);
+  Device<float> svalues(rows * k);
+  Device<int32_t> sids(rows * k);
+  ASSERT_EQ(cuda::topLogprobs(glogits.get(), rows, vocab, candidates, k,
+                              svalues.get(), sids.get(), nullptr, {},
+                              workspace.get()),
+            cudaSuccess);
+  EXPECT_EQ(sids.host(), ids);
+  expectClose(svalues.host(), values, 2e-6, 2e-6, "sliced values");
 }
 
 TYPED_TEST(CudaGeneration, TopLogprobsRanksTheCpusIds) {
@@ -322,9 +339,33 @@ TYPED_TEST(CudaGeneration, TopLogprobsRanksTheCpusIds) {
   logits = rounded<T>(logits);
   for (int64_t k : {1, 7, 64, 300, 1000})
     expectTopLogprobsOfCpu<T>(logits, rows, vocab, candidates, k);
-  // A wide vocabulary: many passes of the block over each row.
+  // A wide vocabulary: many passes of the block over each row (split over
+  // 40 slices with a workspace).
   std::vector<float> wide = rounded<T>(randomValues(2 * 40000, 41, 2.0f));
   expectTopLogprobsOfCpu<T>(wide, 2, 40000, 40000, 16);
+  // Rows of 5000 candidates padded to 5100, split over 2 to 5 slices with
+  // a workspace: ties across slices (row 2 flat: the lowest ids, from the
+  // first slice; row 4 equal large logits in every slice), a slice of
+  // -infinity only (row 5's first 2500), k up to a slice's width.
+  {
+    const int64_t wrows = 6, wvocab = 5100, wcandidates = 5000;
+    std::vector<float> x = randomValues(wrows * wvocab, 42, 3.0f);
+    for (int64_t r = 0; r < wrows; ++r)
+      for (int64_t i = 0; i < wvocab; ++i) {
+        float &v = x[r * wvocab + i];
+        if (i >= wcandidates)
+          v = 50.0f;
+        else if (r == 2)
+          v = 0.5f;
+        else if (r == 4)
+          v = i % 97 == 5 ? 8.0f + float(i % 3) : -1.0f;
+        else if (r == 5 && i < 2500)
+          v = -INFINITY;
+      }
+    x = rounded<T>(x);
+    for (int64_t k : {1, 3, 64, 300, 1000})
+      expectTopLogprobsOfCpu<T>(x, wrows, wvocab, wcandidates, k);
+  }
 }
 
 /// Scoring's test rows: 5 rows of `vocab` ids padded to `columns` (the
