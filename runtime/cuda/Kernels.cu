@@ -466,6 +466,82 @@ __global__ void rmsNormInputGradVectorsKernel(const T *x, const T *w,
   }
 }
 
+/// RMSNorm's backward in one pass over x and dy: a warp per row (rows
+/// blockIdx.x · warps + warp, then a grid's warps further), each lane
+/// kPerLane of its 16-byte vectors (lane, lane + 32, ...) held in registers
+/// from the dot product to dx, so that x and dy are read once; the weight
+/// gradient's terms dy·x·rstd summed over the warp's rows in registers,
+/// then over the block's warps in shared memory (`d` floats, dynamic), then
+/// added to dw atomically, one add per column and block. No barrier
+/// between rows: a multiprocessor has as many rows in flight as warps. dx
+/// may be dy or x: each lane writes only what it read.
+template <typename T, int kPerLane>
+__global__ void rmsNormBackwardRowsKernel(const T *x, const T *w,
+                                          const float *rstd, const T *dy,
+                                          int64_t rows, int64_t d, T *dx,
+                                          float *dw) {
+  constexpr int V = Vector16<T>::kSize;
+  BRAID_DYNAMIC_SHARED(float, columnSums);
+  const int lane = int(threadIdx.x % 32), warps = int(blockDim.x / 32);
+  const int64_t vectors = d / V;
+  float acc[kPerLane][V];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+      acc[j][e] = 0.0f;
+  for (int64_t r = int64_t(blockIdx.x) * warps + threadIdx.x / 32; r < rows;
+       r += int64_t(gridDim.x) * warps) {
+    const T *xr = x + r * d, *gr = dy + r * d;
+    Vector16<T> xv[kPerLane], gv[kPerLane];
+    float dot = 0;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t c = lane + 32 * j;
+      if (c < vectors) {
+        xv[j] = Vector16<T>::load(xr + c * V);
+        gv[j] = Vector16<T>::load(gr + c * V);
+        const Vector16<T> wv = Vector16<T>::load(w + c * V);
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          dot += toFloat(xv[j].e[e]) * toFloat(wv.e[e]) * toFloat(gv[j].e[e]);
+      }
+    }
+    dot = warpSum(dot);
+    const float inv = rstd[r];
+    const float k3 = inv * inv * inv * dot / float(d);
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t c = lane + 32 * j;
+      if (c >= vectors)
+        continue;
+      const Vector16<T> wv = Vector16<T>::load(w + c * V);
+      Vector16<T> out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float xf = toFloat(xv[j].e[e]), gf = toFloat(gv[j].e[e]);
+        out.e[e] = fromFloat<T>(inv * toFloat(wv.e[e]) * gf - xf * k3);
+        acc[j][e] += gf * xf * inv;
+      }
+      out.store(dx + r * d + c * V);
+    }
+  }
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    columnSums[c] = 0.0f;
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t c = lane + 32 * j;
+    if (c < vectors)
+#pragma unroll
+      for (int e = 0; e < V; ++e)
+        atomicAdd(columnSums + c * V + e, acc[j][e]);
+  }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    atomicAdd(dw + c, columnSums[c]);
+}
+
 /// Whether rows of d elements at these (row-0) addresses run 16 bytes at a
 /// time: d a multiple of Vector16<T>'s size, so that every row (and a
 /// packed row's second half) is as aligned as the first.
@@ -833,9 +909,32 @@ cudaError_t rmsNormBackward(const T *x, const T *w, const float *rstd,
                             float *dw, cudaStream_t stream) {
   if (rows == 0 || d == 0)
     return cudaSuccess;
-  // dw first: dx may overwrite dy or x. (Column sums 16 bytes wide, 64
-  // rows a block, measured 12% slower on an H100 at the 1B benchmark: too
-  // few threads; these are one column each.)
+  // Rows of up to 512 16-byte vectors (4096 bf16 columns) in one pass: a
+  // warp per row, 1 to 16 vectors a lane.
+  constexpr int V = Vector16<T>::kSize;
+  const int64_t vectors = d / V;
+  if (rowVectors<T>(d, {x, w, dy, dx}) && vectors <= 16 * 32) {
+    const int64_t perLane = (vectors + 31) / 32;
+    constexpr int kWarps = kThreads / 32;
+    // Up to 256 blocks, some two a multiprocessor (more rows: each warp
+    // takes several): dw gets at most 256 float adds per column, which
+    // keeps its rounding near the column sums'; the column sums' shared
+    // memory d floats.
+    const unsigned blocks =
+        unsigned(std::min<int64_t>((rows + kWarps - 1) / kWarps, 256));
+    const size_t shared = size_t(d) * sizeof(float);
+    auto launch = [&](auto kernel) {
+      BRAID_LAUNCH(blocks, kThreads, shared, stream, kernel)
+      (x, w, rstd, dy, rows, d, dx, dw);
+      return cudaGetLastError();
+    };
+    return perLane <= 1   ? launch(rmsNormBackwardRowsKernel<T, 1>)
+           : perLane <= 2 ? launch(rmsNormBackwardRowsKernel<T, 2>)
+           : perLane <= 4 ? launch(rmsNormBackwardRowsKernel<T, 4>)
+           : perLane <= 8 ? launch(rmsNormBackwardRowsKernel<T, 8>)
+                          : launch(rmsNormBackwardRowsKernel<T, 16>);
+  }
+  // dw first: dx may overwrite dy or x.
   if (cudaError_t e = launchColumnSums(RmsNormWeightTerm<T>{x, rstd, dy, d},
                                        rows, d, dw, stream);
       e != cudaSuccess)
@@ -858,11 +957,14 @@ namespace {
 template <typename T>
 __global__ void ropeVectorsKernel(const T *x, int64_t rows, int64_t seq,
                                   int64_t heads, int64_t headDim, double theta,
-                                  double sign, const int32_t *positions, T *y) {
+                                  double sign, const int32_t *positions,
+                                  int64_t headsPerThread, T *y) {
   constexpr int V = Vector16<T>::kSize;
   const int64_t half = headDim / 2, groups = half / V;
-  BRAID_GRID_STRIDE(i, rows * groups) {
-    const int64_t k0 = i % groups * V, row = i / groups;
+  const int64_t chunks = (heads + headsPerThread - 1) / headsPerThread;
+  BRAID_GRID_STRIDE(i, rows * chunks * groups) {
+    const int64_t k0 = i % groups * V, chunk = i / groups % chunks,
+                  row = i / groups / chunks;
     const double position = double(ropePosition(row, seq, positions));
     float s[V], c[V];
 #pragma unroll
@@ -874,8 +976,11 @@ __global__ void ropeVectorsKernel(const T *x, int64_t rows, int64_t seq,
       s[k] = float(sd * sign);
       c[k] = float(cd);
     }
-    const int64_t base = row * heads * headDim + k0;
-    for (int64_t h = 0; h < heads; ++h) {
+    const int64_t base = row * heads * headDim + k0,
+                  h1 = (chunk + 1) * headsPerThread < heads
+                           ? (chunk + 1) * headsPerThread
+                           : heads;
+    for (int64_t h = chunk * headsPerThread; h < h1; ++h) {
       const int64_t at = base + h * headDim;
       const Vector16<T> v1 = Vector16<T>::load(x + at),
                         v2 = Vector16<T>::load(x + at + half);
@@ -903,9 +1008,15 @@ cudaError_t rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
     return cudaSuccess;
   constexpr int V = Vector16<T>::kSize;
   if (half % V == 0 && aligned16(x) && aligned16(y)) {
-    BRAID_LAUNCH(gridFor(rows * (half / V)), kThreads, 0, stream,
+    // A thread per (row, frequencies) rotates every head; with few rows
+    // (decode's one per sequence) a thread per head, so that a call is
+    // not a handful of threads' loop over the heads (12 us on an H200).
+    const int64_t perRow = half / V,
+                  headsPerThread = rows * perRow >= 16384 ? heads : 1;
+    const int64_t chunks = (heads + headsPerThread - 1) / headsPerThread;
+    BRAID_LAUNCH(gridFor(rows * chunks * perRow), kThreads, 0, stream,
                  ropeVectorsKernel<T>)
-    (x, rows, seq, heads, headDim, theta, sign, positions, y);
+    (x, rows, seq, heads, headDim, theta, sign, positions, headsPerThread, y);
     return cudaGetLastError();
   }
   BRAID_LAUNCH(gridFor(rows * half), kThreads, 0, stream, ropeKernel<T>)

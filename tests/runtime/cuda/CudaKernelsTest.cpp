@@ -50,9 +50,12 @@ TYPED_TEST(CudaKernelsOf, RmsNorm) {
   // more rows than a block of dw's column sums (64), 16-byte vectors of
   // either type; 2100 rows of 40: many blocks of the column sums, rows
   // narrower than a block; 3 rows of 12300: a row many times a block; 5
-  // rows of 1002: vectors of neither, element by element.
+  // rows of 1002: vectors of neither, element by element. The backward's
+  // one pass (a warp per row): 8500 rows of 48, more rows than the grid's
+  // warps (each warp takes two); 20 rows of 4096, 16 vectors a lane in bf16
+  // and fp16 (fp32's 1024 vectors take the two kernels).
   for (auto [rows, d] : {std::pair<int64_t, int64_t>{70, 1000}, {2100, 40},
-                         {3, 12300}, {5, 1002}}) {
+                         {3, 12300}, {5, 1002}, {8500, 48}, {20, 4096}}) {
     SCOPED_TRACE(testing::Message() << rows << " rows of " << d);
     std::vector<float> x = rounded<T>(randomValues(rows * d, 1)),
                        w = rounded<T>(randomValues(d, 2, 0.5f)),
@@ -78,19 +81,35 @@ TYPED_TEST(CudaKernelsOf, RmsNorm) {
     expectClose(gy.host(), y, rel, abs, "y");
     expectClose(grstd.host(), rstd, 1e-5, 1e-6, "rstd");
     expectClose(gdx.host(), dx, rel, abs, "dx");
-    // dw is float in both: only the order of its sums differs.
-    expectClose(gdw.host(), dw, 1e-5, 1e-5, "dw");
+    // dw is float in both: only the order of its sums differs (the CPU's
+    // one after another over the rows: an absolute floor of the rounding
+    // of `rows` terms, as the linear's dw).
+    const double dwAbs = 1e-5 * std::sqrt(double(rows));
+    expectClose(gdw.host(), dw, 1e-5, dwAbs, "dw");
+    // In place (dx over dy), as the executor may run it.
+    Device<float> gdw2(dw0);
+    ASSERT_EQ(cuda::rmsNormBackward(gx.get(), gw.get(), grstd.get(),
+                                    gdy.get(), rows, d, gdy.get(), gdw2.get(),
+                                    nullptr),
+              cudaSuccess);
+    expectClose(gdy.host(), dx, rel, abs, "dx over dy");
+    expectClose(gdw2.host(), dw, 1e-5, dwAbs, "dw (dx over dy)");
   }
 }
 
 TYPED_TEST(CudaKernelsOf, Rope) {
   using T = TypeParam;
   // Positions up to 299, where a float angle would be off by 1e-5; head
-  // dimension 64 (16-byte vectors of frequencies) and 12 (half of it, 6, a
-  // multiple of neither type's vector: element by element).
-  for (int64_t headDim : {64, 12}) {
-    SCOPED_TRACE(testing::Message() << "head dimension " << headDim);
-    const int64_t batch = 2, seq = 300, heads = 3;
+  // dimension 64 (16-byte vectors of frequencies, a thread per head at
+  // this many rows) and 12 (half of it, 6, a multiple of neither type's
+  // vector: element by element); 4200 positions of dimension 64, where a
+  // thread rotates every head.
+  for (auto [headDim, seq] : {std::pair<int64_t, int64_t>{64, 300},
+                              {12, 300}, {64, 4200}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "head dimension " << headDim << ", " << seq
+                 << " positions");
+    const int64_t batch = 2, heads = 3;
     const int64_t n = batch * seq * heads * headDim;
     std::vector<float> x = rounded<T>(randomValues(n, 5));
     std::vector<float> y(n), back(n);
