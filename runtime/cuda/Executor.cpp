@@ -69,8 +69,9 @@ double toDouble(f16 v) { return __half2float(v); }
 Executor::~Executor() {
   if (stream_)
     cudaStreamSynchronize(stream_);
-  for (auto &[call, exec] : graphsByCall_)
-    cudaGraphExecDestroy(exec);
+  for (auto &[call, graphs] : graphsByCall_)
+    for (cudaGraphExec_t exec : graphs)
+      cudaGraphExecDestroy(exec);
   for (Staging &s : staging_) {
     cudaFreeHost(s.host);
     cudaEventDestroy(s.copied);
@@ -535,19 +536,21 @@ absl::Status Executor::Run(absl::string_view name,
       graphed ? graphsByCall_.find({index, slot}) : graphsByCall_.end();
   if (graph != graphsByCall_.end()) {
     BRAID_CUDA_CHECK(setCallValues(callValues_, values, stream_));
-    BRAID_CUDA_CHECK(cudaGraphLaunch(graph->second, stream_));
-    return absl::OkStatus();
+    return runGraphed(index, slot, graph->second, /*capturing=*/false);
   }
   // Every buffer it names is in this rank's arena and has the slot, before
   // anything runs.
   BRAID_RETURN_IF_ERROR(checkFunctionBuffers(index, slot));
   BRAID_CUDA_CHECK(setCallValues(callValues_, values, stream_));
   if (graphed) {
-    absl::StatusOr<cudaGraphExec_t> captured = capture(index, context, slot);
-    if (!captured.ok())
-      return captured.status();
-    graph = graphsByCall_.emplace(std::make_pair(index, slot), *captured).first;
-    BRAID_CUDA_CHECK(cudaGraphLaunch(graph->second, stream_));
+    std::vector<cudaGraphExec_t> graphs;
+    absl::Status ran = runGraphed(index, slot, graphs, /*capturing=*/true);
+    if (!ran.ok()) {
+      for (cudaGraphExec_t exec : graphs)
+        cudaGraphExecDestroy(exec);
+      return ran;
+    }
+    graphsByCall_.emplace(std::make_pair(index, slot), std::move(graphs));
     return absl::OkStatus();
   }
   // Traced: no kernel of this call starts before now.
@@ -610,7 +613,15 @@ absl::Status Executor::Run(absl::string_view name,
 absl::Status Executor::runBody(int function, const exec::StepContext &context,
                                int64_t slot, bool timed) {
   const plan::Function &fn = plan_.functions(function);
-  for (int i = 0; i < fn.body_size(); ++i) {
+  BRAID_RETURN_IF_ERROR(runRange(function, 0, fn.body_size(), slot, timed));
+  // A function leaves nothing in flight (plans WAIT before its end).
+  return finishInFlight(nullptr);
+}
+
+absl::Status Executor::runRange(int function, int begin, int end,
+                                int64_t slot, bool timed) {
+  const plan::Function &fn = plan_.functions(function);
+  for (int i = begin; i < end; ++i) {
     const Instruction &inst = fn.body(i);
     if (timed)
       BRAID_CUDA_CHECK(cudaEventRecord(events_[size_t(i)], stream_));
@@ -620,28 +631,101 @@ absl::Status Executor::runBody(int function, const exec::StepContext &context,
     if (!s.ok())
       return inFunction(s, fn.name(), &inst);
   }
-  // A function leaves nothing in flight (plans WAIT before its end).
-  return finishInFlight(nullptr);
+  return absl::OkStatus();
 }
 
-bool Executor::graphable(const plan::Function &fn) const {
-  if (!graphs_ || (comm_ && !streamComm_) || !pendingSends_.empty())
-    return false;
-  for (const Instruction &inst : fn.body())
-    if (plan::IsPointToPoint(inst.kernel()))
-      return false;
-  return true;
+bool Executor::graphable(const plan::Function &) const {
+  return graphs_ && (!comm_ || streamComm_);
 }
 
-absl::StatusOr<cudaGraphExec_t>
-Executor::capture(int function, const exec::StepContext &context,
-                  int64_t slot) {
+absl::Status Executor::runGraphed(int function, int64_t slot,
+                                  std::vector<cudaGraphExec_t> &graphs,
+                                  bool capturing) {
+  const plan::Function &fn = plan_.functions(function);
+  const int n = fn.body_size();
+  size_t next = 0; // graphs' index
+  for (int begin = 0; begin <= n;) {
+    int end = begin;
+    while (end < n && !plan::IsPointToPoint(fn.body(end).kernel()))
+      ++end;
+    if (end > begin) {
+      // The sends in flight whose bytes the run overwrites, waited for
+      // outside the graph (a capture cannot wait for an event recorded
+      // before it).
+      for (int i = begin; i < end; ++i)
+        if (absl::Status s = waitForSends(fn.body(i), slot); !s.ok())
+          return inFunction(s, fn.name(), &fn.body(i));
+      if (capturing) {
+        absl::StatusOr<cudaGraphExec_t> made =
+            capture(function, begin, end, slot);
+        if (!made.ok())
+          return made.status();
+        graphs.push_back(*made);
+      }
+      if (next >= graphs.size())
+        return absl::InternalError(absl::StrCat(
+            "function '", fn.name(), "' has more runs of instructions than "
+            "the graphs captured at its first call"));
+      BRAID_CUDA_CHECK(cudaGraphLaunch(graphs[next++], stream_));
+    }
+    if (end < n) {
+      // The send or receive itself, enqueued as without graphs.
+      const Instruction &inst = fn.body(end);
+      absl::Status s = waitForSends(inst, slot);
+      if (s.ok())
+        s = runInstruction(inst, instructionDType(function, end), slot);
+      if (!s.ok())
+        return inFunction(s, fn.name(), &inst);
+    }
+    begin = end + 1;
+  }
+  return absl::OkStatus();
+}
+
+int64_t Executor::PointToPointCallsCaptured() const {
+  int64_t calls = 0;
+  for (const auto &[call, graphs] : graphsByCall_)
+    for (const Instruction &inst : plan_.functions(call.first).body())
+      if (plan::IsPointToPoint(inst.kernel())) {
+        ++calls;
+        break;
+      }
+  return calls;
+}
+
+int64_t Executor::PointToPointGraphs() const {
+  int64_t made = 0;
+  for (const auto &[call, graphs] : graphsByCall_)
+    for (const Instruction &inst : plan_.functions(call.first).body())
+      if (plan::IsPointToPoint(inst.kernel())) {
+        made += int64_t(graphs.size());
+        break;
+      }
+  return made;
+}
+
+std::vector<std::string> Executor::RunNotes() const {
+  if (graphsByCall_.empty())
+    return {};
+  return {absl::StrCat("cuda graphs: ", graphsByCall_.size(),
+                       " calls captured (function and slot), ",
+                       PointToPointCallsCaptured(),
+                       " of them sending or receiving, as ",
+                       PointToPointGraphs(),
+                       " graphs between their sends and receives")};
+}
+
+absl::StatusOr<cudaGraphExec_t> Executor::capture(int function, int begin,
+                                                  int end, int64_t slot) {
   const plan::Function &fn = plan_.functions(function);
   // Thread-local: a call that would synchronize this thread with the
   // stream during the capture fails it, rather than another thread's.
   BRAID_CUDA_CHECK(
       cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  absl::Status body = runBody(function, context, slot, /*timed=*/false);
+  // What the run leaves in flight is finished in its graph.
+  absl::Status body = runRange(function, begin, end, slot, /*timed=*/false);
+  if (body.ok())
+    body = finishInFlight(nullptr);
   cudaGraph_t graph = nullptr;
   cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
   if (!body.ok() || ended != cudaSuccess) {

@@ -123,17 +123,32 @@ public:
   absl::Status Run(absl::string_view name, const exec::StepContext &context,
                    int64_t slot = 0) override;
   /// Whether Run captures functions as CUDA graphs and replays them: one
-  /// launch a call instead of one a kernel. A function is captured unless
-  /// it sends or receives (pipeline stages: a send is waited for in a later
-  /// call), the plan's ranks talk through a communicator that does not
-  /// enqueue on streams, or the call is profiled or traced (which time each
-  /// kernel). What changes between calls is read on the device: the
+  /// launch a call instead of one a kernel. A function that sends or
+  /// receives (a pipeline stage) is captured as the graphs of its runs of
+  /// instructions between those, the sends and receives enqueued between
+  /// their launches: a send captured with the kernels would have to be
+  /// joined back into the capture, so the call would end only once its
+  /// send was received, which in 1F1B deadlocks (a stage's forward would
+  /// wait for the next stage's receive, which follows that stage's
+  /// backward, which waits for this stage's receive of its send). The
+  /// collectives a run leaves in flight are finished at its end (its
+  /// graph joins the communicator's stream back), and the sends still in
+  /// flight that its instructions overwrite are waited for before its
+  /// launch. Nothing is captured where the plan's ranks talk through a
+  /// communicator that does not enqueue on streams, or where the call is
+  /// profiled or traced (which time each kernel). What changes between calls is read on the device: the
   /// learning rate and the step from their buffers, the seed, the step, the
   /// micro-batch's first sample and the loss scale from the call's values
   /// (Kernels.h: CallValues), written before each call.
   void SetGraphs(bool on) { graphs_ = on; }
-  /// The graphs captured so far (one per function and slot).
+  /// The calls captured so far (one per function and slot).
   int64_t GraphsCaptured() const { return int64_t(graphsByCall_.size()); }
+  /// Of those, the calls of functions that send or receive, and the graphs
+  /// their runs of instructions between the sends and receives make.
+  int64_t PointToPointCallsCaptured() const;
+  int64_t PointToPointGraphs() const;
+  /// The graphs' counts, for the end of a run (exec::Backend).
+  std::vector<std::string> RunNotes() const override;
   /// The communicator's sends have left (pipeline stages): on streams,
   /// the executor's stream waits for them.
   absl::Status WaitSends() override;
@@ -199,12 +214,24 @@ private:
   /// for the collectives a WAIT names: ExecutorBase::finishInFlight).
   absl::Status runBody(int function, const exec::StepContext &context,
                        int64_t slot, bool timed);
-  /// Whether calls of `fn` run as a captured graph (SetGraphs).
+  /// Instructions [begin, end) of function `function`, as runBody runs them
+  /// all.
+  absl::Status runRange(int function, int begin, int end, int64_t slot,
+                        bool timed);
+  /// Whether calls of `fn` run as captured graphs (SetGraphs).
   bool graphable(const plan::Function &fn) const;
-  /// Captures function `function` with `slot` as a graph on the executor's
-  /// stream.
-  absl::StatusOr<cudaGraphExec_t>
-  capture(int function, const exec::StepContext &context, int64_t slot);
+  /// Instructions [begin, end) of function `function` with `slot`
+  /// captured as a graph on the executor's stream (what they leave in
+  /// flight finished in it).
+  absl::StatusOr<cudaGraphExec_t> capture(int function, int begin, int end,
+                                          int64_t slot);
+  /// Runs function `function` with `slot` as graphs: its runs of
+  /// instructions between sends and receives captured at the first call
+  /// (into `graphs`, one per non-empty run) or replayed from `graphs`, the
+  /// sends and receives enqueued between them.
+  absl::Status runGraphed(int function, int64_t slot,
+                          std::vector<cudaGraphExec_t> &graphs,
+                          bool capturing);
   /// Runs `inst`, whose dtype is `dtype` (plan::InstructionDType), through
   /// the table of its element type (KernelHandlers.cpp).
   absl::Status runInstruction(const plan::Instruction &inst, plan::DType dtype,
@@ -291,7 +318,8 @@ private:
   /// Graphs (SetGraphs): on or off, and those captured, by (function
   /// index, slot).
   bool graphs_ = true;
-  std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphsByCall_;
+  std::map<std::pair<int, int64_t>, std::vector<cudaGraphExec_t>>
+      graphsByCall_;
   std::unique_ptr<Gemm> gemm_;
   /// The plan's compute dtype: its low-precision dtype (mixed_), else F32.
   plan::DType compute_ = plan::F32;

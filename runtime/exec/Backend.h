@@ -143,6 +143,9 @@ public:
   /// (the CUDA executor: which kernels run attention, and why): one line
   /// each, none by default.
   virtual std::vector<std::string> KernelNotes() const { return {}; }
+  /// What a run's last lines should say of how it ran (the CUDA executor:
+  /// the calls it captured as graphs): one line each, none by default.
+  virtual std::vector<std::string> RunNotes() const { return {}; }
 
   /// What the calls of one kernel kind ran since profiling was enabled (or
   /// last reset): their seconds, their number, and the work they did as

@@ -186,6 +186,9 @@ absl::Status FinishRun(TrainingRun &run) {
   if (!options.saveParams.empty())
     if (absl::Status s = saveParameters(e, options.saveParams); !s.ok())
       return s;
+  if (options.log)
+    for (const std::string &note : e.RunNotes())
+      *options.log << note << "\n";
   // Measured against predicted: the median step after the first (which
   // pays for first touches of the arena and warm-up).
   if (options.log && t.predicted_step_time_s() > 0 && !stepTimes.empty()) {

@@ -72,6 +72,7 @@ on one GPU).
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -454,8 +455,9 @@ def main():
                 shutil.rmtree(checkpoints(setup, name), ignore_errors=True)
                 save = ["--save", checkpoints(setup, name), "--save-every",
                         str(PARALLEL_RESUME_AT)]
-            got = train(setup, inputs, name, "cuda", save,
-                        expect=PARALLEL_STEPS, ranks=2, bootstrap=bootstrap)[0]
+            got, out = train(setup, inputs, name, "cuda", save,
+                             expect=PARALLEL_STEPS, ranks=2,
+                             bootstrap=bootstrap)
             gpu[name] = got
             if cpu_plan not in cpu:
                 cpu[cpu_plan] = train(setup, inputs, cpu_plan, "cpu",
@@ -473,6 +475,18 @@ def main():
                   f"{'ok' if ok else 'FAILED'}")
             print("  CPU:", " ".join(f"{x:.6f}" for x in want))
             print("  GPU:", " ".join(f"{x:.6f}" for x in got))
+            if "-pp" in name:
+                # The stages' functions, which send and receive, ran as
+                # graphs between their sends and receives (rank 0's log).
+                counts = re.findall(r"(\d+) of them sending or receiving, "
+                                    r"as (\d+) graphs", out)
+                graphed = (len(counts) == 1 and
+                           all(int(c) > 0 and int(g) >= int(c)
+                               for c, g in counts))
+                failed |= not graphed
+                print(f"  {name}: calls that send or receive captured "
+                      f"(calls, graphs): {counts} "
+                      f"{'ok' if graphed else 'FAILED'}")
         # ZeRO's sharded f32 masters saved and loaded: the resumed run
         # repeats the rest of the whole one.
         for name in PARALLEL_RESUMED:
