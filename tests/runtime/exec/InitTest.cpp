@@ -89,6 +89,25 @@ TEST(Init, ValuesDependOnSeedAndNameButNotOnSharding) {
   EXPECT_NE(whole, b); // another seed
 }
 
+TEST(Init, ALargeTensorSplitOverThreadsIsItsSlices) {
+  // 3 Mi + 5 elements from an odd offset: split over the machine's cores
+  // (1 Mi elements or more a thread), each value that of a slice small
+  // enough for one thread, so the split changes nothing.
+  InitConfig c{11, 0.02, 2, false};
+  const uint64_t n = (uint64_t(3) << 20) + 5, offset = 7;
+  std::vector<float> whole(n);
+  ASSERT_TRUE(initParameter("big", 2, c, offset, n, whole.data()).ok());
+  const uint64_t slice = 4099;
+  std::vector<float> part(slice);
+  for (uint64_t at = 0; at < n; at += slice) {
+    const uint64_t len = std::min(slice, n - at);
+    ASSERT_TRUE(
+        initParameter("big", 2, c, offset + at, len, part.data()).ok());
+    for (uint64_t i = 0; i < len; ++i)
+      ASSERT_EQ(part[i], whole[at + i]) << "element " << at + i;
+  }
+}
+
 // A fused gate_up_proj starts as gate_proj's rows over up_proj's, in any
 // slice: the fused model starts from the weights of the model without.
 TEST(Init, FusedMlpProjectionIsGateOverUp) {
