@@ -46,6 +46,19 @@ llvm::Expected<spec::Cluster> loadCluster(llvm::StringRef nameOrPath,
 /// The preset names.
 std::vector<std::string> clusterPresets();
 
+/// `base` with what braid-gpu-calibrate measured on one of its GPUs
+/// (`braid calibrate --device cuda`), named base's name + "-measured":
+/// matmul_curve (bf16 products) and matmul_curve_fp32 (fp32 ones) become
+/// the measured points, each product's FLOPs (2·m·n·k) at its FLOP/s over
+/// base's peak for the precision (products of equal FLOPs averaged);
+/// vector_efficiency the elementwise kernel's bytes/s over base's
+/// memory_bandwidth; kernel_overhead_s a tiny kernel's call. The links keep
+/// base's figures. Errors name a measurement that is not a time, or one
+/// above base's peaks (a cluster of another GPU).
+llvm::Expected<spec::Cluster>
+clusterFromGpuMeasurement(const spec::Cluster &base,
+                          const spec::GpuMeasurement &measured);
+
 /// The share of peak FLOP/s one matrix product of `flops` FLOPs (2·m·n·k)
 /// reaches on `cluster` where no calibration gives its kernel's speed: the
 /// cluster's matmul curve for the product's precision (`lowPrecision`:

@@ -13,7 +13,9 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -156,5 +158,83 @@ llvm::Expected<spec::Cluster> braid::loadCluster(llvm::StringRef nameOrPath,
                      ", efficiency " + number(point.efficiency()) +
                      "): flops must be > 0 and ascend, efficiency in (0, 1]");
     }
+  return c;
+}
+
+llvm::Expected<spec::Cluster>
+braid::clusterFromGpuMeasurement(const spec::Cluster &base,
+                                 const spec::GpuMeasurement &measured) {
+  const std::string where = "the GPU measurement (" +
+                            (measured.device().empty()
+                                 ? std::string("no device named")
+                                 : measured.device()) +
+                            ")";
+  spec::Cluster c = base;
+  c.set_name(base.name() + "-measured");
+  // Each precision's products: (flops, efficiency) by ascending flops,
+  // products of equal flops (another aspect of the same size) averaged.
+  struct Curve {
+    const char *name;
+    const google::protobuf::RepeatedPtrField<spec::GpuMeasurement::Product>
+        &products;
+    double peak;
+    google::protobuf::RepeatedPtrField<spec::MatmulEfficiency> *out;
+  };
+  for (const Curve &curve :
+       {Curve{"bf16", measured.bf16(), base.peak_flops_bf16(),
+              c.mutable_matmul_curve()},
+        Curve{"fp32", measured.fp32(), base.peak_flops_fp32(),
+              c.mutable_matmul_curve_fp32()}}) {
+    if (curve.products.empty())
+      continue;
+    if (!(curve.peak > 0))
+      return error("cluster " + base.name() + " has no peak " + curve.name +
+                   " FLOP/s to measure " + where + "'s " + curve.name +
+                   " products against");
+    std::map<double, std::pair<double, int>> byFlops;
+    for (const spec::GpuMeasurement::Product &p : curve.products) {
+      const double flops = 2.0 * double(p.m()) * double(p.n()) * double(p.k());
+      if (p.m() < 1 || p.n() < 1 || p.k() < 1 || !(p.seconds() > 0) ||
+          !std::isfinite(p.seconds()))
+        return error(where + ": the " + curve.name + " product " +
+                     llvm::Twine(p.m()) + " x " + llvm::Twine(p.n()) + " x " +
+                     llvm::Twine(p.k()) + " in " + number(p.seconds()) +
+                     " s: every size must be >= 1 and the time positive");
+      const double efficiency = flops / p.seconds() / curve.peak;
+      if (efficiency > 1)
+        return error(where + ": the " + curve.name + " product " +
+                     llvm::Twine(p.m()) + " x " + llvm::Twine(p.n()) + " x " +
+                     llvm::Twine(p.k()) + " ran at " +
+                     number(flops / p.seconds()) + " FLOP/s, above cluster " +
+                     base.name() + "'s peak of " + number(curve.peak) +
+                     ": give a cluster of this GPU's kind (--cluster)");
+      auto &[sum, count] = byFlops[flops];
+      sum += efficiency;
+      ++count;
+    }
+    curve.out->Clear();
+    for (const auto &[flops, entry] : byFlops) {
+      spec::MatmulEfficiency *point = curve.out->Add();
+      point->set_flops(flops);
+      point->set_efficiency(entry.first / entry.second);
+    }
+  }
+  if (measured.vector_bytes_per_s() > 0) {
+    if (!(base.memory_bandwidth() > 0))
+      return error("cluster " + base.name() +
+                   " has no memory_bandwidth to measure " + where +
+                   "'s elementwise kernel against");
+    const double share = measured.vector_bytes_per_s() / base.memory_bandwidth();
+    if (share > 1)
+      return error(where + ": the elementwise kernel moved " +
+                   number(measured.vector_bytes_per_s()) +
+                   " bytes/s, above cluster " + base.name() +
+                   "'s memory_bandwidth of " +
+                   number(base.memory_bandwidth()) +
+                   ": give a cluster of this GPU's kind (--cluster)");
+    c.set_vector_efficiency(share);
+  }
+  if (measured.kernel_call_s() > 0)
+    c.set_kernel_overhead_s(measured.kernel_call_s());
   return c;
 }

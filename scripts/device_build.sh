@@ -47,7 +47,7 @@ if [ ! -f "$work/build.ninja" ]; then
     -DBRAID_WITH_MPI=OFF -DBRAID_CUDA_ARCHS=hopper "${launcher[@]}"
 fi
 cmake --build "$work" -j "${BRAID_JOBS:-$(nproc)}" --target braid-run \
-  braid-gpu-bench braid-attention-bench braid-cuda-kernel-tests braid-cuda-attention-tests \
+  braid-gpu-bench braid-attention-bench braid-gpu-calibrate braid-cuda-kernel-tests braid-cuda-attention-tests \
   braid-cuda-executor-tests
 
 rm -rf "$out"
@@ -55,7 +55,7 @@ mkdir -p "$out/plans"
 bins="$root/build-device/bin"
 rm -rf "$bins"
 mkdir -p "$bins"
-for tool in braid-run braid-gpu-bench braid-attention-bench braid-cuda-kernel-tests \
+for tool in braid-run braid-gpu-bench braid-attention-bench braid-gpu-calibrate braid-cuda-kernel-tests \
             braid-cuda-attention-tests braid-cuda-executor-tests; do
   cp "$work/bin/$tool" "$bins/"
   strip "$bins/$tool"
@@ -108,7 +108,7 @@ BRAID_BUILD_DIR="$main" "$root/bench/generate_gpu.sh" compile "$out/generate"
 cat > "$out/check.sh" <<'CHECK'
 #!/usr/bin/env bash
 # On the GPU machine, from the repository's root (the bundle carried along):
-#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|graphs|generate|all]
+#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|graphs|generate|calibrate|all]
 # tests: the CUDA tests (kernels, attention, executor) against the CPU;
 # racecheck: compute-sanitizer's racecheck on the tensor-core attention tests;
 # attention: braid-attention-bench (each tensor-core tiling checked, timed);
@@ -118,7 +118,9 @@ cat > "$out/check.sh" <<'CHECK'
 # bench: bench/gpu_train.sh run (Braid against PyTorch, 1B parameters);
 # graphs: bench/cuda_graphs.sh run (captured graphs against launches);
 # generate: bench/generate_gpu.sh run (1B bf16 decode against the memory
-#   bandwidth, batch 32 against PyTorch's generate).
+#   bandwidth, batch 32 against PyTorch's generate);
+# calibrate: braid-gpu-calibrate (products by size, bandwidth, a kernel's
+#   call) into DIR/gpu-measurement.textproto (/tmp without BRAID_CHECK_LOGS).
 # Each part stops after BRAID_CHECK_TIMEOUT seconds (default 600) and, with
 # BRAID_CHECK_LOGS, writes its output to DIR/PART.log as well.
 set -uo pipefail
@@ -194,6 +196,12 @@ fi
 if [ "$what" = graphs ] || [ "$what" = all ]; then
   export BRAID_BIN_DIR="$bin"
   part graphs bash "$root/bench/cuda_graphs.sh" run "$bundle/graphs" || rc=1
+fi
+if [ "$what" = calibrate ] || [ "$what" = all ]; then
+  # The cost model's measurement of this GPU (braid calibrate --device cuda
+  # turns it into a cluster file where braidc is built).
+  part calibrate "$bin/braid-gpu-calibrate" \
+    -o "${logs:-/tmp}/gpu-measurement.textproto" || rc=1
 fi
 if [ "$what" = generate ] || [ "$what" = all ]; then
   export BRAID_BIN_DIR="$bin"

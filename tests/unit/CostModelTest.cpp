@@ -211,6 +211,74 @@ TEST(CostModel, MatmulCurveIsLinearInLogFlopsAndClamped) {
   EXPECT_NEAR(matmulEfficiency(c, 1e9, true), 0.65, 1e-12);
 }
 
+TEST(CostModel, GpuMeasurementBecomesTheCurves) {
+  // Against productCluster's peaks (1e15 bf16, 1e14 fp32) and a memory
+  // bandwidth of 4e12: 2·1000³ FLOPs in 4 us is 5e14 FLOP/s (0.5);
+  // 2·10·100·1000 in 20 ns is 1e14 (0.1); two products of 4e9 FLOPs at 4e14
+  // and 8e14 average to 0.6; fp32 2·100³ in 2e-7 s is 1e13 (0.1); 2e12
+  // bytes/s of 4e12 is 0.5.
+  spec::Cluster base = productCluster();
+  base.set_memory_bandwidth(4e12);
+  base.mutable_intra_node()->set_bandwidth(1e11);
+  spec::GpuMeasurement m;
+  m.set_device("test GPU");
+  auto add = [](auto *products, int64_t mm, int64_t n, int64_t k, double s) {
+    spec::GpuMeasurement::Product *p = products->Add();
+    p->set_m(mm);
+    p->set_n(n);
+    p->set_k(k);
+    p->set_seconds(s);
+  };
+  add(m.mutable_bf16(), 1000, 1000, 1000, 4e-6);
+  add(m.mutable_bf16(), 10, 100, 1000, 2e-8);
+  add(m.mutable_bf16(), 2000, 1000, 1000, 1e-5);
+  add(m.mutable_bf16(), 1000, 2000, 1000, 5e-6);
+  add(m.mutable_fp32(), 100, 100, 100, 2e-7);
+  m.set_vector_bytes_per_s(2e12);
+  m.set_kernel_call_s(3e-6);
+  llvm::Expected<spec::Cluster> c = clusterFromGpuMeasurement(base, m);
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->name(), "products-measured");
+  ASSERT_EQ(c->matmul_curve_size(), 3);
+  const double flops[] = {2e6, 2e9, 4e9}, efficiency[] = {0.1, 0.5, 0.6};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_DOUBLE_EQ(c->matmul_curve(i).flops(), flops[i]) << i;
+    EXPECT_NEAR(c->matmul_curve(i).efficiency(), efficiency[i], 1e-12) << i;
+  }
+  ASSERT_EQ(c->matmul_curve_fp32_size(), 1);
+  EXPECT_DOUBLE_EQ(c->matmul_curve_fp32(0).flops(), 2e6);
+  EXPECT_NEAR(c->matmul_curve_fp32(0).efficiency(), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(c->vector_efficiency(), 0.5);
+  EXPECT_DOUBLE_EQ(c->kernel_overhead_s(), 3e-6);
+  // The links and peaks are base's.
+  EXPECT_EQ(c->intra_node().bandwidth(), 1e11);
+  EXPECT_EQ(c->peak_flops_bf16(), 1e15);
+  // The cost model reads it as the curve it is.
+  EXPECT_NEAR(matmulEfficiency(*c, 2e9, true), 0.5, 1e-12);
+
+  // A product faster than the peak (another GPU's measurement), a time
+  // that is not one, fp32 products without an fp32 peak: errors that say
+  // so.
+  spec::GpuMeasurement fast = m;
+  fast.mutable_bf16(0)->set_seconds(1e-6);
+  llvm::Expected<spec::Cluster> e1 = clusterFromGpuMeasurement(base, fast);
+  ASSERT_FALSE(bool(e1));
+  EXPECT_NE(llvm::toString(e1.takeError()).find("above cluster products"),
+            std::string::npos);
+  spec::GpuMeasurement zero = m;
+  zero.mutable_bf16(1)->set_seconds(0);
+  llvm::Expected<spec::Cluster> e2 = clusterFromGpuMeasurement(base, zero);
+  ASSERT_FALSE(bool(e2));
+  EXPECT_NE(llvm::toString(e2.takeError()).find("10 x 100 x 1000"),
+            std::string::npos);
+  spec::Cluster noFp32 = base;
+  noFp32.clear_peak_flops_fp32();
+  llvm::Expected<spec::Cluster> e3 = clusterFromGpuMeasurement(noFp32, m);
+  ASSERT_FALSE(bool(e3));
+  EXPECT_NE(llvm::toString(e3.takeError()).find("no peak fp32"),
+            std::string::npos);
+}
+
 TEST(CostModel, SmallProductsReachLessOfThePeakOnDgxH100) {
   // One LINEAR of 4096 tokens, x [4096, n] · w [n, n], bf16, on dgx-h100:
   // 4 us of launch + max(FLOPs / (989 TFLOP/s x the curve's efficiency at

@@ -19,6 +19,7 @@
 //
 // braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--repeats R]
 //                 [--corpus FILE] [-o FILE]
+// braid calibrate --device cuda --measured FILE [--cluster BASE] [-o FILE]
 //
 // Measures this machine's CPU ranks and writes a cluster file for the cost
 // model (braidc --cluster FILE, frontends/spec/cluster.proto): small models
@@ -27,6 +28,10 @@
 // of it --repeats R times round by round, and the cost model's rates, link
 // and waits fitted to the medians. What it measures and fits is
 // compiler/Calibrate.h's; the runs under mpirun are CalibrationRuns.h's.
+// With --device cuda it measures nothing itself: it applies what
+// braid-gpu-calibrate measured on a GPU (its products by size, an
+// elementwise kernel's bandwidth, a kernel's call) to the cluster BASE
+// (default dgx-h100) and writes the result (clusterFromGpuMeasurement).
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,11 +53,13 @@
 #include "tools/braid/Eval.h"
 #include "tools/braid/Generate.h"
 
+#include "google/protobuf/text_format.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -87,6 +94,8 @@ int usage(const std::string &error) {
                << "       braid view PLAN -o FILE.html\n"
                << "       braid calibrate [--ranks 1,2,4] [--threads T] "
                   "[--steps N] [--repeats R] [--corpus FILE] [-o FILE]\n"
+               << "       braid calibrate --device cuda --measured FILE "
+                  "[--cluster BASE] [-o FILE]\n"
                << kGenerateUsage << kChatUsage << kEvalUsage;
   return error.empty() ? 0 : 2;
 }
@@ -253,7 +262,121 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
 /// braid calibrate [--ranks 1,2,4] [--threads T] [--steps N] [--repeats R]
 /// [--corpus FILE] [-o FILE]: measures this machine's CPU ranks, writes a
 /// cluster file.
+/// Writes `text` to `path` and loads it back as a cluster file: the cluster,
+/// or why it could not be written or does not load.
+llvm::Expected<spec::Cluster> writeClusterFile(const std::string &path,
+                                               const std::string &text) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
+  if (ec)
+    return llvm::createStringError("cannot write " + path + ": " +
+                                   ec.message());
+  os << text;
+  os.close();
+  if (os.has_error()) {
+    std::string message = os.error().message();
+    os.clear_error();
+    return llvm::createStringError("cannot write " + path + ": " + message);
+  }
+  llvm::Expected<spec::Cluster> loaded = loadCluster(path);
+  if (!loaded)
+    return llvm::createStringError("the file written does not load: " +
+                                   llvm::toString(loaded.takeError()));
+  return loaded;
+}
+
+/// braid calibrate --device cuda --measured FILE [--cluster BASE] [-o FILE]:
+/// braid-gpu-calibrate's measurement of a GPU (FILE) applied to the
+/// cluster BASE (a preset or file, default dgx-h100), written as a cluster
+/// file (default gpu-measured.textproto).
+int calibrateGpu(int argc, char **argv) {
+  std::string measuredPath, base = "dgx-h100",
+                            outPath = "gpu-measured.textproto";
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (arg.rfind("-", 0) == 0) {
+      if (i + 1 == argc)
+        return usage(arg + " needs a value");
+      value = argv[++i];
+    } else {
+      return usage("braid calibrate takes no positional argument (got " + arg +
+                   ")");
+    }
+    if (arg == "--device") {
+      if (value != "cuda")
+        return usage("--device " + value + " with --measured: the GPU's "
+                     "measurement is --device cuda's");
+    } else if (arg == "--measured") {
+      measuredPath = value;
+    } else if (arg == "--cluster") {
+      base = value;
+    } else if (arg == "-o" || arg == "--output") {
+      if (value.empty())
+        return usage(arg + "= names no file");
+      outPath = value;
+    } else {
+      return usage("unknown flag " + arg +
+                   " for braid calibrate --device cuda (--measured FILE "
+                   "[--cluster BASE] [-o FILE])");
+    }
+  }
+  if (measuredPath.empty())
+    return usage("braid calibrate --device cuda needs --measured FILE: what "
+                 "braid-gpu-calibrate wrote on the GPU machine (the device "
+                 "bundle's check.sh calibrate)");
+  auto buffer = llvm::MemoryBuffer::getFile(measuredPath);
+  if (!buffer)
+    return fail("--measured " + measuredPath + ": " +
+                buffer.getError().message());
+  spec::GpuMeasurement measured;
+  if (!google::protobuf::TextFormat::ParseFromString(
+          (*buffer)->getBuffer().str(), &measured))
+    return fail("--measured " + measuredPath +
+                ": not a GPU measurement (text format of "
+                "braid.spec.GpuMeasurement, as braid-gpu-calibrate writes)");
+  if (measured.bf16().empty() && measured.fp32().empty())
+    return fail("--measured " + measuredPath + " holds no product's time");
+  llvm::Expected<spec::Cluster> cluster = loadCluster(base);
+  if (!cluster)
+    return fail(llvm::toString(cluster.takeError()));
+  llvm::Expected<spec::Cluster> made =
+      clusterFromGpuMeasurement(*cluster, measured);
+  if (!made)
+    return fail(llvm::toString(made.takeError()));
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(*made, &text);
+  llvm::Expected<spec::Cluster> loaded = writeClusterFile(
+      outPath, "# " + base + " with braid-gpu-calibrate's measurement of " +
+                   measured.device() + " (" + measuredPath + ")\n" + text);
+  if (!loaded)
+    return fail(llvm::toString(loaded.takeError()));
+  llvm::outs() << "wrote " << outPath << ": " << loaded->name() << ", "
+               << loaded->matmul_curve_size() << " bf16 and "
+               << loaded->matmul_curve_fp32_size()
+               << " fp32 product sizes, vector efficiency "
+               << llvm::formatv("{0:F3}", loaded->vector_efficiency())
+               << ", kernel overhead "
+               << llvm::formatv("{0:F2}", loaded->kernel_overhead_s() * 1e6)
+               << " us (braidc --cluster " << outPath << ")\n";
+  return 0;
+}
+
 int calibrate(int argc, char **argv) {
+  for (int i = 2; i < argc; ++i) {
+    llvm::StringRef arg(argv[i]);
+    if (arg == "--measured" || arg.starts_with("--measured=") ||
+        arg == "--device=cuda" ||
+        (arg == "--device" && i + 1 < argc &&
+         llvm::StringRef(argv[i + 1]) == "cuda"))
+      return calibrateGpu(argc, argv);
+    if (arg == "--device" && i + 1 < argc &&
+        llvm::StringRef(argv[i + 1]) != "cpu")
+      return usage(std::string("--device ") + argv[i + 1] +
+                   " is not one of cpu, cuda");
+  }
   // The ranks 1, 2 and 4, 0 threads (the cores shared out among the
   // ranks), 5 steps, 1 round.
   calibration::CalibrateOptions options;
@@ -270,9 +393,11 @@ int calibrate(int argc, char **argv) {
       arg = arg.substr(0, eq);
       inlineValue = true;
     }
+    if (arg == "--device" && value == "cpu")
+      continue;
     if (arg != "--ranks" && arg != "--threads" && arg != "--steps" &&
         arg != "--repeats" && arg != "-o" && arg != "--output" &&
-        arg != "--corpus")
+        arg != "--corpus" && arg != "--device")
       return usage("unknown flag " + arg + " for braid calibrate");
     if (!inlineValue) {
       if (i + 1 == argc)
@@ -402,27 +527,12 @@ int calibrate(int argc, char **argv) {
       calibration::clusterFileText(*cluster, options);
   if (!text)
     return fail(llvm::toString(text.takeError()));
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(outPath, ec, llvm::sys::fs::OF_Text);
-    if (ec)
-      return fail("cannot write " + outPath + ": " + ec.message());
-    os << *text;
-    os.close();
-    if (os.has_error()) {
-      std::string message = os.error().message();
-      os.clear_error();
-      return fail("cannot write " + outPath + ": " + message);
-    }
-  }
-
   // The summary, and the cost model's step times with the file against the
   // measured ones (of the very runs it was fitted to: a check of the fit and
   // of what the per-kernel model leaves out, not a prediction).
-  llvm::Expected<spec::Cluster> loaded = loadCluster(outPath);
+  llvm::Expected<spec::Cluster> loaded = writeClusterFile(outPath, *text);
   if (!loaded)
-    return fail("the file written does not load: " +
-                llvm::toString(loaded.takeError()));
+    return fail(llvm::toString(loaded.takeError()));
   llvm::raw_ostream &os = llvm::outs();
   if (llvm::Error e = calibration::printSummary(os, *measured, *loaded))
     return fail(llvm::toString(std::move(e)));

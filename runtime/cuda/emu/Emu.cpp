@@ -760,6 +760,21 @@ cudaError_t cudaGetDeviceCount(int *count) {
   return cudaSuccess;
 }
 
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+  if (!prop)
+    return record(cudaErrorInvalidValue);
+  if (device < 0 || device >= deviceCount())
+    return record(cudaErrorInvalidDevice);
+  // The name only (and the capability of the Hopper GPUs the device code
+  // is built for): nothing else of a device is emulated.
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "CUDA emulation (device %d)",
+                device);
+  prop->major = 9;
+  prop->minor = 0;
+  return cudaSuccess;
+}
+
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= deviceCount())
     return record(cudaErrorInvalidDevice);
