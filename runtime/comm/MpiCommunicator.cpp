@@ -503,6 +503,9 @@ absl::Status MpiCommunicator::await(const Waiting &w, Poll test) {
   waiting_ = &w;
   waitingSince_ = start;
   double answered = start;
+  // The longest time between two polls: a rank stopped (SIGSTOP, a
+  // debugger) or starved of a core inside the wait did not run for it.
+  double polled = start, stalled = 0;
   absl::Status result;
   for (;;) {
     if (int rc = test(&done); rc != MPI_SUCCESS) {
@@ -512,6 +515,8 @@ absl::Status MpiCommunicator::await(const Waiting &w, Poll test) {
     if (done)
       break;
     double t = now(), waited = t - start;
+    stalled = std::max(stalled, t - polled);
+    polled = t;
     if (waited < kSpinSeconds)
       continue;
     if (timeout_ > 0) {
@@ -520,7 +525,7 @@ absl::Status MpiCommunicator::await(const Waiting &w, Poll test) {
         answered = t;
       }
       if (waited >= timeout_) {
-        result = failed_ = timedOut(w, waited);
+        result = failed_ = timedOut(w, waited, stalled);
         break;
       }
     }
@@ -567,7 +572,8 @@ void MpiCommunicator::answerPeers() {
   }
 }
 
-absl::Status MpiCommunicator::timedOut(const Waiting &w, double waited) {
+absl::Status MpiCommunicator::timedOut(const Waiting &w, double waited,
+                                       double stalled) {
   Group &g = *w.group;
   MPI_Comm watch = static_cast<MPI_Comm>(g.watch);
   int place = 0;
@@ -641,6 +647,15 @@ absl::Status MpiCommunicator::timedOut(const Waiting &w, double waited) {
   absl::StrAppend(&message, " at step ", step_);
   if (!what_.empty())
     absl::StrAppend(&message, " (", what_, ")");
+  // This rank itself did not run for most of the wait (resumed after a stop,
+  // as the launcher does to end a job): the others' states say who was
+  // where, yet this rank's own late arrival is the likelier cause.
+  if (stalled > kLateAnswerSeconds)
+    absl::StrAppend(
+        &message,
+        absl::StrFormat("; this rank did not run for %.1f s of the wait "
+                        "(stopped or starved of a core)",
+                        stalled));
   std::vector<int> absent, same;
   std::vector<std::string> late, elsewhere;
   for (size_t i = 0; i < n; ++i) {

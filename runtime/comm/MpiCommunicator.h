@@ -139,8 +139,9 @@ private:
   template <typename Poll> absl::Status await(const Waiting &w, Poll test);
   /// Answers the other ranks' questions on every watchdog communicator.
   void answerPeers();
-  /// The error of `w` after `waited` seconds, with what its peers answer.
-  absl::Status timedOut(const Waiting &w, double waited);
+  /// The error of `w` after `waited` seconds, with what its peers answer;
+  /// `stalled` is the longest time this rank did not poll in the wait.
+  absl::Status timedOut(const Waiting &w, double waited, double stalled);
 
   plan::Mesh mesh_;
   int64_t rank_ = 0;

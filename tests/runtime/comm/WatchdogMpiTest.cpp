@@ -153,6 +153,18 @@ TEST(Watchdog, NamesWhatAnotherRankWaitsIn) {
   }
 }
 
+/// Rank 3's part: once rank 2 says go (and is in its wait 0.3 s later),
+/// stops it (SIGSTOP) and resumes it (SIGCONT, as mpirun does before it
+/// ends a job's ranks) `resume` seconds after this call.
+void stopRank2(int pid, int resume) {
+  auto start = std::chrono::steady_clock::now();
+  awaitGo(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  std::this_thread::sleep_until(start + std::chrono::seconds(resume));
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+}
+
 // Rank 2 is stopped (SIGSTOP, by rank 3) while it waits in an all-reduce
 // over tp, and resumed (SIGCONT, as mpirun does before it ends a job's
 // ranks) while rank 0, whose all-reduce over dp timed out, waits for its
@@ -190,14 +202,46 @@ TEST(Watchdog, NamesAStoppedRankThatAnswersLate) {
     ASSERT_TRUE(theComm->AllReduce({"dp"}, &x, 1, plan::F32).ok());
     EXPECT_EQ(x, 4.0f);
   } else if (r == 3) {
-    // Rank 2 is in its wait 0.3 s after it says go.
-    auto start = std::chrono::steady_clock::now();
-    awaitGo(2);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    ASSERT_EQ(kill(pids[2], SIGSTOP), 0);
-    std::this_thread::sleep_until(start + std::chrono::seconds(5));
-    ASSERT_EQ(kill(pids[2], SIGCONT), 0);
+    stopRank2(pids[2], 5);
     awaitGo(0);
+    ASSERT_TRUE(theComm->AllReduce({"tp"}, &y, 1, plan::F32).ok());
+    EXPECT_EQ(y, 2.0f);
+  }
+}
+
+// Rank 2 waits in an all-reduce over tp with a 2 s deadline, is stopped
+// (SIGSTOP, by rank 3) 0.3 s in and resumed at 4 s: its wait has then passed
+// the deadline, and its error says that it did not run for most of it (as
+// mpirun resumes a stopped rank before it ends the job), besides rank 3,
+// which stays away, as not arrived.
+TEST(Watchdog, SaysThatItDidNotRunInItsOwnWait) {
+  int64_t r = theComm->Rank();
+  int pid = int(getpid());
+  std::vector<int> pids(4);
+  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  static float y;
+  y = 1;
+  if (r == 2) {
+    theComm->SetTimeout(2);
+    theComm->SetWaitContext(5, "");
+    sayGo(3);
+    absl::Status s = theComm->AllReduce({"tp"}, &y, 1, plan::F32);
+    EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+    std::string m(s.message());
+    const std::string said = "; this rank did not run for ";
+    size_t at = m.find(said);
+    ASSERT_NE(at, std::string::npos) << m;
+    // Stopped from 0.3 s to 4 s.
+    EXPECT_GE(std::stod(m.substr(at + said.size())), 3.0) << m;
+    EXPECT_NE(m.find(" s of the wait (stopped or starved of a core)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("; rank 3 had not arrived"), std::string::npos) << m;
+    sayGo(3);
+  } else if (r == 3) {
+    stopRank2(pids[2], 4);
+    awaitGo(2);
+    theComm->SetTimeout(0);
     ASSERT_TRUE(theComm->AllReduce({"tp"}, &y, 1, plan::F32).ok());
     EXPECT_EQ(y, 2.0f);
   }
