@@ -15,7 +15,8 @@ if ! command -v clang++ >/dev/null; then
   echo "fuzz-plan: clang++ is needed (apt-get install clang libclang-rt-dev)" >&2
   exit 1
 fi
-# CMake builds the target whenever clang++ is installed (tests/fuzz).
+# CMake defines the target where clang++ is installed (tests/fuzz); it is
+# built here, on demand.
 ninja -C "$build" braid-plan-fuzz >/dev/null
 cp "$build/bin/braid-plan-fuzz" "$out/plan-loader-fuzz"
 

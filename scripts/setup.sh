@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs Braid's build dependencies from Debian's packages (idempotent), then
-# configures and builds. CUDA is optional: it is used when nvcc is found under
-# /usr/local/cuda, and the build is CPU-only otherwise.
+# configures and builds. CUDA is optional: the CUDA backend is built when nvcc
+# is found under /usr/local/cuda and the machine has a GPU (or
+# BRAID_ENABLE_CUDA=ON), the CUDA emulation whenever CUDA's headers are there.
 #
 #   scripts/setup.sh            install what is missing, configure, build
 #   BRAID_SKIP_BUILD=1 scripts/setup.sh   install only
@@ -73,9 +74,20 @@ fi
 
 if [ "${BRAID_SKIP_BUILD:-0}" = "1" ]; then exit 0; fi
 
+# The CUDA backend (nvcc's device code, cuDNN, the GPU's tests) is built into
+# build/ where there is a GPU to run it, or when BRAID_ENABLE_CUDA=ON asks.
+# Without a GPU, CUDA's headers still give the CUDA emulation (its kernels
+# and tests on the CPU), and scripts/test.sh compiles the device code in the
+# GPU machine's bundle, once, rather than here too.
 cuda_flag="-DBRAID_ENABLE_CUDA=OFF"
-if [ -x /usr/local/cuda/bin/nvcc ] && [ "${BRAID_ENABLE_CUDA:-auto}" != "OFF" ]; then
-  cuda_flag="-DBRAID_ENABLE_CUDA=ON"
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  case "${BRAID_ENABLE_CUDA:-auto}" in
+    ON) cuda_flag="-DBRAID_ENABLE_CUDA=ON" ;;
+    auto)
+      if [ -e /dev/nvidia0 ] || nvidia-smi -L >/dev/null 2>&1; then
+        cuda_flag="-DBRAID_ENABLE_CUDA=ON"
+      fi ;;
+  esac
 fi
 
 launcher=()
