@@ -3,7 +3,8 @@
 acceptance.
 
 Trains the same plans, from the same seeded weights on the same samples, for
-20 steps on the CPU and on the GPU, and compares the losses step by step:
+20 steps (--steps) on the CPU and on the GPU, and compares the losses step by
+step:
 
   llama-fp32   tiny-llama, fp32, one micro-batch of 4       within 1e-4 rel.
   gpt2-fp32    tiny-gpt2 (LayerNorm, GeLU, learned positions, biases), fp32,
@@ -25,11 +26,12 @@ skipped: a skipped step is no update, so each step's learning rate must be
 the fp32 run's at the step that counts only the updates before it (the
 schedule, and AdamW's bias correction with it, wait for the updates).
 Resumes llama-fp32, llama-bf16 and llama-fp16-overflow on the GPU from the
-checkpoints their runs saved after step 10 (the master weights and moments
-of mixed precision, and the loss scaler's state, included) and checks that
-steps 11-20 repeat the uninterrupted run's losses and loss scales (within
-1e-5 relative: float atomics may sum in another order on a GPU), and
-runs llama-fp32 on the GPU with --profile (CUDA events per kernel) and checks
+checkpoints their runs saved halfway (after step 10; the master weights and
+moments of mixed precision, and the loss scaler's state, included) and
+checks that steps 11-20 repeat the uninterrupted run's losses and loss
+scales (within 1e-5 relative: float atomics may sum in another order on a
+GPU), and runs llama-fp32 on the GPU for 4 steps with --profile (CUDA events
+per kernel) and checks
 that the kernels' share of the step is reported, and with --trace, whose
 timeline tests/lit/tools/Inputs/check_trace.py checks (every kernel inside
 the call that ran it, in that call's part of the step), with the kernels
@@ -37,7 +39,7 @@ one after another as the stream runs them.
 
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT [--inputs DIR]
                 [--braid-run NAME] [--parallel [--share-gpu]]
-                [--launcher mpirun|own]
+                [--launcher mpirun|own] [--steps N]
   cuda_train.py --bin BUILD/bin --work DIR --corpus TEXT --prepare DIR
 
 Without a GPU (braid-run says there is no CUDA device, or the build has no
@@ -45,7 +47,8 @@ CUDA backend) it exits 77, which ctest counts as skipped. --prepare compiles
 the plans and the dataset into DIR and exits, for a machine that has a GPU
 but no braidc; --inputs runs from such a DIR. --braid-run names the binary
 that runs the plans (braid-run-emulated: the CUDA backend under the CUDA
-emulation, on the CPU, where the same tolerances hold). --parallel also
+emulation, on the CPU, where the same tolerances hold; e2e.cuda_train_emulated
+trains 10 steps, resumed from step 5, as an emulated step costs about 2 s). --parallel also
 trains the plans of PARALLEL over 2 ranks (mpirun) on both devices and
 compares their losses: data, tensor and sequence parallelism, pipeline
 stages and ZeRO, in fp32 (within 1e-4 of the CPU) and in bf16 (within 2e-2
@@ -226,6 +229,8 @@ def prepare(setup, out, references=False):
 # float atomics may differ.
 GRAPH_TOLERANCE = 1e-6
 RESUME_AT = 10
+# The steps of the profiled and the traced run.
+TRACED = 4
 RESUMED = ("llama-fp32", "llama-bf16", "llama-fp16-overflow")
 RESUME_TOLERANCE = 1e-5
 
@@ -308,7 +313,7 @@ def launch(setup, cmd, env, ranks):
 TIMEOUT = 300
 
 
-def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1,
+def train(setup, inputs, name, device, extra=(), expect=None, ranks=1,
           bootstrap="mpi"):
     """Runs plan `name` on `device` (on `ranks` ranks under mpirun, or
     started by launch() where there is no mpirun); returns (losses, stdout),
@@ -316,6 +321,7 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1,
     `bootstrap` (several ranks on the GPU under mpirun): "tcp", the
     rendezvous of RANK, WORLD_SIZE and MASTER_PORT, or "mpi", NCCL's id over
     MPI with none of those set."""
+    expect = STEPS if expect is None else expect
     metrics = setup.w(f"{name}-{device}.jsonl")
     binary = setup.b(setup.args.braid_run if device == "cuda" else "braid-run")
     own = ranks > 1 and not HAVE_MPIRUN
@@ -334,11 +340,14 @@ def train(setup, inputs, name, device, extra=(), expect=STEPS, ranks=1,
            "--data", os.path.join(inputs, "instr" if name in PACKED
                                   else "data"), "--device", device,
            "--metrics-out", metrics, "--log-every", "5", *extra]
+    began = time.monotonic()
     if own:
         rc, stdout, stderr = launch(setup, cmd, env, ranks)
     else:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+    print(f"  ran {name} on {device} x{ranks} {' '.join(extra)}: "
+          f"{time.monotonic() - began:.1f} s", flush=True)
     if rc != 0:
         if device == "cuda" and any(m in stderr for m in NO_DEVICE):
             return None
@@ -362,12 +371,17 @@ def main():
                                               default="braid-run"),
                               ap.add_argument("--parallel",
                                               action="store_true"),
+                              ap.add_argument("--steps", type=int,
+                                              default=STEPS),
                               ap.add_argument("--share-gpu",
                                               action="store_true"),
                               ap.add_argument("--launcher",
                                               choices=("mpirun", "own"))))
     args = setup.args
-    global HAVE_MPIRUN
+    global HAVE_MPIRUN, STEPS, RESUME_AT
+    STEPS, RESUME_AT = args.steps, args.steps // 2
+    if STEPS < 8:
+        sys.exit("--steps: at least 8 (the fp16 run's overflows, then updates)")
     if args.launcher:
         HAVE_MPIRUN = args.launcher == "mpirun"
     if args.prepare:
@@ -506,7 +520,7 @@ def main():
                   f"from the whole run {worst:.3g} (tolerance "
                   f"{RESUME_TOLERANCE:g}) {'ok' if ok else 'FAILED'}")
 
-    # Resumed from step 10's checkpoint: steps 11-20 as the whole run's.
+    # Resumed from step RESUME_AT's checkpoint: the rest as the whole run's.
     RECORDS_WHOLE = {name: RECORDS[(name, "cuda")] for name in RESUMED}
     for name in RESUMED:
         step_dir = os.path.join(checkpoints(setup, name),
@@ -524,8 +538,9 @@ def main():
               f"loss difference from the whole run {worst:.3g} (tolerance "
               f"{RESUME_TOLERANCE:g}) {'ok' if ok else 'FAILED'}")
 
-    # The kernels' breakdown of a step, from CUDA events.
-    _, out = train(setup, inputs, "llama-fp32", "cuda", ["--profile"])
+    # The kernels' breakdown of a step, from CUDA events (4 steps).
+    _, out = train(setup, inputs, "llama-fp32", "cuda",
+                   ["--profile", "--steps", str(TRACED)], expect=TRACED)
     lines = [l for l in out.splitlines() if l.startswith("profile:") or
              l.startswith("  ")]
     print("\n".join(lines))
@@ -537,9 +552,10 @@ def main():
     # host's clock, inside the calls that ran them; one stream runs them one
     # after another.
     trace = setup.w("llama-fp32-cuda.trace.json")
-    train(setup, inputs, "llama-fp32", "cuda", ["--trace", trace])
+    train(setup, inputs, "llama-fp32", "cuda",
+          ["--trace", trace, "--steps", str(TRACED)], expect=TRACED)
     try:
-        print(check_trace.check(trace, 1, STEPS, 1))
+        print(check_trace.check(trace, 1, TRACED, 1))
         with open(trace) as f:
             kernels = sorted((e for e in json.load(f)["traceEvents"]
                               if e.get("ph") == "X" and e.get("tid") == 2),
