@@ -319,6 +319,9 @@ void runBlock(Block &b) {
   }
 }
 
+/// The fibers' stacks, kept from launch to launch on each host thread (a
+/// fresh mapping a launch cost a page fault a thread, and the munmap):
+/// grown to the largest block launched, never shrunk.
 struct Stacks {
   void *base = nullptr;
   size_t bytes = 0;
@@ -326,7 +329,24 @@ struct Stacks {
     if (base)
       munmap(base, bytes);
   }
+  /// At least `want` bytes; false when they cannot be mapped.
+  bool reserve(size_t want) {
+    if (want <= bytes)
+      return true;
+    if (base)
+      munmap(base, bytes);
+    base = mmap(nullptr, want, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+      base = nullptr;
+      bytes = 0;
+      return false;
+    }
+    bytes = want;
+    return true;
+  }
 };
+thread_local Stacks stacks_;
 
 thread_local cudaError_t lastError_ = cudaSuccess;
 
@@ -619,12 +639,7 @@ void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
   const dim3 g = config.grid, bd = config.block;
   const uint64_t threads = uint64_t(bd.x) * bd.y * bd.z;
 
-  Stacks stacks;
-  stacks.bytes = size_t(threads) * kStackBytes;
-  stacks.base = mmap(nullptr, stacks.bytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (stacks.base == MAP_FAILED) {
-    stacks.base = nullptr;
+  if (!stacks_.reserve(size_t(threads) * kStackBytes)) {
     lastError_ = cudaErrorMemoryAllocation;
     return;
   }
@@ -666,7 +681,7 @@ void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
               f.collectives = 0;
               f.openCopies.clear();
               f.copyGroups.clear();
-              startFiber(f, static_cast<char *>(stacks.base) + i * kStackBytes,
+              startFiber(f, static_cast<char *>(stacks_.base) + i * kStackBytes,
                          kStackBytes, b.scheduler);
             }
         runBlock(b);
