@@ -169,6 +169,48 @@ TEST(AdamW, FloatAgreesWithDouble) {
   }
 }
 
+// The element loop runs as whichever clone the CPU picks (AVX-512, AVX2 or
+// the baseline: Optimizer.cpp), over enough elements for its vector path and
+// a tail. Each clone must give the bits of the update computed one element
+// at a time in double, in the documented order (decay first; step size
+// lr / (1 - beta1^t); denominator sqrt(v) / sqrt(1 - beta2^t) + eps), as
+// this test does with plain scalar code. In double, whose results no
+// rounding to float hides.
+TEST(AdamW, VectorisedLoopGivesTheScalarBits) {
+  const int64_t n = 1003;
+  AdamWConfig c;
+  c.beta1 = 0.9;
+  c.beta2 = 0.95;
+  c.weightDecay = 0.1;
+  const double lr = 3e-3, gradScale = 0.5;
+  std::vector<double> p = randomVec<double>(n, 3, -1, 1),
+                      m = randomVec<double>(n, 4, -0.1, 0.1),
+                      v = randomVec<double>(n, 5, 0, 0.01);
+  const std::vector<double> g = randomVec<double>(n, 6, -2, 2);
+  std::vector<double> wantP = p, wantM = m, wantV = v;
+  const int t = 3;
+  const double decay = 1.0 - lr * c.weightDecay;
+  const double stepSize = lr / (1.0 - std::pow(c.beta1, double(t)));
+  const double invSqrtBc2 = 1.0 / std::sqrt(1.0 - std::pow(c.beta2, double(t)));
+  for (int64_t i = 0; i < n; ++i) {
+    double gi = double(g[i]) * gradScale;
+    double mi = c.beta1 * double(wantM[i]) + (1.0 - c.beta1) * gi;
+    double vi = c.beta2 * double(wantV[i]) + (1.0 - c.beta2) * gi * gi;
+    wantM[i] = mi;
+    wantV[i] = vi;
+    double pi = double(wantP[i]) * decay;
+    double step = stepSize * mi;
+    double denom = std::sqrt(vi) * invSqrtBc2 + c.eps;
+    wantP[i] = pi - step / denom;
+  }
+  ASSERT_TRUE(
+      adamwStep(p.data(), g.data(), m.data(), v.data(), n, c, lr, t, gradScale)
+          .ok());
+  EXPECT_EQ(p, wantP);
+  EXPECT_EQ(m, wantM);
+  EXPECT_EQ(v, wantV);
+}
+
 TEST(AdamW, MultiTensorEqualsPerTensor) {
   AdamWConfig c;
   c.weightDecay = 123.0; // ignored by the multi-tensor call
