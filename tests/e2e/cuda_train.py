@@ -380,8 +380,11 @@ def main():
     args = setup.args
     global HAVE_MPIRUN, STEPS, RESUME_AT
     STEPS, RESUME_AT = args.steps, args.steps // 2
-    if STEPS < 8:
-        sys.exit("--steps: at least 8 (the fp16 run's overflows, then updates)")
+    if STEPS < 10:
+        # The fp16 run overflows for its first 4 steps, which must come
+        # before the checkpoint it resumes from (at STEPS / 2).
+        sys.exit("--steps: at least 10 (the fp16 run's 4 overflows, then "
+                 "updates, before its checkpoint at half the steps)")
     if args.launcher:
         HAVE_MPIRUN = args.launcher == "mpirun"
     if args.prepare:
