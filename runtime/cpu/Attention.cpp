@@ -32,6 +32,7 @@
 
 #include "runtime/cpu/Kernels.h"
 
+#include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/VectorLoops.h"
 
@@ -121,18 +122,16 @@ int64_t queryBlockRows(int64_t seq) { return seq > 512 ? 128 : 64; }
 /// own `scratchFloats` floats of scratch (which a unit must write before it
 /// reads them).
 ///
-/// OpenBLAS's OpenMP build runs a GEMM on the calling thread inside an
-/// active parallel region, and otherwise on omp_get_max_threads() threads,
-/// splitting the product between them (which changes its rounding). So,
-/// unlike parallelFor, this has no work threshold: with more than one thread
-/// the units always run in an active region (on one unit, the other threads
-/// only wait), and on one thread OpenBLAS, which follows that count, takes
-/// one too. Every GEMM thus runs whole on the thread of its unit, whatever
-/// the thread count, without openblas_set_num_threads (process-global: it
-/// would also change the other kernels' GEMMs, and race with them). Waking
-/// the team costs microseconds, little next to the GEMMs' packing.
+/// Every GEMM must run whole on the thread of its unit, whatever the thread
+/// count (Blas.h says why and how). So, unlike parallelFor, this has no work
+/// threshold: with more than one thread the units always run in an active
+/// parallel region (on one unit, the other threads only wait), where OpenBLAS
+/// takes the calling thread alone; on one thread, OpenMP's count of one is
+/// OpenBLAS's too. Waking the team costs microseconds, little next to the
+/// GEMMs' packing.
 template <typename F>
 void forEachUnit(int64_t n, int64_t scratchFloats, F &&body) {
+  runBlasOnOneThread();
 #pragma omp parallel if (omp_get_max_threads() > 1)
   {
     std::vector<float> scratch(scratchFloats);

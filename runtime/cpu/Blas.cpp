@@ -3,6 +3,7 @@
 #include "runtime/cpu/Blas.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -15,6 +16,29 @@
 #endif
 
 namespace braid::cpu {
+
+void runBlasOnOneThread() {
+  static const bool once = [] {
+    // The OpenMP build's openblas_set_num_threads also sets OpenMP's count
+    // on this thread: put it back.
+    int threads = omp_get_max_threads();
+    openblas_set_num_threads(1);
+    omp_set_num_threads(threads);
+    return true;
+  }();
+  (void)once;
+}
+
+OneBlasThread::OneBlasThread() : saved(omp_get_max_threads()) {
+  runBlasOnOneThread();
+  if (saved != 1)
+    omp_set_num_threads(1);
+}
+
+OneBlasThread::~OneBlasThread() {
+  if (saved != 1)
+    omp_set_num_threads(saved);
+}
 
 std::string blasCoreName() {
   const char *name = openblas_get_corename();

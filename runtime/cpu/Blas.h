@@ -32,6 +32,36 @@ std::string nativeBlasCore();
 /// SSE, 2 AVX, 3 AVX2, 4 AVX-512; 0 for a name it does not know.
 int blasCoreLevel(const std::string &core);
 
+/// The kernels split their matrix products between the OpenMP threads
+/// themselves, by cuts that do not depend on the thread count, and every
+/// BLAS call runs on one thread: a product split by OpenBLAS is cut where its
+/// thread count says, and the rows or columns at a cut take its edge kernels,
+/// which add the terms in another order (tiny-llama after one step on 1 and
+/// 2 threads differed in a few elements of every linear weight).
+///
+/// Where a BLAS call is made decides its threads. OpenBLAS's OpenMP build
+/// (the one braid-run links) runs a call made inside an active parallel
+/// region on the calling thread, and one made outside on
+/// omp_get_max_threads() threads, whatever openblas_set_num_threads said;
+/// its pthread build (the static GPU bundle's) runs every call on its own
+/// thread count. So: runBlasOnOneThread sets that count to one (once;
+/// idempotent; OpenMP's thread count is left as it was), and a call made
+/// outside a parallel region holds a OneBlasThread.
+void runBlasOnOneThread();
+
+/// While alive, OpenMP's thread count on this thread is one, so that a BLAS
+/// call made here outside a parallel region runs on this thread alone.
+class OneBlasThread {
+public:
+  OneBlasThread();
+  ~OneBlasThread();
+  OneBlasThread(const OneBlasThread &) = delete;
+  OneBlasThread &operator=(const OneBlasThread &) = delete;
+
+private:
+  int saved;
+};
+
 /// Called first thing in main(). Where OpenBLAS chose kernels older than the
 /// ones this CPU runs (nativeBlasCore) and OPENBLAS_CORETYPE is not set,
 /// sets it to the native ones and executes this program again with the same

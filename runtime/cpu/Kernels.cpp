@@ -5,8 +5,9 @@
 // float kernels agree with the double reference to float precision.
 //
 // Threads: the outer loops run on OpenMP threads over units whose outputs are
-// disjoint (rows, (batch, head) pairs, column blocks, fixed element blocks),
-// and every unit runs the serial code on its own. No floating-point sum is
+// disjoint (rows, (batch, head) pairs, column blocks, fixed element blocks,
+// the blocks of a product's output that gemmCut cuts by its shape alone), and
+// every unit runs the serial code on its own. No floating-point sum is
 // split between threads: sums over rows (parameter gradients) are taken by
 // column blocks, each adding its rows in order, and the loss adds per-row
 // values in row order afterwards. So the results are bit-identical whatever
@@ -16,6 +17,7 @@
 
 #include "runtime/cpu/Kernels.h"
 
+#include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/VectorLoops.h"
 #include "runtime/cpu/Philox.h"
@@ -32,42 +34,135 @@
 namespace braid::cpu {
 namespace {
 
-// One row times a matrix is a matrix-vector product: OpenBLAS's GEMM
-// would copy (pack) the whole matrix for that one row first, which is most
-// of a decode step's time (bench/generate_cpu.sh measured 79 % of it in the
-// packing). GEMV reads the matrix once; each output is one dot product on
-// one thread, so the result does not depend on the thread count.
+/// The fixed cut of a product's output into blocks, each computed by one
+/// single-threaded BLAS call: it depends on the shape only, never on the
+/// thread count, so every element is computed by the same call with the
+/// same operands whatever the threads. The larger of the output's two sides
+/// is cut (a block along the rows repacks the whole right-hand matrix, one
+/// along the columns the left-hand one: blocks of at least kMinGemmBlock
+/// keep that packing a few per cent of the block's work), into a power of
+/// two of blocks (at most kMaxGemmBlocks), so that any power-of-two thread
+/// count up to that many gets equal shares.
+constexpr int64_t kMinGemmBlock = 128;
+constexpr int64_t kMaxGemmBlocks = 64;
+constexpr int64_t kGemmBlockAlign = 16;
+
+struct GemmCut {
+  bool alongRows; // the blocks are rows of the output (else columns)
+  int64_t block;  // rows (columns) per block, the last one shorter
+  int64_t count;
+  GemmCut(int64_t m, int64_t n) : alongRows(m >= n) {
+    int64_t side = alongRows ? m : n;
+    int64_t blocks = 1;
+    while (blocks < kMaxGemmBlocks && side / (blocks * 2) >= kMinGemmBlock)
+      blocks *= 2;
+    block = (side + blocks - 1) / blocks;
+    block = std::max<int64_t>(
+        kGemmBlockAlign,
+        (block + kGemmBlockAlign - 1) / kGemmBlockAlign * kGemmBlockAlign);
+    count = std::max<int64_t>(1, (side + block - 1) / block);
+  }
+};
+
+/// Runs f(begin, end) on the blocks of the cut, on the OpenMP threads.
+/// Every call runs on one thread (Blas.h): the blocks' inside an active
+/// parallel region, a single block's under a OneBlasThread.
+template <typename F>
+void forEachGemmBlock(const GemmCut &cut, int64_t side, F &&f) {
+  runBlasOnOneThread();
+  if (cut.count == 1) {
+    OneBlasThread one;
+    f(0, side);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < cut.count; ++i)
+    f(i * cut.block, std::min(side, (i + 1) * cut.block));
+}
+
+/// The BLAS calls of one element type.
+struct SBlas {
+  static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m,
+                   int64_t n, int64_t k, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, float beta, float *c,
+                   int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+                ldc);
+  }
+  static void gemv(CBLAS_TRANSPOSE t, int64_t rows, int64_t cols,
+                   const float *a, int64_t lda, const float *x, float beta,
+                   float *y) {
+    cblas_sgemv(CblasRowMajor, t, rows, cols, 1.0f, a, lda, x, 1, beta, y, 1);
+  }
+};
+struct DBlas {
+  static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m,
+                   int64_t n, int64_t k, const double *a, int64_t lda,
+                   const double *b, int64_t ldb, double beta, double *c,
+                   int64_t ldc) {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c,
+                ldc);
+  }
+  static void gemv(CBLAS_TRANSPOSE t, int64_t rows, int64_t cols,
+                   const double *a, int64_t lda, const double *x, double beta,
+                   double *y) {
+    cblas_dgemv(CblasRowMajor, t, rows, cols, 1.0, a, lda, x, 1, beta, y, 1);
+  }
+};
+
+/// c[m, n] = op(a)[m, k] · op(b)[k, n] + beta · c, row-major, cut as above.
+///
+/// One row times a matrix is a matrix-vector product: OpenBLAS's GEMM
+/// would copy (pack) the whole matrix for that one row first, which is most
+/// of a decode step's time (bench/generate_cpu.sh measured 79 % of it in the
+/// packing). GEMV reads the matrix once; its outputs are cut like a GEMM's
+/// columns, and each output is one dot product in one call.
+template <typename Blas, typename T>
+void gemmCut(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
+             int64_t k, const T *a, int64_t lda, const T *b, int64_t ldb,
+             T beta, T *c, int64_t ldc) {
+  // Where rows (columns) [i0, i1) of op(x) start in x.
+  auto rowsOf = [](CBLAS_TRANSPOSE t, const T *x, int64_t ld, int64_t i0) {
+    return t == CblasNoTrans ? x + i0 * ld : x + i0;
+  };
+  auto colsOf = [](CBLAS_TRANSPOSE t, const T *x, int64_t ld, int64_t j0) {
+    return t == CblasNoTrans ? x + j0 : x + j0 * ld;
+  };
+  if (m == 1 && ta == CblasNoTrans) {
+    // c[1, n] = a[1, k] · op(b): b is [n, k] (Trans) or [k, n].
+    GemmCut cut(1, n);
+    forEachGemmBlock(cut, n, [&](int64_t j0, int64_t j1) {
+      if (tb == CblasTrans)
+        Blas::gemv(CblasNoTrans, j1 - j0, k, b + j0 * ldb, ldb, a, beta,
+                   c + j0);
+      else
+        Blas::gemv(CblasTrans, k, j1 - j0, b + j0, ldb, a, beta, c + j0);
+    });
+    return;
+  }
+  GemmCut cut(m, n);
+  if (cut.alongRows)
+    forEachGemmBlock(cut, m, [&](int64_t i0, int64_t i1) {
+      Blas::gemm(ta, tb, i1 - i0, n, k, rowsOf(ta, a, lda, i0), lda, b, ldb,
+                 beta, c + i0 * ldc, ldc);
+    });
+  else
+    forEachGemmBlock(cut, n, [&](int64_t j0, int64_t j1) {
+      Blas::gemm(ta, tb, m, j1 - j0, k, a, lda, colsOf(tb, b, ldb, j0), ldb,
+                 beta, c + j0, ldc);
+    });
+}
+
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
           int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
           float beta, float *c, int64_t ldc) {
-  if (m == 1 && ta == CblasNoTrans) {
-    // c[1, n] = a[1, k] · op(b): b is [n, k] (Trans) or [k, n].
-    if (tb == CblasTrans)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, b, ldb, a, 1, beta,
-                  c, 1);
-    else
-      cblas_sgemv(CblasRowMajor, CblasTrans, k, n, 1.0f, b, ldb, a, 1, beta,
-                  c, 1);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
-              ldc);
+  gemmCut<SBlas>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
           int64_t k, const double *a, int64_t lda, const double *b,
           int64_t ldb, double beta, double *c, int64_t ldc) {
-  if (m == 1 && ta == CblasNoTrans) {
-    if (tb == CblasTrans)
-      cblas_dgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0, b, ldb, a, 1, beta,
-                  c, 1);
-    else
-      cblas_dgemv(CblasRowMajor, CblasTrans, k, n, 1.0, b, ldb, a, 1, beta, c,
-                  1);
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c,
-              ldc);
+  gemmCut<DBlas>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 constexpr double kSqrt2OverPi = 0.7978845608028654; // sqrt(2 / pi)
@@ -93,11 +188,12 @@ void forRowStretches(int64_t i0, int64_t i1, int64_t cols, F &&f) {
 //===-- Threads -----------------------------------------------------------===//
 
 void setNumThreads(int n) {
-  // Read before the first change, these are what n <= 0 goes back to.
+  // Read before the first change, this is what n <= 0 goes back to.
+  // OpenBLAS stays on one thread: gemmCut splits the products between the
+  // OpenMP threads.
   static const int ompDefault = omp_get_max_threads();
-  static const int blasDefault = openblas_get_num_threads();
+  runBlasOnOneThread();
   omp_set_num_threads(n > 0 ? n : ompDefault);
-  openblas_set_num_threads(n > 0 ? n : blasDefault);
 }
 
 int numThreads() { return omp_get_max_threads(); }

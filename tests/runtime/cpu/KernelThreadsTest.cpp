@@ -362,6 +362,79 @@ TEST_F(KernelThreads, LinearBiasAndItsGradient) {
   EXPECT_TRUE(sameBits(db, ref));
 }
 
+/// The matrix products are cut into blocks by their shape alone, each block
+/// one single-threaded BLAS call, so that no thread count changes which call
+/// computes an element (OpenBLAS splitting a product between its threads
+/// does: the elements at its cuts take other kernels). Shapes large enough
+/// for OpenBLAS to thread: cut along the rows, along the columns, [out, in]
+/// and [in, out] weights, with partial last blocks; one row (the GEMV path).
+/// The products are also checked against a plain loop in double, so that a
+/// block put in the wrong place fails too.
+TEST_F(KernelThreads, LinearProducts) {
+  for (LinearShape s : {LinearShape{600, 200, 900, true},
+                        LinearShape{300, 250, 1100, false},
+                        LinearShape{1, 700, 1300, true},
+                        LinearShape{1, 600, 1500, false}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << s.rows << " in " << s.in
+                                    << " out " << s.out << " [out, in] "
+                                    << s.transposeW);
+    auto x = randomVec<float>(s.rows * s.in, 110),
+         w = randomVec<float>(s.out * s.in, 111),
+         dy = randomVec<float>(s.rows * s.out, 112),
+         dwStart = randomVec<float>(s.out * s.in, 113);
+    std::vector<float> y(s.rows * s.out), dx(s.rows * s.in), dw;
+    std::vector<std::vector<float>> first;
+    for (int threads : {1, 2, 3, 4}) {
+      setNumThreads(threads);
+      std::fill(y.begin(), y.end(), 7.0f);
+      std::fill(dx.begin(), dx.end(), 7.0f);
+      dw = dwStart;
+      linearForward<float>(x.data(), w.data(), nullptr, s, y.data());
+      linearBackward<float>(x.data(), w.data(), dy.data(), s, dx.data(),
+                            dw.data(), nullptr);
+      if (first.empty()) {
+        first = {y, dx, dw};
+        continue;
+      }
+      EXPECT_TRUE(sameBits(first[0], y)) << "y on " << threads << " threads";
+      EXPECT_TRUE(sameBits(first[1], dx)) << "dx on " << threads << " threads";
+      EXPECT_TRUE(sameBits(first[2], dw)) << "dw on " << threads << " threads";
+    }
+    // w[o][i] whichever way it is stored.
+    auto wAt = [&](int64_t o, int64_t i) {
+      return double(s.transposeW ? w[o * s.in + i] : w[i * s.out + o]);
+    };
+    double worstY = 0, worstDx = 0, worstDw = 0;
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (int64_t o = 0; o < s.out; ++o) {
+        double ref = 0;
+        for (int64_t i = 0; i < s.in; ++i)
+          ref += double(x[r * s.in + i]) * wAt(o, i);
+        worstY = std::max(worstY, std::fabs(ref - y[r * s.out + o]));
+      }
+      for (int64_t i = 0; i < s.in; ++i) {
+        double ref = 0;
+        for (int64_t o = 0; o < s.out; ++o)
+          ref += double(dy[r * s.out + o]) * wAt(o, i);
+        worstDx = std::max(worstDx, std::fabs(ref - dx[r * s.in + i]));
+      }
+    }
+    for (int64_t o = 0; o < s.out; ++o)
+      for (int64_t i = 0; i < s.in; ++i) {
+        int64_t at = s.transposeW ? o * s.in + i : i * s.out + o;
+        double ref = dwStart[at];
+        for (int64_t r = 0; r < s.rows; ++r)
+          ref += double(dy[r * s.out + o]) * x[r * s.in + i];
+        worstDw = std::max(worstDw, std::fabs(ref - dw[at]));
+      }
+    // Terms of size about 0.25 (randomVec draws from [-1, 1]): float
+    // rounding of sums of up to 1300 of them stays far below 1e-3.
+    EXPECT_LT(worstY, 1e-3);
+    EXPECT_LT(worstDx, 1e-3);
+    EXPECT_LT(worstDw, 1e-3);
+  }
+}
+
 TEST_F(KernelThreads, QkvSplit) {
   for (bool perHead : {false, true}) {
     QkvShape s{256, 4, perHead ? 4 : 2, 16, perHead};
