@@ -1,9 +1,9 @@
 //===- VectorLoops.h - The float kernels' loops, for the CPU's vectors ----===//
 //
 // Private to runtime/cpu. The float loops of FastMath.h's functions (GeLU,
-// SwiGLU, softmax rows), compiled twice (GCC's target_clones): for the
-// baseline x86-64 (SSE2, 4 floats a vector) and for AVX-512 (16), the
-// second chosen when the program loads on a CPU that has it. Both compute
+// SwiGLU, softmax rows), compiled three times (GCC's target_clones): for the
+// baseline x86-64 (SSE2, 4 floats a vector), AVX2 (8) and AVX-512 (16), the
+// widest the CPU has chosen when the program loads. All compute
 // with the same operations in the same order, none contracted into
 // multiply-adds (-ffp-contract=off), so the bits are the same whichever
 // runs (FastMathTest compares them with the scalar functions).

@@ -105,9 +105,10 @@ TEST(FastMath, OnePlusErfRelativeError) {
 }
 
 TEST(VectorLoops, SameBitsAsTheScalarFunctions) {
-  // The loops run their AVX-512 clones where the CPU has them; this file is
-  // compiled for the baseline and calls FastMath's functions one element at
-  // a time, without multiply-adds: the same operations, so the same bits.
+  // The loops run their AVX-512 or AVX2 clones where the CPU has them (the
+  // CI machines have AVX2); this file is compiled for the baseline and calls
+  // FastMath's functions one element at a time, without multiply-adds: the
+  // same operations, so the same bits.
   const int64_t n = 100003;
   std::vector<float> x(n), u(n), dy(n);
   for (int64_t i = 0; i < n; ++i) {
