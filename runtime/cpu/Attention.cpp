@@ -167,36 +167,16 @@ struct QueryBlock {
 
 /// Interleaved partial sums, so that the loops adding into them vectorise;
 /// they are added up in a fixed order.
-constexpr int kLanes = 8;
+constexpr int kLanes = kSumLanes;
 
 /// The sum of x[0, n) in double.
 double sumInDouble(const float *x, int n) {
-  double part[kLanes] = {};
-  int c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-    for (int l = 0; l < kLanes; ++l)
-      part[l] += x[c + l];
-  for (int l = 0; c < n; ++c, ++l)
-    part[l] += x[c];
-  double sum = 0;
-  for (int l = 0; l < kLanes; ++l)
-    sum += part[l];
-  return sum;
+  return laneSum(n, [&](int64_t c) { return double(x[c]); });
 }
 
 /// x · y over n elements in double.
 double dotInDouble(const float *x, const float *y, int n) {
-  double part[kLanes] = {};
-  int c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-    for (int l = 0; l < kLanes; ++l)
-      part[l] += double(x[c + l]) * y[c + l];
-  for (int l = 0; c < n; ++c, ++l)
-    part[l] += double(x[c]) * y[c];
-  double sum = 0;
-  for (int l = 0; l < kLanes; ++l)
-    sum += part[l];
-  return sum;
+  return laneSum(n, [&](int64_t c) { return double(x[c]) * y[c]; });
 }
 
 /// Adds the ALiBi bias -slope (i - j) to the scores row[lo, hi) of query i,

@@ -311,19 +311,42 @@ void linearBackward(const T *x, const T *w, const T *dy, const LinearShape &s,
 
 //===-- Normalisation -----------------------------------------------------===//
 
+namespace {
+/// 1 / sqrt(mean(x²) + eps) of one row.
+template <typename T> double rmsInverse(const T *xr, int64_t d, double eps) {
+  double sum = laneSum(d, [&](int64_t c) { return double(xr[c]) * xr[c]; });
+  return 1.0 / std::sqrt(sum / d + eps);
+}
+
+/// The mean and 1 / sqrt(variance + eps) of one row.
+template <typename T>
+void meanAndInverse(const T *xr, int64_t d, double eps, double &mu,
+                    double &inv) {
+  mu = laneSum(d, [&](int64_t c) { return double(xr[c]); }) / d;
+  double var = laneSum(d, [&](int64_t c) {
+    double t = xr[c] - mu;
+    return t * t;
+  });
+  inv = 1.0 / std::sqrt(var / d + eps);
+}
+} // namespace
+
 template <typename T>
 void rmsNormForward(const T *x, const T *w, int64_t rows, int64_t d, double eps,
                     T *y, T *rstd) {
   parallelFor(rows, rows * d, [&](int64_t r) {
     const T *xr = x + r * d;
-    double sum = 0;
-    for (int64_t c = 0; c < d; ++c)
-      sum += double(xr[c]) * xr[c];
-    double inv = 1.0 / std::sqrt(sum / d + eps);
+    double inv = rmsInverse(xr, d, eps);
     rstd[r] = T(inv);
     for (int64_t c = 0; c < d; ++c)
       y[r * d + c] = T(xr[c] * inv * w[c]);
   });
+}
+
+template <typename T>
+void rmsNormStats(const T *x, int64_t rows, int64_t d, double eps, T *rstd) {
+  parallelFor(rows, rows * d,
+              [&](int64_t r) { rstd[r] = T(rmsInverse(x + r * d, d, eps)); });
 }
 
 template <typename T>
@@ -338,9 +361,9 @@ void rmsNormBackward(const T *x, const T *w, const T *rstd, const T *dy,
   });
   parallelFor(rows, rows * d, [&](int64_t r) {
     const T *xr = x + r * d, *gr = dy + r * d;
-    double inv = rstd[r], dot = 0;
-    for (int64_t c = 0; c < d; ++c)
-      dot += double(xr[c]) * w[c] * gr[c];
+    double inv = rstd[r];
+    double dot =
+        laneSum(d, [&](int64_t c) { return double(xr[c]) * w[c] * gr[c]; });
     double k = inv * inv * inv * dot / d;
     for (int64_t c = 0; c < d; ++c)
       dx[r * d + c] = T(inv * w[c] * gr[c] - xr[c] * k);
@@ -352,18 +375,23 @@ void layerNormForward(const T *x, const T *w, const T *b, int64_t rows,
                       int64_t d, double eps, T *y, T *mean, T *rstd) {
   parallelFor(rows, rows * d, [&](int64_t r) {
     const T *xr = x + r * d;
-    double mu = 0;
-    for (int64_t c = 0; c < d; ++c)
-      mu += xr[c];
-    mu /= d;
-    double var = 0;
-    for (int64_t c = 0; c < d; ++c)
-      var += (xr[c] - mu) * (xr[c] - mu);
-    double inv = 1.0 / std::sqrt(var / d + eps);
+    double mu, inv;
+    meanAndInverse(xr, d, eps, mu, inv);
     mean[r] = T(mu);
     rstd[r] = T(inv);
     for (int64_t c = 0; c < d; ++c)
       y[r * d + c] = T((xr[c] - mu) * inv * w[c] + b[c]);
+  });
+}
+
+template <typename T>
+void layerNormStats(const T *x, int64_t rows, int64_t d, double eps, T *mean,
+                    T *rstd) {
+  parallelFor(rows, rows * d, [&](int64_t r) {
+    double mu, inv;
+    meanAndInverse(x + r * d, d, eps, mu, inv);
+    mean[r] = T(mu);
+    rstd[r] = T(inv);
   });
 }
 
@@ -375,22 +403,21 @@ void layerNormBackward(const T *x, const T *w, const T *mean, const T *rstd,
   // dx = r·(g - mean(g) - xhat·mean(g·xhat)).
   // dw and db sum over rows, so they go by columns; and before dx, so that
   // dx may still share dy's or x's buffer as it could in the one-pass loop.
-  sumRowsInto(rows, d, dw, [&](int64_t r, int64_t c) {
-    double xhat = (x[r * d + c] - double(mean[r])) * double(rstd[r]);
-    return T(dy[r * d + c] * xhat);
-  });
-  sumRowsInto(rows, d, db, [&](int64_t r, int64_t c) { return dy[r * d + c]; });
+  sumRowsIntoPair(
+      rows, d, dw, db,
+      [&](int64_t r, int64_t c) {
+        double xhat = (x[r * d + c] - double(mean[r])) * double(rstd[r]);
+        return T(dy[r * d + c] * xhat);
+      },
+      [&](int64_t r, int64_t c) { return dy[r * d + c]; });
   parallelFor(rows, rows * d, [&](int64_t r) {
     const T *xr = x + r * d, *gr = dy + r * d;
-    double mu = mean[r], inv = rstd[r], sumG = 0, sumGX = 0;
-    for (int64_t c = 0; c < d; ++c) {
-      double xhat = (xr[c] - mu) * inv;
-      double g = double(w[c]) * gr[c];
-      sumG += g;
-      sumGX += g * xhat;
-    }
-    sumG /= d;
-    sumGX /= d;
+    double mu = mean[r], inv = rstd[r];
+    double sumG =
+        laneSum(d, [&](int64_t c) { return double(w[c]) * gr[c]; }) / d;
+    double sumGX = laneSum(d, [&](int64_t c) {
+                     return double(w[c]) * gr[c] * ((xr[c] - mu) * inv);
+                   }) / d;
     for (int64_t c = 0; c < d; ++c) {
       double xhat = (xr[c] - mu) * inv;
       dx[r * d + c] = T(inv * (double(w[c]) * gr[c] - sumG - xhat * sumGX));
@@ -744,6 +771,9 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
                                    int64_t, int64_t, T *, T *);                \
   template void layerNormForward<T>(const T *, const T *, const T *, int64_t,  \
                                     int64_t, double, T *, T *, T *);           \
+  template void rmsNormStats<T>(const T *, int64_t, int64_t, double, T *);      \
+  template void layerNormStats<T>(const T *, int64_t, int64_t, double, T *,    \
+                                  T *);                                        \
   template void layerNormBackward<T>(const T *, const T *, const T *,          \
                                      const T *, const T *, int64_t, int64_t,   \
                                      T *, T *, T *);                           \

@@ -92,9 +92,13 @@ void linearBackward(const T *x, const T *w, const T *dy, const LinearShape &s,
 //===-- Normalisation -----------------------------------------------------===//
 
 /// y = x * rstd * w with rstd[r] = 1 / sqrt(mean(x[r]²) + eps) (saved).
+/// The row sums run over Parallel.h's interleaved lanes (laneSum).
 template <typename T>
 void rmsNormForward(const T *x, const T *w, int64_t rows, int64_t d, double eps,
                     T *y, T *rstd);
+/// rmsNormForward's rstd alone, the same bits (the backward recomputes it).
+template <typename T>
+void rmsNormStats(const T *x, int64_t rows, int64_t d, double eps, T *rstd);
 template <typename T>
 void rmsNormBackward(const T *x, const T *w, const T *rstd, const T *dy,
                      int64_t rows, int64_t d, T *dx, T *dw);
@@ -103,6 +107,10 @@ void rmsNormBackward(const T *x, const T *w, const T *rstd, const T *dy,
 template <typename T>
 void layerNormForward(const T *x, const T *w, const T *b, int64_t rows,
                       int64_t d, double eps, T *y, T *mean, T *rstd);
+/// layerNormForward's mean and rstd alone, the same bits.
+template <typename T>
+void layerNormStats(const T *x, int64_t rows, int64_t d, double eps, T *mean,
+                    T *rstd);
 template <typename T>
 void layerNormBackward(const T *x, const T *w, const T *mean, const T *rstd,
                        const T *dy, int64_t rows, int64_t d, T *dx, T *dw,

@@ -70,6 +70,49 @@ void sumRowsInto(int64_t rows, int64_t cols, T *dst, F &&term) {
   });
 }
 
+/// sumRowsInto for two sums over the same rows in one pass (each row's
+/// inputs read once): dstA[c] += termA(r, c) and dstB[c] += termB(r, c).
+template <typename T, typename FA, typename FB>
+void sumRowsIntoPair(int64_t rows, int64_t cols, T *dstA, T *dstB, FA &&termA,
+                     FB &&termB) {
+  parallelBlocks(cols, kColumnBlock, 2 * rows, [&](int64_t c0, int64_t c1) {
+    T accA[kColumnBlock], accB[kColumnBlock];
+    std::copy(dstA + c0, dstA + c1, accA);
+    std::copy(dstB + c0, dstB + c1, accB);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        accA[c - c0] += termA(r, c);
+        accB[c - c0] += termB(r, c);
+      }
+    std::copy(accA, accA + (c1 - c0), dstA + c0);
+    std::copy(accB, accB + (c1 - c0), dstB + c0);
+  });
+}
+
+/// Sums within one unit (a row's mean, a dot product) run over kSumLanes
+/// interleaved partial sums in double, added in lane order at the end: a
+/// fixed order, so the same bits on any thread, and one the compiler
+/// vectorises (a single running sum cannot be reordered without
+/// -ffast-math, and each of its additions waits for the one before).
+inline constexpr int kSumLanes = 8;
+
+/// The sum of term(c) over c in [0, n), as above; term returns double. The
+/// last n % kSumLanes terms go to lanes 0, 1, ...
+template <typename F>
+double laneSum(int64_t n, F &&term) {
+  double part[kSumLanes] = {};
+  int64_t c = 0;
+  for (; c + kSumLanes <= n; c += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l)
+      part[l] += term(c + l);
+  for (int l = 0; c < n; ++c, ++l)
+    part[l] += term(c);
+  double sum = 0;
+  for (int l = 0; l < kSumLanes; ++l)
+    sum += part[l];
+  return sum;
+}
+
 /// The mean of terms[r] over the rows whose target is not `ignoreIndex`,
 /// summed in row order (so it does not depend on the threads that computed
 /// the terms); their number goes to *counted. 0 when no row counts.

@@ -462,9 +462,8 @@ template <typename T> absl::Status rmsNorm(KernelCall<T> &c, bool grad) {
     return absl::OkStatus();
   }
   // The statistics are recomputed (docs/Rationale-Training.md).
-  scratch.resize(rows + numel(c.in(0)));
-  cpu::rmsNormForward(c.x(0), c.x(1), rows, d, eps, scratch.data() + rows,
-                      scratch.data());
+  scratch.resize(rows);
+  cpu::rmsNormStats(c.x(0), rows, d, eps, scratch.data());
   cpu::rmsNormBackward(c.x(0), c.x(1), scratch.data(), c.x(2), rows, d,
                        c.y(0), c.y(1));
   return absl::OkStatus();
@@ -479,15 +478,15 @@ template <typename T> absl::Status run_RMS_NORM_GRAD(KernelCall<T> &c) {
 template <typename T> absl::Status layerNorm(KernelCall<T> &c, bool grad) {
   int64_t d = plan::LastDim(c.in(0)), rows = rowsOf(c.in(0), d);
   double eps = plan::DecodeNorm(c.inst).eps;
-  std::vector<T> scratch(2 * rows + numel(c.in(0)) + d, T(0));
-  T *mean = scratch.data(), *rstd = mean + rows, *tmp = rstd + rows,
-    *zeros = tmp + numel(c.in(0));
+  std::vector<T> scratch(2 * rows);
+  T *mean = scratch.data(), *rstd = mean + rows;
   if (!grad) {
     cpu::layerNormForward(c.x(0), c.x(1), c.x(2), rows, d, eps, c.y(0), mean,
                           rstd);
     return absl::OkStatus();
   }
-  cpu::layerNormForward(c.x(0), c.x(1), zeros, rows, d, eps, tmp, mean, rstd);
+  // The statistics are recomputed (docs/Rationale-Training.md).
+  cpu::layerNormStats(c.x(0), rows, d, eps, mean, rstd);
   cpu::layerNormBackward(c.x(0), c.x(1), mean, rstd, c.x(2), rows, d, c.y(0),
                          c.y(1), c.y(2));
   return absl::OkStatus();
