@@ -39,11 +39,17 @@ namespace {
 /// thread count, so every element is computed by the same call with the
 /// same operands whatever the threads. The larger of the output's two sides
 /// is cut (a block along the rows repacks the whole right-hand matrix, one
-/// along the columns the left-hand one: blocks of at least kMinGemmBlock
-/// keep that packing a few per cent of the block's work), into a power of
-/// two of blocks (at most kMaxGemmBlocks), so that any power-of-two thread
-/// count up to that many gets equal shares.
-constexpr int64_t kMinGemmBlock = 128;
+/// along the columns the left-hand one), into a power of two of blocks (at
+/// most kMaxGemmBlocks), so that any power-of-two thread count up to that
+/// many gets equal shares: blocks of at least kMinGemmBlock, which keeps the
+/// repacking small, or of kSmallGemmBlock where that leaves fewer than
+/// kFewGemmBlocks (small products, which would otherwise run on one or two
+/// threads). GPT-2-small's shape on 2 cores (bench/cpu_train.sh): the
+/// products at 0.98 of OpenBLAS threading them itself, and the step 0.92x
+/// that of blocks of 128 (whose products took about 3 % longer).
+constexpr int64_t kMinGemmBlock = 256;
+constexpr int64_t kSmallGemmBlock = 128;
+constexpr int64_t kFewGemmBlocks = 4;
 constexpr int64_t kMaxGemmBlocks = 64;
 constexpr int64_t kGemmBlockAlign = 16;
 
@@ -53,9 +59,15 @@ struct GemmCut {
   int64_t count;
   GemmCut(int64_t m, int64_t n) : alongRows(m >= n) {
     int64_t side = alongRows ? m : n;
-    int64_t blocks = 1;
-    while (blocks < kMaxGemmBlocks && side / (blocks * 2) >= kMinGemmBlock)
-      blocks *= 2;
+    auto blocksOf = [&](int64_t minBlock) {
+      int64_t blocks = 1;
+      while (blocks < kMaxGemmBlocks && side / (blocks * 2) >= minBlock)
+        blocks *= 2;
+      return blocks;
+    };
+    int64_t blocks = blocksOf(kMinGemmBlock);
+    if (blocks < kFewGemmBlocks)
+      blocks = std::min(kFewGemmBlocks, blocksOf(kSmallGemmBlock));
     block = (side + blocks - 1) / blocks;
     block = std::max<int64_t>(
         kGemmBlockAlign,
