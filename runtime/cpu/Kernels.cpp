@@ -446,18 +446,50 @@ template <typename T>
 void rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
             int64_t headDim, double theta, double sign,
             const int32_t *positions, T *y) {
-  int64_t half = headDim / 2, width = heads * headDim;
+  int64_t half = headDim / 2, width = heads * headDim, rows = batch * seq;
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = std::pow(theta, -2.0 * i / headDim);
-  // One unit per (batch, position) row; its angles serve every head.
-  auto rowBody = [&](int64_t row) {
-    int64_t p = positions ? int64_t(positions[row]) : row % seq;
-    std::vector<double> cosines(half), sines(half);
+  auto angles = [&](int64_t p, double *cosines, double *sines) {
     for (int64_t i = 0; i < half; ++i) {
       double angle = p * invFreq[i];
       cosines[i] = std::cos(angle);
       sines[i] = sign * std::sin(angle);
+    }
+  };
+  // The cosines and sines by position, computed once for the rows that
+  // share a position (every sequence of the batch) where the positions are
+  // no more than the rows: training's [0, seq), a prompt's. Otherwise (a
+  // decode step's few rows far into the cache) per row. The same values
+  // either way.
+  int64_t lowest = 0, count = seq;
+  if (positions) {
+    auto [lo, hi] = std::minmax_element(positions, positions + rows);
+    lowest = rows ? *lo : 0;
+    count = rows ? int64_t(*hi) + 1 : 0;
+  }
+  const bool table = lowest >= 0 && count <= rows;
+  std::vector<double> cosTable, sinTable;
+  if (table) {
+    cosTable.resize(count * half);
+    sinTable.resize(count * half);
+    parallelFor(count, count * half * kTranscendentalCost, [&](int64_t p) {
+      angles(p, cosTable.data() + p * half, sinTable.data() + p * half);
+    });
+  }
+  // One unit per (batch, position) row; its angles serve every head.
+  auto rowBody = [&](int64_t row) {
+    int64_t p = positions ? int64_t(positions[row]) : row % seq;
+    std::vector<double> own;
+    const double *cosines, *sines;
+    if (table) {
+      cosines = cosTable.data() + p * half;
+      sines = sinTable.data() + p * half;
+    } else {
+      own.resize(2 * half);
+      angles(p, own.data(), own.data() + half);
+      cosines = own.data();
+      sines = own.data() + half;
     }
     for (int64_t h = 0; h < heads; ++h) {
       int64_t base = row * width + h * headDim;
@@ -468,7 +500,7 @@ void rotate(const T *x, int64_t batch, int64_t seq, int64_t heads,
       }
     }
   };
-  parallelFor(batch * seq, batch * seq * (width + half * kTranscendentalCost),
+  parallelFor(rows, rows * (width + (table ? 0 : half * kTranscendentalCost)),
               rowBody);
 }
 } // namespace
