@@ -188,6 +188,9 @@ struct Report {
   int64_t step = 0;
   /// Seconds in the wait so far.
   double waited = 0;
+  /// The longest time, in seconds, the answering rank did not run (between
+  /// two of its polls) in that wait so far.
+  double stalled = 0;
   /// The world rank of the peer of a message, or -1.
   int32_t peer = -1;
   char kind[28] = {};
@@ -502,6 +505,7 @@ absl::Status MpiCommunicator::await(const Waiting &w, Poll test) {
   const double start = now();
   waiting_ = &w;
   waitingSince_ = start;
+  waitingStalled_ = 0;
   double answered = start;
   // The longest time between two polls: a rank stopped (SIGSTOP, a
   // debugger) or starved of a core inside the wait did not run for it.
@@ -516,6 +520,7 @@ absl::Status MpiCommunicator::await(const Waiting &w, Poll test) {
       break;
     double t = now(), waited = t - start;
     stalled = std::max(stalled, t - polled);
+    waitingStalled_ = stalled;
     polled = t;
     if (waited < kSpinSeconds)
       continue;
@@ -561,6 +566,7 @@ void MpiCommunicator::answerPeers() {
         break;
       auto answer = std::make_unique<Report>(
           waiting_->report(now() - waitingSince_, step_, what_));
+      answer->stalled = waitingStalled_;
       MPI_Request request;
       if (MPI_Isend(answer.get(), sizeof(Report), MPI_BYTE, status.MPI_SOURCE,
                     kAnswerTag, watch, &request) == MPI_SUCCESS)
@@ -668,6 +674,13 @@ absl::Status MpiCommunicator::timedOut(const Waiting &w, double waited,
           "rank %d had not arrived (it answered %.1f s late, from %s: "
           "stopped or starved there)",
           rank, after[i], describe(r)));
+    else if (r.stalled > kLateAnswerSeconds)
+      // Answered at once, from a wait it had not run in for a while: stopped
+      // inside it and resumed since (as the launcher does to end a job).
+      late.push_back(absl::StrFormat(
+          "rank %d had arrived, in %s, but did not run for %.1f s of that wait "
+          "(stopped or starved of a core)",
+          rank, describe(r), r.stalled));
     else if (w.number > 0 && r.number == w.number &&
              absl::string_view(r.group) == g.key &&
              absl::string_view(r.kind) == w.kind)

@@ -162,6 +162,10 @@ private:
   /// began.
   const Waiting *waiting_ = nullptr;
   double waitingSince_ = 0;
+  /// The longest time this rank did not poll in that wait so far (told to
+  /// the peers that ask: a rank stopped inside its wait, then resumed, is in
+  /// it when asked, yet was the cause).
+  double waitingStalled_ = 0;
   /// The first wait that timed out: every later wait fails with it.
   absl::Status failed_;
   /// Answers on their way to the ranks that asked (their buffers).

@@ -209,6 +209,53 @@ TEST(Watchdog, NamesAStoppedRankThatAnswersLate) {
   }
 }
 
+// Rank 2 is stopped (by rank 3) 0.3 s into its all-reduce over tp and
+// resumed at 2 s; at 4 s rank 0's all-reduce over dp (with rank 2) times
+// out. Rank 2 then answers at once, from its wait over tp, yet it is the
+// cause: its answer says it did not run for most of that wait.
+TEST(Watchdog, NamesARankStoppedInItsWaitAndResumed) {
+  int64_t r = theComm->Rank();
+  int pid = int(getpid());
+  std::vector<int> pids(4);
+  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  static float x, y;
+  x = float(r + 1);
+  y = 1;
+  if (r == 0) {
+    theComm->SetTimeout(4);
+    theComm->SetWaitContext(11, "");
+    absl::Status s = theComm->AllReduce({"dp"}, &x, 1, plan::F32);
+    EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+    std::string m(s.message());
+    const std::string said =
+        "; rank 2 had arrived, in all-reduce over 'tp' (collective 1 on its "
+        "group) at step 10 (stopped here) for ";
+    // EXPECT, not ASSERT: rank 3 waits for the go below.
+    size_t at = m.find(said);
+    EXPECT_NE(at, std::string::npos) << m;
+    const std::string ran = "but did not run for ";
+    size_t stalled = at == std::string::npos ? at : m.find(ran, at);
+    EXPECT_NE(stalled, std::string::npos) << m;
+    // Stopped from 0.3 s to 2 s.
+    if (stalled != std::string::npos)
+      EXPECT_GE(std::stod(m.substr(stalled + ran.size())), 1.2) << m;
+    sayGo(3);
+  } else if (r == 2) {
+    theComm->SetTimeout(60);
+    theComm->SetWaitContext(10, "stopped here");
+    sayGo(3);
+    ASSERT_TRUE(theComm->AllReduce({"tp"}, &y, 1, plan::F32).ok());
+    EXPECT_EQ(y, 2.0f);
+    ASSERT_TRUE(theComm->AllReduce({"dp"}, &x, 1, plan::F32).ok());
+    EXPECT_EQ(x, 4.0f);
+  } else if (r == 3) {
+    stopRank2(pids[2], 2);
+    awaitGo(0);
+    ASSERT_TRUE(theComm->AllReduce({"tp"}, &y, 1, plan::F32).ok());
+    EXPECT_EQ(y, 2.0f);
+  }
+}
+
 // Rank 2 waits in an all-reduce over tp with a 2 s deadline, is stopped
 // (SIGSTOP, by rank 3) 0.3 s in and resumed at 4 s: its wait has then passed
 // the deadline, and its error says that it did not run for most of it (as
