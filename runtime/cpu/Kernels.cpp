@@ -318,7 +318,7 @@ void linearBackward(const T *x, const T *w, const T *dy, const LinearShape &s,
   }
   if (dbias)
     sumRowsInto(s.rows, s.out, dbias,
-                [&](int64_t r, int64_t c) { return dy[r * s.out + c]; });
+                [&](int64_t r, int64_t c) { return double(dy[r * s.out + c]); });
 }
 
 //===-- Normalisation -----------------------------------------------------===//
@@ -366,20 +366,29 @@ void rmsNormBackward(const T *x, const T *w, const T *rstd, const T *dy,
                      int64_t rows, int64_t d, T *dx, T *dw) {
   // y = x·r·w with r = (mean(x²) + eps)^(-1/2):
   // dx = r·(w·dy) - x·r³·mean(x·w·dy).
-  // dw sums over rows, so it goes by columns; and before dx, so that dx may
-  // still share dy's or x's buffer as it could in the one-pass loop.
-  sumRowsInto(rows, d, dw, [&](int64_t r, int64_t c) {
-    return T(dy[r * d + c] * x[r * d + c] * double(rstd[r]));
-  });
-  parallelFor(rows, rows * d, [&](int64_t r) {
-    const T *xr = x + r * d, *gr = dy + r * d;
-    double inv = rstd[r];
-    double dot =
-        laneSum(d, [&](int64_t c) { return double(xr[c]) * w[c] * gr[c]; });
-    double k = inv * inv * inv * dot / d;
-    for (int64_t c = 0; c < d; ++c)
-      dx[r * d + c] = T(inv * w[c] * gr[c] - xr[c] * k);
-  });
+  // One pass by blocks of rows: each chunk of rows adds its terms of dw,
+  // then writes its dx (after, so that dx may share dy's or x's buffer).
+  columnSumsByRowBlocks(
+      rows, d, {dw}, 2 * d, [&](int64_t r0, int64_t r1, double *part) {
+        for (int64_t lo = r0; lo < r1; lo += kRowBlock) {
+          const int64_t hi = std::min(r1, lo + kRowBlock);
+          for (int64_t r = lo; r < hi; ++r) {
+            const T *xr = x + r * d, *gr = dy + r * d;
+            double inv = rstd[r];
+            for (int64_t c = 0; c < d; ++c)
+              part[c] += double(gr[c]) * xr[c] * inv;
+          }
+          for (int64_t r = lo; r < hi; ++r) {
+            const T *xr = x + r * d, *gr = dy + r * d;
+            double inv = rstd[r];
+            double dot = laneSum(
+                d, [&](int64_t c) { return double(xr[c]) * w[c] * gr[c]; });
+            double k = inv * inv * inv * dot / d;
+            for (int64_t c = 0; c < d; ++c)
+              dx[r * d + c] = T(inv * w[c] * gr[c] - xr[c] * k);
+          }
+        }
+      });
 }
 
 template <typename T>
@@ -413,28 +422,39 @@ void layerNormBackward(const T *x, const T *w, const T *mean, const T *rstd,
                        T *db) {
   // With xhat = (x - mu)·r and g = w·dy:
   // dx = r·(g - mean(g) - xhat·mean(g·xhat)).
-  // dw and db sum over rows, so they go by columns; and before dx, so that
-  // dx may still share dy's or x's buffer as it could in the one-pass loop.
-  sumRowsIntoPair(
-      rows, d, dw, db,
-      [&](int64_t r, int64_t c) {
-        double xhat = (x[r * d + c] - double(mean[r])) * double(rstd[r]);
-        return T(dy[r * d + c] * xhat);
-      },
-      [&](int64_t r, int64_t c) { return dy[r * d + c]; });
-  parallelFor(rows, rows * d, [&](int64_t r) {
-    const T *xr = x + r * d, *gr = dy + r * d;
-    double mu = mean[r], inv = rstd[r];
-    double sumG =
-        laneSum(d, [&](int64_t c) { return double(w[c]) * gr[c]; }) / d;
-    double sumGX = laneSum(d, [&](int64_t c) {
-                     return double(w[c]) * gr[c] * ((xr[c] - mu) * inv);
-                   }) / d;
-    for (int64_t c = 0; c < d; ++c) {
-      double xhat = (xr[c] - mu) * inv;
-      dx[r * d + c] = T(inv * (double(w[c]) * gr[c] - sumG - xhat * sumGX));
-    }
-  });
+  // One pass by blocks of rows: each chunk of rows adds its terms of dw and
+  // db, then writes its dx (after, so that dx may share dy's or x's buffer).
+  columnSumsByRowBlocks(
+      rows, d, {dw, db}, 3 * d, [&](int64_t r0, int64_t r1, double *part) {
+        double *pw = part, *pb = part + d;
+        for (int64_t lo = r0; lo < r1; lo += kRowBlock) {
+          const int64_t hi = std::min(r1, lo + kRowBlock);
+          for (int64_t r = lo; r < hi; ++r) {
+            const T *xr = x + r * d, *gr = dy + r * d;
+            double mu = mean[r], inv = rstd[r];
+            for (int64_t c = 0; c < d; ++c) {
+              pw[c] += gr[c] * ((xr[c] - mu) * inv);
+              pb[c] += gr[c];
+            }
+          }
+          for (int64_t r = lo; r < hi; ++r) {
+            const T *xr = x + r * d, *gr = dy + r * d;
+            double mu = mean[r], inv = rstd[r];
+            double sumG =
+                laneSum(d, [&](int64_t c) { return double(w[c]) * gr[c]; }) /
+                d;
+            double sumGX = laneSum(d, [&](int64_t c) {
+                             return double(w[c]) * gr[c] * ((xr[c] - mu) * inv);
+                           }) /
+                           d;
+            for (int64_t c = 0; c < d; ++c) {
+              double xhat = (xr[c] - mu) * inv;
+              dx[r * d + c] =
+                  T(inv * (double(w[c]) * gr[c] - sumG - xhat * sumGX));
+            }
+          }
+        }
+      });
 }
 
 //===-- RoPE --------------------------------------------------------------===//

@@ -2,10 +2,11 @@
 //
 // Private to runtime/cpu (the kernels' .cpp files include it; Kernels.h does
 // not). The loops these helpers run are split into units whose outputs are
-// disjoint, and every unit runs the serial code on its own: no
-// floating-point sum is ever split between threads, so the kernels' results
-// are bit-identical whatever the number of threads. Including files must be
-// compiled with OpenMP.
+// disjoint, and every unit runs the serial code on its own. Where a sum is
+// split (column sums over many rows: columnSumsByRowBlocks), the cut depends
+// on the shape alone and the parts are added in a fixed order. So the
+// kernels' results are bit-identical whatever the number of threads.
+// Including files must be compiled with OpenMP.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +14,7 @@
 #define BRAID_RUNTIME_CPU_PARALLEL_H
 
 #include <algorithm>
+#include <initializer_list>
 #include <vector>
 #include <cstdint>
 
@@ -29,9 +31,10 @@ inline constexpr int64_t kTranscendentalCost = 8;
 /// not depend on the thread count, so which elements take the vectorised body
 /// and which the scalar tail never changes either.
 inline constexpr int64_t kElementBlock = 4096;
-/// Sums over rows are taken by blocks of this many columns, each thread
-/// adding all rows of its block in order: wide enough for the inner loop to
-/// vectorise, narrow enough to give every thread blocks at hidden sizes.
+/// Loops down columns (an embedding table's rows of gradient, the last step
+/// of columnSumsByRowBlocks) go by blocks of this many columns: wide enough
+/// for the inner loop to vectorise, narrow enough to give every thread
+/// blocks at hidden sizes.
 inline constexpr int64_t kColumnBlock = 32;
 
 /// Runs f(i) for i in [0, n), on the OpenMP threads when `work` is worth it.
@@ -53,40 +56,64 @@ void parallelBlocks(int64_t n, int64_t block, int64_t costPerIndex, F &&f) {
               [&](int64_t i) { f(i * block, std::min(n, (i + 1) * block)); });
 }
 
-/// dst[c] += term(r, c) for every row r in order and every column c < cols:
-/// the rows' sum of each column is added in the serial order, whatever the
-/// threads. term must return T (the serial code rounds every term to T).
-/// A block accumulates in a local array rather than in dst, so that threads
-/// do not keep writing the cache lines their neighbours' blocks share.
-template <typename T, typename F>
-void sumRowsInto(int64_t rows, int64_t cols, T *dst, F &&term) {
-  parallelBlocks(cols, kColumnBlock, rows, [&](int64_t c0, int64_t c1) {
-    T acc[kColumnBlock];
-    std::copy(dst + c0, dst + c1, acc);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = c0; c < c1; ++c)
-        acc[c - c0] += term(r, c);
-    std::copy(acc, acc + (c1 - c0), dst + c0);
-  });
+/// Column sums over rows go by blocks of rows: each block of consecutive rows
+/// adds its terms into partial sums of its own (in double, rows in order),
+/// and the blocks' partial sums are then added up in block order. A block
+/// has at least this many rows, and there are at most kMaxRowBlocks blocks.
+/// The cut depends on the row count alone, so the sums have the same bits on
+/// any number of threads. Going along rows (rather than down columns) reads
+/// each input once, in order, and lets a kernel do the rest of its work on
+/// the same rows while they are in the cache (the norms' backward).
+inline constexpr int64_t kRowBlock = 32;
+inline constexpr int64_t kMaxRowBlocks = 32;
+
+/// The rows per block of columnSumsByRowBlocks for `rows` rows.
+inline int64_t rowBlockSize(int64_t rows) {
+  return std::max(kRowBlock, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
 }
 
-/// sumRowsInto for two sums over the same rows in one pass (each row's
-/// inputs read once): dstA[c] += termA(r, c) and dstB[c] += termB(r, c).
-template <typename T, typename FA, typename FB>
-void sumRowsIntoPair(int64_t rows, int64_t cols, T *dstA, T *dstB, FA &&termA,
-                     FB &&termB) {
-  parallelBlocks(cols, kColumnBlock, 2 * rows, [&](int64_t c0, int64_t c1) {
-    T accA[kColumnBlock], accB[kColumnBlock];
-    std::copy(dstA + c0, dstA + c1, accA);
-    std::copy(dstB + c0, dstB + c1, accB);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = c0; c < c1; ++c) {
-        accA[c - c0] += termA(r, c);
-        accB[c - c0] += termB(r, c);
-      }
-    std::copy(accA, accA + (c1 - c0), dstA + c0);
-    std::copy(accB, accB + (c1 - c0), dstB + c0);
+/// For each of the `sums` column sums: dst[s][c] += the sum over every row
+/// of that sum's term at column c < cols. block(r0, r1, part) is run on every
+/// block of rows [r0, r1), in parallel, and adds its rows' terms of sum s, in
+/// row order, into part[s * cols + c] (zeroed before; doubles); it may also
+/// write outputs of its own rows alone. The blocks' sums are added in block
+/// order and rounded once to T into dst. `costPerRow` weighs a row for the
+/// threshold of parallelFor.
+template <typename T, typename F>
+void columnSumsByRowBlocks(int64_t rows, int64_t cols,
+                           std::initializer_list<T *> dst, int64_t costPerRow,
+                           F &&block) {
+  const int64_t sums = int64_t(dst.size());
+  const int64_t size = rowBlockSize(rows);
+  const int64_t blocks = (rows + size - 1) / size;
+  std::vector<double> part(size_t(blocks * sums * cols), 0.0);
+  parallelFor(blocks, rows * costPerRow, [&](int64_t b) {
+    block(b * size, std::min(rows, (b + 1) * size),
+          part.data() + b * sums * cols);
   });
+  const std::vector<T *> out(dst);
+  parallelBlocks(cols, kColumnBlock, blocks * sums,
+                 [&](int64_t c0, int64_t c1) {
+                   for (int64_t s = 0; s < sums; ++s)
+                     for (int64_t c = c0; c < c1; ++c) {
+                       double total = 0;
+                       for (int64_t b = 0; b < blocks; ++b)
+                         total += part[(b * sums + s) * cols + c];
+                       out[s][c] = T(out[s][c] + total);
+                     }
+                 });
+}
+
+/// dst[c] += the sum of term(r, c) (a double) over every row r, for every
+/// column c < cols, by columnSumsByRowBlocks.
+template <typename T, typename F>
+void sumRowsInto(int64_t rows, int64_t cols, T *dst, F &&term) {
+  columnSumsByRowBlocks(rows, cols, {dst}, cols,
+                        [&](int64_t r0, int64_t r1, double *part) {
+                          for (int64_t r = r0; r < r1; ++r)
+                            for (int64_t c = 0; c < cols; ++c)
+                              part[c] += term(r, c);
+                        });
 }
 
 /// Sums within one unit (a row's mean, a dot product) run over kSumLanes

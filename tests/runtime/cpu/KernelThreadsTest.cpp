@@ -193,7 +193,8 @@ TEST_F(KernelThreads, CrossEntropy) {
 }
 
 TEST_F(KernelThreads, RmsNorm) {
-  const int64_t rows = 64, d = 700; // d not a multiple of the column block
+  // rows not a multiple of the row block, d not of the column block.
+  const int64_t rows = 100, d = 700;
   auto x = randomVec<float>(rows * d, 20), w = randomVec<float>(d, 21),
        dy = randomVec<float>(rows * d, 22), dwStart = randomVec<float>(d, 23);
   std::vector<float> y(rows * d), rstd(rows), dx(rows * d), dw;
@@ -205,17 +206,18 @@ TEST_F(KernelThreads, RmsNorm) {
         rmsNormBackward(x.data(), w.data(), rstd.data(), dy.data(), rows, d,
                         dx.data(), dw.data());
       });
-  // dw accumulates dy·x·rstd over the rows, in row order.
+  // dw + the sum of dy·x·rstd over the rows, rounded once (the kernel sums
+  // in double): within a float's rounding of the sum in long double.
   for (int64_t c = 0; c < d; ++c) {
-    float ref = dwStart[c];
+    long double ref = dwStart[c];
     for (int64_t r = 0; r < rows; ++r)
-      ref += float(dy[r * d + c] * x[r * d + c] * double(rstd[r]));
-    EXPECT_EQ(dw[c], ref) << "column " << c;
+      ref += (long double)dy[r * d + c] * x[r * d + c] * rstd[r];
+    EXPECT_FLOAT_EQ(dw[c], float(ref)) << "column " << c;
   }
 }
 
 TEST_F(KernelThreads, LayerNorm) {
-  const int64_t rows = 64, d = 700;
+  const int64_t rows = 100, d = 700;
   auto x = randomVec<float>(rows * d, 30), w = randomVec<float>(d, 31),
        b = randomVec<float>(d, 32), dy = randomVec<float>(rows * d, 33),
        dwStart = randomVec<float>(d, 34), dbStart = randomVec<float>(d, 35);
@@ -233,10 +235,10 @@ TEST_F(KernelThreads, LayerNorm) {
                           dy.data(), rows, d, dx.data(), dw.data(), db.data());
       });
   for (int64_t c = 0; c < d; ++c) {
-    float ref = dbStart[c];
+    long double ref = dbStart[c];
     for (int64_t r = 0; r < rows; ++r)
       ref += dy[r * d + c];
-    EXPECT_EQ(db[c], ref) << "column " << c;
+    EXPECT_FLOAT_EQ(db[c], float(ref)) << "column " << c;
   }
 }
 
@@ -355,11 +357,14 @@ TEST_F(KernelThreads, LinearBiasAndItsGradient) {
         linearBackward<float>(x.data(), w.data(), dy.data(), s, nullptr,
                               nullptr, db.data());
       });
-  std::vector<float> ref = dbStart;
-  for (int64_t r = 0; r < s.rows; ++r)
-    for (int64_t c = 0; c < s.out; ++c)
-      ref[c] += dy[r * s.out + c];
-  EXPECT_TRUE(sameBits(db, ref));
+  // db[c] + the sum over the rows, rounded once (the rows' sums are taken
+  // in double): within a float's rounding of the sum in long double.
+  for (int64_t c = 0; c < s.out; ++c) {
+    long double ref = dbStart[c];
+    for (int64_t r = 0; r < s.rows; ++r)
+      ref += dy[r * s.out + c];
+    EXPECT_FLOAT_EQ(db[c], float(ref)) << "column " << c;
+  }
 }
 
 /// The matrix products are cut into blocks by their shape alone, each block
