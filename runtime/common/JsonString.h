@@ -23,11 +23,18 @@ namespace braid::common {
 /// \u00xx (lower-case hex). Every other byte is copied as is: '/' is not
 /// escaped, and neither is DEL (0x7f) nor any byte of a multi-byte UTF-8
 /// sequence. The result is JSON text when `s` is UTF-8; ill-formed UTF-8 is
-/// copied unchanged, so a caller whose text may hold it repairs it first.
+/// copied unchanged, so a caller whose text may hold it repairs it first
+/// (ValidUtf8).
 void AppendJsonString(std::string &out, absl::string_view s);
 
 /// `s` as a JSON string literal (AppendJsonString to an empty string).
 std::string JsonString(absl::string_view s);
+
+/// `text` with each ill-formed UTF-8 sequence (a byte that starts none, or
+/// the maximal prefix of one that is cut short) replaced by U+FFFD, as
+/// Unicode recommends and Python's "replace" does: a model's text cut at any
+/// token (a byte tokenizer's, a byte fallback) is still text JSON can hold.
+std::string ValidUtf8(absl::string_view text);
 
 } // namespace braid::common
 

@@ -432,7 +432,8 @@ std::string ResultsJson(const std::vector<TaskResult> &results,
           out += "]";
         } else {
           out += ", \"generation\": ";
-          common::AppendJsonString(out, item.generation);
+          // A model's text may end inside a character (a byte tokenizer's).
+          common::AppendJsonString(out, common::ValidUtf8(item.generation));
         }
         out += "}";
       }

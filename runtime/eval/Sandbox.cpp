@@ -634,10 +634,13 @@ absl::StatusOr<SandboxResult> runIn(const std::string &bwrap,
 
 absl::Status checkLimits(const SandboxLimits &limits) {
   if (!(limits.wallSeconds > 0) || !(limits.cpuSeconds > 0) ||
-      limits.memoryBytes <= 0 || limits.fileBytes <= 0 || limits.processes < 2)
-    return absl::InvalidArgumentError(
-        "sandbox limits: the times, memory and file size must be positive, "
-        "and processes at least 2 (the sandbox's init counts)");
+      !(limits.wallSeconds <= kMaxSandboxSeconds) ||
+      !(limits.cpuSeconds <= kMaxSandboxSeconds) || limits.memoryBytes <= 0 ||
+      limits.fileBytes <= 0 || limits.processes < 2)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sandbox limits: the times must be in (0, ", kMaxSandboxSeconds,
+        "] seconds, memory and file size positive, and processes at least 2 "
+        "(the sandbox's init counts)"));
   return absl::OkStatus();
 }
 

@@ -81,10 +81,15 @@ namespace braid::eval {
 
 /// What one sandboxed run may use (see the file comment for how each limit
 /// is enforced).
+/// The longest wall-clock or CPU time a sandboxed program may be given: a
+/// day (a longer limit is a mistake, and one past ~292 years would not fit
+/// the clocks' nanoseconds).
+inline constexpr double kMaxSandboxSeconds = 86400;
+
 struct SandboxLimits {
-  /// Wall-clock time from start to kill.
+  /// Wall-clock time from start to kill (at most kMaxSandboxSeconds).
   double wallSeconds = 10;
-  /// CPU time of each process.
+  /// CPU time of each process (at most kMaxSandboxSeconds).
   double cpuSeconds = 10;
   /// Address space of each process.
   int64_t memoryBytes = 1 << 30;

@@ -391,6 +391,19 @@ Generator::scoreShared(const std::vector<ScoreRequest> &requests,
   return absl::OkStatus();
 }
 
+namespace {
+/// An end-of-sequence id the model can never produce is a mistake in the
+/// flags or the tokenizer, not a run that never stops early.
+absl::Status checkEosIds(const std::vector<int32_t> &eosIds, int64_t vocab) {
+  for (int32_t id : eosIds)
+    if (id < 0 || id >= vocab)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "end-of-sequence id ", id, " is outside the model's ", vocab,
+          " ids"));
+  return absl::OkStatus();
+}
+} // namespace
+
 absl::Status Generator::CheckSampling(const SamplingOptions &sampling) {
   if (!(sampling.temperature >= 0) || !std::isfinite(sampling.temperature))
     return absl::InvalidArgumentError(absl::StrCat(
@@ -567,6 +580,8 @@ Generator::Generate(const std::vector<std::vector<int32_t>> &prompts,
         "max_new_tokens ", maxNewTokens, " must be at least 1"));
   if (absl::Status c = CheckSampling(sampling); !c.ok())
     return c;
+  if (absl::Status c = checkEosIds(eosIds, g.vocab_size()); !c.ok())
+    return c;
   int64_t longest = 0;
   std::vector<int64_t> start(batch, 0);
   if (!continueAt.empty() && int64_t(continueAt.size()) != n)
@@ -724,6 +739,8 @@ Generator::BeamSearch(const std::vector<int32_t> &prompt, int64_t maxNewTokens,
         "max_new_tokens ", maxNewTokens, " must be at least 1"));
   if (!std::isfinite(beam.lengthPenalty))
     return absl::InvalidArgumentError("the length penalty must be finite");
+  if (absl::Status c = checkEosIds(eosIds, g.vocab_size()); !c.ok())
+    return c;
   const int64_t promptLen = int64_t(prompt.size());
   if (promptLen < 1 || promptLen > seqLen - 1)
     return absl::InvalidArgumentError(absl::StrCat(

@@ -20,7 +20,10 @@
   items whose letter did not change, which is inside the 99% interval of
   chance (0.25) for that many items.
 - Bad input: a task that does not exist and a malformed benchmark file get
-  one error line naming them.
+  one error line naming them; so does --timeout inf.
+- Generations: GSM8K's (zero-shot, a random byte-vocabulary model) go to
+  --log-samples and -o as JSON that parses as UTF-8, each text its ids'
+  bytes with ill-formed sequences replaced as Python's decoder does.
 
   evaluate.py --bin BUILD/bin --work DIR --corpus TEXT
 """
@@ -238,12 +241,53 @@ def check_errors(s):
     print("errors: an unknown task and a bad answer letter are named")
 
 
+def check_generation_samples(s):
+    """gsm8k's generations in --log-samples and -o: a random model's bytes
+    are rarely UTF-8, and both files must still be JSON (UTF-8), each text
+    its ids' bytes with ill-formed sequences replaced as Python does."""
+    config, weights = ref.random_model(
+        "llama", {"vocab_size": 257, "max_position_embeddings": 1024}, seed=53)
+    model_dir = s.w("llama-bytes-model")
+    ref.save_hf_dir(model_dir, config, weights)
+    samples, results = s.w("gsm8k-samples.jsonl"), s.w("gsm8k-results.json")
+    braid_eval(s, model_dir, [
+        "--task", "gsm8k", "--data", os.path.join(DATA, "gsm8k"), "--shots",
+        "0", "--limit", "2", "--max-new-tokens", "12", "--tokenizer", "bytes",
+        "--max-seq-len", "1024", "--log-samples", samples, "-o", results])
+    with open(samples, encoding="utf-8") as f:
+        lines = [json.loads(l) for l in f]
+    if len(lines) != 2:
+        sys.exit(f"FAILED: {len(lines)} generations logged for 2 items")
+    for line in lines:
+        ids = [i for i in line["generation_ids"] if i != 256]
+        expected = bytes(ids).decode("utf-8", "replace")
+        if line["generation"] != expected:
+            sys.exit(f"FAILED: logged generation {line['generation']!r}, its "
+                     f"ids' bytes read {expected!r}")
+        if bytes(line["context_ids"]).decode("utf-8", "replace") != \
+                line["context"]:
+            sys.exit(f"FAILED: logged context does not match its ids")
+    with open(results, encoding="utf-8") as f:
+        items = json.load(f)["results"][0]["items"]
+    if len(items) != 2 or any("generation" not in i for i in items):
+        sys.exit(f"FAILED: results items {items}")
+    p = braid_eval(s, model_dir, ["--task", "humaneval", "--data",
+                                  os.path.join(DATA, "humaneval"),
+                                  "--tokenizer", "bytes", "--timeout", "inf"],
+                   check=False)
+    if p.returncode == 0 or "--timeout" not in p.stderr:
+        sys.exit(f"FAILED: --timeout inf: rc {p.returncode}\n{p.stderr}")
+    print("generations: logged and in the results as UTF-8 JSON; "
+          "--timeout inf refused")
+
+
 def main():
     s = harness.Setup()
     check_loglikelihoods(s, "llama", 51)
     check_loglikelihoods(s, "gpt2", 52)
     check_accuracy(s)
     check_errors(s)
+    check_generation_samples(s)
     print("PASSED")
 
 

@@ -431,6 +431,12 @@ def check_errors(s, model_dir):
         (["--prompt-ids", "5,500"], "outside the model's"),
         (["--prompt", "hello"], "holds no tokenizer"),
         (["--prompt-ids", "5,x"], "is not a token id"),
+        (["--prompt-ids", "5,6", "--eos-id", "500"],
+         "end-of-sequence id 500 is outside the model's"),
+        (["--prompt-ids", "5,6", "--beam-width", "2", "--eos-id", "97"],
+         "end-of-sequence id 97 is outside the model's"),
+        (["--prompt-ids", "5,6", "--beam-width", "2", "--length-penalty", ""],
+         "expected a number"),
     ]
     for extra, expected in cases:
         p = subprocess.run([s.b("braid"), "generate", model_dir] + extra,

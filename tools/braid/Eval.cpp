@@ -96,8 +96,11 @@ llvm::Expected<EvalFlags> parseEvalFlags(int argc, char **argv) {
     else if (arg == "--precision") f.precision = value;
     else if (arg == "--python") f.python = value;
     else if (arg == "--timeout") {
-      if (!llvm::to_float(value, f.timeout) || !(f.timeout > 0))
-        return error("--timeout " + value + ": expected seconds > 0");
+      if (!llvm::to_float(value, f.timeout) || !(f.timeout > 0) ||
+          f.timeout > eval::kMaxSandboxSeconds)
+        return error("--timeout '" + value + "': expected seconds > 0, at most " +
+                     std::to_string(int64_t(eval::kMaxSandboxSeconds)) +
+                     " (a day)");
     } else if (arg == "--shots") {
       if (llvm::Error e = integer(f.shots, 0)) return std::move(e);
     } else if (arg == "--limit") {
@@ -275,7 +278,7 @@ int evalCommand(int argc, char **argv) {
           !s.ok())
         return absl::InvalidArgumentError(absl::StrCat(
             "request ", i, " (continuation ",
-            common::JsonString(validUtf8(requests[i].continuation)),
+            common::JsonString(common::ValidUtf8(requests[i].continuation)),
             "): ", s.message()));
     absl::StatusOr<std::vector<exec::Generator::ScoreResult>> results =
         gen.Score(scored, [&](int64_t done, int64_t) { within(done); },
@@ -287,9 +290,9 @@ int evalCommand(int argc, char **argv) {
       out[i] = {(*results)[i].logprob, (*results)[i].greedy};
       if (samples)
         samples << "{\"context\": "
-                << common::JsonString(validUtf8(requests[i].context))
+                << common::JsonString(common::ValidUtf8(requests[i].context))
                 << ", \"continuation\": "
-                << common::JsonString(validUtf8(requests[i].continuation))
+                << common::JsonString(common::ValidUtf8(requests[i].continuation))
                 << ", \"context_ids\": " << idList(scored[i].context)
                 << ", \"continuation_ids\": " << idList(scored[i].continuation)
                 << ", \"logprob\": " << llvm::formatv("{0:E9}", out[i].logprob)
@@ -351,6 +354,16 @@ int evalCommand(int argc, char **argv) {
         if (!text.ok())
           return text.status();
         out[first + k] = *text;
+        if (samples)
+          samples << "{\"context\": "
+                  << common::JsonString(
+                         common::ValidUtf8(requests[first + k].context))
+                  << ", \"context_ids\": " << idList(prompts[k])
+                  << ", \"generation\": "
+                  << common::JsonString(common::ValidUtf8(*text))
+                  << ", \"generation_ids\": " << idList(tokens)
+                  << ", \"finish\": "
+                  << common::JsonString((*done)[k].finish) << "}\n";
       }
       within(int64_t(first + count));
     }

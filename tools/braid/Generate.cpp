@@ -90,7 +90,7 @@ size_t printableEnd(const std::string &text) {
 void printGrowing(const std::string &text, size_t &shown, bool final) {
   size_t end = final ? text.size() : printableEnd(text);
   if (end > shown) {
-    std::cout << validUtf8(text.substr(shown, end - shown)) << std::flush;
+    std::cout << common::ValidUtf8(text.substr(shown, end - shown)) << std::flush;
     shown = end;
   }
 }
@@ -155,8 +155,10 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv, bool chat = false) {
       return llvm::Error::success();
     };
     auto real = [&](double &out) -> llvm::Error {
-      if (!llvm::to_float(value, out))
-        return error(arg + " " + value + ": expected a number");
+      // to_float takes "" for 0.
+      if (llvm::StringRef(value).trim().empty() ||
+          !llvm::to_float(value, out))
+        return error(arg + " '" + value + "': expected a number");
       return llvm::Error::success();
     };
     if (arg == "--prompt") f.prompt = value;
@@ -184,6 +186,9 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv, bool chat = false) {
     } else if (arg == "--eos-id") {
       int64_t id;
       if (llvm::Error e = integer(id, 0)) return std::move(e);
+      if (id > INT32_MAX)
+        return error(arg + " " + value + ": not a token id (at most " +
+                     std::to_string(INT32_MAX) + ")");
       f.eosIds.push_back(int32_t(id));
     } else if (arg == "--top-k") {
       int64_t k;
@@ -503,8 +508,8 @@ int generateCommand(int argc, char **argv) {
       }
       if (!f.output.empty() || prompts.size() > 1) {
         std::ostream &os = f.output.empty() ? std::cout : out;
-        os << "{\"prompt\": " << common::JsonString(validUtf8(p.text))
-           << ", \"completion\": " << common::JsonString(validUtf8(text))
+        os << "{\"prompt\": " << common::JsonString(common::ValidUtf8(p.text))
+           << ", \"completion\": " << common::JsonString(common::ValidUtf8(text))
            << ", \"tokens\": " << c.tokens.size()
            << ", \"finish_reason\": " << common::JsonString(c.finish)
            << ", \"tokens_per_s\": "

@@ -32,9 +32,6 @@ namespace braid::tool {
 /// Prints "braid: error: MESSAGE" and returns `code`.
 int fail(const std::string &message, int code = 1);
 
-/// `text` with each ill-formed UTF-8 sequence replaced by U+FFFD.
-std::string validUtf8(const std::string &text);
-
 /// The flags that say which model runs, and how.
 struct ModelFlags {
   std::string model, tokenizer;

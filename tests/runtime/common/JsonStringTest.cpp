@@ -93,5 +93,39 @@ TEST(JsonString, AppendKeepsWhatIsThere) {
   EXPECT_EQ(out, R"({"k": "v\n", "")");
 }
 
+TEST(ValidUtf8, KeepsWellFormedText) {
+  const std::string text = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 a\n";
+  EXPECT_EQ(ValidUtf8(text), text);
+  EXPECT_EQ(ValidUtf8(""), "");
+}
+
+TEST(ValidUtf8, ReplacesEachMaximalIllFormedPrefix) {
+  // Expected strings from Python's bytes.decode("utf-8", "replace"), which
+  // follows Unicode's "maximal subpart" practice (The Unicode Standard,
+  // section 3.9, U+FFFD substitution). "?" below stands for U+FFFD.
+  auto replaced = [](std::string s) {
+    std::string out;
+    for (char c : s)
+      out += c == '?' ? std::string("\xEF\xBF\xBD") : std::string(1, c);
+    return out;
+  };
+  // A lone continuation byte; a byte that starts nothing (C0, F5, FF).
+  EXPECT_EQ(ValidUtf8("a\x80" "b"), replaced("a?b"));
+  EXPECT_EQ(ValidUtf8("\xC0\xAF"), replaced("??"));
+  EXPECT_EQ(ValidUtf8("\xF5\xFF"), replaced("??"));
+  // A character cut short (a completion ending mid-character) is one
+  // replacement, whatever its length so far.
+  EXPECT_EQ(ValidUtf8("x\xE2\x82"), replaced("x?"));
+  EXPECT_EQ(ValidUtf8("x\xF0\x9F\x98"), replaced("x?"));
+  // Surrogates (ED A0..BF) and overlong forms (E0 80..9F, F0 80..8F) are
+  // ill-formed from their second byte; beyond U+10FFFF (F4 90..) too.
+  EXPECT_EQ(ValidUtf8("\xED\xA0\x80"), replaced("???"));
+  EXPECT_EQ(ValidUtf8("\xE0\x80\x80"), replaced("???"));
+  EXPECT_EQ(ValidUtf8("\xF4\x90\x80\x80"), replaced("????"));
+  // Unicode's own example (Table 3-8).
+  EXPECT_EQ(ValidUtf8("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
+            replaced("a???b?c??d"));
+}
+
 } // namespace
 } // namespace braid::common

@@ -590,6 +590,39 @@ TEST(Evaluate, ProgressCountsEveryRequestAndProgram) {
                    0.25);
 }
 
+TEST(Evaluate, ResultsJsonHoldsAGenerationCutInsideACharacter) {
+  // A byte tokenizer's completion may end inside a character or hold bytes
+  // that are no UTF-8 at all; the JSON still parses, with U+FFFD for them.
+  EvalCallbacks callbacks = allCallbacks();
+  callbacks.generate = [](const std::vector<GenerateRequest> &r)
+      -> absl::StatusOr<std::vector<std::string>> {
+    return std::vector<std::string>(r.size(), "84 \xBC\x9D \xE2\x82");
+  };
+  TaskSpec gsm8k = spec(Benchmark::kGsm8k, "gsm8k");
+  gsm8k.numFewshot = 0;
+  gsm8k.limit = 1;
+  absl::StatusOr<std::vector<TaskResult>> results =
+      Evaluate({gsm8k}, callbacks);
+  ASSERT_TRUE(results.ok()) << results.status();
+  const std::string json = ResultsJson(*results, /*withItems=*/true);
+  google::protobuf::Struct parsed;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &parsed);
+  ASSERT_TRUE(status.ok()) << status;
+  const auto &item = parsed.fields()
+                         .at("results")
+                         .list_value()
+                         .values(0)
+                         .struct_value()
+                         .fields()
+                         .at("items")
+                         .list_value()
+                         .values(0)
+                         .struct_value()
+                         .fields();
+  EXPECT_EQ(item.at("generation").string_value(),
+            "84 \xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD");
+}
+
 TEST(Evaluate, LimitAndSubtasks) {
   TaskSpec task = spec(Benchmark::kMmlu, "mmlu");
   task.limit = 2;

@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <arpa/inet.h>
 #include <atomic>
 #include <cctype>
@@ -383,6 +385,18 @@ TEST(SandboxSetupTest, LimitsAreChecked) {
   limits.processes = 1;
   auto result = RunPython("print(1)\n", limits);
   EXPECT_TRUE(absl::IsInvalidArgument(result.status())) << result.status();
+  // Times past a day (infinite ones, and ones whose nanoseconds would not
+  // fit the clock) are refused before anything runs, as are NaN and 0.
+  for (double seconds : {std::numeric_limits<double>::infinity(), 1e11,
+                         kMaxSandboxSeconds + 1, std::nan(""), 0.0}) {
+    for (bool wall : {true, false}) {
+      SandboxLimits timed;
+      (wall ? timed.wallSeconds : timed.cpuSeconds) = seconds;
+      auto refused = RunPython("print(1)\n", timed);
+      EXPECT_TRUE(absl::IsInvalidArgument(refused.status()))
+          << seconds << " " << wall << ": " << refused.status();
+    }
+  }
 }
 
 } // namespace
