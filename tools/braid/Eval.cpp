@@ -78,12 +78,11 @@ llvm::Expected<EvalFlags> parseEvalFlags(int argc, char **argv) {
     if (i + 1 >= argc)
       return error(arg + " needs a value");
     std::string value = argv[++i];
-    auto integer = [&](int64_t &out, int64_t lo) -> llvm::Error {
-      if (!llvm::to_integer(value, out) || out < lo)
-        return error(arg + " " + value + ": expected an integer >= " +
-                     std::to_string(lo));
-      return llvm::Error::success();
-    };
+    bool taken = false;
+    if (llvm::Error e = modelFlag(f, arg, value, taken))
+      return std::move(e);
+    if (taken)
+      continue;
     if (arg == "--task") {
       for (absl::string_view t : absl::StrSplit(value, ',', absl::SkipEmpty()))
         f.tasks.emplace_back(t);
@@ -91,30 +90,23 @@ llvm::Expected<EvalFlags> parseEvalFlags(int argc, char **argv) {
     else if (arg == "--subtask") f.subtasks.push_back(value);
     else if (arg == "-o") f.output = value;
     else if (arg == "--log-samples") f.logSamples = value;
-    else if (arg == "--tokenizer") f.tokenizer = value;
-    else if (arg == "--device") f.device = value;
-    else if (arg == "--precision") f.precision = value;
     else if (arg == "--python") f.python = value;
     else if (arg == "--timeout") {
-      if (!llvm::to_float(value, f.timeout) || !(f.timeout > 0) ||
-          f.timeout > eval::kMaxSandboxSeconds)
+      if (llvm::Error e = numberFlag(arg, value, f.timeout))
+        return std::move(e);
+      if (!(f.timeout > 0) || f.timeout > eval::kMaxSandboxSeconds)
         return error("--timeout '" + value + "': expected seconds > 0, at most " +
                      std::to_string(int64_t(eval::kMaxSandboxSeconds)) +
                      " (a day)");
     } else if (arg == "--shots") {
-      if (llvm::Error e = integer(f.shots, 0)) return std::move(e);
+      if (llvm::Error e = integerFlag(arg, value, 0, f.shots))
+        return std::move(e);
     } else if (arg == "--limit") {
-      if (llvm::Error e = integer(f.limit, 1)) return std::move(e);
+      if (llvm::Error e = integerFlag(arg, value, 1, f.limit))
+        return std::move(e);
     } else if (arg == "--max-new-tokens") {
-      if (llvm::Error e = integer(f.maxNewTokens, 1)) return std::move(e);
-    } else if (arg == "--max-batch") {
-      if (llvm::Error e = integer(f.maxBatch, 1)) return std::move(e);
-    } else if (arg == "--max-seq-len") {
-      if (llvm::Error e = integer(f.maxSeqLen, 2)) return std::move(e);
-    } else if (arg == "--prefill-chunk") {
-      if (llvm::Error e = integer(f.prefillChunk, 1)) return std::move(e);
-    } else if (arg == "--tp") {
-      if (llvm::Error e = integer(f.tp, 1)) return std::move(e);
+      if (llvm::Error e = integerFlag(arg, value, 1, f.maxNewTokens))
+        return std::move(e);
     } else {
       return error("unknown flag " + arg);
     }

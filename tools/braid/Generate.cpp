@@ -148,39 +148,24 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv, bool chat = false) {
     if (i + 1 >= argc)
       return error(arg + " needs a value");
     std::string value = argv[++i];
-    auto integer = [&](int64_t &out, int64_t lo) -> llvm::Error {
-      if (!llvm::to_integer(value, out) || out < lo)
-        return error(arg + " " + value + ": expected an integer >= " +
-                     std::to_string(lo));
-      return llvm::Error::success();
+    bool taken = false;
+    if (llvm::Error e = modelFlag(f, arg, value, taken))
+      return std::move(e);
+    if (taken)
+      continue;
+    auto integer = [&](int64_t &out, int64_t lo) {
+      return integerFlag(arg, value, lo, out);
     };
-    auto real = [&](double &out) -> llvm::Error {
-      // to_float takes "" for 0.
-      if (llvm::StringRef(value).trim().empty() ||
-          !llvm::to_float(value, out))
-        return error(arg + " '" + value + "': expected a number");
-      return llvm::Error::success();
-    };
+    auto real = [&](double &out) { return numberFlag(arg, value, out); };
     if (arg == "--prompt") f.prompt = value;
     else if (arg == "--prompts") f.promptsFile = value;
     else if (arg == "--prompt-ids") f.promptIds.push_back(value);
-    else if (arg == "--tokenizer") f.tokenizer = value;
     else if (arg == "-o") f.output = value;
-    else if (arg == "--device") f.device = value;
-    else if (arg == "--precision") f.precision = value;
     else if (arg == "--logits-out") f.logitsOut = value;
     else if (arg == "--stop") f.stops.push_back(value);
     else if (arg == "--template" && chat) f.chatTemplate = value;
     else if (arg == "--max-new-tokens") {
       if (llvm::Error e = integer(f.maxNewTokens, 1)) return std::move(e);
-    } else if (arg == "--max-batch") {
-      if (llvm::Error e = integer(f.maxBatch, 1)) return std::move(e);
-    } else if (arg == "--max-seq-len") {
-      if (llvm::Error e = integer(f.maxSeqLen, 2)) return std::move(e);
-    } else if (arg == "--prefill-chunk") {
-      if (llvm::Error e = integer(f.prefillChunk, 1)) return std::move(e);
-    } else if (arg == "--tp") {
-      if (llvm::Error e = integer(f.tp, 1)) return std::move(e);
     } else if (arg == "--beam-width") {
       if (llvm::Error e = integer(f.beamWidth, 1)) return std::move(e);
     } else if (arg == "--eos-id") {

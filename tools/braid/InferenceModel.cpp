@@ -9,6 +9,7 @@
 #include "runtime/exec/Devices.h"
 
 #include "mlir/IR/DialectRegistry.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -23,6 +24,48 @@ namespace braid::tool {
 int fail(const std::string &message, int code) {
   llvm::errs() << "braid: error: " << message << "\n";
   return code;
+}
+
+llvm::Error integerFlag(const std::string &flag, const std::string &value,
+                        int64_t lo, int64_t &out) {
+  if (!llvm::to_integer(value, out) || out < lo)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   flag + " '" + value +
+                                       "': expected an integer >= " +
+                                       std::to_string(lo));
+  return llvm::Error::success();
+}
+
+llvm::Error numberFlag(const std::string &flag, const std::string &value,
+                       double &out) {
+  // to_float takes "" for 0.
+  if (llvm::StringRef(value).trim().empty() || !llvm::to_float(value, out))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   flag + " '" + value +
+                                       "': expected a number");
+  return llvm::Error::success();
+}
+
+llvm::Error modelFlag(ModelFlags &f, const std::string &flag,
+                      const std::string &value, bool &taken) {
+  taken = true;
+  if (flag == "--tokenizer")
+    f.tokenizer = value;
+  else if (flag == "--device")
+    f.device = value;
+  else if (flag == "--precision")
+    f.precision = value;
+  else if (flag == "--max-batch")
+    return integerFlag(flag, value, 1, f.maxBatch);
+  else if (flag == "--max-seq-len")
+    return integerFlag(flag, value, 2, f.maxSeqLen);
+  else if (flag == "--prefill-chunk")
+    return integerFlag(flag, value, 1, f.prefillChunk);
+  else if (flag == "--tp")
+    return integerFlag(flag, value, 1, f.tp);
+  else
+    taken = false;
+  return llvm::Error::success();
 }
 
 /// The model spec of MODEL: a Braid checkpoint's manifest, or a Hugging

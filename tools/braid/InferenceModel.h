@@ -42,6 +42,22 @@ struct ModelFlags {
   bool score = false;
 };
 
+/// A flag's value as an integer (decimal, or 0x hexadecimal) of at least
+/// `lo`; an error naming the flag otherwise.
+llvm::Error integerFlag(const std::string &flag, const std::string &value,
+                        int64_t lo, int64_t &out);
+
+/// A flag's value as a number (an empty one is none, not 0); an error naming
+/// the flag otherwise.
+llvm::Error numberFlag(const std::string &flag, const std::string &value,
+                       double &out);
+
+/// Reads `flag` `value` into `f` when it is one of ModelFlags' value flags
+/// (--tokenizer, --device, --precision, --max-batch, --max-seq-len,
+/// --prefill-chunk, --tp) and sets `taken`; otherwise leaves both alone.
+llvm::Error modelFlag(ModelFlags &f, const std::string &flag,
+                      const std::string &value, bool &taken);
+
 /// The model spec of MODEL: a Braid checkpoint's manifest, or a Hugging
 /// Face directory's config.json. `braidCheckpoint` says which.
 llvm::Expected<spec::ModelSpec> modelOf(const std::string &model,
