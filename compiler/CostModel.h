@@ -70,6 +70,16 @@ clusterFromGpuMeasurement(const spec::Cluster &base,
 double matmulEfficiency(const spec::Cluster &cluster, double flops,
                         bool lowPrecision);
 
+/// The share of peak bf16 FLOP/s one bf16/f16 fused attention call of
+/// `flops` FLOPs (AttentionFlops) at head dimension `headDim` reaches on
+/// `cluster`: its attention_grad_curve (`backward`) or attention_curve, the
+/// points of the head dimension nearest `headDim` (by ratio; the smaller
+/// of two as near), linear in log(flops) between two points and clamped
+/// beyond them. 0 when the curve is empty (attention is then priced as
+/// its products, matmulEfficiency).
+double attentionEfficiency(const spec::Cluster &cluster, int64_t headDim,
+                           double flops, bool backward);
+
 /// Where a step's time goes, in seconds (one rank of the slowest stage).
 struct StepPrediction {
   double stepTime = 0;

@@ -7,6 +7,7 @@
 
 #include "compiler/CostModel.h"
 #include "compiler/CostModelInternal.h"
+#include "runtime/plan/Work.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -158,6 +159,25 @@ llvm::Expected<spec::Cluster> braid::loadCluster(llvm::StringRef nameOrPath,
                      ", efficiency " + number(point.efficiency()) +
                      "): flops must be > 0 and ascend, efficiency in (0, 1]");
     }
+  for (auto [field, curve] :
+       {std::pair{"attention_curve", &c.attention_curve()},
+        std::pair{"attention_grad_curve", &c.attention_grad_curve()}})
+    for (int i = 0; i < curve->size(); ++i) {
+      const spec::AttentionEfficiency &point = (*curve)[i];
+      const spec::AttentionEfficiency *before = i ? &(*curve)[i - 1] : nullptr;
+      if (point.head_dim() < 1 || !(point.flops() > 0) ||
+          !(point.efficiency() > 0 && point.efficiency() <= 1) ||
+          (before && (point.head_dim() < before->head_dim() ||
+                      (point.head_dim() == before->head_dim() &&
+                       !(point.flops() > before->flops())))))
+        return error("cluster " + c.name() + ": " + field + " point " +
+                     llvm::Twine(i) + " (head_dim " +
+                     llvm::Twine(point.head_dim()) + ", flops " +
+                     number(point.flops()) + ", efficiency " +
+                     number(point.efficiency()) +
+                     "): head_dim must be >= 1 and ascend, flops > 0 and "
+                     "ascend within a head_dim, efficiency in (0, 1]");
+    }
   return c;
 }
 
@@ -217,6 +237,59 @@ braid::clusterFromGpuMeasurement(const spec::Cluster &base,
       spec::MatmulEfficiency *point = curve.out->Add();
       point->set_flops(flops);
       point->set_efficiency(entry.first / entry.second);
+    }
+  }
+  // Attention: each shape's forward and backward as (head_dim, flops,
+  // efficiency), equal (head_dim, flops) averaged, against the bf16 peak.
+  if (!measured.attention().empty()) {
+    if (!(base.peak_flops_bf16() > 0))
+      return error("cluster " + base.name() +
+                   " has no peak bf16 FLOP/s to measure " + where +
+                   "'s attention against");
+    std::map<std::pair<int64_t, double>, std::pair<double, int>> byShape[2];
+    for (const spec::GpuMeasurement::Attention &a : measured.attention()) {
+      const std::string shape =
+          "attention batch " + std::to_string(a.batch()) + ", seq " +
+          std::to_string(a.seq()) + ", heads " + std::to_string(a.heads()) +
+          "/" + std::to_string(a.kv_heads()) + " of " +
+          std::to_string(a.head_dim());
+      if (a.batch() < 1 || a.seq() < 1 || a.heads() < 1 ||
+          a.kv_heads() < 1 || a.head_dim() < 1)
+        return error(where + ": the " + shape +
+                     ": every size must be >= 1");
+      for (bool backward : {false, true}) {
+        const double seconds =
+            backward ? a.backward_seconds() : a.forward_seconds();
+        if (!(seconds > 0) || !std::isfinite(seconds))
+          return error(where + ": the " + shape + (backward ? " backward" : "") +
+                       " in " + number(seconds) +
+                       " s: the time must be positive");
+        const double flops = plan::AttentionFlops(
+            double(a.batch()), double(a.heads()), double(a.seq()),
+            double(a.seq()), double(a.head_dim()), a.causal(), backward);
+        const double efficiency = flops / seconds / base.peak_flops_bf16();
+        if (efficiency > 1)
+          return error(where + ": the " + shape +
+                       (backward ? " backward" : "") + " ran at " +
+                       number(flops / seconds) + " FLOP/s, above cluster " +
+                       base.name() + "'s peak of " +
+                       number(base.peak_flops_bf16()) +
+                       ": give a cluster of this GPU's kind (--cluster)");
+        auto &[sum, count] = byShape[backward][{a.head_dim(), flops}];
+        sum += efficiency;
+        ++count;
+      }
+    }
+    for (bool backward : {false, true}) {
+      auto *out = backward ? c.mutable_attention_grad_curve()
+                           : c.mutable_attention_curve();
+      out->Clear();
+      for (const auto &[key, entry] : byShape[backward]) {
+        spec::AttentionEfficiency *point = out->Add();
+        point->set_head_dim(key.first);
+        point->set_flops(key.second);
+        point->set_efficiency(entry.first / entry.second);
+      }
     }
   }
   if (measured.vector_bytes_per_s() > 0) {

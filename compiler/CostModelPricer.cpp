@@ -18,7 +18,9 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace braid::costmodel {
 
@@ -57,23 +59,29 @@ double productFlops(const plan::Plan &plan, const plan::Instruction &inst,
   }
 }
 
-/// `curve` (not empty) at `flops`: linear in log(flops) between the two
-/// points around it, the first or last point's beyond them.
+/// The points [first, last) (not empty, ascending flops) at `flops`: linear
+/// in log(flops) between the two points around it, the first or last
+/// point's beyond them.
+template <typename It> double pointsAt(It first, It last, double flops) {
+  if (flops <= first->flops())
+    return first->efficiency();
+  It back = std::prev(last);
+  if (flops >= back->flops())
+    return back->efficiency();
+  It b = std::next(first);
+  while (b->flops() < flops)
+    ++b;
+  // a->flops() < flops <= b->flops().
+  It a = std::prev(b);
+  double share = std::log(flops / a->flops()) / std::log(b->flops() / a->flops());
+  return a->efficiency() + share * (b->efficiency() - a->efficiency());
+}
+
+/// `curve` (not empty) at `flops`, as pointsAt.
 double
 curveAt(const google::protobuf::RepeatedPtrField<spec::MatmulEfficiency> &curve,
         double flops) {
-  if (flops <= curve[0].flops())
-    return curve[0].efficiency();
-  const spec::MatmulEfficiency &last = curve[curve.size() - 1];
-  if (flops >= last.flops())
-    return last.efficiency();
-  int i = 1;
-  while (curve[i].flops() < flops)
-    ++i;
-  // curve[i - 1].flops() < flops <= curve[i].flops().
-  const spec::MatmulEfficiency &a = curve[i - 1], &b = curve[i];
-  double share = std::log(flops / a.flops()) / std::log(b.flops() / a.flops());
-  return a.efficiency() + share * (b.efficiency() - a.efficiency());
+  return pointsAt(curve.begin(), curve.end(), flops);
 }
 
 } // namespace
@@ -144,10 +152,21 @@ double Pricer::compute(const plan::Instruction &inst) const {
           plan.buffers(id).dtype() == plan::F16;
   double peak = low ? cluster.peak_flops_bf16() : cluster.peak_flops_fp32();
   double t = 0;
-  // Each product at the efficiency of its size (the cluster's matmul curve
-  // for its precision); a kernel's products share one size, and its other
-  // FLOPs (a bias) are priced with them.
-  if (plan::HasMatrixProducts(inst.kernel()) && peak > 0)
+  // Fused bf16/f16 attention at its measured efficiency by size (a GPU
+  // calibration's attention curves), where the cluster has one.
+  const bool fused = low && w.headDim > 0 &&
+                     (inst.kernel() == plan::ATTENTION ||
+                      inst.kernel() == plan::ATTENTION_GRAD);
+  const double attention =
+      fused ? attentionEfficiency(cluster, w.headDim, w.flops,
+                                  inst.kernel() == plan::ATTENTION_GRAD)
+            : 0.0;
+  // Otherwise each product at the efficiency of its size (the cluster's
+  // matmul curve for its precision); a kernel's products share one size,
+  // and its other FLOPs (a bias) are priced with them.
+  if (attention > 0 && peak > 0)
+    t = w.flops / (peak * attention);
+  else if (plan::HasMatrixProducts(inst.kernel()) && peak > 0)
     t = w.flops /
         (peak * matmulEfficiency(cluster, productFlops(plan, inst, w), low));
   if (cluster.memory_bandwidth() > 0)
@@ -357,4 +376,27 @@ double braid::matmulEfficiency(const spec::Cluster &cluster, double flops,
   double bf16 = costmodel::curveAt(cluster.matmul_curve(), flops) *
                 cluster.peak_flops_bf16();
   return std::min(constant, bf16 / cluster.peak_flops_fp32());
+}
+
+double braid::attentionEfficiency(const spec::Cluster &cluster,
+                                  int64_t headDim, double flops,
+                                  bool backward) {
+  const auto &curve =
+      backward ? cluster.attention_grad_curve() : cluster.attention_curve();
+  if (curve.empty() || headDim < 1)
+    return 0.0;
+  // The nearest head dimension by ratio (points ascend by head_dim, so the
+  // smaller of two as near comes first and stays).
+  int64_t nearest = curve[0].head_dim();
+  for (const spec::AttentionEfficiency &p : curve)
+    if (std::abs(std::log(double(p.head_dim()) / double(headDim))) <
+        std::abs(std::log(double(nearest) / double(headDim))))
+      nearest = p.head_dim();
+  auto first = std::find_if(curve.begin(), curve.end(), [&](const auto &p) {
+    return p.head_dim() == nearest;
+  });
+  auto last = std::find_if(first, curve.end(), [&](const auto &p) {
+    return p.head_dim() != nearest;
+  });
+  return costmodel::pointsAt(first, last, flops);
 }

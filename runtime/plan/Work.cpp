@@ -154,21 +154,15 @@ public:
     const Buffer &q = in(0);
     AttentionParams p = DecodeAttention(inst);
     double heads = double(std::max<int64_t>(p.heads, 1));
-    double batch = dimOf(q, 0), queries = dimOf(q, 1), d = dimOf(q, 2) / heads;
-    double scores =
-        batch * heads * attentionScores(queries, dimOf(in(1), 1), p.causal);
-    double forward = 4 * d * scores;
-    if (!grad) {
-      work.flops = forward;
-      return;
-    }
-    // attentionBackward per score recomputes q·k and takes dout·v, dq +=
-    // ds·k, dk += ds·q and dv += p·dout (10d), and per query row dout·out
-    // (2d). Without the forward's log-sum-exp (a plan that keeps none: five
+    double batch = dimOf(q, 0), queries = dimOf(q, 1), d = dimOf(q, 2) / heads,
+           keys = dimOf(in(1), 1);
+    work.headDim = int64_t(d);
+    work.flops = AttentionFlops(batch, heads, queries, keys, d, p.causal, grad);
+    // Without the forward's log-sum-exp (a plan that keeps none: five
     // inputs) the executor first reruns the whole forward to get it.
-    work.flops = 10 * d * scores + 2 * d * batch * heads * queries;
-    if (inputs() < 6 + (p.documents ? 1 : 0))
-      work.flops += forward;
+    if (grad && inputs() < 6 + (p.documents ? 1 : 0))
+      work.flops +=
+          AttentionFlops(batch, heads, queries, keys, d, p.causal, false);
   }
 
   void gradNorm() {
@@ -270,6 +264,15 @@ Work InstructionWork(const Plan &plan, const Instruction &inst) {
   };
   kCounts[KernelIndex(inst.kernel())](counter);
   return work;
+}
+
+double AttentionFlops(double batch, double heads, double queries, double keys,
+                      double headDim, bool causal, bool backward) {
+  const double scores =
+      batch * heads * attentionScores(queries, keys, causal);
+  if (!backward)
+    return 4 * headDim * scores;
+  return 10 * headDim * scores + 2 * headDim * batch * heads * queries;
 }
 
 } // namespace braid::plan

@@ -31,7 +31,20 @@ struct Work {
   double messageBytes = 0;
   int64_t groupSize = 1;
   CommPattern pattern = CommPattern::kNone;
+  /// ATTENTION and ATTENTION_GRAD: the head dimension (the cost model's
+  /// attention curves are by head dimension); 0 for other kernels.
+  int64_t headDim = 0;
 };
+
+/// The FLOPs of fused attention over batch · heads problems of `queries`
+/// queries, `keys` keys and head dimension d, as attention FLOP counts
+/// go: forward, q·k and p·v, 4·d per score; backward (with the forward's
+/// log-sum-exp), the recomputed q·k, dout·v, dq, dk and dv, 10·d per score,
+/// and dout·out, 2·d per query row. Causal scores are the lower triangle's
+/// (queries · (queries + 1) / 2: as many keys as queries), the CPU kernels'
+/// work. The softmax's few FLOPs per score are left out.
+double AttentionFlops(double batch, double heads, double queries, double keys,
+                      double headDim, bool causal, bool backward);
 
 /// The work of `inst` in `plan` (a validated plan).
 Work InstructionWork(const Plan &plan, const Instruction &inst);

@@ -256,6 +256,56 @@ TEST(CostModel, GpuMeasurementBecomesTheCurves) {
   // The cost model reads it as the curve it is.
   EXPECT_NEAR(matmulEfficiency(*c, 2e9, true), 0.5, 1e-12);
 
+  // Attention: a causal shape of batch 2, seq 1024, 16 heads of 128 has
+  // 2 x 16 x 1024·1025/2 = 16793600 scores: forward 4·128 FLOPs each
+  // (8.6e9 in 40 us: 0.215 of the 1e15 peak), backward 10·128 each and
+  // 2·128 per row (2 x 16 x 1024 rows). A second shape of the same FLOPs
+  // (batch 1, 32 heads) averages with it: efficiency = FLOPs / seconds /
+  // peak, the two shapes' mean.
+  spec::GpuMeasurement withAttention = m;
+  auto attention = [&](int64_t batch, int64_t heads, double f, double b) {
+    spec::GpuMeasurement::Attention *a = withAttention.add_attention();
+    a->set_batch(batch);
+    a->set_seq(1024);
+    a->set_heads(heads);
+    a->set_kv_heads(heads);
+    a->set_head_dim(128);
+    a->set_causal(true);
+    a->set_forward_seconds(f);
+    a->set_backward_seconds(b);
+  };
+  attention(2, 16, 4e-5, 2e-4);
+  attention(1, 32, 8e-5, 1e-4);
+  llvm::Expected<spec::Cluster> ca =
+      clusterFromGpuMeasurement(base, withAttention);
+  ASSERT_TRUE(bool(ca)) << llvm::toString(ca.takeError());
+  const double scores = 2.0 * 16 * 1024 * 1025 / 2;
+  const double fFlops = 4 * 128 * scores,
+               bFlops = 10 * 128 * scores + 2 * 128 * (2.0 * 16 * 1024);
+  ASSERT_EQ(ca->attention_curve_size(), 1);
+  EXPECT_EQ(ca->attention_curve(0).head_dim(), 128);
+  EXPECT_DOUBLE_EQ(ca->attention_curve(0).flops(), fFlops);
+  EXPECT_NEAR(ca->attention_curve(0).efficiency(),
+              (fFlops / 4e-5 + fFlops / 8e-5) / 2 / 1e15, 1e-12);
+  ASSERT_EQ(ca->attention_grad_curve_size(), 1);
+  EXPECT_DOUBLE_EQ(ca->attention_grad_curve(0).flops(), bFlops);
+  EXPECT_NEAR(ca->attention_grad_curve(0).efficiency(),
+              (bFlops / 2e-4 + bFlops / 1e-4) / 2 / 1e15, 1e-12);
+  // Faster than the peak, or no time: errors naming the shape.
+  spec::GpuMeasurement tooFast = withAttention;
+  tooFast.mutable_attention(0)->set_forward_seconds(1e-6);
+  llvm::Expected<spec::Cluster> e4 = clusterFromGpuMeasurement(base, tooFast);
+  ASSERT_FALSE(bool(e4));
+  EXPECT_NE(llvm::toString(e4.takeError())
+                .find("attention batch 2, seq 1024, heads 16/16 of 128 ran at"),
+            std::string::npos);
+  spec::GpuMeasurement noTime = withAttention;
+  noTime.mutable_attention(1)->set_backward_seconds(0);
+  llvm::Expected<spec::Cluster> e5 = clusterFromGpuMeasurement(base, noTime);
+  ASSERT_FALSE(bool(e5));
+  EXPECT_NE(llvm::toString(e5.takeError()).find("backward in 0 s"),
+            std::string::npos);
+
   // A product faster than the peak (another GPU's measurement), a time
   // that is not one, fp32 products without an fp32 peak: errors that say
   // so.
@@ -342,6 +392,62 @@ TEST(CostModel, AttentionPricesEachProductAtItsSize) {
   EXPECT_EQ(plan::InstructionWork(backward, grad).flops, flops);
   EXPECT_NEAR(kernelSeconds(backward, c, "ATTENTION_GRAD"),
               flops / (1e15 * 0.1), 1e-21);
+}
+
+TEST(CostModel, AttentionCurveByHeadDimensionAndSize) {
+  // Forward points at head dimensions 64 (0.2 at 1e9 FLOPs, 0.6 at 1e11)
+  // and 128 (0.5 throughout); backward ones at 64 only (0.3).
+  spec::Cluster c = productCluster();
+  auto point = [](auto *curve, int64_t d, double flops, double e) {
+    spec::AttentionEfficiency *p = curve->Add();
+    p->set_head_dim(d);
+    p->set_flops(flops);
+    p->set_efficiency(e);
+  };
+  EXPECT_EQ(attentionEfficiency(c, 64, 1e10, false), 0.0); // no curve
+  point(c.mutable_attention_curve(), 64, 1e9, 0.2);
+  point(c.mutable_attention_curve(), 64, 1e11, 0.6);
+  point(c.mutable_attention_curve(), 128, 1e10, 0.5);
+  point(c.mutable_attention_grad_curve(), 64, 1e10, 0.3);
+  // Halfway in log(flops): halfway in efficiency; clamped beyond.
+  EXPECT_NEAR(attentionEfficiency(c, 64, 1e10, false), 0.4, 1e-12);
+  EXPECT_EQ(attentionEfficiency(c, 64, 1e6, false), 0.2);
+  EXPECT_EQ(attentionEfficiency(c, 64, 1e14, false), 0.6);
+  EXPECT_EQ(attentionEfficiency(c, 128, 1e9, false), 0.5);
+  // The nearest head dimension by ratio: 80 is nearer 64 (1.25) than 128
+  // (1.6), 96 nearer 128 (1.33 against 1.5); 256 takes 128, 32 takes 64.
+  EXPECT_NEAR(attentionEfficiency(c, 80, 1e10, false), 0.4, 1e-12);
+  EXPECT_EQ(attentionEfficiency(c, 96, 1e10, false), 0.5);
+  EXPECT_EQ(attentionEfficiency(c, 256, 1e10, false), 0.5);
+  EXPECT_NEAR(attentionEfficiency(c, 32, 1e10, false), 0.4, 1e-12);
+  // The backward's own curve, whatever the head dimension.
+  EXPECT_EQ(attentionEfficiency(c, 128, 1e12, true), 0.3);
+
+  // A bf16 call is priced at its whole FLOPs (Work: 4d per score forward,
+  // 10d per score and 2d per row backward) over peak x efficiency: one
+  // sequence of 64, 2 heads of 64, causal: 2 x 64·65/2 = 4160 scores.
+  std::vector<int64_t> qkv = {1, 64, 128};
+  std::map<std::string, int64_t> attrs = {{"heads", 2}, {"causal", 1}};
+  plan::Plan forward =
+      oneKernelPlan(plan::ATTENTION, {qkv, qkv, qkv}, {qkv}, attrs);
+  const double scores = 2 * 64 * 65 / 2.0, fFlops = 4 * 64 * scores;
+  EXPECT_EQ(plan::InstructionWork(forward, forward.functions(0).body(0)).flops,
+            fFlops);
+  EXPECT_NEAR(kernelSeconds(forward, c, "ATTENTION"), fFlops / (1e15 * 0.2),
+              1e-21);
+  // The backward with the forward's log-sum-exp (q, k, v, out, dout, lse).
+  plan::Plan backward =
+      oneKernelPlan(plan::ATTENTION_GRAD, {qkv, qkv, qkv, qkv, qkv, {1, 2, 64}},
+                    {qkv, qkv, qkv}, attrs);
+  const double bFlops = 10 * 64 * scores + 2 * 64 * 2 * 64;
+  EXPECT_NEAR(kernelSeconds(backward, c, "ATTENTION_GRAD"),
+              bFlops / (1e15 * 0.3), 1e-21);
+  // fp32 attention (CUDA cores) keeps the products' pricing: 0.6 without a
+  // matmul curve, against the fp32 peak, for all its FLOPs.
+  for (plan::Buffer &b : *forward.mutable_buffers())
+    b.set_dtype(plan::F32);
+  EXPECT_NEAR(kernelSeconds(forward, c, "ATTENTION"), fFlops / (1e14 * 0.6),
+              1e-21);
 }
 
 TEST(CostModel, MatrixProductsAtMeasuredRates) {
@@ -879,6 +985,34 @@ TEST(CostModel, ClusterPresetsAndFiles) {
   EXPECT_EQ(llvm::toString(descending.takeError()),
             "cluster two: matmul_curve point 1 (flops 1e+08, efficiency 0.6): "
             "flops must be > 0 and ascend, efficiency in (0, 1]");
+}
+
+TEST(CostModel, ClusterFileAttentionCurveIsChecked) {
+  // Points out of order (a head dimension after a larger one) or with an
+  // efficiency above 1 are refused, naming the field and the point.
+  for (auto [points, field] :
+       {std::pair<std::string, std::string>{
+            "attention_curve { head_dim: 128 flops: 1e9 efficiency: 0.5 }\n"
+            "attention_curve { head_dim: 64 flops: 1e10 efficiency: 0.5 }\n",
+            "attention_curve point 1"},
+        {"attention_grad_curve { head_dim: 64 flops: 1e9 efficiency: 1.5 }\n",
+         "attention_grad_curve point 0"},
+        {"attention_curve { head_dim: 64 flops: 1e10 efficiency: 0.5 }\n"
+         "attention_curve { head_dim: 64 flops: 1e9 efficiency: 0.5 }\n",
+         "attention_curve point 1"}}) {
+    std::string path = ::testing::TempDir() + "/attention-curve.textproto";
+    std::FILE *f = std::fopen(path.c_str(), "w");
+    std::fputs(("name: \"a\" nodes: 1 devices_per_node: 1 "
+                "memory_bytes: 1099511627776 peak_flops_bf16: 1e15\n" +
+                points)
+                   .c_str(),
+               f);
+    std::fclose(f);
+    llvm::Expected<spec::Cluster> c = loadCluster(path);
+    ASSERT_FALSE(bool(c)) << points;
+    EXPECT_NE(llvm::toString(c.takeError()).find(field), std::string::npos)
+        << points;
+  }
 }
 
 TEST(CostModel, ClusterFileCurvePricesItsProducts) {

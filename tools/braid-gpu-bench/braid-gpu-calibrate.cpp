@@ -1,6 +1,7 @@
 //===- braid-gpu-calibrate.cpp - Measures one GPU for the cost model ------===//
 //
-// braid-gpu-calibrate [--max-size N] [--repeats R] [-o FILE]
+// braid-gpu-calibrate [--max-size N] [--attention-tokens T]
+//                     [--attention-hidden H] [--repeats R] [-o FILE]
 //
 // Measures what the cost model prices a GPU's kernels by, on the GPU this
 // runs on, and writes it as a spec::GpuMeasurement (protobuf text, default
@@ -14,16 +15,25 @@
 //     (1 and 8 rows) — the efficiency curve by product size, not one number;
 //   - an elementwise kernel's bandwidth: the addition of two bf16 vectors
 //     of 2^28 elements (or what fits in a quarter of the free memory);
-//   - a tiny kernel's call time, 1000 calls one after another.
+//   - a tiny kernel's call time, 1000 calls one after another;
+//   - bf16 fused attention, causal, forward and backward, by shape: head
+//     dimensions 64 and 128, widths (heads x head dimension) H / 4 and H
+//     (--attention-hidden, default 4096), sequences from 128 (or T) up to
+//     8192 by powers of two, each over T tokens (--attention-tokens,
+//     default 16384; batch T / seq), so that the curve spans a small
+//     model's attention to a long-context one's; each the faster of Braid's
+//     tensor-core kernels and cuDNN's (where cuDNN loads), as the executor
+//     picks at plan load. --attention-tokens 0 leaves attention out.
 // Each time is the median of R (default 5) runs between CUDA events after
-// one to warm up (cuBLASLt's tuning included there). What it does not
-// measure: attention by shape (the cost model prices attention's products
-// on the same curve) and the collectives between GPUs (the cluster's
+// one to warm up (cuBLASLt's tuning and cuDNN's graph included there).
+// What it does not measure: the collectives between GPUs (the cluster's
 // links keep BASE's figures).
 //
 //===----------------------------------------------------------------------===//
 
 #include "frontends/spec/cluster.pb.h"
+#include "runtime/cuda/Attention.h"
+#include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
 #include "tools/braid-gpu-bench/CountFlag.h"
@@ -33,6 +43,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -130,10 +141,108 @@ bool timeProduct(cuda::Gemm &gemm, int64_t m, int64_t n, int64_t k,
   return true;
 }
 
+/// Times bf16 causal attention of shape `s`, forward and backward, with
+/// Braid's tensor-core kernels and cuDNN's (when `cudnn`), and appends the
+/// faster of each direction to `out`; false on a CUDA error.
+bool timeAttention(const cuda::AttentionShape &s, cuda::CudnnAttention *cudnn,
+                   int64_t repeats, spec::GpuMeasurement &out) {
+  using bf16 = cuda::bf16;
+  const size_t qBytes = size_t(s.batch * s.seq * s.heads * s.headDim) * 2,
+               kvBytes = size_t(s.batch * s.seq * s.kvHeads * s.headDim) * 2;
+  Buffer q(qBytes), k(kvBytes), v(kvBytes), o(qBytes), dout(qBytes),
+      dq(qBytes), dk(kvBytes), dv(kvBytes),
+      lse(size_t(s.batch * s.heads * s.seq) * 4),
+      rows(size_t(cuda::attentionBackwardWorkspaceBytes(s)));
+  if (!q.p || !k.p || !v.p || !o.p || !dout.p || !dq.p || !dk.p || !dv.p ||
+      !lse.p || !rows.p) {
+    cudaGetLastError();
+    std::printf("  batch %lld seq %lld: does not fit, skipped\n",
+                (long long)s.batch, (long long)s.seq);
+    return true;
+  }
+  auto *Q = static_cast<bf16 *>(q.p), *K = static_cast<bf16 *>(k.p),
+       *V = static_cast<bf16 *>(v.p), *O = static_cast<bf16 *>(o.p),
+       *dO = static_cast<bf16 *>(dout.p), *dQ = static_cast<bf16 *>(dq.p),
+       *dK = static_cast<bf16 *>(dk.p), *dV = static_cast<bf16 *>(dv.p);
+  auto *L = static_cast<float *>(lse.p), *R = static_cast<float *>(rows.p);
+  if (!cuda::attentionBackwardOnTensorCores(Q, K, V, O, dO, dQ, dK, dV, s)) {
+    std::printf("  head dimension %lld: not on the tensor-core kernels, "
+                "skipped\n",
+                (long long)s.headDim);
+    return true;
+  }
+  double forward = medianMs(repeats, [&] {
+    return cuda::attentionForwardTensorCores(Q, K, V, s, O, L, nullptr) ==
+           cudaSuccess;
+  });
+  // The backward on the forward's out and log-sum-exp (left by the runs).
+  double backward = medianMs(repeats, [&] {
+    return cuda::attentionBackwardTensorCores(Q, K, V, O, L, dO, s, dQ, dK,
+                                              dV, R, nullptr) == cudaSuccess;
+  });
+  if (forward <= 0 || backward <= 0)
+    return false;
+  std::string forwardBy = "braid", backwardBy = "braid";
+  if (cudnn && cuda::CudnnAttentionRefusal(s).empty()) {
+    const auto type = cuda::CudnnAttention::Type::BF16;
+    absl::StatusOr<int64_t> fBytes = cudnn->Prepare(s, type, false),
+                            bBytes = cudnn->Prepare(s, type, true);
+    if (fBytes.ok() && bBytes.ok()) {
+      Buffer workspace(size_t(std::max<int64_t>(*fBytes, *bBytes)));
+      if (workspace.p) {
+        double f = medianMs(repeats, [&] {
+          return cudnn->Forward(Q, K, V, s, type, O, L, workspace.p, nullptr)
+              .ok();
+        });
+        double b = medianMs(repeats, [&] {
+          return cudnn
+              ->Backward(Q, K, V, O, L, dO, s, type, dQ, dK, dV, workspace.p,
+                         nullptr)
+              .ok();
+        });
+        if (f > 0 && f < forward) {
+          forward = f;
+          forwardBy = cudnn->Version();
+        }
+        if (b > 0 && b < backward) {
+          backward = b;
+          backwardBy = cudnn->Version();
+        }
+      }
+      cudaGetLastError();
+    }
+  }
+  spec::GpuMeasurement::Attention *a = out.add_attention();
+  a->set_batch(s.batch);
+  a->set_seq(s.seq);
+  a->set_heads(s.heads);
+  a->set_kv_heads(s.kvHeads);
+  a->set_head_dim(s.headDim);
+  a->set_causal(s.causal);
+  a->set_forward_seconds(forward * 1e-3);
+  a->set_backward_seconds(backward * 1e-3);
+  a->set_forward_by(forwardBy);
+  a->set_backward_by(backwardBy);
+  const double scores = double(s.batch) * double(s.heads) * double(s.seq) *
+                        double(s.seq + 1) / 2;
+  std::printf("  batch %3lld seq %5lld heads %3lld of %3lld  forward %9.4f ms "
+              "%7.1f TFLOP/s (%s)  backward %9.4f ms %7.1f TFLOP/s (%s)\n",
+              (long long)s.batch, (long long)s.seq, (long long)s.heads,
+              (long long)s.headDim, forward,
+              4 * double(s.headDim) * scores / (forward * 1e-3) / 1e12,
+              forwardBy.c_str(), backward,
+              (10 * double(s.headDim) * scores +
+               2 * double(s.headDim) * double(s.batch * s.heads * s.seq)) /
+                  (backward * 1e-3) / 1e12,
+              backwardBy.c_str());
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  int64_t maxSize = 16384, repeats = 5;
+  int64_t maxSize = 16384, repeats = 5, attentionTokens = 16384,
+          attentionHidden = 4096;
   std::string outPath = "gpu-measurement.textproto";
   for (int i = 1; i < argc; ++i) {
     std::string error;
@@ -144,13 +253,18 @@ int main(int argc, char **argv) {
       continue;
     }
     if (countFlag(argc, argv, i, "--max-size", maxSize, error) ||
+        countFlag(argc, argv, i, "--attention-tokens", attentionTokens,
+                  error) ||
+        countFlag(argc, argv, i, "--attention-hidden", attentionHidden,
+                  error) ||
         countFlag(argc, argv, i, "--repeats", repeats, error)) {
       if (!error.empty())
         return fail(error);
       continue;
     }
     return fail(std::string("unexpected argument ") + argv[i] +
-                "; usage: braid-gpu-calibrate [--max-size N] [--repeats R] "
+                "; usage: braid-gpu-calibrate [--max-size N] "
+                "[--attention-tokens T] [--attention-hidden H] [--repeats R] "
                 "[-o FILE]");
   }
   if (maxSize < 64)
@@ -229,6 +343,40 @@ int main(int argc, char **argv) {
       return fail("timing the tiny kernels failed");
     m.set_kernel_call_s(calls * 1e-3 / kCalls);
     std::printf("a tiny kernel's call: %.2f us\n", m.kernel_call_s() * 1e6);
+  }
+
+  // Attention by shape (--attention-tokens 0: none).
+  if (attentionTokens > 0) {
+    absl::StatusOr<std::unique_ptr<cuda::CudnnAttention>> cudnn =
+        cuda::CudnnAttention::Create();
+    std::printf("bf16 causal attention, %lld tokens a call (%s):\n",
+                (long long)attentionTokens,
+                cudnn.ok() ? ("Braid's kernels and " + (*cudnn)->Version())
+                                 .c_str()
+                           : ("Braid's kernels; no cuDNN: " +
+                              std::string(cudnn.status().message()))
+                                 .c_str());
+    const int64_t lowest = std::min<int64_t>(128, attentionTokens),
+                  highest = std::min<int64_t>(8192, attentionTokens);
+    std::vector<int64_t> widths = {attentionHidden / 4, attentionHidden};
+    widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+    for (int64_t headDim : {int64_t(64), int64_t(128)})
+      for (int64_t hidden : widths) {
+        if (hidden < headDim || hidden % headDim != 0)
+          continue;
+        for (int64_t seq = lowest; seq <= highest; seq *= 2) {
+          cuda::AttentionShape s{};
+          s.batch = attentionTokens / seq;
+          s.seq = seq;
+          s.heads = s.kvHeads = hidden / headDim;
+          s.headDim = headDim;
+          s.scale = 1.0 / std::sqrt(double(headDim));
+          s.causal = true;
+          if (!timeAttention(s, cudnn.ok() ? cudnn->get() : nullptr, repeats,
+                             m))
+            return fail("timing attention failed");
+        }
+      }
   }
 
   std::string text;

@@ -356,7 +356,9 @@ int calibrateGpu(int argc, char **argv) {
   llvm::outs() << "wrote " << outPath << ": " << loaded->name() << ", "
                << loaded->matmul_curve_size() << " bf16 and "
                << loaded->matmul_curve_fp32_size()
-               << " fp32 product sizes, vector efficiency "
+               << " fp32 product sizes, "
+               << loaded->attention_curve_size() << " attention sizes"
+               << ", vector efficiency "
                << llvm::formatv("{0:F3}", loaded->vector_efficiency())
                << ", kernel overhead "
                << llvm::formatv("{0:F2}", loaded->kernel_overhead_s() * 1e6)
