@@ -27,7 +27,15 @@
 #     every micro-batch) on the same plan for WARMUP + STEPS steps of the
 #     dataset compile prepared (DIR/data: the corpus's bytes as tokens)
 #     instead of PyTorch, and prints its median step's tokens/s over
-#     braid-gpu-bench's: what the host's part of a step costs.
+#     braid-gpu-bench's: what the host's part of a step costs. `run` ends
+#     with a line "measured step: NAME SECONDS s" for each plan it timed
+#     (1b-mbM, gpt2-124m, llama-350m), which `predict` reads.
+#   bench/gpu_train.sh predict DIR CLUSTER LOG
+#     (where braidc is built, after `run` on the GPU) compiles the same
+#     jobs again for CLUSTER (a calibrated cluster file: braid calibrate
+#     --device cuda) into DIR/predicted and prints each plan's predicted step (the compile
+#     report's) against the step LOG (run's output) measured, and the
+#     error: the cost model's check on three model sizes.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BRAID_BUILD_DIR:-$root/build}"
@@ -39,9 +47,13 @@ if [ -z "$mode" ] || [ -z "$dir" ]; then
 fi
 micro_batches=(1 2 4 8 12 16 24 32)
 
-if [ "$mode" = compile ]; then
-  mkdir -p "$dir"
-  cat > "$dir/model.textproto" <<'JOB'
+# The plans' jobs, compiled into DIR by `compile` and again, with the
+# cluster `predict` gives, by `predict`: compile_plans DIR [BRAIDC FLAGS...].
+compile_plans() {
+  local out=$1
+  shift
+  mkdir -p "$out"
+  cat > "$out/model.textproto" <<'JOB'
 model {
   family: LLAMA
   num_layers: 16
@@ -56,31 +68,85 @@ train { precision: BF16 }
 data { seq_length: 2048 }
 JOB
   for mb in "${micro_batches[@]}"; do
-    "$build/bin/braidc" "$dir/model.textproto" --micro-batch-size "$mb" \
-      --global-batch-size "$mb" --emit=plan -o "$dir/mb$mb.plan" \
-      --report "$dir/mb$mb.json"
-    "$build/bin/braidc" "$dir/model.textproto" --micro-batch-size "$mb" \
+    "$build/bin/braidc" "$out/model.textproto" --micro-batch-size "$mb" \
+      --global-batch-size "$mb" --emit=plan -o "$out/mb$mb.plan" \
+      --report "$out/mb$mb.json" "$@"
+    "$build/bin/braidc" "$out/model.textproto" --micro-batch-size "$mb" \
       --global-batch-size "$mb" --fuse-mlp --emit=plan \
-      -o "$dir/mb$mb-fused.plan" --report "$dir/mb$mb-fused.json"
+      -o "$out/mb$mb-fused.plan" --report "$out/mb$mb-fused.json" "$@"
   done
   # A GPT-2 124M-shaped plan (the gpt2-124m preset: 12 layers, hidden 768,
   # 12 heads of 64, seq 1024, hidden dropout 0.1; attention dropout 0, which
   # the compiler does not differentiate yet), bf16, whose tokens/s `run`
   # prints beside the 1B figures.
-  printf 'model { attention_dropout: 0 }\n' > "$dir/gpt2-124m.textproto"
-  "$build/bin/braidc" "$dir/gpt2-124m.textproto" --preset gpt2-124m \
+  printf 'model { attention_dropout: 0 }\n' > "$out/gpt2-124m.textproto"
+  "$build/bin/braidc" "$out/gpt2-124m.textproto" --preset gpt2-124m \
     --seq-len 1024 --precision bf16 \
     --micro-batch-size 32 --global-batch-size 32 --emit=plan \
-    -o "$dir/gpt2-124m.plan" --report "$dir/gpt2-124m.json"
+    -o "$out/gpt2-124m.plan" --report "$out/gpt2-124m.json" "$@"
+  # A LLaMA shape of about 350M parameters (24 layers, hidden 1024, 16
+  # heads of 64, ffn 2816, vocab 32000: 374 M), seq 2048, micro-batch 8,
+  # bf16: the cost model's middle size.
+  cat > "$out/llama-350m.textproto" <<'JOB'
+model {
+  family: LLAMA
+  num_layers: 24
+  hidden_size: 1024
+  num_heads: 16
+  num_kv_heads: 16
+  ffn_hidden_size: 2816
+  vocab_size: 32000
+  max_seq_len: 2048
+}
+train { precision: BF16 }
+data { seq_length: 2048 }
+JOB
+  "$build/bin/braidc" "$out/llama-350m.textproto" --micro-batch-size 8 \
+    --global-batch-size 8 --emit=plan -o "$out/llama-350m.plan" \
+    --report "$out/llama-350m.json" "$@"
+}
+
+if [ "$mode" = compile ]; then
+  compile_plans "$dir"
   # The trainer's dataset (TRAINER=1): the corpus's bytes as token ids.
   "$build/bin/braid-data" preprocess \
     --input "$root/examples/data/pride-and-prejudice.txt" \
     --output-prefix "$dir/data" --tokenizer byte > /dev/null
-  echo "compiled $((2 * ${#micro_batches[@]})) plans into $dir"
+  echo "compiled $((2 * ${#micro_batches[@]} + 2)) plans into $dir"
+  exit 0
+fi
+if [ "$mode" = predict ]; then
+  cluster="${3:-}"
+  log="${4:-}"
+  if [ -z "$cluster" ] || [ ! -f "$log" ]; then
+    echo "usage: bench/gpu_train.sh predict DIR CLUSTER LOG (LOG: run's output)" >&2
+    exit 2
+  fi
+  compile_plans "$dir/predicted" --cluster "$cluster"
+  python3 - "$dir/predicted" "$log" <<'PY'
+import json, re, sys
+directory, log = sys.argv[1], sys.argv[2]
+measured = dict(re.findall(r"^measured step: (\S+) ([0-9.eE+-]+) s$",
+                           open(log).read(), re.M))
+if not measured:
+    sys.exit(f"bench/gpu_train.sh: no 'measured step:' line in {log}")
+print(f"{'plan':12s} {'measured (ms)':>14s} {'predicted (ms)':>15s} {'error':>8s}")
+for name, seconds in measured.items():
+    report = {"gpt2-124m": "gpt2-124m", "llama-350m": "llama-350m"}.get(name)
+    if report is None:
+        m = re.fullmatch(r"1b-mb(\d+)(-fused)?", name)
+        if not m:
+            continue
+        report = f"mb{m.group(1)}{m.group(2) or ''}"
+    predicted = json.load(open(f"{directory}/{report}.json"))["predicted_step"]
+    p, t = predicted["step_time_s"], float(seconds)
+    print(f"{name:12s} {1e3 * t:14.2f} {1e3 * p:15.2f} {100 * (p - t) / t:+7.1f}%"
+          f"   ({predicted['cluster']})")
+PY
   exit 0
 fi
 if [ "$mode" != run ]; then
-  echo "bench/gpu_train.sh: unknown mode '$mode' (compile or run)" >&2
+  echo "bench/gpu_train.sh: unknown mode '$mode' (compile, run or predict)" >&2
   exit 2
 fi
 
@@ -128,6 +194,11 @@ echo "micro-batch $pick; model FLOPs per token $per_token${suffix:+; gate and up
 "${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/mb$pick$suffix.plan" --steps "$steps" \
   --warmup "$warmup" --profile "$profile" | tee "$dir/braid.log"
 braid=$(grep '^median step' "$dir/braid.log")
+# "median step: S s over N steps, ...": for `predict`.
+measured_line() { # NAME LOG
+  sed -n 's/^median step: \([0-9.eE+-]*\) s .*/measured step: '"$1"' \1 s/p' "$2"
+}
+measured_line "1b-mb$pick$suffix" "$dir/braid.log"
 if [ "${TRAINER:-0}" = 1 ]; then
   rm -f "$dir/trainer.jsonl"
   "${BRAID_BIN_DIR:-$build/bin}/braid-run" "$dir/mb$pick$suffix.plan" \
@@ -194,4 +265,12 @@ tflops = tps * per_token / 1e12
 print(f"gpt2-124m {tps:12.1f} tokens/s  {tflops:7.1f} TFLOP/s  MFU {100 * tflops / 989:5.1f} % "
       "(micro-batch 32, seq 1024, bf16)")
 PY
+  measured_line gpt2-124m "$dir/gpt2.log"
+fi
+# The 350M LLaMA shape's step, for the cost model's check (`predict`).
+if [ -f "$dir/llama-350m.plan" ]; then
+  "${BRAID_BIN_DIR:-$build/bin}/braid-gpu-bench" "$dir/llama-350m.plan" \
+    --steps "$steps" --warmup "$warmup" --profile 0 > "$dir/llama-350m.log"
+  grep '^median step' "$dir/llama-350m.log" | sed 's/^/llama-350m /'
+  measured_line llama-350m "$dir/llama-350m.log"
 fi
