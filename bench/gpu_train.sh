@@ -142,6 +142,20 @@ for name, seconds in measured.items():
     p, t = predicted["step_time_s"], float(seconds)
     print(f"{name:12s} {1e3 * t:14.2f} {1e3 * p:15.2f} {100 * (p - t) / t:+7.1f}%"
           f"   ({predicted['cluster']})")
+    if name.startswith("1b-"):
+        kernels_of_1b = predicted["kernel_s"]
+# The 1B plan's profiled kernels (braid-gpu-bench's table in the log)
+# against the prediction's, kind by kind: where an error comes from.
+text = open(log).read()
+table = re.search(r"^kernel +ms/step +share.*\n((?:[A-Z_]+ +[0-9.]+ .*\n)+)",
+                  text, re.M)
+if table and "kernels_of_1b" in globals():
+    print(f"\n1B kernels {'measured (ms)':>17s} {'predicted (ms)':>15s} {'error':>8s}")
+    for row in table.group(1).splitlines():
+        kind, ms = row.split()[0], float(row.split()[1])
+        guess = 1e3 * kernels_of_1b.get(kind, 0.0)
+        error = f"{100 * (guess - ms) / ms:+7.1f}%" if ms > 0 else ""
+        print(f"{kind:27s} {ms:10.3f} {guess:15.3f} {error:>8s}")
 PY
   exit 0
 fi
