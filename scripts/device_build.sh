@@ -16,6 +16,7 @@
 # BUNDLE/bench      bench/gpu_train.sh's 1B-parameter plans (compile)
 # BUNDLE/graphs     bench/cuda_graphs.sh's plans (compile)
 # BUNDLE/generate   bench/generate_gpu.sh's 1B inference plans (compile)
+# BUNDLE/eval       bench/eval_gpu.sh's 1B scoring plan and requests (compile)
 # BUNDLE/check.sh   runs all of it on the GPU machine (see its comment)
 #
 # It needs the main build (scripts/setup.sh) for braidc and braid-data.
@@ -108,11 +109,12 @@ python3 "$root/tests/e2e/cuda_train.py" --bin "$main/bin" \
 BRAID_BUILD_DIR="$main" "$root/bench/gpu_train.sh" compile "$out/bench"
 BRAID_BUILD_DIR="$main" "$root/bench/cuda_graphs.sh" compile "$out/graphs"
 BRAID_BUILD_DIR="$main" "$root/bench/generate_gpu.sh" compile "$out/generate"
+BRAID_BUILD_DIR="$main" "$root/bench/eval_gpu.sh" compile "$out/eval"
 
 cat > "$out/check.sh" <<'CHECK'
 #!/usr/bin/env bash
 # On the GPU machine, from the repository's root (the bundle carried along):
-#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|graphs|generate|calibrate|all]
+#   [BRAID_CHECK_LOGS=DIR] [BRAID_CHECK_TIMEOUT=S] bash BUNDLE/check.sh [tests|racecheck|attention|train|bench|graphs|generate|eval|calibrate|all]
 # tests: the CUDA tests (kernels, attention, executor) against the CPU;
 # racecheck: compute-sanitizer's racecheck on the tensor-core attention tests;
 # attention: braid-attention-bench (each tensor-core tiling checked, timed);
@@ -123,6 +125,8 @@ cat > "$out/check.sh" <<'CHECK'
 # graphs: bench/cuda_graphs.sh run (captured graphs against launches);
 # generate: bench/generate_gpu.sh run (1B bf16 decode against the memory
 #   bandwidth, batch 32 against PyTorch's generate);
+# eval: bench/eval_gpu.sh run (1B bf16 log-likelihood scoring against
+#   PyTorch's Hugging Face forward scoring);
 # calibrate: braid-gpu-calibrate (products by size, bandwidth, a kernel's
 #   call) into DIR/gpu-measurement.textproto (/tmp without BRAID_CHECK_LOGS).
 # Each part stops after BRAID_CHECK_TIMEOUT seconds (default 600) and, with
@@ -210,6 +214,10 @@ fi
 if [ "$what" = generate ] || [ "$what" = all ]; then
   export BRAID_BIN_DIR="$bin"
   part generate bash "$root/bench/generate_gpu.sh" run "$bundle/generate" || rc=1
+fi
+if [ "$what" = eval ] || [ "$what" = all ]; then
+  export BRAID_BIN_DIR="$bin"
+  part eval bash "$root/bench/eval_gpu.sh" run "$bundle/eval" || rc=1
 fi
 exit $rc
 CHECK

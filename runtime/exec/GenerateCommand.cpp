@@ -3,6 +3,7 @@
 #include "runtime/exec/GenerateCommand.h"
 
 #include "runtime/exec/Generate.h"
+#include "runtime/common/Json.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "absl/strings/str_split.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iomanip>
 #include <optional>
@@ -18,10 +20,82 @@
 namespace braid::exec {
 
 const char kGenerateFlagsUsage[] =
-    "[--init-from DIR] [--device cpu|cuda] --prompt-ids 1,2,3 "
+    "[--init-from DIR] [--device cpu|cuda] (--prompt-ids 1,2,3 "
     "[--prompt-ids ...] [--max-new-tokens N] [--greedy | --temperature T "
     "--top-k K --top-p P] [--seed S] [--beam-width W [--length-penalty A]] "
-    "[--eos-id ID]... [--logits-out FILE] [--stats] [--profile]";
+    "[--eos-id ID]... [--logits-out FILE] | --score FILE.jsonl "
+    "[--no-shared-prefixes]) [--stats] [--profile]";
+
+namespace {
+
+/// The integer ids of `value` (a JSON list of numbers that are token ids),
+/// or an error naming `where` and `field`.
+absl::StatusOr<std::vector<int32_t>> idsOf(const google::protobuf::Value &value,
+                                           const std::string &where,
+                                           const std::string &field) {
+  if (value.kind_case() != google::protobuf::Value::kListValue)
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"", field, "\" is ",
+                     common::JsonKindName(value), ", not a list of token ids"));
+  std::vector<int32_t> ids;
+  for (const google::protobuf::Value &v : value.list_value().values()) {
+    const double d = v.number_value();
+    if (v.kind_case() != google::protobuf::Value::kNumberValue || d < 0 ||
+        d > 2147483647.0 || d != double(int64_t(d)))
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": \"", field, "\" holds ",
+          v.kind_case() == google::protobuf::Value::kNumberValue
+              ? absl::StrCat(d)
+              : std::string(common::JsonKindName(v)),
+          ", not a token id (an integer >= 0)"));
+    ids.push_back(int32_t(d));
+  }
+  return ids;
+}
+
+/// The scoring requests of a JSONL file: one object a line with
+/// "context_ids" and "continuation_ids" (braid eval --log-samples writes
+/// them; other fields are left alone); blank lines skipped.
+absl::StatusOr<std::vector<Generator::ScoreRequest>>
+readScoreRequests(const std::string &path) {
+  std::ifstream in(path);
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::vector<Generator::ScoreRequest> requests;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    const std::string where = absl::StrCat(path, ":", number);
+    absl::StatusOr<google::protobuf::Struct> object =
+        common::ParseJsonObject(where, line);
+    if (!object.ok())
+      return object.status();
+    Generator::ScoreRequest r;
+    for (auto [field, ids] :
+         {std::pair{"context_ids", &r.context},
+          std::pair{"continuation_ids", &r.continuation}}) {
+      auto at = object->fields().find(field);
+      if (at == object->fields().end())
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": no \"", field, "\""));
+      absl::StatusOr<std::vector<int32_t>> parsed = idsOf(at->second, where, field);
+      if (!parsed.ok())
+        return parsed.status();
+      *ids = std::move(*parsed);
+    }
+    if (r.continuation.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": \"continuation_ids\" is empty"));
+    requests.push_back(std::move(r));
+  }
+  if (requests.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": no request (one JSON object a line)"));
+  return requests;
+}
+
+} // namespace
 
 int RunGenerateCommand(
     const plan::Plan &plan, const std::vector<std::string> &args,
@@ -44,7 +118,8 @@ int RunGenerateCommand(
   double lengthPenalty = 1.0;
   SamplingOptions sampling;
   bool greedy = false, stats = false, sampled = false, profile = false;
-  std::string logitsOut;
+  bool sharePrefixes = true;
+  std::string logitsOut, scoreFile;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--greedy") {
@@ -57,6 +132,10 @@ int RunGenerateCommand(
     }
     if (arg == "--profile") {
       profile = true;
+      continue;
+    }
+    if (arg == "--no-shared-prefixes") {
+      sharePrefixes = false;
       continue;
     }
     if (i + 1 >= args.size())
@@ -112,12 +191,29 @@ int RunGenerateCommand(
         return usage("--length-penalty " + value + ": expected a number");
     } else if (arg == "--logits-out") {
       logitsOut = value;
+    } else if (arg == "--score") {
+      scoreFile = value;
     } else {
       return usage("unknown flag " + arg + " for an inference plan");
     }
   }
-  if (prompts.empty())
-    return usage("no prompt: give --prompt-ids 1,2,3 (once per prompt)");
+  std::vector<Generator::ScoreRequest> scoreRequests;
+  if (!scoreFile.empty()) {
+    if (!prompts.empty() || greedy || sampled || beamWidth > 1 ||
+        !logitsOut.empty() || !eosIds.empty())
+      return usage("--score scores the file's requests: it does not go with "
+                   "--prompt-ids, sampling, beams, --eos-id or --logits-out");
+    absl::StatusOr<std::vector<Generator::ScoreRequest>> read =
+        readScoreRequests(scoreFile);
+    if (!read.ok())
+      return fail(read.status().message());
+    scoreRequests = std::move(*read);
+  } else if (!sharePrefixes) {
+    return usage("--no-shared-prefixes goes with --score");
+  } else if (prompts.empty()) {
+    return usage("no prompt: give --prompt-ids 1,2,3 (once per prompt), or "
+                 "--score FILE.jsonl");
+  }
   if (greedy && sampled)
     return usage("--greedy does not go with --temperature, --top-k or --top-p");
   if (sampled && sampling.temperature == 0)
@@ -144,6 +240,40 @@ int RunGenerateCommand(
   // after the last group.
   if (profile)
     gen.backend().EnableProfile();
+
+  // --score: each request's log-likelihood and greedy flag, a JSON object
+  // a line in the file's order.
+  if (!scoreRequests.empty()) {
+    const auto began = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<Generator::ScoreResult>> scored =
+        gen.Score(scoreRequests, {}, sharePrefixes);
+    if (!scored.ok())
+      return fail(scored.status().message());
+    const double seconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - began)
+                               .count();
+    if (writer) {
+      for (const Generator::ScoreResult &r : *scored)
+        out << absl::StrFormat("{\"logprob\": %.9e, \"greedy\": %s}\n",
+                               r.logprob, r.greedy ? "true" : "false");
+      out.flush();
+      if (stats) {
+        int64_t tokens = 0;
+        for (const Generator::ScoreRequest &r : scoreRequests)
+          tokens += int64_t(r.context.size() + r.continuation.size());
+        err << absl::StrFormat(
+            "stats: scored %d requests (%d tokens) in %.6f s, %.2f "
+            "requests/s%s; arena %d bytes\n",
+            scoreRequests.size(), tokens, seconds,
+            seconds > 0 ? double(scoreRequests.size()) / seconds : 0.0,
+            sharePrefixes ? ", shared contexts once" : "",
+            plan.arena_bytes());
+      }
+    }
+    if (!profile)
+      return 0;
+    prompts.clear();
+  }
 
   // Every rank reads its logits (split over tp, they are gathered on
   // each); rank 0 writes them.

@@ -9,8 +9,15 @@
 //       [--greedy | --temperature T --top-k K --top-p P] [--seed S]
 //       [--beam-width W [--length-penalty A]] [--eos-id ID]...
 //       [--logits-out FILE] [--stats]
+//   braid-run score.plan [--init-from DIR] [--device cpu|cuda]
+//       --score FILE.jsonl [--no-shared-prefixes] [--stats]
 //
-// Each prompt's ids and its completion's print on one line. A plan split
+// Each prompt's ids and its completion's print on one line. --score (a
+// plan compiled with --score) reads one request a line, {"context_ids":
+// [...], "continuation_ids": [...]} (braid eval --log-samples writes them),
+// and prints each one's {"logprob": L, "greedy": G} in the file's order:
+// braid eval's log-likelihood scoring on a node without the compiler or
+// the tokenizer. A plan split
 // over tensor parallelism runs as `mpirun -np N braid-run gen.plan ...`,
 // rank 0 printing. `braid generate` (tools/braid) adds tokenizers and
 // compiles the plan itself.

@@ -7,7 +7,8 @@
   computed once for its options, and with --no-shared-prefixes each
   request whole through the score function) and split over tp 2:
   every option's log-likelihood (--log-samples: its context and
-  continuation ids) equals the sum of the continuation tokens'
+  continuation ids; and braid-run --score replaying that file on the plan
+  braidc --score compiles, without the compiler) equals the sum of the continuation tokens'
   log-softmax under hf_reference.py (a numpy forward written from the
   models' definitions, in float64) to 1e-5 relative, and its greedy flag
   whether each continuation token is the reference's argmax; tp 2 scores
@@ -84,9 +85,27 @@ def check_loglikelihoods(s, family, seed):
     lines, results = runs[1, "shared"]
     if not lines:
         sys.exit(f"FAILED: {family}: no log-likelihood requests logged")
+    # braid-run replays the logged requests (--score) on the plan braidc
+    # compiles with --score: no compiler or tokenizer at run time, a GPU
+    # node's way.
+    plan = s.w(f"{family}-score.plan")
+    harness.run([s.b("braidc"), "--hf-config", f"{model_dir}/config.json",
+                 "--mode", "generate", "--score", "--max-batch", "4",
+                 "--max-seq-len", "1024", "--prefill-chunk", "96",
+                 "--emit=plan", "-o", plan])
+    replay = harness.run([s.b("braid-run"), plan, "--init-from", model_dir,
+                          "--score", s.w(f"{family}-tp1-shared-samples.jsonl"),
+                          "--stats"])
+    replayed = [json.loads(l) for l in replay.stdout.splitlines()]
+    if len(replayed) != len(lines) or "stats: scored" not in replay.stderr:
+        sys.exit(f"FAILED: {family}: braid-run --score answered "
+                 f"{len(replayed)} of {len(lines)} requests:\n{replay.stderr}")
+    replay_lines = [dict(l, logprob=r["logprob"], greedy=r["greedy"])
+                    for l, r in zip(lines, replayed)]
     worst = 0.0
-    # Each option's context computed once (shared) and each request whole.
-    for k, line in enumerate(lines + runs[1, "whole"][0]):
+    # Each option's context computed once (shared), each request whole, and
+    # braid-run's replay.
+    for k, line in enumerate(lines + runs[1, "whole"][0] + replay_lines):
         ctx, cont = line["context_ids"], line["continuation_ids"]
         ids = ctx + cont
         logits = truth.logits(ids[:-1])
