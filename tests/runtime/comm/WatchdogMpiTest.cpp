@@ -153,6 +153,14 @@ TEST(Watchdog, NamesWhatAnotherRankWaitsIn) {
   }
 }
 
+/// Rank 2's process id, on every rank (a collective: every rank calls it).
+int rank2Pid() {
+  int pid = int(getpid());
+  std::vector<int> pids(4);
+  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  return pids[2];
+}
+
 /// Rank 3's part: once rank 2 says go (and is in its wait 0.3 s later),
 /// stops it (SIGSTOP) and resumes it (SIGCONT, as mpirun does before it
 /// ends a job's ranks) `resume` seconds after this call.
@@ -172,9 +180,7 @@ void stopRank2(int pid, int resume) {
 // question, so rank 2 is named as not arrived, with where it was stopped.
 TEST(Watchdog, NamesAStoppedRankThatAnswersLate) {
   int64_t r = theComm->Rank();
-  int pid = int(getpid());
-  std::vector<int> pids(4);
-  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const int rank2 = rank2Pid();
   static float x, y;
   x = float(r + 1);
   y = 1;
@@ -202,7 +208,7 @@ TEST(Watchdog, NamesAStoppedRankThatAnswersLate) {
     ASSERT_TRUE(theComm->AllReduce({"dp"}, &x, 1, plan::F32).ok());
     EXPECT_EQ(x, 4.0f);
   } else if (r == 3) {
-    stopRank2(pids[2], 5);
+    stopRank2(rank2, 5);
     awaitGo(0);
     ASSERT_TRUE(theComm->AllReduce({"tp"}, &y, 1, plan::F32).ok());
     EXPECT_EQ(y, 2.0f);
@@ -215,9 +221,7 @@ TEST(Watchdog, NamesAStoppedRankThatAnswersLate) {
 // cause: its answer says it did not run for most of that wait.
 TEST(Watchdog, NamesARankStoppedInItsWaitAndResumed) {
   int64_t r = theComm->Rank();
-  int pid = int(getpid());
-  std::vector<int> pids(4);
-  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const int rank2 = rank2Pid();
   static float x, y;
   x = float(r + 1);
   y = 1;
@@ -237,8 +241,9 @@ TEST(Watchdog, NamesARankStoppedInItsWaitAndResumed) {
     size_t stalled = at == std::string::npos ? at : m.find(ran, at);
     EXPECT_NE(stalled, std::string::npos) << m;
     // Stopped from 0.3 s to 2 s.
-    if (stalled != std::string::npos)
+    if (stalled != std::string::npos) {
       EXPECT_GE(std::stod(m.substr(stalled + ran.size())), 1.2) << m;
+    }
     sayGo(3);
   } else if (r == 2) {
     theComm->SetTimeout(60);
@@ -249,7 +254,7 @@ TEST(Watchdog, NamesARankStoppedInItsWaitAndResumed) {
     ASSERT_TRUE(theComm->AllReduce({"dp"}, &x, 1, plan::F32).ok());
     EXPECT_EQ(x, 4.0f);
   } else if (r == 3) {
-    stopRank2(pids[2], 2);
+    stopRank2(rank2, 2);
     awaitGo(0);
     ASSERT_TRUE(theComm->AllReduce({"tp"}, &y, 1, plan::F32).ok());
     EXPECT_EQ(y, 2.0f);
@@ -263,9 +268,7 @@ TEST(Watchdog, NamesARankStoppedInItsWaitAndResumed) {
 // which stays away, as not arrived.
 TEST(Watchdog, SaysThatItDidNotRunInItsOwnWait) {
   int64_t r = theComm->Rank();
-  int pid = int(getpid());
-  std::vector<int> pids(4);
-  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const int rank2 = rank2Pid();
   static float y;
   y = 1;
   if (r == 2) {
@@ -286,7 +289,7 @@ TEST(Watchdog, SaysThatItDidNotRunInItsOwnWait) {
     EXPECT_NE(m.find("; rank 3 had not arrived"), std::string::npos) << m;
     sayGo(3);
   } else if (r == 3) {
-    stopRank2(pids[2], 4);
+    stopRank2(rank2, 4);
     awaitGo(2);
     theComm->SetTimeout(0);
     ASSERT_TRUE(theComm->AllReduce({"tp"}, &y, 1, plan::F32).ok());
