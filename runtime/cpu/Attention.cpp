@@ -10,33 +10,39 @@
 //
 // Float: blocked over query blocks of 64 or 128 rows (queryBlockRows), as
 // FlashAttention but with a block's whole key range at once. A block
-// [i0, i1) sees keys [firstKey(i0), causal ? i1 : seq); its scores
-// S = scale Q Kᵀ, its output P V and, backward, dP = dO Vᵀ, dQ = dS K,
-// dK += dSᵀ Q and dV += Pᵀ dO are single-precision GEMMs (OpenBLAS) reading
-// and writing the heads in place through their row strides. Between them,
-// per row: the ALiBi bias, the mask (keys of other documents or, causal,
-// after the query get probability 0), the softmax with expFast (its loop in
-// VectorLoops.h)
-// and its sums in double. A block's S (then P) and dP (then dS) are scratch:
-// per thread, block rows × seq floats each, allocated once per call and
-// written by every block before it reads them.
+// [i0, i1) sees keys [j0, causal ? i1 : seq), j0 its first query's first key
+// rounded down to a panel (kTileColumnsAll; the keys before the first are
+// masked as another document's); its scores S = scale Q Kᵀ, its output P V
+// and, backward, dP = dO Vᵀ, dQ = dS K, dK += dSᵀ Q and dV += Pᵀ dO are
+// AttentionTiles.h's products: the head's keys and values are packed once
+// per unit, Q, dO, P and dS read in place, and, causal, the products skip
+// the terms and scores above the diagonal (bands). Between them, per row:
+// the ALiBi bias, the mask (keys of other documents or, causal, after the
+// query get probability 0), the softmax with expFast (its loop in
+// VectorLoops.h) and its sums in double. A block's S (then P) and dP (then
+// dS) are scratch: per thread, block rows × seq floats each, allocated once
+// per call and written by every block before it reads them.
 //
-// Threads: units are (batch, head, query block) triples forward (the blocks
-// are independent) and (batch, kv head) pairs backward (dK and dV gather the
-// group's query heads and blocks, added in order by the unit alone). Every
-// unit's GEMMs run on the thread that runs the unit, so that nothing depends
-// on the thread count: see forEachUnit. Results are bit-identical whatever
-// the number of threads.
+// Threads: units are (batch, head) pairs forward (the head's blocks in
+// order) and (batch, kv head) pairs backward (dK and dV gather the group's
+// query heads and blocks, added in order by the unit alone). Every unit runs
+// on one thread, its products too, so that nothing depends on the thread
+// count: see forEachUnit. Results are bit-identical whatever the number of
+// threads.
 //
+// The products were OpenBLAS's sgemm: on GPT-2-small's shape (batch 4, 12
+// heads, seq 256, head dim 64) it spent a fifth of attention's time packing
+// operands for each block and computed the masked half of the diagonal
+// blocks; the tiles took attention from 0.71 to 0.54 s over two steps
+// (bench/cpu_train.sh, 2 AVX2 cores).
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/Kernels.h"
 
-#include "runtime/cpu/Blas.h"
+#include "runtime/cpu/AttentionTiles.h"
 #include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/VectorLoops.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -122,16 +128,11 @@ int64_t queryBlockRows(int64_t seq) { return seq > 512 ? 128 : 64; }
 /// own `scratchFloats` floats of scratch (which a unit must write before it
 /// reads them).
 ///
-/// Every GEMM must run whole on the thread of its unit, whatever the thread
-/// count (Blas.h says why and how). So, unlike parallelFor, this has no work
-/// threshold: with more than one thread the units always run in an active
-/// parallel region (on one unit, the other threads only wait), where OpenBLAS
-/// takes the calling thread alone; on one thread, OpenMP's count of one is
-/// OpenBLAS's too. Waking the team costs microseconds, little next to the
-/// GEMMs' packing.
+/// A unit runs whole on one thread, products included (AttentionTiles.h
+/// has no threads of its own), so its results do not depend on the thread
+/// count. Units are large: unlike parallelFor, no work threshold.
 template <typename F>
 void forEachUnit(int64_t n, int64_t scratchFloats, F &&body) {
-  runBlasOnOneThread();
 #pragma omp parallel if (omp_get_max_threads() > 1)
   {
     std::vector<float> scratch(scratchFloats);
@@ -152,6 +153,10 @@ struct QueryBlock {
     // query's; the minimum only keeps malformed positions in bounds.
     for (int64_t i = i0 + 1; i < i1; ++i)
       j0 = std::min(j0, s.firstKey(b, i));
+    // The head's keys are packed once, in panels of columns: a block starts
+    // at a panel (the keys before its first are masked, as any other
+    // document's).
+    j0 -= j0 % kTileColumnsAll;
   }
   int rows() const { return int(i1 - i0); }
   int keys() const { return int(jEnd - j0); }
@@ -162,6 +167,28 @@ struct QueryBlock {
   }
   int hi(const AttentionShape &s, int64_t i) const {
     return int((s.causal ? i + 1 : s.seq) - j0);
+  }
+  /// Causal, the bands of the block's products (AttentionTiles.h): row r's
+  /// scores are needed up to key offset hi = r + i0 - j0 + 1, its
+  /// probabilities (and dS) are zero from there, and key c's column of them
+  /// is zero above row c + j0 - i0. Without causality, none.
+  ProductBand scoreBand(const AttentionShape &s) const {
+    ProductBand band;
+    if (s.causal)
+      band.columnsBefore = i0 - j0 + 1;
+    return band;
+  }
+  ProductBand rowTermsBand(const AttentionShape &s) const {
+    ProductBand band;
+    if (s.causal)
+      band.termsBefore = i0 - j0 + 1;
+    return band;
+  }
+  ProductBand columnTermsBand(const AttentionShape &s) const {
+    ProductBand band;
+    if (s.causal)
+      band.termsFrom = j0 - i0;
+    return band;
   }
 };
 
@@ -212,37 +239,46 @@ void attentionForwardFloat(const float *q, const float *k, const float *v,
   const int64_t blocks = (s.seq + blockRows - 1) / blockRows;
   const int d = int(s.headDim);
   const float scale = float(s.scale);
-  // The query blocks are independent problems, one unit each.
-  auto blockBody = [&](int64_t unit, float *scores) {
-    int64_t pair = unit / blocks, b = pair / s.heads, h = pair % s.heads;
+  const int64_t kPacked = packedFloats(s.seq, d), vPacked = packedFloats(d, s.seq);
+  // A unit is a (batch, head) pair: its keys (transposed) and values packed
+  // once, then its query blocks in order.
+  auto pairBody = [&](int64_t pair, float *scratch) {
+    float *scores = scratch, *kt = scores + blockRows * s.seq,
+          *vp = kt + kPacked;
+    int64_t b = pair / s.heads, h = pair % s.heads;
     Head hd = makeHead(s, b, h, slopes);
-    QueryBlock blk(s, b, unit % blocks, blockRows);
-    const int rows = blk.rows(), keys = blk.keys();
-    const float *qb = q + hd.qOffset + blk.i0 * hd.qStride;
-    const float *kb = k + hd.kvOffset + blk.j0 * hd.kvStride;
-    const float *vb = v + hd.kvOffset + blk.j0 * hd.kvStride;
-    // scores = scale q kᵀ, rows × keys.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d, scale,
-                qb, int(hd.qStride), kb, int(hd.kvStride), 0.0f, scores, keys);
+    packRight(s.seq, d, {k + hd.kvOffset, 1, hd.kvStride}, kt);
+    packRight(d, s.seq, {v + hd.kvOffset, hd.kvStride, 1}, vp);
     const float slope = float(hd.slope);
-    for (int r = 0; r < rows; ++r) {
-      int64_t i = blk.i0 + r;
-      float *row = scores + int64_t(r) * keys;
-      int lo = blk.lo(s, b, i), hi = blk.hi(s, i);
-      float m = addBiasAndMax(row, lo, hi, int(i - blk.j0), slope);
-      expOrMask(row, lo, hi, keys, m);
-      double sum = sumInDouble(row + lo, hi - lo);
-      lse[(b * s.heads + h) * s.seq + i] = float(m + std::log(sum));
-      float inv = float(1.0 / sum);
-      for (int c = lo; c < hi; ++c)
-        row[c] *= inv;
+    for (int64_t block = 0; block < blocks; ++block) {
+      QueryBlock blk(s, b, block, blockRows);
+      const int rows = blk.rows(), keys = blk.keys();
+      // scores = scale q kᵀ, rows × keys.
+      tileProductPacked(rows, keys, d, scale,
+                        {q + hd.qOffset + blk.i0 * hd.qStride, hd.qStride, 1},
+                        kt, d, 0, blk.j0, false, scores, keys,
+                        blk.scoreBand(s));
+      for (int r = 0; r < rows; ++r) {
+        int64_t i = blk.i0 + r;
+        float *row = scores + int64_t(r) * keys;
+        int lo = blk.lo(s, b, i), hi = blk.hi(s, i);
+        float m = addBiasAndMax(row, lo, hi, int(i - blk.j0), slope);
+        expOrMask(row, lo, hi, keys, m);
+        double sum = sumInDouble(row + lo, hi - lo);
+        lse[(b * s.heads + h) * s.seq + i] = float(m + std::log(sum));
+        float inv = float(1.0 / sum);
+        for (int c = lo; c < hi; ++c)
+          row[c] *= inv;
+      }
+      // out = p v, straight into the head's rows.
+      tileProductPacked(rows, d, keys, 1.0f, {scores, keys, 1}, vp, s.seq,
+                        blk.j0, 0, false,
+                        out + hd.qOffset + blk.i0 * hd.qStride, hd.qStride,
+                        blk.rowTermsBand(s));
     }
-    // out = p v, straight into the head's rows.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, keys, 1.0f,
-                scores, keys, vb, int(hd.kvStride), 0.0f,
-                out + hd.qOffset + blk.i0 * hd.qStride, int(hd.qStride));
   };
-  forEachUnit(s.batch * s.heads * blocks, blockRows * s.seq, blockBody);
+  forEachUnit(s.batch * s.heads, blockRows * s.seq + kPacked + vPacked,
+              pairBody);
 }
 
 void attentionBackwardFloat(const float *q, const float *k, const float *v,
@@ -258,10 +294,21 @@ void attentionBackwardFloat(const float *q, const float *k, const float *v,
   const int64_t blocks = (s.seq + blockRows - 1) / blockRows;
   const int d = int(s.headDim);
   const float scale = float(s.scale);
+  const int64_t kPacked = packedFloats(s.seq, d), rowsPacked = packedFloats(d, s.seq);
   auto pairBody = [&](int64_t pair, float *scratch) {
     float *p = scratch, *ds = scratch + blockRows * s.seq;
+    // The kv head's keys and values packed once for all of its query heads
+    // and blocks: kᵀ and vᵀ (for the scores and dP), k (for dq).
+    float *kt = ds + blockRows * s.seq, *vt = kt + kPacked, *kp = vt + kPacked;
     int64_t b = pair / s.kvHeads, g = pair % s.kvHeads;
     zeroKvRows(s, b, g, dk, dv);
+    {
+      int64_t kvStride = s.kvHeads * s.headDim;
+      int64_t at = b * s.seq * kvStride + g * s.headDim;
+      packRight(s.seq, d, {k + at, 1, kvStride}, kt);
+      packRight(s.seq, d, {v + at, 1, kvStride}, vt);
+      packRight(d, s.seq, {k + at, kvStride, 1}, kp);
+    }
     KvGroup heads(s, g);
     for (int64_t h = heads.first; h < heads.last; ++h) {
       Head hd = makeHead(s, b, h, slopes);
@@ -274,8 +321,8 @@ void attentionBackwardFloat(const float *q, const float *k, const float *v,
         int64_t kvAt = hd.kvOffset + blk.j0 * hd.kvStride;
         const float *lseb = lse + (b * s.heads + h) * s.seq + blk.i0;
         // p = e^(scale q kᵀ + bias - lse), as forward.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d,
-                    scale, q + qAt, qld, k + kvAt, kvld, 0.0f, p, keys);
+        tileProductPacked(rows, keys, d, scale, {q + qAt, qld, 1}, kt, d, 0,
+                          blk.j0, false, p, keys, blk.scoreBand(s));
         for (int r = 0; r < rows; ++r) {
           int64_t i = blk.i0 + r;
           float *row = p + int64_t(r) * keys;
@@ -285,8 +332,8 @@ void attentionBackwardFloat(const float *q, const float *k, const float *v,
         }
         // dp = dout vᵀ; ds = p (dp - D) scale with D_i = dout_i · out_i
         // (= sum_j p_ij dp_ij), in place.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d,
-                    1.0f, dout + qAt, qld, v + kvAt, kvld, 0.0f, ds, keys);
+        tileProductPacked(rows, keys, d, 1.0f, {dout + qAt, qld, 1}, vt, d, 0,
+                          blk.j0, false, ds, keys, blk.scoreBand(s));
         for (int r = 0; r < rows; ++r) {
           int64_t i = blk.i0 + r;
           float *dsRow = ds + int64_t(r) * keys;
@@ -300,16 +347,17 @@ void attentionBackwardFloat(const float *q, const float *k, const float *v,
           std::fill(dsRow + hi, dsRow + keys, 0.0f);
         }
         // dq = ds k; dk += dsᵀ q; dv += pᵀ dout.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, keys,
-                    1.0f, ds, keys, k + kvAt, kvld, 0.0f, dq + qAt, qld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, d, rows,
-                    1.0f, ds, keys, q + qAt, qld, 1.0f, dk + kvAt, kvld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, d, rows,
-                    1.0f, p, keys, dout + qAt, qld, 1.0f, dv + kvAt, kvld);
+        tileProductPacked(rows, d, keys, 1.0f, {ds, keys, 1}, kp, s.seq,
+                          blk.j0, 0, false, dq + qAt, qld, blk.rowTermsBand(s));
+        tileProduct(keys, d, rows, 1.0f, {ds, 1, keys}, {q + qAt, qld, 1}, true,
+                    dk + kvAt, kvld, blk.columnTermsBand(s));
+        tileProduct(keys, d, rows, 1.0f, {p, 1, keys}, {dout + qAt, qld, 1},
+                    true, dv + kvAt, kvld, blk.columnTermsBand(s));
       }
     }
   };
-  forEachUnit(s.batch * s.kvHeads, 2 * blockRows * s.seq, pairBody);
+  forEachUnit(s.batch * s.kvHeads,
+              2 * blockRows * s.seq + 2 * kPacked + rowsPacked, pairBody);
 }
 
 } // namespace
