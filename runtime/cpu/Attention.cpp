@@ -223,12 +223,19 @@ float addBiasAndMax(float *row, int lo, int hi, int dist, float slope) {
   return *std::max_element(lane, lane + kLanes);
 }
 
-/// row[c] = e^(row[c] - shift) on [lo, hi) and 0 on the masked rest of
-/// [0, n).
-void expOrMask(float *row, int lo, int hi, int n, float shift) {
+/// Zeroes the masked columns of a block's row that its products read:
+/// [0, lo), and past the causal end hi the kTileRowsMax - 1 a register tile
+/// may take for a neighbouring row (AttentionTiles.h); the products skip the
+/// rest of [hi, n).
+void zeroMasked(float *row, int lo, int hi, int n) {
   std::fill(row, row + lo, 0.0f);
+  std::fill(row + hi, row + std::min<int64_t>(n, hi + kTileRowsMax - 1), 0.0f);
+}
+
+/// row[c] = e^(row[c] - shift) on [lo, hi), the masked rest zeroed.
+void expOrMask(float *row, int lo, int hi, int n, float shift) {
   expTimes(row + lo, hi - lo, shift, 1.0f, row + lo);
-  std::fill(row + hi, row + n, 0.0f);
+  zeroMasked(row, lo, hi, n);
 }
 
 void attentionForwardFloat(const float *q, const float *k, const float *v,
@@ -244,7 +251,7 @@ void attentionForwardFloat(const float *q, const float *k, const float *v,
   // once, then its query blocks in order.
   auto pairBody = [&](int64_t pair, float *scratch) {
     float *scores = scratch, *kt = scores + blockRows * s.seq,
-          *vp = kt + kPacked;
+          *vp = kt + kPacked, *inverse = vp + vPacked;
     int64_t b = pair / s.heads, h = pair % s.heads;
     Head hd = makeHead(s, b, h, slopes);
     packRight(s.seq, d, {k + hd.kvOffset, 1, hd.kvStride}, kt);
@@ -266,19 +273,20 @@ void attentionForwardFloat(const float *q, const float *k, const float *v,
         expOrMask(row, lo, hi, keys, m);
         double sum = sumInDouble(row + lo, hi - lo);
         lse[(b * s.heads + h) * s.seq + i] = float(m + std::log(sum));
-        float inv = float(1.0 / sum);
-        for (int c = lo; c < hi; ++c)
-          row[c] *= inv;
+        inverse[r] = float(1.0 / sum);
       }
-      // out = p v, straight into the head's rows.
+      // out = (e v) / sum, straight into the head's rows: the sums divide
+      // the rows of the output (d a row) rather than the scores' (keys).
+      float *ob = out + hd.qOffset + blk.i0 * hd.qStride;
       tileProductPacked(rows, d, keys, 1.0f, {scores, keys, 1}, vp, s.seq,
-                        blk.j0, 0, false,
-                        out + hd.qOffset + blk.i0 * hd.qStride, hd.qStride,
-                        blk.rowTermsBand(s));
+                        blk.j0, 0, false, ob, hd.qStride, blk.rowTermsBand(s));
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < d; ++c)
+          ob[r * hd.qStride + c] *= inverse[r];
     }
   };
-  forEachUnit(s.batch * s.heads, blockRows * s.seq + kPacked + vPacked,
-              pairBody);
+  forEachUnit(s.batch * s.heads,
+              blockRows * s.seq + kPacked + vPacked + blockRows, pairBody);
 }
 
 void attentionBackwardFloat(const float *q, const float *k, const float *v,
@@ -341,10 +349,9 @@ void attentionBackwardFloat(const float *q, const float *k, const float *v,
           int lo = blk.lo(s, b, i), hi = blk.hi(s, i);
           float rowDot = float(dotInDouble(dout + qAt + r * hd.qStride,
                                            out + qAt + r * hd.qStride, d));
-          std::fill(dsRow, dsRow + lo, 0.0f);
           for (int c = lo; c < hi; ++c)
             dsRow[c] = pRow[c] * (dsRow[c] - rowDot) * scale;
-          std::fill(dsRow + hi, dsRow + keys, 0.0f);
+          zeroMasked(dsRow, lo, hi, keys);
         }
         // dq = ds k; dk += dsᵀ q; dv += pᵀ dout.
         tileProductPacked(rows, d, keys, 1.0f, {ds, keys, 1}, kp, s.seq,

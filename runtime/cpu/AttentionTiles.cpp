@@ -55,6 +55,11 @@ static_assert(kTileColumnsAll % tiles_avx512::kTileColumns == 0 &&
               kTileColumnsAll % tiles_avx2::kTileColumns == 0);
 #endif
 static_assert(kTileColumnsAll % tiles_sse2::kTileColumns == 0);
+static_assert(tiles_sse2::kTileRows <= kTileRowsMax);
+#ifdef BRAID_TILES_X86
+static_assert(tiles_avx2::kTileRows <= kTileRowsMax &&
+              tiles_avx512::kTileRows <= kTileRowsMax);
+#endif
 
 namespace {
 enum class Isa { Sse2, Avx2, Avx512 };

@@ -62,6 +62,10 @@ void packRight(int64_t n, int64_t k, StridedMatrix b, float *packed);
 /// instruction set's divides kTileColumnsAll).
 int64_t tileColumns();
 inline constexpr int64_t kTileColumnsAll = 32;
+/// The most rows of a register tile (every instruction set's): a row group
+/// takes the band of all of its rows, so a band's zero terms must be there
+/// (written) up to kTileRowsMax - 1 past a row's own.
+inline constexpr int64_t kTileRowsMax = 6;
 
 /// tileProduct with B rows [firstK, firstK + k) and columns [firstColumn,
 /// firstColumn + n) of `packed`, packRight's of a matrix of packedK rows.

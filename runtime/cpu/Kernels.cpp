@@ -680,6 +680,14 @@ void scaleForward(const T *x, int64_t n, double scale, T *y) {
   });
 }
 
+template <typename T>
+void addForward(const T *a, const T *b, int64_t n, T *y) {
+  parallelBlocks(n, kElementBlock, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      y[i] = a[i] + b[i];
+  });
+}
+
 //===-- Dropout -----------------------------------------------------------===//
 
 bool dropoutKeeps(uint64_t index, double rate, const DropoutKey &key) {
@@ -864,6 +872,7 @@ void crossEntropyBackward(const T *logits, const int32_t *targets,
   template void geluForward<T>(const T *, int64_t, bool, T *);                 \
   template void geluBackward<T>(const T *, const T *, int64_t, bool, T *);     \
   template void scaleForward<T>(const T *, int64_t, double, T *);              \
+  template void addForward<T>(const T *, const T *, int64_t, T *);             \
   template void dropoutForward<T>(const T *, const GlobalIndexing &, double,  \
                                   const DropoutKey &, T *);                    \
   template void dropoutBackward<T>(const T *, const GlobalIndexing &, double, \

@@ -219,6 +219,12 @@ void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx);
 template <typename T>
 void scaleForward(const T *x, int64_t n, double scale, T *y);
 
+/// y = a + b over n elements (y may be a or b): the residual adds and their
+/// gradients' sums. On the threads by blocks: a memory-bound loop, which
+/// one core does not drive at the memory's speed.
+template <typename T>
+void addForward(const T *a, const T *b, int64_t n, T *y);
+
 /// Where a (possibly sharded) 2-D view of a tensor sits in the whole tensor:
 /// local element (r, c) is global element (rowOffset + r) * globalCols +
 /// colOffset + c. A replicated tensor is {rows, cols, cols, 0, 0}.
