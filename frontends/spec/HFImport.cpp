@@ -10,6 +10,8 @@
 
 #include "frontends/spec/HFImport.h"
 
+#include "runtime/common/Json.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -269,8 +271,7 @@ absl::StatusOr<spec::ModelSpec> importHFConfigJson(absl::string_view text,
           options);
       !parsed.ok())
     return fail(source, absl::StrCat("not valid JSON: ",
-                                     absl::string_view(parsed.message().data(),
-                                                       parsed.message().size())));
+                                     common::JsonParseMessage(parsed)));
   Fields fields(object, source);
   const Value *architectures = fields.raw("architectures");
   if (!architectures || architectures->kind_case() != Value::kListValue ||

@@ -2,6 +2,7 @@
 
 #include "runtime/ckpt/Checkpoint.h"
 
+#include "runtime/common/Json.h"
 #include "runtime/common/MappedFile.h"
 #include "runtime/common/OutputFile.h"
 #include "runtime/plan/Shards.h"
@@ -166,7 +167,7 @@ absl::StatusOr<Manifest> ReadManifest(const std::string &dir) {
   if (!parsed.ok())
     return absl::DataLossError(absl::StrCat(
         path, ": not a checkpoint manifest: ",
-        absl::string_view(parsed.message().data(), parsed.message().size())));
+        common::JsonParseMessage(parsed)));
   auto bad = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(path, ": ", what));
   };

@@ -259,8 +259,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string &path) {
   auto parsed = google::protobuf::util::JsonStringToMessage(header, &root,
                                                             options);
   if (!parsed.ok()) {
-    absl::string_view message(parsed.message().data(),
-                              parsed.message().size());
+    std::string message = common::JsonParseMessage(parsed);
     if (absl::StrContains(message, "Repeated map key"))
       return absl::InvalidArgumentError(absl::StrCat(
           where, "a key appears twice in the JSON header (a duplicate "

@@ -21,8 +21,7 @@ ParseJsonObject(const std::string &path, const std::string &text) {
       google::protobuf::util::JsonStringToMessage(text, &object, options);
   if (!parsed.ok())
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": malformed JSON: ",
-        absl::string_view(parsed.message().data(), parsed.message().size())));
+        path, ": malformed JSON: ", JsonParseMessage(parsed)));
   return object;
 }
 

@@ -83,4 +83,21 @@ std::string ValidUtf8(absl::string_view text) {
   return out;
 }
 
+std::string PrintableText(absl::string_view text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
 } // namespace braid::common

@@ -36,6 +36,12 @@ std::string JsonString(absl::string_view s);
 /// token (a byte tokenizer's, a byte fallback) is still text JSON can hold.
 std::string ValidUtf8(absl::string_view text);
 
+/// `text` for an error message: printable ASCII as it is, a newline as
+/// \n, every other byte (control characters such as a terminal's escape,
+/// DEL, any byte of UTF-8, well-formed or not) as \xNN. A corrupt file's
+/// bytes quoted in a message must not reach the terminal as they are.
+std::string PrintableText(absl::string_view text);
+
 } // namespace braid::common
 
 #endif // BRAID_RUNTIME_COMMON_JSONSTRING_H

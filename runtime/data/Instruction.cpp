@@ -435,14 +435,6 @@ absl::StatusOr<Conversation> conversationOf(InstructionHandler handler,
   return r.error("unknown handler");
 }
 
-/// The start of protobuf's message (its own Status type, not Abseil's).
-template <typename ProtobufStatus>
-absl::string_view protobufMessage(const ProtobufStatus &status) {
-  return absl::ClippedSubstr(
-      absl::string_view(status.message().data(), status.message().size()), 0,
-      200);
-}
-
 /// The beginning of a line that is not a JSON object, for messages.
 std::string quoteStart(absl::string_view text) {
   text = absl::StripAsciiWhitespace(text);
@@ -588,7 +580,7 @@ absl::StatusOr<Conversation> ParseInstructionRecord(InstructionHandler handler,
   if (!parsed.ok())
     return absl::InvalidArgumentError(absl::StrCat(
         where,
-        ": malformed JSON: ", absl::CHexEscape(protobufMessage(parsed))));
+        ": malformed JSON: ", common::JsonParseMessage(parsed)));
   return conversationOf(handler, record, where);
 }
 
@@ -629,7 +621,7 @@ absl::Status ForEachInstructionRecord(const std::string &path,
     if (!parsed.ok())
       return absl::InvalidArgumentError(absl::StrCat(
           path,
-          ": malformed JSON: ", absl::CHexEscape(protobufMessage(parsed))));
+          ": malformed JSON: ", common::JsonParseMessage(parsed)));
     if (records.values_size() == 0)
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": empty input: the array holds no record"));

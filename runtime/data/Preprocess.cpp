@@ -125,11 +125,7 @@ absl::Status forEachDocument(const std::string &path, InputFormat format,
         google::protobuf::util::JsonStringToMessage(line, &object, jsonOptions);
     if (!parsed.ok())
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "malformed JSON: ",
-          absl::CHexEscape(absl::ClippedSubstr(
-              absl::string_view(parsed.message().data(),
-                                parsed.message().size()),
-              0, 200))));
+          where, "malformed JSON: ", common::JsonParseMessage(parsed)));
     auto field = object.fields().find(jsonKey);
     if (field == object.fields().end()) {
       std::vector<std::string> keys;

@@ -217,15 +217,6 @@ filesEndingWith(const std::string &dir, absl::string_view suffix,
   return names;
 }
 
-/// The start of a Protobuf status's message (util::Status or absl::Status,
-/// by Protobuf's version).
-template <typename ProtobufStatus>
-std::string protobufMessage(const ProtobufStatus &status) {
-  return std::string(absl::ClippedSubstr(
-      absl::string_view(status.message().data(), status.message().size()), 0,
-      200));
-}
-
 /// Reads the fields of one JSON record and words its errors.
 class Fields {
 public:
@@ -336,7 +327,7 @@ absl::Status forEachJsonlRecord(const std::string &path,
     if (!parsed.ok())
       return absl::InvalidArgumentError(absl::StrCat(
           where,
-          ": malformed JSON: ", absl::CHexEscape(protobufMessage(parsed))));
+          ": malformed JSON: ", common::JsonParseMessage(parsed)));
     if (absl::Status s = onRecord(record, where); !s.ok())
       return s;
     ++records;

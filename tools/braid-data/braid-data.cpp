@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/common/Format.h"
+#include "runtime/common/Json.h"
 #include "runtime/common/JsonString.h"
 #include "runtime/data/BpeTokenizer.h"
 #include "runtime/data/Instruction.h"
@@ -429,8 +430,7 @@ int tokenizeJsonl(const ModelTokenizer &model, const std::string &path,
     if (!parsed.ok())
       return runFailed(absl::InvalidArgumentError(
           absl::StrCat(where, "expected a JSON object: ",
-                       absl::string_view(parsed.message().data(),
-                                         parsed.message().size()))));
+                       braid::common::JsonParseMessage(parsed))));
     const char *key = decode ? "ids" : "text";
     auto field = object.fields().find(key);
     if (decode) {

@@ -233,6 +233,15 @@ TEST_F(SafetensorsTest, RefusesMalformedJson) {
   EXPECT_EQ(e, path() + ": __metadata__ key \"n\" is a number, not a string");
 }
 
+TEST_F(SafetensorsTest, MalformedHeaderBytesAreEscapedInTheError) {
+  // A corrupt header's bytes (a terminal escape sequence, ill-formed UTF-8)
+  // are quoted by the JSON parser's message: escaped, never copied raw.
+  std::string e = openError("{\"a\": \x1b[31mRED\xff\xfe}", "");
+  EXPECT_TRUE(absl::StartsWith(e, path() + ": malformed JSON header: ")) << e;
+  for (unsigned char c : e.substr(path().size()))
+    EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int(c) << " in " << e;
+}
+
 TEST_F(SafetensorsTest, RefusesDuplicateNames) {
   std::string e = openError(
       R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",

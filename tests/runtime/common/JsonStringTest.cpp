@@ -93,6 +93,15 @@ TEST(JsonString, AppendKeepsWhatIsThere) {
   EXPECT_EQ(out, R"({"k": "v\n", "")");
 }
 
+TEST(PrintableText, EscapesAllButPrintableAscii) {
+  // A terminal escape, UTF-8 of é, DEL, an ill-formed byte, a newline; the
+  // quotes and the backslash are printable and stay.
+  EXPECT_EQ(PrintableText("a\x1b[31m\xc3\xa9\x7f\xff\n'\"\\ z"),
+            "a\\x1b[31m\\xc3\\xa9\\x7f\\xff\\n'\"\\ z");
+  EXPECT_EQ(PrintableText(std::string("\0\t", 2)), "\\x00\\x09");
+  EXPECT_EQ(PrintableText(""), "");
+}
+
 TEST(ValidUtf8, KeepsWellFormedText) {
   const std::string text = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 a\n";
   EXPECT_EQ(ValidUtf8(text), text);
