@@ -246,7 +246,8 @@ void attentionForwardFloat(const float *q, const float *k, const float *v,
   const int64_t blocks = (s.seq + blockRows - 1) / blockRows;
   const int d = int(s.headDim);
   const float scale = float(s.scale);
-  const int64_t kPacked = packedFloats(s.seq, d), vPacked = packedFloats(d, s.seq);
+  const int64_t kPacked = packedFloats(s.seq, d);
+  const int64_t vPacked = packedFloats(d, s.seq);
   // A unit is a (batch, head) pair: its keys (transposed) and values packed
   // once, then its query blocks in order.
   auto pairBody = [&](int64_t pair, float *scratch) {
@@ -302,7 +303,8 @@ void attentionBackwardFloat(const float *q, const float *k, const float *v,
   const int64_t blocks = (s.seq + blockRows - 1) / blockRows;
   const int d = int(s.headDim);
   const float scale = float(s.scale);
-  const int64_t kPacked = packedFloats(s.seq, d), rowsPacked = packedFloats(d, s.seq);
+  const int64_t kPacked = packedFloats(s.seq, d);
+  const int64_t rowsPacked = packedFloats(d, s.seq);
   auto pairBody = [&](int64_t pair, float *scratch) {
     float *p = scratch, *ds = scratch + blockRows * s.seq;
     // The kv head's keys and values packed once for all of its query heads

@@ -20,9 +20,7 @@ namespace braid::cpu {
 namespace tiles_sse2 {
 constexpr int kVectorBytes = 16;
 constexpr int kTileRows = 4;
-#define BRAID_TILE_ROWS_MAX 4
 #include "runtime/cpu/AttentionTiles.inc"
-#undef BRAID_TILE_ROWS_MAX
 } // namespace tiles_sse2
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -32,9 +30,7 @@ constexpr int kTileRows = 4;
 namespace tiles_avx2 {
 constexpr int kVectorBytes = 32;
 constexpr int kTileRows = 6;
-#define BRAID_TILE_ROWS_MAX 6
 #include "runtime/cpu/AttentionTiles.inc"
-#undef BRAID_TILE_ROWS_MAX
 } // namespace tiles_avx2
 #pragma GCC pop_options
 
@@ -43,9 +39,7 @@ constexpr int kTileRows = 6;
 namespace tiles_avx512 {
 constexpr int kVectorBytes = 64;
 constexpr int kTileRows = 6;
-#define BRAID_TILE_ROWS_MAX 6
 #include "runtime/cpu/AttentionTiles.inc"
-#undef BRAID_TILE_ROWS_MAX
 } // namespace tiles_avx512
 #pragma GCC pop_options
 #endif
