@@ -33,18 +33,7 @@ fail() {
 
 if [ "$mode" = compile ]; then
   mkdir -p "$dir"
-  cat > "$dir/model.textproto" <<'JOB'
-model {
-  family: LLAMA
-  num_layers: 16
-  hidden_size: 2048
-  num_heads: 16
-  num_kv_heads: 16
-  ffn_hidden_size: 5632
-  vocab_size: 32000
-  max_seq_len: 2048
-}
-JOB
+  cp "$root/bench/llama-1b.textproto" "$dir/model.textproto"
   "$build/bin/braidc" "$dir/model.textproto" --mode generate --score \
     --precision bf16 --max-batch 32 --max-seq-len 1024 --prefill-chunk 512 \
     --emit=plan -o "$dir/score.plan" --report="$dir/score.json"

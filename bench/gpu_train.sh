@@ -53,20 +53,9 @@ compile_plans() {
   local out=$1
   shift
   mkdir -p "$out"
-  cat > "$out/model.textproto" <<'JOB'
-model {
-  family: LLAMA
-  num_layers: 16
-  hidden_size: 2048
-  num_heads: 16
-  num_kv_heads: 16
-  ffn_hidden_size: 5632
-  vocab_size: 32000
-  max_seq_len: 2048
-}
-train { precision: BF16 }
-data { seq_length: 2048 }
-JOB
+  { cat "$root/bench/llama-1b.textproto"
+    printf 'train { precision: BF16 }\ndata { seq_length: 2048 }\n'
+  } > "$out/model.textproto"
   for mb in "${micro_batches[@]}"; do
     "$build/bin/braidc" "$out/model.textproto" --micro-batch-size "$mb" \
       --global-batch-size "$mb" --emit=plan -o "$out/mb$mb.plan" \
