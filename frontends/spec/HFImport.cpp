@@ -265,13 +265,8 @@ absl::StatusOr<spec::ModelSpec> importHFConfigJson(absl::string_view text,
   if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "{"))
     return fail(source, "a config.json must be a JSON object");
   Struct object;
-  google::protobuf::util::JsonParseOptions options;
-  if (auto parsed = google::protobuf::util::JsonStringToMessage(
-          google::protobuf::StringPiece(text.data(), text.size()), &object,
-          options);
-      !parsed.ok())
-    return fail(source, absl::StrCat("not valid JSON: ",
-                                     common::JsonParseMessage(parsed)));
+  if (absl::Status s = common::JsonToMessage(text, &object); !s.ok())
+    return fail(source, s.message());
   Fields fields(object, source);
   const Value *architectures = fields.raw("architectures");
   if (!architectures || architectures->kind_case() != Value::kListValue ||

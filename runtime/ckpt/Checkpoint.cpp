@@ -162,12 +162,9 @@ absl::StatusOr<Manifest> ReadManifest(const std::string &dir) {
         path, " does not exist: ", dir,
         " is not a complete Braid checkpoint"));
   Manifest m;
-  google::protobuf::util::JsonParseOptions options;
-  auto parsed = google::protobuf::util::JsonStringToMessage(*text, &m, options);
-  if (!parsed.ok())
-    return absl::DataLossError(absl::StrCat(
-        path, ": not a checkpoint manifest: ",
-        common::JsonParseMessage(parsed)));
+  if (absl::Status s = common::JsonToMessage(*text, &m); !s.ok())
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a checkpoint manifest: ", s.message()));
   auto bad = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(path, ": ", what));
   };

@@ -4,6 +4,7 @@
 
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/Safetensors.h"
+#include "runtime/common/Json.h"
 #include "runtime/plan/plan.pb.h"
 
 #include "absl/strings/match.h"
@@ -30,9 +31,9 @@ absl::StatusOr<LoraAdapters> readPeft(const fs::path &dir) {
   google::protobuf::Struct json;
   if (!in.good() && !in.eof())
     return absl::NotFoundError(absl::StrCat(config.string(), ": cannot read"));
-  if (!google::protobuf::util::JsonStringToMessage(text, &json).ok())
+  if (absl::Status s = common::JsonToMessage(text, &json); !s.ok())
     return absl::InvalidArgumentError(
-        absl::StrCat(config.string(), ": not a JSON object"));
+        absl::StrCat(config.string(), ": not a JSON object: ", s.message()));
   const auto &f = json.fields();
   auto number = [&](const char *key) -> std::optional<double> {
     auto it = f.find(key);

@@ -255,11 +255,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string &path) {
         where, "the header is not a JSON object (it starts with \"",
         absl::CHexEscape(absl::ClippedSubstr(header, 0, 16)), "\")"));
   Struct root;
-  google::protobuf::util::JsonParseOptions options;
-  auto parsed = google::protobuf::util::JsonStringToMessage(header, &root,
-                                                            options);
-  if (!parsed.ok()) {
-    std::string message = common::JsonParseMessage(parsed);
+  if (absl::Status parsed = common::JsonToMessage(header, &root);
+      !parsed.ok()) {
+    std::string message(parsed.message());
     if (absl::StrContains(message, "Repeated map key"))
       return absl::InvalidArgumentError(absl::StrCat(
           where, "a key appears twice in the JSON header (a duplicate "

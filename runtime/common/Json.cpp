@@ -16,12 +16,8 @@ ParseJsonObject(const std::string &path, const std::string &text) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a JSON object"));
   google::protobuf::Struct object;
-  google::protobuf::util::JsonParseOptions options;
-  auto parsed =
-      google::protobuf::util::JsonStringToMessage(text, &object, options);
-  if (!parsed.ok())
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": malformed JSON: ", JsonParseMessage(parsed)));
+  if (absl::Status s = JsonToMessage(text, &object); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
   return object;
 }
 

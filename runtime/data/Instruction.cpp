@@ -574,13 +574,8 @@ absl::StatusOr<Conversation> ParseInstructionRecord(InstructionHandler handler,
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": expected a JSON object, got: ", quoteStart(json)));
   Struct record;
-  google::protobuf::util::JsonParseOptions options;
-  auto parsed = google::protobuf::util::JsonStringToMessage(std::string(json),
-                                                            &record, options);
-  if (!parsed.ok())
-    return absl::InvalidArgumentError(absl::StrCat(
-        where,
-        ": malformed JSON: ", common::JsonParseMessage(parsed)));
+  if (absl::Status s = common::JsonToMessage(json, &record); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
   return conversationOf(handler, record, where);
 }
 
@@ -615,13 +610,8 @@ absl::Status ForEachInstructionRecord(const std::string &path,
               ? " (one object a line is JSONL: name the file .jsonl)"
               : ""));
     ListValue records;
-    google::protobuf::util::JsonParseOptions options;
-    auto parsed =
-        google::protobuf::util::JsonStringToMessage(text, &records, options);
-    if (!parsed.ok())
-      return absl::InvalidArgumentError(absl::StrCat(
-          path,
-          ": malformed JSON: ", common::JsonParseMessage(parsed)));
+    if (absl::Status s = common::JsonToMessage(text, &records); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
     if (records.values_size() == 0)
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": empty input: the array holds no record"));

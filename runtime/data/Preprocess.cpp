@@ -121,11 +121,9 @@ absl::Status forEachDocument(const std::string &path, InputFormat format,
           looksBinary(line) ? " (binary data: is this a text or JSONL file?)"
                             : ""));
     object.Clear();
-    auto parsed =
-        google::protobuf::util::JsonStringToMessage(line, &object, jsonOptions);
-    if (!parsed.ok())
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "malformed JSON: ", common::JsonParseMessage(parsed)));
+    if (absl::Status s = common::JsonToMessage(line, &object, jsonOptions);
+        !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat(where, s.message()));
     auto field = object.fields().find(jsonKey);
     if (field == object.fields().end()) {
       std::vector<std::string> keys;

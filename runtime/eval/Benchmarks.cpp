@@ -321,13 +321,8 @@ absl::Status forEachJsonlRecord(const std::string &path,
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": not a JSON object"));
     Struct record;
-    google::protobuf::util::JsonParseOptions options;
-    auto parsed = google::protobuf::util::JsonStringToMessage(std::string(body),
-                                                              &record, options);
-    if (!parsed.ok())
-      return absl::InvalidArgumentError(absl::StrCat(
-          where,
-          ": malformed JSON: ", common::JsonParseMessage(parsed)));
+    if (absl::Status s = common::JsonToMessage(body, &record); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
     if (absl::Status s = onRecord(record, where); !s.ok())
       return s;
     ++records;

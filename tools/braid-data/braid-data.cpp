@@ -425,12 +425,11 @@ int tokenizeJsonl(const ModelTokenizer &model, const std::string &path,
   for (uint64_t lineNumber = 1; std::getline(in, line); ++lineNumber) {
     const std::string where = absl::StrCat(path, ":", lineNumber, ": ");
     google::protobuf::Struct object;
-    auto parsed =
-        google::protobuf::util::JsonStringToMessage(line, &object, jsonOptions);
-    if (!parsed.ok())
+    if (absl::Status s =
+            braid::common::JsonToMessage(line, &object, jsonOptions);
+        !s.ok())
       return runFailed(absl::InvalidArgumentError(
-          absl::StrCat(where, "expected a JSON object: ",
-                       braid::common::JsonParseMessage(parsed))));
+          absl::StrCat(where, "expected a JSON object: ", s.message())));
     const char *key = decode ? "ids" : "text";
     auto field = object.fields().find(key);
     if (decode) {

@@ -15,7 +15,9 @@
 #include "frontends/HFConfig.h"
 #include "runtime/ckpt/Checkpoint.h"
 #include "runtime/ckpt/ModelIdentity.h"
+#include "runtime/common/Json.h"
 #include "runtime/common/JsonString.h"
+#include "runtime/common/OutputFile.h"
 #include "runtime/data/ChatTemplate.h"
 #include "runtime/data/ModelTokenizer.h"
 #include "runtime/exec/Devices.h"
@@ -332,8 +334,10 @@ int generateCommand(int argc, char **argv) {
       if (llvm::StringRef(line).trim().empty())
         continue;
       google::protobuf::Struct object;
-      if (!google::protobuf::util::JsonStringToMessage(line, &object).ok() ||
-          !object.fields().count("prompt") ||
+      if (absl::Status s = common::JsonToMessage(line, &object); !s.ok())
+        return fail(f.promptsFile + ":" + std::to_string(number) + ": " +
+                    std::string(s.message()));
+      if (!object.fields().count("prompt") ||
           object.fields().at("prompt").kind_case() !=
               google::protobuf::Value::kStringValue)
         return fail(f.promptsFile + ":" + std::to_string(number) +
