@@ -260,6 +260,39 @@ absl::StatusOr<Manifest> ReadManifest(const std::string &dir) {
               list[i - 1].second, ") and [", list[i].first, ", ",
               list[i].second, ")"));
     }
+    // Whole states: each state it has (its parameter, AdamW's moments) in
+    // pieces that cover every slice, so that a checkpoint missing a piece
+    // is refused when read, not when a load comes to that piece.
+    if (slice == 0)
+      continue;
+    std::set<std::string> states;
+    for (const auto &entry : ranges)
+      states.insert(entry.first.first);
+    if (states.count("exp_avg") != states.count("exp_avg_sq"))
+      return badTensor(absl::StrCat(
+          "it has AdamW's ",
+          states.count("exp_avg") ? "exp_avg but not its exp_avg_sq"
+                                  : "exp_avg_sq but not its exp_avg",
+          " (a piece is missing from the manifest)"));
+    for (const std::string &state : states)
+      for (int64_t c = 0; c < ranks; ++c) {
+        const auto &list = ranges[{state, c}];
+        // The elements from 0 that the pieces (sorted) cover, and the end
+        // of the first gap.
+        int64_t covered = 0, gapEnd = slice;
+        for (const auto &[begin, end] : list) {
+          if (begin > covered) {
+            gapEnd = begin;
+            break;
+          }
+          covered = std::max(covered, end);
+        }
+        if (covered < slice)
+          return badTensor(absl::StrCat(
+              "no piece holds elements [", covered, ", ", gapEnd, ") of its ",
+              state, ranks > 1 ? absl::StrCat(" in slice ", c) : std::string(),
+              " (a piece is missing from the manifest)"));
+      }
   }
   return m;
 }

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 
 #include <google/protobuf/util/message_differencer.h>
@@ -349,6 +350,43 @@ TEST_F(ManifestTest, RefusesOverlappingPieces) {
   expectRefused(text, {ManifestText::kUp});
 }
 
+TEST_F(ManifestTest, RefusesStatesThatNoPieceCompletes) {
+  // Slice 1's param ends at element 4 of its 6: a piece is missing.
+  ManifestText text;
+  text.end = "4";
+  expectRefused(text, {ManifestText::kUp,
+                       "no piece holds elements [4, 6) of its param in slice "
+                       "1 (a piece is missing from the manifest)"});
+  // A gap inside: [0, 2) and [3, 6).
+  text = ManifestText();
+  text.end = "2";
+  text.extraPieces =
+      ", " + ManifestText::piece("1", "3", "6", "rank-00001.safetensors", "x");
+  expectRefused(text, {"no piece holds elements [2, 3) of its param in "
+                       "slice 1"});
+  // Pieces of several files together are whole: [0, 2) and [2, 6).
+  text.extraPieces =
+      ", " + ManifestText::piece("1", "2", "6", "rank-00000.safetensors", "x");
+  EXPECT_TRUE(read(text).ok());
+  // AdamW's moments: one without the other, or one missing a slice.
+  auto moment = [](const char *state, const char *coordinate) {
+    std::string p =
+        ManifestText::piece(coordinate, "0", "6", "rank-00000.safetensors",
+                            absl::StrCat(state, coordinate));
+    return ", " + absl::StrReplaceAll(
+                      p, {{R"("state": "param")",
+                           absl::StrCat(R"("state": ")", state, "\"")}});
+  };
+  text = ManifestText();
+  text.extraPieces = moment("exp_avg", "0") + moment("exp_avg", "1");
+  expectRefused(text, {ManifestText::kUp, "exp_avg but not its exp_avg_sq"});
+  text.extraPieces += moment("exp_avg_sq", "0");
+  expectRefused(text, {"no piece holds elements [0, 6) of its exp_avg_sq in "
+                       "slice 1"});
+  text.extraPieces += moment("exp_avg_sq", "1");
+  EXPECT_TRUE(read(text).ok());
+}
+
 TEST_F(ManifestTest, WriteThenReadRoundTrips) {
   Manifest m;
   m.set_format(kCheckpointFormat);
@@ -373,16 +411,17 @@ TEST_F(ManifestTest, WriteThenReadRoundTrips) {
   qkv->add_shape(2);
   qkv->set_dtype("F32");
   *qkv->mutable_sharding() = split("tp", 0, {4, 2, 2});
-  for (int c = 0; c < 2; ++c) {
-    Piece *p = qkv->add_pieces();
-    p->set_state(c ? "exp_avg_sq" : "param");
-    p->set_coordinate(c);
-    p->set_begin(0);
-    p->set_end(8);
-    p->set_file(RankFileName(c));
-    p->set_key(absl::StrCat("qkv/", c));
-    p->set_crc32(CrcHex(0x0badf00du + c));
-  }
+  for (int c = 0; c < 2; ++c)
+    for (const char *state : {"param", "exp_avg", "exp_avg_sq"}) {
+      Piece *p = qkv->add_pieces();
+      p->set_state(state);
+      p->set_coordinate(c);
+      p->set_begin(0);
+      p->set_end(8);
+      p->set_file(RankFileName(c));
+      p->set_key(absl::StrCat("qkv/", state, "/", c));
+      p->set_crc32(CrcHex(0x0badf00du + c));
+    }
   Tensor *norm = m.add_tensors();
   norm->set_name("norm.weight");
   norm->add_shape(2);
@@ -723,13 +762,13 @@ TEST_F(CheckpointRootTest, CommitReplacesExistingStep) {
 ///  - kUp [4, 3] split on dim 0: rank 0's slice is rows 0-1 (globals 0..5),
 ///    rank 1's rows 2-3 (globals 6..11), which rank 1 wrote as two pieces,
 ///    local [0, 2) (globals 6, 7) and [2, 6) (globals 8..11). Its exp_avg
-///    is one piece per slice.
+///    and exp_avg_sq are one piece per slice each.
 ///  - kO [2, 4] split on dim 1: slice 0 is globals {0, 1, 4, 5}, slice 1
 ///    {2, 3, 6, 7}.
 ///  - kBias [3] unsplit, written in two pieces: [0, 2) by rank 0 and [2, 3)
 ///    by rank 1.
 /// Values encode the global index: param of kUp is 100 + g, its exp_avg
-/// -(100 + g), kO 200 + g, kBias 300 + g.
+/// -(100 + g), its exp_avg_sq 1100 + g, kO 200 + g, kBias 300 + g.
 class CheckpointReaderTest : public ::testing::Test {
 protected:
   static constexpr char kUp[] = "layers.0.mlp.up_proj.weight";
@@ -760,6 +799,10 @@ protected:
         {kUp, "param", 1, 2, 6, 1, "up/param/1b", {108, 109, 110, 111}},
         {kUp, "exp_avg", 1, 0, 6, 1, "up/exp_avg/1",
          {-106, -107, -108, -109, -110, -111}},
+        {kUp, "exp_avg_sq", 0, 0, 6, 0, "up/exp_avg_sq/0",
+         {1100, 1101, 1102, 1103, 1104, 1105}},
+        {kUp, "exp_avg_sq", 1, 0, 6, 1, "up/exp_avg_sq/1",
+         {1106, 1107, 1108, 1109, 1110, 1111}},
         {kO, "param", 1, 0, 4, 1, "o/param/1", {202, 203, 206, 207}},
         {kBias, "param", 0, 2, 3, 1, "bias/param/1", {302}},
     };
@@ -928,10 +971,10 @@ TEST_F(CheckpointReaderTest, ReadsRangesAcrossPieces) {
 
 TEST_F(CheckpointReaderTest, AbsentStateOrTensorIsNotFound) {
   std::vector<float> out;
-  absl::Status s = read(kUp, "exp_avg_sq", 0, 1, out);
+  // kO and kBias have a param only.
+  absl::Status s = read(kO, "exp_avg_sq", 0, 1, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  expectMentions(s, {kUp, "exp_avg_sq"});
-  // kBias has a param only.
+  expectMentions(s, {kO, "exp_avg_sq"});
   s = read(kBias, "exp_avg", 0, 1, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   expectMentions(s, {kBias, "exp_avg"});
@@ -946,8 +989,8 @@ TEST_F(CheckpointReaderTest, ElementsBeyondTheTensorAreInNoPiece) {
   expectMentions(s, {kUp, "is in no piece"});
 }
 
-TEST_F(CheckpointReaderTest, MissingPieceIsInNoPiece) {
-  // Drop piece 1a (globals 6, 7).
+TEST_F(CheckpointReaderTest, MissingPieceIsRefusedWithTheManifest) {
+  // Drop piece 1a (globals 6, 7: elements [0, 2) of slice 1).
   Tensor *up = tensor(kUp);
   auto *pieces = up->mutable_pieces();
   for (int i = 0; i < pieces->size(); ++i)
@@ -955,20 +998,17 @@ TEST_F(CheckpointReaderTest, MissingPieceIsInNoPiece) {
       pieces->DeleteSubrange(i, 1);
       break;
     }
-  // Of param 0, 1a, 1b and exp_avg 0, 1.
-  ASSERT_EQ(up->pieces_size(), 4);
+  // Of param 0, 1a, 1b, exp_avg 0, 1 and exp_avg_sq 0, 1.
+  ASSERT_EQ(up->pieces_size(), 6);
   writeManifest();
 
+  // Refused when the manifest is read, before any piece: no read finds a
+  // hole half-way through a load.
   std::vector<float> out;
-  absl::Status s = read(kUp, "param", 4, 6, out);
+  absl::Status s = read(kUp, "param", 8, 4, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  expectMentions(s, {kUp, "is in no piece"});
-  s = read(kUp, "param", 7, 1, out);
-  expectMentions(s, {kUp, "is in no piece"});
-  // The elements around it are still there.
-  EXPECT_EQ(readOk(kUp, "param", 4, 2), (std::vector<float>{104, 105}));
-  EXPECT_EQ(readOk(kUp, "param", 8, 4),
-            (std::vector<float>{108, 109, 110, 111}));
+  expectMentions(s, {kUp, "no piece holds elements [0, 2) of its param in "
+                          "slice 1 (a piece is missing from the manifest)"});
 }
 
 TEST_F(CheckpointReaderTest, VerifiesGoodCheckpoint) {
