@@ -158,6 +158,9 @@ Generator::Score(const std::vector<ScoreRequest> &requests,
     if (q.continuation.empty())
       return absl::InvalidArgumentError(
           absl::StrCat("request ", r, " has an empty continuation"));
+    if (q.context.empty())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", r, " has an empty context: ", kEmptyContextWhy));
     std::vector<int32_t> &all = sequences[size_t(r)];
     all = q.context;
     all.insert(all.end(), q.continuation.begin(), q.continuation.end());

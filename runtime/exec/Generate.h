@@ -160,7 +160,8 @@ public:
   /// (left truncation, as the harness does). `onBatch(done, total)` is
   /// told of the requests scored after each batch. Results are in the
   /// requests' order. InvalidArgument for a plan without scoring, an empty
-  /// continuation, or an id outside the vocabulary.
+  /// context (kEmptyContextWhy) or continuation, or an id outside the
+  /// vocabulary.
   ///
   /// With `sharePrefixes`, requests with the same context that fit whole
   /// (a multiple-choice item's options) compute it once: all but its last
@@ -170,6 +171,10 @@ public:
   /// log-probabilities are taken from decode's logits in double (each
   /// option rewrites only the positions after the context). The results
   /// are the same log-likelihoods to float rounding.
+  static constexpr char kEmptyContextWhy[] =
+      "the continuation's first token has nothing before it to be predicted "
+      "from (begin the context with the beginning- or end-of-text id, as "
+      "lm-evaluation-harness does)";
   absl::StatusOr<std::vector<ScoreResult>>
   Score(const std::vector<ScoreRequest> &requests,
         const std::function<void(int64_t done, int64_t total)> &onBatch = {},

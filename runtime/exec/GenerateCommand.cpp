@@ -87,6 +87,10 @@ readScoreRequests(const std::string &path) {
     if (r.continuation.empty())
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": \"continuation_ids\" is empty"));
+    if (r.context.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": \"context_ids\" is empty: ",
+                       Generator::kEmptyContextWhy));
     requests.push_back(std::move(r));
   }
   if (requests.empty())

@@ -97,6 +97,18 @@ def check_loglikelihoods(s, family, seed):
                           "--score", s.w(f"{family}-tp1-shared-samples.jsonl"),
                           "--stats"])
     replayed = [json.loads(l) for l in replay.stdout.splitlines()]
+    # A request without context is refused, naming its line: its first
+    # token has nothing before it to be predicted from.
+    empty = s.w(f"{family}-empty-context.jsonl")
+    with open(empty, "w") as f:
+        f.write('{"context_ids": [3], "continuation_ids": [4]}\n'
+                '{"context_ids": [], "continuation_ids": [3, 4]}\n')
+    p = subprocess.run([s.b("braid-run"), plan, "--init-from", model_dir,
+                        "--score", empty], capture_output=True, text=True)
+    if p.returncode == 0 or f"{empty}:2" not in p.stderr or \
+            '"context_ids" is empty' not in p.stderr:
+        sys.exit(f"FAILED: {family}: an empty context_ids should be refused "
+                 f"naming line 2: exit {p.returncode}, {p.stderr}")
     if len(replayed) != len(lines) or "stats: scored" not in replay.stderr:
         sys.exit(f"FAILED: {family}: braid-run --score answered "
                  f"{len(replayed)} of {len(lines)} requests:\n{replay.stderr}")
