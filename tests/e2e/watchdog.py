@@ -7,7 +7,8 @@ timeout + 10 s, mpirun and every rank have exited, mpirun with a non-zero
 status, and the others' error names the collective timeout and the stopped
 rank as not arrived (the stopped rank's own, when the launcher resumed it
 long enough to print one, says that it did not run for most of its wait). Every rank still there at the end (the stopped one
-too) is killed, so that none is left behind.
+too) is killed, so that none is left behind. First, SIGTERM to `braid train
+--dp 2` ends its mpirun and ranks with it and removes its temporary plan.
 
   watchdog.py --bin BUILD/bin --work DIR --corpus TEXT
 """
@@ -64,6 +65,7 @@ def main():
                 "data { seq_length: 64 }\n")
     plan = w("watchdog.plan")
     run([b("braidc"), job, "--emit=plan", "-o", plan])
+    check_braid_train_sigterm(setup, data, job)
 
     out_path, err_path = w("watchdog.out"), w("watchdog.err")
     with open(out_path, "w") as out, open(err_path, "w") as err:
@@ -139,6 +141,68 @@ def main():
         # mpirun gives its ranks process groups of their own: each is killed
         # by its pid (a stopped one too: SIGKILL ends it).
         for pid in ranks.values():
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def children(pid):
+    p = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(c) for c in p.stdout.split()]
+
+
+def check_braid_train_sigterm(setup, data, job):
+    """SIGTERM to braid train (a scheduler's, `timeout`'s) ends its mpirun
+    and ranks too, and braid removes its temporary plan before it exits
+    with 128 + 15."""
+    b, w = setup.b, setup.w
+    tmp = w("sigterm-tmp")
+    os.makedirs(tmp, exist_ok=True)
+    for name in os.listdir(tmp):
+        os.remove(os.path.join(tmp, name))
+    log = w("sigterm.out")
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [b("braid"), "train", job, "--data", data, "--dp", "2",
+             "--log-every", "1", "--threads", "1"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env=dict(os.environ, TMPDIR=tmp))
+    started = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(l.startswith("step ") for l in open(log)):
+                launched = children(proc.pid)
+                started = launched + [r for m in launched for r in children(m)]
+                if len(started) >= 3:  # mpirun and its two ranks
+                    break
+            time.sleep(0.05)
+        if len(started) < 3:
+            fail(f"braid train --dp 2 did not log a step with its ranks "
+                 f"running in 120 s:\n{open(log).read()}")
+        if not os.listdir(tmp):
+            fail("braid train made no temporary plan in $TMPDIR")
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            fail(f"braid train still runs 60 s after SIGTERM:\n{open(log).read()}")
+        if rc != 128 + signal.SIGTERM:
+            fail(f"braid train exited {rc} after SIGTERM, expected 143")
+        left = [pid for pid in started if alive(pid)]
+        if left:
+            fail(f"processes {left} (mpirun or ranks) outlived braid train")
+        if os.listdir(tmp):
+            fail(f"braid train left {os.listdir(tmp)} in $TMPDIR")
+        print("braid train --dp 2 under SIGTERM: mpirun and its ranks ended "
+              "with it, its temporary plan removed, exit 143")
+    finally:
+        for pid in started:
             if alive(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)

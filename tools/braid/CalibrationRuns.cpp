@@ -1,6 +1,7 @@
 //===- CalibrationRuns.cpp - braid calibrate's runs under mpirun ---------===//
 
 #include "tools/braid/CalibrationRuns.h"
+#include "tools/braid/ChildProcess.h"
 
 #include "runtime/plan/PlanLoader.h"
 
@@ -11,6 +12,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -39,19 +41,21 @@ std::string tailOfFile(const std::string &path, size_t limit = 4000) {
 /// name the command and show its output.
 llvm::Error runLogged(const std::vector<std::string> &args,
                       const std::string &logPath) {
-  std::vector<llvm::StringRef> refs(args.begin(), args.end());
-  std::optional<llvm::StringRef> redirects[] = {
-      llvm::StringRef(""), llvm::StringRef(logPath), llvm::StringRef(logPath)};
-  std::string message;
-  int rc = llvm::sys::ExecuteAndWait(args[0], refs, std::nullopt, redirects,
-                                     kRunTimeoutSeconds, 0, &message);
-  if (rc == 0)
+  tools::ChildOptions options;
+  options.output = logPath;
+  options.timeoutSeconds = kRunTimeoutSeconds;
+  llvm::Expected<tools::ChildExit> ended = tools::RunChild(args, options);
+  if (!ended)
+    return ended.takeError();
+  if (ended->code == 0)
     return llvm::Error::success();
   std::string what =
-      rc == -1   ? "could not be started: " + message
-      : rc == -2 ? "crashed or ran past " + std::to_string(kRunTimeoutSeconds) +
-                       " s" + (message.empty() ? "" : ": " + message)
-                 : "exited with " + std::to_string(rc);
+      ended->forwarded ? std::string("stopped: ") + strsignal(ended->forwarded)
+      : ended->timedOut
+          ? "ran past " + std::to_string(kRunTimeoutSeconds) + " s"
+      : ended->code > 128
+          ? std::string("ended by ") + strsignal(ended->code - 128)
+          : "exited with " + std::to_string(ended->code);
   std::string output = tailOfFile(logPath);
   return llvm::createStringError(
       llvm::inconvertibleErrorCode(),
@@ -88,6 +92,9 @@ int64_t braid::machineMemoryBytes() {
 }
 llvm::Error MpiCalibrationRunner::keepPlan(int model, int64_t ranks,
                                            const plan::Plan &plan) {
+  if (llvm::Error e = tools::CheckRanksFitHere(ranks, plan.arena_bytes(),
+                                               "braid calibrate --ranks"))
+    return e;
   if (absl::Status s = plan::WritePlanFile(plan, planPath(model, ranks));
       !s.ok())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),

@@ -1,6 +1,7 @@
 //===- InferenceModel.cpp - A model opened for inference ------------------===//
 
 #include "tools/braid/InferenceModel.h"
+#include "tools/braid/ChildProcess.h"
 
 #include "compiler/Registration.h"
 #include "frontends/HFConfig.h"
@@ -16,6 +17,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
+#include <cstring>
 
 #include <unistd.h>
 
@@ -220,13 +222,10 @@ int launchTensorParallel(const ModelFlags &f, int argc, char **argv) {
     args.push_back("--allow-run-as-root");
   args.push_back(self);
   args.insert(args.end(), argv + 1, argv + argc);
-  std::vector<llvm::StringRef> refs(args.begin(), args.end());
-  std::string why;
-  int rc = llvm::sys::ExecuteAndWait(*mpirun, refs, std::nullopt, {}, 0, 0,
-                                     &why);
-  if (rc < 0)
-    return fail("cannot run mpirun: " + why);
-  return rc;
+  llvm::Expected<tools::ChildExit> ended = tools::RunChild(args);
+  if (!ended)
+    return fail(llvm::toString(ended.takeError()));
+  return ended->code;
 }
 
 std::optional<int>

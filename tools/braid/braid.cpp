@@ -50,6 +50,7 @@
 #include "runtime/exec/Trainer.h"
 #include "runtime/plan/PlanLoader.h"
 #include "tools/braid/CalibrationRuns.h"
+#include "tools/braid/ChildProcess.h"
 #include "tools/braid/Eval.h"
 #include "tools/braid/Generate.h"
 
@@ -226,6 +227,16 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
   llvm::sys::path::append(runner, "braid-run");
   if (!llvm::sys::fs::can_execute(runner))
     return fail("no braid-run next to braid (" + std::string(runner) + ")");
+  // Each rank allocates its stage's arena (the plan's without stages).
+  int64_t arenaBytes = plan.arena_bytes();
+  if (int stages = plan.pipeline().stages_size(); stages > 0) {
+    arenaBytes = 0;
+    for (const plan::Stage &stage : plan.pipeline().stages())
+      arenaBytes += stage.arena_bytes();
+    arenaBytes /= stages;
+  }
+  if (llvm::Error e = tools::CheckRanksFitHere(world, arenaBytes, "braid train"))
+    return fail(llvm::toString(std::move(e)));
   llvm::SmallString<256> planPath;
   if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
           "braid-train", "plan", planPath))
@@ -245,14 +256,14 @@ int launchRanks(const plan::Plan &plan, const std::string &dataPrefix,
   args.insert(args.end(), flags.begin(), flags.end());
   std::cout << "braid: starting " << world << " ranks: mpirun -np " << world
             << " braid-run ..." << std::endl;
-  std::vector<llvm::StringRef> refs(args.begin(), args.end());
-  std::string error;
-  int rc = llvm::sys::ExecuteAndWait(*mpirun, refs, std::nullopt, {}, 0, 0,
-                                     &error);
+  llvm::Expected<tools::ChildExit> ended = tools::RunChild(args);
   llvm::sys::fs::remove(planPath);
-  if (rc < 0)
-    return fail("cannot run mpirun: " + error);
-  return rc;
+  if (!ended)
+    return fail(llvm::toString(ended.takeError()));
+  if (ended->forwarded)
+    std::cerr << "braid: " << strsignal(ended->forwarded)
+              << ": the ranks were stopped\n";
+  return ended->code;
 }
 
 //===----------------------------------------------------------------------===//
