@@ -45,7 +45,8 @@ OutputFile::Open(const std::string &path, Options options) {
   }
   if (out->regular_ && !options.inPlace)
     out->tmp_ = absl::StrCat(out->target_, ".", ::getpid(), ".tmp");
-  const std::string &opened = out->tmp_.empty() ? out->target_ : out->tmp_;
+  // A copy: the temporary's name is cleared below when nothing was created.
+  const std::string opened = out->tmp_.empty() ? out->target_ : out->tmp_;
   out->file_ = std::fopen(opened.c_str(), "wb");
   if (!out->file_) {
     int err = errno;
@@ -115,6 +116,39 @@ absl::Status OutputFile::Commit() {
   return absl::OkStatus();
 }
 
+absl::Status CheckWritable(const std::string &path) {
+  if (path.empty())
+    return absl::InvalidArgumentError("no output file named (an empty path)");
+  std::string target = path;
+  char resolved[PATH_MAX];
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
+      ::realpath(path.c_str(), resolved))
+    target = resolved;
+  if (::stat(target.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write ", path, ": it is a directory"));
+    if (!S_ISREG(st.st_mode)) // written in place
+      return ::access(target.c_str(), W_OK) == 0
+                 ? absl::OkStatus()
+                 : absl::ErrnoToStatus(errno, absl::StrCat("cannot write ",
+                                                           path));
+  } else if (errno != ENOENT) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
+  }
+  // A regular file is written to a temporary beside it: its directory must
+  // take new files.
+  size_t slash = target.rfind('/');
+  std::string dir = slash == std::string::npos ? "."
+                    : slash == 0               ? "/"
+                                               : target.substr(0, slash);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("cannot write ", path, " (in ", dir, ")"));
+  return absl::OkStatus();
+}
+
 absl::Status WriteOutputFile(const std::string &path, absl::string_view bytes,
                              OutputFile::Options options) {
   absl::StatusOr<std::unique_ptr<OutputFile>> out =
@@ -124,6 +158,55 @@ absl::Status WriteOutputFile(const std::string &path, absl::string_view bytes,
   if (absl::Status s = (*out)->Write(bytes); !s.ok())
     return s;
   return (*out)->Commit();
+}
+
+//===-- OutputStream ------------------------------------------------------===//
+
+std::streambuf::int_type OutputStream::Buffer::overflow(int_type c) {
+  if (traits_type::eq_int_type(c, traits_type::eof()))
+    return traits_type::not_eof(c);
+  char ch = traits_type::to_char_type(c);
+  if (!file || !file->Write(&ch, 1).ok())
+    return traits_type::eof();
+  return c;
+}
+
+std::streamsize OutputStream::Buffer::xsputn(const char *s, std::streamsize n) {
+  if (!file || !file->Write(s, size_t(n)).ok())
+    return 0;
+  return n;
+}
+
+int OutputStream::Buffer::sync() {
+  return file && file->Flush().ok() ? 0 : -1;
+}
+
+OutputStream::OutputStream() : std::ostream(&buffer_) {
+  setstate(std::ios::badbit); // until Open
+}
+
+OutputStream::~OutputStream() = default;
+
+absl::Status OutputStream::Open(const std::string &path,
+                                OutputFile::Options options) {
+  absl::StatusOr<std::unique_ptr<OutputFile>> opened =
+      OutputFile::Open(path, options);
+  if (!opened.ok())
+    return opened.status();
+  file_ = std::move(*opened);
+  buffer_.file = file_.get();
+  clear();
+  return absl::OkStatus();
+}
+
+absl::Status OutputStream::Commit() {
+  if (!file_)
+    return absl::FailedPreconditionError("no output file is open");
+  absl::Status s = file_->Commit();
+  buffer_.file = nullptr;
+  file_.reset();
+  setstate(std::ios::badbit);
+  return s;
 }
 
 } // namespace braid::common

@@ -25,6 +25,8 @@
 
 #include <cstdio>
 #include <memory>
+#include <ostream>
+#include <streambuf>
 #include <string>
 
 namespace braid::common {
@@ -82,6 +84,41 @@ private:
   bool sync_ = false;
   absl::Status error_;
 };
+
+/// An OutputFile written as a std::ostream, for writers that stream (a
+/// generation's lines, logits, samples, a trace): what is inserted goes to
+/// the OutputFile; Commit puts the file in place and reports the first
+/// error of any write. Destroyed before Commit (a run that failed on the
+/// way), it removes its temporary and leaves the old file as it was. Not
+/// open, or after Commit, the stream is bad and writes nothing.
+class OutputStream : public std::ostream {
+public:
+  OutputStream();
+  ~OutputStream() override;
+  OutputStream(const OutputStream &) = delete;
+  OutputStream &operator=(const OutputStream &) = delete;
+
+  /// OutputFile::Open; an error names the path and why.
+  absl::Status Open(const std::string &path, OutputFile::Options options = {});
+  bool is_open() const { return file_ != nullptr; }
+  /// OutputFile::Commit.
+  absl::Status Commit();
+
+private:
+  struct Buffer : std::streambuf {
+    OutputFile *file = nullptr;
+    int_type overflow(int_type c) override;
+    std::streamsize xsputn(const char *s, std::streamsize n) override;
+    int sync() override;
+  };
+  Buffer buffer_;
+  std::unique_ptr<OutputFile> file_;
+};
+
+/// Whether OutputFile::Open(path) could write `path` now, without creating
+/// anything: for an output made at the end of long work (parameters after
+/// training), checked before the work. Errors as Open's.
+absl::Status CheckWritable(const std::string &path);
 
 /// Writes `bytes` to `path` through OutputFile.
 absl::Status WriteOutputFile(const std::string &path, absl::string_view bytes,

@@ -699,9 +699,7 @@ absl::StatusOr<SandboxResult> RunSandboxed(const std::vector<std::string> &argv,
   return runIn(findExecutable("bwrap"), dir->path(), argv, stdinText, limits);
 }
 
-absl::StatusOr<SandboxResult> RunPython(const std::string &program,
-                                        const SandboxLimits &limits,
-                                        const std::string &interpreter) {
+absl::Status CheckInterpreter(const std::string &interpreter) {
   bool visible = false;
   for (absl::string_view root :
        {"/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/"})
@@ -709,9 +707,18 @@ absl::StatusOr<SandboxResult> RunPython(const std::string &program,
   if (!visible || interpreter.find("/../") != std::string::npos ||
       ::access(interpreter.c_str(), X_OK) != 0)
     return absl::InvalidArgumentError(absl::StrCat(
-        "RunPython: the interpreter ", interpreter,
+        "the interpreter ", interpreter,
         " must be an executable under /usr, /bin, /sbin, /lib or /lib64 "
         "(what the sandbox sees)"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SandboxResult> RunPython(const std::string &program,
+                                        const SandboxLimits &limits,
+                                        const std::string &interpreter) {
+  if (absl::Status s = CheckInterpreter(interpreter); !s.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunPython: ", s.message()));
   if (absl::Status s = checkLimits(limits); !s.ok())
     return s;
   if (absl::Status s = CheckSandbox(); !s.ok())

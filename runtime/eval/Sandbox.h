@@ -144,6 +144,12 @@ absl::StatusOr<SandboxResult> RunSandboxed(const std::vector<std::string> &argv,
                                            const std::string &stdinText,
                                            const SandboxLimits &limits);
 
+/// Whether `interpreter` can run programs in the sandbox: an executable
+/// under /usr, /bin, /sbin, /lib or /lib64 (what it sees), given as an
+/// absolute path without "..". RunPython checks it first; a caller checks
+/// it before the work that leads to the programs.
+absl::Status CheckInterpreter(const std::string &interpreter);
+
 /// Writes `program` to program.py in a fresh temporary directory and runs
 /// `interpreter -I -S program.py` on it there, through RunSandboxed's
 /// sandbox, with no standard input. -I keeps the environment and the user's

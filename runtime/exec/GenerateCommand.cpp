@@ -4,6 +4,7 @@
 
 #include "runtime/exec/Generate.h"
 #include "runtime/common/Json.h"
+#include "runtime/common/OutputFile.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -281,13 +282,13 @@ int RunGenerateCommand(
 
   // Every rank reads its logits (split over tp, they are gathered on
   // each); rank 0 writes them.
-  std::ofstream logits;
-  if (!logitsOut.empty() && writer) {
-    logits.open(logitsOut, std::ios::trunc);
-    if (!logits)
-      return fail("cannot write " + logitsOut);
-    logits << std::setprecision(9);
-  }
+  // Opened before the work, put in place after it (common::OutputStream):
+  // a run that fails on the way leaves an old file as it was.
+  common::OutputStream logits;
+  if (!logitsOut.empty() && writer)
+    if (absl::Status s = logits.Open(logitsOut); !s.ok())
+      return fail(s.message());
+  logits << std::setprecision(9);
   const LogitsCallback onLogits = LogitsWriter(logits);
   const size_t batch = beamWidth > 1 ? 1 : size_t(gen.maxBatch());
   for (size_t first = 0; first < prompts.size(); first += batch) {
@@ -331,6 +332,9 @@ int RunGenerateCommand(
     }
   }
   out.flush();
+  if (logits.is_open())
+    if (absl::Status s = logits.Commit(); !s.ok())
+      return fail(s.message());
   if (profile && writer) {
     const std::vector<Backend::KernelProfile> &kernels =
         gen.backend().KernelProfiles();

@@ -87,9 +87,9 @@ struct TrainingRun {
   std::string dataPath;         ///< options.dataPrefix, or the plan's
   bool pipelined = false;       ///< whether the plan has pipeline stages
   bool writer = true;           ///< rank 0 (or no communicator)
-  std::ofstream traceFile;      ///< rank 0's, with --trace
+  common::OutputStream traceFile; ///< rank 0's, with --trace
   std::unique_ptr<Trace> trace; ///< every rank's, with --trace
-  std::ofstream profileFile;    ///< rank 0's, with --profile-out
+  common::OutputStream profileFile; ///< rank 0's, with --profile-out
   /// The watchdog's deadline before the first step ends and in saves.
   double slowTimeout = 0;
   std::unique_ptr<Backend> backend;

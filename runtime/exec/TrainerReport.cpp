@@ -173,6 +173,9 @@ absl::Status FinishRun(TrainingRun &run) {
       return absl::Status(s.code(),
                           absl::StrCat("writing the trace to ", options.trace,
                                        ": ", s.message()));
+    if (writer)
+      if (absl::Status s = run.traceFile.Commit(); !s.ok())
+        return absl::Status(s.code(), absl::StrCat("--trace: ", s.message()));
     if (options.log)
       *options.log << "trace: " << options.trace
                    << " (open it in ui.perfetto.dev or chrome://tracing)\n";
@@ -214,6 +217,10 @@ absl::Status FinishRun(TrainingRun &run) {
       return absl::Status(s.code(),
                           absl::StrCat("writing the profile to ",
                                        options.profileOut, ": ", s.message()));
+    if (writer)
+      if (absl::Status s = run.profileFile.Commit(); !s.ok())
+        return absl::Status(s.code(),
+                            absl::StrCat("--profile-out: ", s.message()));
     if (options.log)
       *options.log << absl::StrFormat(
           "profile: %s (kernels of every rank over %d step%s)\n",

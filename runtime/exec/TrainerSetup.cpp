@@ -106,26 +106,20 @@ absl::Status SetUpRun(TrainingRun &run) {
   // The trace file, opened now by rank 0 (which writes every rank's
   // events), so that one it cannot write fails the run before it trains.
   run.writer = !options.comm || options.comm->Rank() == 0;
+  // Both are put in place when the run ends well (common::OutputStream): a
+  // failed run leaves an old file as it was.
   if (!options.trace.empty()) {
-    if (run.writer) {
-      errno = 0;
-      run.traceFile.open(options.trace, std::ios::trunc);
-      if (!run.traceFile)
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot write the trace to ", options.trace, ": ",
-                         errno ? std::strerror(errno) : "cannot open it"));
-    }
+    if (run.writer)
+      if (absl::Status s = run.traceFile.Open(options.trace); !s.ok())
+        return absl::Status(s.code(),
+                            absl::StrCat("--trace: ", s.message()));
     run.trace = std::make_unique<Trace>();
   }
   // Likewise the profile, which rank 0 writes for every rank.
-  if (!options.profileOut.empty() && run.writer) {
-    errno = 0;
-    run.profileFile.open(options.profileOut, std::ios::trunc);
-    if (!run.profileFile)
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot write the profile to ", options.profileOut,
-                       ": ", errno ? std::strerror(errno) : "cannot open it"));
-  }
+  if (!options.profileOut.empty() && run.writer)
+    if (absl::Status s = run.profileFile.Open(options.profileOut); !s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("--profile-out: ", s.message()));
   // The watchdog (Communicator::SetTimeout): each wait for other ranks has
   // --collective-timeout, 3 x that before the first step ends (start-up, a
   // checkpoint's load, the first step, which touches the arena's pages) and
@@ -281,6 +275,12 @@ absl::Status PrepareSteps(TrainingRun &run) {
                                        opened.status().message()));
     run.metrics = std::move(*opened);
   }
+  // The parameters are written after the last step: a path that cannot be
+  // written fails the run before the first.
+  if (!options.saveParams.empty() && run.writer)
+    if (absl::Status s = common::CheckWritable(options.saveParams); !s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("--save-params: ", s.message()));
   // TensorBoard's events, by rank 0; a resumed run marks where it restarts,
   // so that TensorBoard drops what an earlier file holds from there on.
   if (!options.tensorboardDir.empty() && run.writer) {

@@ -449,6 +449,43 @@ def check_errors(s, model_dir):
             sys.exit(f"FAILED: braid generate {' '.join(extra)} crashed")
     print(f"errors: {len(cases)} bad inputs refused, each named")
 
+    # A run that fails leaves the output files there were as they were; a
+    # write that fails is an error.
+    outputs = {"-o": s.w("kept.jsonl"), "--logits-out": s.w("kept.logits")}
+    for flag, path in outputs.items():
+        with open(path, "w") as f:
+            f.write(f"an earlier run's {flag}\n")
+    args = ["--prompt-ids", "5,500"]
+    for flag, path in outputs.items():
+        args += [flag, path]
+    p = subprocess.run([s.b("braid"), "generate", model_dir] + args,
+                       capture_output=True, text=True)
+    if p.returncode == 0 or "outside the model's" not in p.stderr:
+        sys.exit(f"FAILED: braid generate {' '.join(args)}: {p.stderr}")
+    for flag, path in outputs.items():
+        with open(path) as f:
+            if f.read() != f"an earlier run's {flag}\n":
+                sys.exit(f"FAILED: the failed run changed its {flag} file")
+    p = subprocess.run([s.b("braid"), "generate", model_dir, "--prompt-ids",
+                        "5,6", "--max-new-tokens", "2", "--logits-out",
+                        "/dev/full"], capture_output=True, text=True)
+    if p.returncode == 0 or "/dev/full" not in p.stderr:
+        sys.exit(f"FAILED: --logits-out /dev/full should fail: "
+                 f"exit {p.returncode}, {p.stderr}")
+    # A prompts line nested past the JSON depth Braid reads is refused at
+    # once, naming its line.
+    deep = s.w("deep.jsonl")
+    with open(deep, "w") as f:
+        f.write('\n{"prompt": "b", "x": ' + "[" * 20000 + "]" * 20000 +
+                "}\n")
+    p = subprocess.run([s.b("braid"), "generate", model_dir, "--prompts",
+                        deep, "--tokenizer", "bytes"],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode == 0 or f"{deep}:2: JSON nested more than" not in p.stderr:
+        sys.exit(f"FAILED: a deep --prompts line: {p.stderr}")
+    print("outputs: a failed run keeps the files; a full disk is an error; "
+          "deep JSON refused")
+
 
 def main():
     s = harness.Setup()

@@ -30,6 +30,7 @@
 #include "runtime/comm/MpiCommunicator.h"
 #include "runtime/comm/Slurm.h"
 #endif
+#include "runtime/common/OutputFile.h"
 #include "runtime/cpu/Blas.h"
 #include "runtime/exec/BenchCollectives.h"
 #include "runtime/exec/Devices.h"
@@ -84,16 +85,12 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
                      const braid::plan::Plan &plan, const std::string &path) {
   // Rank 0 opens the file first, so that one it cannot write ends the job
   // before the minutes of timing.
-  std::ofstream out;
-  if (comm.Rank() == 0) {
-    errno = 0;
-    out.open(path, std::ios::trunc);
-    if (!out) {
-      writeLine(absl::StrCat("braid-run: error: cannot write ", path, ": ",
-                             errno ? std::strerror(errno) : "cannot open it"));
+  braid::common::OutputStream out;
+  if (comm.Rank() == 0)
+    if (absl::Status s = out.Open(path); !s.ok()) {
+      writeLine(absl::StrCat("braid-run: error: ", s.message()));
       comm.Abort(1);
     }
-  }
   absl::StatusOr<braid::exec::CollectiveBench> bench =
       braid::exec::BenchCollectives(comm,
                                     braid::plan::AxisSize(plan.mesh(), "dp"));
@@ -105,9 +102,8 @@ int benchCollectives(braid::comm::MpiCommunicator &comm,
   if (comm.Rank() != 0)
     return 0;
   braid::exec::WriteCollectiveBench(*bench, out);
-  out.flush();
-  if (!out) {
-    writeLine(absl::StrCat("braid-run: error: cannot write ", path));
+  if (absl::Status s = out.Commit(); !s.ok()) {
+    writeLine(absl::StrCat("braid-run: error: ", s.message()));
     return 1;
   }
   std::cout << "collectives: " << bench->ranks << " ranks over 'dp', "

@@ -16,6 +16,7 @@
 #include "tools/braid/InferenceModel.h"
 
 #include "runtime/common/JsonString.h"
+#include "runtime/common/OutputFile.h"
 #include "runtime/eval/Evaluate.h"
 #include "runtime/eval/Sandbox.h"
 #ifdef BRAID_HAVE_MPI
@@ -205,10 +206,13 @@ int evalCommand(int argc, char **argv) {
         return s.benchmark == eval::Benchmark::kHumanEval;
       });
   // Model-written code runs only in a sandbox: none, no HumanEval.
-  if (humaneval)
+  if (humaneval) {
     if (absl::Status sandbox = eval::CheckSandbox(); !sandbox.ok())
       return fail("humaneval runs the model's programs in a sandbox, and " +
                   std::string(sandbox.message()));
+    if (absl::Status python = eval::CheckInterpreter(f.python); !python.ok())
+      return fail("--python: " + std::string(python.message()));
+  }
 
   bool braidCheckpoint = false;
   llvm::Expected<spec::ModelSpec> model = modelOf(f.model, braidCheckpoint);
@@ -229,12 +233,16 @@ int evalCommand(int argc, char **argv) {
   exec::Generator &gen = *opened->generator;
   const bool writer = opened->writer;
 
-  std::ofstream samples;
-  if (!f.logSamples.empty() && writer) {
-    samples.open(f.logSamples, std::ios::trunc);
-    if (!samples)
-      return fail("cannot write " + f.logSamples);
-  }
+  // The outputs are opened now, so that one that cannot be written ends
+  // the run before its work, and put in place only when it succeeded: a
+  // run that fails on the way leaves the files there were as they were.
+  common::OutputStream samples, resultsFile;
+  if (writer)
+    for (auto [stream, path] : {std::pair{&samples, &f.logSamples},
+                                std::pair{&resultsFile, &f.output}})
+      if (!path->empty())
+        if (absl::Status s = stream->Open(*path); !s.ok())
+          return fail(std::string(s.message()));
   const auto began = std::chrono::steady_clock::now();
   // Progress with an ETA, over every task's requests (and programs): the
   // library reports after each call of a callback, and within a call the
@@ -386,17 +394,11 @@ int evalCommand(int argc, char **argv) {
   if (!writer)
     return 0;
   std::cout << eval::ResultsTable(*results);
-  if (!f.output.empty()) {
-    std::ofstream out(f.output, std::ios::trunc);
-    out << eval::ResultsJson(*results, /*withItems=*/true) << "\n";
-    out.flush();
-    if (!out)
-      return fail("cannot write " + f.output);
-  }
-  if (samples) {
-    samples.flush();
-    if (!samples)
-      return fail("cannot write " + f.logSamples);
-  }
+  if (resultsFile.is_open())
+    resultsFile << eval::ResultsJson(*results, /*withItems=*/true) << "\n";
+  for (common::OutputStream *stream : {&resultsFile, &samples})
+    if (stream->is_open())
+      if (absl::Status s = stream->Commit(); !s.ok())
+        return fail(std::string(s.message()));
   return 0;
 }

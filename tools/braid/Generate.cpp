@@ -376,19 +376,17 @@ int generateCommand(int argc, char **argv) {
       : tokenizer       ? tokenizer->eosIds
                         : std::vector<int32_t>{};
 
-  std::ofstream logits;
-  if (!f.logitsOut.empty() && writer) {
-    logits.open(f.logitsOut, std::ios::trunc);
-    if (!logits)
-      return fail("cannot write " + f.logitsOut);
-    logits << std::setprecision(9);
-  }
-  std::ofstream out;
-  if (!f.output.empty() && writer) {
-    out.open(f.output, std::ios::trunc);
-    if (!out)
-      return fail("cannot write " + f.output);
-  }
+  // The outputs are opened before the work and put in place when it is
+  // done: a run that fails on the way leaves the files there were as they
+  // were (common::OutputStream).
+  common::OutputStream logits, out;
+  if (writer)
+    for (auto [stream, path] : {std::pair{&logits, &f.logitsOut},
+                                std::pair{&out, &f.output}})
+      if (!path->empty())
+        if (absl::Status s = stream->Open(*path); !s.ok())
+          return fail(std::string(s.message()));
+  logits << std::setprecision(9);
   // Streams one prompt's text as it grows when there is one prompt and no
   // -o; the text of the ids so far, printed past what is already out.
   const bool stream = prompts.size() == 1 && f.output.empty() &&
@@ -513,11 +511,10 @@ int generateCommand(int argc, char **argv) {
                      << gen.maxSeqLen() << " positions, --max-seq-len)\n";
     }
   }
-  if (out) {
-    out.flush();
-    if (!out)
-      return fail("cannot write " + f.output);
-  }
+  for (common::OutputStream *stream : {&logits, &out})
+    if (stream->is_open())
+      if (absl::Status s = stream->Commit(); !s.ok())
+        return fail(std::string(s.message()));
   return 0;
 }
 

@@ -192,5 +192,77 @@ TEST_F(OutputFileTest, InPlaceWritesTheRegularFileAsItGrows) {
   EXPECT_TRUE(others({"metrics.jsonl"}).empty());
 }
 
+TEST_F(OutputFileTest, AnOpenFailureNamesTheTemporaryItTried) {
+  // The temporary's name is part of the message (it once printed "()").
+  auto out = OutputFile::Open(dir + "/missing/p.bin");
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("(" + dir + "/missing/p.bin."),
+            std::string::npos)
+      << out.status();
+  EXPECT_EQ(out.status().message().find("()"), std::string::npos)
+      << out.status();
+}
+
+TEST_F(OutputFileTest, OutputStreamReplacesTheFileOnlyAtCommit) {
+  std::string path = dir + "/samples.jsonl";
+  std::ofstream(path) << "old";
+  {
+    OutputStream out;
+    EXPECT_FALSE(out.is_open());
+    out << "nothing"; // not open: bad, writes nothing
+    EXPECT_FALSE(out.good());
+    ASSERT_TRUE(out.Open(path).ok());
+    EXPECT_TRUE(out.good());
+    out << "line " << 1 << "\n";
+    EXPECT_EQ(read(path), "old"); // not yet
+    // Abandoned (a run that failed on the way): the old file stays.
+  }
+  EXPECT_EQ(read(path), "old");
+  EXPECT_TRUE(others({"samples.jsonl"}).empty());
+  OutputStream out;
+  ASSERT_TRUE(out.Open(path).ok());
+  out << "line " << 2 << "\n";
+  ASSERT_TRUE(out.Commit().ok());
+  EXPECT_EQ(read(path), "line 2\n");
+  EXPECT_FALSE(out.is_open());
+  EXPECT_TRUE(others({"samples.jsonl"}).empty());
+}
+
+TEST_F(OutputFileTest, OutputStreamReportsAFullDiskAtCommit) {
+  OutputStream out;
+  ASSERT_TRUE(out.Open("/dev/full").ok());
+  out << std::string(100, 'x') << "\n"; // buffered
+  absl::Status committed = out.Commit();
+  ASSERT_FALSE(committed.ok());
+  EXPECT_NE(committed.message().find("/dev/full"), std::string::npos)
+      << committed;
+  // Open fails as OutputFile::Open does, naming the path.
+  OutputStream refused;
+  absl::Status s = refused.Open(dir);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("is a directory"), std::string::npos) << s;
+}
+
+TEST_F(OutputFileTest, CheckWritableCreatesNothing) {
+  EXPECT_TRUE(CheckWritable(dir + "/new.safetensors").ok());
+  EXPECT_TRUE(CheckWritable("/dev/null").ok());
+  absl::Status s = CheckWritable(dir);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("is a directory"), std::string::npos) << s;
+  s = CheckWritable(dir + "/no/such/dir/file");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(dir + "/no/such/dir/file"), std::string::npos)
+      << s;
+  EXPECT_FALSE(CheckWritable("").ok());
+  if (::geteuid() != 0) {
+    ASSERT_EQ(::chmod(dir.c_str(), 0500), 0);
+    s = CheckWritable(dir + "/p.safetensors");
+    ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("ermission"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(others({}).empty());
+}
+
 } // namespace
 } // namespace braid::common
