@@ -157,10 +157,12 @@ SliceRuns(const std::vector<int64_t> &shape, const Sharding &sharding,
 absl::StatusOr<Manifest> ReadManifest(const std::string &dir) {
   const std::string path = (fs::path(dir) / kManifestFile).string();
   absl::StatusOr<std::string> text = common::readWholeFile(path);
-  if (!text.ok())
+  if (absl::IsNotFound(text.status()))
     return absl::NotFoundError(absl::StrCat(
         path, " does not exist: ", dir,
         " is not a complete Braid checkpoint"));
+  if (!text.ok())
+    return text.status();
   Manifest m;
   if (absl::Status s = common::JsonToMessage(*text, &m); !s.ok())
     return absl::DataLossError(
@@ -481,6 +483,7 @@ std::string NewLineage() {
 absl::StatusOr<std::unique_ptr<RootLock>>
 RootLock::Acquire(const std::string &root) {
   std::error_code ec;
+  const bool existed = fs::exists(root, ec);
   fs::create_directories(root, ec);
   if (ec)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -496,6 +499,8 @@ RootLock::Acquire(const std::string &root) {
                      std::strerror(errno), " (creating ", path, ")"));
   std::unique_ptr<RootLock> lock(new RootLock());
   lock->fd_ = fd;
+  if (!existed)
+    lock->createdRoot_ = root;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
     std::string holder;
@@ -532,6 +537,21 @@ RootLock::Acquire(const std::string &root) {
 }
 
 RootLock::~RootLock() {
+  // A root this run made and left with nothing but the lock (it failed
+  // before its first save) goes with it: --save DIR must not leave an
+  // empty DIR behind. Removed while the lock is held, so that no other run
+  // can have taken it.
+  if (!createdRoot_.empty() && fd_ >= 0) {
+    std::error_code ec;
+    bool onlyLock = true;
+    for (const fs::directory_entry &e :
+         fs::directory_iterator(createdRoot_, ec))
+      onlyLock = onlyLock && e.path().filename() == kLockFile;
+    if (!ec && onlyLock) {
+      fs::remove(fs::path(createdRoot_) / kLockFile, ec);
+      fs::remove(createdRoot_, ec);
+    }
+  }
   if (fd_ >= 0)
     ::close(fd_); // releases the flock
 }

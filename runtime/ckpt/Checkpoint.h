@@ -110,7 +110,8 @@ std::string NewLineage();
 /// when the holding process ends, however it ends).
 class RootLock {
 public:
-  /// Creates ROOT (and its parents) if needed and takes the lock;
+  /// Creates ROOT (and its parents) if needed and takes the lock (a ROOT it
+  /// created and that holds only the lock when it is released is removed);
   /// FailedPrecondition naming the root and the holder when another process
   /// holds it, or naming the root and why when it cannot be created or
   /// written.
@@ -123,6 +124,9 @@ public:
 private:
   RootLock() = default;
   int fd_ = -1;
+  /// The root when Acquire created it (removed with the lock when it holds
+  /// nothing else by then).
+  std::string createdRoot_;
 };
 
 /// The lock file's name in a root.

@@ -16,6 +16,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -498,6 +499,13 @@ absl::Status LoadParameters(
                 whole.begin() + (piece.part + 1) * block, out + at);
       at += block;
     }
+    // A weight that is not a number is a corrupt file: it would train to
+    // NaN, or generate from NaN logits, without a word.
+    for (int64_t k = 0; k < count; ++k)
+      if (!std::isfinite(out[k]))
+        return absl::DataLossError(absl::StrCat(
+            where, "tensor \"", stored[i].front().name, "\": element ", k,
+            " is ", out[k], " (a model's weights are finite numbers)"));
   }
   return absl::OkStatus();
 }

@@ -54,9 +54,16 @@ void unmapFile(const uint8_t *data, size_t size) {
 }
 
 absl::StatusOr<std::string> readWholeFile(const std::string &path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (!in) {
+    // Why, from errno (ifstream keeps it): "does not exist" is NotFound,
+    // anything else (no permission, a directory) says so.
+    int err = errno;
+    if (err == 0 || err == ENOENT)
+      return absl::NotFoundError(absl::StrCat("cannot open ", path));
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot open ", path));
+  }
   std::string text((std::istreambuf_iterator<char>(in)),
                    std::istreambuf_iterator<char>());
   if (in.bad())

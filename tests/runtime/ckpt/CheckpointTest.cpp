@@ -717,6 +717,29 @@ TEST_F(CheckpointRootTest, ARootIsLockedByOneHolder) {
   EXPECT_EQ(ListCheckpoints(root_), (std::vector<int64_t>{1}));
 }
 
+TEST_F(CheckpointRootTest, ARootMadeForARunThatSavedNothingGoesWithItsLock) {
+  // A run that failed before its first save leaves no empty --save DIR.
+  const std::string made = dir_.file("made/for/nothing");
+  auto lock = RootLock::Acquire(made);
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  EXPECT_TRUE(fs::exists(fs::path(made) / kLockFile));
+  lock->reset();
+  EXPECT_FALSE(fs::exists(made));
+  EXPECT_TRUE(fs::exists(dir_.file("made/for"))); // its parents stay
+  // A root that was there stays, and so does one that got a checkpoint.
+  fs::create_directories(made);
+  lock = RootLock::Acquire(made);
+  ASSERT_TRUE(lock.ok());
+  lock->reset();
+  EXPECT_TRUE(fs::exists(made));
+  const std::string saved = dir_.file("saved");
+  lock = RootLock::Acquire(saved);
+  ASSERT_TRUE(lock.ok());
+  writeBytes((fs::path(saved) / "step-00000001").string(), "x");
+  lock->reset();
+  EXPECT_TRUE(fs::exists(fs::path(saved) / "step-00000001"));
+}
+
 TEST_F(CheckpointRootTest, ARootThatCannotBeMadeIsAnErrorNamingIt) {
   // /proc refuses new directories (to root too).
   absl::StatusOr<std::unique_ptr<RootLock>> lock =

@@ -270,6 +270,30 @@ TEST_F(HFCheckpointTest, RefusesNonFloatParameters) {
                                    "not a float dtype (F16, BF16, F32, F64)");
 }
 
+// A weight that is not a number (NaN, infinity; BF16's 0x7FC0 is NaN) is a
+// corrupt file, named with the element.
+TEST_F(HFCheckpointTest, RefusesNonFiniteWeights) {
+  const std::string header =
+      R"({"model.norm.weight":{"dtype":"BF16","shape":[3],"data_offsets":[0,6]},)"
+      R"("model.embed_tokens.weight":{"dtype":"F32","shape":[2],"data_offsets":[6,14]}})";
+  writeBytes(dir_.file("model.safetensors"),
+             rawFile(header, bits16({0x3F80, 0x3F80, 0x7FC0}) +
+                                 f32({1.0f, 2.0f})));
+  absl::Status s = load({{"model.embed_tokens.weight", {2}},
+                         {"model.norm.weight", {3}}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), where() + "tensor \"model.norm.weight\": element 2 "
+                                   "is nan (a model's weights are finite "
+                                   "numbers)");
+  writeBytes(dir_.file("model.safetensors"),
+             rawFile(header, bits16({0x3F80, 0x3F80, 0x3F80}) +
+                                 f32({1.0f, -INFINITY})));
+  s = load({{"model.embed_tokens.weight", {2}}, {"model.norm.weight", {3}}});
+  EXPECT_EQ(s.message(), where() + "tensor \"model.embed_tokens.weight\": "
+                                   "element 1 is -inf (a model's weights are "
+                                   "finite numbers)");
+}
+
 // Older GPT-2 checkpoints lack "transformer."; the attention mask buffers are
 // ignored; Conv1D weights stay [in, out] (not transposed).
 TEST_F(HFCheckpointTest, Gpt2UnprefixedNamesAndBuffers) {
