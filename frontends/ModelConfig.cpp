@@ -319,8 +319,9 @@ llvm::Expected<ModelConfig> braid::resolveModel(const spec::JobSpec &job) {
                    "but model.activation = " +
                    activationName(c.activation) + " has one projection");
   c.initStd = m.has_init_std() ? m.init_std() : 0.02;
-  if (!(c.initStd > 0))
-    return invalid("model.init_std = " + str(c.initStd) + " must be > 0");
+  if (!(c.initStd > 0) || !std::isfinite(c.initStd))
+    return invalid("model.init_std = " + str(c.initStd) +
+                   " must be finite and > 0");
   c.hiddenDropout = m.hidden_dropout();
   c.attentionDropout = m.attention_dropout();
   c.embeddingDropout = m.embedding_dropout();

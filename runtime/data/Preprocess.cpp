@@ -22,6 +22,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -206,6 +207,14 @@ absl::Status Preprocess(const PreprocessOptions &options,
     return absl::InvalidArgumentError("preprocess: no input file");
   if (options.outputPrefix.empty())
     return absl::InvalidArgumentError("preprocess: no output prefix");
+  // PREFIX.bin and PREFIX.idx: a prefix that ends in a directory would
+  // make the hidden files DIR/.bin and DIR/.idx.
+  if (options.outputPrefix.back() == '/' ||
+      std::filesystem::is_directory(options.outputPrefix))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "preprocess: the output prefix ", options.outputPrefix,
+        " is a directory: give DIR/NAME, which makes DIR/NAME.bin and "
+        "DIR/NAME.idx"));
   if (options.jsonKey.empty())
     return absl::InvalidArgumentError("preprocess: the JSON key is empty");
   // Check every input before reading any, so that a typo in the last one

@@ -408,16 +408,20 @@ absl::Status checkEosIds(const std::vector<int32_t> &eosIds, int64_t vocab) {
 } // namespace
 
 absl::Status Generator::CheckSampling(const SamplingOptions &sampling) {
-  if (!(sampling.temperature >= 0) || !std::isfinite(sampling.temperature))
+  // The plan's SAMPLE takes both in float: what float rounds to inf or 0
+  // is out of range too.
+  if (!(sampling.temperature >= 0) ||
+      !std::isfinite(float(sampling.temperature)))
     return absl::InvalidArgumentError(absl::StrCat(
         "temperature ", sampling.temperature,
-        " must be >= 0 and finite (0: greedy)"));
+        " must be >= 0 and finite in float (0: greedy)"));
   if (sampling.topK < 0 || sampling.topK > (int64_t(1) << 24))
     return absl::InvalidArgumentError(absl::StrCat(
         "top_k ", sampling.topK, " must be in [0, 2^24] (0: no limit)"));
-  if (!(sampling.topP > 0 && sampling.topP <= 1))
+  if (!(float(sampling.topP) > 0 && sampling.topP <= 1))
     return absl::InvalidArgumentError(absl::StrCat(
-        "top_p ", sampling.topP, " must be in (0, 1] (1: no limit)"));
+        "top_p ", sampling.topP,
+        " must be in (0, 1] and above 0 in float (1: no limit)"));
   return absl::OkStatus();
 }
 

@@ -39,6 +39,9 @@ namespace braid::exec {
 using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>(
     const plan::Plan &, Communicator *)>;
 
+/// The most CPU threads a rank runs (--threads).
+inline constexpr int64_t kMaxThreads = 4096;
+
 struct TrainerOptions {
   /// The device the kernels run on (--device): "cpu" or "cuda".
   std::string device = "cpu";

@@ -13,8 +13,10 @@
 #include "absl/strings/str_split.h"
 
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 namespace braid::exec {
 
@@ -34,8 +36,15 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
                                       const std::string &value,
                                       TrainerOptions *options) {
   if (flag == "--data") {
+    if (value.empty())
+      return absl::InvalidArgumentError(
+          "--data= names no dataset (PREFIX of PREFIX.bin and PREFIX.idx)");
     options->dataPrefix = value;
   } else if (flag == "--init-from") {
+    if (value.empty())
+      return absl::InvalidArgumentError(
+          "--init-from= names nothing (a Hugging Face directory or a Braid "
+          "checkpoint)");
     options->initFrom = value;
   } else if (flag == "--lora-load") {
     if (value.empty())
@@ -137,10 +146,20 @@ absl::StatusOr<bool> ParseTrainerFlag(const std::string &flag,
     char *end = nullptr;
     errno = 0;
     long long n = std::strtoll(value.c_str(), &end, 10);
+    if (errno == ERANGE)
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, "=", value, " is out of range (at most ", LLONG_MAX, ")"));
     if (value.empty() || *end != '\0' || errno != 0 || n < (nonNegative ? 0 : 1))
       return absl::InvalidArgumentError(
           absl::StrCat(flag, "=", value, " is not a ",
                        nonNegative ? "non-negative" : "positive", " integer"));
+    // More threads than that was capped without a word; each beyond the
+    // cores only waits.
+    if (flag == "--threads" && n > kMaxThreads)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--threads=", value, " is more than ", kMaxThreads,
+          " (this machine has ", std::thread::hardware_concurrency(),
+          " cores)"));
     if (flag == "--steps")
       options->steps = n;
     else if (flag == "--seed")

@@ -92,7 +92,7 @@ absl::Status SetUpRun(TrainingRun &run) {
   if (absl::Status s = InstallStopHandlers(); !s.ok())
     return s;
   if (options.threads > 0)
-    cpu::setNumThreads(int(std::min<int64_t>(options.threads, 1 << 12)));
+    cpu::setNumThreads(int(std::min<int64_t>(options.threads, kMaxThreads)));
   if (plan::WorldSize(plan) > 1 && !options.comm)
     return absl::FailedPreconditionError(absl::StrCat(
         "the plan is for ", plan::WorldSize(plan),

@@ -532,6 +532,17 @@ def main():
     failures.expect_equal("empty directory", (r.returncode,
                                               "holds no tokenizer" in r.stderr),
                           (1, True))
+    # --ids: nothing between two commas, or nothing at all, is refused; a
+    # space after a comma is not.
+    for given, says in [("286,,287", "no id between two commas"),
+                        ("", "--ids is empty"), ("286, 287", None)]:
+        r = subprocess.run([os.path.join(args.bin, "braid-data"), "tokenize",
+                            "--tokenizer-dir", gpt2_json, "--decode", "--ids",
+                            given], capture_output=True, text=True)
+        failures.expect_equal(f"--ids '{given}'",
+                              (r.returncode != 0, says is not None and
+                               says in r.stderr),
+                              (says is not None, says is not None))
 
     if failures.lines:
         for line in failures.lines[:60]:

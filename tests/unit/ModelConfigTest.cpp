@@ -898,6 +898,12 @@ TEST(Errors, NumbersPrintAsTheJobStatesThem) {
   job = presetJob("tiny-llama");
   job.mutable_model()->set_norm_eps(-1e-5);
   EXPECT_EQ(resolveError(job), "model.norm_eps = -1e-05 must be > 0");
+  // Infinity passed '> 0' and failed only when the weights were drawn.
+  job = presetJob("tiny-llama");
+  job.mutable_model()->set_init_std(INFINITY);
+  EXPECT_EQ(resolveError(job), "model.init_std = inf must be finite and > 0");
+  job.mutable_model()->set_init_std(0);
+  EXPECT_EQ(resolveError(job), "model.init_std = 0 must be finite and > 0");
 }
 
 //===----------------------------------------------------------------------===//

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -393,12 +394,21 @@ std::vector<int32_t> idsFlag(const FlagParser &flags) {
   if (given.size() > 1)
     usageError("flag --ids given more than once");
   std::vector<int32_t> ids;
-  for (absl::string_view part :
-       absl::StrSplit(given[0], absl::ByAnyChar(", "), absl::SkipEmpty())) {
-    int32_t id;
-    if (!absl::SimpleAtoi(part, &id))
-      usageError(absl::StrCat("flag --ids: '", part, "' is not a token id"));
-    ids.push_back(id);
+  if (absl::StripAsciiWhitespace(given[0]).empty())
+    usageError("flag --ids is empty: give the ids, e.g. --ids 286,287");
+  // Commas, or spaces, between the ids; nothing between two commas is a
+  // mistake, not an id to skip.
+  for (absl::string_view group : absl::StrSplit(given[0], ',')) {
+    if (absl::StripAsciiWhitespace(group).empty())
+      usageError(absl::StrCat("flag --ids: '", given[0],
+                              "' has no id between two commas"));
+    for (absl::string_view part :
+         absl::StrSplit(group, ' ', absl::SkipEmpty())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(part, &id))
+        usageError(absl::StrCat("flag --ids: '", part, "' is not a token id"));
+      ids.push_back(id);
+    }
   }
   return ids;
 }

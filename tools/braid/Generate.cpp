@@ -159,11 +159,15 @@ llvm::Expected<Flags> parseFlags(int argc, char **argv, bool chat = false) {
       return integerFlag(arg, value, lo, out);
     };
     auto real = [&](double &out) { return numberFlag(arg, value, out); };
-    if (arg == "--prompt") f.prompt = value;
+    if (arg == "--prompt" && value.empty())
+      return error("--prompt is empty: give the prompt's text");
+    else if (arg == "--prompt") f.prompt = value;
     else if (arg == "--prompts") f.promptsFile = value;
     else if (arg == "--prompt-ids") f.promptIds.push_back(value);
     else if (arg == "-o") f.output = value;
     else if (arg == "--logits-out") f.logitsOut = value;
+    else if (arg == "--stop" && value.empty())
+      return error("--stop is empty: an empty string would stop at once");
     else if (arg == "--stop") f.stops.push_back(value);
     else if (arg == "--template" && chat) f.chatTemplate = value;
     else if (arg == "--max-new-tokens") {
@@ -326,6 +330,10 @@ int generateCommand(int argc, char **argv) {
       return fail(std::string(p.status().message()));
     prompts.push_back(*p);
   } else {
+    if (llvm::sys::fs::is_directory(f.promptsFile))
+      return fail("--prompts " + f.promptsFile +
+                  " is a directory: give a JSONL file, one {\"prompt\": ...} "
+                  "a line");
     std::ifstream in(f.promptsFile);
     if (!in)
       return fail("cannot read " + f.promptsFile);

@@ -123,7 +123,11 @@ llvm::Error loadTokenizer(const ModelFlags &f, bool braidCheckpoint, bool requir
     absl::StatusOr<data::ModelTokenizer> loaded = data::LoadModelTokenizer(dir);
     if (loaded.ok())
       tokenizer.emplace(std::move(*loaded));
-    else if (required || !f.tokenizer.empty())
+    else if (!f.tokenizer.empty())
+      return error("--tokenizer " + f.tokenizer + ": " +
+                   std::string(loaded.status().message()) +
+                   " (give a tokenizer's directory, or bytes)");
+    else if (required)
       return error(std::string(loaded.status().message()));
   }
   if (!tokenizer && required)

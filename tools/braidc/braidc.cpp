@@ -16,6 +16,7 @@
 #include "frontends/ParallelConfig.h"
 #include "frontends/Spec.h"
 #include "runtime/common/Format.h"
+#include "runtime/common/OutputFile.h"
 #include "runtime/plan/PlanLoader.h"
 
 #include "google/protobuf/text_format.h"
@@ -397,6 +398,13 @@ int main(int argc, char **argv) {
     return fail("--emit=" + emit + " needs --compile-to=plan, not " + compileTo);
   if (emit == "plan" && outputFile == "-")
     return fail("--emit=plan writes a binary file: give it with -o FILE");
+  // The files are written after the compile: one that cannot be written
+  // fails now, before another output is written.
+  for (const std::string &path : {std::string(outputFile),
+                                   std::string(reportFile)})
+    if (!path.empty() && path != "-")
+      if (absl::Status s = common::CheckWritable(path); !s.ok())
+        return fail(std::string(s.message()));
   llvm::Expected<Phase> phase =
       parsePhase(emitPlan ? std::string("plan") : std::string(compileTo));
   if (!phase)
@@ -438,6 +446,9 @@ int main(int argc, char **argv) {
   if (maxCompilesFlag < 0)
     return fail("--max-compiles=" + llvm::Twine(maxCompilesFlag) +
                 " must be at least 0 (0: evaluate every candidate)");
+  if (nodesFlag.getNumOccurrences() && nodesFlag < 1)
+    return fail("--nodes=" + llvm::Twine(nodesFlag) +
+                " must be at least 1 (the cluster's nodes)");
   if (autoFlag) {
     if (clusterFlag.empty())
       return fail("--auto plans for a cluster: give --cluster PRESET|FILE");
