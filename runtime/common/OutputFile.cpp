@@ -116,6 +116,23 @@ absl::Status OutputFile::Commit() {
   return absl::OkStatus();
 }
 
+absl::Status OpenOutputs(
+    std::initializer_list<std::pair<OutputStream *, std::string>> outputs) {
+  for (const auto &[stream, path] : outputs)
+    if (!path.empty())
+      if (absl::Status s = stream->Open(path); !s.ok())
+        return s;
+  return absl::OkStatus();
+}
+
+absl::Status CommitOutputs(std::initializer_list<OutputStream *> outputs) {
+  for (OutputStream *stream : outputs)
+    if (stream->is_open())
+      if (absl::Status s = stream->Commit(); !s.ok())
+        return s;
+  return absl::OkStatus();
+}
+
 absl::Status CheckWritable(const std::string &path) {
   if (path.empty())
     return absl::InvalidArgumentError("no output file named (an empty path)");

@@ -24,10 +24,12 @@
 #include "absl/strings/string_view.h"
 
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <ostream>
 #include <streambuf>
 #include <string>
+#include <utility>
 
 namespace braid::common {
 
@@ -114,6 +116,13 @@ private:
   Buffer buffer_;
   std::unique_ptr<OutputFile> file_;
 };
+
+/// Opens the stream of each pair whose path is not empty (an optional
+/// output's flag not given): the first error, naming its path.
+absl::Status OpenOutputs(
+    std::initializer_list<std::pair<OutputStream *, std::string>> outputs);
+/// Commits each stream that is open: the first error.
+absl::Status CommitOutputs(std::initializer_list<OutputStream *> outputs);
 
 /// Whether OutputFile::Open(path) could write `path` now, without creating
 /// anything: for an output made at the end of long work (parameters after

@@ -140,15 +140,20 @@ def main():
     finally:
         # mpirun gives its ranks process groups of their own: each is killed
         # by its pid (a stopped one too: SIGKILL ends it).
-        for pid in ranks.values():
-            if alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_all(ranks.values(), proc)
+
+
+def kill_all(pids, proc):
+    """SIGKILL to every pid still alive, and to proc's process group."""
+    for pid in pids:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def children(pid):
@@ -202,15 +207,7 @@ def check_braid_train_sigterm(setup, data, job):
         print("braid train --dp 2 under SIGTERM: mpirun and its ranks ended "
               "with it, its temporary plan removed, exit 143")
     finally:
-        for pid in started:
-            if alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_all(started, proc)
 
 
 if __name__ == "__main__":

@@ -238,11 +238,10 @@ int evalCommand(int argc, char **argv) {
   // run that fails on the way leaves the files there were as they were.
   common::OutputStream samples, resultsFile;
   if (writer)
-    for (auto [stream, path] : {std::pair{&samples, &f.logSamples},
-                                std::pair{&resultsFile, &f.output}})
-      if (!path->empty())
-        if (absl::Status s = stream->Open(*path); !s.ok())
-          return fail(std::string(s.message()));
+    if (absl::Status s = common::OpenOutputs(
+            {{&samples, f.logSamples}, {&resultsFile, f.output}});
+        !s.ok())
+      return fail(std::string(s.message()));
   const auto began = std::chrono::steady_clock::now();
   // Progress with an ETA, over every task's requests (and programs): the
   // library reports after each call of a callback, and within a call the
@@ -396,9 +395,8 @@ int evalCommand(int argc, char **argv) {
   std::cout << eval::ResultsTable(*results);
   if (resultsFile.is_open())
     resultsFile << eval::ResultsJson(*results, /*withItems=*/true) << "\n";
-  for (common::OutputStream *stream : {&resultsFile, &samples})
-    if (stream->is_open())
-      if (absl::Status s = stream->Commit(); !s.ok())
-        return fail(std::string(s.message()));
+  if (absl::Status s = common::CommitOutputs({&resultsFile, &samples});
+      !s.ok())
+    return fail(std::string(s.message()));
   return 0;
 }

@@ -389,11 +389,10 @@ int generateCommand(int argc, char **argv) {
   // were (common::OutputStream).
   common::OutputStream logits, out;
   if (writer)
-    for (auto [stream, path] : {std::pair{&logits, &f.logitsOut},
-                                std::pair{&out, &f.output}})
-      if (!path->empty())
-        if (absl::Status s = stream->Open(*path); !s.ok())
-          return fail(std::string(s.message()));
+    if (absl::Status s = common::OpenOutputs(
+            {{&logits, f.logitsOut}, {&out, f.output}});
+        !s.ok())
+      return fail(std::string(s.message()));
   logits << std::setprecision(9);
   // Streams one prompt's text as it grows when there is one prompt and no
   // -o; the text of the ids so far, printed past what is already out.
@@ -519,10 +518,8 @@ int generateCommand(int argc, char **argv) {
                      << gen.maxSeqLen() << " positions, --max-seq-len)\n";
     }
   }
-  for (common::OutputStream *stream : {&logits, &out})
-    if (stream->is_open())
-      if (absl::Status s = stream->Commit(); !s.ok())
-        return fail(std::string(s.message()));
+  if (absl::Status s = common::CommitOutputs({&logits, &out}); !s.ok())
+    return fail(std::string(s.message()));
   return 0;
 }
 
