@@ -2,6 +2,8 @@
 
 #include "runtime/exec/Executor.h"
 
+#include "runtime/common/Format.h"
+
 #include "runtime/plan/PlanLoader.h"
 
 #include "absl/strings/str_cat.h"
@@ -63,10 +65,18 @@ Executor::Create(plan::Plan plan, Communicator *comm) {
       page;
   void *arena = mmap(nullptr, executor->mapped_, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (arena == MAP_FAILED)
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map the rank's arena of ", executor->arenaBytes_,
-                     " bytes: ", std::strerror(errno)));
+  if (arena == MAP_FAILED) {
+    int err = errno;
+    // Against the machine's memory: the plan's sizes (max_batch,
+    // max_seq_len, a beam width compiled as the batch) are what to shrink.
+    int64_t machine = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(page);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot map the rank's arena of ", executor->arenaBytes_, " bytes (",
+        common::FormatBytes(executor->arenaBytes_), "; this machine has ",
+        common::FormatBytes(machine), "): ", std::strerror(err),
+        ": compile the plan smaller (micro-batch, sequence length, max "
+        "batch) or give the rank a larger machine"));
+  }
   executor->arena_ = static_cast<uint8_t *>(arena);
 #ifdef MADV_NOHUGEPAGE
   (void)madvise(arena, executor->mapped_, MADV_NOHUGEPAGE);
