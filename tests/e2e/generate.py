@@ -437,6 +437,9 @@ def check_errors(s, model_dir):
          "end-of-sequence id 97 is outside the model's"),
         (["--prompt-ids", "5,6", "--beam-width", "2", "--length-penalty", ""],
          "expected a number"),
+        (["--prompt-ids", "5,6", "--beam-width", "60"],
+         "ranks 120 candidates a step, more than the model's 97 token ids"),
+        (["--prompt", ""], "--prompt is empty"),
     ]
     for extra, expected in cases:
         p = subprocess.run([s.b("braid"), "generate", model_dir] + extra,
@@ -483,8 +486,18 @@ def check_errors(s, model_dir):
                        capture_output=True, text=True, timeout=60)
     if p.returncode == 0 or f"{deep}:2: JSON nested more than" not in p.stderr:
         sys.exit(f"FAILED: a deep --prompts line: {p.stderr}")
+    # A model without a tokenizer prints its ids (there is no text), as
+    # --print-ids does; it printed an empty line.
+    runs = [subprocess.run([s.b("braid"), "generate", model_dir,
+                            "--prompt-ids", "5,6", "--max-new-tokens", "3",
+                            "--greedy"] + extra, capture_output=True,
+                           text=True) for extra in ([], ["--print-ids"])]
+    if runs[0].returncode != 0 or not runs[0].stdout.strip() or \
+            runs[0].stdout != runs[1].stdout:
+        sys.exit(f"FAILED: without a tokenizer braid generate printed "
+                 f"{runs[0].stdout!r}, --print-ids {runs[1].stdout!r}")
     print("outputs: a failed run keeps the files; a full disk is an error; "
-          "deep JSON refused")
+          "deep JSON refused; ids printed without a tokenizer")
 
 
 def main():

@@ -301,6 +301,10 @@ int generateCommand(int argc, char **argv) {
                           "(or bytes), or the prompt as --prompt-ids");
   if (!tokenizer && !f.stops.empty())
     return fail("--stop needs a tokenizer to match text");
+  // Without a tokenizer there is no text to show on the terminal (it
+  // printed an empty line): the ids are what it prints. -o keeps its JSONL.
+  if (!tokenizer && f.output.empty())
+    f.printIds = true;
 
   // The prompts.
   std::vector<Prompt> prompts;
@@ -361,6 +365,15 @@ int generateCommand(int argc, char **argv) {
       return fail(f.promptsFile + " holds no prompt");
   }
 
+  // Each step of a beam search ranks 2 x the width candidates (a beam's
+  // next tokens, kept past the ones that end): more than the vocabulary
+  // cannot be, and the plan's batch is the width.
+  if (f.beamWidth > 1 && model->vocab_size() > 0 &&
+      2 * f.beamWidth > model->vocab_size())
+    return fail("--beam-width " + std::to_string(f.beamWidth) +
+                " ranks " + std::to_string(2 * f.beamWidth) +
+                " candidates a step, more than the model's " +
+                std::to_string(model->vocab_size()) + " token ids");
   const int64_t defaultBatch = std::max<int64_t>(
       f.beamWidth, std::min<int64_t>(int64_t(prompts.size()), 8));
   if (std::optional<int> ranks =
