@@ -294,7 +294,7 @@ int generateCommand(int argc, char **argv) {
   std::optional<data::ModelTokenizer> tokenizer;
   if (llvm::Error e = loadTokenizer(f, braidCheckpoint,
                                     /*required=*/f.promptIds.empty(),
-                                    tokenizer))
+                                    tokenizer, "the prompt as --prompt-ids"))
     return fail(llvm::toString(std::move(e)));
   if (!tokenizer && f.promptIds.empty())
     return fail(f.model + " comes without a tokenizer: give --tokenizer DIR "

@@ -107,7 +107,8 @@ llvm::Expected<spec::ModelSpec> modelOf(const std::string &model,
 /// tokenizer the demo trains with), else the model directory's. Without
 /// one, an error when `required`.
 llvm::Error loadTokenizer(const ModelFlags &f, bool braidCheckpoint, bool required,
-                          std::optional<data::ModelTokenizer> &tokenizer) {
+                          std::optional<data::ModelTokenizer> &tokenizer,
+                          const std::string &alternative) {
   auto error = [](const std::string &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
   };
@@ -132,7 +133,8 @@ llvm::Error loadTokenizer(const ModelFlags &f, bool braidCheckpoint, bool requir
   }
   if (!tokenizer && required)
     return error(f.model + " comes without a tokenizer: give --tokenizer DIR "
-                           "(or bytes), or the prompt as --prompt-ids");
+                           "(or bytes)" +
+                 (alternative.empty() ? "" : ", or " + alternative));
   return llvm::Error::success();
 }
 

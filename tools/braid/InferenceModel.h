@@ -65,10 +65,12 @@ llvm::Expected<spec::ModelSpec> modelOf(const std::string &model,
 
 /// Loads the tokenizer: --tokenizer (a directory, or "bytes": the byte
 /// tokenizer the demo trains with), else the model directory's. Without
-/// one, an error when `required`.
+/// one, an error when `required`, which names `alternative` (what the
+/// command takes instead of text, if anything) beside --tokenizer.
 llvm::Error loadTokenizer(const ModelFlags &f, bool braidCheckpoint,
                           bool required,
-                          std::optional<data::ModelTokenizer> &tokenizer);
+                          std::optional<data::ModelTokenizer> &tokenizer,
+                          const std::string &alternative = "");
 
 /// The compiled inference plan and its generator, weights loaded.
 struct Opened {
