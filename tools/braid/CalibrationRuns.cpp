@@ -77,19 +77,6 @@ llvm::Expected<std::string> readFile(const std::string &path) {
 }
 } // namespace
 
-/// The machine's memory (MemTotal), in bytes.
-int64_t braid::machineMemoryBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  while (meminfo >> key) {
-    if (key == "MemTotal:" && meminfo >> kib)
-      return kib * 1024;
-    meminfo.ignore(1 << 20, '\n');
-  }
-  // Without /proc (not Linux): the pages the system reports.
-  return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-}
 llvm::Error MpiCalibrationRunner::keepPlan(int model, int64_t ranks,
                                            const plan::Plan &plan) {
   if (llvm::Error e = tools::CheckRanksFitHere(ranks, plan.arena_bytes(),

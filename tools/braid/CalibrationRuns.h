@@ -22,9 +22,6 @@
 
 namespace braid {
 
-/// The machine's memory (MemTotal), in bytes.
-int64_t machineMemoryBytes();
-
 /// Compiles a job to its plan (as braidc --emit=plan does).
 using CompileJob =
     std::function<llvm::Expected<plan::Plan>(const spec::JobSpec &)>;

@@ -1,7 +1,6 @@
 //===- ChildProcess.cpp - The programs braid starts: mpirun ---------------===//
 
 #include "tools/braid/ChildProcess.h"
-#include "tools/braid/CalibrationRuns.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -10,10 +9,24 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+
+int64_t braid::machineMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  while (meminfo >> key) {
+    if (key == "MemTotal:" && meminfo >> kib)
+      return kib * 1024;
+    meminfo.ignore(1 << 20, '\n');
+  }
+  // Without /proc (not Linux): the pages the system reports.
+  return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+}
 
 namespace braid::tools {
 namespace {

@@ -19,6 +19,13 @@
 #include <string>
 #include <vector>
 
+namespace braid {
+
+/// The machine's memory (MemTotal), in bytes.
+int64_t machineMemoryBytes();
+
+} // namespace braid
+
 namespace braid::tools {
 
 struct ChildOptions {
