@@ -44,6 +44,7 @@
 #include "frontends/ModelBuilder.h"
 #include "frontends/Spec.h"
 #include "runtime/common/Format.h"
+#include "runtime/common/OutputFile.h"
 #include "runtime/cpu/Blas.h"
 #include "runtime/data/Preprocess.h"
 #include "runtime/exec/Devices.h"
@@ -476,18 +477,8 @@ int calibrate(int argc, char **argv) {
                 ": give --corpus FILE (any text file of some 100 KB)");
   // Fail on an unwritable output now, not after minutes of measuring (and
   // without creating it: a failed calibration leaves no file).
-  {
-    llvm::SmallString<256> dir(outPath);
-    llvm::sys::path::remove_filename(dir);
-    if (dir.empty())
-      dir = ".";
-    bool exists = llvm::sys::fs::exists(outPath);
-    if (std::error_code ec = llvm::sys::fs::access(
-            exists ? llvm::StringRef(outPath) : llvm::StringRef(dir),
-            llvm::sys::fs::AccessMode::Write))
-      return fail("cannot write " + outPath + ": " +
-                  (exists ? "" : std::string(dir) + ": ") + ec.message());
-  }
+  if (absl::Status s = common::CheckWritable(outPath); !s.ok())
+    return fail(std::string(s.message()));
 
   llvm::SmallString<256> work;
   if (std::error_code ec =
