@@ -23,6 +23,10 @@
 #include "runtime/cpu/Philox.h"
 
 #include <cblas.h>
+#include <cstring>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -686,6 +690,30 @@ void addForward(const T *a, const T *b, int64_t n, T *y) {
     for (int64_t i = i0; i < i1; ++i)
       y[i] = a[i] + b[i];
   });
+}
+
+void zeroFill(void *p, int64_t bytes) {
+  char *at = static_cast<char *>(p);
+#if defined(__x86_64__)
+  if (bytes >= kStreamingZeroBytes) {
+    // The 16-byte-aligned middle by SSE2's streaming stores (every x86-64
+    // has them; wider ones do not move memory faster), the ends by memset.
+    int64_t head = (16 - int64_t(reinterpret_cast<uintptr_t>(at) & 15)) & 15;
+    std::memset(at, 0, size_t(head));
+    int64_t vectors = (bytes - head) / 16;
+    char *middle = at + head;
+    parallelBlocks(vectors, kElementBlock * 4, 1, [&](int64_t v0, int64_t v1) {
+      const __m128i zero = _mm_setzero_si128();
+      for (int64_t v = v0; v < v1; ++v)
+        _mm_stream_si128(reinterpret_cast<__m128i *>(middle) + v, zero);
+    });
+    _mm_sfence(); // the stores are weakly ordered: done before the next kernel
+    int64_t done = head + vectors * 16;
+    std::memset(at + done, 0, size_t(bytes - done));
+    return;
+  }
+#endif
+  std::memset(at, 0, size_t(bytes));
 }
 
 //===-- Dropout -----------------------------------------------------------===//

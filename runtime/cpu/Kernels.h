@@ -219,6 +219,15 @@ void geluBackward(const T *x, const T *dy, int64_t n, bool tanhApprox, T *dx);
 template <typename T>
 void scaleForward(const T *x, int64_t n, double scale, T *y);
 
+/// Zeroes `bytes` bytes at p. A buffer larger than kStreamingZeroBytes is
+/// written with non-temporal stores, by blocks on the threads: the ZERO
+/// kernels clear whole gradients when a step starts, and the backward reads
+/// them much later, so pulling each line into the cache first (what a plain
+/// store does, and glibc's memset below its non-temporal threshold, hundreds
+/// of MiB on large-cache CPUs) doubles the memory traffic for nothing.
+inline constexpr int64_t kStreamingZeroBytes = int64_t(1) << 20;
+void zeroFill(void *p, int64_t bytes);
+
 /// y = a + b over n elements (y may be a or b): the residual adds and their
 /// gradients' sums. On the threads by blocks: a memory-bound loop, which
 /// one core does not drive at the memory's speed.

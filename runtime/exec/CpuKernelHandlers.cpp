@@ -307,8 +307,8 @@ template <typename T> absl::Status run_WAIT(KernelCall<T> &c) {
 //===- Copies -------------------------------------------------------------===//
 
 template <typename T> absl::Status run_ZERO(KernelCall<T> &c) {
-  std::memset(c.address(c.inst.outputs(0)), 0,
-              numel(c.out(0)) * plan::DTypeBytes(c.out(0).dtype()));
+  cpu::zeroFill(c.address(c.inst.outputs(0)),
+                numel(c.out(0)) * plan::DTypeBytes(c.out(0).dtype()));
   return absl::OkStatus();
 }
 

@@ -192,6 +192,30 @@ TEST_F(KernelThreads, CrossEntropy) {
   checkCrossEntropy<double>();
 }
 
+/// zeroFill clears exactly its bytes, at any alignment and length, on
+/// either side of the size from which it streams past the cache.
+TEST_F(KernelThreads, ZeroFillClearsExactlyItsBytes) {
+  const int64_t big = kStreamingZeroBytes;
+  for (int threads : {1, 4}) {
+    setNumThreads(threads);
+    for (int64_t bytes :
+         {int64_t(0), int64_t(1), int64_t(17), big - 1, big, big + 37,
+          3 * big + 5}) {
+      for (int64_t offset : {0, 1, 8, 15}) {
+        std::vector<unsigned char> buffer(size_t(bytes + 64), 0xab);
+        zeroFill(buffer.data() + offset, bytes);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < int64_t(buffer.size()); ++i) {
+          bool inside = i >= offset && i < offset + bytes;
+          wrong += buffer[size_t(i)] != (inside ? 0 : 0xab);
+        }
+        EXPECT_EQ(wrong, 0) << bytes << " bytes at offset " << offset
+                            << " on " << threads << " threads";
+      }
+    }
+  }
+}
+
 TEST_F(KernelThreads, RmsNorm) {
   // rows not a multiple of the row block, d not of the column block.
   const int64_t rows = 100, d = 700;
