@@ -183,8 +183,9 @@ std::vector<int64_t> memoryBalancedStages(const spec::ParallelSpec &p,
   double head = double(parameters.outsideLayers - parameters.embedding +
                        (model.tieEmbeddings ? parameters.embedding : 0)) *
                     perParameter +
-                // the logits and their gradient, f32, vocabulary-parallel
-                2.0 * 4 * double(p.micro_batch_size()) *
+                // the logits, f32, vocabulary-parallel (their gradient
+                // takes their buffer: plan-lower's cross-entropy in place)
+                4.0 * double(p.micro_batch_size()) *
                     double(model.seqLength) * double(model.paddedVocabSize) /
                     double(p.tp());
   auto bytes = [&](int64_t stage, int64_t layers) {

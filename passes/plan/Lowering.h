@@ -77,6 +77,10 @@ private:
   /// in f32. Whether `v` is such a gradient: a parameter gradient kernel's
   /// result, or a sum of them (model.add, model.all_reduce).
   bool isWide(mlir::Value v);
+  /// The input whose buffer `op`'s result may take (Kernels.def's
+  /// kOverwritesInput flags): an activation of its storage type that this
+  /// block made and nothing reads after `op`; none otherwise.
+  std::optional<unsigned> overwritableInput(mlir::Operation *op);
   /// The type of `v`'s buffer: f32 elements for a wide value.
   mlir::Type storageType(mlir::Value v) {
     return mixed && isWide(v) ? widen(v.getType()) : v.getType();

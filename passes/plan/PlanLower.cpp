@@ -319,6 +319,50 @@ LogicalResult Lowering::planAccumulation(Value v, BufferOp grad, bool top) {
   return success();
 }
 
+std::optional<unsigned> Lowering::overwritableInput(Operation *op) {
+  auto lowered = dyn_cast<model::PlanKernelOpInterface>(op);
+  if (!lowered || op->getNumResults() != 1)
+    return std::nullopt;
+  const plan::KernelRow *row = plan::FindKernelRow(lowered.getPlanKernel());
+  Value result = op->getResult(0);
+  if (!row || accumulateInto.count(result) || addInto.count(result))
+    return std::nullopt;
+  const plan::KernelFlag flags[] = {plan::kOverwritesInput0,
+                                    plan::kOverwritesInput1};
+  for (unsigned i = 0; i < 2 && i < op->getNumOperands(); ++i) {
+    if (!row->has(flags[i]))
+      continue;
+    Value in = op->getOperand(i);
+    // An activation an op of this block made (not a block argument, whose
+    // buffer is its caller's), of the result's storage type.
+    Operation *def = in.getDefiningOp();
+    BufferOp buffer = buffers.lookup(in);
+    if (!def || def->getBlock() != op->getBlock() || !buffer ||
+        buffer.getRole() != "activation" || accumulateInto.count(in) ||
+        addInto.count(in) || buffer.getType() != storageType(result))
+      continue;
+    // Read by nothing after the op: every other reader comes before it in
+    // the same function (of the same stage, or inference phase; not a
+    // weight gradient that split-backward moves later, not the block's
+    // terminator, which passes the value on).
+    auto phase = [](Operation *o) {
+      return o->getAttr(model::ModelDialect::kPhaseAttrName);
+    };
+    bool dies = llvm::all_of(in.getUsers(), [&](Operation *user) {
+      if (user == op)
+        return true;
+      return user->getBlock() == op->getBlock() &&
+             user->isBeforeInBlock(op) &&
+             !user->hasTrait<OpTrait::IsTerminator>() &&
+             stageOf(user) == stageOf(op) && phase(user) == phase(op) &&
+             !(splitBackward && isa<model::LinearGradWeightOp>(user));
+    });
+    if (dies)
+      return i;
+  }
+  return std::nullopt;
+}
+
 LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
   if (absorbed.contains(op))
     return success();
@@ -416,6 +460,10 @@ LogicalResult Lowering::lowerOp(Operation *op, StringRef where) {
     newBuffer(cached.getResult(), "activation");
     buffers[cached.getNewCacheK()] = buffers.lookup(cached.getCacheK());
     buffers[cached.getNewCacheV()] = buffers.lookup(cached.getCacheV());
+  } else if (std::optional<unsigned> over = overwritableInput(op)) {
+    // In place (Kernels.def's kOverwritesInput): the result takes the
+    // buffer of an input that dies here.
+    buffers[op->getResult(0)] = buffers.lookup(op->getOperand(*over));
   } else {
     for (Value v : op->getResults())
       if (BufferOp grad = accumulateInto.lookup(v))

@@ -46,6 +46,15 @@ enum KernelFlag : uint32_t {
   /// the cost model prices them at the matmul peak, the schedule view
   /// draws its calls by them.
   kMatrixProducts = 1u << 10,
+  /// Its output 0 may be written over input 0 (input 1): in every
+  /// executor the kernel reads each element of that input before it writes
+  /// the same element of the output, and nothing else of the input after.
+  /// plan-lower then gives the output the input's buffer when the input is
+  /// an activation of the same type that nothing reads after the kernel:
+  /// one buffer fewer alive, and its bytes written where they were just
+  /// read rather than pulled into the cache a second time.
+  kOverwritesInput0 = 1u << 11,
+  kOverwritesInput1 = 1u << 12,
 };
 
 /// No upper bound on a kernel's operand count.

@@ -30,15 +30,16 @@
 // parameters (absent flags 0), its place as provenance; the layer inlined.
 // Both halves of the tied gradient accumulate straight into the gradient
 // buffer: no ADD, no ZERO. The loss keeps its log-sum-exp (a second
-// output) for its gradient.
+// output) for its gradient, which overwrites the logits (nothing reads
+// them after it).
 // CHECK-LABEL: plan.func @micro_step {
 // CHECK-NEXT: plan.kernel "EMBEDDING" [@[[W]], @[[TOK]]] -> [@[[E:b[0-9]+]]] {} {provenance = "model.embedding in train_step"}
 // CHECK-NEXT: plan.kernel "GELU" [@[[E]]] -> [@[[H:b[0-9]+]]] {tanh = 0 : i64} {provenance = "model.gelu in layer 0"}
 // CHECK-NEXT: plan.kernel "LINEAR" [@[[H]], @[[W]]] -> [@[[Z:b[0-9]+]]] {transpose_w = 1 : i64} {provenance = "model.linear in train_step"}
 // CHECK-NEXT: plan.kernel "CROSS_ENTROPY" [@[[Z]], @[[TGT]]] -> [@[[LOSS]], @[[LSE:b[0-9]+]]] {ignore_index = -100 : i64}
-// CHECK-NEXT: plan.kernel "CROSS_ENTROPY_GRAD" [@[[Z]], @[[TGT]], @[[DL]], @[[LSE]]] -> [@[[DZ:b[0-9]+]]] {ignore_index = -100 : i64}
-// CHECK-NEXT: plan.kernel "LINEAR_GRAD_WEIGHT" [@[[H]], @[[DZ]]] -> [@[[G]]] {transpose_w = 1 : i64}
-// CHECK-NEXT: plan.kernel "LINEAR_GRAD_INPUT" [@[[DZ]], @[[W]]] -> [@[[DH:b[0-9]+]]] {transpose_w = 1 : i64}
+// CHECK-NEXT: plan.kernel "CROSS_ENTROPY_GRAD" [@[[Z]], @[[TGT]], @[[DL]], @[[LSE]]] -> [@[[Z]]] {ignore_index = -100 : i64}
+// CHECK-NEXT: plan.kernel "LINEAR_GRAD_WEIGHT" [@[[H]], @[[Z]]] -> [@[[G]]] {transpose_w = 1 : i64}
+// CHECK-NEXT: plan.kernel "LINEAR_GRAD_INPUT" [@[[Z]], @[[W]]] -> [@[[DH:b[0-9]+]]] {transpose_w = 1 : i64}
 // CHECK-NEXT: plan.kernel "GELU_GRAD" [@[[E]], @[[DH]]] -> [@[[DE:b[0-9]+]]] {tanh = 0 : i64} {provenance = "model.gelu_grad in layer 0 backward"}
 // CHECK-NEXT: plan.kernel "EMBEDDING_GRAD" [@[[DE]], @[[TOK]]] -> [@[[G]]] {}
 // CHECK-NEXT: {{^ *}}}
@@ -82,6 +83,84 @@ func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"},
   %norm, %scale = model.grad_norm %sum max_norm = 1.0 : (tensor<4x2xf32>) -> (tensor<f32>, tensor<f32>)
   %p, %m1, %v1 = model.adamw %w, %sum, %m, %v, %lr, %step, %scale beta1 = 0.9 beta2 = 0.999 eps = 1.0e-08 weight_decay = 0.0 : (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>)
   return %l, %norm, %p, %m1, %v1 : tensor<f32>, tensor<f32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
+}
+
+// -----
+
+// Tests that the cross-entropy's gradient keeps a buffer of its own when
+// the logits are read after it: here a result of the step.
+// CHECK-LABEL: plan.func @micro_step {
+// CHECK: plan.kernel "CROSS_ENTROPY" [@[[Z:b[0-9]+]], @{{b[0-9]+}}] -> [@{{b[0-9]+}}, @[[LSE:b[0-9]+]]]
+// CHECK-NEXT: plan.kernel "CROSS_ENTROPY_GRAD" [@[[Z]], @{{b[0-9]+}}, @{{b[0-9]+}}, @[[LSE]]] -> [@[[DZ:b[0-9]+]]]
+// CHECK-NOT: -> [@[[Z]]]
+// CHECK: plan.kernel "LINEAR_GRAD_WEIGHT" [@{{b[0-9]+}}, @[[DZ]]]
+model.mesh @mesh axes = ["dp", "tp"] sizes = [1, 1]
+func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"},
+                      %t: tensor<1x3xi32> {model.input = "tokens"},
+                      %y: tensor<1x3xi32> {model.input = "targets"},
+                      %dl: tensor<f32> {model.input = "loss_grad"})
+    -> (tensor<f32>, tensor<1x3x4xf32>, tensor<4x2xf32> {model.grad = "w"}) {
+  %h = model.embedding %w[%t] : (tensor<4x2xf32>, tensor<1x3xi32>) -> tensor<1x3x2xf32>
+  %z = model.linear %h, %w transpose_w : (tensor<1x3x2xf32>, tensor<4x2xf32>) -> tensor<1x3x4xf32>
+  %l = model.cross_entropy %z, %y ignore_index = -100 : (tensor<1x3x4xf32>, tensor<1x3xi32>) -> tensor<f32>
+  %dz = model.cross_entropy_grad %z, %y, %dl ignore_index = -100 : (tensor<1x3x4xf32>, tensor<1x3xi32>, tensor<f32>) -> tensor<1x3x4xf32>
+  %gw = model.linear_grad_weight %h, %dz transpose_w : (tensor<1x3x2xf32>, tensor<1x3x4xf32>) -> tensor<4x2xf32>
+  return %l, %z, %gw : tensor<f32>, tensor<1x3x4xf32>, tensor<4x2xf32>
+}
+
+// -----
+
+// Tests the kernels that may write over an input (Kernels.def's
+// kOverwritesInput flags): the result takes the buffer of an input that an
+// op of the same block made and that nothing reads after. GELU_GRAD's x (e)
+// is read after it, by the ADD, so it writes over its gradient input (s);
+// the ADD then writes over its first input, the GELU_GRAD's result.
+// CHECK-LABEL: plan.func @micro_step {
+// CHECK-NEXT: plan.kernel "EMBEDDING" [@{{b[0-9]+}}, @[[T:b[0-9]+]]] -> [@[[E:b[0-9]+]]]
+// CHECK-NEXT: plan.kernel "GELU" [@[[E]]] -> [@[[A:b[0-9]+]]]
+// CHECK-NEXT: plan.kernel "SCALE" [@[[A]]] -> [@[[S:b[0-9]+]]]
+// CHECK-NEXT: plan.kernel "GELU_GRAD" [@[[E]], @[[S]]] -> [@[[S]]]
+// CHECK-NEXT: plan.kernel "ADD" [@[[S]], @[[E]]] -> [@[[S]]]
+// CHECK-NEXT: plan.kernel "EMBEDDING_GRAD" [@[[S]], @[[T]]]
+model.mesh @mesh axes = ["dp", "tp"] sizes = [1, 1]
+func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"},
+                      %t: tensor<1x3xi32> {model.input = "tokens"})
+    -> (tensor<4x2xf32> {model.grad = "w"}) {
+  %e = model.embedding %w[%t] : (tensor<4x2xf32>, tensor<1x3xi32>) -> tensor<1x3x2xf32>
+  %a = model.gelu %e : (tensor<1x3x2xf32>) -> tensor<1x3x2xf32>
+  %s = model.scale %a scale = 0.5 : (tensor<1x3x2xf32>) -> tensor<1x3x2xf32>
+  %d = model.gelu_grad %e, %s : (tensor<1x3x2xf32>, tensor<1x3x2xf32>) -> tensor<1x3x2xf32>
+  %sum = model.add %d, %e : (tensor<1x3x2xf32>, tensor<1x3x2xf32>) -> tensor<1x3x2xf32>
+  %g = model.embedding_grad %sum[%t] : (tensor<1x3x2xf32>, tensor<1x3xi32>) -> tensor<4x2xf32>
+  return %g : tensor<4x2xf32>
+}
+
+// -----
+
+// Tests that a value a weight gradient reads is written over only without
+// split-backward, which moves the weight gradients into a function that
+// runs later: there the ADD writes over its other input.
+// CHECK-LABEL: plan.func @micro_step {
+// CHECK: plan.kernel "SCALE" [@{{b[0-9]+}}] -> [@[[DZ2:b[0-9]+]]] {scale = 2.500000e-01 : f64}
+// CHECK-NEXT: plan.kernel "LINEAR_GRAD_WEIGHT" [@{{b[0-9]+}}, @[[DZ:b[0-9]+]]]
+// CHECK-NEXT: plan.kernel "ADD" [@[[DZ]], @[[DZ2]]] -> [@[[DZ]]]
+// SPLIT: plan.kernel "SCALE" [@{{b[0-9]+}}] -> [@[[DZ2:b[0-9]+]]] {scale = 2.500000e-01 : f64}
+// SPLIT-NEXT: plan.kernel "LINEAR_GRAD_WEIGHT" [@{{b[0-9]+}}, @[[DZ:b[0-9]+]]]
+// SPLIT-NEXT: plan.kernel "ADD" [@[[DZ]], @[[DZ2]]] -> [@[[DZ2]]]
+model.mesh @mesh axes = ["dp", "tp"] sizes = [1, 1]
+func.func @train_step(%w: tensor<4x2xf32> {model.param = "w"},
+                      %t: tensor<1x3xi32> {model.input = "tokens"})
+    -> (tensor<4x2xf32> {model.grad = "w"}) {
+  %h = model.embedding %w[%t] : (tensor<4x2xf32>, tensor<1x3xi32>) -> tensor<1x3x2xf32>
+  %z = model.linear %h, %w transpose_w : (tensor<1x3x2xf32>, tensor<4x2xf32>) -> tensor<1x3x4xf32>
+  %dz = model.scale %z scale = 0.5 : (tensor<1x3x4xf32>) -> tensor<1x3x4xf32>
+  %dz2 = model.scale %z scale = 0.25 : (tensor<1x3x4xf32>) -> tensor<1x3x4xf32>
+  %gw = model.linear_grad_weight %h, %dz transpose_w : (tensor<1x3x2xf32>, tensor<1x3x4xf32>) -> tensor<4x2xf32>
+  %sum = model.add %dz, %dz2 : (tensor<1x3x4xf32>, tensor<1x3x4xf32>) -> tensor<1x3x4xf32>
+  %dh = model.linear_grad_input %sum, %w transpose_w : (tensor<1x3x4xf32>, tensor<4x2xf32>) -> tensor<1x3x2xf32>
+  %ge = model.embedding_grad %dh[%t] : (tensor<1x3x2xf32>, tensor<1x3xi32>) -> tensor<4x2xf32>
+  %g = model.add %gw, %ge : (tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>
+  return %g : tensor<4x2xf32>
 }
 
 // -----

@@ -172,6 +172,12 @@ runVocabParallel(const std::vector<T> &logits,
     crossEntropyBackwardRange(slices[t].data(), targets.data(), lse, dloss,
                               rows, local, t * local, kIgnore, run.counted,
                               rankGrad.data());
+    // In place over the rank's logits (as plan-lower lowers it): the same.
+    std::vector<T> inPlace = slices[t];
+    crossEntropyBackwardRange(inPlace.data(), targets.data(), lse, dloss, rows,
+                              local, t * local, kIgnore, run.counted,
+                              inPlace.data());
+    EXPECT_TRUE(sameBits(inPlace, rankGrad)) << "rank " << t << " in place";
     for (int64_t r = 0; r < rows; ++r)
       std::copy_n(rankGrad.data() + r * local, local,
                   run.dlogits.data() + r * vocab + t * local);
