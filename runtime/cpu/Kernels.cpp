@@ -695,7 +695,7 @@ void addForward(const T *a, const T *b, int64_t n, T *y) {
 void zeroFill(void *p, int64_t bytes) {
   char *at = static_cast<char *>(p);
 #if defined(__x86_64__)
-  if (bytes >= kStreamingZeroBytes) {
+  if (bytes > kStreamingZeroBytes) {
     // The 16-byte-aligned middle by SSE2's streaming stores (every x86-64
     // has them; wider ones do not move memory faster), the ends by memset.
     int64_t head = (16 - int64_t(reinterpret_cast<uintptr_t>(at) & 15)) & 15;

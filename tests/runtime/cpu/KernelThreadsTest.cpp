@@ -312,6 +312,35 @@ TEST_F(KernelThreads, SwigluAndGelu) {
     EXPECT_NEAR(y[i], v / (1 + std::exp(-v)) * u[i], 1e-5);
     EXPECT_NEAR(g[i], 0.5 * v * std::erfc(-v / std::sqrt(2.0)), 1e-5);
   }
+  // In place over either input (Kernels.def's kOverwritesInput flags): the
+  // same bits as into a buffer of its own.
+  for (bool tanhApprox : {false, true}) {
+    const std::vector<float> &expected = tanhApprox ? dgt : dg;
+    std::vector<float> overX = a, overDy = dy;
+    geluBackward(overX.data(), dy.data(), n, tanhApprox, overX.data());
+    geluBackward(a.data(), overDy.data(), n, tanhApprox, overDy.data());
+    EXPECT_TRUE(sameBits(overX, expected)) << "over x, tanh " << tanhApprox;
+    EXPECT_TRUE(sameBits(overDy, expected)) << "over dy, tanh " << tanhApprox;
+  }
+}
+
+/// ADD into a buffer of its own and over either input (Kernels.def's
+/// kOverwritesInput flags).
+TEST_F(KernelThreads, AddInPlace) {
+  const int64_t n = 100003;
+  auto a = randomVec<float>(n, 53), b = randomVec<float>(n, 54);
+  std::vector<float> sum(n), overA, overB;
+  expectSameOnOneAndFour<float>({&sum, &overA, &overB}, noReset, [&] {
+    overA = a;
+    overB = b;
+    addForward(a.data(), b.data(), n, sum.data());
+    addForward(overA.data(), b.data(), n, overA.data());
+    addForward(a.data(), overB.data(), n, overB.data());
+  });
+  for (int64_t i : {int64_t(0), int64_t(4096), n - 1})
+    EXPECT_EQ(sum[i], a[i] + b[i]);
+  EXPECT_TRUE(sameBits(overA, sum));
+  EXPECT_TRUE(sameBits(overB, sum));
 }
 
 TEST_F(KernelThreads, Dropout) {
