@@ -35,6 +35,12 @@ def PlanLower : Pass<"plan-lower", "mlir::ModuleOp"> {
     - A collective keeps its mesh axes as the kernel's `group` and its
       reason as the provenance.
     - `model.adamw` updates in place: its results are its operands' buffers.
+    - A kernel whose row in `runtime/plan/Kernels.def` has
+      `kOverwritesInput0`/`1` (ADD, GELU_GRAD, CROSS_ENTROPY_GRAD) writes
+      its result over that input when the input is an activation of the
+      result's storage type, made in the same block, that nothing reads
+      after it (no later op of the block, the terminator, another stage or
+      inference phase, or with split-backward a weight gradient).
 
     ZeRO is `plan-zero`'s, on the update made here.
   }];
