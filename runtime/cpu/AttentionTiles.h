@@ -11,8 +11,8 @@
 // band says are zero or unneeded.
 //
 // Register tiles of kTileRows rows by two vectors, compiled three times (the
-// CPU's widest: AVX-512, AVX2 with FMA, the baseline's SSE2), the choice
-// made once, with OpenBLAS's (nativeBlasCore). Every output element adds
+// CPU's widest: AVX-512, AVX2 with FMA, the baseline's SSE2), the one
+// vectorIsa (Blas.h) says. Every output element adds
 // its terms in k order, in float, from zero: the same bits on any thread
 // count (the caller cuts the work by shape alone), not across instruction
 // sets (nor are OpenBLAS's).
@@ -73,14 +73,6 @@ void tileProductPacked(int64_t m, int64_t n, int64_t k, float alpha,
                        StridedMatrix a, const float *packed, int64_t packedK,
                        int64_t firstK, int64_t firstColumn, bool accumulate,
                        float *c, int64_t ldc, const ProductBand &band = {});
-
-/// The instruction set tileProduct runs: "avx512", "avx2" or "sse2".
-const char *tileProductIsa();
-
-/// For tests: makes tileProduct run `isa` ("avx512", "avx2", "sse2"; "" for
-/// the CPU's choice again) and returns whether it can (the CPU runs it and
-/// this build has it). Not thread-safe.
-bool setTileProductIsa(const char *isa);
 
 } // namespace braid::cpu
 

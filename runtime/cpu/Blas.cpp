@@ -60,6 +60,23 @@ uint64_t enabledRegisterState() {
 }
 #endif
 
+/// setVectorIsa's choice, if any.
+int vectorIsaOverride = -1;
+
+VectorIsa nativeVectorIsa() {
+  static const VectorIsa isa = [] {
+#ifdef BRAID_CPU_X86_CLONES
+    std::string core = nativeBlasCore();
+    if (core == "SkylakeX")
+      return VectorIsa::Avx512;
+    if (core == "Haswell")
+      return VectorIsa::Avx2;
+#endif
+    return VectorIsa::Sse2;
+  }();
+  return isa;
+}
+
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return char(std::tolower(c)); });
@@ -85,6 +102,45 @@ std::string nativeBlasCore() {
     return "Sandybridge";
 #endif
   return "";
+}
+
+VectorIsa vectorIsa() {
+  return vectorIsaOverride >= 0 ? VectorIsa(vectorIsaOverride)
+                                : nativeVectorIsa();
+}
+
+const char *vectorIsaName() {
+  switch (vectorIsa()) {
+  case VectorIsa::Avx512:
+    return "avx512";
+  case VectorIsa::Avx2:
+    return "avx2";
+  case VectorIsa::Sse2:
+    break;
+  }
+  return "sse2";
+}
+
+bool setVectorIsa(const char *name) {
+  std::string isa = name;
+  if (isa.empty()) {
+    vectorIsaOverride = -1;
+    return true;
+  }
+  VectorIsa wanted;
+  if (isa == "sse2")
+    wanted = VectorIsa::Sse2;
+  else if (isa == "avx2")
+    wanted = VectorIsa::Avx2;
+  else if (isa == "avx512")
+    wanted = VectorIsa::Avx512;
+  else
+    return false;
+  // The native set's predecessors run too.
+  if (int(wanted) > int(nativeVectorIsa()))
+    return false;
+  vectorIsaOverride = int(wanted);
+  return true;
 }
 
 int blasCoreLevel(const std::string &core) {

@@ -28,6 +28,55 @@ std::string blasCoreName();
 /// "Haswell" (AVX2 and FMA), "Sandybridge" (AVX), else "" (no preference).
 std::string nativeBlasCore();
 
+/// The CPU backend's own vectorised code (AttentionTiles.h's products,
+/// VectorLoops.h's loops) is compiled three times, for these instruction
+/// sets, where the compiler can (GCC on x86-64: BRAID_CPU_X86_CLONES); else
+/// for the baseline alone.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BRAID_CPU_X86_CLONES 1
+#endif
+enum class VectorIsa { Sse2, Avx2, Avx512 };
+
+/// The set that code runs: the one matching nativeBlasCore ("SkylakeX":
+/// AVX-512; "Haswell": AVX2 with FMA; else the baseline's SSE2), chosen
+/// once, or setVectorIsa's.
+VectorIsa vectorIsa();
+/// Its name: "avx512", "avx2" or "sse2".
+const char *vectorIsaName();
+/// For tests: makes that code run `isa` ("avx512", "avx2", "sse2"; "" for
+/// the CPU's choice again) and returns whether it can (the CPU runs it and
+/// this build has it). Not thread-safe.
+bool setVectorIsa(const char *isa);
+
+/// Runs CALL, a statement that returns, with `isa` the namespace PREFIX_avx512,
+/// PREFIX_avx2 or PREFIX_sse2 (each the same code compiled for that set)
+/// that vectorIsa() says.
+#ifdef BRAID_CPU_X86_CLONES
+#define BRAID_VECTOR_DISPATCH(PREFIX, CALL)                                    \
+  switch (::braid::cpu::vectorIsa()) {                                         \
+  case ::braid::cpu::VectorIsa::Avx512: {                                      \
+    namespace isa = PREFIX##_avx512;                                           \
+    CALL;                                                                      \
+  }                                                                            \
+  case ::braid::cpu::VectorIsa::Avx2: {                                        \
+    namespace isa = PREFIX##_avx2;                                             \
+    CALL;                                                                      \
+  }                                                                            \
+  case ::braid::cpu::VectorIsa::Sse2:                                          \
+    break;                                                                     \
+  }                                                                            \
+  {                                                                            \
+    namespace isa = PREFIX##_sse2;                                             \
+    CALL;                                                                      \
+  }
+#else
+#define BRAID_VECTOR_DISPATCH(PREFIX, CALL)                                    \
+  {                                                                            \
+    namespace isa = PREFIX##_sse2;                                             \
+    CALL;                                                                      \
+  }
+#endif
+
 /// How many instruction-set generations OpenBLAS's kernels `core` use: 1
 /// SSE, 2 AVX, 3 AVX2, 4 AVX-512; 0 for a name it does not know.
 int blasCoreLevel(const std::string &core);

@@ -1,12 +1,13 @@
 //===- VectorLoops.h - The float kernels' loops, for the CPU's vectors ----===//
 //
 // Private to runtime/cpu. The float loops of FastMath.h's functions (GeLU,
-// SwiGLU, softmax rows), compiled three times (GCC's target_clones): for the
-// baseline x86-64 (SSE2, 4 floats a vector), AVX2 (8) and AVX-512 (16), the
-// widest the CPU has chosen when the program loads. All compute
-// with the same operations in the same order, none contracted into
-// multiply-adds (-ffp-contract=off), so the bits are the same whichever
-// runs (FastMathTest compares them with the scalar functions).
+// SwiGLU, softmax rows), compiled three times: for the baseline x86-64
+// (SSE2, 4 floats a vector) with FastMath's unfused form, and for AVX2 (8)
+// and AVX-512 (16) with its fused form (a multiply and the add after it
+// rounded once, FMA); the set vectorIsa (Blas.h) says runs. The AVX2 and
+// AVX-512 loops give the same bits as each other and as FastMath's fused
+// functions called one element at a time, the SSE2 loops as its unfused
+// ones (FastMathTest); fused and unfused differ in the last bits.
 //
 // Row reductions run over kLanes interleaved partial results, combined in
 // lane order at the end: a fixed order, so the same bits on any thread and
@@ -25,6 +26,9 @@
 namespace braid::cpu {
 
 inline constexpr int64_t kLanes = 16;
+
+/// Whether the loops that run compute FastMath.h's fused form.
+bool vectorLoopsFused();
 
 /// y = GeLU(x) over n elements, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
 /// x^3))) or 0.5 x (1 + erf(x / sqrt 2)), with FastMath's tail-exact

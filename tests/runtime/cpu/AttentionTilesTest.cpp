@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/AttentionTiles.h"
+#include "runtime/cpu/Blas.h"
 
 #include "gtest/gtest.h"
 
@@ -26,9 +27,9 @@ using braid::cpu::StridedMatrix;
 std::vector<std::string> runnableIsas() {
   std::vector<std::string> isas;
   for (const char *isa : {"sse2", "avx2", "avx512"})
-    if (braid::cpu::setTileProductIsa(isa))
+    if (braid::cpu::setVectorIsa(isa))
       isas.push_back(isa);
-  braid::cpu::setTileProductIsa("");
+  braid::cpu::setVectorIsa("");
   return isas;
 }
 
@@ -102,7 +103,7 @@ TEST(AttentionTiles, ProductsOfEveryShapeAndOrientation) {
   std::mt19937 rng(7);
   for (const std::string &isa : runnableIsas()) {
     SCOPED_TRACE(isa);
-    ASSERT_TRUE(braid::cpu::setTileProductIsa(isa.c_str()));
+    ASSERT_TRUE(braid::cpu::setVectorIsa(isa.c_str()));
     for (int64_t m : {1, 5, 6, 7, 13, 64})
       for (int64_t n : {1, 7, 16, 17, 32, 33, 64})
         for (int64_t k : {0, 1, 9, 64})
@@ -113,14 +114,14 @@ TEST(AttentionTiles, ProductsOfEveryShapeAndOrientation) {
             check(p, rng, true);
           }
   }
-  braid::cpu::setTileProductIsa("");
+  braid::cpu::setVectorIsa("");
 }
 
 TEST(AttentionTiles, CausalBandsSkipTermsAndColumns) {
   std::mt19937 rng(8);
   for (const std::string &isa : runnableIsas()) {
     SCOPED_TRACE(isa);
-    ASSERT_TRUE(braid::cpu::setTileProductIsa(isa.c_str()));
+    ASSERT_TRUE(braid::cpu::setVectorIsa(isa.c_str()));
     for (int64_t offset : {-40, -3, 0, 1, 5, 64}) {
       // Scores: row i needs columns j < i + offset.
       Product scores{64, 80, 64, false, true, false, {}};
@@ -138,7 +139,7 @@ TEST(AttentionTiles, CausalBandsSkipTermsAndColumns) {
       check(cols, rng, true);
     }
   }
-  braid::cpu::setTileProductIsa("");
+  braid::cpu::setVectorIsa("");
 }
 
 TEST(AttentionTiles, PackedOperandAtAnOffset) {
@@ -154,7 +155,7 @@ TEST(AttentionTiles, PackedOperandAtAnOffset) {
       x = u(rng);
   for (const std::string &isa : runnableIsas()) {
     SCOPED_TRACE(isa);
-    ASSERT_TRUE(braid::cpu::setTileProductIsa(isa.c_str()));
+    ASSERT_TRUE(braid::cpu::setVectorIsa(isa.c_str()));
     // Scores: q kᵀ over columns [first, first + keys) of kᵀ (d × seq).
     std::vector<float> kt(braid::cpu::packedFloats(seq, d));
     braid::cpu::packRight(seq, d, {kmat.data(), 1, d}, kt.data());
@@ -178,14 +179,14 @@ TEST(AttentionTiles, PackedOperandAtAnOffset) {
                             d);
     EXPECT_EQ(o1, o2);
   }
-  braid::cpu::setTileProductIsa("");
+  braid::cpu::setVectorIsa("");
 }
 
 TEST(AttentionTiles, UnknownInstructionSetIsRefused) {
-  EXPECT_FALSE(braid::cpu::setTileProductIsa("neon"));
-  EXPECT_TRUE(braid::cpu::setTileProductIsa("sse2"));
-  EXPECT_STREQ(braid::cpu::tileProductIsa(), "sse2");
-  EXPECT_TRUE(braid::cpu::setTileProductIsa(""));
+  EXPECT_FALSE(braid::cpu::setVectorIsa("neon"));
+  EXPECT_TRUE(braid::cpu::setVectorIsa("sse2"));
+  EXPECT_STREQ(braid::cpu::vectorIsaName(), "sse2");
+  EXPECT_TRUE(braid::cpu::setVectorIsa(""));
 }
 
 } // namespace
