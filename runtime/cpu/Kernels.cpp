@@ -820,8 +820,9 @@ T crossEntropyForward(const T *logits, const int32_t *targets, int64_t rows,
     const T *row = logits + r * vocab;
     double m, sum = 0;
     if constexpr (std::is_same_v<T, float>) {
-      m = maxOf(row, vocab);
-      sum = sumExpShifted(row, vocab, float(m));
+      float rowMax;
+      maxAndSumExp(row, vocab, rowMax, sum);
+      m = rowMax;
     } else {
       m = *std::max_element(row, row + vocab);
       for (int64_t c = 0; c < vocab; ++c)

@@ -47,6 +47,15 @@ void swigluGradLoop(const float *g, const float *u, const float *dy, int64_t n,
 float maxOf(const float *x, int64_t n);
 /// The sum of expFast(x[c] - shift) over x[0, n), added in double.
 double sumExpShifted(const float *x, int64_t n, float shift);
+/// The largest m of x[0, n) and the sum of expFast(x[c] - m) over it, in
+/// double, reading x from memory once: by blocks of kSoftmaxBlock floats,
+/// each block's max first and its exps then (both from the cache, the next
+/// block prefetched meanwhile), the sum so far multiplied by e^(m' - m) in
+/// double where a block raises the max from m' to m. A row of at most one
+/// block gives maxOf's and sumExpShifted's values; n = 0 gives -inf and 0.
+void maxAndSumExp(const float *x, int64_t n, float &m, double &sum);
+inline constexpr int64_t kSoftmaxBlock = 4096;
+
 /// out[c] = expFast(x[c] - shift) · scale over n elements (out may be x).
 void expTimes(const float *x, int64_t n, float shift, float scale, float *out);
 

@@ -241,4 +241,36 @@ TEST(VectorLoops, SameBitsAsTheScalarFunctions) {
   EXPECT_GE(tested, 1);
 }
 
+TEST(VectorLoops, MaxAndSumExpInOneRead) {
+  // Rows of several blocks, their max in the first, a middle or the last
+  // block (the sum so far rescaled when a block raises it), against the
+  // max and a long double sum of e^(x - max) by libm.
+  const int64_t n = 3 * kSoftmaxBlock + 100;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = -20.0f + 30.0f * float((i * 7919) % 1000) / 1000.0f;
+  for (int64_t at : {int64_t(5), kSoftmaxBlock + 17, n - 3}) {
+    SCOPED_TRACE(at);
+    std::vector<float> row = x;
+    row[at] = 40.0f;
+    float m;
+    double sum;
+    maxAndSumExp(row.data(), n, m, sum);
+    EXPECT_EQ(m, 40.0f);
+    long double ref = 0;
+    for (float v : row)
+      ref += std::exp((long double)v - 40.0L);
+    EXPECT_NEAR(sum / double(ref), 1.0, 1e-6);
+  }
+  // One block or less: maxOf's and sumExpShifted's values exactly.
+  float m;
+  double sum;
+  maxAndSumExp(x.data(), 1000, m, sum);
+  EXPECT_EQ(m, maxOf(x.data(), 1000));
+  EXPECT_EQ(sum, sumExpShifted(x.data(), 1000, m));
+  maxAndSumExp(x.data(), 0, m, sum);
+  EXPECT_EQ(m, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(sum, 0.0);
+}
+
 } // namespace
