@@ -192,10 +192,6 @@ struct QueryBlock {
   }
 };
 
-/// Interleaved partial sums, so that the loops adding into them vectorise;
-/// they are added up in a fixed order.
-constexpr int kLanes = kSumLanes;
-
 /// The sum of x[0, n) in double.
 double sumInDouble(const float *x, int n) {
   return laneSum(n, [&](int64_t c) { return double(x[c]); });
@@ -207,20 +203,13 @@ double dotInDouble(const float *x, const float *y, int n) {
 }
 
 /// Adds the ALiBi bias -slope (i - j) to the scores row[lo, hi) of query i,
-/// where row[c] is key j0 + c and dist = i - j0; returns their maximum.
+/// where row[c] is key j0 + c and dist = i - j0; returns their maximum
+/// (maxOf: exact in any order).
 float addBiasAndMax(float *row, int lo, int hi, int dist, float slope) {
   if (slope != 0.0f)
     for (int c = lo; c < hi; ++c)
       row[c] -= slope * float(dist - c);
-  float lane[kLanes];
-  std::fill_n(lane, kLanes, -std::numeric_limits<float>::infinity());
-  int c = lo;
-  for (; c + kLanes <= hi; c += kLanes)
-    for (int l = 0; l < kLanes; ++l)
-      lane[l] = std::max(lane[l], row[c + l]);
-  for (int l = 0; c < hi; ++c, ++l)
-    lane[l] = std::max(lane[l], row[c]);
-  return *std::max_element(lane, lane + kLanes);
+  return maxOf(row + lo, hi - lo);
 }
 
 /// Zeroes the masked columns of a block's row that its products read:
