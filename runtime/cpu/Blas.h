@@ -9,6 +9,9 @@
 // it loads, before main, so the choice is made by starting the program again
 // with that variable set.
 //
+// The backend's own vectorised code (the attention's tiles, the float
+// loops) follows the same choice of instruction set: vectorIsa below.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef BRAID_RUNTIME_CPU_BLAS_H
